@@ -1,0 +1,57 @@
+"""The one error type users see: what went wrong, where, and how to fix it.
+
+Every module raises `UserError` (never a bare exception) for anything a user can
+cause: a bad matrix, an unreachable engine, a refused push. `cli.py` prints it
+as `file:line:col: message` plus the fix, and exits with its `exit_code`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional
+
+
+@dataclass(frozen=True)
+class Location:
+    """A place in a matrix file: 1-based line and column."""
+
+    file: str
+    line: int
+    column: int
+
+    def __str__(self) -> str:
+        return f"{self.file}:{self.line}:{self.column}"
+
+
+class UserError(Exception):
+    """An error caused by input or environment, reported without a traceback.
+
+    Parameters
+    ----------
+    message: what is wrong, naming the values involved.
+    fix: one sentence saying what to do about it.
+    where: the matrix location, when the error comes from a file.
+    field: the field path inside the matrix (``cells[2].torch_npu``).
+    exit_code: 1 for findings and failed work, 2 for usage errors.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        fix: str = "",
+        where: Optional[Location] = None,
+        field: str = "",
+        exit_code: int = 2,
+    ) -> None:
+        super().__init__(message)
+        self.message = message
+        self.fix = fix
+        self.where = where
+        self.field = field
+        self.exit_code = exit_code
+
+    def __str__(self) -> str:
+        head = f"{self.where}: " if self.where else ""
+        field = f"{self.field}: " if self.field else ""
+        tail = f"\n  fix: {self.fix}" if self.fix else ""
+        return f"{head}{field}{self.message}{tail}"
