@@ -55,3 +55,26 @@ class UserError(Exception):
         field = f"{self.field}: " if self.field else ""
         tail = f"\n  fix: {self.fix}" if self.fix else ""
         return f"{head}{field}{self.message}{tail}"
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One problem found in a matrix: a schema error or a broken compatibility rule.
+
+    ``rule`` is a stable kebab-case id (``torch-npu-unpublished``) users can grep
+    for and tests assert on; ``severity`` is ``error`` (stops render and build) or
+    ``warning`` (printed; an error under ``--strict``).
+    """
+
+    rule: str
+    severity: str
+    message: str
+    fix: str = ""
+    where: Optional[Location] = None
+    field: str = ""
+
+    def __str__(self) -> str:
+        head = f"{self.where}: " if self.where else ""
+        field = f" [{self.field}]" if self.field else ""
+        tail = f"\n  fix: {self.fix}" if self.fix else ""
+        return f"{head}{self.severity}: {self.rule}{field}: {self.message}{tail}"

@@ -1,0 +1,271 @@
+"""Compatibility rules over cells: refuse impossible Ascend combinations early.
+
+Each rule is one small function ``(cell, kb) -> findings`` with a stable id,
+registered in `RULES`. A finding names the values involved and says how to fix
+it, pointing at the line of the key that is wrong. ``null`` in the knowledge base
+means "unknown", never "incompatible": unknowns give warnings, not errors.
+
+Example:
+    >>> from builder import matrix                              # doctest: +SKIP
+    >>> [f.rule for f in check(matrix.load(Path("bad.yaml")).cells)]   # doctest: +SKIP
+    ['torch-npu-unpublished']
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Callable, Iterator, List, Optional
+
+from builder import knowledge, versions
+from builder.errors import Finding
+from builder.matrix import Cell
+
+Findings = Iterator[Finding]
+
+
+def _finding(cell: Cell, key: str, rule: str, message: str, fix: str, severity: str = "error") -> Finding:
+    path, where = cell.locate(key)
+    return Finding(rule, severity, message, fix, where, path)
+
+
+def _parsed(cell: Cell, key: str, parse: Callable, out: List[Finding]):
+    """Parse a version field; a syntax error becomes a finding instead of a crash."""
+    text = getattr(cell, key)
+    if not text:
+        return None
+    try:
+        return parse(text)
+    except versions.VersionError as exc:
+        out.append(_finding(cell, key, "version-syntax", exc.message, exc.fix))
+        return None
+
+
+def _suggest_torch_npu(kb, cell: Cell) -> str:
+    paired = kb.torch_npu_for_cann(cell.cann)
+    if not paired:
+        return f"pick a torch_npu release from `ascend-build kb cann {cell.cann}` or PyPI"
+    return f"for CANN {cell.cann} use " + " or ".join(r.version for r in paired[:3])
+
+
+def torch_npu_published(cell: Cell, kb) -> Findings:
+    """torch_npu must exist on PyPI: a made-up or unpublished version cannot be installed."""
+    if kb.torch_npu(cell.torch_npu) is not None:
+        return
+    named = kb.unpublished(cell.torch_npu)
+    why = ("is named in Huawei's tables but has no files on PyPI" if named
+           else "was never published on PyPI")
+    yield _finding(cell, "torch_npu", "torch-npu-unpublished", f"torch_npu {cell.torch_npu} {why}",
+                   _suggest_torch_npu(kb, cell))
+
+
+def torch_matches_pin(cell: Cell, kb) -> Findings:
+    """torch_npu X.Y.Z[.postN] is built against torch X.Y.Z exactly."""
+    release = kb.torch_npu(cell.torch_npu)
+    if release is None or not cell.torch:
+        return
+    try:
+        same = versions.python_package(cell.torch).release == versions.python_package(release.torch).release
+    except versions.VersionError as exc:
+        yield _finding(cell, "torch", "version-syntax", exc.message, exc.fix)
+        return
+    if not same:
+        yield _finding(cell, "torch", "torch-mismatch",
+                       f"torch {cell.torch} does not match torch_npu {cell.torch_npu}, which requires torch {release.torch}",
+                       f"set torch: {release.torch} (or leave torch out: it follows from torch_npu)")
+
+
+def cann_paired(cell: Cell, kb) -> Findings:
+    """Each torch_npu release is built for one CANN release; another CANN breaks its symbols."""
+    release = kb.torch_npu(cell.torch_npu)
+    if release is None:
+        return
+    if release.cann is None:
+        yield _finding(cell, "torch_npu", "cann-pairing-unknown",
+                       f"no published CANN pairing for torch_npu {cell.torch_npu}; CANN {cell.cann} is unconfirmed",
+                       "check Ascend's compatibility table; validate the image on an NPU host before relying on it",
+                       severity="warning")
+        return
+    try:
+        if versions.cann(release.cann) == versions.cann(cell.cann):
+            return
+    except versions.VersionError:
+        return  # reported by cann_known
+    yield _finding(cell, "torch_npu", "cann-mismatch",
+                   f"torch_npu {cell.torch_npu} is paired with CANN {release.cann}, not CANN {cell.cann}",
+                   f"set cann: {release.cann}, or {_suggest_torch_npu(kb, cell)}")
+
+
+def cann_known(cell: Cell, kb) -> Findings:
+    """An unknown CANN version is most often a typo (8.0.rc3 vs 8.0.RC3 is fine, 8.4 does not exist)."""
+    out: List[Finding] = []
+    parsed = _parsed(cell, "cann", versions.cann, out)
+    yield from out
+    if parsed is None:
+        return
+    if not any(versions.cann(known) == parsed for known in kb.cann_releases()):
+        yield _finding(cell, "cann", "cann-unknown", f"CANN {cell.cann} is not a release the knowledge base knows",
+                       "check the spelling (e.g. 8.0.RC3, 8.5.0); `ascend-build kb cann` lists the known releases",
+                       severity="warning")
+
+
+def python_has_wheel(cell: Cell, kb) -> Findings:
+    """Python versions come from the wheel tags: torch_npu 2.3.1 has no cp311 wheel, for example."""
+    release = kb.torch_npu(cell.torch_npu)
+    if release is None:
+        return
+    tags = release.python.get(cell.arch, ())
+    minor = ".".join(cell.python.split(".")[:2])
+    if minor not in tags:
+        yield _finding(cell, "python", "python-no-wheel",
+                       f"torch_npu {cell.torch_npu} has no wheel for Python {minor} on {cell.arch}",
+                       f"use Python {' or '.join(tags) or '(none published for this arch)'}")
+
+
+def glibc_new_enough(cell: Cell, kb) -> Findings:
+    """manylinux_2_28 wheels do not load on an OS with an older glibc."""
+    floor = kb.glibc_floor(cell.torch_npu, cell.arch)
+    os_info = kb.os_info(cell.os)
+    if floor is None or os_info is None or os_info.glibc >= floor:
+        return
+    newer = [o for o in kb.os_ids() if kb.os_info(o).glibc >= floor]
+    yield _finding(cell, "os", "glibc-too-old",
+                   f"{cell.os} has glibc {'.'.join(map(str, os_info.glibc))}, below the manylinux_{floor[0]}_{floor[1]} "
+                   f"floor of torch_npu {cell.torch_npu}",
+                   f"use a newer OS: {', '.join(newer)}")
+
+
+def driver_supports_cann(cell: Cell, kb) -> Findings:
+    """A CANN release needs at least its paired driver; a newer driver runs older CANN."""
+    needed = kb.min_driver(cell.cann)
+    if not cell.driver:
+        yield _finding(cell, "driver", "driver-missing",
+                       f"no minimum driver given and none known for CANN {cell.cann}",
+                       "set driver: to the Ascend HDK version the image is meant for, e.g. 24.1.RC3")
+        return
+    out: List[Finding] = []
+    driver = _parsed(cell, "driver", versions.hdk, out)
+    yield from out
+    if driver is None or not needed:
+        return
+    if driver < versions.hdk(needed):
+        yield _finding(cell, "driver", "driver-too-old",
+                       f"driver {cell.driver} is below {needed}, the minimum HDK for CANN {cell.cann}",
+                       f"set driver: {needed} or newer (and upgrade the hosts' driver and firmware to match)")
+
+
+def firmware_in_range(cell: Cell, kb) -> Findings:
+    """Driver and firmware ship together; the driver's version.info states the firmware range it accepts."""
+    if not cell.firmware:
+        return
+    out: List[Finding] = []
+    firmware = _parsed(cell, "firmware", versions.firmware, out)
+    yield from out
+    if firmware is None or not cell.driver:
+        return
+    accepted = kb.firmware_range(cell.driver)
+    if accepted is None:
+        return
+    low, high = accepted
+    if not _within(cell.firmware, low, high):
+        yield _finding(cell, "firmware", "firmware-out-of-range",
+                       f"firmware {cell.firmware} is outside [{low}, {high}], the range driver {cell.driver} accepts",
+                       f"use the firmware of the same HDK release as driver {cell.driver}"
+                       + (f" ({kb.paired_firmware(cell.driver, cell.chip)})" if kb.paired_firmware(cell.driver, cell.chip) else ""))
+
+
+def _within(firmware: str, low: str, high: str) -> bool:
+    """Is a five-field firmware inside a driver's ``[7.0.0,7.5.99]`` range (compared on the range's fields)?"""
+    fields = tuple(int(x) for x in firmware.split("."))
+    lo, hi = (tuple(int(x) for x in bound.split(".")) for bound in (low, high))
+    return lo <= fields[:len(lo)] and fields[:len(hi)] <= hi
+
+
+def chip_supported(cell: Cell, kb) -> Findings:
+    """A3 needs CANN 8.1.RC1 or later, the 950 CANN 9.0.0 or later."""
+    first = kb.chip_min_cann(cell.chip)
+    if not first:
+        return
+    try:
+        too_old = versions.cann(cell.cann) < versions.cann(first)
+    except versions.VersionError:
+        return
+    if too_old:
+        yield _finding(cell, "chip", "chip-unsupported",
+                       f"chip {cell.chip} is not supported by CANN {cell.cann}; it needs CANN {first} or later",
+                       f"set cann: {first} or newer, or pick another chip")
+
+
+def venv_python_matches(cell: Cell, kb) -> Findings:
+    """A venv uses the OS's own python3; only conda can give another Python."""
+    os_info = kb.os_info(cell.os)
+    if cell.env != "venv" or os_info is None:
+        return
+    minor = ".".join(cell.python.split(".")[:2])
+    if os_info.python != minor:
+        yield _finding(cell, "python", "venv-python-mismatch",
+                       f"env venv uses {cell.os}'s Python {os_info.python}, but the cell asks for Python {minor}",
+                       f"use env: conda, or python: \"{os_info.python}\"")
+
+
+def installers_verifiable(cell: Cell, kb) -> Findings:
+    """Never run an installer whose sha256 was not checked."""
+    given = dict(cell.sha256)
+    if cell.cann_source == "image":
+        if cell.cann_image and "@sha256:" not in cell.cann_image:
+            yield _finding(cell, "cann_source", "cann-image-unpinned",
+                           f"CANN base image {cell.cann_image} is not pinned by digest",
+                           "write it as REF@sha256:DIGEST so every build starts from the same bytes", severity="warning")
+    else:
+        files = kb.installers(cell.cann, cell.chip, cell.arch)
+        if cell.cann_source == "installer" and len(files) < 2:
+            yield _finding(cell, "cann_source", "installer-unknown",
+                           f"the knowledge base has no official {cell.chip}/{cell.arch} installers for CANN {cell.cann}",
+                           "use cann_source: {local: DIR} with sha256: {FILE: HEX}, or {image: REF@sha256:DIGEST}")
+        if cell.cann_source == "local":
+            known = {f.filename for f in files}
+            for name in (kb.toolkit_package(cell.cann, cell.arch), kb.ops_package(cell.chip, cell.cann, cell.arch)):
+                zipped = name[:-4] + ".zip" if name.endswith(".run") else name
+                if zipped not in known and name not in given:
+                    yield _finding(cell, "sha256", "installer-sha256-unknown",
+                                   f"no sha256 known for {name}",
+                                   f"add sha256: {{{name}: <64 hex digits>}} taken from the vendor's download page")
+    if cell.env == "conda":
+        conda = kb.conda_installer(cell.arch)
+        if conda is None or (not conda.sha256 and conda.filename not in given):
+            name = conda.filename if conda else "the conda installer"
+            yield _finding(cell, "env", "installer-sha256-unknown",
+                           f"no verified sha256 for {name} ({cell.arch})",
+                           f"add sha256: {{{name}: <64 hex digits>}}, or use env: venv")
+
+
+RULES = (
+    cann_known, torch_npu_published, torch_matches_pin, cann_paired, python_has_wheel, glibc_new_enough,
+    driver_supports_cann, firmware_in_range, chip_supported, venv_python_matches, installers_verifiable,
+)
+
+
+def unique_tags(cells: List[Cell]) -> Findings:
+    """Two cells with one tag would overwrite each other's image."""
+    counts = Counter(c.ref for c in cells)
+    seen = set()
+    for cell in cells:
+        if counts[cell.ref] > 1 and cell.ref in seen:
+            yield _finding(cell, "name", "duplicate-tag",
+                           f"{cell.ref} is produced by {counts[cell.ref]} cells",
+                           "give one of them a distinct name:, or remove the duplicate")
+        seen.add(cell.ref)
+
+
+def check(cells: List[Cell], kb: Optional[object] = None) -> List[Finding]:
+    """Every finding for every cell, in matrix order."""
+    kb = kb or knowledge.load()
+    findings: List[Finding] = []
+    for cell in cells:
+        for rule in RULES:
+            findings.extend(rule(cell, kb))
+    findings.extend(unique_tags(cells))
+    return findings
+
+
+def has_errors(findings: List[Finding], strict: bool = False) -> bool:
+    return any(f.severity == "error" or strict for f in findings)

@@ -1,0 +1,424 @@
+"""The only door to the Docker Engine: build, run, tag, push, pull.
+
+Two channels, on purpose:
+
+* The docker SDK (``docker.from_env()``, so ``DOCKER_HOST`` and friends are
+  honoured) for everything except builds. It gives typed errors and the
+  push stream's digest without parsing text.
+* A docker CLI with BuildKit for builds. The SDK only speaks the legacy
+  builder, which has no ``--secret``: the custom CA (and any future secret)
+  would have to be COPYed into a layer. BuildKit mounts it for one RUN and
+  keeps it out of the image and ``docker history``.
+
+Everything raised for a user-caused condition is a ``UserError`` (exit 1) with
+a fix; the pipeline never sees raw SDK exceptions for the cases handled here.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import tempfile
+import time
+from collections import deque
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
+
+import docker
+import docker.errors
+import requests
+from docker.auth import resolve_repository_name
+from docker.types import Mount
+from docker.utils import parse_repository_tag
+
+from builder.errors import UserError
+
+DEFAULT_HOST = "unix:///var/run/docker.sock"
+# Docker treats these build args as predefined: usable in RUN without ARG and
+# never recorded in `docker history`, so proxy URLs with passwords stay out.
+PROXY_VARS = tuple(v for n in ("HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY", "ALL_PROXY")
+                   for v in (n, n.lower()))
+AUTH_ERRORS = ("unauthorized", "authentication required", "no basic auth credentials",
+               "requested access to the resource is denied")
+TRANSIENT_ERRORS = ("connection reset", "timeout", "timed out", "eof", "connection refused",
+                    " 500 ", " 502 ", " 503 ", " 504 ", "internal server error",
+                    "bad gateway", "service unavailable", "gateway timeout")
+TAIL_LINES = 15
+
+
+class BuildFailed(UserError):
+    """A build that ran and failed; ``step`` is the BuildKit step line, if known."""
+
+    def __init__(self, message: str, fix: str, *, step: str, log_path: Path, tail: List[str]):
+        super().__init__(message, fix=fix, exit_code=1)
+        self.step, self.log_path, self.tail = step, log_path, tail
+
+
+@dataclass(frozen=True)
+class RunResult:
+    exit_code: int
+    stdout: str
+    stderr: str
+    seconds: float
+
+
+class RunTimeout(UserError):
+    """The container outlived ``timeout``; it was killed and removed. ``result``
+    holds what it printed until then (exit_code -1)."""
+
+    def __init__(self, message: str, result: RunResult):
+        super().__init__(message, fix="raise the timeout or look at the output above", exit_code=1)
+        self.result = result
+
+
+@dataclass(frozen=True)
+class BuildCli:
+    """How to run a BuildKit build: argv prefix and extra environment."""
+
+    argv: Tuple[str, ...]
+    env: Dict[str, str]
+
+
+def _reason(exc: BaseException) -> str:
+    """The innermost OS-level reason ("Connection refused"), not three lines of
+    urllib3 wrapping, so the one-line message stays readable."""
+    seen, todo = set(), [exc]
+    while todo:
+        e = todo.pop(0)
+        if id(e) in seen:
+            continue
+        seen.add(id(e))
+        if isinstance(e, OSError) and e.strerror:
+            return e.strerror
+        todo += [a for a in getattr(e, "args", ()) if isinstance(a, BaseException)]
+        todo += [c for c in (e.__cause__, e.__context__) if c is not None]
+    return str(exc).strip().splitlines()[-1] if str(exc).strip() else type(exc).__name__
+
+
+def find_build_cli() -> BuildCli:
+    """Pick a docker CLI that can do BuildKit builds; probed once per Engine.
+
+    Order: $ASCEND_BUILD_DOCKER_CLI, `docker` on PATH, /usr/bin/docker. A CLI
+    with the buildx plugin builds with `buildx build --load`; a CLI older than
+    23 has BuildKit built in (DOCKER_BUILDKIT=1). A newer CLI without buildx
+    cannot build with BuildKit at all, so it is skipped.
+    """
+    override = os.environ.get("ASCEND_BUILD_DOCKER_CLI")
+    names = [override] if override else ["docker", "/usr/bin/docker"]
+    env = {"DOCKER_HOST": os.environ.get("DOCKER_HOST") or DEFAULT_HOST}
+    tried: List[str] = []
+    for path in (shutil.which(n) for n in names):
+        if not path or path in tried:
+            continue
+        tried.append(path)
+
+        def probe(*args: str, cli: str = path) -> subprocess.CompletedProcess:
+            return subprocess.run([cli, *args], capture_output=True, text=True,
+                                  timeout=20, env={**os.environ, **env})
+        try:
+            if probe("buildx", "version").returncode == 0:
+                return BuildCli((path, "buildx", "build", "--load"), env)
+            m = re.search(r"version (\d+)\.", probe("--version").stdout)
+        except (OSError, subprocess.SubprocessError):
+            continue
+        if m and int(m.group(1)) < 23:
+            return BuildCli((path, "build"), {**env, "DOCKER_BUILDKIT": "1"})
+    raise UserError(
+        f"no docker CLI that can build with BuildKit (tried: {', '.join(tried) or ', '.join(names) + ' (not found)'})",
+        fix="install the buildx plugin for your docker CLI, or Debian's docker.io (apt-get install "
+            "docker.io), or point ASCEND_BUILD_DOCKER_CLI at a CLI that has one",
+        exit_code=1)
+
+
+def failed_step(lines: Sequence[str]) -> Tuple[str, str]:
+    """(step, error) from BuildKit plain progress: "#7 [3/3] RUN ..." names a
+    step, "#7 ERROR: ..." marks it failed. Falls back to the " > [3/3] RUN ...:"
+    summary and the last error line (e.g. Dockerfile parse errors have no step)."""
+    names: Dict[str, str] = {}
+    step = error = ""
+    for line in lines:
+        m = re.match(r"#(\d+) (\[.*)$", line)
+        if m and m.group(1) not in names:
+            names[m.group(1)] = m.group(2)
+        m = re.match(r"#(\d+) ERROR:? (.*)$", line)
+        if m:
+            step, error = names.get(m.group(1), step), m.group(2)
+        m = re.match(r"^ > (\[.*\] .*):$", line)
+        if m and not step:
+            step = m.group(1)
+        if re.match(r"^(error|ERROR)\b|executor failed running|failed to solve", line) and not error:
+            error = line
+    return step, error
+
+
+class Engine:
+    """A connected Docker Engine. Create with ``Engine.connect()``."""
+
+    def __init__(self, client: docker.DockerClient, url: str):
+        self.client, self.url = client, url
+        self._cli: Optional[BuildCli] = None
+
+    @classmethod
+    def connect(cls) -> "Engine":
+        """Connect and ping now, so an absent daemon fails before any work starts."""
+        url = os.environ.get("DOCKER_HOST") or DEFAULT_HOST
+        try:
+            client = docker.from_env(timeout=300)
+            client.ping()
+        except (docker.errors.DockerException, requests.RequestException, OSError) as e:
+            raise UserError(f"cannot reach the Docker Engine at {url}: {_reason(e)}",
+                            fix="start it (`dockerd &` as root, or `sudo systemctl start docker`) "
+                                "or set DOCKER_HOST", exit_code=1) from None
+        return cls(client, url)
+
+    @property
+    def build_cli(self) -> BuildCli:
+        if self._cli is None:
+            self._cli = find_build_cli()
+        return self._cli
+
+    # --- build ---------------------------------------------------------------
+
+    def build(self, context: Path, dockerfile: str = "Dockerfile", *, tag: Optional[str] = None,
+              build_args: Dict[str, str] = {}, secrets: Dict[str, Path] = {},
+              labels: Dict[str, str] = {}, log_path: Path,
+              on_line: Optional[Callable[[str], None]] = None,
+              target: Optional[str] = None) -> str:
+        """Build with BuildKit; return the image ID ("sha256:...").
+
+        Every output line (newline stripped) goes to ``log_path`` and to
+        ``on_line``. Proxy variables set in our environment are forwarded as
+        build args *by name only*, so their values never appear in argv.
+        On Ctrl-C (or anything ``on_line`` raises) the CLI is stopped, which
+        cancels the build in the daemon, and the exception propagates.
+        """
+        context, log_path = Path(context), Path(log_path)
+        if not (context / dockerfile).is_file():
+            raise UserError(f"no {dockerfile} in build context {context}", exit_code=1)
+        for sid, src in secrets.items():
+            if not Path(src).is_file():
+                raise UserError(f"build secret {sid!r}: {src} is not a file", exit_code=1,
+                                fix="pass an existing file (e.g. /etc/ssl/certs/ca-certificates.crt)")
+        cli = self.build_cli
+        log_path.parent.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryDirectory(prefix="ascend-build-") as tmp:
+            iidfile = Path(tmp) / "iid"
+            argv = [*cli.argv, "--progress=plain", "--iidfile", str(iidfile),
+                    "-f", str(context / dockerfile)]
+            argv += [a for v in PROXY_VARS if v in os.environ and v not in build_args
+                     for a in ("--build-arg", v)]
+            argv += [a for k, v in build_args.items() for a in ("--build-arg", f"{k}={v}")]
+            argv += [a for k, v in secrets.items() for a in ("--secret", f"id={k},src={v}")]
+            argv += [a for k, v in labels.items() for a in ("--label", f"{k}={v}")]
+            argv += ["--tag", tag] if tag else []
+            argv += ["--target", target] if target else []
+            argv.append(str(context))
+            tail: deque = deque(maxlen=400)
+            with open(log_path, "w", encoding="utf-8") as log:
+                log.write("$ " + " ".join(argv) + "\n")
+                proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                        stdin=subprocess.DEVNULL, env={**os.environ, **cli.env},
+                                        text=True, errors="replace", bufsize=1)
+                try:
+                    for raw in proc.stdout:
+                        line = raw.rstrip("\n")
+                        log.write(line + "\n")
+                        log.flush()
+                        tail.append(line)
+                        if on_line:
+                            on_line(line)
+                    code = proc.wait()
+                except BaseException:
+                    proc.terminate()
+                    try:
+                        proc.wait(timeout=10)
+                    except subprocess.TimeoutExpired:
+                        proc.kill()
+                        proc.wait()
+                    raise
+            if code != 0 or not iidfile.is_file():
+                step, error = failed_step(tail)
+                # BuildKit 20.10 prints a "#N sha256:..." line per step: noise in a tail.
+                last = [ln for ln in tail if ln.strip() and not re.match(r"#\d+ sha256:", ln)]
+                last = last[-TAIL_LINES:]
+                where = f" at step {step}" if step else ""
+                raise BuildFailed(
+                    f"build of {tag or context}{where} failed: {error or f'exit code {code}'}",
+                    fix="read the build output and fix the step:\n    "
+                        + "\n    ".join(last) + f"\n  full log: {log_path}",
+                    step=step, log_path=log_path, tail=last)
+            return iidfile.read_text().strip()
+
+    # --- run -----------------------------------------------------------------
+
+    def run(self, image: str, command: List[str], *, devices: List[str] = [],
+            mounts: List[Tuple[str, str, bool]] = [], env: Dict[str, str] = {},
+            shm_size: Optional[str] = None, ipc_mode: Optional[str] = None,
+            timeout: float = 900, name: Optional[str] = None) -> RunResult:
+        """Run ``command`` in a fresh container and return its result.
+
+        ``devices`` are Docker device strings ("/dev/davinci0[:/dev/davinci0[:rwm]]"),
+        ``mounts`` are bind mounts (host, container, read_only). The container is
+        removed in every case: a smoke run must leave nothing behind, also on
+        Ctrl-C or timeout (then it is killed first and RunTimeout is raised).
+        """
+        try:
+            ctr = self.client.containers.create(
+                image, command, devices=list(devices), environment=dict(env), shm_size=shm_size,
+                ipc_mode=ipc_mode, name=name, labels={"ascend-build.run": "1"},
+                mounts=[Mount(c, h, type="bind", read_only=ro) for h, c, ro in mounts])
+        except docker.errors.ImageNotFound:
+            raise UserError(f"image {image} not found in the Docker Engine", exit_code=1) from None
+        except docker.errors.APIError as e:
+            raise UserError(f"cannot create a container from {image}: {e.explanation or e}",
+                            exit_code=1) from None
+        start = time.monotonic()
+        try:
+            ctr.start()
+            try:
+                code = ctr.wait(timeout=timeout)["StatusCode"]
+            except (requests.exceptions.ReadTimeout, requests.exceptions.ConnectionError):
+                if time.monotonic() - start < timeout:
+                    raise
+                ctr.kill()
+                secs = time.monotonic() - start
+                raise RunTimeout(f"{' '.join(command)} in {image} did not finish within {timeout:g} s",
+                                 RunResult(-1, *self._output(ctr), secs)) from None
+            secs = time.monotonic() - start
+            return RunResult(code, *self._output(ctr), secs)
+        finally:
+            try:
+                ctr.remove(force=True)
+            except docker.errors.NotFound:
+                pass
+
+    @staticmethod
+    def _output(ctr) -> Tuple[str, str]:
+        def text(out, err):
+            return ctr.logs(stdout=out, stderr=err).decode("utf-8", errors="replace")
+        return text(True, False), text(False, True)
+
+    # --- images --------------------------------------------------------------
+
+    def _get(self, ref: str):
+        try:
+            return self.client.images.get(ref)
+        except docker.errors.ImageNotFound:
+            return None
+
+    def image_id(self, ref: str) -> Optional[str]:
+        img = self._get(ref)
+        return img.id if img else None
+
+    def labels(self, ref: str) -> Dict[str, str]:
+        img = self._get(ref)
+        if img is None:
+            raise UserError(f"image {ref} not found in the Docker Engine", exit_code=1)
+        return dict(img.labels or {})
+
+    def repo_digests(self, ref: str) -> List[str]:
+        img = self._get(ref)
+        return list(img.attrs.get("RepoDigests") or []) if img else []
+
+    def tag(self, image_id: str, ref: str) -> None:
+        repo, tag = parse_repository_tag(ref)
+        if tag and tag.startswith("sha256:"):
+            raise UserError(f"cannot tag with a digest reference: {ref}")
+        try:
+            self.client.api.tag(image_id, repo, tag or "latest", force=True)
+        except docker.errors.APIError as e:
+            raise UserError(f"cannot tag {image_id} as {ref}: {e.explanation or e}",
+                            exit_code=1) from None
+
+    def untag(self, ref: str) -> bool:
+        """Drop the name ``ref``; False if it did not exist. If it was the
+        image's last name, Docker deletes the image too (it has no "untag only")."""
+        try:
+            self.client.images.remove(ref, noprune=True)
+            return True
+        except docker.errors.ImageNotFound:
+            return False
+
+    def remove(self, ref_or_id: str, force: bool = False) -> bool:
+        """Delete an image (all its names with ``force``); False if absent."""
+        try:
+            self.client.images.remove(ref_or_id, force=force)
+            return True
+        except docker.errors.ImageNotFound:
+            return False
+
+    # --- registry ------------------------------------------------------------
+
+    @staticmethod
+    def _auth(username: Optional[str], password: Optional[str]) -> Optional[dict]:
+        """Args, else ASCEND_BUILD_REGISTRY_USER/_PASSWORD, else None, which
+        lets the SDK use the docker config. Only ever sent in a request header."""
+        user = username or os.environ.get("ASCEND_BUILD_REGISTRY_USER")
+        pw = password if username else os.environ.get("ASCEND_BUILD_REGISTRY_PASSWORD")
+        return {"username": user, "password": pw or ""} if user else None
+
+    @staticmethod
+    def _auth_error(registry: str, ref: str, action: str, msg: str) -> UserError:
+        return UserError(f"{action} {ref}: registry {registry} refused authentication: {msg}",
+                         fix=f"set ASCEND_BUILD_REGISTRY_USER and ASCEND_BUILD_REGISTRY_PASSWORD, "
+                             f"or run `docker login {registry}`", exit_code=1)
+
+    def push(self, ref: str, *, username: Optional[str] = None, password: Optional[str] = None,
+             retries: int = 3) -> str:
+        """Push ``ref`` and return the manifest digest the registry stored.
+
+        Transient failures (resets, timeouts, 5xx) are retried with backoff;
+        an auth refusal is not, because retrying cannot fix it.
+        """
+        repo, tag = parse_repository_tag(ref)
+        registry = resolve_repository_name(repo)[0]
+        if self._get(ref) is None:
+            raise UserError(f"cannot push {ref}: no such image in the Docker Engine", exit_code=1)
+        auth = self._auth(username, password)
+        for attempt in range(retries + 1):
+            digest, error = "", ""
+            try:
+                for chunk in self.client.api.push(repo, tag or "latest", stream=True, decode=True,
+                                                  auth_config=auth):
+                    if "error" in chunk or "errorDetail" in chunk:
+                        error = chunk.get("error") or chunk["errorDetail"].get("message", "")
+                    digest = (chunk.get("aux") or {}).get("Digest", digest)
+            except (docker.errors.APIError, requests.RequestException) as e:
+                error = getattr(e, "explanation", None) or str(e)
+            low = f" {error.lower()} "
+            if not error and digest:
+                return digest
+            if any(s in low for s in AUTH_ERRORS):
+                raise self._auth_error(registry, ref, "cannot push", error)
+            if not any(s in low for s in TRANSIENT_ERRORS) or attempt == retries:
+                break
+            time.sleep(2 ** attempt)
+        raise UserError(f"push of {ref} to {registry} failed: {error or 'no digest reported'}",
+                        fix="check that the registry is reachable and has space, then push again",
+                        exit_code=1)
+
+    def pull(self, ref_with_digest: str, *, username: Optional[str] = None,
+             password: Optional[str] = None) -> str:
+        """Pull by digest only (a tag can move; a digest names what was validated)."""
+        repo, digest = parse_repository_tag(ref_with_digest)
+        if "@" not in ref_with_digest or not (digest or "").startswith("sha256:"):
+            raise UserError(f"pull needs a digest reference (name@sha256:...), got {ref_with_digest}")
+        registry = resolve_repository_name(repo)[0]
+        error = ""
+        try:
+            for chunk in self.client.api.pull(repo, tag=digest, stream=True, decode=True,
+                                              auth_config=self._auth(username, password)):
+                if "error" in chunk or "errorDetail" in chunk:
+                    error = chunk.get("error") or chunk["errorDetail"].get("message", "")
+        except (docker.errors.APIError, requests.RequestException) as e:
+            error = getattr(e, "explanation", None) or str(e)
+        if any(s in error.lower() for s in AUTH_ERRORS):
+            raise self._auth_error(registry, ref_with_digest, "cannot pull", error)
+        img = self._get(ref_with_digest)
+        if error or img is None:
+            raise UserError(f"pull of {ref_with_digest} failed: {error or 'image not found after pull'}",
+                            fix="check the reference and that the registry is reachable", exit_code=1)
+        return img.id

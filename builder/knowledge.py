@@ -1,0 +1,874 @@
+"""The knowledge base: typed answers about the Ascend stack, read once from ``builder/data``.
+
+Everything the checks, the renderer and the CLI know about torch_npu releases, CANN
+installers, driver/firmware pairing, chips and base operating systems comes from here.
+The data files keep a ``source`` for every fact; this module only reads them, builds its
+lookup tables once, and answers with small frozen dataclasses, tuples and strings (never
+a raw YAML dict, except ``unpublished()``, which hands back a copy of its entry).
+
+Lookups are lenient: a version string that does not parse, or that the data does not
+know, yields ``None`` (or ``[]``); the matrix stage reports malformed strings with
+file:line. ``describe_torch_npu`` / ``describe_cann`` (for ``ascend-build kb ...``) raise
+``UserError`` for an unknown version instead.
+
+Example:
+    >>> from builder.knowledge import load
+    >>> kb = load()
+    >>> kb.torch_npu("2.1.0.rc1").cann
+    '7.0.RC1'
+    >>> kb.torch_requirement("2.1.0.post3", "x86_64")
+    ('torch==2.1.0+cpu', 'pytorch-cpu')
+    >>> kb.paired_hdk("7.0.RC1")
+    '23.0.RC3'
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import re
+from dataclasses import dataclass, field
+from functools import lru_cache
+from pathlib import Path
+from typing import Any, Dict, Iterable, List, Mapping, Optional, Tuple
+
+import yaml
+from packaging.version import InvalidVersion, Version
+
+from builder import versions
+from builder.errors import UserError
+
+DATA_DIR = Path(__file__).resolve().parent / "data"
+
+ARCHES: Tuple[str, ...] = ("x86_64", "aarch64")
+_ARCH_ALIASES = {"x86_64": "x86_64", "amd64": "x86_64", "aarch64": "aarch64", "arm64": "aarch64"}
+
+# The matrix's chip ids, lower-case (the data also knows 310b, which ascend-build does not build for).
+CHIPS: Tuple[str, ...] = ("910", "910b", "a3", "310p", "950")
+
+# First CANN release per chip where one exists (ascend-facts.md "Chips": A3 from CANN 8.1.RC1,
+# 950 from CANN 9.0; the data agrees: chips.families[].cann_ops_package and
+# chips.official_cann_images_by_chip). Chips not listed have no stated floor.
+_CHIP_MIN_CANN = {"a3": "8.1.RC1", "950": "9.0.0"}
+
+# Name of the chip inside ops package file names (case matters: ``A3``).
+_CHIP_FILE_NAME = {"910": "910", "910b": "910b", "a3": "A3", "310p": "310p", "950": "950"}
+
+# torch_npu releases whose x86_64 wheels pin torch==X.Y.Z+cpu (PyTorch CPU index only):
+# every release below 2.12 (torch_npu_releases.note, ascend-facts.md "Compatibility rules").
+_CPU_PIN_BEFORE = Version("2.12")
+
+_YAML_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+_RANGE = re.compile(r"\[\s*([0-9][0-9A-Za-z.]*)\s*,\s*([0-9][0-9A-Za-z.]*)\s*\]")
+_TORCH_REQ = re.compile(r"^torch\s*(?:[=<>!~;\[(]|$)")
+
+
+# ---------------------------------------------------------------------------------------
+# Typed answers
+
+
+@dataclass(frozen=True)
+class TorchNpu:
+    """One torch_npu release on PyPI (``torch_npu_releases.items[]``).
+
+    ``requires_torch`` is the torch part of the wheel's Requires-Dist per arch
+    (``"torch==2.1.0+cpu"``; ``""`` when the wheel declares none), ``python`` the CPython
+    versions that have a wheel per arch, ``manylinux`` the glibc tag per arch (``"2_17"``),
+    ``cann`` the paired CANN release (``None`` = no published pairing).
+
+    Example:
+        >>> load().torch_npu("2.3.1").python["x86_64"]
+        ('3.8', '3.9', '3.10')
+    """
+
+    version: str
+    torch: str
+    requires_torch: Dict[str, str] = field(hash=False)
+    python: Dict[str, Tuple[str, ...]] = field(hash=False)
+    manylinux: Dict[str, str] = field(hash=False)
+    cann: Optional[str]
+    prerelease: bool
+    branch: Optional[str]
+    sources: Tuple[str, ...]
+    requires_dist: Dict[str, str] = field(default_factory=dict, hash=False, compare=False)
+    cann_sources: Tuple[str, ...] = field(default=(), compare=False)
+    first_upload: str = field(default="", compare=False)
+    notes: Tuple[str, ...] = field(default=(), compare=False)
+
+
+@dataclass(frozen=True)
+class Installer:
+    """A file to download, check and run: a CANN package or the conda bootstrap.
+
+    ``filename`` is the published file (``.zip`` for CANN packages), ``run`` the installer
+    to execute (the ``.run`` of the same stem inside the zip; the ``.sh`` itself for conda),
+    ``sha256`` the checksum of ``filename`` (``None`` only when it could not be verified).
+
+    Example:
+        >>> load().installers("8.5.0", "910b", "aarch64")[0].run
+        'Ascend-cann-toolkit_8.5.0_linux-aarch64.run'
+    """
+
+    kind: str  # "toolkit" | "ops" | "conda"
+    filename: str
+    url: str
+    sha256: Optional[str]
+    run: str
+    source: str
+    version: str = ""
+    arch: str = ""
+
+
+@dataclass(frozen=True)
+class OsInfo:
+    """A supported base OS (``data/os.yaml``): what the distribution itself ships.
+
+    Example:
+        >>> info = load().os_info("ubuntu22.04")
+        >>> info.glibc, info.python, info.image
+        ((2, 35), '3.10', 'ubuntu:22.04')
+    """
+
+    id: str
+    glibc: Tuple[int, int]
+    python: str
+    family: str
+    codename: Optional[str]
+    image: str
+    name: str = ""
+    source: str = field(default="", compare=False)
+
+
+# ---------------------------------------------------------------------------------------
+# Helpers
+
+
+def _arch(arch: str) -> Optional[str]:
+    return _ARCH_ALIASES.get(str(arch).strip().lower()) if arch else None
+
+
+@lru_cache(maxsize=4096)
+def _pep440(text: Any) -> Optional[str]:
+    """Normalised PEP 440 text, or None when it is no version."""
+    if text is None or text == "":
+        return None
+    try:
+        return str(versions.python_package(str(text)))
+    except (versions.VersionError, InvalidVersion, TypeError, ValueError):
+        return None
+
+
+@lru_cache(maxsize=4096)
+def _cann(text: Any) -> Optional["versions.AscendVersion"]:
+    if text is None or text == "":
+        return None
+    try:
+        return versions.cann(str(text))
+    except (versions.VersionError, TypeError, ValueError):
+        return None
+
+
+@lru_cache(maxsize=4096)
+def _hdk(text: Any) -> Optional["versions.AscendVersion"]:
+    if text is None or text == "":
+        return None
+    try:
+        return versions.hdk(str(text))
+    except (versions.VersionError, TypeError, ValueError):
+        return None
+
+
+def _text(v: Any) -> str:
+    return getattr(v, "text", None) or str(v)
+
+
+def _tuple(value: Any) -> Tuple[str, ...]:
+    if value is None:
+        return ()
+    if isinstance(value, (list, tuple)):
+        return tuple(str(v) for v in value)
+    return (str(value),)
+
+
+def _torch_part(requires_dist: str) -> str:
+    """The torch requirement inside a comma-joined Requires-Dist (``"torch==2.7.1+cpu, numpy"``)."""
+    for part in (requires_dist or "").split(","):
+        part = part.strip()
+        if _TORCH_REQ.match(part):
+            return part
+    return ""
+
+
+def _is_line(text: str) -> bool:
+    return text.upper().endswith(".X") or "/" in text
+
+
+@lru_cache(maxsize=1024)
+def _line_floor(line: str) -> Optional["versions.AscendVersion"]:
+    try:
+        floor = versions.hdk_line_floor(line)
+    except (versions.VersionError, TypeError, ValueError):
+        return None
+    return floor if not isinstance(floor, str) else _hdk(floor)
+
+
+def _chip_of_soc(soc: str) -> Optional[str]:
+    s = soc.lower()
+    if s.startswith("ascend950"):
+        return "950"
+    if s.startswith("ascend910_93"):
+        return "a3"
+    if re.match(r"ascend910b\d", s):
+        return "910b"
+    if s.startswith("ascend310p"):
+        return "310p"
+    if s.startswith("ascend910"):
+        return "910"
+    return None
+
+
+# ---------------------------------------------------------------------------------------
+# The knowledge base
+
+
+class KnowledgeBase:
+    """Lookup tables built once from the data files; see the module docstring.
+
+    Build it with :func:`load` (cached); the constructor takes already parsed documents
+    so tests can feed their own.
+
+    Example:
+        >>> kb = load()
+        >>> kb.min_driver("8.0.RC3"), kb.firmware_range("24.1.rc3")
+        ('24.1.RC3', ('7.0.0', '7.5.99'))
+    """
+
+    def __init__(
+        self,
+        compat: Mapping[str, Any],
+        packages: Mapping[str, Any],
+        os_doc: Mapping[str, Any],
+        conda_doc: Mapping[str, Any],
+    ) -> None:
+        self._compat = compat
+        # torch_npu on PyPI, keyed by normalised PEP 440 text
+        self._releases: Dict[str, TorchNpu] = {}
+        for item in compat["torch_npu_releases"]["items"]:
+            rel = self._release(item)
+            self._releases[_pep440(rel.version) or rel.version] = rel
+        self._release_order = sorted(self._releases, key=Version)
+        # named by Huawei, never on PyPI
+        self._unpublished: Dict[str, Dict[str, Any]] = {}
+        for item in compat.get("torch_npu_not_on_pypi", {}).get("items", []):
+            self._unpublished[_pep440(item["version"]) or str(item["version"])] = item
+        # CANN -> torch_npu releases, by CANN version (equality per versions.cann)
+        self._by_cann: Dict[Any, List[TorchNpu]] = {}
+        for key in reversed(self._release_order):  # newest first
+            rel = self._releases[key]
+            cv = _cann(rel.cann)
+            if cv is not None:
+                self._by_cann.setdefault(cv, []).append(rel)
+        # CANN -> HDK pairing entries (cann_hdk.releases)
+        self._cann_entries: Dict[Any, Dict[str, Any]] = {}
+        for entry in compat["cann_hdk"]["releases"]:
+            cv = _cann(entry["version"])
+            if cv is not None and cv not in self._cann_entries:
+                self._cann_entries[cv] = entry
+        # CANN packages (cann-packages.json)
+        self._packages: Dict[Any, Tuple[str, Dict[str, Any]]] = {}
+        for ver, entry in packages.get("cann", {}).items():
+            cv = _cann(ver)
+            if cv is not None:
+                self._packages[cv] = (ver, entry)
+        names = {str(e["version"]) for e in compat["cann_hdk"]["releases"]} | {v for v, _ in self._packages.values()}
+        self._cann_names = tuple(sorted((n for n in names if _cann(n) is not None), key=versions.cann))
+        # driver -> observed firmware pairs
+        self._pairs: List[Tuple[Any, Dict[str, Any]]] = []
+        for pair in compat["hdk_driver_firmware"]["observed_pairs"]:
+            dv = _hdk(pair.get("driver"))
+            if dv is not None:
+                self._pairs.append((dv, pair))
+        # official Python list per PyTorch line
+        table = compat.get("pytorch_python_official", {}).get("table", {})
+        self._python_official = {str(k): tuple(str(p) for p in v) for k, v in table.items()}
+        # base operating systems
+        self._os: Dict[str, OsInfo] = {}
+        for os_id, e in (os_doc.get("os") or {}).items():
+            major, minor = (int(x) for x in str(e["glibc"]).split(".")[:2])
+            src = e.get("source") or ""
+            if isinstance(src, Mapping):
+                src = "; ".join(f"{k}: {v}" for k, v in src.items())
+            self._os[str(os_id)] = OsInfo(
+                id=str(os_id), glibc=(major, minor), python=str(e["python"]), family=str(e["family"]),
+                codename=e.get("codename"), image=str(e["image"]), name=str(e.get("name", "")), source=str(src),
+            )
+        # conda bootstrap
+        self._conda: Dict[str, Installer] = {}
+        for arch, e in (conda_doc.get("installers") or {}).items():
+            self._conda[str(arch)] = Installer(
+                kind="conda", filename=str(e["filename"]), url=str(e["url"]),
+                sha256=(str(e["sha256"]) if e.get("sha256") else None), run=str(e["filename"]),
+                source="; ".join(_tuple(e.get("source"))), version=str(conda_doc.get("version", "")), arch=str(arch),
+            )
+
+    @staticmethod
+    def _release(item: Mapping[str, Any]) -> TorchNpu:
+        rd = {str(a): str(v or "") for a, v in (item.get("requires_dist") or {}).items()}
+        notes = tuple(str(item[k]) for k in ("note", "cann_note") if item.get(k))
+        return TorchNpu(
+            version=str(item["version"]),
+            torch=str(item["torch"]),
+            requires_torch={a: _torch_part(v) for a, v in rd.items()},
+            python={str(a): _tuple(v) for a, v in (item.get("python") or {}).items()},
+            manylinux={str(a): str(v).replace("manylinux_", "") for a, v in (item.get("manylinux") or {}).items()},
+            cann=(str(item["cann"]) if item.get("cann") else None),
+            prerelease=bool(item.get("prerelease")),
+            branch=(str(item["branch"]) if item.get("branch") else None),
+            sources=_tuple(item.get("source")),
+            requires_dist=rd,
+            cann_sources=_tuple(item.get("cann_source")),
+            first_upload=str(item.get("first_upload") or ""),
+            notes=notes,
+        )
+
+    # -- torch_npu ------------------------------------------------------------------------
+
+    def torch_npu(self, version: str) -> Optional[TorchNpu]:
+        """The torch_npu release on PyPI, PEP 440-normalised lookup; None when not on PyPI.
+
+        Example:
+            >>> load().torch_npu("2.1.0.rc1").version
+            '2.1.0rc1'
+        """
+        key = _pep440(version)
+        return self._releases.get(key) if key else None
+
+    def torch_npu_versions(self) -> List[str]:
+        """Every torch_npu version on PyPI, in PEP 440 order.
+
+        Example:
+            >>> load().torch_npu_versions()[:2]
+            ['2.1.0rc1', '2.1.0']
+        """
+        return [self._releases[k].version for k in self._release_order]
+
+    def unpublished(self, version: str) -> Optional[Dict[str, Any]]:
+        """The ``torch_npu_not_on_pypi`` entry (named in Huawei tables, no PyPI files), a copy.
+
+        Example:
+            >>> load().unpublished("2.1.0.post4")["cann"]
+            '8.0.RC1'
+        """
+        key = _pep440(version)
+        entry = self._unpublished.get(key) if key else None
+        return copy.deepcopy(entry) if entry is not None else None
+
+    def torch_npu_for_cann(self, cann: str) -> List[TorchNpu]:
+        """torch_npu releases paired with that CANN (``versions.cann`` equality), newest first.
+
+        Example:
+            >>> [r.version for r in load().torch_npu_for_cann("7.0.RC1")]
+            ['2.1.0rc1']
+        """
+        cv = _cann(cann)
+        return list(self._by_cann.get(cv, ())) if cv is not None else []
+
+    def torch_requirement(self, torch_npu: str, arch: str) -> Tuple[str, str]:
+        """The torch pin to install next to that torch_npu, and the index it comes from.
+
+        Rule (ascend-facts.md, torch_npu_releases.note): torch_npu X.Y.Z[.postN] needs torch
+        X.Y.Z. On x86_64, every torch_npu below 2.12 pins ``torch==X.Y.Z+cpu``, which exists
+        only on the PyTorch CPU index (``"pytorch-cpu"``); from 2.12 and on aarch64 always,
+        plain ``torch==X.Y.Z`` from PyPI (``"pypi"``). The exact pin also satisfies the
+        ``torch==X.Y.Z.*`` that wheels from 2.13.0 declare. Works for versions not on PyPI
+        too (torch is the version's release part).
+
+        Raises UserError for an unknown arch or a string that is no version.
+
+        Example:
+            >>> load().torch_requirement("2.1.0.post3", "aarch64")
+            ('torch==2.1.0', 'pypi')
+        """
+        a = _arch(arch)
+        if a is None:
+            raise UserError(f"unknown arch {arch!r}", fix="use x86_64 or aarch64")
+        rel = self.torch_npu(torch_npu)
+        if rel is not None:
+            torch = rel.torch
+        else:
+            key = _pep440(torch_npu)
+            if key is None:
+                raise versions.VersionError(
+                    f"{torch_npu!r} is not a torch_npu version", fix="write it like 2.4.0 or 2.1.0.post3"
+                )
+            torch = Version(key).base_version
+        if a == "x86_64" and Version(torch) < _CPU_PIN_BEFORE:
+            return f"torch=={torch}+cpu", "pytorch-cpu"
+        return f"torch=={torch}", "pypi"
+
+    def glibc_floor(self, torch_npu: str, arch: str) -> Optional[Tuple[int, int]]:
+        """The glibc the torch_npu wheel needs on that arch, from its manylinux tag; None when unknown.
+
+        Example:
+            >>> load().glibc_floor("2.7.1", "x86_64")
+            (2, 28)
+        """
+        rel = self.torch_npu(torch_npu)
+        tag = rel.manylinux.get(_arch(arch) or "") if rel else None
+        if not tag:
+            return None
+        m = re.match(r"(\d+)_(\d+)$", tag)
+        return (int(m.group(1)), int(m.group(2))) if m else None
+
+    def python_official(self, torch: str) -> Tuple[str, ...]:
+        """Python versions Huawei lists for that PyTorch line (``pytorch_python_official``); () when unknown.
+
+        Example:
+            >>> load().python_official("2.1.0")
+            ('3.8', '3.9', '3.10', '3.11')
+        """
+        key = _pep440(torch)
+        for k, v in self._python_official.items():
+            if _pep440(k) == key:
+                return v
+        return ()
+
+    def python_tags_known(self, torch: str, arch: Optional[str] = None) -> Tuple[str, ...]:
+        """Python versions with a torch_npu wheel for that torch, over all releases (one arch or both).
+
+        Example:
+            >>> load().python_tags_known("2.3.1")
+            ('3.8', '3.9', '3.10', '3.11')
+        """
+        key = _pep440(torch)
+        arches = (_arch(arch),) if arch else ARCHES
+        found = set()
+        for rel in self._releases.values():
+            if _pep440(rel.torch) == key:
+                for a in arches:
+                    found.update(rel.python.get(a or "", ()))
+        return tuple(sorted(found, key=lambda p: tuple(int(x) for x in p.split("."))))
+
+    # -- CANN, driver, firmware -------------------------------------------------------------
+
+    def cann_releases(self) -> List[str]:
+        """Every CANN version the data knows (``cann_hdk.releases`` + cann-packages.json), in CANN order.
+
+        Example:
+            >>> "7.0.RC1" in load().cann_releases()
+            True
+        """
+        return list(self._cann_names)
+
+    def _canonical_cann(self, cann: str) -> str:
+        """The release's own spelling (``8.3.rc1`` -> ``8.3.RC1``), as file names use it."""
+        text = str(cann)
+        for name in self._cann_names:
+            if name.lower() == text.lower():
+                return name
+        return re.sub(r"\.rc(\d)", r".RC\1", text)
+
+    def _cann_entry(self, cann: str) -> Optional[Dict[str, Any]]:
+        cv = _cann(cann)
+        return self._cann_entries.get(cv) if cv is not None else None
+
+    def _packages_of(self, cann: str) -> Optional[Tuple[str, Dict[str, Any]]]:
+        cv = _cann(cann)
+        return self._packages.get(cv) if cv is not None else None
+
+    def paired_hdk(self, cann: str) -> Optional[str]:
+        """The Ascend HDK release paired with that CANN; the lowest when the data lists several.
+
+        From ``cann_hdk.releases[].paired_hdk``, else the ``NPU`` requirement in
+        cann-packages.json. A pairing stated only as a line (``25.2.X``) is returned as written.
+
+        Example:
+            >>> load().paired_hdk("9.0.1")
+            '25.5.1'
+        """
+        entry = self._cann_entry(cann)
+        values = _tuple(entry.get("paired_hdk")) if entry else ()
+        if not values:
+            pk = self._packages_of(cann)
+            if pk:
+                values = tuple(str(r["version"]) for r in pk[1].get("requires", []) if r.get("name") == "NPU")
+        if not values:
+            return None
+        parsed = [(v, _hdk(v)) for v in values]
+        exact = [(v, p) for v, p in parsed if p is not None]
+        if not exact:
+            return values[0]
+        return min(exact, key=lambda vp: vp[1])[0]
+
+    def min_driver(self, cann: str) -> Optional[str]:
+        """The lowest driver (HDK) version that supports that CANN; None when unknown.
+
+        Rule: the paired HDK (:meth:`paired_hdk`), except where the data states a lower
+        supported HDK line for that CANN release: ``min_hdk_line`` (else the lowest of
+        ``supported_hdk``) -> the floor of that line (``versions.hdk_line_floor``,
+        e.g. ``25.0.X`` -> its first release), when lower than the paired HDK. A pairing
+        given only as a line (CANN 8.5.0.alpha001: ``25.2.X``) yields that line's floor.
+        Nothing else is inferred (no interpolation between releases).
+
+        Example:
+            >>> load().min_driver("7.0.RC1")
+            '23.0.RC3'
+        """
+        entry = self._cann_entry(cann)
+        candidates = []
+        paired = self.paired_hdk(cann)
+        if paired:
+            pv = _line_floor(paired) if _is_line(paired) else _hdk(paired)
+            if pv is not None:
+                candidates.append(pv)
+        if entry:
+            lines = _tuple(entry.get("min_hdk_line")) or _tuple(entry.get("supported_hdk"))
+            for line in lines:
+                fv = _line_floor(line) if _is_line(line) else _hdk(line)
+                if fv is not None:
+                    candidates.append(fv)
+        if not candidates:
+            return paired
+        return _text(min(candidates))
+
+    def supported_hdk_lines(self, cann: str) -> Tuple[str, ...]:
+        """HDK lines the release notes mark supported for that CANN (``supported_hdk``); () when not stated.
+
+        Example:
+            >>> load().supported_hdk_lines("9.2.0")[0]
+            '25.3.X'
+        """
+        entry = self._cann_entry(cann)
+        return _tuple(entry.get("supported_hdk")) if entry else ()
+
+    def _pairs_for(self, driver: Optional[str]) -> List[Dict[str, Any]]:
+        dv = _hdk(driver)
+        if dv is None:
+            return []
+        return [pair for v, pair in self._pairs if v == dv]
+
+    def firmware_range(self, driver: str) -> Optional[Tuple[str, str]]:
+        """Firmware range that driver accepts (its version.info ``compatible_version_fw``); None when unknown.
+
+        Example:
+            >>> load().firmware_range("24.1.rc3")
+            ('7.0.0', '7.5.99')
+        """
+        for pair in self._pairs_for(driver):
+            text = pair.get("driver_compatible_version_fw")
+            m = _RANGE.search(str(text)) if text else None
+            if m:
+                return m.group(1), m.group(2)
+        return None
+
+    def paired_firmware(self, driver: Optional[str], chip: Optional[str]) -> Optional[str]:
+        """Firmware observed shipping with that driver for that chip; None when unknown.
+
+        An observation that records no chip (one firmware for the whole HDK sample) is
+        returned for any chip; one that names a SoC answers only for that chip.
+
+        Example:
+            >>> load().paired_firmware("24.1.rc1", "910b")
+            '7.1.0.6.220'
+        """
+        want = str(chip).lower() if chip else None
+        for pair in self._pairs_for(driver):
+            fw = pair.get("firmware")
+            if isinstance(fw, Mapping):
+                if want and want in {str(k).lower() for k in fw}:
+                    return next(str(v) for k, v in fw.items() if str(k).lower() == want)
+            elif fw:
+                soc = pair.get("chip")
+                if soc is None or (want and _chip_of_soc(str(soc)) == want):
+                    return str(fw)
+        return None
+
+    # -- chips and installers ---------------------------------------------------------------
+
+    def chips(self) -> Tuple[str, ...]:
+        """The matrix's chip ids, lower-case.
+
+        Example:
+            >>> load().chips()
+            ('910', '910b', 'a3', '310p', '950')
+        """
+        return CHIPS
+
+    def chip_min_cann(self, chip: str) -> Optional[str]:
+        """First CANN release that supports that chip, where one is stated (a3, 950); else None.
+
+        Example:
+            >>> load().chip_min_cann("a3")
+            '8.1.RC1'
+        """
+        return _CHIP_MIN_CANN.get(str(chip).lower())
+
+    def _ops_zip(self, chip: str, cann: str, arch: str) -> Optional[Tuple[str, Dict[str, Any], str]]:
+        """(filename, entry, release text) of the chip's ops/kernels zip in cann-packages.json."""
+        pk = self._packages_of(cann)
+        if not pk:
+            return None
+        ver, entry = pk
+        name = _CHIP_FILE_NAME.get(chip, chip)
+        files = entry.get("files", {})
+        candidates = [
+            f"Ascend-cann-{name}-ops_{ver}_linux-{arch}.zip",
+            f"Atlas-{name}-cann-kernels_{ver}_linux-{arch}.zip",
+            f"Ascend-cann-kernels-{name}_{ver}_linux-{arch}.zip",
+            f"Ascend-cann-kernels-{name}_{ver}_linux.zip",
+        ]
+        for fname in candidates:
+            if fname in files:
+                return fname, files[fname], ver
+        return None
+
+    def ops_package(self, chip: str, cann: str, arch: str) -> str:
+        """The chip's ops/kernels installer (``.run``) for that CANN and arch.
+
+        The exact name listed in cann-packages.json when there is one (same stem as the
+        ``.zip``), else the naming rule of the CANN era:
+
+        - CANN >= 8.5: ``Ascend-cann-<chip>-ops_<ver>_linux-<arch>.run`` (``A3`` upper-case)
+        - a3, CANN 8.1.RC1..8.3: ``Atlas-A3-cann-kernels_<ver>_linux-<arch>.run``
+        - CANN 8.0.RC3..8.3: ``Ascend-cann-kernels-<chip>_<ver>_linux-<arch>.run``
+        - before 8.0.RC3: ``Ascend-cann-kernels-<chip>_<ver>_linux.run`` (no arch; the
+          data lists arch-less names up to 8.0.RC2)
+
+        Raises UserError for an unknown chip/arch, a CANN string that is no version, or a
+        chip the CANN release predates (a3 before 8.1.RC1, 950 before 9.0.0).
+
+        Example:
+            >>> load().ops_package("910b", "7.0.RC1", "aarch64")
+            'Ascend-cann-kernels-910b_7.0.RC1_linux.run'
+        """
+        c = str(chip).lower()
+        a = _arch(arch)
+        if c not in CHIPS:
+            raise UserError(f"unknown chip {chip!r}", fix=f"use one of {', '.join(CHIPS)}")
+        if a is None:
+            raise UserError(f"unknown arch {arch!r}", fix="use x86_64 or aarch64")
+        cv = _cann(cann)
+        if cv is None:
+            raise versions.VersionError(f"{cann!r} is not a CANN version", fix="write it like 8.0.RC3 or 8.5.0")
+        found = self._ops_zip(c, cann, a)
+        if found:
+            return found[0][: -len(".zip")] + ".run"
+        floor = self.chip_min_cann(c)
+        if floor and cv < versions.cann(floor):
+            raise UserError(
+                f"CANN {cann} has no ops package for chip {c}: support starts at CANN {floor}",
+                fix=f"use CANN >= {floor} for {c}",
+            )
+        ver = self._canonical_cann(cann)
+        name = _CHIP_FILE_NAME[c]
+        if cv.release >= (8, 5):
+            return f"Ascend-cann-{name}-ops_{ver}_linux-{a}.run"
+        if c == "a3":
+            return f"Atlas-A3-cann-kernels_{ver}_linux-{a}.run"
+        if cv >= versions.cann("8.0.RC3"):
+            return f"Ascend-cann-kernels-{name}_{ver}_linux-{a}.run"
+        return f"Ascend-cann-kernels-{name}_{ver}_linux.run"
+
+    def toolkit_package(self, cann: str, arch: str) -> str:
+        """The CANN toolkit installer (``.run``) for that CANN and arch.
+
+        The exact name listed in cann-packages.json when there is one (same stem as the
+        ``.zip``), else ``Ascend-cann-toolkit_<ver>_linux-<arch>.run`` (every toolkit in the
+        data carries the arch suffix, 6.0.RC1 to 9.0.0).
+
+        Raises UserError for an unknown arch or a CANN string that is no version.
+
+        Example:
+            >>> load().toolkit_package("8.0.RC1", "aarch64")
+            'Ascend-cann-toolkit_8.0.RC1_linux-aarch64.run'
+        """
+        a = _arch(arch)
+        if a is None:
+            raise UserError(f"unknown arch {arch!r}", fix="use x86_64 or aarch64")
+        if _cann(cann) is None:
+            raise versions.VersionError(f"{cann!r} is not a CANN version", fix="write it like 8.0.RC3 or 8.5.0")
+        pk = self._packages_of(cann)
+        if pk:
+            name = f"Ascend-cann-toolkit_{pk[0]}_linux-{a}.zip"
+            if name in pk[1].get("files", {}):
+                return name[: -len(".zip")] + ".run"
+        return f"Ascend-cann-toolkit_{self._canonical_cann(cann)}_linux-{a}.run"
+
+    def installers(self, cann: str, chip: str, arch: str) -> List[Installer]:
+        """Official CANN installers with URL and sha256: the toolkit first, then the chip's ops package.
+
+        Only files listed in cann-packages.json are returned: a missing toolkit or ops
+        entry means the data has no checksum for it (the caller must then ask the user for
+        one or use local installers). ``[]`` when the data knows none.
+
+        Example:
+            >>> [i.kind for i in load().installers("8.0.RC3", "910b", "x86_64")]
+            ['toolkit', 'ops']
+        """
+        a = _arch(arch)
+        pk = self._packages_of(cann)
+        if a is None or not pk:
+            return []
+        ver, entry = pk
+        source = "cann-packages.json (ascend-deployer " + ", ".join(_tuple(entry.get("seen_in"))) + ")"
+        out: List[Installer] = []
+        files = entry.get("files", {})
+        toolkit = f"Ascend-cann-toolkit_{ver}_linux-{a}.zip"
+        if toolkit in files:
+            f = files[toolkit]
+            out.append(Installer("toolkit", toolkit, f["url"], f["sha256"], toolkit[:-4] + ".run", source, ver, a))
+        found = self._ops_zip(str(chip).lower(), cann, a)
+        if found:
+            fname, f, _ = found
+            out.append(Installer("ops", fname, f["url"], f["sha256"], fname[:-4] + ".run", source, ver, a))
+        return out
+
+    def conda_installer(self, arch: str) -> Optional[Installer]:
+        """The Miniforge3 installer for that arch (``data/conda.yaml``); None when unknown.
+
+        Example:
+            >>> load().conda_installer("x86_64").filename
+            'Miniforge3-26.3.2-3-Linux-x86_64.sh'
+        """
+        return self._conda.get(_arch(arch) or "")
+
+    # -- base OS ------------------------------------------------------------------------------
+
+    def os_info(self, os_id: str) -> Optional[OsInfo]:
+        """The base OS entry (``data/os.yaml``); None when unknown.
+
+        Example:
+            >>> load().os_info("debian12").codename
+            'bookworm'
+        """
+        return self._os.get(str(os_id).lower())
+
+    def os_ids(self) -> Tuple[str, ...]:
+        """Every supported base OS id.
+
+        Example:
+            >>> "ubuntu22.04" in load().os_ids()
+            True
+        """
+        return tuple(self._os)
+
+    # -- descriptions for the CLI -------------------------------------------------------------
+
+    def describe_torch_npu(self, version: str) -> Dict[str, Any]:
+        """Everything known about one torch_npu version, as plain data for ``ascend-build kb torch-npu``.
+
+        Raises UserError (exit code 1) when the version is neither on PyPI nor named by Huawei.
+
+        Example:
+            >>> load().describe_torch_npu("2.4.0")["torch"]["x86_64"]
+            {'requirement': 'torch==2.4.0+cpu', 'index': 'pytorch-cpu'}
+        """
+        rel = self.torch_npu(version)
+        if rel is None:
+            entry = self.unpublished(version)
+            if entry is not None:
+                return {
+                    "version": str(entry["version"]),
+                    "on_pypi": False,
+                    "note": "named in Huawei tables or tags, but PyPI has no files for it",
+                    "cann": entry.get("cann"),
+                    "entry": entry,
+                    "sources": list(_tuple(entry.get("source"))),
+                }
+            raise UserError(
+                f"torch_npu {version} is not a known release: PyPI has no files for it",
+                fix=self._nearby_hint(version),
+                exit_code=1,
+            )
+        return {
+            "version": rel.version,
+            "on_pypi": True,
+            "prerelease": rel.prerelease,
+            "torch": {a: dict(zip(("requirement", "index"), self.torch_requirement(rel.version, a))) for a in ARCHES},
+            "requires_dist": dict(rel.requires_dist),
+            "cann": rel.cann,
+            "cann_sources": list(rel.cann_sources),
+            "python": {a: list(rel.python.get(a, ())) for a in ARCHES},
+            "manylinux": dict(rel.manylinux),
+            "glibc_floor": {a: ".".join(map(str, g)) for a in ARCHES if (g := self.glibc_floor(rel.version, a))},
+            "branch": rel.branch,
+            "first_upload": rel.first_upload,
+            "notes": list(rel.notes),
+            "sources": list(rel.sources),
+        }
+
+    def _nearby_hint(self, version: str) -> str:
+        key = _pep440(version)
+        if key is None:
+            return "write a torch_npu version like 2.4.0 or 2.1.0.post3"
+        line = Version(key).base_version
+        same = [v for v in self.torch_npu_versions() if Version(v).base_version == line]
+        if same:
+            return f"releases of torch_npu on torch {line}: {', '.join(same)}"
+        return "see `ascend-build kb` for the known releases"
+
+    def describe_cann(self, version: str) -> Dict[str, Any]:
+        """Everything known about one CANN release, as plain data for ``ascend-build kb cann``.
+
+        Raises UserError (exit code 1) when the data does not know that release.
+
+        Example:
+            >>> load().describe_cann("7.0.RC1")["paired_hdk"]
+            '23.0.RC3'
+        """
+        entry = self._cann_entry(version)
+        pk = self._packages_of(version)
+        if entry is None and pk is None:
+            if _cann(version) is None:
+                raise versions.VersionError(f"{version!r} is not a CANN version", fix="write it like 8.0.RC3 or 8.5.0")
+            raise UserError(
+                f"CANN {version} is not in the knowledge base",
+                fix="known releases: " + ", ".join(self.cann_releases()),
+                exit_code=1,
+            )
+        installers: Dict[str, List[Dict[str, Any]]] = {}
+        for a in ARCHES:
+            rows: List[Dict[str, Any]] = []
+            for c in CHIPS:
+                for inst in self.installers(version, c, a):
+                    if inst.kind == "toolkit" and rows:
+                        continue
+                    rows.append({"kind": inst.kind, "chip": c if inst.kind == "ops" else None,
+                                 "filename": inst.filename, "run": inst.run, "sha256": inst.sha256, "url": inst.url})
+            installers[a] = rows
+        return {
+            "version": (entry or {}).get("version") or (pk[0] if pk else version),
+            "paired_hdk": self.paired_hdk(version),
+            "min_driver": self.min_driver(version),
+            "supported_hdk": list(self.supported_hdk_lines(version)),
+            "not_supported_hdk": list(_tuple((entry or {}).get("not_supported_hdk"))),
+            "torch_npu": [r.version for r in self.torch_npu_for_cann(version)],
+            "installers": installers,
+            "sources": list(_tuple((entry or {}).get("source"))),
+        }
+
+
+def _read_yaml(path: Path) -> Dict[str, Any]:
+    with open(path, "rb") as fh:
+        return yaml.load(fh, Loader=_YAML_LOADER) or {}
+
+
+@lru_cache(maxsize=None)
+def load() -> KnowledgeBase:
+    """The knowledge base, read from ``builder/data`` once per process (cached).
+
+    Example:
+        >>> load() is load()
+        True
+    """
+    with open(DATA_DIR / "cann-packages.json", "rb") as fh:
+        packages = json.load(fh)
+    return KnowledgeBase(
+        compat=_read_yaml(DATA_DIR / "ascend-compat.yaml"),
+        packages=packages,
+        os_doc=_read_yaml(DATA_DIR / "os.yaml"),
+        conda_doc=_read_yaml(DATA_DIR / "conda.yaml"),
+    )
+
+
+__all__ = ["load", "KnowledgeBase", "TorchNpu", "Installer", "OsInfo", "ARCHES", "CHIPS", "DATA_DIR"]

@@ -1,0 +1,776 @@
+#!/usr/bin/env python3
+"""ascend-build smoke test: runs INSIDE an image before the image may be tagged.
+
+Installed as /opt/ascend-build/smoke.py next to /opt/ascend-build/versions.py.
+Standalone: Python 3.8+, stdlib + torch (+ torch_npu when present), no other deps.
+
+    python /opt/ascend-build/smoke.py [--device auto|npu|cpu]
+        [--tiers versions,libraries,import,device,train,collective]
+        [--manifest /etc/ascend-build/manifest.json] [--steps 30] [--lr 3e-3]
+
+stdout carries exactly one line: the JSON report (library noise is sent to stderr).
+Progress goes to stderr. Exit 0: every selected tier passed or was skipped with a
+reason; 1: a tier failed; 2: bad usage or unreadable manifest.
+
+The same code runs on `npu` and on `cpu` (the CPU twin image has no CANN and no
+torch_npu), so nearly every line an NPU run executes is exercised on any machine.
+"""
+from __future__ import annotations
+
+import argparse
+import datetime
+import glob
+import importlib.metadata
+import importlib.util
+import json
+import math
+import os
+import platform
+import re
+import socket
+import subprocess
+import sys
+import time
+import traceback
+
+SCHEMA = 1
+DEFAULT_MANIFEST = "/etc/ascend-build/manifest.json"
+DEFAULT_HOME = "/usr/local/Ascend/ascend-toolkit/latest"
+DRIVER_DIR = "/usr/local/Ascend/driver"
+DRIVER_LIB64 = DRIVER_DIR + "/lib64"
+DRIVER_INFO = DRIVER_DIR + "/version.info"
+FIRMWARE_INFO = "/usr/local/Ascend/firmware/version.info"
+DRIVER_LIBS = ("libascend_hal.so", "libdrvdsmi_host.so", "libdcmi.so")
+CANN_LIB_HINTS = {
+    "libatb.so": "NNAL/ATB is not installed or its set_env.sh is not in the image ENV",
+}
+COLLECTIVE_TIMEOUT = 60.0
+WORKER_FLAG = "--collective-worker"
+RESULT_MARK = "SMOKE_COLLECTIVE_RESULT "
+
+# Known error strings -> what the user should do (see docs/ascend-facts.md).
+HINTS = (
+    (("libascend_hal.so",), "driver lib64 is not mounted: add "
+     "-v /usr/local/Ascend/driver/lib64/:/usr/local/Ascend/driver/lib64/"),
+    (("libhccl.so",), "CANN env is not set in a non-interactive shell: the image ENV "
+     "must carry what set_env.sh exports (LD_LIBRARY_PATH, ASCEND_HOME_PATH)"),
+    (("Failed to infer device type",), "CANN env is not set in a non-interactive shell "
+     "(set_env.sh only in .bashrc), or torch_npu is missing"),
+    (("dcmi module initialize failed",), "the device is held by another container"),
+    (("no valid device", "207004"), "no NPU passed in (--device /dev/davinciN, "
+     "/dev/davinci_manager, /dev/devmm_svm, /dev/hisi_hdc) or driver libs not mounted"),
+    (("not support driver",), "host driver is older than this CANN needs"),
+    (("libascendcl.so",), "CANN toolkit missing or its lib64 not on LD_LIBRARY_PATH"),
+    (("libatb.so",), CANN_LIB_HINTS["libatb.so"]),
+)
+
+
+def diagnose(text):
+    """Map a known Ascend error string to a one-line hint, or None."""
+    if "undefined symbol" in text and ("atb" in text or "tbe_adapter" in text):
+        return "torch_npu and CANN/NNAL come from different releases: rebuild with a paired set"
+    for needles, hint in HINTS:
+        if any(n in text for n in needles):
+            return hint
+    return None
+
+
+def log(msg):
+    sys.stderr.write("[smoke] %s\n" % msg)
+    sys.stderr.flush()
+
+
+# ---------------------------------------------------------------- versions.py
+_VERSIONS = []  # cache: [(module or None, note)]
+
+
+def versions_module():
+    """versions.py (shipped next to this file) orders CANN/HDK/firmware strings;
+    plain string comparison is the stated fallback when it cannot be imported."""
+    if _VERSIONS:
+        return _VERSIONS[0]
+    here = os.path.dirname(os.path.abspath(__file__))
+    errors = []
+    for path in (os.path.join(here, "versions.py"), os.path.join(os.path.dirname(here), "versions.py")):
+        if not os.path.isfile(path):
+            continue
+        try:
+            spec = importlib.util.spec_from_file_location("versions", path)
+            mod = importlib.util.module_from_spec(spec)
+            spec.loader.exec_module(mod)
+            if all(hasattr(mod, k) for k in ("cann", "hdk", "firmware")):
+                _VERSIONS.append((mod, "versions.py from %s" % path))
+                return _VERSIONS[0]
+            errors.append("%s lacks cann/hdk/firmware" % path)
+        except Exception as exc:  # e.g. a missing dependency inside the image
+            errors.append("%s: %s: %s" % (path, type(exc).__name__, exc))
+    _VERSIONS.append((None, "versions.py unavailable (%s): plain string comparison"
+                      % ("; ".join(errors) or "not found next to smoke.py")))
+    return _VERSIONS[0]
+
+
+def same_version(kind, a, b):
+    """Equality under Ascend rules (8.0.RC2.beta1 == 8.0.RC2) when versions.py loads."""
+    mod, _ = versions_module()
+    if mod is not None:
+        try:
+            parse = getattr(mod, kind)
+            return parse(a) == parse(b)
+        except Exception:
+            pass
+    return str(a).strip() == str(b).strip()
+
+
+def at_least(kind, actual, minimum):
+    """True/False when `actual >= minimum` can be decided, None when it cannot."""
+    mod, _ = versions_module()
+    if mod is not None:
+        try:
+            parse = getattr(mod, kind)
+            return parse(actual) >= parse(minimum)
+        except Exception:
+            pass
+    if actual.strip() == minimum.strip():
+        return True
+    if re.match(r"^\d+(\.\d+)*$", actual) and re.match(r"^\d+(\.\d+)*$", minimum):
+        return tuple(int(x) for x in actual.split(".")) >= tuple(int(x) for x in minimum.split("."))
+    return None
+
+
+# ---------------------------------------------------------------- pure parsers
+def parse_kv(text):
+    """`key=value` lines (Ascend .info/.cfg files) -> dict; first occurrence wins."""
+    out = {}
+    for line in text.splitlines():
+        line = line.strip()
+        if not line or line.startswith("#") or "=" not in line:
+            continue
+        key, value = line.split("=", 1)
+        out.setdefault(key.strip(), value.strip().strip('"').strip("'"))
+    return out
+
+
+def cann_version_from_cfg(text):
+    """version.cfg (CANN <= 8.3): `toolkit_running_version=[7.6.0.1.220:8.0.0]` -> 8.0.0."""
+    kv = parse_kv(text)
+    for key in ("toolkit_running_version", "runtime_running_version"):
+        m = re.match(r"^\[([^\]]*)\]", kv.get(key, ""))
+        if m and m.group(1).strip():
+            return m.group(1).split(":")[-1].strip() or None
+    return None
+
+
+def cann_version_from_install_info(text):
+    """<home>/<arch>-linux/ascend_toolkit_install.info (all eras): `version=8.5.0`."""
+    return parse_kv(text).get("version") or None
+
+
+def info_version(text):
+    """Driver/firmware version.info: `Version=24.1.rc3` / `Version=7.5.0.1.129`."""
+    kv = parse_kv(text)
+    return kv.get("Version") or kv.get("version") or kv.get("package_version") or None
+
+
+def parse_ldd(text):
+    """ldd output -> (missing names, {name: resolved path})."""
+    missing, resolved = [], {}
+    for line in text.splitlines():
+        m = re.match(r"^\s*(\S+)\s+=>\s+not found\s*$", line)
+        if m:
+            if m.group(1) not in missing:
+                missing.append(m.group(1))
+            continue
+        m = re.match(r"^\s*(\S+)\s+=>\s+(\S+)\s+\(0x[0-9a-fA-F]+\)\s*$", line)
+        if m:
+            resolved[m.group(1)] = m.group(2)
+    return missing, resolved
+
+
+def is_driver_lib(name):
+    base = name.split(".so")[0] + ".so"
+    return base in DRIVER_LIBS or base.startswith("libdrv") or name.startswith(DRIVER_DIR + "/")
+
+
+def classify_missing(needed_by, driver_mount):
+    """{lib: [needing .so]} -> (fatal, from_host). Driver libraries come from the
+    host mount, so without the mount they are expected-missing, not a failure."""
+    fatal, from_host = {}, {}
+    for lib, users in sorted(needed_by.items()):
+        if is_driver_lib(lib) and not driver_mount:
+            from_host[lib] = users
+        else:
+            fatal[lib] = users
+    return fatal, from_host
+
+
+def python_matches(expected, actual):
+    """Manifest python_version may be "3.11" or "3.11.7": compare as a prefix."""
+    return actual == expected or actual.startswith(expected + ".")
+
+
+def dist_matches(expected, actual):
+    """torch "2.13.0+cpu" satisfies a declared "2.13.0" (local label ignored)."""
+    return actual == expected or ("+" not in expected and actual.split("+")[0] == expected)
+
+
+def env_differences(expected, environ):
+    return {k: {"expected": v, "actual": environ.get(k)}
+            for k, v in sorted((expected or {}).items()) if environ.get(k) != v}
+
+
+def cann_candidates(environ, manifest, arch):
+    """Every path where a CANN version file may sit, in lookup order."""
+    homes = []
+    cann = manifest.get("cann_version")
+    for h in (environ.get("ASCEND_HOME_PATH"), environ.get("ASCEND_TOOLKIT_HOME"),
+              (manifest.get("env") or {}).get("ASCEND_HOME_PATH"), DEFAULT_HOME,
+              "/usr/local/Ascend/cann-%s" % cann if cann else None):
+        if h and h.rstrip("/") not in homes:
+            homes.append(h.rstrip("/"))
+    paths = []
+    for h in homes:
+        paths.append((os.path.join(h, "version.cfg"), cann_version_from_cfg))
+        paths.append((os.path.join(h, "%s-linux" % arch, "ascend_toolkit_install.info"),
+                      cann_version_from_install_info))
+    return paths
+
+
+def find_cann(environ, manifest, arch):
+    """-> ([{path, version}], [paths looked at])."""
+    found, looked = [], []
+    for path, parse in cann_candidates(environ, manifest, arch):
+        looked.append(path)
+        if os.path.isfile(path):
+            with open(path, errors="replace") as fh:
+                found.append({"path": path, "version": parse(fh.read())})
+    return found, looked
+
+
+def read_version_info(path):
+    if not os.path.isfile(path):
+        return None
+    with open(path, errors="replace") as fh:
+        return info_version(fh.read())
+
+
+def check_host(driver, firmware, manifest, device):
+    """Driver/firmware are host requirements: each must be >= the manifest minimum.
+    -> (problems, notes)."""
+    problems, notes = [], []
+    for what, have, need, kind in (("driver", driver, manifest.get("min_driver"), "hdk"),
+                                   ("firmware", firmware, manifest.get("min_firmware"), "firmware")):
+        if have is None:
+            if what == "driver" and device == "npu":
+                problems.append("host driver version unknown: mount -v %s:%s" % (DRIVER_INFO, DRIVER_INFO))
+            else:
+                notes.append("%s version unknown (no version.info mounted)" % what)
+            continue
+        if not need:
+            continue
+        ok = at_least(kind, have, need)
+        if ok is False:
+            problems.append("host %s %s is older than the %s this image needs: upgrade the %s"
+                            % (what, have, need, what))
+        elif ok is None:
+            notes.append("cannot order %s %s against %s without versions.py" % (what, have, need))
+    return problems, notes
+
+
+def dist_version(*names):
+    for name in names:
+        try:
+            return importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            continue
+    return None
+
+
+# ---------------------------------------------------------------- tier plumbing
+class Result(object):
+    def __init__(self, status, summary, details=None):
+        self.status, self.summary, self.details = status, summary, details or {}
+
+
+def passed(summary, **details):
+    return Result("passed", summary, details)
+
+
+def failed(summary, **details):
+    return Result("failed", summary, details)
+
+
+def skipped(summary, **details):
+    return Result("skipped", summary, details)
+
+
+class Ctx(object):
+    def __init__(self, args, manifest, device):
+        self.args, self.manifest, self.device = args, manifest, device
+        self.variant = manifest.get("variant", "cpu")
+        self.wants_npu = device == "npu" or self.variant == "npu"
+        self.import_failed = None
+        self.torch = None
+
+
+def import_stack(ctx):
+    """Import torch (+ torch_npu when the image or device is npu) once."""
+    if ctx.torch is None:
+        import torch
+        if ctx.wants_npu:
+            import torch_npu  # noqa: F401  (registers the npu device)
+        ctx.torch = torch
+    return ctx.torch
+
+
+def needs_import(ctx):
+    if ctx.import_failed:
+        return skipped("skipped: import failed (%s)" % ctx.import_failed)
+    import_stack(ctx)
+    return None
+
+
+def device_name(ctx, index=0):
+    return "npu:%d" % index if ctx.device == "npu" else "cpu"
+
+
+def sync(ctx):
+    if ctx.device == "npu":
+        ctx.torch.npu.synchronize()
+
+
+# ---------------------------------------------------------------- tiers
+def tier_versions(ctx):
+    """Users lose days to a torch/torch_npu/CANN/Python that differs from what the
+    image claims; compare what is installed (metadata only, nothing imported) with
+    the manifest, and check the ENV the Dockerfile set (non-interactive shells never
+    source set_env.sh)."""
+    m, problems = ctx.manifest, []
+    vmod, vnote = versions_module()
+    d = {"versions_module": vnote, "python": platform.python_version()}
+    if m.get("python_version") and not python_matches(m["python_version"], d["python"]):
+        problems.append("python %s running, manifest declares %s" % (d["python"], m["python_version"]))
+    d["torch"] = dist_version("torch")
+    if d["torch"] is None:
+        problems.append("torch not installed, manifest declares %s" % m.get("torch_version"))
+    elif m.get("torch_version") and not dist_matches(m["torch_version"], d["torch"]):
+        problems.append("torch %s installed, manifest declares %s" % (d["torch"], m["torch_version"]))
+    d["torch_npu"] = dist_version("torch_npu", "torch-npu")
+    found, looked = find_cann(os.environ, m, platform.machine())
+    d["cann_files"], d["cann_paths_looked_at"] = found, looked
+    if ctx.variant == "npu":
+        want = m.get("torch_npu_version")
+        if d["torch_npu"] is None:
+            problems.append("torch_npu missing, manifest declares %s" % want)
+        elif want and not dist_matches(want, d["torch_npu"]):
+            problems.append("torch_npu %s installed, manifest declares %s" % (d["torch_npu"], want))
+        cann = m.get("cann_version")
+        if cann and not found:
+            problems.append("CANN %s declared but no CANN version file found: looked at %s"
+                            % (cann, ", ".join(looked)))
+        for f in found if cann else ():
+            if not f["version"]:
+                problems.append("no CANN version in %s" % f["path"])
+            elif not same_version("cann", f["version"], cann):
+                problems.append("CANN %s in %s, manifest declares %s" % (f["version"], f["path"], cann))
+    else:
+        if d["torch_npu"] is not None:
+            problems.append("cpu twin contains torch_npu %s: it must not" % d["torch_npu"])
+        if found:
+            problems.append("cpu twin contains CANN (%s): it must not" % ", ".join(f["path"] for f in found))
+    diff = env_differences(m.get("env"), os.environ)
+    d["env_checked"], d["env_differs"] = sorted((m.get("env") or {})), diff
+    if diff:
+        problems.append("ENV differs from the manifest: %s" % ", ".join(
+            "%s=%r (expected %r)" % (k, v["actual"], v["expected"]) for k, v in diff.items()))
+    if problems:
+        return failed("; ".join(problems), **d)
+    return passed("python %s, torch %s, %s, %d ENV values as declared" % (
+        d["python"], d["torch"],
+        "torch_npu %s, CANN %s" % (d["torch_npu"], ", ".join(str(f["version"]) for f in found))
+        if ctx.variant == "npu" else "no torch_npu/CANN (cpu twin)", len(d["env_checked"])), **d)
+
+
+def package_objects(package, patterns):
+    """Shared objects of an installed package, located WITHOUT importing it."""
+    spec = importlib.util.find_spec(package)
+    roots = list(spec.submodule_search_locations or []) if spec else []
+    files = []
+    for root in roots:
+        for pat in patterns:
+            files.extend(sorted(glob.glob(os.path.join(root, pat))))
+    if not files:
+        try:
+            dist = importlib.metadata.distribution(package)
+            for p in dist.files or ():
+                s = str(p).replace("\\", "/")
+                if any(re.match("^" + re.escape(package + "/" + pat).replace(r"\*", "[^/]*") + "$", s)
+                       for pat in patterns):
+                    files.append(str(dist.locate_file(p)))
+        except importlib.metadata.PackageNotFoundError:
+            pass
+    return sorted(set(files))
+
+
+def tier_libraries(ctx):
+    """A static link check tells, with no NPU present, whether an image can ever
+    import torch_npu: every DT_NEEDED library of its .so files must resolve with the
+    image's LD_LIBRARY_PATH. The cpu twin checks torch's own libraries instead."""
+    pkg = "torch_npu" if ctx.variant == "npu" else "torch"
+    objs = package_objects(pkg, ("lib/*.so*", "_C*.so"))
+    driver_mount = os.path.isdir(DRIVER_LIB64) and bool(os.listdir(DRIVER_LIB64))
+    d = {"package": pkg, "objects": len(objs), "driver_mount": driver_mount,
+         "ld_library_path": os.environ.get("LD_LIBRARY_PATH", "")}
+    if not objs:
+        return failed("%s is not installed (no shared objects found): nothing to link-check" % pkg, **d)
+    needed_by, from_driver = {}, set()
+    for obj in objs:
+        proc = subprocess.run(["ldd", obj], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                              universal_newlines=True, timeout=60)
+        missing, resolved = parse_ldd(proc.stdout)
+        for lib in missing:
+            needed_by.setdefault(lib, []).append(os.path.basename(obj))
+        from_driver.update(k for k, v in resolved.items() if v.startswith(DRIVER_DIR + "/"))
+    fatal, from_host = classify_missing(needed_by, driver_mount)
+    d.update(missing=fatal, expected_from_host_driver_mount=from_host,
+             resolved_from_driver_mount=sorted(from_driver))
+    if fatal:
+        hints = sorted(set(CANN_LIB_HINTS.get(lib.split(".so")[0] + ".so") or (
+            "host driver mount lacks it" if is_driver_lib(lib) else
+            "CANN missing or its lib64 not on LD_LIBRARY_PATH") for lib in fatal))
+        return failed("%d libraries missing: %s (%s)" % (len(fatal), ", ".join(
+            "%s (needed by %s)" % (lib, ", ".join(users)) for lib, users in fatal.items()),
+            "; ".join(hints)), **d)
+    note = " (%s expected from the host driver mount)" % ", ".join(from_host) if from_host else ""
+    return passed("all libraries of %d %s objects resolve%s" % (len(objs), pkg, note), **d)
+
+
+def tier_import(ctx):
+    """A published image that cannot even `import torch_npu` is the most common
+    failure; import it the way a user's script would, and explain known errors."""
+    t0 = time.time()
+    try:
+        torch = import_stack(ctx)
+    except BaseException as exc:
+        text = "%s: %s" % (type(exc).__name__, exc)
+        ctx.import_failed = text.splitlines()[0][:200]
+        hint = diagnose(text + traceback.format_exc())
+        return failed("import failed: %s%s" % (ctx.import_failed, " -> " + hint if hint else ""),
+                      error=text, hint=hint)
+    d = {"seconds_import": round(time.time() - t0, 3), "torch": torch.__version__,
+         "torch_file": torch.__file__}
+    if ctx.wants_npu:
+        d["torch_npu"] = getattr(sys.modules.get("torch_npu"), "__version__", None)
+    return passed("imported torch %s%s in %.1f s" % (
+        torch.__version__, ", torch_npu %s" % d["torch_npu"] if ctx.wants_npu else "",
+        d["seconds_import"]), **d)
+
+
+def tier_device(ctx):
+    """`torch.npu.is_available()` alone can lie about usability: run a matmul on the
+    device and compare it with the CPU, and check the host driver/firmware against
+    the minimums the image was validated for."""
+    skip = needs_import(ctx)
+    if skip:
+        return skip
+    torch, problems = ctx.torch, []
+    d = {"device": ctx.device}
+    if ctx.device == "npu":
+        d["available"] = bool(torch.npu.is_available())
+        d["device_count"] = int(torch.npu.device_count()) if d["available"] else 0
+        if not d["available"] or d["device_count"] < 1:
+            problems.append("torch.npu.is_available() is False or no device: pass --device "
+                            "/dev/davinciN /dev/davinci_manager /dev/devmm_svm /dev/hisi_hdc "
+                            "and mount the driver lib64")
+        else:
+            torch.npu.set_device(0)
+            d["device_name"] = str(torch.npu.get_device_name(0))
+    if not problems:
+        gen = torch.Generator().manual_seed(1234)
+        a = torch.randn(256, 256, generator=gen)
+        b = torch.randn(256, 256, generator=gen)
+        want = a @ b
+        got = (a.to(device_name(ctx)) @ b.to(device_name(ctx))).cpu()
+        d["matmul_max_abs_diff"] = float((got - want).abs().max())
+        if not torch.allclose(got, want, rtol=1e-3, atol=1e-3):
+            problems.append("256x256 fp32 matmul on %s differs from CPU (max abs diff %.3g)"
+                            % (ctx.device, d["matmul_max_abs_diff"]))
+    drv, fw = read_version_info(DRIVER_INFO), read_version_info(FIRMWARE_INFO)
+    d["driver"], d["firmware"] = drv or "unknown", fw or "unknown"
+    hp, notes = check_host(drv, fw, ctx.manifest, ctx.device)
+    problems.extend(hp)
+    d["notes"] = notes
+    if problems:
+        return failed("; ".join(problems), **d)
+    return passed("%s works: matmul matches CPU (max diff %.2g); driver %s, firmware %s" % (
+        d.get("device_name", ctx.device), d["matmul_max_abs_diff"], d["driver"], d["firmware"]), **d)
+
+
+def make_model(torch, vocab, d_model=128, seq_len=32):
+    """The field guide's minimal reproduction: 2 layers, hidden 128, ff 512, 8 heads."""
+    nn = torch.nn
+
+    class Tiny(nn.Module):
+        def __init__(self):
+            super(Tiny, self).__init__()
+            self.emb = nn.Embedding(vocab, d_model)
+            self.pos = nn.Parameter(torch.zeros(1, seq_len, d_model))
+            layer = nn.TransformerEncoderLayer(d_model, 8, dim_feedforward=512, dropout=0.0,
+                                               batch_first=True)
+            self.enc = nn.TransformerEncoder(layer, 2, enable_nested_tensor=False)
+            self.head = nn.Linear(d_model, vocab)
+
+        def forward(self, x):
+            return self.head(self.enc(self.emb(x) + self.pos))
+
+    return Tiny()
+
+
+def autocast_and_scaler(ctx):
+    """bf16 autocast + GradScaler, with the fallbacks older torch/torch_npu need."""
+    torch, dev = ctx.torch, ctx.device
+    try:
+        torch.autocast(device_type=dev, dtype=torch.bfloat16)
+        autocast, ac_name = (lambda: torch.autocast(device_type=dev, dtype=torch.bfloat16)), "torch.autocast"
+    except Exception:  # torch 2.1 + torch_npu: the npu autocast lives under torch.npu.amp
+        autocast, ac_name = (lambda: torch.npu.amp.autocast(dtype=torch.bfloat16)), "torch.npu.amp.autocast"
+    try:
+        scaler, sc_name = torch.amp.GradScaler(dev), "torch.amp.GradScaler(%r)" % dev
+    except Exception:
+        if dev == "npu":
+            scaler, sc_name = torch.npu.amp.GradScaler(), "torch.npu.amp.GradScaler()"
+        else:
+            scaler, sc_name = torch.cuda.amp.GradScaler(enabled=False), "torch.cuda.amp.GradScaler(enabled=False)"
+    return autocast, ac_name, scaler, sc_name
+
+
+def tier_train(ctx):
+    """A tiny transformer must learn a synthetic task (next token = token + 1 mod
+    vocab) under bf16 autocast with the GradScaler in the right order; NaN or a flat
+    loss means broken operators, precision setup or optimizer, not the model."""
+    skip = needs_import(ctx)
+    if skip:
+        return skip
+    torch, steps, vocab, batch, seq = ctx.torch, ctx.args.steps, 64, 16, 32
+    dev = device_name(ctx)
+    if ctx.device == "npu":
+        torch.npu.set_device(0)
+    torch.manual_seed(0)
+    model = make_model(torch, vocab, seq_len=seq).to(dev)
+    opt = torch.optim.AdamW(model.parameters(), lr=ctx.args.lr)
+    autocast, ac_name, scaler, sc_name = autocast_and_scaler(ctx)
+    gen = torch.Generator().manual_seed(0)
+    losses, times, logits_dtype = [], [], None
+    for _ in range(steps):
+        x = torch.randint(0, vocab, (batch, seq), generator=gen)
+        y = ((x + 1) % vocab).to(dev)
+        x = x.to(dev)
+        t0 = time.time()
+        opt.zero_grad(set_to_none=True)
+        with autocast():
+            logits = model(x)
+            loss = torch.nn.functional.cross_entropy(logits.float().reshape(-1, vocab), y.reshape(-1))
+        logits_dtype = str(logits.dtype)
+        scaler.scale(loss).backward()
+        scaler.unscale_(opt)
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        scaler.step(opt)
+        scaler.update()
+        losses.append(float(loss.item()))
+        sync(ctx)
+        times.append(time.time() - t0)
+    d = {"device": dev, "steps": steps, "lr": ctx.args.lr, "autocast": ac_name,
+         "logits_dtype": logits_dtype, "grad_scaler": sc_name,
+         "param_dtype": str(next(model.parameters()).dtype),
+         "losses": [round(v, 4) for v in losses],
+         "mean_step_ms": round(1000.0 * sum(times) / max(len(times), 1), 2)}
+    if not all(math.isfinite(v) for v in losses):
+        return failed("non-finite loss during training (check GradScaler order / bf16 ops)", **d)
+    if losses[-1] > 0.7 * losses[0]:
+        return failed("loss did not decrease: %.3f -> %.3f after %d steps (needs <= 70%% of the first)"
+                      % (losses[0], losses[-1], steps), **d)
+    return passed("loss %.3f -> %.3f in %d steps (%s, %.1f ms/step)" % (
+        losses[0], losses[-1], steps, logits_dtype, d["mean_step_ms"]), **d)
+
+
+def free_port():
+    s = socket.socket()
+    try:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+    finally:
+        s.close()
+
+
+def collective_worker(argv):
+    """Child process: init the process group, all-reduce rank+1, print the result."""
+    rank, world, port, device = int(argv[0]), int(argv[1]), int(argv[2]), argv[3]
+    import torch
+    import torch.distributed as dist
+    if device == "npu":
+        import torch_npu  # noqa: F401
+        torch.npu.set_device(rank)
+    backend = "hccl" if device == "npu" else "gloo"
+    dist.init_process_group(backend, init_method="tcp://127.0.0.1:%d" % port, rank=rank,
+                            world_size=world, timeout=datetime.timedelta(seconds=COLLECTIVE_TIMEOUT))
+    t = torch.full((4,), float(rank + 1), device="npu:%d" % rank if device == "npu" else "cpu")
+    dist.all_reduce(t)
+    values = t.cpu().tolist()
+    dist.destroy_process_group()
+    sys.stdout.write(RESULT_MARK + json.dumps({"rank": rank, "values": values}) + "\n")
+    return 0
+
+
+def tier_collective(ctx):
+    """Multi-device training needs a working collective backend (hccl on NPU, gloo on
+    cpu): two processes all-reduce a tensor and must both see the sum."""
+    skip = needs_import(ctx)
+    if skip:
+        return skip
+    world = 2
+    if ctx.device == "npu":
+        count = int(ctx.torch.npu.device_count())
+        if count < 2:
+            return skipped("skipped: %d NPU visible, hccl all-reduce needs >= 2" % count, device_count=count)
+    port, env = free_port(), dict(os.environ)
+    if ctx.device == "cpu":
+        env.setdefault("GLOO_SOCKET_IFNAME", "lo")
+    procs = [subprocess.Popen([sys.executable, os.path.abspath(__file__), WORKER_FLAG, str(r), str(world),
+                               str(port), ctx.device], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                              universal_newlines=True, env=env) for r in range(world)]
+    deadline, outputs, timed_out = time.time() + COLLECTIVE_TIMEOUT, [], False
+    for p in procs:
+        try:
+            outputs.append(p.communicate(timeout=max(1.0, deadline - time.time()))[0])
+        except subprocess.TimeoutExpired:
+            timed_out = True
+            for q in procs:
+                q.kill()
+            outputs.append(p.communicate()[0])
+    expected = float(world * (world + 1) // 2)
+    d = {"backend": "hccl" if ctx.device == "npu" else "gloo", "world_size": world,
+         "expected": expected, "results": [], "returncodes": [p.returncode for p in procs]}
+    for out in outputs:
+        res = [json.loads(line[len(RESULT_MARK):]) for line in out.splitlines() if line.startswith(RESULT_MARK)]
+        d["results"].extend(res)
+        if not res:
+            d.setdefault("output_tail", []).append(out[-2000:])
+    if timed_out:
+        return failed("all-reduce timed out after %d s (%s): check HCCL_CONNECT_TIMEOUT, devices, ports"
+                      % (COLLECTIVE_TIMEOUT, d["backend"]), **d)
+    ok = len(d["results"]) == world and all(all(v == expected for v in r["values"]) for r in d["results"])
+    if not ok or any(d["returncodes"]):
+        tail = " ".join(d.get("output_tail", [""])).strip().splitlines()
+        hint = diagnose(" ".join(d.get("output_tail", [])))
+        return failed("%s all-reduce over %d processes did not give %s: %s%s" % (
+            d["backend"], world, expected, tail[-1] if tail else d["results"],
+            " -> " + hint if hint else ""), **d)
+    return passed("%s all-reduce over %d processes gave %s" % (d["backend"], world, expected), **d)
+
+
+TIERS = {
+    "versions": tier_versions,
+    "libraries": tier_libraries,
+    "import": tier_import,
+    "device": tier_device,
+    "train": tier_train,
+    "collective": tier_collective,
+}
+
+
+# ---------------------------------------------------------------- main
+class UsageError(Exception):
+    pass
+
+
+class Parser(argparse.ArgumentParser):
+    def error(self, message):
+        raise UsageError(message)
+
+
+def parse_args(argv):
+    p = Parser(prog="smoke.py", description="ascend-build in-image smoke test")
+    p.add_argument("--device", default="auto", choices=("auto", "npu", "cpu"))
+    p.add_argument("--tiers", default=",".join(TIERS))
+    p.add_argument("--manifest", default=DEFAULT_MANIFEST)
+    p.add_argument("--steps", type=int, default=30)
+    p.add_argument("--lr", type=float, default=3e-3, help="AdamW learning rate (0 proves the check bites)")
+    args = p.parse_args(argv)
+    names = [t.strip() for t in args.tiers.split(",") if t.strip()]
+    unknown = [t for t in names if t not in TIERS]
+    if unknown or not names:
+        raise UsageError("unknown tier(s) %s; choose from %s" % (",".join(unknown) or "(none)", ",".join(TIERS)))
+    if args.steps < 2:
+        raise UsageError("--steps must be >= 2")
+    args.tiers = [t for t in TIERS if t in names]
+    return args
+
+
+def load_manifest(path):
+    try:
+        with open(path) as fh:
+            m = json.load(fh)
+    except (OSError, ValueError) as exc:
+        raise UsageError("cannot read manifest %s: %s" % (path, exc))
+    if not isinstance(m, dict) or m.get("schema") != SCHEMA:
+        raise UsageError("manifest %s: expected a JSON object with schema %d" % (path, SCHEMA))
+    return m
+
+
+def resolve_device(choice, manifest):
+    if choice != "auto":
+        return choice
+    if manifest.get("variant") in ("npu", "cpu"):
+        return manifest["variant"]
+    return "npu" if dist_version("torch_npu", "torch-npu") else "cpu"
+
+
+def run_tier(name, ctx):
+    log("%s ..." % name)
+    t0 = time.time()
+    try:
+        res = TIERS[name](ctx)
+    except BaseException as exc:
+        if isinstance(exc, KeyboardInterrupt):
+            raise
+        text = "%s: %s" % (type(exc).__name__, exc)
+        hint = diagnose(text)
+        res = failed("%s%s" % (text.splitlines()[0][:300], " -> " + hint if hint else ""),
+                     error=text, traceback=traceback.format_exc()[-4000:], hint=hint)
+    entry = {"name": name, "status": res.status, "seconds": round(time.time() - t0, 3),
+             "summary": res.summary, "details": res.details}
+    log("%s %s (%.1f s): %s" % (name, res.status, entry["seconds"], res.summary))
+    return entry
+
+
+def main(argv=None):
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == [WORKER_FLAG]:
+        return collective_worker(argv[1:])
+    sys.stdout.flush()
+    real_stdout = os.dup(1)
+    os.dup2(2, 1)  # everything printed by libraries (also from C) lands on stderr
+    report = {"schema": SCHEMA, "passed": False, "python": platform.python_version(),
+              "started": datetime.datetime.now(datetime.timezone.utc).isoformat()}
+    try:
+        args = parse_args(argv)
+        manifest = load_manifest(args.manifest)
+        ctx = Ctx(args, manifest, resolve_device(args.device, manifest))
+        report.update(cell=manifest.get("cell"), variant=ctx.variant, device=ctx.device, tiers=[],
+                      host={"driver": read_version_info(DRIVER_INFO), "firmware": read_version_info(FIRMWARE_INFO)})
+        for name in args.tiers:
+            report["tiers"].append(run_tier(name, ctx))
+        report["passed"] = all(t["status"] != "failed" for t in report["tiers"])
+        code = 0 if report["passed"] else 1
+    except UsageError as exc:
+        log("usage: %s" % exc)
+        report["error"], code = str(exc), 2
+    sys.stdout.flush()
+    sys.stderr.flush()
+    with os.fdopen(real_stdout, "w") as out:
+        out.write(json.dumps(report, sort_keys=False) + "\n")
+    log("%s" % ("PASSED" if report["passed"] else "FAILED (exit %d)" % code))
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,88 @@
+#!/usr/bin/env bash
+# Make this machine able to build and test images: Docker Engine, a local base
+# image, a registry for push tests. Idempotent; run as root; one line per step.
+#
+# Why: build machines start with no daemon and cannot pull any image, so the
+# engine is installed and started here and the base image is made locally with
+# debootstrap (see ../shared/DESIGN.md, "Testing on a machine with no NPU ...").
+#
+# Environment:
+#   ASCEND_BUILD_STATE             state dir for logs and the rootfs cache (default .state)
+#   ASCEND_BUILD_SETUP_BASE_IMAGE  name of the base image to make (default local/debian:12)
+#   DEBIAN_MIRROR                  debootstrap mirror (default: debootstrap's own)
+set -euo pipefail
+
+STATE=${ASCEND_BUILD_STATE:-.state}
+BASE_IMAGE=${ASCEND_BUILD_SETUP_BASE_IMAGE:-local/debian:12}
+PACKAGES=(docker.io debootstrap docker-registry apache2-utils skopeo)
+DOCKER=/usr/bin/docker
+DEFAULT_HOST=unix:///var/run/docker.sock
+
+mkdir -p "$STATE"
+STATE=$(cd "$STATE" && pwd)
+LOG="$STATE/setup-engine.log"
+: >"$LOG"
+
+say() { echo "setup-engine: $*"; }
+fail() {
+    echo "setup-engine: FAILED: $1" >&2
+    [ -n "${2:-}" ] && [ -s "$2" ] && { echo "--- last lines of $2:" >&2; tail -n 20 "$2" >&2; }
+    exit 1
+}
+
+[ "$(id -u)" = 0 ] || fail "run as root (it installs packages and starts dockerd)"
+
+# 1. Debian packages -------------------------------------------------------------
+missing=()
+for p in "${PACKAGES[@]}"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -eq 0 ]; then
+    say "packages: all present (${PACKAGES[*]})"
+else
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get update -q >>"$LOG" 2>&1 || fail "apt-get update failed" "$LOG"
+    apt-get install -y -q --no-install-recommends "${missing[@]}" >>"$LOG" 2>&1 \
+        || fail "apt-get install ${missing[*]} failed" "$LOG"
+    say "packages: installed ${missing[*]}"
+fi
+
+# 2. Docker Engine ---------------------------------------------------------------
+if "$DOCKER" info >/dev/null 2>&1; then
+    say "engine: running at ${DOCKER_HOST:-$DEFAULT_HOST}"
+else
+    if [ -n "${DOCKER_HOST:-}" ] && [ "$DOCKER_HOST" != "$DEFAULT_HOST" ]; then
+        fail "no engine answers at DOCKER_HOST=$DOCKER_HOST; start that engine or unset DOCKER_HOST"
+    fi
+    # setsid: the daemon must outlive this script and its terminal.
+    setsid dockerd >>"$STATE/dockerd.log" 2>&1 </dev/null &
+    pid=$!
+    for _ in $(seq 60); do
+        "$DOCKER" info >/dev/null 2>&1 && break
+        kill -0 "$pid" 2>/dev/null || fail "dockerd exited while starting" "$STATE/dockerd.log"
+        sleep 1
+    done
+    "$DOCKER" info >/dev/null 2>&1 || fail "dockerd (pid $pid) did not answer within 60 s" "$STATE/dockerd.log"
+    say "engine: started dockerd (pid $pid, log $STATE/dockerd.log)"
+fi
+
+# 3. Base image (nothing can be pulled here) ---------------------------------------
+if "$DOCKER" image inspect "$BASE_IMAGE" >/dev/null 2>&1; then
+    say "base image: $BASE_IMAGE present"
+else
+    tarball="$STATE/rootfs-$(echo "$BASE_IMAGE" | tr '/:' '__').tar"
+    made=cached
+    if [ ! -s "$tarball" ]; then
+        rootfs=$(mktemp -d "$STATE/rootfs.XXXXXX")
+        trap 'rm -rf "$rootfs" "$tarball.part"' EXIT
+        debootstrap --variant=minbase bookworm "$rootfs" ${DEBIAN_MIRROR:+"$DEBIAN_MIRROR"} >>"$LOG" 2>&1 \
+            || fail "debootstrap bookworm failed (set DEBIAN_MIRROR to a reachable mirror?)" "$LOG"
+        tar -C "$rootfs" -c . >"$tarball.part" 2>>"$LOG" || fail "packing the rootfs failed" "$LOG"
+        mv "$tarball.part" "$tarball"
+        rm -rf "$rootfs"
+        trap - EXIT
+        made=debootstrap
+    fi
+    "$DOCKER" import - "$BASE_IMAGE" <"$tarball" >>"$LOG" 2>&1 || fail "docker import failed" "$LOG"
+    say "base image: $BASE_IMAGE imported ($made rootfs $tarball)"
+fi

@@ -1,0 +1,422 @@
+"""builder.knowledge: every expected value below was read from the data files
+(builder/data/ascend-compat.yaml, cann-packages.json, os.yaml, conda.yaml) or from
+docs/ascend-facts.md, not derived from the code under test."""
+
+from __future__ import annotations
+
+import doctest
+import json
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+from packaging.requirements import Requirement
+from packaging.version import Version
+
+from builder import knowledge, versions
+from builder.errors import UserError
+from builder.knowledge import Installer, OsInfo, TorchNpu, load
+
+DATA = Path(knowledge.__file__).parent / "data"
+
+
+@pytest.fixture(scope="module")
+def kb():
+    return load()
+
+
+@pytest.fixture(scope="module")
+def raw():
+    with open(DATA / "ascend-compat.yaml") as fh:
+        return yaml.load(fh, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
+
+
+@pytest.fixture(scope="module")
+def packages():
+    with open(DATA / "cann-packages.json") as fh:
+        return json.load(fh)
+
+
+# -- loading -----------------------------------------------------------------------------
+
+
+def test_load_is_cached(kb):
+    assert load() is load()
+    assert load() is kb
+
+
+def test_module_examples_hold():
+    result = doctest.testmod(knowledge, optionflags=doctest.ELLIPSIS)
+    assert result.attempted > 20
+    assert result.failed == 0
+
+
+def test_queries_are_fast(kb):
+    """1,000 cells' worth of lookups stays well under the 1 s budget of validate+render."""
+    start = time.perf_counter()
+    for i in range(1000):
+        v = ("2.1.0.post3", "2.4.0", "2.7.1.post2", "2.13.0")[i % 4]
+        c = ("8.0.RC1", "8.0.RC3", "8.5.0", "9.0.0")[i % 4]
+        arch = ("x86_64", "aarch64")[i % 2]
+        kb.torch_npu(v)
+        kb.torch_requirement(v, arch)
+        kb.glibc_floor(v, arch)
+        kb.min_driver(c)
+        kb.paired_firmware(kb.min_driver(c), "910b")
+        kb.ops_package("910b", c, arch)
+        kb.installers(c, "910b", arch)
+        kb.torch_npu_for_cann(c)
+    assert time.perf_counter() - start < 0.5
+
+
+# -- torch_npu ---------------------------------------------------------------------------
+
+
+def test_all_67_pypi_releases_are_known(kb, raw):
+    items = raw["torch_npu_releases"]["items"]
+    assert len(items) == 67
+    for item in items:
+        rel = kb.torch_npu(item["version"])
+        assert isinstance(rel, TorchNpu)
+        assert rel.version == item["version"]
+    listed = kb.torch_npu_versions()
+    assert len(listed) == 67
+    assert set(listed) == {item["version"] for item in items}
+    assert listed == sorted(listed, key=Version)
+    assert listed[0] == "2.1.0rc1" and listed[-1] == "2.14.0"
+
+
+def test_2_1_0rc1_pairs_with_cann_7_0_rc1(kb):
+    for spelling in ("2.1.0rc1", "2.1.0.rc1", "2.1.0-rc1"):
+        rel = kb.torch_npu(spelling)
+        assert rel is not None and rel.version == "2.1.0rc1"
+    rel = kb.torch_npu("2.1.0.rc1")
+    assert rel.cann == "7.0.RC1"
+    assert rel.torch == "2.1.0"
+    assert rel.python == {"x86_64": ("3.8", "3.9", "3.10"), "aarch64": ("3.8", "3.9", "3.10")}
+    assert rel.prerelease is True
+    assert rel.requires_torch == {"x86_64": "", "aarch64": ""}
+    assert rel.manylinux == {"x86_64": "2_17", "aarch64": "2_17"}
+    assert rel.branch == "v2.1.0-5.0.rc3"
+    assert rel.sources == ("PYPI_SIMPLE_JSON", "PYPI_WHEEL_METADATA")
+    assert [r.version for r in kb.torch_npu_for_cann("7.0.RC1")] == ["2.1.0rc1"]
+
+
+def test_2_1_0_post5_was_never_published(kb):
+    assert kb.torch_npu("2.1.0.post5") is None
+    assert kb.unpublished("2.1.0.post5") is None
+    with pytest.raises(UserError) as err:
+        kb.describe_torch_npu("2.1.0.post5")
+    assert err.value.exit_code == 1
+    assert "2.1.0.post4" not in err.value.fix  # only PyPI releases are offered
+    assert "2.1.0.post3" in err.value.fix
+
+
+def test_unpublished_entry(kb):
+    entry = kb.unpublished("2.1.0.post4")
+    assert entry == {"version": "2.1.0.post4", "cann": "8.0.RC1", "branch": "v2.1.0-6.0.rc1", "source": ["PTA_COMPAT"]}
+    entry["cann"] = "changed"
+    assert kb.unpublished("2.1.0.post4")["cann"] == "8.0.RC1"  # a copy, not the cached data
+    assert kb.torch_npu("2.1.0.post4") is None
+    described = kb.describe_torch_npu("2.1.0.post4")
+    assert described["on_pypi"] is False and described["cann"] == "8.0.RC1"
+
+
+def test_2_3_1_has_no_cp311(kb):
+    rel = kb.torch_npu("2.3.1")
+    assert rel.python == {"x86_64": ("3.8", "3.9", "3.10"), "aarch64": ("3.8", "3.9", "3.10")}
+    assert kb.torch_npu("2.3.1.post2").python["x86_64"] == ("3.8", "3.9", "3.10", "3.11")
+    # Huawei's table lists 3.11 for the 2.3.1 line: the wheel tags are what counts
+    assert "3.11" in kb.python_official("2.3.1")
+
+
+def test_requires_torch_is_the_torch_part_of_requires_dist(kb):
+    assert kb.torch_npu("2.1.0.post3").requires_torch == {"x86_64": "torch==2.1.0+cpu", "aarch64": "torch==2.1.0"}
+    assert kb.torch_npu("2.7.1.post11").requires_torch == {"x86_64": "torch==2.7.1+cpu", "aarch64": "torch==2.7.1"}
+    assert kb.torch_npu("2.7.1.post11").requires_dist["x86_64"] == "torch==2.7.1+cpu, numpy, pyyaml"
+    assert kb.torch_npu("2.13.0").requires_torch == {"x86_64": "torch==2.13.0.*", "aarch64": "torch==2.13.0.*"}
+    assert kb.torch_npu("2.12.0").requires_torch["x86_64"] == "torch==2.12.0"
+
+
+def test_torch_requirement_rule_per_arch_and_era(kb):
+    assert kb.torch_requirement("2.1.0.post3", "x86_64") == ("torch==2.1.0+cpu", "pytorch-cpu")
+    assert kb.torch_requirement("2.1.0.post3", "aarch64") == ("torch==2.1.0", "pypi")
+    assert kb.torch_requirement("2.13.0", "x86_64") == ("torch==2.13.0", "pypi")
+    assert kb.torch_requirement("2.13.0", "aarch64") == ("torch==2.13.0", "pypi")
+    assert kb.torch_requirement("2.11.0.post3", "x86_64") == ("torch==2.11.0+cpu", "pytorch-cpu")
+    assert kb.torch_requirement("2.12.0", "x86_64") == ("torch==2.12.0", "pypi")
+    # no Requires-Dist in the wheel: the era rule still applies
+    assert kb.torch_requirement("2.1.0rc1", "x86_64") == ("torch==2.1.0+cpu", "pytorch-cpu")
+    # named by Huawei but not on PyPI: torch is the version's release part
+    assert kb.torch_requirement("2.4.0.post3", "aarch64") == ("torch==2.4.0", "pypi")
+    assert kb.torch_requirement("2.4.0", "amd64") == ("torch==2.4.0+cpu", "pytorch-cpu")
+    with pytest.raises(UserError):
+        kb.torch_requirement("2.4.0", "riscv64")
+
+
+def test_torch_requirement_satisfies_every_wheels_requires_dist(kb, raw):
+    for item in raw["torch_npu_releases"]["items"]:
+        for arch, requires in item["requires_dist"].items():
+            torch_req = next((p.strip() for p in requires.split(",") if p.strip().startswith("torch")), "")
+            if not torch_req:
+                continue
+            pin, _ = kb.torch_requirement(item["version"], arch)
+            pinned = pin.split("==", 1)[1]
+            assert Requirement(torch_req).specifier.contains(pinned, prereleases=True), (item["version"], arch)
+
+
+def test_torch_npu_for_cann_compares_cann_versions(kb):
+    # torch_npu_releases with cann: 8.0.RC2 are 2.1.0.post6, 2.2.0.post2, 2.3.1
+    expected = ["2.3.1", "2.2.0.post2", "2.1.0.post6"]
+    assert [r.version for r in kb.torch_npu_for_cann("8.0.RC2")] == expected
+    assert [r.version for r in kb.torch_npu_for_cann("8.0.RC2.beta1")] == expected
+    assert [r.version for r in kb.torch_npu_for_cann("8.0.RC2.alpha002")] == ["2.3.1rc1"]
+    assert kb.torch_npu_for_cann("5.0.RC1") == []
+    assert kb.torch_npu_for_cann("garbage") == []
+
+
+def test_glibc_floors(kb):
+    assert kb.glibc_floor("2.5.1", "x86_64") == (2, 17)
+    assert kb.glibc_floor("2.5.1", "aarch64") == (2, 17)
+    assert kb.glibc_floor("2.6.0", "x86_64") == (2, 17)  # 2.6.0 is mixed
+    assert kb.glibc_floor("2.6.0", "aarch64") == (2, 28)
+    assert kb.glibc_floor("2.7.1", "x86_64") == (2, 28)
+    assert kb.glibc_floor("2.13.0", "aarch64") == (2, 28)
+    assert kb.glibc_floor("2.1.0.post5", "x86_64") is None
+
+
+def test_lookups_are_lenient(kb):
+    assert kb.torch_npu("not a version") is None
+    assert kb.torch_npu("") is None
+    assert kb.paired_hdk("garbage") is None
+    assert kb.min_driver("") is None
+    assert kb.paired_firmware(None, "910b") is None
+    assert kb.firmware_range("nope") is None
+    assert kb.installers("8.0", "910b", "x86_64") == []
+
+
+# -- CANN, driver, firmware --------------------------------------------------------------
+
+
+def test_cann_releases_cover_both_sources_in_order(kb, raw, packages):
+    known = kb.cann_releases()
+    assert set(packages["cann"]) <= set(known)
+    assert {e["version"] for e in raw["cann_hdk"]["releases"]} <= set(known)
+    assert known == sorted(known, key=versions.cann)
+    assert known[0] == "6.0.RC1"
+    assert known.index("8.5.0.alpha001") < known.index("8.5.0") < known.index("9.0.0-beta.1") < known.index("9.0.0")
+
+
+def test_paired_hdk(kb, packages):
+    assert kb.paired_hdk("7.0.RC1") == "23.0.RC3"
+    assert packages["cann"]["7.0.RC1"]["requires"] == [{"name": "NPU", "version": "23.0.RC3"}]
+    assert kb.paired_hdk("8.0.RC3") == "24.1.RC3"
+    assert kb.paired_hdk("8.0.RC2.beta1") == "24.1.RC2"
+    # several listed (26.0.RC1, 25.5.2, 25.5.1): the lowest
+    assert kb.paired_hdk("8.5.2") == "25.5.1"
+    assert kb.paired_hdk("9.0.1") == "25.5.1"
+    assert kb.paired_hdk("9.1.0") == "26.0.RC1"
+    assert kb.paired_hdk("8.5.1") is None  # only a prose note in the data
+    assert kb.paired_hdk("4.0.0") is None
+
+
+def test_min_driver(kb):
+    assert kb.min_driver("7.0.RC1") == "23.0.RC3"
+    assert kb.min_driver("8.0.0") == "24.1.0"
+    # min_hdk_line 25.0.X (8.5.0, 9.0.0), 25.2.X (9.1.0), 25.3.X (9.2.0): that line's floor
+    assert kb.min_driver("8.5.0") == versions.hdk_line_floor("25.0.X").text
+    assert kb.min_driver("9.0.0") == versions.hdk_line_floor("25.0.X").text
+    assert kb.min_driver("9.1.0") == versions.hdk_line_floor("25.2.X").text
+    assert kb.min_driver("9.2.0") == versions.hdk_line_floor("25.3.X").text
+    assert versions.hdk(kb.min_driver("8.5.0")) < versions.hdk(kb.paired_hdk("8.5.0"))
+    assert kb.supported_hdk_lines("9.1.0") == ("25.2.X", "25.3.X", "25.5.X", "26.0.RC1/25.7.RC1", "26.1.0", "26.1.1", "26.2.RC1")
+
+
+def test_firmware_range(kb):
+    assert kb.firmware_range("24.1.rc3") == ("7.0.0", "7.5.99")
+    assert kb.firmware_range("24.1.RC3") == ("7.0.0", "7.5.99")  # rc is case-insensitive
+    assert kb.firmware_range("24.1.rc1") == ("7.0.0", "7.2.99")
+    assert kb.firmware_range("25.0.rc1.1") == ("7.0.0", "7.7.99")
+    assert kb.firmware_range("25.3.rc1") == ("7.0.0", "8.9.9")
+    assert kb.firmware_range("23.0.0") is None
+
+
+def test_paired_firmware(kb):
+    assert kb.paired_firmware("23.0.rc3", "910b") == "6.4.0.4.220"
+    assert kb.paired_firmware("23.0.RC3", "310p") == "7.0.0.5.242"
+    assert kb.paired_firmware("23.0.rc3", "910") is None
+    assert kb.paired_firmware("24.1.rc2", "910b") == "7.3.0.1.231"
+    assert kb.paired_firmware("25.5.2", "910b") == "7.8.0.7.220"
+    assert kb.paired_firmware("25.7.rc1.6", "950") == "9.0.0.105.229"
+    assert kb.paired_firmware("25.7.rc1.6", "910b") is None  # that sample is an Ascend950PR
+    assert kb.paired_firmware("22.0.0", "910b") is None
+
+
+# -- chips and installers ----------------------------------------------------------------
+
+
+def test_chips(kb):
+    assert kb.chips() == ("910", "910b", "a3", "310p", "950")
+    assert kb.chip_min_cann("a3") == "8.1.RC1"
+    assert kb.chip_min_cann("A3") == "8.1.RC1"
+    assert kb.chip_min_cann("950") == "9.0.0"
+    for chip in ("910", "910b", "310p"):
+        assert kb.chip_min_cann(chip) is None
+
+
+@pytest.mark.parametrize(
+    "chip, cann, arch, expected",
+    [
+        ("910b", "7.0.RC1", "aarch64", "Ascend-cann-kernels-910b_7.0.RC1_linux.run"),
+        ("910b", "7.0.RC1", "x86_64", "Ascend-cann-kernels-910b_7.0.RC1_linux.run"),
+        ("910b", "8.0.RC3", "aarch64", "Ascend-cann-kernels-910b_8.0.RC3_linux-aarch64.run"),
+        ("910b", "8.0.RC3", "x86_64", "Ascend-cann-kernels-910b_8.0.RC3_linux-x86_64.run"),
+        ("910b", "8.5.0", "x86_64", "Ascend-cann-910b-ops_8.5.0_linux-x86_64.run"),
+        ("a3", "8.5.0", "aarch64", "Ascend-cann-A3-ops_8.5.0_linux-aarch64.run"),
+        ("310p", "8.0.RC2", "x86_64", "Ascend-cann-kernels-310p_8.0.RC2_linux.run"),
+        ("910", "9.0.0", "aarch64", "Ascend-cann-910-ops_9.0.0_linux-aarch64.run"),
+    ],
+)
+def test_ops_package_names_listed_in_cann_packages(kb, packages, chip, cann, arch, expected):
+    assert kb.ops_package(chip, cann, arch) == expected
+    assert expected[: -len(".run")] + ".zip" in packages["cann"][cann]["files"]
+
+
+def test_ops_package_era_rule_where_the_data_has_no_file(kb, packages):
+    # The deployer data has no A3 kernels before 8.5; Huawei's name for them (facts doc,
+    # chips[a3].cann_ops_package "Atlas-A3-cann-kernels (8.1.RC1-8.3)"):
+    assert not any("A3" in f for f in packages["cann"]["8.1.RC1"]["files"])
+    assert kb.ops_package("a3", "8.1.RC1", "aarch64") == "Atlas-A3-cann-kernels_8.1.RC1_linux-aarch64.run"
+    assert kb.ops_package("a3", "8.3.RC1", "x86_64") == "Atlas-A3-cann-kernels_8.3.RC1_linux-x86_64.run"
+    assert kb.ops_package("950", "9.0.0", "aarch64") == "Ascend-cann-950-ops_9.0.0_linux-aarch64.run"
+    assert kb.ops_package("910b", "9.1.0", "aarch64") == "Ascend-cann-910b-ops_9.1.0_linux-aarch64.run"
+    assert kb.ops_package("910b", "8.3.rc2", "aarch64") == "Ascend-cann-kernels-910b_8.3.RC2_linux-aarch64.run"
+    with pytest.raises(UserError):
+        kb.ops_package("a3", "8.0.0", "aarch64")
+    with pytest.raises(UserError):
+        kb.ops_package("950", "8.5.0", "aarch64")
+    with pytest.raises(UserError):
+        kb.ops_package("910c", "8.5.0", "aarch64")
+
+
+def test_toolkit_package(kb, packages):
+    assert kb.toolkit_package("7.0.RC1", "aarch64") == "Ascend-cann-toolkit_7.0.RC1_linux-aarch64.run"
+    assert "Ascend-cann-toolkit_7.0.RC1_linux-aarch64.zip" in packages["cann"]["7.0.RC1"]["files"]
+    assert kb.toolkit_package("8.5.0", "x86_64") == "Ascend-cann-toolkit_8.5.0_linux-x86_64.run"
+    assert kb.toolkit_package("8.3.rc1", "x86_64") == "Ascend-cann-toolkit_8.3.RC1_linux-x86_64.run"
+    assert kb.toolkit_package("9.1.0", "aarch64") == "Ascend-cann-toolkit_9.1.0_linux-aarch64.run"  # not in the data
+    with pytest.raises(UserError):
+        kb.toolkit_package("8.5.0", "s390x")
+
+
+def test_installers_carry_the_right_checksums(kb):
+    toolkit, ops = kb.installers("7.0.RC1", "910b", "aarch64")
+    assert isinstance(toolkit, Installer) and toolkit.kind == "toolkit"
+    assert toolkit.filename == "Ascend-cann-toolkit_7.0.RC1_linux-aarch64.zip"
+    assert toolkit.run == "Ascend-cann-toolkit_7.0.RC1_linux-aarch64.run"
+    assert ops.kind == "ops"
+    assert ops.filename == "Ascend-cann-kernels-910b_7.0.RC1_linux.zip"
+    assert ops.sha256 == "e7e12c493c3580f4c1682af46ec9b10a94801e5f6851c94acaf3418777eb4955"
+    assert ops.url.endswith("/CANN%207.0.RC1/Ascend-cann-kernels-910b_7.0.RC1_linux.zip")
+    assert ops.run == kb.ops_package("910b", "7.0.RC1", "aarch64")
+
+    toolkit, ops = kb.installers("8.5.0", "a3", "x86_64")
+    assert toolkit.sha256 == "5637d98ef0974dd7fe848e8e341d62ff36c89cf47e929114f6a628f32072251a"
+    assert ops.filename == "Ascend-cann-A3-ops_8.5.0_linux-x86_64.zip"
+    assert ops.sha256 == "fafa328819f8a647cbab2176901e5c6c882b50a8f9281755d6ff290fb03710f7"
+
+
+def test_installers_match_cann_packages_for_every_release(kb, packages):
+    for ver, entry in packages["cann"].items():
+        for arch in ("x86_64", "aarch64"):
+            for chip in kb.chips():
+                for inst in kb.installers(ver, chip, arch):
+                    assert entry["files"][inst.filename]["sha256"] == inst.sha256
+                    assert entry["files"][inst.filename]["url"] == inst.url
+
+
+def test_installers_only_list_files_the_data_has(kb):
+    assert [i.kind for i in kb.installers("8.1.RC1", "a3", "x86_64")] == ["toolkit"]
+    assert kb.installers("9.1.0", "910b", "aarch64") == []
+
+
+# -- base OS and conda -------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "os_id, glibc, python, family, codename",
+    [
+        ("ubuntu18.04", (2, 27), "3.6", "apt", "bionic"),
+        ("ubuntu20.04", (2, 31), "3.8", "apt", "focal"),
+        ("ubuntu22.04", (2, 35), "3.10", "apt", "jammy"),
+        ("ubuntu24.04", (2, 39), "3.12", "apt", "noble"),
+        ("debian12", (2, 36), "3.11", "apt", "bookworm"),
+        ("openeuler20.03", (2, 28), "3.7", "dnf", None),
+        ("openeuler22.03", (2, 34), "3.9", "dnf", None),
+        ("openeuler24.03", (2, 38), "3.11", "dnf", None),
+    ],
+)
+def test_os_info(kb, os_id, glibc, python, family, codename):
+    info = kb.os_info(os_id)
+    assert isinstance(info, OsInfo)
+    assert (info.id, info.glibc, info.python, info.family, info.codename) == (os_id, glibc, python, family, codename)
+    assert info.image and info.source
+
+
+def test_os_ids_and_images(kb):
+    assert set(kb.os_ids()) == {
+        "ubuntu18.04", "ubuntu20.04", "ubuntu22.04", "ubuntu24.04",
+        "openeuler20.03", "openeuler22.03", "openeuler24.03", "debian12",
+    }
+    assert kb.os_info("ubuntu22.04").image == "ubuntu:22.04"
+    assert kb.os_info("openeuler22.03").image == "openeuler/openeuler:22.03-lts"
+    assert kb.os_info("debian12").image == "debian:bookworm-slim"
+    assert kb.os_info("centos7") is None
+
+
+def test_conda_installer(kb):
+    x86 = kb.conda_installer("x86_64")
+    assert x86.kind == "conda" and x86.version == "26.3.2-3"
+    assert x86.filename == "Miniforge3-26.3.2-3-Linux-x86_64.sh"
+    assert x86.sha256 == "848194851a98903134187fbb4ab50efe87b003e0c0f808f97644b7524a62bf2c"
+    assert x86.url.endswith("/26.3.2-3/" + x86.filename)
+    arm = kb.conda_installer("aarch64")
+    assert arm.sha256 == "2c113a69297e612b01ca0f320c22a3107a11f2ab9b573d79ac868a175945ce29"
+    assert kb.conda_installer("arm64") == arm
+    assert "spack/spack-packages" in arm.source
+    assert kb.conda_installer("ppc64le") is None
+
+
+# -- CLI descriptions --------------------------------------------------------------------
+
+
+def test_describe_torch_npu(kb):
+    d = kb.describe_torch_npu("2.4.0")
+    assert d["version"] == "2.4.0" and d["on_pypi"] is True
+    assert d["torch"] == {
+        "x86_64": {"requirement": "torch==2.4.0+cpu", "index": "pytorch-cpu"},
+        "aarch64": {"requirement": "torch==2.4.0", "index": "pypi"},
+    }
+    assert d["cann"] == "8.0.RC3"
+    assert d["python"]["aarch64"] == ["3.8", "3.9", "3.10", "3.11"]
+    assert d["glibc_floor"] == {"x86_64": "2.17", "aarch64": "2.17"}
+    assert d["prerelease"] is False
+    assert d["sources"] == ["PYPI_SIMPLE_JSON", "PYPI_WHEEL_METADATA"]
+    json.dumps(d)  # plain data
+
+
+def test_describe_cann(kb):
+    d = kb.describe_cann("7.0.RC1")
+    assert d["paired_hdk"] == "23.0.RC3" and d["min_driver"] == "23.0.RC3"
+    assert d["torch_npu"] == ["2.1.0rc1"]
+    names = [row["filename"] for row in d["installers"]["aarch64"]]
+    assert names[0] == "Ascend-cann-toolkit_7.0.RC1_linux-aarch64.zip"
+    assert "Ascend-cann-kernels-910b_7.0.RC1_linux.zip" in names
+    assert names.count("Ascend-cann-toolkit_7.0.RC1_linux-aarch64.zip") == 1
+    json.dumps(d)
+    with pytest.raises(UserError) as err:
+        kb.describe_cann("5.0.RC1")
+    assert err.value.exit_code == 1
+    with pytest.raises(versions.VersionError):
+        kb.describe_cann("eight")
