@@ -17,7 +17,7 @@ from collections import Counter
 from typing import Callable, Iterator, List, Optional
 
 from builder import knowledge, versions
-from builder.errors import Finding
+from builder.errors import Finding, UserError
 from builder.matrix import Cell
 
 Findings = Iterator[Finding]
@@ -223,7 +223,11 @@ def installers_verifiable(cell: Cell, kb) -> Findings:
                            "use cann_source: {local: DIR} with sha256: {FILE: HEX}, or {image: REF@sha256:DIGEST}")
         if cell.cann_source == "local":
             known = {f.filename for f in files}
-            for name in (kb.toolkit_package(cell.cann, cell.arch), kb.ops_package(cell.chip, cell.cann, cell.arch)):
+            try:
+                names = (kb.toolkit_package(cell.cann, cell.arch), kb.ops_package(cell.chip, cell.cann, cell.arch))
+            except UserError:  # CANN that is no version, or a chip it predates: cann_known / chip_supported say so
+                names = ()
+            for name in names:
                 zipped = name[:-4] + ".zip" if name.endswith(".run") else name
                 if zipped not in known and name not in given:
                     yield _finding(cell, "sha256", "installer-sha256-unknown",

@@ -127,10 +127,31 @@ def find_build_cli() -> BuildCli:
         if m and int(m.group(1)) < 23:
             return BuildCli((path, "build"), {**env, "DOCKER_BUILDKIT": "1"})
     raise UserError(
-        f"no docker CLI that can build with BuildKit (tried: {', '.join(tried) or ', '.join(names) + ' (not found)'})",
+        "no docker CLI that can build with BuildKit (tried: "
+        f"{', '.join(tried) or ', '.join(names) + ' (not found)'})",
         fix="install the buildx plugin for your docker CLI, or Debian's docker.io (apt-get install "
             "docker.io), or point ASCEND_BUILD_DOCKER_CLI at a CLI that has one",
         exit_code=1)
+
+
+def _drain(stream) -> Tuple[str, str]:
+    """Read a push/pull JSON stream to its end: (last error, digest from aux)."""
+    error = digest = ""
+    for chunk in stream:
+        if "error" in chunk or "errorDetail" in chunk:
+            error = chunk.get("error") or chunk["errorDetail"].get("message", "")
+        digest = (chunk.get("aux") or {}).get("Digest", digest)
+    return error, digest
+
+
+def _stop(proc: subprocess.Popen) -> None:
+    """SIGTERM first: the CLI then cancels the build in the daemon."""
+    proc.terminate()
+    try:
+        proc.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
 
 
 def failed_step(lines: Sequence[str]) -> Tuple[str, str]:
@@ -232,12 +253,7 @@ class Engine:
                             on_line(line)
                     code = proc.wait()
                 except BaseException:
-                    proc.terminate()
-                    try:
-                        proc.wait(timeout=10)
-                    except subprocess.TimeoutExpired:
-                        proc.kill()
-                        proc.wait()
+                    _stop(proc)
                     raise
             if code != 0 or not iidfile.is_file():
                 step, error = failed_step(tail)
@@ -283,7 +299,10 @@ class Engine:
             except (requests.exceptions.ReadTimeout, requests.exceptions.ConnectionError):
                 if time.monotonic() - start < timeout:
                     raise
-                ctr.kill()
+                try:
+                    ctr.kill()
+                except docker.errors.APIError:  # it exited just now
+                    pass
                 secs = time.monotonic() - start
                 raise RunTimeout(f"{' '.join(command)} in {image} did not finish within {timeout:g} s",
                                  RunResult(-1, *self._output(ctr), secs)) from None
@@ -379,13 +398,10 @@ class Engine:
             raise UserError(f"cannot push {ref}: no such image in the Docker Engine", exit_code=1)
         auth = self._auth(username, password)
         for attempt in range(retries + 1):
-            digest, error = "", ""
+            digest = ""
             try:
-                for chunk in self.client.api.push(repo, tag or "latest", stream=True, decode=True,
-                                                  auth_config=auth):
-                    if "error" in chunk or "errorDetail" in chunk:
-                        error = chunk.get("error") or chunk["errorDetail"].get("message", "")
-                    digest = (chunk.get("aux") or {}).get("Digest", digest)
+                error, digest = _drain(self.client.api.push(
+                    repo, tag or "latest", stream=True, decode=True, auth_config=auth))
             except (docker.errors.APIError, requests.RequestException) as e:
                 error = getattr(e, "explanation", None) or str(e)
             low = f" {error.lower()} "
@@ -407,12 +423,9 @@ class Engine:
         if "@" not in ref_with_digest or not (digest or "").startswith("sha256:"):
             raise UserError(f"pull needs a digest reference (name@sha256:...), got {ref_with_digest}")
         registry = resolve_repository_name(repo)[0]
-        error = ""
         try:
-            for chunk in self.client.api.pull(repo, tag=digest, stream=True, decode=True,
-                                              auth_config=self._auth(username, password)):
-                if "error" in chunk or "errorDetail" in chunk:
-                    error = chunk.get("error") or chunk["errorDetail"].get("message", "")
+            error, _ = _drain(self.client.api.pull(repo, tag=digest, stream=True, decode=True,
+                                                   auth_config=self._auth(username, password)))
         except (docker.errors.APIError, requests.RequestException) as e:
             error = getattr(e, "explanation", None) or str(e)
         if any(s in error.lower() for s in AUTH_ERRORS):

@@ -45,7 +45,7 @@ ARCHS = ("aarch64", "x86_64")
 CHIPS = ("910", "910b", "a3", "310p", "950")
 ENV_MANAGERS = ("conda", "venv")
 CANN_SOURCES = ("installer", "image", "local")
-MIRROR_KEYS = ("pip_index", "apt", "conda_channel")
+MIRROR_KEYS = ("pip_index", "apt", "conda_channel", "torch_index")
 
 # Whitelists: anything outside them is refused before it can reach a template.
 _VERSION = re.compile(r"^[0-9][0-9A-Za-z.+-]{0,39}$")
@@ -81,7 +81,7 @@ CELL_KEYS: Dict[str, str] = {
     "env": "environment manager: conda (default) or venv",
     "pip": "extra pinned pip packages, a list of name==version",
     "env_vars": "extra ENV for the image, a mapping NAME: value",
-    "mirrors": "build-time mirrors: {pip_index: URL, apt: URL, conda_channel: URL}",
+    "mirrors": "build-time mirrors: {pip_index: URL, apt: URL, conda_channel: URL, torch_index: URL}",
     "sha256": "checksums for installer files the knowledge base lacks: {FILE: HEX}",
     "base_image": "override the OS base image, e.g. local/debian:12",
 }
@@ -153,6 +153,7 @@ class _Val:
 
     value: object  # str | list[_Val] | dict[str, _Val]
     where: Location
+    key_where: Optional[Location] = None  # where its key was written, for values in a mapping
 
 
 def _read(path: Path) -> str:
@@ -218,6 +219,7 @@ def _convert(node: yaml.Node, name: str, seen: set) -> _Val:
                             where=Location(name, key_node.start_mark.line + 1, key_node.start_mark.column + 1),
                             fix="keep one of them")
         out[key] = _convert(value_node, name, seen)
+        out[key].key_where = Location(name, key_node.start_mark.line + 1, key_node.start_mark.column + 1)
     return _Val(out, where)
 
 
@@ -250,7 +252,7 @@ def _check(val: _Val, path: str, pattern: "re.Pattern[str]", what: str, out: _Co
     text = _scalar(val, path, out)
     if text is None:
         return None
-    if not pattern.match(text):
+    if not pattern.fullmatch(text):
         shown = text if len(text) <= 60 else text[:57] + "..."
         out.error("schema-value", f"{path} = {shown!r} is not a valid {what}",
                   f"use only the characters of a {what}; quotes, spaces, newlines, '$' and backslashes are never allowed",
@@ -296,10 +298,10 @@ def _pairs(val: _Val, path: str, key_pattern, value_pattern, what: str, out: _Co
         sub = f"{path}.{key}"
         if keys is not None and key not in keys:
             out.error("schema-unknown-key", f"unknown key {sub}", f"{_did_you_mean(key, keys)}allowed: {', '.join(keys)}",
-                      item.where, sub)
+                      item.key_where or item.where, sub)
             continue
-        if not key_pattern.match(key):
-            out.error("schema-value", f"{sub}: {key!r} is not a valid name", "use letters, digits and '_'", item.where, sub)
+        if not key_pattern.fullmatch(key):
+            out.error("schema-value", f"{sub}: {key!r} is not a valid name", "use letters, digits and '_'", item.key_where or item.where, sub)
             continue
         text = _check(item, sub, value_pattern, what, out)
         if text is not None:
@@ -336,7 +338,7 @@ def _parse_fields(raw: Dict[str, _Val], path: str, out: _Collector) -> Dict[str,
         sub = f"{path}.{key}"
         if key not in CELL_KEYS:
             out.error("schema-unknown-key", f"unknown key {sub}",
-                      f"{_did_you_mean(key, CELL_KEYS)}known keys: {', '.join(CELL_KEYS)}", val.where, sub)
+                      f"{_did_you_mean(key, CELL_KEYS)}known keys: {', '.join(CELL_KEYS)}", val.key_where or val.where, sub)
             continue
         value: object
         if key in ("arch", "chip"):
@@ -406,7 +408,7 @@ def _cells_of(doc: _Val, name: str, out: _Collector) -> Iterator[Cell]:
     for key, val in top.items():
         if key not in TOP_KEYS:
             out.error("schema-unknown-key", f"unknown top-level key '{key}'",
-                      f"{_did_you_mean(key, TOP_KEYS)}allowed: {', '.join(TOP_KEYS)}", val.where, key)
+                      f"{_did_you_mean(key, TOP_KEYS)}allowed: {', '.join(TOP_KEYS)}", val.key_where or val.where, key)
     image = DEFAULT_IMAGE
     if "image" in top:
         image = _check(top["image"], "image", _REPOSITORY, "image repository (no tag)", out) or DEFAULT_IMAGE

@@ -84,7 +84,7 @@ _SAFE = {
 
 def _safe(kind: str, value: str, what: str) -> str:
     """Refuse a knowledge-base value that could change a Dockerfile's structure."""
-    if not _SAFE[kind].match(value or ""):
+    if not _SAFE[kind].fullmatch(value or ""):
         raise UserError(f"refusing to render {what} = {value!r}: not a plain {kind}",
                         fix="correct builder/data/ (the knowledge base) or override the value in the matrix")
     return value
@@ -170,9 +170,18 @@ def manifest(cell: Cell, variant: str, digest: str) -> Dict[str, object]:
         "min_firmware": cell.firmware if npu else None,
         "env_manager": cell.env,
         "pip": list(cell.pip),
-        "env": dict(_env_vars(cell) + (cann_env(cell) if npu else ())),
+        "env": _final_env(cell, npu),
         "content_hash": digest,
     }
+
+
+def _final_env(cell: Cell, npu: bool) -> Dict[str, str]:
+    """The ENV values the finished image has, as the Dockerfile sets them: CANN's first, then
+    the cell's env_vars (written later, so they win). PATH is left out: the Python environment
+    step prepends to it again, so CANN's ``...:${PATH}`` is never its final, literal value."""
+    env = {k: v for k, v in (cann_env(cell) if npu else ()) if "${" not in v}
+    env.update(_env_vars(cell))
+    return env
 
 
 def _env_vars(cell: Cell) -> Tuple[Tuple[str, str], ...]:
@@ -256,6 +265,18 @@ def env_spec(cell: Cell, kb) -> Tuple[str, bytes]:
     return "requirements.txt", ("\n".join(lines) + "\n").encode()
 
 
+def _matrix_name(cell: Cell) -> str:
+    """The matrix file as the header names it, the same from any working directory:
+    relative to the repository when inside it, else the bare file name."""
+    if not cell.where:
+        return "(matrix)"
+    path = Path(cell.where.file).resolve()
+    try:
+        return path.relative_to(PACKAGE_DIR.parent).as_posix()
+    except ValueError:
+        return path.name
+
+
 def render_cell(cell: Cell, kb=None) -> Dict[str, bytes]:
     """Every file of a cell's build context, as bytes, keyed by file name."""
     kb = kb or knowledge.load()
@@ -270,7 +291,7 @@ def render_cell(cell: Cell, kb=None) -> Dict[str, bytes]:
     for variant in ("npu", "cpu"):
         npu = variant == "npu"
         context = dict(
-            matrix_file=cell.where.file if cell.where else "(matrix)",
+            matrix_file=_matrix_name(cell),
             cell_id=cell.id, variant=variant, cann=cell.cann, chip=cell.chip, python=cell.python,
             base_image=_safe("image", cell.cann_image if (npu and cell.cann_source == "image") else os_base, "base image"),
             os_family=os_info.family, os_codename=os_info.codename or "",

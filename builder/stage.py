@@ -1,0 +1,93 @@
+"""Lay out a build context and its build-time secrets on disk.
+
+The rendered files of a cell become a folder under the state directory, plus:
+
+* ``wheelhouse/``  wheels for offline builds (hard links to the user's folder when
+  possible, copies otherwise); always present because the Dockerfile mounts it;
+* ``installers/``  the CANN installers of a ``cann_source: {local: DIR}`` cell.
+
+Build-time settings travel as BuildKit secrets, never as build args or files in
+the context: ``buildenv`` is a shell file of exports (mirrors, the CA bundle's
+path) and ``ca`` the CA bundle itself. They are written with mode 0600 into a
+private temporary folder that is removed right after the build.
+
+Example:
+    >>> with secrets(cell, ca_bundle=Path("/etc/ssl/certs/ca-certificates.crt")) as files:   # doctest: +SKIP
+    ...     engine.build(context, secrets=files, ...)
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shlex
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Dict, Iterator, Optional
+
+from builder.errors import UserError
+from builder.matrix import Cell
+
+# mirror key in the matrix -> variable the Dockerfile's steps read
+MIRROR_VARIABLES = {
+    "pip_index": "PIP_INDEX_URL",
+    "apt": "APT_MIRROR",
+    "conda_channel": "CONDA_CHANNEL",
+    "torch_index": "TORCH_INDEX",
+}
+CA_VARIABLES = ("PIP_CERT", "SSL_CERT_FILE", "CURL_CA_BUNDLE", "REQUESTS_CA_BUNDLE")
+CA_IN_BUILD = "/run/secrets/ca"
+
+
+def context(files: Dict[str, bytes], folder: Path, wheelhouse: Optional[Path] = None,
+            installers: Optional[Path] = None) -> Path:
+    """Write a fresh build context into ``folder`` and return it."""
+    if folder.exists():
+        shutil.rmtree(folder)
+    folder.mkdir(parents=True)
+    for name, data in files.items():
+        (folder / name).write_bytes(data)
+    _link_tree(wheelhouse, folder / "wheelhouse", "wheelhouse", "*.whl")
+    _link_tree(installers, folder / "installers", "CANN installer folder", "*")
+    return folder
+
+
+def _link_tree(source: Optional[Path], target: Path, what: str, pattern: str) -> None:
+    target.mkdir()
+    if source is None:
+        return
+    if not source.is_dir():
+        raise UserError(f"{what} {source} is not a folder", fix="pass an existing folder")
+    for item in sorted(source.glob(pattern)):
+        if item.is_file():
+            try:
+                os.link(item, target / item.name)  # same file system: no copy of GBs
+            except OSError:
+                shutil.copy2(item, target / item.name)
+
+
+def buildenv(cell: Cell, with_ca: bool) -> str:
+    """The shell file the Dockerfile's network steps source: mirrors and CA settings."""
+    lines = ["# ascend-build build-time settings (a BuildKit secret; never stored in the image)"]
+    for key, value in cell.mirrors:
+        lines.append(f"export {MIRROR_VARIABLES[key]}={shlex.quote(value)}")
+    if with_ca:
+        lines.append("export " + " ".join(f"{v}={CA_IN_BUILD}" for v in CA_VARIABLES))
+    return "\n".join(lines) + "\n"
+
+
+@contextlib.contextmanager
+def secrets(cell: Cell, ca_bundle: Optional[Path]) -> Iterator[Dict[str, Path]]:
+    """Secret files for one build, removed afterwards whatever happens."""
+    if ca_bundle is not None and not ca_bundle.is_file():
+        raise UserError(f"CA bundle {ca_bundle} is not a file",
+                        fix="pass --ca-bundle with a PEM file, e.g. /etc/ssl/certs/ca-certificates.crt")
+    with tempfile.TemporaryDirectory(prefix="ascend-build-secrets-") as tmp:
+        env_file = Path(tmp) / "buildenv"
+        env_file.write_text(buildenv(cell, ca_bundle is not None))
+        env_file.chmod(0o600)
+        files = {"buildenv": env_file}
+        if ca_bundle is not None:
+            files["ca"] = ca_bundle
+        yield files

@@ -1,0 +1,271 @@
+"""Host-side tests of the in-image smoke program (builder/smoke/smoke.py).
+
+Pure functions are tested by importing smoke.py from its path (no torch needed).
+The end-to-end runs start smoke.py as a subprocess with an interpreter that has
+torch, named by ASCEND_BUILD_TORCH_PYTHON; the full in-image runs live in the e2e
+tests.
+"""
+
+from __future__ import annotations
+
+import ast
+import importlib.util
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+SMOKE = Path(__file__).resolve().parents[1] / "builder" / "smoke" / "smoke.py"
+
+
+@pytest.fixture(scope="module")
+def smoke():
+    spec = importlib.util.spec_from_file_location("ascend_build_smoke_under_test", SMOKE)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+@pytest.fixture(scope="session")
+def torch_python():
+    exe = os.environ.get("ASCEND_BUILD_TORCH_PYTHON")
+    if not exe:
+        pytest.skip(
+            "set ASCEND_BUILD_TORCH_PYTHON to a Python with torch, e.g. "
+            "`python3 -m venv /tmp/smoke-venv && /tmp/smoke-venv/bin/pip install torch==2.13.0` "
+            "then ASCEND_BUILD_TORCH_PYTHON=/tmp/smoke-venv/bin/python"
+        )
+    probe = subprocess.run([exe, "-c", "import importlib.metadata as m, platform; "
+                            "print(m.version('torch'), platform.python_version())"],
+                           capture_output=True, text=True)
+    if probe.returncode != 0:
+        pytest.fail(f"ASCEND_BUILD_TORCH_PYTHON={exe} has no torch: {probe.stderr.strip()}")
+    torch_version, py = probe.stdout.split()
+    return {"exe": exe, "torch": torch_version.split("+")[0], "python": py}
+
+
+def manifest(tmp_path, info, **over):
+    m = {
+        "schema": 1, "framework": "pytorch", "cell": "test-cpu", "variant": "cpu",
+        "os": "debian12", "arch": "x86_64", "chip": None,
+        "python_version": ".".join(info["python"].split(".")[:2]),
+        "torch_version": info["torch"], "torch_npu_version": None, "cann_version": None,
+        "min_driver": None, "min_firmware": None,
+        "env": {"ASCEND_BUILD_SMOKE_TEST": "1"}, "content_hash": "0" * 64,
+    }
+    m.update(over)
+    path = tmp_path / "manifest.json"
+    path.write_text(json.dumps(m))
+    return path
+
+
+def run(exe, *args, env=None, timeout=300):
+    full_env = dict(os.environ, ASCEND_BUILD_SMOKE_TEST="1")
+    full_env.update(env or {})
+    proc = subprocess.run([exe, str(SMOKE), *map(str, args)], capture_output=True, text=True,
+                          env=full_env, timeout=timeout)
+    lines = proc.stdout.splitlines()
+    assert len(lines) == 1, f"stdout must be one JSON line, got {proc.stdout!r}\nstderr: {proc.stderr}"
+    return proc.returncode, json.loads(lines[0]), proc.stderr
+
+
+def tiers(report):
+    return {t["name"]: t for t in report["tiers"]}
+
+
+# ---------------------------------------------------------------- end to end (torch)
+def test_cpu_manifest_all_tiers_pass(tmp_path, torch_python):
+    path = manifest(tmp_path, torch_python)
+    code, report, err = run(torch_python["exe"], "--manifest", path, "--device", "cpu", "--steps", "10")
+    assert code == 0, err
+    assert set(report) == {"schema", "cell", "variant", "device", "passed", "tiers", "host",
+                           "python", "started"}
+    assert report["schema"] == 1 and report["passed"] is True
+    assert (report["cell"], report["variant"], report["device"]) == ("test-cpu", "cpu", "cpu")
+    assert report["host"] == {"driver": None, "firmware": None}
+    assert report["python"] == torch_python["python"]
+    assert [t["name"] for t in report["tiers"]] == [
+        "versions", "libraries", "import", "device", "train", "collective"]
+    for t in report["tiers"]:
+        assert set(t) == {"name", "status", "seconds", "summary", "details"}
+        assert t["status"] == "passed", t
+        assert isinstance(t["seconds"], float) and "\n" not in t["summary"]
+    train = tiers(report)["train"]["details"]
+    assert len(train["losses"]) == 10 and train["logits_dtype"] == "torch.bfloat16"
+    assert "GradScaler" in train["grad_scaler"]
+    assert tiers(report)["collective"]["details"]["backend"] == "gloo"
+
+
+def test_wrong_torch_version_fails_naming_both(tmp_path, torch_python):
+    path = manifest(tmp_path, torch_python, torch_version="9.9.9", env={"ASCEND_BUILD_SMOKE_X": "on"})
+    code, report, _ = run(torch_python["exe"], "--manifest", path, "--tiers", "versions")
+    assert code == 1 and report["passed"] is False
+    v = tiers(report)["versions"]
+    assert v["status"] == "failed"
+    assert "9.9.9" in v["summary"] and torch_python["torch"] in v["summary"]
+    assert v["details"]["env_differs"] == {"ASCEND_BUILD_SMOKE_X": {"expected": "on", "actual": None}}
+
+
+def test_npu_manifest_on_host_without_torch_npu(tmp_path, torch_python):
+    path = manifest(tmp_path, torch_python, cell="test-npu", variant="npu", chip="910b",
+                    torch_npu_version=torch_python["torch"], cann_version="8.5.0",
+                    min_driver="25.5.0", min_firmware="7.8.0.7.220")
+    code, report, _ = run(torch_python["exe"], "--manifest", path,
+                          env={"ASCEND_HOME_PATH": str(tmp_path / "no-cann")})
+    assert code == 1 and report["device"] == "npu" and report["passed"] is False
+    t = tiers(report)
+    assert t["versions"]["status"] == "failed"
+    assert "torch_npu missing" in t["versions"]["summary"]
+    assert "CANN 8.5.0 declared but no CANN version file found" in t["versions"]["summary"]
+    for looked in (str(tmp_path / "no-cann" / "version.cfg"),
+                   "/usr/local/Ascend/ascend-toolkit/latest/version.cfg",
+                   "/usr/local/Ascend/ascend-toolkit/latest/x86_64-linux/ascend_toolkit_install.info"):
+        assert looked in t["versions"]["summary"]
+    assert t["libraries"]["status"] == "failed" and "torch_npu is not installed" in t["libraries"]["summary"]
+    assert t["import"]["status"] == "failed" and "torch_npu" in t["import"]["summary"]
+    for name in ("device", "train", "collective"):
+        assert t[name]["status"] == "skipped" and t[name]["summary"].startswith("skipped: import failed")
+
+
+def test_train_detects_a_model_that_does_not_learn(tmp_path, torch_python):
+    path = manifest(tmp_path, torch_python)
+    code, report, _ = run(torch_python["exe"], "--manifest", path, "--tiers", "import,train",
+                          "--steps", "3", "--lr", "0")
+    assert code == 1
+    train = tiers(report)["train"]
+    assert train["status"] == "failed" and "loss did not decrease" in train["summary"]
+
+
+# ---------------------------------------------------------------- usage (no torch needed)
+@pytest.mark.parametrize("args", [["--tiers", "versions,bogus"], ["--device", "gpu"], ["--steps", "1"]])
+def test_bad_usage_exits_2(tmp_path, args):
+    path = manifest(tmp_path, {"python": "3.11.7", "torch": "2.13.0"})
+    code, report, err = run(sys.executable, "--manifest", path, *args)
+    assert code == 2 and report["passed"] is False and report["error"]
+    assert "usage" in err
+
+
+def test_missing_manifest_exits_2(tmp_path):
+    code, report, _ = run(sys.executable, "--manifest", tmp_path / "nope.json")
+    assert code == 2 and "nope.json" in report["error"]
+
+
+def test_runs_on_oldest_supported_python(tmp_path):
+    """The image Python may be 3.8: the file must parse and its torch-free tiers run there."""
+    ast.parse(SMOKE.read_text(), feature_version=(3, 8))
+    candidates = [str(p) for p in sorted(Path.home().glob(".pyenv/versions/3.8*/bin/python3.8"))]
+    candidates += [shutil.which("python3.8")] if shutil.which("python3.8") else []
+    exe = next((c for c in candidates if subprocess.run([c, "-c", "pass"], capture_output=True).returncode == 0),
+               None)
+    if not exe:
+        pytest.skip("no working python3.8 on this host")
+    path = manifest(tmp_path, {"python": "3.8", "torch": "2.13.0"})
+    code, report, err = run(exe, "--manifest", path, "--tiers", "versions,libraries")
+    assert code == 1, err  # no torch there: both tiers fail, cleanly
+    assert "torch not installed" in tiers(report)["versions"]["summary"]
+    assert "versions.py from" in tiers(report)["versions"]["details"]["versions_module"]
+
+
+# ---------------------------------------------------------------- pure functions
+VERSION_CFG = """# version: 1.0
+runtime_running_version=[7.6.0.1.220:8.0.0]
+toolkit_running_version=[7.6.0.1.220:8.0.0]
+toolkit_upgrade_version=[7.6.0.1.220:8.0.0]
+"""
+INSTALL_INFO = "package_name=Ascend-cann-toolkit\nversion=8.5.0\narch=x86_64\nos=linux\n"
+DRIVER_INFO = """Version=24.1.rc3
+ascendhal_version=7.35.23
+compatible_version_fw=[7.0.0,7.5.99]
+package_version=24.1.rc3
+"""
+FIRMWARE_INFO = """Version=7.5.0.1.129
+package_version=24.1.rc3
+compatible_version_drv=[23.0.0,23.0.0.],[24.1,24.1.]
+"""
+LDD = """\tlinux-vdso.so.1 (0x00007ffd5b7f2000)
+\tlibc10.so => /opt/venv/lib/python3.11/site-packages/torch/lib/libc10.so (0x00007f0a1c000000)
+\tlibascendcl.so => not found
+\tlibhccl.so => not found
+\tlibascend_hal.so => not found
+\tlibdcmi.so => /usr/local/Ascend/driver/lib64/driver/libdcmi.so (0x00007f0a1b000000)
+\t/lib64/ld-linux-x86-64.so.2 (0x00007f0a1d000000)
+"""
+
+
+def test_version_files(smoke):
+    assert smoke.cann_version_from_cfg(VERSION_CFG) == "8.0.0"
+    assert smoke.cann_version_from_cfg("runtime_running_version=[7.1.0.3.220:7.0.0]\n") == "7.0.0"
+    assert smoke.cann_version_from_cfg("toolkit_running_version=[]\n") is None
+    assert smoke.cann_version_from_install_info(INSTALL_INFO) == "8.5.0"
+    assert smoke.info_version(DRIVER_INFO) == "24.1.rc3"
+    assert smoke.info_version(FIRMWARE_INFO) == "7.5.0.1.129"
+    assert smoke.info_version("nothing here\n") is None
+
+
+def test_find_cann_reads_both_eras(smoke, tmp_path):
+    home = tmp_path / "latest"
+    (home / "aarch64-linux").mkdir(parents=True)
+    (home / "version.cfg").write_text(VERSION_CFG)
+    (home / "aarch64-linux" / "ascend_toolkit_install.info").write_text("version=8.0.0\n")
+    found, looked = smoke.find_cann({"ASCEND_HOME_PATH": str(home)}, {"cann_version": "8.0.0"}, "aarch64")
+    assert [f["version"] for f in found] == ["8.0.0", "8.0.0"]
+    assert looked[:2] == [str(home / "version.cfg"), str(home / "aarch64-linux/ascend_toolkit_install.info")]
+    assert "/usr/local/Ascend/cann-8.0.0/version.cfg" in looked
+
+
+def test_cann_equality_follows_ascend_rules(smoke):
+    mod, note = smoke.versions_module()
+    assert mod is not None, note
+    assert smoke.same_version("cann", "8.0.RC2.beta1", "8.0.RC2")
+    assert not smoke.same_version("cann", "8.0.RC3", "8.0.RC2")
+    assert smoke.at_least("hdk", "24.1.rc3", "23.0.RC3") is True
+
+
+def test_parse_ldd_and_driver_libs(smoke):
+    missing, resolved = smoke.parse_ldd(LDD)
+    assert missing == ["libascendcl.so", "libhccl.so", "libascend_hal.so"]
+    assert resolved["libdcmi.so"].startswith("/usr/local/Ascend/driver/")
+    needed = {lib: ["libtorch_npu.so"] for lib in missing}
+    fatal, host = smoke.classify_missing(needed, driver_mount=False)
+    assert sorted(fatal) == ["libascendcl.so", "libhccl.so"] and list(host) == ["libascend_hal.so"]
+    fatal, host = smoke.classify_missing(needed, driver_mount=True)
+    assert "libascend_hal.so" in fatal and not host
+
+
+def test_host_driver_and_firmware_minimums(smoke):
+    m = {"min_driver": "25.5.0", "min_firmware": "7.8.0.7.220"}
+    problems, _ = smoke.check_host("24.1.rc3", "7.5.0.1.129", m, "npu")
+    assert any("24.1.rc3" in p and "25.5.0" in p for p in problems)
+    assert any("7.5.0.1.129" in p and "7.8.0.7.220" in p for p in problems)
+    assert smoke.check_host("25.5.0", "7.8.0.7.220", m, "npu")[0] == []
+    problems, notes = smoke.check_host(None, None, m, "cpu")
+    assert problems == [] and len(notes) == 2
+    problems, _ = smoke.check_host(None, None, m, "npu")
+    assert problems == ["host driver version unknown: mount -v /usr/local/Ascend/driver/version.info:"
+                        "/usr/local/Ascend/driver/version.info"]
+
+
+def test_matching_helpers(smoke):
+    assert smoke.python_matches("3.11", "3.11.7") and smoke.python_matches("3.11.7", "3.11.7")
+    assert not smoke.python_matches("3.1", "3.11.7")
+    assert smoke.dist_matches("2.13.0", "2.13.0+cpu") and not smoke.dist_matches("2.13.0", "2.13.0.post1")
+    assert smoke.env_differences({"A": "1", "B": "2"}, {"A": "1", "B": "3"}) == {
+        "B": {"expected": "2", "actual": "3"}}
+
+
+@pytest.mark.parametrize("text, needle", [
+    ("OSError: libascend_hal.so: cannot open shared object file", "lib64 is not mounted"),
+    ("ImportError: libhccl.so: cannot open shared object file", "non-interactive shell"),
+    ("RuntimeError: Failed to infer device type", "non-interactive shell"),
+    ("undefined symbol: _ZN3atb15CreateOperationERKNS_5infer", "different releases"),
+    ("libtbe_adapter.so: undefined symbol: _ZN2ge", "different releases"),
+    ("dcmi module initialize failed. ret is -8005", "another container"),
+    ("rtGetDeviceCount execute failed, reason=[driver error:no valid device]", "no NPU passed in"),
+])
+def test_diagnose_known_errors(smoke, text, needle):
+    assert needle in smoke.diagnose(text)
+    assert smoke.diagnose("ZeroDivisionError: division by zero") is None
