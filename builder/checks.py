@@ -14,6 +14,7 @@ Example:
 from __future__ import annotations
 
 from collections import Counter
+from functools import lru_cache
 from typing import Callable, Iterator, List, Optional
 
 from builder import knowledge, versions
@@ -21,6 +22,10 @@ from builder.errors import Finding, UserError
 from builder.matrix import Cell
 
 Findings = Iterator[Finding]
+
+# Parsed once per distinct string: every cell compares against the same few dozen releases.
+_cann = lru_cache(maxsize=4096)(versions.cann)
+_hdk = lru_cache(maxsize=4096)(versions.hdk)
 
 
 def _finding(cell: Cell, key: str, rule: str, message: str, fix: str, severity: str = "error") -> Finding:
@@ -86,7 +91,7 @@ def cann_paired(cell: Cell, kb) -> Findings:
                        severity="warning")
         return
     try:
-        if versions.cann(release.cann) == versions.cann(cell.cann):
+        if _cann(release.cann) == _cann(cell.cann):
             return
     except versions.VersionError:
         return  # reported by cann_known
@@ -98,11 +103,11 @@ def cann_paired(cell: Cell, kb) -> Findings:
 def cann_known(cell: Cell, kb) -> Findings:
     """An unknown CANN version is most often a typo (8.0.rc3 vs 8.0.RC3 is fine, 8.4 does not exist)."""
     out: List[Finding] = []
-    parsed = _parsed(cell, "cann", versions.cann, out)
+    parsed = _parsed(cell, "cann", _cann, out)
     yield from out
     if parsed is None:
         return
-    if not any(versions.cann(known) == parsed for known in kb.cann_releases()):
+    if not any(_cann(known) == parsed for known in kb.cann_releases()):
         yield _finding(cell, "cann", "cann-unknown", f"CANN {cell.cann} is not a release the knowledge base knows",
                        "check the spelling (e.g. 8.0.RC3, 8.5.0); `ascend-build kb cann` lists the known releases",
                        severity="warning")
@@ -143,11 +148,11 @@ def driver_supports_cann(cell: Cell, kb) -> Findings:
                        "set driver: to the Ascend HDK version the image is meant for, e.g. 24.1.RC3")
         return
     out: List[Finding] = []
-    driver = _parsed(cell, "driver", versions.hdk, out)
+    driver = _parsed(cell, "driver", _hdk, out)
     yield from out
     if driver is None or not needed:
         return
-    if driver < versions.hdk(needed):
+    if driver < _hdk(needed):
         yield _finding(cell, "driver", "driver-too-old",
                        f"driver {cell.driver} is below {needed}, the minimum HDK for CANN {cell.cann}",
                        f"set driver: {needed} or newer (and upgrade the hosts' driver and firmware to match)")
@@ -186,7 +191,7 @@ def chip_supported(cell: Cell, kb) -> Findings:
     if not first:
         return
     try:
-        too_old = versions.cann(cell.cann) < versions.cann(first)
+        too_old = _cann(cell.cann) < _cann(first)
     except versions.VersionError:
         return
     if too_old:

@@ -5,6 +5,7 @@ Exit codes: 0 clean, 1 findings with errors or failed work, 2 usage errors.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sys
 from pathlib import Path
@@ -19,6 +20,8 @@ app = typer.Typer(add_completion=False, no_args_is_help=True, rich_markup_mode=N
                   help="Validated Docker images for training on Huawei Ascend NPUs.")
 kb_app = typer.Typer(no_args_is_help=True, help="Query the knowledge base of Ascend releases.")
 app.add_typer(kb_app, name="kb")
+releases_app = typer.Typer(no_args_is_help=True, help="Watch the package index for torch_npu releases.")
+app.add_typer(releases_app, name="releases")
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_CA = Path("/etc/ssl/certs/ca-certificates.crt")
@@ -108,6 +111,17 @@ def list_cmd(matrix_path: Optional[Path] = MatrixOpt, as_json: bool = JsonOpt) -
         typer.echo(f"{row['ref']}  {row['content_hash']}")
 
 
+@contextlib.contextmanager
+def _interruptible():
+    """Ctrl-C says "interrupted" and exits 130. Typer turns a KeyboardInterrupt into a
+    silent exit 130 before `main` could see it, so long-running commands catch it here."""
+    try:
+        yield
+    except KeyboardInterrupt:
+        typer.echo("interrupted", err=True)
+        raise typer.Exit(130) from None
+
+
 def _select(cells: List[matrix.Cell], cann: Optional[str], chip: Optional[str], arch: Optional[str],
             cell_id: Optional[str]) -> List[matrix.Cell]:
     from builder import versions
@@ -174,7 +188,8 @@ def image(
     options = pipeline.Options(variants=variants, state_dir=state_dir, no_device=no_device, devices=devices_opt,
                                push=push, base_image=base_image, wheelhouse=wheelhouse, ca_bundle=ca_bundle,
                                quiet=quiet)
-    outcomes = pipeline.run(cells, options, Engine.connect(), lambda line: typer.echo(line, err=True))
+    with _interruptible():
+        outcomes = pipeline.run(cells, options, Engine.connect(), lambda line: typer.echo(line, err=True))
     _summary(outcomes, as_json)
     if not all(o.ok for o in outcomes):
         raise typer.Exit(1)
@@ -196,7 +211,8 @@ def promote(
     from builder.engine import Engine
 
     options = pipeline.Options(state_dir=state_dir, devices=devices_opt, push=push)
-    outcome = pipeline.promote(ref, options, Engine.connect(), lambda line: typer.echo(line, err=True))
+    with _interruptible():
+        outcome = pipeline.promote(ref, options, Engine.connect(), lambda line: typer.echo(line, err=True))
     _summary([outcome], as_json)
     if not outcome.ok:
         raise typer.Exit(1)
@@ -267,6 +283,200 @@ def _flat(value) -> str:
     if isinstance(value, dict):
         return "; ".join(f"{k}={_flat(v)}" for k, v in value.items())
     return "unknown" if value is None else str(value)
+
+
+RootOpt = typer.Option(Path("/"), "--root", help="Read the host's files under this folder (a fixture tree).")
+
+
+@app.command()
+def host(root: Path = RootOpt, as_json: bool = JsonOpt) -> None:
+    """What this node has: arch, driver, firmware and their accepted ranges, chip, devices, CANN.
+
+    Example: ascend-build host --json
+    """
+    from builder import host as host_probe
+
+    info = host_probe.probe(root=root, run_npu_smi=root == Path("/"))
+    typer.echo(json.dumps(info.to_dict(), indent=2) if as_json else host_probe.format_host(info))
+
+
+@app.command()
+def pull(
+    cann: Optional[str] = typer.Option(None, "--cann", help="The CANN release wanted, e.g. 8.0.RC3."),
+    registry: str = typer.Option(..., "--registry", help="HOST[:PORT][/REPOSITORY] to pull from."),
+    torch: Optional[str] = typer.Option(None, "--torch", help="Pin torch, e.g. 2.4.0 (default: the newest that fits)."),
+    python: Optional[str] = typer.Option(None, "--python", help="Pin Python, e.g. 3.10."),
+    root: Path = RootOpt,
+    as_json: bool = JsonOpt,
+) -> None:
+    """Pull the validated image that fits this node's arch, chip, driver and firmware, by digest.
+
+    Example: ascend-build pull --cann 8.0.RC3 --registry registry.example:5000
+    """
+    from builder import host as host_probe
+    from builder import pull as chooser
+    from builder.engine import Engine
+    from builder.registry import Registry
+
+    info = host_probe.probe(root=root, run_npu_smi=root == Path("/"))
+    node = chooser.Node(arch=info.arch or _host_arch(), chip=info.chip, driver=info.driver, firmware=info.firmware)
+    wanted = chooser.Wanted(cann=cann, torch=torch, python=python)
+    address, repository = chooser.split_registry(registry, matrix.DEFAULT_IMAGE)
+    reg = Registry(address)
+    infos = [i for i in (reg.inspect(repository, tag, node.arch) for tag in reg.tags(repository)) if i]
+    best, rejected = chooser.choose(infos, node, wanted)
+    if best is None:
+        typer.echo(f"no image in {address}/{repository} fits this node "
+                   f"(arch {node.arch}, chip {node.chip or 'unknown'}, driver {node.driver or 'unknown'}, "
+                   f"firmware {node.firmware or 'unknown'}):", err=True)
+        typer.echo(chooser.format_rejections(rejected) or "  (no tags)", err=True)
+        for tip in chooser.suggestions(rejected, node, wanted):
+            typer.echo(f"  fix: {tip}", err=True)
+        raise typer.Exit(1)
+    ref = f"{address}/{repository}@{best.digest}"
+    engine = Engine.connect()
+    engine.pull(ref)
+    chooser.verify_pulled(best.labels, engine.labels(ref), ref)
+    moved = reg.inspect(repository, best.tag, node.arch)
+    if as_json:
+        typer.echo(json.dumps({"ref": ref, "tag": best.tag, "digest": best.digest, "labels": best.labels}, indent=2))
+    else:
+        typer.echo(f"pulled {ref}\n  tag {best.tag}\n  run it: ascend-build run {ref}")
+    if moved and moved.digest != best.digest:
+        typer.echo(f"note: tag {best.tag} moved to {moved.digest} after it was chosen; "
+                   f"pulled the validated {best.digest}", err=True)
+
+
+@app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
+def run(
+    ctx: typer.Context,
+    image_ref: str = typer.Argument(..., metavar="IMAGE", help="The image to start."),
+    devices_opt: Optional[str] = typer.Option(None, "--devices", help="NPU devices to pass in, e.g. 0,1 (default: all)."),
+    print_only: bool = typer.Option(False, "--print", help="Print the docker run line instead of running it."),
+    force: bool = typer.Option(False, "--force", help="Start even if the image needs a newer driver than this node's."),
+    root: Path = RootOpt,
+) -> None:
+    """Start IMAGE with the NPU devices and driver mounts of this node (`-- CMD...` after the image).
+
+    Example: ascend-build run --devices 0,1 --print ascend-build/pytorch:TAG -- python train.py
+    """
+    from builder import devices, versions
+    from builder import host as host_probe
+    from builder.engine import Engine
+
+    chosen = devices.choose(devices.npu_devices(root), devices_opt)
+    argv = devices.run_argv(image_ref, chosen, list(ctx.args), root=root, interactive=sys.stdin.isatty() and not print_only)
+    if not chosen:
+        typer.echo("note: this host has no /dev/davinci* devices to pass in", err=True)
+    engine = Engine.connect()
+    labels = engine.labels(image_ref) if engine.image_id(image_ref) else {}
+    need = labels.get("io.ascend-build.min-driver")
+    if not labels:
+        typer.echo(f"note: {image_ref} is not a local image built by ascend-build; its driver needs are unchecked",
+                   err=True)
+    elif need and not force:
+        driver = host_probe.probe(root=root, run_npu_smi=False).driver
+        if not driver or versions.hdk(driver) < versions.hdk(need):
+            raise UserError(f"{image_ref} needs NPU driver {need} or newer; this node has {driver or 'no driver'}",
+                            fix="upgrade the node's driver and firmware, pick an image that fits "
+                                "(`ascend-build pull`), or pass --force", exit_code=1)
+    if print_only:
+        typer.echo(devices.format_argv(argv))
+        return
+    engine.exec_cli(argv)
+
+
+@app.command()
+def doctor(
+    image_ref: Optional[str] = typer.Option(None, "--image", help="Also check inside this image."),
+    root: Path = RootOpt,
+    as_json: bool = JsonOpt,
+) -> None:
+    """The field guide's pre-flight checklist: OK / WARN / FAIL with a fix each.
+
+    Example: ascend-build doctor --image ascend-build/pytorch:TAG
+    """
+    from builder import doctor as checklist
+
+    checks = checklist.run_doctor(image=image_ref, root=root)
+    typer.echo(json.dumps(checklist.checks_to_dicts(checks), indent=2) if as_json else checklist.format_checks(checks))
+    raise typer.Exit(checklist.exit_code(checks))
+
+
+@app.command()
+def explain(text: str = typer.Argument(..., help="The error text, quoted."), as_json: bool = JsonOpt) -> None:
+    """Map an Ascend error message to its cause and fix, with this node's versions filled in.
+
+    Example: ascend-build explain "libascend_hal.so: cannot open shared object file"
+    """
+    from builder import explain as table
+    from builder import host as host_probe
+
+    matches = table.explain(text, host=host_probe.probe(run_npu_smi=False))
+    if not matches:
+        typer.echo("no known Ascend error in that text", err=True)
+        raise typer.Exit(1)
+    typer.echo(json.dumps([m.to_dict() for m in matches], indent=2) if as_json else table.format_explanations(matches))
+
+
+@app.command()
+def record(
+    output_dir: Path = typer.Argument(..., help="The training run's output folder."),
+    sets: List[str] = typer.Option([], "--set", help="Your own key=value, e.g. --set seq_len=4096 (repeatable)."),
+) -> None:
+    """Write the run record (versions, driver, firmware, chip, image) next to the weights.
+
+    Example: ascend-build record out/ --set train_mode=lora --set seq_len=4096
+    """
+    from builder import record as run_record
+
+    path, data = run_record.run_record(output_dir, pairs=sets)
+    typer.echo(run_record.format_record(path, data))
+
+
+@app.command("ci-matrix")
+def ci_matrix_cmd(
+    changed_since: Optional[str] = typer.Option(None, "--changed-since", metavar="REF",
+                                                help="Only cells whose rendered context differs from REF's."),
+    runners: Optional[Path] = typer.Option(None, "--runners", help="YAML/JSON file of runner labels."),
+    matrix_path: Optional[Path] = MatrixOpt,
+) -> None:
+    """Print the GitHub Actions strategy.matrix of the cells to (re)build.
+
+    Example: ascend-build ci-matrix --changed-since origin/main
+    """
+    from builder import ci_matrix
+
+    loaded = _load(matrix_path, strict=False)
+    table = ci_matrix.load_runners(runners) if runners else None
+    rows = ci_matrix.entries(loaded.cells, render.render_all(loaded.cells), since=changed_since,
+                             repo=Path.cwd(), out_dir="dockerfiles", runners=table)
+    typer.echo(ci_matrix.to_json(ci_matrix.github_matrix(rows)))
+
+
+@releases_app.command("check")
+def releases_check(
+    index_url: Optional[str] = typer.Option(None, "--index-url",
+                                            help="Simple-API index (default: $ASCEND_BUILD_INDEX_URL, else pip's)."),
+    write: bool = typer.Option(False, "--write", help="Add new releases to the knowledge base (CANN pairing unknown)."),
+    propose: bool = typer.Option(False, "--propose", help="Draft matrix cells for them in matrix/proposed/."),
+    as_json: bool = JsonOpt,
+) -> None:
+    """Find torch_npu releases the knowledge base does not know yet.
+
+    Example: ascend-build releases check --write --propose
+    """
+    from builder import releases
+
+    result = releases.check(index_url or releases.default_index_url())
+    typer.echo(json.dumps(result.to_dict(), indent=2) if as_json else releases.format_check(result))
+    if write:
+        for path in releases.write(result):
+            typer.echo(f"wrote {path}", err=True)
+    if propose:
+        text = releases.propose(result)
+        typer.echo(f"proposed {text.count('- cann:')} cell(s) in {releases.default_proposal_path()}" if text
+                   else "nothing to propose", err=True)
 
 
 def main() -> None:

@@ -64,3 +64,42 @@ def docker_devices(chosen: Sequence[int], root: Path = Path("/")) -> List[str]:
 def driver_mounts(root: Path = Path("/")) -> List[Tuple[str, str, bool]]:
     """Read-only bind mounts (host, container, True) for the driver files the host has."""
     return [(p, p, True) for p in DRIVER_MOUNTS if (root / p.lstrip("/")).exists()]
+
+
+def run_argv(image: str, chosen: Sequence[int], command: Sequence[str] = (), root: Path = Path("/"),
+             interactive: bool = True) -> List[str]:
+    """The ``docker run`` argv every Ascend project writes by hand, for the paths this host has.
+
+    ``--ipc=host``: HCCL and the dataloader workers exchange tensors through
+    shared memory, which Docker's default 64 MiB ``/dev/shm`` starves.
+
+    >>> run_argv("img", [0], ["python"], root=Path("/nonexistent"), interactive=False)
+    ['docker', 'run', '--rm', '--ipc=host', '--device', '/dev/davinci0', 'img', 'python']
+    """
+    argv = ["docker", "run", "--rm"] + (["-it"] if interactive else []) + ["--ipc=host"]
+    for device in docker_devices(chosen, root):
+        argv += ["--device", device]
+    for host, container, read_only in driver_mounts(root):
+        argv += ["-v", f"{host}:{container}{':ro' if read_only else ''}"]
+    return argv + [image, *command]
+
+
+def format_argv(argv: Sequence[str]) -> str:
+    """One option per line, shell-quoted, ready to paste into a script or job spec.
+
+    >>> print(format_argv(["docker", "run", "--rm", "--device", "/dev/davinci0", "img", "python"]))
+    docker run \\
+        --rm \\
+        --device /dev/davinci0 \\
+        img python
+    """
+    import shlex
+
+    quoted = [shlex.quote(a) for a in argv]
+    lines, i = [" ".join(quoted[:2])], 2
+    while i < len(argv) and argv[i].startswith("-"):
+        takes_value = argv[i] in ("--device", "-v")
+        lines.append(" ".join(quoted[i:i + 1 + takes_value]))
+        i += 1 + takes_value
+    lines.append(" ".join(quoted[i:]))
+    return " \\\n    ".join(lines)

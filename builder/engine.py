@@ -435,3 +435,12 @@ class Engine:
             raise UserError(f"pull of {ref_with_digest} failed: {error or 'image not found after pull'}",
                             fix="check the reference and that the registry is reachable", exit_code=1)
         return img.id
+
+    def exec_cli(self, argv: List[str]) -> None:
+        """Replace this process with ``docker`` running ``argv[1:]`` against this engine.
+
+        An interactive ``docker run`` needs the CLI's own TTY and signal handling,
+        which the SDK does not offer; after this call nothing of ours runs.
+        """
+        docker_cli = shutil.which("docker") or "/usr/bin/docker"
+        os.execve(docker_cli, [docker_cli, *argv[1:]], {**os.environ, "DOCKER_HOST": self.url})

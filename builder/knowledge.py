@@ -212,7 +212,7 @@ def _line_floor(line: str) -> Optional["versions.AscendVersion"]:
     return floor if not isinstance(floor, str) else _hdk(floor)
 
 
-def _chip_of_soc(soc: str) -> Optional[str]:
+def chip_of_soc(soc: str) -> Optional[str]:
     s = soc.lower()
     if s.startswith("ascend950"):
         return "950"
@@ -579,7 +579,7 @@ class KnowledgeBase:
                     return next(str(v) for k, v in fw.items() if str(k).lower() == want)
             elif fw:
                 soc = pair.get("chip")
-                if soc is None or (want and _chip_of_soc(str(soc)) == want):
+                if soc is None or (want and chip_of_soc(str(soc)) == want):
                     return str(fw)
         return None
 

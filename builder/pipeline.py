@@ -245,7 +245,11 @@ def _conclude(out: Outcome, engine: Engine, report: Dict, tiers: Tuple[str, ...]
     _apply_tags(engine, image_id, refs)
     out.image_id, out.tags = image_id, refs
     if options.push:
-        out.digests[refs[1]] = engine.push(refs[1])
+        try:
+            out.digests[refs[1]] = engine.push(refs[1])
+        except UserError as exc:  # e.g. refused credentials: keep the outcome (id, tags, report) and the image
+            out.status = "error"
+            out.message = f"{exc.message} (kept locally as {', '.join(refs)})" + (f"\n  fix: {exc.fix}" if exc.fix else "")
     return out
 
 

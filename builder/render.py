@@ -23,9 +23,10 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import re
 import shutil
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass, fields
 from functools import lru_cache
 from pathlib import Path
 from typing import Dict, List, Optional, Tuple
@@ -72,6 +73,8 @@ APT_COMPONENTS = {"ubuntu": "main universe", "debian": "main"}
 CANN_PYTHON_PACKAGES = ("attrs", "decorator", "sympy", "cffi", "pyyaml", "pathlib2", "psutil",
                         "protobuf", "scipy", "requests", "absl-py", "numpy")
 
+_cann = lru_cache(maxsize=4096)(versions.cann)
+
 _SAFE = {
     "url": re.compile(r"^https://[A-Za-z0-9._~:/?#@!&+,=%-]+$"),
     "sha256": re.compile(r"^[0-9a-f]{64}$"),
@@ -100,7 +103,7 @@ class InstallerFile:
 
 def cann_home(cell: Cell) -> str:
     """Where CANN lives: ``ascend-toolkit/latest`` up to 8.3, ``cann-<ver>`` from 8.5 on."""
-    if versions.cann(cell.cann) >= versions.cann("8.5.0-beta.1"):
+    if _cann(cell.cann) >= _cann("8.5.0-beta.1"):
         return f"/usr/local/Ascend/cann-{cell.cann}"
     return "/usr/local/Ascend/ascend-toolkit/latest"
 
@@ -125,16 +128,22 @@ def cann_env(cell: Cell) -> Tuple[Tuple[str, str], ...]:
 def installer_files(cell: Cell, kb) -> List[InstallerFile]:
     """Toolkit first, then the chip's ops package, each with the sha256 that must match."""
     given = dict(cell.sha256)
+    known = {item.kind: item for item in kb.installers(cell.cann, cell.chip, cell.arch)}
+    local = ({"toolkit": kb.toolkit_package(cell.cann, cell.arch), "ops": kb.ops_package(cell.chip, cell.cann, cell.arch)}
+             if cell.cann_source == "local" else {})
     files = []
-    for item in kb.installers(cell.cann, cell.chip, cell.arch):
-        sha = given.get(item.filename, item.sha256)
-        files.append(InstallerFile(_safe("file", item.filename, "installer file"), _safe("url", item.url, "installer URL"),
-                                   _safe("sha256", sha, f"sha256 of {item.filename}"), _safe("file", item.run, "installer")))
-    if cell.cann_source == "local" and not files:
-        for name in (kb.toolkit_package(cell.cann, cell.arch), kb.ops_package(cell.chip, cell.cann, cell.arch)):
+    for kind in ("toolkit", "ops"):  # a local folder supplies each package the knowledge base lacks
+        item = known.get(kind)
+        if item is not None:
+            sha = given.get(item.filename, item.sha256)
+            files.append(InstallerFile(_safe("file", item.filename, "installer file"), _safe("url", item.url, "installer URL"),
+                                       _safe("sha256", sha, f"sha256 of {item.filename}"), _safe("file", item.run, "installer")))
+        elif kind in local:
+            name = local[kind]
             if name not in given:
                 raise UserError(f"no sha256 for {name}", fix=f"add sha256: {{{name}: HEX}} to the cell")
-            files.append(InstallerFile(name, "", given[name], name))
+            files.append(InstallerFile(_safe("file", name, "installer file"), "", _safe("sha256", given[name], f"sha256 of {name}"),
+                                       name))
     return files
 
 
@@ -243,7 +252,8 @@ def content_hash(cell: Cell) -> str:
 
     Mirrors are left out: they change where bytes come from, not which bytes.
     """
-    data = {k: v for k, v in asdict(cell).items() if k not in ("where", "fields", "mirrors")}
+    # a shallow copy: dataclasses.asdict deep-copies every value and was most of render's time
+    data = {f.name: getattr(cell, f.name) for f in fields(cell) if f.name not in ("where", "fields", "mirrors")}
     blob = json.dumps(data, sort_keys=True, default=str) + _inputs_digest()
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
@@ -268,9 +278,12 @@ def env_spec(cell: Cell, kb) -> Tuple[str, bytes]:
 def _matrix_name(cell: Cell) -> str:
     """The matrix file as the header names it, the same from any working directory:
     relative to the repository when inside it, else the bare file name."""
-    if not cell.where:
-        return "(matrix)"
-    path = Path(cell.where.file).resolve()
+    return _display_path(cell.where.file, os.getcwd()) if cell.where else "(matrix)"
+
+
+@lru_cache(maxsize=64)
+def _display_path(file: str, cwd: str) -> str:
+    path = Path(cwd, file).resolve()
     try:
         return path.relative_to(PACKAGE_DIR.parent).as_posix()
     except ValueError:
@@ -311,9 +324,14 @@ def render_cell(cell: Cell, kb=None) -> Dict[str, bytes]:
         text = _environment().get_template("Dockerfile.j2").render(**context)
         files["Dockerfile" if npu else "Dockerfile.cpu"] = text.encode()
         files[context["manifest_file"]] = _json(manifest(cell, variant, digest))
-    for name, path in SMOKE_FILES.items():
-        files[name] = path.read_bytes()
+    files.update(_smoke_files())
     return files
+
+
+@lru_cache(maxsize=1)
+def _smoke_files() -> Dict[str, bytes]:
+    """The smoke program, read once per process like `_inputs_digest` (which hashes the same bytes)."""
+    return {name: path.read_bytes() for name, path in SMOKE_FILES.items()}
 
 
 def render_all(cells: List[Cell], kb=None) -> Dict[str, Dict[str, bytes]]:
@@ -323,18 +341,26 @@ def render_all(cells: List[Cell], kb=None) -> Dict[str, Dict[str, bytes]]:
 
 def write(rendered: Dict[str, Dict[str, bytes]], out: Path) -> List[str]:
     """Write contexts under ``out``; remove cell folders no longer in the matrix. Returns changed paths."""
-    changed = stale(rendered, out)
-    for cell_id in _present(out) - set(rendered):
+    # one pass, reading each existing file once; reports what `stale` would, in the same order
+    changed = []
+    for cell_id in sorted(_present(out) - set(rendered)):
+        changed.append(str(out / cell_id) + "/ (no longer in the matrix)")
         shutil.rmtree(out / cell_id)
     for cell_id, files in rendered.items():
         folder = out / cell_id
         folder.mkdir(parents=True, exist_ok=True)
-        for extra in {p.name for p in folder.iterdir()} - set(files):
+        for extra in sorted({p.name for p in folder.iterdir()} - set(files)):
+            changed.append(f"{folder / extra} (not rendered)")
             (folder / extra).unlink()
-        for name, data in files.items():
+        for name, data in sorted(files.items()):
             path = folder / name
-            if not path.exists() or path.read_bytes() != data:
-                path.write_bytes(data)
+            if not path.exists():
+                changed.append(f"{path} (missing)")
+            elif path.read_bytes() != data:
+                changed.append(f"{path} (differs)")
+            else:
+                continue
+            path.write_bytes(data)
     return changed
 
 

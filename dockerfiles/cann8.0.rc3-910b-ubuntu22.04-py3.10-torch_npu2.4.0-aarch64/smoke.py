@@ -27,6 +27,7 @@ import math
 import os
 import platform
 import re
+import shutil
 import socket
 import subprocess
 import sys
@@ -422,6 +423,8 @@ def tier_libraries(ctx):
          "ld_library_path": os.environ.get("LD_LIBRARY_PATH", "")}
     if not objs:
         return failed("%s is not installed (no shared objects found): nothing to link-check" % pkg, **d)
+    if not shutil.which("ldd"):
+        return failed("ldd not found in the image: install glibc's tools (libc-bin / glibc-common)", **d)
     needed_by, from_driver = {}, set()
     for obj in objs:
         proc = subprocess.run(["ldd", obj], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
@@ -529,7 +532,8 @@ def autocast_and_scaler(ctx):
     """bf16 autocast + GradScaler, with the fallbacks older torch/torch_npu need."""
     torch, dev = ctx.torch, ctx.device
     try:
-        torch.autocast(device_type=dev, dtype=torch.bfloat16)
+        with torch.autocast(device_type=dev, dtype=torch.bfloat16):
+            pass
         autocast, ac_name = (lambda: torch.autocast(device_type=dev, dtype=torch.bfloat16)), "torch.autocast"
     except Exception:  # torch 2.1 + torch_npu: the npu autocast lives under torch.npu.amp
         autocast, ac_name = (lambda: torch.npu.amp.autocast(dtype=torch.bfloat16)), "torch.npu.amp.autocast"
@@ -541,6 +545,15 @@ def autocast_and_scaler(ctx):
         else:
             scaler, sc_name = torch.cuda.amp.GradScaler(enabled=False), "torch.cuda.amp.GradScaler(enabled=False)"
     return autocast, ac_name, scaler, sc_name
+
+
+def cpu_has_native_bf16():
+    try:
+        with open("/proc/cpuinfo") as fh:
+            flags = set(re.findall(r"\S+", fh.read()))
+    except OSError:
+        return None
+    return bool(flags & {"avx512_bf16", "amx_bf16"})
 
 
 def tier_train(ctx):
@@ -583,6 +596,8 @@ def tier_train(ctx):
          "param_dtype": str(next(model.parameters()).dtype),
          "losses": [round(v, 4) for v in losses],
          "mean_step_ms": round(1000.0 * sum(times) / max(len(times), 1), 2)}
+    if ctx.device == "cpu":  # without these, bf16 matmuls are emulated: slow, still correct
+        d["cpu_native_bf16"] = cpu_has_native_bf16()
     if not all(math.isfinite(v) for v in losses):
         return failed("non-finite loss during training (check GradScaler order / bf16 ops)", **d)
     if losses[-1] > 0.7 * losses[0]:

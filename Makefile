@@ -1,0 +1,54 @@
+# The two commands of the README's quick start, and the pieces they are made of.
+#   make demo   set up, then run the main job on the shipped matrix
+#   make test   set up, then pass the whole test suite (what .ci/run calls)
+
+VENV        ?= .venv
+BIN         := $(VENV)/bin
+PYTHON      ?= python3
+STATE       ?= .state
+# The cell this machine can build without an NPU or a registry to pull from:
+# Debian 12, its own Python 3.11 in a venv, torch 2.13.0.
+DEMO_CELL   ?= cann9.0.0-910b-debian12-py3.11-torch_npu2.13.0-x86_64
+# Nothing can be pulled here, so the base image is made locally (setup-engine).
+BASE_IMAGE  ?= local/debian:12
+# Wheels preferred over the index when present (this machine keeps torch there).
+WHEELHOUSE  ?= $(wildcard /opt/wheels)
+
+# A host Python with torch runs the smoke program's own tests outside images.
+TORCH_VENV  ?= .venv-torch
+
+.PHONY: setup engine demo test test-fast bench torch-venv
+
+$(BIN)/ascend-build: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q -e '.[test]'
+	@touch $@
+
+setup: $(BIN)/ascend-build
+
+engine:
+	ASCEND_BUILD_STATE=$(STATE) bash scripts/setup-engine.sh
+
+demo: setup engine
+	$(BIN)/ascend-build validate
+	$(BIN)/ascend-build render
+	$(BIN)/ascend-build image --cell $(DEMO_CELL) --base-image $(BASE_IMAGE) \
+		$(if $(WHEELHOUSE),--wheelhouse $(WHEELHOUSE)) --state-dir $(STATE)
+
+$(TORCH_VENV)/bin/python:
+	$(PYTHON) -m venv $(TORCH_VENV)
+	$(TORCH_VENV)/bin/pip install -q $(if $(WHEELHOUSE),--find-links $(WHEELHOUSE)) torch==2.13.0
+
+torch-venv: $(TORCH_VENV)/bin/python
+
+test: setup engine torch-venv
+	ASCEND_BUILD_TORCH_PYTHON=$(TORCH_VENV)/bin/python $(BIN)/pytest
+
+# Everything that needs no Docker Engine (seconds, not minutes).
+test-fast: setup
+	$(BIN)/pytest -m 'not engine'
+
+bench: setup engine
+	$(BIN)/python benchmarks/bench_validate_render.py
+	$(BIN)/python benchmarks/bench_build.py

@@ -1,0 +1,132 @@
+"""How long do validate + render take for a 1,000-cell matrix? The goal is under 1 s.
+
+Generates 1,000 cells (unique names) from the valid combinations of the shipped matrix:
+each shipped cell's CANN / torch_npu / OS / env, crossed with both arches, the chips
+its CANN supports with known installers, and every Python its torch_npu has a wheel
+for (venv cells keep their OS's Python). Every generated cell passes `checks`.
+
+Then it times, in one process (best of 3, and the first, cold run):
+    matrix.load + checks.check + render.render_all
+and, as subprocesses (wall time, interpreter start included):
+    ascend-build validate --matrix M
+    ascend-build render --matrix M --out DIR      (first write, then an unchanged re-run)
+
+Run:  .venv/bin/python benchmarks/bench_validate_render.py [--cells N] [--keep DIR]
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from builder import checks, knowledge, matrix, render  # noqa: E402
+
+GOAL_S = 1.0
+
+
+def combinations():
+    """Valid (cann, torch_npu, os, env, arch, chip, python) tuples derived from the shipped matrix."""
+    kb = knowledge.load()
+    shipped = matrix.load(REPO / "matrix" / "default.yaml").cells
+    seen, out = set(), []
+    for cell in shipped:
+        release = kb.torch_npu(cell.torch_npu)
+        for arch, chip in itertools.product(matrix.ARCHS, ("910b", "a3")):
+            pythons = (cell.python,) if cell.env == "venv" else release.python.get(arch, ())
+            for python in pythons:
+                key = (cell.cann, cell.torch_npu, cell.os, cell.env, arch, chip, python)
+                if key in seen:
+                    continue
+                seen.add(key)
+                out.append(key)
+    # keep only what validates without errors
+    cells = [_cell(i, key) for i, key in enumerate(out)]
+    text = _yaml(cells)
+    with tempfile.TemporaryDirectory() as folder:
+        path = Path(folder) / "probe.yaml"
+        path.write_text(text)
+        loaded = matrix.load(path)
+        bad = {f.where.line for f in loaded.findings + checks.check(loaded.cells) if f.severity == "error"}
+    return [key for key, line in zip(out, range(2, 2 + len(out))) if line not in bad]
+
+
+def _cell(index, key):
+    cann, torch_npu, os_id, env, arch, chip, python = key
+    return {"name": f"bench-{index:04d}", "os": os_id, "env": env, "arch": arch, "chip": chip,
+            "cann": cann, "python": python, "torch_npu": torch_npu}
+
+
+def _yaml(cells) -> str:
+    # one flow mapping per line: cell i is on line i + 2
+    lines = ["cells:"] + ["  - {" + ", ".join(f"{k}: {json.dumps(v)}" for k, v in c.items()) + "}" for c in cells]
+    return "\n".join(lines) + "\n"
+
+
+def in_process(path: Path):
+    start = time.perf_counter()
+    loaded = matrix.load(path)
+    t_load = time.perf_counter()
+    findings = loaded.findings + checks.check(loaded.cells)
+    t_check = time.perf_counter()
+    rendered = render.render_all(loaded.cells)
+    t_render = time.perf_counter()
+    assert not [f for f in findings if f.severity == "error"], findings[:3]
+    return {"load": t_load - start, "check": t_check - t_load, "render": t_render - t_check,
+            "total": t_render - start, "cells": len(loaded.cells), "files": sum(len(v) for v in rendered.values())}
+
+
+def wall(*args) -> float:
+    exe = Path(sys.executable).with_name("ascend-build")
+    start = time.perf_counter()
+    result = subprocess.run([str(exe), *map(str, args)], capture_output=True, text=True, cwd=REPO)
+    took = time.perf_counter() - start
+    if result.returncode != 0:
+        raise SystemExit(f"{' '.join(map(str, args))} failed ({result.returncode}):\n{result.stderr[-2000:]}")
+    return took
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--cells", type=int, default=1000)
+    parser.add_argument("--keep", type=Path, help="write the generated matrix here too")
+    args = parser.parse_args()
+
+    combos = combinations()
+    cells = [_cell(i, combo) for i, combo in zip(range(args.cells), itertools.cycle(combos))]
+    with tempfile.TemporaryDirectory(prefix="ascend-bench-") as folder:
+        path = Path(folder) / "matrix.yaml"
+        path.write_text(_yaml(cells))
+        if args.keep:
+            shutil.copy(path, args.keep)
+        print(f"matrix: {len(cells)} cells from {len(combos)} valid combinations, {path.stat().st_size / 1024:.0f} KiB")
+
+        runs = [in_process(path) for _ in range(4)]  # the first is cold (knowledge base read, template compiled)
+        cold, warm = runs[0], min(runs[1:], key=lambda r: r["total"])
+        print(f"in-process, cold:      load {cold['load']:.3f} s + check {cold['check']:.3f} s + "
+              f"render {cold['render']:.3f} s = {cold['total']:.3f} s")
+        print(f"in-process, best of 3: load {warm['load']:.3f} s + check {warm['check']:.3f} s + "
+              f"render {warm['render']:.3f} s = {warm['total']:.3f} s "
+              f"({warm['files']} files)  -> {warm['total'] / GOAL_S:.2f} x the {GOAL_S:.0f} s goal")
+
+        out = Path(folder) / "out"
+        t_validate = min(wall("validate", "--matrix", path) for _ in range(3))
+        t_render_first = wall("render", "--matrix", path, "--out", out)
+        t_render_again = min(wall("render", "--matrix", path, "--out", out) for _ in range(2))
+        t_check = min(wall("render", "--check", "--matrix", path, "--out", out) for _ in range(2))
+        print(f"CLI wall: validate {t_validate:.3f} s ({t_validate / GOAL_S:.2f} x goal); "
+              f"render {t_render_first:.3f} s first write, {t_render_again:.3f} s unchanged "
+              f"({t_render_again / GOAL_S:.2f} x goal); render --check {t_check:.3f} s")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,607 @@
+"""The field guide's pre-flight checklist (section 6), as checks with a one-line fix each.
+
+Why: a training job that dies after an hour on a firmware/driver mismatch, a missing
+device, a 64 MB /dev/shm or a 120 s HCCL timeout wastes a node-hour that a two-second
+check saves. Each check answers OK, WARN (works, but not as the guide recommends, or
+cannot be decided) or FAIL (will break), with the fix on one line. Where an error
+string is involved, the fix comes from the explain table (``explain.fix_for``), so
+``doctor`` and ``explain`` never disagree.
+
+Host checks (``run_host_checks``): driver present, firmware/driver pairing (npu-smi's
+``Compatibility`` flag and the ranges in both ``version.info`` files, ordered by
+``builder.versions``), npu-smi, chip, devices, /dev/shm, and the job environment
+(HCCL_CONNECT_TIMEOUT and other HCCL variables, ASCEND_GLOBAL_LOG_LEVEL,
+PYTORCH_NPU_ALLOC_CONF).
+
+Image checks (``doctor_image``): a small Python program runs inside the image (no
+device needed) and prints JSON: torch/torch_npu versions, the CANN version files
+(read by smoke.py's own parsers, sent along as source), venv/conda isolation, the
+environment. Together with the image labels it checks: arch and chip vs the host, the
+host driver/firmware vs the image's minimums, torch_npu vs CANN and torch (knowledge
+base pairing), Python env isolation, env defaults.
+
+Example:
+    >>> from builder.host import HostInfo
+    >>> checks = run_host_checks(HostInfo(driver="24.1.rc3", firmware="7.5.0.1.129",
+    ...                                   driver_fw_ranges=[["7.0.0", "7.5.99"]]), {})
+    >>> [c.status for c in checks if c.name == "firmware/driver pairing"]
+    ['OK']
+    >>> print(format_checks(checks))                          # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any, Dict, List, Mapping, Optional, Sequence
+
+from builder import explain, knowledge, versions
+from builder.errors import UserError
+from builder.host import HostInfo, normalize_arch, probe
+from builder.smoke import SMOKE_PATH
+
+OK, WARN, FAIL = "OK", "WARN", "FAIL"
+SHM_MIN_BYTES = 1 << 30  # below 1 GiB, DataLoader workers run out of shared memory
+HCCL_TIMEOUT_RANGE = (120, 7200)  # CANN env reference: integer seconds, default 120
+LOG_LEVELS = {"0": "DEBUG", "1": "INFO", "2": "WARNING", "3": "ERROR", "4": "NULL"}
+CONTROL_DEVICES = ("/dev/davinci_manager", "/dev/devmm_svm", "/dev/hisi_hdc")
+PROBE_MARK = "ASCEND_BUILD_DOCTOR "
+PROBE_TIMEOUT = 120.0
+
+
+@dataclass(frozen=True)
+class Check:
+    """One checklist item: ``status`` is OK, WARN or FAIL; ``fix`` is empty when OK.
+
+    Example:
+        >>> Check("driver", OK, "24.1.rc3").to_dict()["status"]
+        'OK'
+    """
+
+    name: str
+    status: str
+    detail: str
+    fix: str = ""
+
+    def to_dict(self) -> Dict[str, str]:
+        return asdict(self)
+
+
+def checks_to_dicts(checks: Sequence[Check]) -> List[Dict[str, str]]:
+    """JSON-able list (``ascend-build doctor --json``)."""
+    return [c.to_dict() for c in checks]
+
+
+def exit_code(checks: Sequence[Check]) -> int:
+    """1 when any check FAILs, else 0 (warnings do not fail the command).
+
+    Example:
+        >>> exit_code([Check("a", WARN, "")]), exit_code([Check("a", FAIL, "")])
+        (0, 1)
+    """
+    return 1 if any(c.status == FAIL for c in checks) else 0
+
+
+# ---------------------------------------------------------------------------------------
+# firmware/driver pairing
+
+
+def _num(text: str) -> Optional[tuple]:
+    parts = str(text).strip().rstrip(".").split(".")
+    return tuple(int(p) for p in parts) if parts and all(p.isdigit() for p in parts) else None
+
+
+def firmware_in_ranges(firmware: str, ranges: Sequence[Sequence[str]]) -> Optional[bool]:
+    """Whether a firmware version is inside a driver's ``compatible_version_fw`` ranges.
+
+    The bounds have three fields (``[7.0.0,7.5.99]``), the firmware five; they are
+    compared on the bound's fields. None when nothing can be decided.
+
+    Example:
+        >>> firmware_in_ranges("7.5.0.1.129", [["7.0.0", "7.5.99"]]), firmware_in_ranges("7.7.0.1.231", [["7.0.0", "7.5.99"]])
+        (True, False)
+    """
+    try:
+        key = versions.firmware(firmware).key
+    except versions.VersionError:
+        return None
+    decided = False
+    for lo, hi in ranges:
+        lo_t, hi_t = _num(lo), _num(hi)
+        if lo_t is None or hi_t is None:
+            continue
+        decided = True
+        if lo_t <= key[: len(lo_t)] and key[: len(hi_t)] <= hi_t:
+            return True
+    return False if decided else None
+
+
+def driver_in_ranges(driver: str, ranges: Sequence[Sequence[str]]) -> Optional[bool]:
+    """Whether a driver is inside a firmware's ``compatible_version_drv`` ranges.
+
+    ``[24.1,24.1.]`` is a prefix range: every 24.1.x driver. A range with two full
+    versions is compared with ``versions.hdk``. None when nothing can be decided.
+
+    Example:
+        >>> driver_in_ranges("24.1.rc3", [["23.0.0", "23.0.0."], ["24.1", "24.1."]])
+        True
+        >>> driver_in_ranges("25.0.rc1.1", [["24.1", "24.1."]])
+        False
+    """
+    d = driver.strip().lower()
+    decided = False
+    for lo, hi in ranges:
+        a, b = lo.strip().lower(), hi.strip().lower()
+        if b in (a, a + "."):
+            decided = True
+            if d == a or d.startswith(a + "."):
+                return True
+            continue
+        try:
+            if versions.hdk(lo) <= versions.hdk(driver) <= versions.hdk(hi):
+                return True
+            decided = True
+        except versions.VersionError:
+            continue
+    return False if decided else None
+
+
+def check_pairing(host: HostInfo) -> Check:
+    """Firmware and driver must come from one HDK release; three witnesses, any NOK fails."""
+    name = "firmware/driver pairing"
+    if host.driver is None or host.firmware is None:
+        flag = (host.compatibility or "").upper()
+        if flag == "NOK":
+            return Check(name, FAIL, "npu-smi reports Compatibility NOK",
+                         explain.fix_for("firmware-driver-mismatch", host))
+        return Check(name, WARN, "driver or firmware version unknown: cannot check the pair",
+                     "make /usr/local/Ascend/driver/version.info and firmware/version.info readable")
+    kb = knowledge.load()
+    fw_ranges = host.driver_fw_ranges
+    if not fw_ranges:
+        rng = kb.firmware_range(host.driver)
+        fw_ranges = [list(rng)] if rng else []
+    verdicts = []
+    flag = (host.compatibility or "").upper()
+    if flag in ("OK", "NOK"):
+        verdicts.append((flag == "OK", f"npu-smi Compatibility {flag}"))
+    fw_ok = firmware_in_ranges(host.firmware, fw_ranges)
+    if fw_ok is not None:
+        span = ", ".join(f"[{a},{b}]" for a, b in fw_ranges)
+        verdicts.append((fw_ok, f"driver {host.driver} accepts firmware {span}: {host.firmware} "
+                                f"{'inside' if fw_ok else 'outside'}"))
+    drv_ok = driver_in_ranges(host.driver, host.firmware_drv_ranges)
+    if drv_ok is not None:
+        verdicts.append((drv_ok, f"firmware {host.firmware} {'accepts' if drv_ok else 'does not accept'} "
+                                 f"driver {host.driver}"))
+    if not verdicts:
+        return Check(name, WARN, f"driver {host.driver}, firmware {host.firmware}: no range or npu-smi flag "
+                                 "to decide", "run on the host with npu-smi (`npu-smi info -t board -i 0`)")
+    detail = "; ".join(text for _, text in verdicts)
+    if all(ok for ok, _ in verdicts):
+        return Check(name, OK, detail)
+    fix = explain.fix_for("firmware-driver-mismatch", host,
+                          driver_fw_range=", ".join(f"[{a},{b}]" for a, b in fw_ranges) or None)
+    paired = kb.paired_firmware(host.driver, host.chip)
+    if paired:
+        fix += f" (driver {host.driver} shipped with firmware {paired})"
+    return Check(name, FAIL, detail, fix)
+
+
+# ---------------------------------------------------------------------------------------
+# host checks
+
+
+def _size(n: int) -> str:
+    return f"{n / 2**30:.1f} GiB" if n >= 2**30 else f"{n / 2**20:.0f} MiB"
+
+
+def _smi_error(host: HostInfo) -> Optional[str]:
+    return next((p for p in host.problems if p.startswith("npu-smi") and "failed" in p), None)
+
+
+def run_host_checks(host: HostInfo, environ: Mapping[str, str]) -> List[Check]:
+    """The checklist on this node: driver, pairing, npu-smi, chip, devices, /dev/shm, environment.
+
+    Example:
+        >>> [c.status for c in run_host_checks(HostInfo(), {})][:2]
+        ['FAIL', 'WARN']
+    """
+    out: List[Check] = []
+    if host.driver:
+        out.append(Check("driver", OK, f"{host.driver} ({host.driver_file or 'npu-smi'})"))
+    else:
+        out.append(Check("driver", FAIL, "no readable driver version.info: no NPU driver here",
+                         "install the Ascend HDK driver on the host (npu-driver .run --full, then firmware); "
+                         "in a container mount -v /usr/local/Ascend/driver/version.info and driver/lib64"))
+    out.append(check_pairing(host))
+
+    err = _smi_error(host)
+    if err:
+        found = explain.explain(err, host)
+        out.append(Check("npu-smi", FAIL, err, found[0].fix if found else "run npu-smi info as root and read its error"))
+    elif host.npu_smi:
+        out.append(Check("npu-smi", OK, f"{host.npu_smi}: NPU {', '.join(map(str, host.npu_ids)) or 'none'}"))
+    else:
+        out.append(Check("npu-smi", WARN, "npu-smi not found (no chip name, no Compatibility flag)",
+                         "install the driver's npu-smi or mount /usr/local/bin/npu-smi (or /usr/local/sbin/npu-smi)"))
+
+    if host.chip:
+        out.append(Check("chip", OK, f"{host.chip} ({host.soc})"))
+    else:
+        why = next((p for p in host.problems if p.startswith("chip unknown")), "npu-smi did not name the chip")
+        out.append(Check("chip", WARN, why, "run `npu-smi info -t board -i 0 -c 0` and pick images for that chip"))
+
+    root = Path(host.root)
+    missing = [d for d in CONTROL_DEVICES if not (root / d.lstrip("/")).exists()]
+    if not host.devices:
+        out.append(Check("devices", FAIL, "no /dev/davinciN",
+                         "on the host: load the driver (install it, reboot); in a container: "
+                         + explain.fix_for("no-valid-device", host)))
+    elif missing:
+        out.append(Check("devices", WARN, f"davinci {host.devices}, but {', '.join(missing)} missing",
+                         "pass --device " + " --device ".join(missing)))
+    else:
+        out.append(Check("devices", OK, f"davinci {', '.join(map(str, host.devices))} and the control devices"))
+
+    if host.shm_bytes is None:
+        out.append(Check("/dev/shm", WARN, "no /dev/shm", "start containers with --shm-size=16g or --ipc=host"))
+    elif host.shm_bytes < SHM_MIN_BYTES:
+        out.append(Check("/dev/shm", WARN, f"{_size(host.shm_bytes)} (Docker's default is 64 MiB)",
+                         "start the container with --shm-size=16g (or --ipc=host): DataLoader workers "
+                         "pass batches through /dev/shm"))
+    else:
+        out.append(Check("/dev/shm", OK, _size(host.shm_bytes)))
+
+    out += env_checks(environ, host)
+    return out
+
+
+def env_checks(environ: Mapping[str, str], host: Optional[HostInfo] = None, prefix: str = "") -> List[Check]:
+    """The job-environment items of the checklist; ``prefix`` names where (``image: ``).
+
+    Example:
+        >>> [c.status for c in env_checks({"HCCL_CONNECT_TIMEOUT": "1800",
+        ...     "ASCEND_GLOBAL_LOG_LEVEL": "3", "PYTORCH_NPU_ALLOC_CONF": "expandable_segments:True"})]
+        ['OK', 'OK', 'OK', 'OK']
+    """
+    out: List[Check] = []
+    name = prefix + "HCCL_CONNECT_TIMEOUT"
+    raw = environ.get("HCCL_CONNECT_TIMEOUT")
+    lo, hi = HCCL_TIMEOUT_RANGE
+    if raw is None or raw == "":
+        out.append(Check(name, WARN, f"unset: HCCL waits {lo} s for peers, short for multi-node start-up",
+                         "export HCCL_CONNECT_TIMEOUT=1800 (the field guide's value for multi-node jobs)"))
+    elif not raw.strip().isdigit() or not lo <= int(raw) <= hi:
+        out.append(Check(name, FAIL, f"{raw!r} is not an integer in [{lo}, {hi}] seconds",
+                         "export HCCL_CONNECT_TIMEOUT=1800"))
+    else:
+        out.append(Check(name, OK, f"{raw} s"))
+
+    name = prefix + "HCCL variables"
+    hccl = {k: v for k, v in sorted(environ.items()) if k.startswith("HCCL_") or k == "ASCEND_RT_VISIBLE_DEVICES"}
+    shown = ", ".join(f"{k}={v}" for k, v in hccl.items()) or "none set"
+    visible = environ.get("ASCEND_RT_VISIBLE_DEVICES")
+    bad = []
+    if visible and host is not None and host.devices:
+        ids = [v.strip() for v in visible.split(",") if v.strip()]
+        bad = [v for v in ids if not v.isdigit() or int(v) >= len(host.devices)]
+    if bad:
+        out.append(Check(name, FAIL, f"ASCEND_RT_VISIBLE_DEVICES names {', '.join(bad)}, only "
+                                     f"{len(host.devices)} device(s) visible",
+                         explain.fix_for("no-valid-device", host)))
+    elif str(environ.get("HCCL_DETERMINISTIC", "")).lower() == "true":
+        out.append(Check(name, WARN, shown + " (deterministic collectives are slower)",
+                         "unset HCCL_DETERMINISTIC outside debugging"))
+    else:
+        out.append(Check(name, OK, shown))
+
+    name = prefix + "ASCEND_GLOBAL_LOG_LEVEL"
+    raw = environ.get("ASCEND_GLOBAL_LOG_LEVEL")
+    if raw is None or raw == "":
+        out.append(Check(name, OK, "unset: CANN logs at its default 3 (ERROR)"))
+    elif raw.strip() not in LOG_LEVELS:
+        out.append(Check(name, WARN, f"{raw!r} is not 0-4: CANN ignores it and logs at 3 (ERROR)",
+                         "export ASCEND_GLOBAL_LOG_LEVEL=3"))
+    elif raw.strip() in ("0", "1"):
+        out.append(Check(name, WARN, f"{raw} ({LOG_LEVELS[raw.strip()]}): log volume slows training",
+                         "export ASCEND_GLOBAL_LOG_LEVEL=3 except while debugging"))
+    else:
+        out.append(Check(name, OK, f"{raw} ({LOG_LEVELS[raw.strip()]})"))
+
+    name = prefix + "PYTORCH_NPU_ALLOC_CONF"
+    raw = environ.get("PYTORCH_NPU_ALLOC_CONF")
+    if not raw:
+        out.append(Check(name, WARN, "unset: the caching allocator fragments on long runs",
+                         "export PYTORCH_NPU_ALLOC_CONF=expandable_segments:True"))
+    else:
+        out.append(Check(name, OK, raw))
+    return out
+
+
+# ---------------------------------------------------------------------------------------
+# image checks
+
+
+_PROGRAM = r"""
+import json, os, platform, sys
+ns = {"__name__": "ascend_build_smoke"}
+exec(compile(SMOKE_SOURCE, "smoke.py", "exec"), ns)
+manifest = {}
+try:
+    with open("/etc/ascend-build/manifest.json") as fh:
+        manifest = json.load(fh)
+except Exception:
+    pass
+found, looked = ns["find_cann"](os.environ, manifest, platform.machine())
+keep = ("ASCEND_", "HCCL_", "PYTORCH_NPU_", "LD_LIBRARY_PATH", "CONDA_DEFAULT_ENV", "CONDA_PREFIX")
+out = {
+    "python": platform.python_version(), "executable": sys.executable, "prefix": sys.prefix,
+    "base_prefix": getattr(sys, "base_prefix", sys.prefix), "arch": platform.machine(),
+    "torch": ns["dist_version"]("torch"), "torch_npu": ns["dist_version"]("torch_npu", "torch-npu"),
+    "cann": found, "cann_looked": looked, "manifest": bool(manifest),
+    "env": {k: v for k, v in os.environ.items() if k.startswith(keep)},
+}
+sys.stdout.write("\n" + MARK + json.dumps(out) + "\n")
+"""
+
+
+def probe_program() -> str:
+    """The ``python3 -c`` program run in the image; smoke.py's parsers travel as source.
+
+    Example:
+        >>> "find_cann" in probe_program()
+        True
+    """
+    with open(SMOKE_PATH, encoding="utf-8") as fh:
+        source = fh.read()
+    return f"SMOKE_SOURCE = {source!r}\nMARK = {PROBE_MARK!r}\n" + _PROGRAM
+
+
+def parse_probe(stdout: str) -> Optional[Dict[str, Any]]:
+    """The JSON the program printed (last marked line), None when there is none.
+
+    Example:
+        >>> parse_probe('noise\\nASCEND_BUILD_DOCTOR {"python": "3.11.2"}\\n')
+        {'python': '3.11.2'}
+    """
+    for line in reversed(stdout.splitlines()):
+        if line.startswith(PROBE_MARK):
+            try:
+                data = json.loads(line[len(PROBE_MARK):])
+            except ValueError:
+                return None
+            return data if isinstance(data, dict) else None
+    return None
+
+
+def _ver(kind: str, text: Optional[str]):
+    try:
+        return versions.parse(str(text), kind) if text else None
+    except versions.VersionError:
+        return None
+
+
+def image_checks(labels: Mapping[str, str], facts: Mapping[str, Any], host: HostInfo) -> List[Check]:
+    """Image vs host, from the labels and the in-image facts (``parse_probe`` output); no engine.
+
+    Example:
+        >>> checks = image_checks({"io.ascend-build.min-driver": "25.0.RC1"}, {}, HostInfo(driver="24.1.rc3"))
+        >>> [(c.name, c.status) for c in checks if c.name == "image: driver vs CANN"]
+        [('image: driver vs CANN', 'FAIL')]
+    """
+    kb = knowledge.load()
+    out: List[Check] = []
+
+    def lab(key: str) -> Optional[str]:
+        return labels.get(f"io.ascend-build.{key}") or None
+
+    cell, npu = lab("cell"), lab("variant") == "npu"
+
+    if cell:
+        out.append(Check("image: built by ascend-build", OK, f"cell {cell} ({lab('variant') or '?'})"))
+        if lab("validated") == "true":
+            out.append(Check("image: validated", OK, f"smoke tiers {lab('validated-tiers') or '?'} on "
+                                                     f"{lab('validated-device') or '?'}"))
+        else:
+            out.append(Check("image: validated", WARN, "not sealed: a -candidate or unvalidated image",
+                             "run `ascend-build promote <image>` on an NPU host first"))
+    else:
+        out.append(Check("image: built by ascend-build", WARN, "no io.ascend-build labels: only in-image facts "
+                         "are checked", "use an image built by ascend-build, or check pairings by hand"))
+
+    image_arch = normalize_arch(lab("arch") or facts.get("arch"))
+    if image_arch and host.arch and image_arch != host.arch:
+        out.append(Check("image: arch", FAIL, f"image {image_arch}, host {host.arch}",
+                         explain.fix_for("platform-mismatch", host, labels, image_arch=image_arch)))
+    elif image_arch:
+        out.append(Check("image: arch", OK if host.arch else WARN, f"image {image_arch}, host {host.arch or 'unknown'}"))
+
+    if lab("chip"):
+        if host.chip and host.chip != lab("chip"):
+            out.append(Check("image: chip", FAIL, f"image built for {lab('chip')}, host has {host.chip}",
+                             f"use the image of this cell built for chip {host.chip}: the CANN ops package is per chip"))
+        else:
+            out.append(Check("image: chip", OK if host.chip else WARN,
+                             f"image {lab('chip')}, host {host.chip or 'unknown'}"))
+
+    found = [f.get("version") for f in facts.get("cann") or [] if f.get("version")]
+    cann = lab("cann") or (found[0] if found else None)
+    if found and lab("cann") and not all(_ver("cann", f) == _ver("cann", lab("cann")) for f in found):
+        out.append(Check("image: CANN", FAIL, f"label says {lab('cann')}, files say {', '.join(found)}",
+                         "rebuild the image: its CANN is not the one it was validated with"))
+    elif facts and not found and (npu or facts.get("torch_npu")):
+        out.append(Check("image: CANN", FAIL, "no CANN version file at " + ", ".join(facts.get("cann_looked") or []),
+                         explain.fix_for("cann-env-not-set", host, labels)))
+    elif found:
+        out.append(Check("image: CANN", OK, ", ".join(found)))
+    elif facts:
+        what = "the CPU twin: no CANN by design" if lab("variant") == "cpu" else "no CANN in the image (a CPU image?)"
+        out.append(Check("image: CANN", WARN, what, "use the NPU variant on NPU nodes"))
+
+    need = lab("min-driver") or (kb.min_driver(cann) if cann else None)
+    if need:
+        have = _ver("hdk", host.driver)
+        want = _ver("hdk", need)
+        if want is None:  # a line such as 25.2.X: its first release
+            try:
+                want = versions.hdk_line_floor(need)
+            except versions.VersionError:
+                want = None
+        if have is None or want is None:
+            out.append(Check("image: driver vs CANN", WARN, f"image needs driver >= {need}; host driver "
+                                                            f"{host.driver or 'unknown'}",
+                             "run doctor on the NPU host (with /usr/local/Ascend/driver/version.info)"))
+        elif have < want:
+            out.append(Check("image: driver vs CANN", FAIL, f"host driver {host.driver} < {need} "
+                                                            f"(CANN {cann or '?'} needs it)",
+                             explain.fix_for("driver-too-old", host, labels, image_min_driver=need, image_cann=cann)))
+        else:
+            out.append(Check("image: driver vs CANN", OK, f"host driver {host.driver} >= {need}"))
+
+    if lab("min-firmware"):
+        have, want = _ver("firmware", host.firmware), _ver("firmware", lab("min-firmware"))
+        if have is not None and want is not None and have < want:
+            out.append(Check("image: firmware", FAIL, f"host firmware {host.firmware} < {lab('min-firmware')}",
+                             explain.fix_for("firmware-driver-mismatch", host, labels)))
+        elif have is not None and want is not None:
+            out.append(Check("image: firmware", OK, f"host firmware {host.firmware} >= {lab('min-firmware')}"))
+
+    out += _torch_checks(kb, lab, facts, cann, npu, host, labels)
+
+    if facts:
+        prefix, base = facts.get("prefix"), facts.get("base_prefix")
+        conda_env = (facts.get("env") or {}).get("CONDA_DEFAULT_ENV")
+        if prefix and base and prefix != base:
+            out.append(Check("image: Python env isolation", OK, f"venv {prefix}"))
+        elif conda_env and conda_env != "base":
+            out.append(Check("image: Python env isolation", OK, f"conda env {conda_env}"))
+        else:
+            out.append(Check("image: Python env isolation", WARN, f"{facts.get('executable')} is the system/base "
+                             "Python", "install the stack into a dedicated venv or conda env per job "
+                             "(ascend-build images use /opt/venv or /opt/conda/envs/ascend)"))
+        out += env_checks(facts.get("env") or {}, None, prefix="image: ")
+    return out
+
+
+def _torch_checks(kb, lab, facts, cann, npu, host, labels) -> List[Check]:
+    out: List[Check] = []
+    tnpu = facts.get("torch_npu") or (lab("torch-npu") if not facts else None)
+    torch = facts.get("torch") or (lab("torch") if not facts else None)
+    if not tnpu:
+        if npu:
+            out.append(Check("image: torch_npu vs CANN", FAIL, "torch_npu is not installed",
+                             explain.fix_for("torch-npu-not-importable", host, labels)))
+        elif facts:
+            what = ("the CPU twin: no torch_npu by design" if lab("variant") == "cpu"
+                    else "no torch_npu in the image (a CPU image?)")
+            out.append(Check("image: torch_npu vs CANN", WARN, what, "use the NPU variant on NPU nodes"))
+        return out
+    rel = kb.torch_npu(tnpu)
+    values = dict(image_torch_npu=tnpu, image_cann=cann)
+    if rel is None:
+        what = "was never published on PyPI" if kb.unpublished(tnpu) is None else "is named by Huawei but has no PyPI files"
+        out.append(Check("image: torch_npu vs CANN", FAIL, f"torch_npu {tnpu} {what}",
+                         f"install a published torch_npu paired with CANN {cann or '?'} (`ascend-build kb cann {cann or '<version>'}`)"))
+        return out
+    if rel.cann is None:
+        out.append(Check("image: torch_npu vs CANN", WARN, f"torch_npu {tnpu} has no published CANN pairing",
+                         "prefer a torch_npu release with a stated CANN pairing"))
+    elif cann is None:
+        out.append(Check("image: torch_npu vs CANN", WARN, f"torch_npu {tnpu} pairs with CANN {rel.cann}; "
+                                                           "the image's CANN is unknown", "check ASCEND_HOME_PATH"))
+    elif _ver("cann", rel.cann) != _ver("cann", cann):
+        out.append(Check("image: torch_npu vs CANN", FAIL, f"torch_npu {tnpu} pairs with CANN {rel.cann}, "
+                                                           f"the image has {cann}",
+                         explain.fix_for("torch-npu-cann-mismatch", host, labels, **values)))
+    else:
+        out.append(Check("image: torch_npu vs CANN", OK, f"torch_npu {tnpu} + CANN {cann}"))
+    if torch is None:
+        out.append(Check("image: torch vs torch_npu", FAIL, f"torch is not installed (torch_npu {tnpu} needs "
+                                                            f"{rel.torch})", f"pip install torch=={rel.torch}"))
+    elif torch.split("+")[0] != rel.torch:
+        out.append(Check("image: torch vs torch_npu", FAIL, f"torch {torch}, torch_npu {tnpu} needs {rel.torch}",
+                         f"pip install torch=={rel.torch} (x86_64 below 2.12: the +cpu build from the PyTorch CPU index)"))
+    else:
+        out.append(Check("image: torch vs torch_npu", OK, f"torch {torch}"))
+    py = ".".join(str(facts.get("python") or "").split(".")[:2])
+    arch = normalize_arch(facts.get("arch") or lab("arch"))
+    wheels = rel.python.get(arch or "", ())
+    if py and wheels and py not in wheels:
+        out.append(Check("image: Python vs torch_npu", FAIL, f"Python {py}; torch_npu {tnpu} has wheels for "
+                                                             f"{', '.join(wheels)} on {arch}",
+                         f"use Python {wheels[-1]} for torch_npu {tnpu}"))
+    return out
+
+
+def doctor_image(engine, ref: str, host: HostInfo) -> List[Check]:
+    """Run the in-image probe in ``ref`` and check it against ``host``; labels via ``engine.labels``.
+
+    A container that cannot run ``python3`` gives one FAIL check (with the explained
+    error when the output names a known one), not an exception.
+    """
+    labels = engine.labels(ref)  # UserError (exit 1) when the image does not exist
+    try:
+        result = engine.run(ref, ["python3", "-c", probe_program()], timeout=PROBE_TIMEOUT)
+    except UserError as exc:
+        return image_checks(labels, {}, host) + [Check("image: probe", FAIL, exc.message, exc.fix or
+                                                       "check that the image has python3 on PATH")]
+    except Exception as exc:  # docker SDK errors, e.g. no python3 in the image
+        text = str(getattr(exc, "explanation", None) or exc)
+        return image_checks(labels, {}, host) + [Check("image: probe", FAIL, f"cannot run python3 in {ref}: "
+                                                       f"{text.strip()[:300]}", "the image needs python3 on PATH")]
+    facts = parse_probe(result.stdout)
+    if facts is None:
+        text = (result.stderr or result.stdout).strip()
+        known = explain.explain(text, host, labels)
+        return image_checks(labels, {}, host) + [Check(
+            "image: probe", FAIL, f"python3 in {ref} exited {result.exit_code}: {text.splitlines()[-1][:300] if text else 'no output'}",
+            known[0].fix if known else "run `docker run --rm <image> python3 -c 'import sys'` and read the error")]
+    return image_checks(labels, facts, host)
+
+
+def run_doctor(image: Optional[str] = None, root: Path = Path("/"), environ: Optional[Mapping[str, str]] = None,
+               engine=None, run_npu_smi: bool = True) -> List[Check]:
+    """``ascend-build doctor [--image IMAGE]``: probe this node, check it, and the image if given.
+
+    ``engine`` defaults to ``Engine.connect()`` when an image is named (UserError, exit 1,
+    when no engine answers).
+    """
+    environ = dict(os.environ if environ is None else environ)
+    host = probe(root, run_npu_smi=run_npu_smi, environ=environ)
+    checks = run_host_checks(host, environ)
+    if image:
+        if engine is None:
+            from builder.engine import Engine
+
+            engine = Engine.connect()
+        checks += doctor_image(engine, image, host)
+    return checks
+
+
+def format_checks(checks: Sequence[Check]) -> str:
+    """A status/check/detail table, each fix under its line, and a count line.
+
+    Example:
+        >>> print(format_checks([Check("driver", FAIL, "none", "install it")]))
+        FAIL  driver  none
+              fix: install it
+        <BLANKLINE>
+        1 FAIL, 0 WARN, 0 OK
+    """
+    width = max((len(c.name) for c in checks), default=0)
+    lines = []
+    for c in checks:
+        lines.append(f"{c.status:<4}  {c.name:<{width}}  {c.detail}".rstrip())
+        if c.fix and c.status != OK:
+            lines.append(f"{'':<4}  fix: {c.fix}")
+    counts = {s: sum(c.status == s for c in checks) for s in (FAIL, WARN, OK)}
+    lines += ["", f"{counts[FAIL]} FAIL, {counts[WARN]} WARN, {counts[OK]} OK"]
+    return "\n".join(lines)
+
+
+__all__ = ["Check", "OK", "WARN", "FAIL", "run_host_checks", "env_checks", "check_pairing", "image_checks",
+           "doctor_image", "run_doctor", "format_checks", "checks_to_dicts", "exit_code",
+           "firmware_in_ranges", "driver_in_ranges", "probe_program", "parse_probe"]

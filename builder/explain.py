@@ -1,0 +1,231 @@
+"""Known Ascend error strings -> cause and fix, with this node's versions filled in.
+
+Why: the same dozen messages (``dcmi ... ret is -8020``, ``207004``,
+``libascend_hal.so: cannot open``, ``undefined symbol: _ZN3atb...``) cost every new
+user a day; their meaning is known (ascend-facts.md, "What users hit"). The table
+lives in ``builder/data/errors.yaml`` and is the one source for ``ascend-build
+explain`` and for the fixes ``ascend-build doctor`` prints (``fix_for``).
+
+A fix may name ``{placeholders}``; they are filled from, in this order of strength:
+named groups of the matching pattern (the text is the subject), the image labels
+(``io.ascend-build.*``), the host probe, and the knowledge base; an unknown value
+reads ``unknown``.
+
+Example:
+    >>> m = explain("RuntimeError: not support driver 24.1")[0]
+    >>> m.id
+    'driver-too-old'
+    >>> "24.1" in m.fix
+    True
+    >>> explain("all good")
+    []
+"""
+
+from __future__ import annotations
+
+import re
+import string
+from dataclasses import asdict, dataclass
+from functools import lru_cache
+from typing import Any, Dict, List, Mapping, Optional, Tuple
+
+import yaml
+
+from builder import knowledge
+from builder.host import HostInfo, normalize_arch
+
+ERRORS_FILE = knowledge.DATA_DIR / "errors.yaml"
+UNKNOWN = "unknown"
+# Placeholders a fix may use besides the named groups of its own patterns.
+PLACEHOLDERS = (
+    "host_driver", "host_firmware", "host_arch", "host_chip", "devices", "driver_fw_range",
+    "image_min_driver", "image_min_firmware", "image_cann", "image_torch_npu", "image_arch",
+    "image_chip", "paired_cann", "paired_torch_npu",
+)
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One row of errors.yaml, patterns compiled (case-insensitive)."""
+
+    id: str
+    patterns: Tuple["re.Pattern[str]", ...]
+    cause: str
+    fix: str
+    source: str
+
+
+@dataclass(frozen=True)
+class Match:
+    """One known error found in the text: what matched, why, what to do (fix filled in)."""
+
+    id: str
+    matched: str
+    cause: str
+    fix: str
+    source: str
+
+    def to_dict(self) -> Dict[str, str]:
+        return asdict(self)
+
+
+@lru_cache(maxsize=1)
+def table() -> Tuple[Entry, ...]:
+    """The entries of errors.yaml, read and compiled once.
+
+    Example:
+        >>> [e.id for e in table()][:2]
+        ['platform-mismatch', 'dcmi-device-in-use']
+    """
+    with open(ERRORS_FILE, "rb") as fh:
+        doc = yaml.safe_load(fh)
+    return tuple(
+        Entry(id=str(e["id"]), patterns=tuple(re.compile(p, re.IGNORECASE) for p in e["patterns"]),
+              cause=" ".join(str(e["cause"]).split()), fix=" ".join(str(e["fix"]).split()),
+              source=str(e["source"]))
+        for e in doc["errors"]
+    )
+
+
+def entry(entry_id: str) -> Entry:
+    """The entry with that id (KeyError for an unknown id: a programming error).
+
+    Example:
+        >>> entry("no-valid-device").id
+        'no-valid-device'
+    """
+    for e in table():
+        if e.id == entry_id:
+            return e
+    raise KeyError(entry_id)
+
+
+# ---------------------------------------------------------------------------------------
+# placeholder values
+
+
+def _platform_arch(text: Optional[str]) -> Optional[str]:
+    """``linux/arm64/v8`` -> ``aarch64``."""
+    parts = str(text or "").split("/")
+    return normalize_arch(parts[1]) if len(parts) > 1 else None
+
+
+def _ranges_text(ranges: List[List[str]]) -> str:
+    return ", ".join(f"[{a},{b}]" for a, b in ranges)
+
+
+def context(host: Optional[HostInfo] = None, labels: Optional[Mapping[str, str]] = None,
+            **values: Optional[str]) -> Dict[str, str]:
+    """Placeholder values from the host, the image labels and ``values`` (strongest last).
+
+    Example:
+        >>> context(HostInfo(driver="24.1.rc3"), {"io.ascend-build.cann": "8.0.RC3"})["image_min_driver"]
+        '24.1.RC3'
+    """
+    kb = knowledge.load()
+    labels = labels or {}
+    ctx: Dict[str, Optional[str]] = {}
+    if host is not None:
+        ctx.update(host_driver=host.driver, host_firmware=host.firmware, host_arch=host.arch,
+                   host_chip=host.chip)
+        if host.devices:
+            ctx["devices"] = " ".join(f"--device /dev/davinci{n}" for n in host.devices)
+        if host.driver_fw_ranges:
+            ctx["driver_fw_range"] = _ranges_text(host.driver_fw_ranges)
+    ctx.update({k: v for k, v in (
+        ("image_min_driver", labels.get("io.ascend-build.min-driver")),
+        ("image_min_firmware", labels.get("io.ascend-build.min-firmware")),
+        ("image_cann", labels.get("io.ascend-build.cann")),
+        ("image_torch_npu", labels.get("io.ascend-build.torch-npu")),
+        ("image_arch", labels.get("io.ascend-build.arch")),
+        ("image_chip", labels.get("io.ascend-build.chip")),
+    ) if v})
+    ctx.update({k: v for k, v in values.items() if v})
+    if ctx.get("reported_driver") and not values.get("host_driver"):
+        ctx["host_driver"] = ctx["reported_driver"]
+    for group, key in (("host_platform", "host_arch"), ("image_platform", "image_arch")):
+        if _platform_arch(ctx.get(group)):
+            ctx[key] = _platform_arch(ctx.get(group))
+    # what the knowledge base adds
+    if ctx.get("image_cann"):
+        ctx.setdefault("image_min_driver", kb.min_driver(ctx["image_cann"]))
+        paired = [r.version for r in kb.torch_npu_for_cann(ctx["image_cann"])]
+        if paired:
+            ctx.setdefault("paired_torch_npu", "torch_npu " + " or ".join(paired))
+    if ctx.get("image_torch_npu"):
+        rel = kb.torch_npu(ctx["image_torch_npu"])
+        ctx.setdefault("paired_cann", rel.cann if rel else None)
+    if ctx.get("host_driver") and not ctx.get("driver_fw_range"):
+        rng = kb.firmware_range(ctx["host_driver"])
+        ctx["driver_fw_range"] = f"[{rng[0]},{rng[1]}]" if rng else None
+    defaults = {"devices": "--device /dev/davinciN", "paired_torch_npu": "see `ascend-build kb cann <version>`"}
+    return {k: (ctx.get(k) or defaults.get(k) or UNKNOWN) for k in set(PLACEHOLDERS) | set(ctx)}
+
+
+class _Values(dict):
+    def __missing__(self, key: str) -> str:
+        return UNKNOWN
+
+
+def fill(template: str, values: Mapping[str, str]) -> str:
+    """``template`` with ``{name}`` replaced; unknown names read ``unknown``.
+
+    Example:
+        >>> fill("upgrade to {image_min_driver} ({x})", {"image_min_driver": "24.1.RC3"})
+        'upgrade to 24.1.RC3 (unknown)'
+    """
+    return string.Formatter().vformat(template, (), _Values(values))
+
+
+def fix_for(entry_id: str, host: Optional[HostInfo] = None, labels: Optional[Mapping[str, str]] = None,
+            **values: Optional[str]) -> str:
+    """The filled-in fix of one entry: doctor's fixes come from here, not from its own text.
+
+    Example:
+        >>> fix_for("driver-too-old", image_min_driver="25.0.RC1").split(" to at least ")[1][:8]
+        '25.0.RC1'
+    """
+    return fill(entry(entry_id).fix, context(host, labels, **values))
+
+
+# ---------------------------------------------------------------------------------------
+# explain
+
+
+def explain(text: str, host: Optional[HostInfo] = None,
+            labels: Optional[Mapping[str, str]] = None) -> List[Match]:
+    """Every known error in ``text``, once each, in the order they first appear.
+
+    Unknown text gives ``[]`` (the CLI then says it knows no such error, exit 1).
+
+    Example:
+        >>> [m.id for m in explain("ImportError: libhccl.so: cannot open shared object file\\n"
+        ...                        "RuntimeError: Failed to infer device type")]
+        ['cann-env-not-set']
+    """
+    found: List[Tuple[int, Match]] = []
+    for e in table():
+        hits = [m for m in (p.search(text or "") for p in e.patterns) if m]
+        if not hits:
+            continue
+        first = min(hits, key=lambda m: m.start())
+        groups = {k: v for m in hits for k, v in m.groupdict().items() if v}
+        fix = fill(e.fix, context(host, labels, **groups))
+        found.append((first.start(), Match(e.id, first.group(0), e.cause, fix, e.source)))
+    return [m for _, m in sorted(found, key=lambda pm: pm[0])]
+
+
+def format_explanations(matches: List[Match]) -> str:
+    """Matches as text blocks (``ascend-build explain``); empty string for none.
+
+    Example:
+        >>> print(format_explanations(explain("ret is -8020, dcmi model initialized failed, because the device is used")).splitlines()[0])
+        dcmi-device-in-use: "dcmi model initialized failed, because the device is used"
+    """
+    blocks = []
+    for m in matches:
+        blocks.append(f'{m.id}: "{m.matched}"\n  cause:  {m.cause}\n  fix:    {m.fix}\n  source: {m.source}')
+    return "\n\n".join(blocks)
+
+
+__all__ = ["Entry", "Match", "table", "entry", "explain", "format_explanations", "fix_for", "fill", "context"]

@@ -1,0 +1,155 @@
+"""Pick the validated image that fits a node, from registry labels alone, and pull it by digest.
+
+A node has one arch, one chip, one driver and one firmware. Every image built by
+ascend-build carries its requirements as labels (``io.ascend-build.min-driver``,
+``...chip``, ``...arch``, ``...validated``), so the choice needs no pull:
+keep the sealed NPU images this node can run, prefer the newest torch (then
+torch_npu), pull that one **by digest** so what runs is exactly what was checked,
+and check the labels again after the pull. When nothing fits, every candidate
+says why, and `suggestions` says which upgrade or which other CANN would fit.
+
+Example:
+    >>> node = Node(arch="aarch64", chip="910b", driver="24.1.RC3", firmware="7.5.0.1.129")   # doctest: +SKIP
+    >>> best, rejected = choose(infos, node, Wanted(cann="8.0.RC3"))                         # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Dict, List, Optional, Tuple
+
+from builder import versions
+from builder.errors import UserError
+from builder.registry import ImageInfo
+
+L = "io.ascend-build."
+
+
+@dataclass(frozen=True)
+class Node:
+    """What a node offers; None means unknown (then requirements on it cannot be confirmed)."""
+
+    arch: str
+    chip: Optional[str]
+    driver: Optional[str]
+    firmware: Optional[str]
+
+
+@dataclass(frozen=True)
+class Wanted:
+    """What the user asked for: a CANN release, optionally a torch and a Python."""
+
+    cann: Optional[str] = None
+    torch: Optional[str] = None
+    python: Optional[str] = None
+
+
+def _older(have: str, need: str, parse) -> bool:
+    try:
+        return parse(have) < parse(need)
+    except (versions.VersionError, TypeError):
+        return True  # an unparseable version cannot be shown to be new enough
+
+
+def why_not(info: ImageInfo, node: Node, wanted: Wanted) -> List[str]:
+    """Every reason ``info`` does not fit; empty when it fits."""
+    labels = info.labels
+    if not labels.get(L + "cell"):
+        return ["not built by ascend-build (no io.ascend-build labels)"]
+    reasons = []
+    if labels.get(L + "variant") != "npu":
+        reasons.append("CPU twin, not an NPU image")
+    if labels.get(L + "validated") != "true":
+        reasons.append("not validated (a -candidate: run `ascend-build promote` on an NPU host)")
+    if labels.get(L + "arch") != node.arch:
+        reasons.append(f"wrong arch: {labels.get(L + 'arch') or info.architecture or 'unknown'}, node is {node.arch}")
+    chip = labels.get(L + "chip")
+    if chip and chip != node.chip:
+        reasons.append(f"chip {chip} is not this node's ({node.chip or 'unknown'})")
+    cann = labels.get(L + "cann", "")
+    if wanted.cann and not _same(cann, wanted.cann, versions.cann):
+        reasons.append(f"CANN {cann or 'unknown'}, not {wanted.cann}")
+    if wanted.torch and labels.get(L + "torch") != wanted.torch:
+        reasons.append(f"torch {labels.get(L + 'torch')}, not {wanted.torch}")
+    if wanted.python and labels.get(L + "python") != wanted.python:
+        reasons.append(f"Python {labels.get(L + 'python')}, not {wanted.python}")
+    need_driver, need_firmware = labels.get(L + "min-driver"), labels.get(L + "min-firmware")
+    if need_driver:
+        if not node.driver:
+            reasons.append(f"node driver unknown; requires {need_driver}")
+        elif _older(node.driver, need_driver, versions.hdk):
+            reasons.append(f"driver {node.driver} < required {need_driver}")
+    if need_firmware:
+        if not node.firmware:
+            reasons.append(f"node firmware unknown; requires {need_firmware}")
+        elif _older(node.firmware, need_firmware, versions.firmware):
+            reasons.append(f"firmware {node.firmware} < required {need_firmware}")
+    return reasons
+
+
+def _same(a: str, b: str, parse) -> bool:
+    try:
+        return parse(a) == parse(b)
+    except versions.VersionError:
+        return a == b
+
+
+def _newest_first(info: ImageInfo) -> Tuple:
+    def key(name: str):
+        try:
+            return versions.python_package(info.labels.get(L + name, "0"))
+        except versions.VersionError:
+            return versions.python_package("0")
+    return (key("torch"), key("torch-npu"), info.tag)
+
+
+def choose(infos: List[ImageInfo], node: Node, wanted: Wanted) -> Tuple[Optional[ImageInfo], List[Tuple[ImageInfo, List[str]]]]:
+    """The best fitting image (newest torch, then torch_npu) and every rejected one with its reasons."""
+    fitting, rejected = [], []
+    for info in infos:
+        reasons = why_not(info, node, wanted)
+        (rejected.append((info, reasons)) if reasons else fitting.append(info))
+    best = max(fitting, key=_newest_first) if fitting else None
+    return best, rejected
+
+
+def suggestions(rejected: List[Tuple[ImageInfo, List[str]]], node: Node, wanted: Wanted) -> List[str]:
+    """What would make something fit: a driver/firmware upgrade, or another CANN."""
+    out = []
+    host_only = [info for info, reasons in rejected
+                 if reasons and all(r.startswith(("driver", "firmware", "node driver", "node firmware")) for r in reasons)]
+    if host_only:
+        drivers = sorted({i.labels.get(L + "min-driver", "") for i in host_only} - {""}, key=versions.hdk)
+        firmwares = sorted({i.labels.get(L + "min-firmware", "") for i in host_only} - {""}, key=versions.firmware)
+        line = f"upgrade the node's driver to {drivers[0]} or newer" if drivers else "upgrade the node's driver"
+        if firmwares:
+            line += f" and its firmware to {firmwares[0]} or newer (same Ascend HDK release)"
+        out.append(line)
+    if wanted.cann:
+        other = Wanted(cann=None, torch=wanted.torch, python=wanted.python)
+        fits = sorted({i.labels.get(L + "cann", "") for i, _ in rejected if not why_not(i, node, other)} - {""},
+                      key=versions.cann)
+        if fits:
+            out.append("another CANN fits this node: " + ", ".join(fits)
+                       + f" (ascend-build pull --cann {fits[-1]})")
+    return out
+
+
+def format_rejections(rejected: List[Tuple[ImageInfo, List[str]]]) -> str:
+    return "\n".join(f"  {info.tag}: " + "; ".join(reasons) for info, reasons in rejected)
+
+
+def split_registry(value: str, default_repository: str) -> Tuple[str, str]:
+    """``host[:port][/repository]`` -> (host, repository)."""
+    host, _, repository = value.strip("/").partition("/")
+    if not host:
+        raise UserError(f"--registry {value!r} names no registry host", fix="write e.g. --registry 127.0.0.1:5000")
+    return host, repository or default_repository
+
+
+def verify_pulled(expected: Dict[str, str], actual: Dict[str, str], ref: str) -> None:
+    """The labels after the pull must be the ones the choice was made on."""
+    if expected != actual:
+        differs = sorted(k for k in set(expected) | set(actual) if expected.get(k) != actual.get(k))
+        raise UserError(f"{ref}: the pulled image's labels differ from the registry's ({', '.join(differs)})",
+                        fix="the registry changed under us; run the pull again", exit_code=1)

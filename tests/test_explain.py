@@ -1,0 +1,170 @@
+"""builder.explain: real error strings -> cause and fix, versions filled in.
+
+Every string below was printed by a real Ascend stack (ascend-facts.md "What users
+hit", and the public issue threads named in errors.yaml ``source``).
+"""
+
+from __future__ import annotations
+
+import re
+import string
+
+import pytest
+
+from builder import explain as ex
+from builder import knowledge
+from builder.host import HostInfo
+
+# id -> real texts that must map to it (each entry of the table has at least one)
+REAL = {
+    "platform-mismatch": [
+        "WARNING: The requested image's platform (linux/amd64) does not match the detected host platform "
+        "(linux/arm64/v8) and no specific platform was requested",
+        "exec /usr/bin/python3: exec format error",
+    ],
+    "dcmi-device-in-use": [
+        "DrvMngGetConsoleLogLevel failed. (g_conLogLevel=3)\n"
+        "dcmi model initialized failed, because the device is used. ret is -8020",
+    ],
+    "dcmi-init-failed": [
+        "dcmi module initialize failed. ret is -8005",
+        "DrvMngGetConsoleLogLevel failed. (ret=4)\ndcmi module initialize failed. ret is -8005",
+    ],
+    "no-valid-device": [
+        "rtGetDeviceCount execute failed, reason=[driver error:no valid device]"
+        "[FUNC:FuncErrorReason][FILE:error_message_manage.cc][LINE:53]\n"
+        "get device count failed, runtime result = 207004.[FUNC:ReportCallError][FILE:log_inner.cpp][LINE:161]",
+        "RuntimeError: aclrtGetDeviceCount failed, error code is 207004",
+    ],
+    "driver-libs-not-mounted": [
+        "ImportError: libascend_hal.so: cannot open shared object file: No such file or directory",
+    ],
+    "cann-env-not-set": [
+        "  File \"/usr/local/python3.10/lib/python3.10/site-packages/torch_npu/utils/__init__.py\", line 1\n"
+        "    from torch_npu import _C\nImportError: libhccl.so: cannot open shared object file: No such file or directory",
+        "   raise RuntimeError(\"Failed to infer device type\")\nRuntimeError: Failed to infer device type",
+    ],
+    "torch-npu-cann-mismatch": [
+        "ImportError: /usr/local/python3.10.14/lib/python3.10/site-packages/torch_npu/lib/libtorch_npu.so: "
+        "undefined symbol: _ZN3atb15CreateOperationINS_5infer14GroupTopkParamEEEiRKT_PPNS_9OperationE",
+        "OSError: /home/mtp/Ascend/nnal/atb/latest/atb/cxx_abi_1/lib/libtbe_adapter.so: undefined symbol: "
+        "_ZN3Mki2DlC1ERKNSt7__cxx1112basic_stringIcSt11char_traitsIcESaIcEEEb",
+    ],
+    "nnal-missing": [
+        "ImportError: libatb.so: cannot open shared object file: No such file or directory",
+    ],
+    "driver-too-old": ["RuntimeError: not support driver 24.1"],
+    "firmware-driver-mismatch": ["        Compatibility                  : NOK"],
+    "torch-npu-not-importable": [
+        "ModuleNotFoundError: No module named 'torch_npu'",
+        "ImportError: cannot import name 'npu_format_cast' from 'torch_npu'",
+    ],
+}
+
+A3_LABELS = {
+    "io.ascend-build.cell": "cann8.0.rc3-910b-ubuntu22.04-py3.10-torch_npu2.4.0-aarch64",
+    "io.ascend-build.variant": "npu", "io.ascend-build.arch": "aarch64", "io.ascend-build.chip": "910b",
+    "io.ascend-build.cann": "8.0.RC3", "io.ascend-build.torch-npu": "2.4.0", "io.ascend-build.min-driver": "24.1.RC3",
+}
+
+
+def test_table_is_well_formed():
+    ids = [e.id for e in ex.table()]
+    assert len(ids) == len(set(ids)) and set(ids) == set(REAL)
+    for e in ex.table():
+        assert e.patterns and e.cause and e.fix and e.source
+        groups = {g for p in e.patterns for g in p.groupindex}
+        used = {name for _, name, _, _ in string.Formatter().parse(e.fix) if name}
+        assert used <= set(ex.PLACEHOLDERS) | groups, (e.id, used - set(ex.PLACEHOLDERS) - groups)
+        assert not re.search(r"https?://|www\.", e.fix + e.source + e.cause)
+
+
+@pytest.mark.parametrize("entry_id, text", [(i, t) for i, texts in REAL.items() for t in texts])
+def test_every_real_string_maps_to_its_entry(entry_id, text):
+    assert [m.id for m in ex.explain(text)] == [entry_id]
+
+
+def test_unknown_text_explains_nothing():
+    assert ex.explain("Segmentation fault (core dumped)") == []
+    assert ex.explain("") == []
+    assert ex.format_explanations([]) == ""
+
+
+def test_driver_too_old_filled_from_host_and_image():
+    host = HostInfo(driver="23.0.3")
+    [m] = ex.explain("not support driver 23.0", host, A3_LABELS)
+    # the text's driver is the subject; the image's minimum comes from its label
+    assert "to at least 24.1.RC3" in m.fix and "the host driver 23.0" in m.fix
+    [m] = ex.explain("RuntimeError: not support driver", host, {"io.ascend-build.cann": "8.0.RC3"})
+    assert f"to at least {knowledge.load().min_driver('8.0.RC3')}" in m.fix and "host driver 23.0.3" in m.fix
+
+
+def test_platform_mismatch_filled_from_the_text():
+    [m] = ex.explain(REAL["platform-mismatch"][0])
+    assert m.matched.startswith("requested image's platform (linux/amd64)")
+    assert "image built for aarch64" in m.fix and "the image says x86_64" in m.fix
+    assert "--arch aarch64" in m.fix
+
+
+def test_atb_undefined_symbol_names_the_pairings():
+    labels = {"io.ascend-build.torch-npu": "2.4.0", "io.ascend-build.cann": "8.0.RC2"}
+    [m] = ex.explain(REAL["torch-npu-cann-mismatch"][0], HostInfo(), labels)
+    kb = knowledge.load()
+    assert f"pairs with CANN {kb.torch_npu('2.4.0').cann}" in m.fix
+    assert "the image has CANN 8.0.RC2" in m.fix
+    paired = [r.version for r in kb.torch_npu_for_cann("8.0.RC2")]
+    assert paired and all(v in m.fix for v in paired)
+
+
+def test_firmware_mismatch_names_the_driver_range_and_firmware():
+    host = HostInfo(driver="24.1.rc3", firmware="7.7.0.1.231", driver_fw_ranges=[["7.0.0", "7.5.99"]])
+    [m] = ex.explain("Compatibility : NOK", host)
+    assert "accepts firmware [7.0.0,7.5.99]" in m.fix and "firmware 7.7.0.1.231" in m.fix
+    # without version.info ranges, the knowledge base's observed range is used
+    [m] = ex.explain("Compatibility : NOK", HostInfo(driver="24.1.rc1", firmware="7.3.0.1.231"))
+    assert "accepts firmware [7.0.0,7.2.99]" in m.fix
+
+
+def test_no_valid_device_lists_the_host_devices():
+    [m] = ex.explain(REAL["no-valid-device"][0], HostInfo(devices=[0, 1]))
+    assert "--device /dev/davinci0 --device /dev/davinci1 --device /dev/davinci_manager" in m.fix
+    [m] = ex.explain(REAL["no-valid-device"][0])
+    assert "--device /dev/davinciN" in m.fix
+
+
+def test_one_log_with_several_errors_in_order_of_appearance():
+    log = (REAL["driver-libs-not-mounted"][0] + "\n" + REAL["dcmi-device-in-use"][0] + "\n"
+           + "RuntimeError: not support driver 24.1")
+    assert [m.id for m in ex.explain(log)] == ["driver-libs-not-mounted", "dcmi-device-in-use", "driver-too-old"]
+
+
+def test_8005_and_8020_are_told_apart():
+    both = ex.explain("dcmi module initialize failed. ret is -8005\n"
+                      "dcmi model initialized failed, because the device is used. ret is -8020")
+    assert [m.id for m in both] == ["dcmi-device-in-use", "dcmi-init-failed"] or \
+        [m.id for m in both] == ["dcmi-init-failed", "dcmi-device-in-use"]
+    assert [m.id for m in ex.explain(REAL["dcmi-device-in-use"][0])] == ["dcmi-device-in-use"]
+
+
+def test_unknown_placeholder_values_read_unknown():
+    assert ex.fill("{host_driver} and {nope}", {}) == "unknown and unknown"
+    [m] = ex.explain("dcmi module initialize failed. ret is -8005")
+    assert "Host driver unknown, firmware unknown" in m.fix
+
+
+def test_fix_for_is_the_shared_source():
+    assert ex.fix_for("driver-too-old", HostInfo(driver="23.0.3"), image_min_driver="24.1.RC3") == \
+        ex.explain("not support driver", HostInfo(driver="23.0.3"),
+                   {"io.ascend-build.min-driver": "24.1.RC3"})[0].fix
+    with pytest.raises(KeyError):
+        ex.fix_for("no-such-entry")
+
+
+def test_format_explanations():
+    text = ex.format_explanations(ex.explain("not support driver 24.1", HostInfo(), A3_LABELS))
+    lines = text.splitlines()
+    assert lines[0] == 'driver-too-old: "not support driver 24.1"'
+    assert lines[1].startswith("  cause:  The host's NPU driver is older")
+    assert lines[2].startswith("  fix:    Upgrade the host driver") and "24.1.RC3" in lines[2]
+    assert lines[3].startswith("  source: ascend-facts.md")
+    assert ex.explain("not support driver 24.1")[0].to_dict()["id"] == "driver-too-old"

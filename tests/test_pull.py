@@ -1,0 +1,84 @@
+"""Choosing an image for a node from registry labels (no engine: pure selection)."""
+
+import pytest
+
+from builder.errors import UserError
+from builder.pull import Node, Wanted, choose, split_registry, suggestions, verify_pulled, why_not
+from builder.registry import ImageInfo
+
+NODE = Node(arch="aarch64", chip="910b", driver="24.1.RC3", firmware="7.5.0.1.129")
+
+
+def image(tag, **over):
+    labels = {
+        "io.ascend-build.cell": tag, "io.ascend-build.variant": "npu", "io.ascend-build.validated": "true",
+        "io.ascend-build.arch": "aarch64", "io.ascend-build.chip": "910b", "io.ascend-build.cann": "8.0.RC3",
+        "io.ascend-build.torch": "2.4.0", "io.ascend-build.torch-npu": "2.4.0", "io.ascend-build.python": "3.10",
+        "io.ascend-build.min-driver": "24.1.RC3", "io.ascend-build.min-firmware": "7.5.0.1.129",
+    }
+    labels.update({f"io.ascend-build.{k.replace('_', '-')}": v for k, v in over.items()})
+    return ImageInfo(tag, "sha256:" + format(abs(hash(tag)), "x").ljust(64, "0")[:64], labels, "arm64")
+
+
+def test_a_fitting_image_has_no_reasons():
+    assert why_not(image("a"), NODE, Wanted(cann="8.0.RC3")) == []
+
+
+def test_newest_torch_wins_then_torch_npu():
+    older = image("old", torch="2.1.0", torch_npu="2.1.0.post8")
+    newer = image("new", torch="2.4.0", torch_npu="2.4.0")
+    newest_npu = image("newest", torch="2.4.0", torch_npu="2.4.0.post2")
+    best, rejected = choose([older, newest_npu, newer], NODE, Wanted(cann="8.0.RC3"))
+    assert best.tag == "newest" and rejected == []
+
+
+def test_cann_spellings_are_compared_as_versions():
+    assert why_not(image("a", cann="8.0.RC3"), NODE, Wanted(cann="8.0.rc3")) == []
+
+
+@pytest.mark.parametrize("over, reason", [
+    ({"min_driver": "25.0.RC1"}, "driver 24.1.RC3 < required 25.0.RC1"),
+    ({"min_firmware": "7.7.0.1.231"}, "firmware 7.5.0.1.129 < required 7.7.0.1.231"),
+    ({"chip": "a3"}, "chip a3 is not this node's (910b)"),
+    ({"arch": "x86_64"}, "wrong arch: x86_64, node is aarch64"),
+    ({"validated": "false"}, "not validated (a -candidate: run `ascend-build promote` on an NPU host)"),
+    ({"variant": "cpu"}, "CPU twin, not an NPU image"),
+    ({"cann": "8.0.RC1"}, "CANN 8.0.RC1, not 8.0.RC3"),
+])
+def test_each_reason_is_named(over, reason):
+    assert reason in why_not(image("x", **over), NODE, Wanted(cann="8.0.RC3"))
+
+
+def test_unknown_node_driver_is_not_assumed_new_enough():
+    node = Node(arch="aarch64", chip="910b", driver=None, firmware=None)
+    reasons = why_not(image("x"), node, Wanted())
+    assert "node driver unknown; requires 24.1.RC3" in reasons
+    assert "node firmware unknown; requires 7.5.0.1.129" in reasons
+
+
+def test_foreign_images_are_rejected_plainly():
+    info = ImageInfo("latest", "sha256:" + "0" * 64, {}, "arm64")
+    assert why_not(info, NODE, Wanted()) == ["not built by ascend-build (no io.ascend-build labels)"]
+
+
+def test_no_fit_suggests_the_driver_upgrade_and_another_cann():
+    too_new = image("new", cann="8.0.RC3", min_driver="25.0.RC1")
+    fits_other = image("old", cann="8.0.RC1", min_driver="24.1.RC1")
+    best, rejected = choose([too_new, fits_other], NODE, Wanted(cann="8.0.RC3"))
+    assert best is None
+    tips = suggestions(rejected, NODE, Wanted(cann="8.0.RC3"))
+    assert "upgrade the node's driver to 25.0.RC1 or newer" in tips[0]
+    assert tips[1] == "another CANN fits this node: 8.0.RC1 (ascend-build pull --cann 8.0.RC1)"
+
+
+def test_split_registry():
+    assert split_registry("127.0.0.1:5000", "ascend-build/pytorch") == ("127.0.0.1:5000", "ascend-build/pytorch")
+    assert split_registry("reg.example:443/team/img", "x") == ("reg.example:443", "team/img")
+    with pytest.raises(UserError):
+        split_registry("/", "x")
+
+
+def test_labels_changed_after_pull_are_refused():
+    verify_pulled({"a": "1"}, {"a": "1"}, "ref")
+    with pytest.raises(UserError, match="labels differ.*a"):
+        verify_pulled({"a": "1"}, {"a": "2"}, "ref")
