@@ -167,15 +167,14 @@ def firmware_in_range(cell: Cell, kb) -> Findings:
     yield from out
     if firmware is None or not cell.driver:
         return
-    accepted = kb.firmware_range(cell.driver)
-    if accepted is None:
+    accepted = kb.firmware_ranges(cell.driver)
+    if not accepted or any(_within(cell.firmware, low, high) for low, high in accepted):
         return
-    low, high = accepted
-    if not _within(cell.firmware, low, high):
-        yield _finding(cell, "firmware", "firmware-out-of-range",
-                       f"firmware {cell.firmware} is outside [{low}, {high}], the range driver {cell.driver} accepts",
-                       f"use the firmware of the same HDK release as driver {cell.driver}"
-                       + (f" ({kb.paired_firmware(cell.driver, cell.chip)})" if kb.paired_firmware(cell.driver, cell.chip) else ""))
+    shown = ", ".join(f"[{low}, {high}]" for low, high in accepted)
+    paired = kb.paired_firmware(cell.driver, cell.chip)
+    yield _finding(cell, "firmware", "firmware-out-of-range",
+                   f"firmware {cell.firmware} is outside {shown}, the range driver {cell.driver} accepts",
+                   f"use the firmware of the same HDK release as driver {cell.driver}" + (f" ({paired})" if paired else ""))
 
 
 def _within(firmware: str, low: str, high: str) -> bool:
@@ -247,9 +246,18 @@ def installers_verifiable(cell: Cell, kb) -> Findings:
                            f"add sha256: {{{name}: <64 hex digits>}}, or use env: venv")
 
 
+def tag_fits(cell: Cell, kb) -> Findings:
+    """Docker refuses tags over 128 characters; the longest one made is ``<id>-candidate``."""
+    longest = f"{cell.tag}-candidate"
+    if len(longest) > 128:
+        yield _finding(cell, "name", "tag-too-long",
+                       f"tag {longest} has {len(longest)} characters; Docker allows 128",
+                       "give the cell a shorter name:")
+
+
 RULES = (
     cann_known, torch_npu_published, torch_matches_pin, cann_paired, python_has_wheel, glibc_new_enough,
-    driver_supports_cann, firmware_in_range, chip_supported, venv_python_matches, installers_verifiable,
+    driver_supports_cann, firmware_in_range, chip_supported, venv_python_matches, installers_verifiable, tag_fits,
 )
 
 

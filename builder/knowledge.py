@@ -561,6 +561,20 @@ class KnowledgeBase:
                 return m.group(1), m.group(2)
         return None
 
+    def firmware_ranges(self, driver: str) -> List[Tuple[str, str]]:
+        """Every firmware range recorded for that driver: some dumps list two (``[6.4.0,6.4.99],[7.0.0,7.7.99]``).
+
+        Example:
+            >>> load().firmware_ranges("25.0.rc1.1")
+            [('7.0.0', '7.7.99'), ('6.4.0', '6.4.99')]
+        """
+        found: List[Tuple[str, str]] = []
+        for pair in self._pairs_for(driver):
+            for low, high in _RANGE.findall(str(pair.get("driver_compatible_version_fw") or "")):
+                if (low, high) not in found:
+                    found.append((low, high))
+        return found
+
     def paired_firmware(self, driver: Optional[str], chip: Optional[str]) -> Optional[str]:
         """Firmware observed shipping with that driver for that chip; None when unknown.
 

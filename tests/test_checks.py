@@ -192,6 +192,17 @@ def test_firmware_out_of_range(tmp_path):
     assert f.fix == "use the firmware of the same HDK release as driver 24.1.RC1 (7.1.0.6.220)"
 
 
+def test_firmware_in_a_second_recorded_range_is_accepted(tmp_path):
+    """Driver 25.0.rc1.1 dumps list [6.4.0,6.4.99] besides [7.0.0,7.7.99]: either range is fine."""
+    cell = dict(VALID, cann="8.1.RC1", torch_npu="2.5.1", python="3.10", driver="25.0.rc1.1")
+    findings, _, _ = cell_findings(tmp_path, dict(cell, firmware="6.4.0.4.220"))
+    assert by_rule(findings, "firmware-out-of-range") == []
+    findings, _, _ = cell_findings(tmp_path, dict(cell, firmware="6.3.0.1.241"))
+    f = only(findings, "firmware-out-of-range")
+    assert f.message == ("firmware 6.3.0.1.241 is outside [7.0.0, 7.7.99], [6.4.0, 6.4.99], "
+                         "the range driver 25.0.rc1.1 accepts")
+
+
 @pytest.mark.parametrize("firmware", ["7.0.0.1.1", "7.1.0.6.220", "7.2.99.9.999"])
 def test_firmware_in_range(tmp_path, firmware):
     findings, _, _ = cell_findings(tmp_path, dict(CANN_7, driver="24.1.RC1", firmware=firmware))
@@ -371,11 +382,22 @@ COVERED = {
     "chip_supported": ("chip-unsupported",),
     "venv_python_matches": ("venv-python-mismatch",),
     "installers_verifiable": ("installer-unknown", "cann-image-unpinned", "installer-sha256-unknown"),
+    "tag_fits": ("tag-too-long",),
 }
 
 
 def test_every_rule_is_covered_here():
     assert sorted(rule.__name__ for rule in checks.RULES) == sorted(COVERED)
+
+
+def test_tag_too_long(tmp_path):
+    long_name = "x" * 120
+    findings, lines, _ = cell_findings(tmp_path, dict(CANN_7, name=long_name))
+    f = only(findings, "tag-too-long")
+    assert f.severity == "error" and f.where.line == lines[(0, "name")]
+    assert f.message == f"tag {long_name}-candidate has 130 characters; Docker allows 128"
+    findings, _, _ = cell_findings(tmp_path, dict(CANN_7, name="x" * 118))
+    assert by_rule(findings, "tag-too-long") == []
 
 
 # --- the shipped matrix and --strict -------------------------------------------------------

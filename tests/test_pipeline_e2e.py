@@ -161,9 +161,9 @@ def registry_tags(registry, repo: str) -> int:
         return e.code
 
 
-def drop_tags(engine, needle: str) -> None:
-    """Remove every tag and digest reference containing ``needle`` (images without names go too;
-    the BuildKit cache stays)."""
+def drop_images(engine, needle: str) -> None:
+    """Remove every tag and digest reference containing ``needle``, then the nameless images
+    (failed candidates) titled with it. The BuildKit cache stays: later builds stay fast."""
     for img in engine.client.images.list():
         for ref in list(img.tags) + list(img.attrs.get("RepoDigests") or []):
             if needle in ref:
@@ -171,13 +171,19 @@ def drop_tags(engine, needle: str) -> None:
                     engine.untag(ref)
                 except Exception:  # best effort: a test's own assertion matters more than cleanup
                     pass
+    for img in engine.client.images.list(filters={"dangling": True}):
+        if needle in (img.labels or {}).get("org.opencontainers.image.title", ""):
+            try:
+                engine.remove(img.id)
+            except Exception:
+                pass
 
 
 @pytest.fixture(scope="module")
 def session_images(engine):
     """Removes every tag of this module's repositories when the module ends."""
     yield REPO
-    drop_tags(engine, REPO)
+    drop_images(engine, REPO)
 
 
 @dataclass

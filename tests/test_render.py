@@ -254,10 +254,19 @@ def test_labels(cell7, npu7, cpu7):
     assert _labels(cpu7)["org.opencontainers.image.title"] == f"ascend-build/pytorch:{CELL_7_X86}-cpu"
 
 
+def test_cpu_twin_spec_has_every_pin_but_torch_npu(rendered):
+    files = rendered[CELL_7_X86]
+    npu, cpu = files["environment.yml"].decode(), files["environment.cpu.yml"].decode()
+    assert "      - torch_npu==2.1.0rc1\n" in npu and "torch_npu" not in cpu
+    assert cpu == npu.replace("      - torch_npu==2.1.0rc1\n", "")
+    assert "COPY environment.cpu.yml /etc/ascend-build/environment.yml" in files["Dockerfile.cpu"].decode()
+    assert "COPY environment.yml /etc/ascend-build/environment.yml" in files["Dockerfile"].decode()
+
+
 def test_manifest(cell7, rendered):
     files = rendered[CELL_7_X86]
-    assert sorted(files) == ["Dockerfile", "Dockerfile.cpu", "environment.yml", "manifest.cpu.json",
-                             "manifest.json", "smoke.py", "versions.py"]
+    assert sorted(files) == ["Dockerfile", "Dockerfile.cpu", "environment.cpu.yml", "environment.yml",
+                             "manifest.cpu.json", "manifest.json", "smoke.py", "versions.py"]
     assert files["manifest.json"].endswith(b"}\n")
     driver = "/usr/local/Ascend/driver/lib64"
     assert json.loads(files["manifest.json"]) == {

@@ -393,10 +393,8 @@ def tier_versions(ctx):
 
 def package_objects(package, patterns):
     """Shared objects of an installed package, located WITHOUT importing it."""
-    spec = importlib.util.find_spec(package)
-    roots = list(spec.submodule_search_locations or []) if spec else []
     files = []
-    for root in roots:
+    for root in _package_roots(package):
         for pat in patterns:
             files.extend(sorted(glob.glob(os.path.join(root, pat))))
     if not files:
@@ -412,6 +410,15 @@ def package_objects(package, patterns):
     return sorted(set(files))
 
 
+def _package_roots(package):
+    """Folders of an installed package, found without importing it."""
+    try:
+        spec = importlib.util.find_spec(package)
+    except (ImportError, ValueError):
+        return []
+    return list(spec.submodule_search_locations or []) if spec else []
+
+
 def tier_libraries(ctx):
     """A static link check tells, with no NPU present, whether an image can ever
     import torch_npu: every DT_NEEDED library of its .so files must resolve with the
@@ -425,10 +432,16 @@ def tier_libraries(ctx):
         return failed("%s is not installed (no shared objects found): nothing to link-check" % pkg, **d)
     if not shutil.which("ldd"):
         return failed("ldd not found in the image: install glibc's tools (libc-bin / glibc-common)", **d)
+    # At run time `import torch` has loaded torch's own libraries (libc10.so,
+    # libtorch*.so) before torch_npu asks for them, and torch_npu's RPATH does not
+    # name torch/lib: give ldd the same view by putting both lib folders first.
+    preloaded = [os.path.join(root, "lib") for name in ("torch", pkg) for root in _package_roots(name)]
+    env = dict(os.environ, LD_LIBRARY_PATH=":".join(preloaded + [os.environ.get("LD_LIBRARY_PATH", "")]).strip(":"))
+    d["preloaded_dirs"] = preloaded
     needed_by, from_driver = {}, set()
     for obj in objs:
         proc = subprocess.run(["ldd", obj], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                              universal_newlines=True, timeout=60)
+                              universal_newlines=True, timeout=60, env=env)
         missing, resolved = parse_ldd(proc.stdout)
         for lib in missing:
             needed_by.setdefault(lib, []).append(os.path.basename(obj))

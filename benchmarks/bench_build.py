@@ -1,0 +1,128 @@
+"""Benchmark (not a test): what the layer plan buys when torch_npu is bumped.
+
+Builds, side by side in one run, through the real Docker Engine:
+
+1. ascend-build's NPU image of the Debian 12 / Python 3.11 / torch 2.13.0 cell, cold
+   (BuildKit cache pruned first), then again after changing only its torch_npu pin
+   (2.13.0 -> 2.13.0rc1, same torch);
+2. a hand-written single-stage Dockerfile in the field guide's style (one
+   environment, pip installs in one step, no layer plan), cold and after the same
+   pin change.
+
+Prints the four build times, the rebuild/cold ratio of each (goal for ascend-build:
+<= 10%), the image sizes, and the bytes the two ascend-build variants share.
+
+CANN itself cannot be downloaded here, so the cell takes its "CANN" from the local
+base image (cann_source: image), exactly like the end-to-end tests; both builds get
+the same wheelhouse, CA bundle and base image, so the comparison is fair.
+
+Run: .venv/bin/python benchmarks/bench_build.py   (needs `make engine` first; prunes the BuildKit cache)
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import replace
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from builder import matrix, render, stage  # noqa: E402
+from builder.engine import Engine  # noqa: E402
+
+BASE = "local/debian:12"
+CA = Path("/etc/ssl/certs/ca-certificates.crt")
+WHEELHOUSE = Path("/opt/wheels")
+CELL_ID = "cann9.0.0-910b-debian12-py3.11-torch_npu2.13.0-x86_64"
+
+HAND_WRITTEN = """\
+FROM {base}
+COPY . /workspace
+RUN --mount=type=secret,id=ca \\
+    apt-get update && apt-get install -y --no-install-recommends python3 python3-venv ca-certificates \\
+    && python3 -m venv /opt/env \\
+    && PIP_CERT=/run/secrets/ca /opt/env/bin/pip install --find-links /workspace/wheelhouse \\
+        torch==2.13.0 torch_npu=={torch_npu} numpy pyyaml attrs decorator sympy cffi pathlib2 psutil \\
+        protobuf scipy requests absl-py
+ENV PATH=/opt/env/bin:$PATH
+"""
+
+
+def prune(engine: Engine) -> None:
+    subprocess.run(["/usr/bin/docker", "builder", "prune", "-af"], check=True, capture_output=True,
+                   env={"DOCKER_HOST": engine.url, "PATH": "/usr/bin:/bin"})
+
+
+def timed_build(engine: Engine, context: Path, dockerfile: str, log: Path, secrets) -> tuple:
+    start = time.monotonic()
+    image = engine.build(context, dockerfile, secrets=secrets, log_path=log)
+    return image, time.monotonic() - start
+
+
+def ascend_build(engine: Engine, cell: matrix.Cell, folder: Path) -> tuple:
+    context = stage.context(render.render_cell(cell), folder, WHEELHOUSE if WHEELHOUSE.is_dir() else None)
+    with stage.secrets(cell, CA if CA.is_file() else None) as secrets:
+        return timed_build(engine, context, "Dockerfile", folder.with_suffix(".log"), secrets)
+
+
+def hand_written(engine: Engine, torch_npu: str, folder: Path) -> tuple:
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "Dockerfile").write_text(HAND_WRITTEN.format(base=BASE, torch_npu=torch_npu))
+    wheels = folder / "wheelhouse"
+    if not wheels.exists():
+        stage._link_tree(WHEELHOUSE if WHEELHOUSE.is_dir() else None, wheels, "wheelhouse", "*.whl")
+    secrets = {"ca": CA} if CA.is_file() else {}
+    return timed_build(engine, folder, "Dockerfile", folder.with_suffix(".log"), secrets)
+
+
+def shared_bytes(engine: Engine, a: str, b: str) -> int:
+    """Bytes of the layers two images share: the common bottom of their histories."""
+    def layers(image):
+        return [(h.get("CreatedBy"), h.get("Size", 0)) for h in reversed(engine.client.images.get(image).history())]
+    total = 0
+    for left, right in zip(layers(a), layers(b)):
+        if left != right:
+            break
+        total += left[1]
+    return total
+
+
+def size(engine: Engine, image: str) -> int:
+    return engine.client.images.get(image).attrs["Size"]
+
+
+def main() -> None:
+    engine = Engine.connect()
+    loaded = matrix.load(ROOT / "matrix")
+    cell = next(c for c in loaded.cells if c.id == CELL_ID)
+    cell = replace(cell, base_image=BASE, cann_source="image", cann_image=BASE)
+    bumped = replace(cell, torch_npu="2.13.0rc1")
+    with tempfile.TemporaryDirectory(prefix="ascend-bench-") as tmp:
+        work = Path(tmp)
+        prune(engine)
+        ours_cold_id, ours_cold = ascend_build(engine, cell, work / "ours")
+        ours_bump_id, ours_bump = ascend_build(engine, bumped, work / "ours-bumped")
+        prune(engine)
+        hand_cold_id, hand_cold = hand_written(engine, "2.13.0", work / "hand")
+        hand_bump_id, hand_bump = hand_written(engine, "2.13.0rc1", work / "hand")
+
+        print(f"{'':34}{'cold build':>12}{'torch_npu bump':>16}{'ratio':>8}{'image size':>14}")
+        for name, cold, bump, image in (("ascend-build (layer plan)", ours_cold, ours_bump, ours_cold_id),
+                                        ("hand-written single stage", hand_cold, hand_bump, hand_cold_id)):
+            print(f"{name:34}{cold:>11.1f}s{bump:>15.1f}s{bump / cold:>7.0%}{size(engine, image) / 1e6:>11.0f} MB")
+        shared = shared_bytes(engine, ours_cold_id, ours_bump_id)
+        print(f"ascend-build variants (torch_npu 2.13.0 vs 2.13.0rc1) share {shared / 1e6:.0f} MB "
+              f"of {size(engine, ours_bump_id) / 1e6:.0f} MB")
+        hand_shared = shared_bytes(engine, hand_cold_id, hand_bump_id)
+        print(f"hand-written variants share {hand_shared / 1e6:.0f} MB of {size(engine, hand_bump_id) / 1e6:.0f} MB")
+        print(f"rebuild speed-up of the layer plan over the single stage: {hand_bump / ours_bump:.1f}x")
+        for image in (ours_cold_id, ours_bump_id, hand_cold_id, hand_bump_id):
+            engine.remove(image, force=True)
+
+
+if __name__ == "__main__":
+    main()
