@@ -220,6 +220,11 @@ def promote(
 
 def _summary(outcomes, as_json: bool) -> None:
     """The end-of-run table: cell, image id, tiers, tags, digest, durations."""
+    for o in outcomes:
+        if not o.ok:
+            typer.echo(f"{o.cell} ({o.variant}): {o.status}: {o.message}", err=True)
+            if o.log:
+                typer.echo(f"  build log: {o.log}" + (f"\n  report: {o.report}" if o.report else ""), err=True)
     if as_json:
         from dataclasses import asdict
 
@@ -237,11 +242,6 @@ def _summary(outcomes, as_json: bool) -> None:
                       "\n".join(o.tags) or "-", "\n".join(o.digests.values()) or "-",
                       f"{o.build_seconds:.1f}", f"{o.smoke_seconds:.1f}")
     Console(width=200).print(table)
-    for o in outcomes:
-        if not o.ok:
-            typer.echo(f"{o.cell} ({o.variant}): {o.status}: {o.message}", err=True)
-            if o.log:
-                typer.echo(f"  build log: {o.log}" + (f"\n  report: {o.report}" if o.report else ""), err=True)
 
 
 @kb_app.command("torch-npu")
@@ -296,7 +296,7 @@ def host(root: Path = RootOpt, as_json: bool = JsonOpt) -> None:
     """
     from builder import host as host_probe
 
-    info = host_probe.probe(root=root, run_npu_smi=root == Path("/"))
+    info = host_probe.probe(root=root, run_npu_smi=True)
     typer.echo(json.dumps(info.to_dict(), indent=2) if as_json else host_probe.format_host(info))
 
 
@@ -318,13 +318,12 @@ def pull(
     from builder.engine import Engine
     from builder.registry import Registry
 
-    info = host_probe.probe(root=root, run_npu_smi=root == Path("/"))
+    info = host_probe.probe(root=root, run_npu_smi=True)
     node = chooser.Node(arch=info.arch or _host_arch(), chip=info.chip, driver=info.driver, firmware=info.firmware)
     wanted = chooser.Wanted(cann=cann, torch=torch, python=python)
     address, repository = chooser.split_registry(registry, matrix.DEFAULT_IMAGE)
     reg = Registry(address)
-    infos = [i for i in (reg.inspect(repository, tag, node.arch) for tag in reg.tags(repository)) if i]
-    best, rejected = chooser.choose(infos, node, wanted)
+    best, rejected = chooser.choose(chooser.listing(reg, repository, node.arch), node, wanted)
     if best is None:
         typer.echo(f"no image in {address}/{repository} fits this node "
                    f"(arch {node.arch}, chip {node.chip or 'unknown'}, driver {node.driver or 'unknown'}, "
@@ -333,18 +332,14 @@ def pull(
         for tip in chooser.suggestions(rejected, node, wanted):
             typer.echo(f"  fix: {tip}", err=True)
         raise typer.Exit(1)
-    ref = f"{address}/{repository}@{best.digest}"
-    engine = Engine.connect()
-    engine.pull(ref)
-    chooser.verify_pulled(best.labels, engine.labels(ref), ref)
-    moved = reg.inspect(repository, best.tag, node.arch)
+    ref, moved = chooser.fetch(Engine.connect(), reg, repository, best, node.arch)
     if as_json:
         typer.echo(json.dumps({"ref": ref, "tag": best.tag, "digest": best.digest, "labels": best.labels}, indent=2))
     else:
         typer.echo(f"pulled {ref}\n  tag {best.tag}\n  run it: ascend-build run {ref}")
-    if moved and moved.digest != best.digest:
-        typer.echo(f"note: tag {best.tag} moved to {moved.digest} after it was chosen; "
-                   f"pulled the validated {best.digest}", err=True)
+    if moved:
+        typer.echo(f"note: tag {best.tag} moved to {moved} after it was chosen; pulled the validated {best.digest}",
+                   err=True)
 
 
 @app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})

@@ -20,7 +20,7 @@ from typing import Dict, List, Optional, Tuple
 
 from builder import versions
 from builder.errors import UserError
-from builder.registry import ImageInfo
+from builder.registry import ImageInfo, Registry
 
 L = "io.ascend-build."
 
@@ -153,3 +153,21 @@ def verify_pulled(expected: Dict[str, str], actual: Dict[str, str], ref: str) ->
         differs = sorted(k for k in set(expected) | set(actual) if expected.get(k) != actual.get(k))
         raise UserError(f"{ref}: the pulled image's labels differ from the registry's ({', '.join(differs)})",
                         fix="the registry changed under us; run the pull again", exit_code=1)
+
+
+def listing(registry: Registry, repository: str, arch: str) -> List[ImageInfo]:
+    """Every tag of ``repository`` with its digest and labels for ``arch`` (no image is pulled)."""
+    return [info for info in (registry.inspect(repository, tag, arch) for tag in registry.tags(repository)) if info]
+
+
+def fetch(engine, registry: Registry, repository: str, best: ImageInfo, arch: str) -> Tuple[str, Optional[str]]:
+    """Pull ``best`` by digest and check its labels; also return the tag's new digest if it moved meanwhile.
+
+    Pulling by digest means a tag re-pushed after the choice cannot swap the image:
+    what runs is what was checked.
+    """
+    ref = f"{registry.host}/{repository}@{best.digest}"
+    engine.pull(ref)
+    verify_pulled(best.labels, engine.labels(ref), ref)
+    now = registry.inspect(repository, best.tag, arch)
+    return ref, (now.digest if now is not None and now.digest != best.digest else None)
