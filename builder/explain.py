@@ -188,6 +188,18 @@ def fix_for(entry_id: str, host: Optional[HostInfo] = None, labels: Optional[Map
     return fill(entry(entry_id).fix, context(host, labels, **values))
 
 
+def for_images() -> List[Dict[str, object]]:
+    """The table as plain JSON data for images: the smoke program explains a failing tier
+    with it, so a smoke failure and `ascend-build explain` say the same thing.
+
+    Example:
+        >>> for_images()[0]["id"]
+        'platform-mismatch'
+    """
+    return [{"id": e.id, "patterns": [p.pattern for p in e.patterns], "cause": e.cause, "fix": e.fix}
+            for e in table()]
+
+
 # ---------------------------------------------------------------------------------------
 # explain
 

@@ -33,7 +33,7 @@ from typing import Dict, List, Optional, Tuple
 
 import jinja2
 
-from builder import knowledge, versions
+from builder import explain, knowledge, versions
 from builder.errors import UserError
 from builder.matrix import Cell
 
@@ -242,7 +242,7 @@ def _environment() -> jinja2.Environment:
 def _inputs_digest() -> str:
     """Hash of everything besides the cell that shapes a context: templates and the smoke program."""
     h = hashlib.sha256()
-    for path in sorted(TEMPLATES.iterdir()) + [SMOKE_FILES[k] for k in sorted(SMOKE_FILES)]:
+    for path in sorted(TEMPLATES.iterdir()) + [SMOKE_FILES[k] for k in sorted(SMOKE_FILES)] + [explain.ERRORS_FILE]:
         h.update(path.name.encode() + b"\0" + path.read_bytes() + b"\0")
     return h.hexdigest()
 
@@ -336,8 +336,11 @@ def render_cell(cell: Cell, kb=None) -> Dict[str, bytes]:
 
 @lru_cache(maxsize=1)
 def _smoke_files() -> Dict[str, bytes]:
-    """The smoke program, read once per process like `_inputs_digest` (which hashes the same bytes)."""
-    return {name: path.read_bytes() for name, path in SMOKE_FILES.items()}
+    """The smoke program and the error table it explains failures with (the one `explain`
+    and `doctor` use), read once per process like `_inputs_digest`."""
+    files = {name: path.read_bytes() for name, path in SMOKE_FILES.items()}
+    files["errors.json"] = _json(explain.for_images())
+    return files
 
 
 def render_all(cells: List[Cell], kb=None) -> Dict[str, Dict[str, bytes]]:

@@ -194,7 +194,7 @@ def test_layer_order(npu7):
         "'torch==2.1.0+cpu'",
         "'torch_npu==2.1.0rc1'",
         'ENV HCCL_CONNECT_TIMEOUT="1800"',
-        "COPY smoke.py versions.py /opt/ascend-build/",
+        "COPY smoke.py versions.py errors.json /opt/ascend-build/",
         "COPY manifest.json /etc/ascend-build/manifest.json",
         "\nLABEL \\\n",
         '\nCMD ["/bin/bash"]\n',
@@ -265,7 +265,7 @@ def test_cpu_twin_spec_has_every_pin_but_torch_npu(rendered):
 
 def test_manifest(cell7, rendered):
     files = rendered[CELL_7_X86]
-    assert sorted(files) == ["Dockerfile", "Dockerfile.cpu", "environment.cpu.yml", "environment.yml",
+    assert sorted(files) == ["Dockerfile", "Dockerfile.cpu", "environment.cpu.yml", "environment.yml", "errors.json",
                              "manifest.cpu.json", "manifest.json", "smoke.py", "versions.py"]
     assert files["manifest.json"].endswith(b"}\n")
     driver = "/usr/local/Ascend/driver/lib64"

@@ -42,37 +42,50 @@ DRIVER_LIB64 = DRIVER_DIR + "/lib64"
 DRIVER_INFO = DRIVER_DIR + "/version.info"
 FIRMWARE_INFO = "/usr/local/Ascend/firmware/version.info"
 DRIVER_LIBS = ("libascend_hal.so", "libdrvdsmi_host.so", "libdcmi.so")
-CANN_LIB_HINTS = {
-    "libatb.so": "NNAL/ATB is not installed or its set_env.sh is not in the image ENV",
-}
 COLLECTIVE_TIMEOUT = 60.0
 WORKER_FLAG = "--collective-worker"
 RESULT_MARK = "SMOKE_COLLECTIVE_RESULT "
 
-# Known error strings -> what the user should do (see docs/ascend-facts.md).
-HINTS = (
-    (("libascend_hal.so",), "driver lib64 is not mounted: add "
-     "-v /usr/local/Ascend/driver/lib64/:/usr/local/Ascend/driver/lib64/"),
-    (("libhccl.so",), "CANN env is not set in a non-interactive shell: the image ENV "
-     "must carry what set_env.sh exports (LD_LIBRARY_PATH, ASCEND_HOME_PATH)"),
-    (("Failed to infer device type",), "CANN env is not set in a non-interactive shell "
-     "(set_env.sh only in .bashrc), or torch_npu is missing"),
-    (("dcmi module initialize failed",), "the device is held by another container"),
-    (("no valid device", "207004"), "no NPU passed in (--device /dev/davinciN, "
-     "/dev/davinci_manager, /dev/devmm_svm, /dev/hisi_hdc) or driver libs not mounted"),
-    (("not support driver",), "host driver is older than this CANN needs"),
-    (("libascendcl.so",), "CANN toolkit missing or its lib64 not on LD_LIBRARY_PATH"),
-    (("libatb.so",), CANN_LIB_HINTS["libatb.so"]),
-)
+# Known error strings -> cause and fix: the table of `ascend-build explain`
+# (builder/data/errors.yaml), shipped into the image as errors.json beside this file.
+_TABLE = []  # cache: [entries]
 
 
-def diagnose(text):
-    """Map a known Ascend error string to a one-line hint, or None."""
-    if "undefined symbol" in text and ("atb" in text or "tbe_adapter" in text):
-        return "torch_npu and CANN/NNAL come from different releases: rebuild with a paired set"
-    for needles, hint in HINTS:
-        if any(n in text for n in needles):
-            return hint
+def error_table():
+    """The error table: errors.json next to this file (in an image), else the repo's YAML."""
+    if _TABLE:
+        return _TABLE[0]
+    here = os.path.dirname(os.path.abspath(__file__))
+    entries = []
+    try:
+        with open(os.path.join(here, "errors.json")) as fh:
+            entries = json.load(fh)
+    except (OSError, ValueError):
+        try:  # repository layout: builder/smoke/smoke.py next to builder/data/errors.yaml
+            import yaml
+            with open(os.path.join(os.path.dirname(here), "data", "errors.yaml")) as fh:
+                entries = yaml.safe_load(fh)["errors"]
+        except Exception:  # no table: failures are still reported, only without a hint
+            entries = []
+    compiled = [(e["id"], [re.compile(p, re.IGNORECASE) for p in e["patterns"]], e["cause"], e["fix"])
+                for e in entries]
+    _TABLE.append(compiled)
+    return compiled
+
+
+def diagnose(text, manifest=None):
+    """Cause and fix of the first known Ascend error in ``text`` (None when none is known).
+
+    Placeholders of the fix are filled from the manifest where it knows them.
+    """
+    m = manifest or {}
+    values = {"image_min_driver": m.get("min_driver"), "image_min_firmware": m.get("min_firmware"),
+              "image_cann": m.get("cann_version"), "image_torch_npu": m.get("torch_npu_version"),
+              "image_arch": m.get("arch"), "image_chip": m.get("chip")}
+    for entry_id, patterns, cause, fix in error_table():
+        if any(p.search(text) for p in patterns):
+            filled = re.sub(r"\{(\w+)\}", lambda g: str(values.get(g.group(1)) or "unknown"), fix)
+            return "%s: %s Fix: %s" % (entry_id, cause, filled)
     return None
 
 
@@ -450,9 +463,12 @@ def tier_libraries(ctx):
     d.update(missing=fatal, expected_from_host_driver_mount=from_host,
              resolved_from_driver_mount=sorted(from_driver))
     if fatal:
-        hints = sorted(set(CANN_LIB_HINTS.get(lib.split(".so")[0] + ".so") or (
-            "host driver mount lacks it" if is_driver_lib(lib) else
-            "CANN missing or its lib64 not on LD_LIBRARY_PATH") for lib in fatal))
+        hints = sorted(set(
+            ("host driver mount lacks it" if is_driver_lib(lib) else
+             "CANN missing or its lib64 not on LD_LIBRARY_PATH") for lib in fatal))
+        table_hint = diagnose(" ".join("%s: cannot open shared object file" % lib for lib in fatal), ctx.manifest)
+        if table_hint:
+            hints.append(table_hint)
         return failed("%d libraries missing: %s (%s)" % (len(fatal), ", ".join(
             "%s (needed by %s)" % (lib, ", ".join(users)) for lib, users in fatal.items()),
             "; ".join(hints)), **d)
@@ -469,7 +485,7 @@ def tier_import(ctx):
     except BaseException as exc:
         text = "%s: %s" % (type(exc).__name__, exc)
         ctx.import_failed = text.splitlines()[0][:200]
-        hint = diagnose(text + traceback.format_exc())
+        hint = diagnose(text + traceback.format_exc(), ctx.manifest)
         return failed("import failed: %s%s" % (ctx.import_failed, " -> " + hint if hint else ""),
                       error=text, hint=hint)
     d = {"seconds_import": round(time.time() - t0, 3), "torch": torch.__version__,
@@ -688,7 +704,7 @@ def tier_collective(ctx):
     ok = len(d["results"]) == world and all(all(v == expected for v in r["values"]) for r in d["results"])
     if not ok or any(d["returncodes"]):
         tail = " ".join(d.get("output_tail", [""])).strip().splitlines()
-        hint = diagnose(" ".join(d.get("output_tail", [])))
+        hint = diagnose(" ".join(d.get("output_tail", [])), ctx.manifest)
         return failed("%s all-reduce over %d processes did not give %s: %s%s" % (
             d["backend"], world, expected, tail[-1] if tail else d["results"],
             " -> " + hint if hint else ""), **d)
@@ -761,7 +777,7 @@ def run_tier(name, ctx):
         if isinstance(exc, KeyboardInterrupt):
             raise
         text = "%s: %s" % (type(exc).__name__, exc)
-        hint = diagnose(text)
+        hint = diagnose(text, ctx.manifest)
         res = failed("%s%s" % (text.splitlines()[0][:300], " -> " + hint if hint else ""),
                      error=text, traceback=traceback.format_exc()[-4000:], hint=hint)
     entry = {"name": name, "status": res.status, "seconds": round(time.time() - t0, 3),
