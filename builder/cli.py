@@ -43,7 +43,7 @@ def _echo_findings(findings: List[Finding]) -> None:
         typer.echo(str(finding), err=True)
 
 
-def _load(path: Optional[Path], strict: bool, quiet_ok: bool = True) -> matrix.Matrix:
+def _load(path: Optional[Path], strict: bool) -> matrix.Matrix:
     """Load and check the matrix; exit 1 on errors (printing every finding)."""
     loaded = matrix.load(path or _default("matrix"))
     findings = loaded.findings + (checks.check(loaded.cells) if not loaded.findings else [])
@@ -122,25 +122,12 @@ def _interruptible():
         raise typer.Exit(130) from None
 
 
-def _select(cells: List[matrix.Cell], cann: Optional[str], chip: Optional[str], arch: Optional[str],
-            cell_id: Optional[str]) -> List[matrix.Cell]:
-    from builder import versions
-
-    chosen = [c for c in cells
-              if (not cann or versions.cann(c.cann) == versions.cann(cann))
-              and (not chip or c.chip == chip.lower()) and (not arch or c.arch == arch)
-              and (not cell_id or c.id == cell_id)]
-    if not chosen:
-        raise UserError("no cell of the matrix matches the selection",
-                        fix="check --cann/--chip/--arch/--cell against `ascend-build list`", exit_code=1)
-    return chosen
-
-
 def _host_arch() -> str:
     import platform
 
-    machine = platform.machine().lower()
-    return {"amd64": "x86_64", "arm64": "aarch64"}.get(machine, machine)
+    from builder.host import normalize_arch
+
+    return normalize_arch(platform.machine()) or platform.machine()
 
 
 @app.command()
@@ -173,13 +160,10 @@ def image(
     from builder.engine import Engine
 
     loaded = _load(matrix_path, strict=False)
-    host_arch = _host_arch()
-    cells = _select(loaded.cells, cann, chip, arch or host_arch, cell)
+    cells = matrix.select(loaded.cells, cann=cann, chip=chip, arch=arch or _host_arch(), cell_id=cell,
+                          arch_defaulted=arch is None)
     has_npu = bool(devices.npu_devices()) and not no_device
-    variants = {"auto": ("npu", "cpu") if has_npu else ("cpu",), "both": ("npu", "cpu"),
-                "npu": ("npu",), "cpu": ("cpu",)}.get(variant)
-    if variants is None:
-        raise UserError(f"--variant {variant!r} is not one of auto, npu, cpu, both", fix="pick one of them")
+    variants = pipeline.variants_for(variant, has_npu)
     if not has_npu and "npu" not in variants:
         typer.echo("note: this host has no NPU, so only the CPU twins are built and validated here; "
                    "the NPU images need an NPU host (or --variant npu for -candidate images).", err=True)

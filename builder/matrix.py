@@ -529,3 +529,25 @@ def complete(cell: Cell) -> Cell:
         if firmware:
             updates["firmware"] = firmware
     return replace(cell, **updates) if updates else cell
+
+
+def select(cells: List[Cell], cann: Optional[str] = None, chip: Optional[str] = None, arch: Optional[str] = None,
+           cell_id: Optional[str] = None, arch_defaulted: bool = False) -> List[Cell]:
+    """The cells matching every given filter (CANN compared as versions: 8.0.rc3 is 8.0.RC3).
+
+    Example:
+        >>> [c.id for c in select(load(Path("matrix")).cells, cann="7.0.rc1", arch="x86_64")]   # doctest: +SKIP
+        ['cann7.0.rc1-910b-ubuntu22.04-py3.9-torch_npu2.1.0rc1-x86_64']
+    """
+    from builder import versions
+
+    wanted = versions.cann(cann) if cann else None
+    chosen = [c for c in cells
+              if (wanted is None or versions.cann(c.cann) == wanted)
+              and (not chip or c.chip == chip.lower()) and (not arch or c.arch == arch)
+              and (not cell_id or c.id == cell_id)]
+    if not chosen:
+        why = f" (--arch defaults to this host's, {arch}: building another arch needs such a host)" if arch_defaulted else ""
+        raise UserError(f"no cell of the matrix matches the selection{why}",
+                        fix="check --cann/--chip/--arch/--cell against `ascend-build list`", exit_code=1)
+    return chosen

@@ -78,6 +78,14 @@ class Outcome:
         return self.status in ("passed", "candidate")
 
 
+def variants_for(choice: str, has_npu: bool) -> Tuple[str, ...]:
+    """``--variant`` to the variants to build: ``auto`` is both on an NPU host, the CPU twin elsewhere."""
+    table = {"auto": ("npu", "cpu") if has_npu else ("cpu",), "both": ("npu", "cpu"), "npu": ("npu",), "cpu": ("cpu",)}
+    if choice not in table:
+        raise UserError(f"--variant {choice!r} is not one of {', '.join(table)}", fix="pick one of them")
+    return table[choice]
+
+
 def image_name(cell: Cell, variant: str) -> str:
     """File-system name of an image: the cell id, ``-cpu`` for the twin."""
     return cell.id if variant == "npu" else f"{cell.id}-cpu"

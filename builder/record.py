@@ -33,7 +33,6 @@ Example:
 from __future__ import annotations
 
 import datetime
-import importlib.metadata
 import json
 import math
 import os
@@ -44,6 +43,7 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 from builder.errors import UserError
 from builder.host import HostInfo, probe
+from builder.smoke import smoke
 
 SCHEMA = 1
 RECORD_STEM = "ascend-build-record"
@@ -95,15 +95,6 @@ def parse_pairs(items: Sequence[str]) -> Dict[str, str]:
             raise UserError(f"--set {key}=... given twice", fix="give each key once")
         out[key] = value
     return out
-
-
-def _dist_version(*names: str) -> Optional[str]:
-    for name in names:
-        try:
-            return importlib.metadata.version(name)
-        except importlib.metadata.PackageNotFoundError:
-            continue
-    return None
 
 
 def _read_json(root: Path, path: str, problems: List[str]) -> Optional[Dict[str, Any]]:
@@ -166,8 +157,8 @@ def build_record(extra: Mapping[str, str], host: HostInfo, environ: Mapping[str,
         "schema": SCHEMA,
         "created": datetime.datetime.now(datetime.timezone.utc).replace(microsecond=0).isoformat(),
         "framework": "pytorch",
-        "torch_version": pick("torch_version", _dist_version("torch"), "importlib.metadata"),
-        "torch_npu_version": pick("torch_npu_version", _dist_version("torch_npu", "torch-npu"), "importlib.metadata"),
+        "torch_version": pick("torch_version", smoke.dist_version("torch"), "importlib.metadata"),
+        "torch_npu_version": pick("torch_npu_version", smoke.dist_version("torch_npu", "torch-npu"), "importlib.metadata"),
         "cann_version": pick("cann_version", host.cann, host.cann_file or "CANN version file"),
         "python_version": platform.python_version(),
         "driver": host.driver,

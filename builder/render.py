@@ -29,7 +29,7 @@ import shutil
 from dataclasses import dataclass, fields
 from functools import lru_cache
 from pathlib import Path
-from typing import Dict, List, Optional, Tuple
+from typing import Dict, Iterator, List, Optional, Tuple
 
 import jinja2
 
@@ -348,50 +348,47 @@ def render_all(cells: List[Cell], kb=None) -> Dict[str, Dict[str, bytes]]:
     return {cell.id: render_cell(cell, kb) for cell in cells}
 
 
-def write(rendered: Dict[str, Dict[str, bytes]], out: Path) -> List[str]:
-    """Write contexts under ``out``; remove cell folders no longer in the matrix. Returns changed paths."""
-    # one pass, reading each existing file once; reports what `stale` would, in the same order
-    changed = []
-    for cell_id in sorted(_present(out) - set(rendered)):
-        changed.append(str(out / cell_id) + "/ (no longer in the matrix)")
-        shutil.rmtree(out / cell_id)
-    for cell_id, files in rendered.items():
-        folder = out / cell_id
-        folder.mkdir(parents=True, exist_ok=True)
-        for extra in sorted({p.name for p in folder.iterdir()} - set(files)):
-            changed.append(f"{folder / extra} (not rendered)")
-            (folder / extra).unlink()
-        for name, data in sorted(files.items()):
-            path = folder / name
-            if not path.exists():
-                changed.append(f"{path} (missing)")
-            elif path.read_bytes() != data:
-                changed.append(f"{path} (differs)")
-            else:
-                continue
-            path.write_bytes(data)
-    return changed
-
-
 def _present(out: Path) -> set:
     return {p.name for p in out.iterdir() if p.is_dir()} if out.is_dir() else set()
 
 
-def stale(rendered: Dict[str, Dict[str, bytes]], out: Path) -> List[str]:
-    """Paths under ``out`` that differ from a fresh render (missing, changed or left over)."""
-    problems = [str(out / cell_id) + "/ (no longer in the matrix)" for cell_id in sorted(_present(out) - set(rendered))]
+def _differences(rendered: Dict[str, Dict[str, bytes]], out: Path) -> Iterator[Tuple[Path, str, Optional[bytes]]]:
+    """(path, why, bytes to write or None to delete) for everything under ``out`` that
+    differs from a fresh render; each existing file is read once."""
+    for cell_id in sorted(_present(out) - set(rendered)):
+        yield out / cell_id, "no longer in the matrix", None
     for cell_id, files in rendered.items():
         folder = out / cell_id
         present = {p.name for p in folder.iterdir()} if folder.is_dir() else set()
         for name in sorted(present - set(files)):
-            problems.append(f"{folder / name} (not rendered)")
+            yield folder / name, "not rendered", None
         for name, data in sorted(files.items()):
             path = folder / name
-            if not path.exists():
-                problems.append(f"{path} (missing)")
+            if name not in present:
+                yield path, "missing", data
             elif path.read_bytes() != data:
-                problems.append(f"{path} (differs)")
-    return problems
+                yield path, "differs", data
+
+
+def stale(rendered: Dict[str, Dict[str, bytes]], out: Path) -> List[str]:
+    """Paths under ``out`` that differ from a fresh render (missing, changed or left over)."""
+    return [f"{path}{'/' if why == 'no longer in the matrix' else ''} ({why})"
+            for path, why, _ in _differences(rendered, out)]
+
+
+def write(rendered: Dict[str, Dict[str, bytes]], out: Path) -> List[str]:
+    """Bring ``out`` in line with a fresh render; returns what `stale` would have reported."""
+    changed = []
+    for path, why, data in list(_differences(rendered, out)):
+        changed.append(f"{path}{'/' if why == 'no longer in the matrix' else ''} ({why})")
+        if data is None and path.is_dir():
+            shutil.rmtree(path)
+        elif data is None:
+            path.unlink()
+        else:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_bytes(data)
+    return changed
 
 
 def context_dir(out: Path, cell: Cell) -> Path:

@@ -30,7 +30,7 @@ VALIDATION = {"schema": 1, "passed": True, "device": "npu", "started": "2026-11-
 
 @pytest.fixture
 def no_torch(monkeypatch):
-    monkeypatch.setattr(rec, "_dist_version", lambda *names: None)
+    monkeypatch.setattr(rec.smoke, "dist_version", lambda *names: None)
 
 
 @pytest.mark.parametrize("text, value", [
@@ -59,7 +59,7 @@ def test_measured_keys_cannot_be_set(tmp_path):
 
 
 def test_guide_example_on_a_fixture_node(tmp_path, monkeypatch):
-    monkeypatch.setattr(rec, "_dist_version", lambda *n: {"torch": "2.1.0", "torch_npu": "2.1.0rc1"}.get(n[0]))
+    monkeypatch.setattr(rec.smoke, "dist_version", lambda *n: {"torch": "2.1.0", "torch_npu": "2.1.0rc1"}.get(n[0]))
     node = make_node(tmp_path / "node")
     host = probe(node, run_npu_smi=False)
     env = {"HCCL_CONNECT_TIMEOUT": "1800", "ASCEND_GLOBAL_LOG_LEVEL": "3", "HOME": "/root", "SECRET_TOKEN": "x"}

@@ -162,7 +162,9 @@ ENV PATH="/opt/conda/envs/ascend/bin:/opt/conda/bin:${PATH}"
 """ in npu7
     assert f"""\
     torch_index="${{TORCH_INDEX:-{render.PYTORCH_CPU_INDEX}}}" && \\
-    pip install --find-links /wheelhouse ${{torch_index:+--extra-index-url "$torch_index"}} 'torch==2.1.0+cpu'
+    pip install --no-deps --find-links /wheelhouse ${{torch_index:+--extra-index-url "$torch_index"}} \\
+        'torch==2.1.0+cpu' && \\
+    pip install --find-links /wheelhouse 'torch==2.1.0+cpu'
 """ in npu7
     assert """\
     pip install --find-links /wheelhouse 'torch_npu==2.1.0rc1' \\
@@ -209,8 +211,10 @@ def test_cpu_twin_has_no_cann_and_same_pins(npu7, cpu7):
     assert "torch_npu==" not in cpu7
     assert "/tmp/cann" not in cpu7
     assert "ASCEND_HOME_PATH" not in cpu7 and "ASCEND_OPP_PATH" not in cpu7
-    torch_line = "pip install --find-links /wheelhouse ${torch_index:+--extra-index-url \"$torch_index\"} 'torch==2.1.0+cpu'"
-    assert torch_line in npu7 and torch_line in cpu7
+    torch_lines = ("    pip install --no-deps --find-links /wheelhouse ${torch_index:+--extra-index-url \"$torch_index\"} \\\n"
+                   "        'torch==2.1.0+cpu' && \\\n"
+                   "    pip install --find-links /wheelhouse 'torch==2.1.0+cpu'\n")
+    assert torch_lines in npu7 and torch_lines in cpu7
     assert "        'python=3.9' pip && \\\n" in cpu7
     assert cpu7.splitlines()[4] == npu7.splitlines()[4] == "FROM ubuntu:22.04"
     assert "COPY manifest.cpu.json /etc/ascend-build/manifest.json" in cpu7
