@@ -228,7 +228,7 @@ def test_reference_structure(reference):
     """What the property compares against, spelled out once."""
     counts = collections.Counter(instructions(reference["conda"]["Dockerfile"].decode()))
     assert {k: counts[k] for k in ("FROM", "RUN", "ENV", "COPY", "LABEL")} == \
-        {"FROM": 1, "RUN": 6, "ENV": 15, "COPY": 3, "LABEL": 1}
+        {"FROM": 1, "RUN": 7, "ENV": 15, "COPY": 3, "LABEL": 1}
     counts = collections.Counter(instructions(reference["conda"]["Dockerfile.cpu"].decode()))
     assert {k: counts[k] for k in ("FROM", "RUN", "ENV", "COPY", "LABEL")} == \
         {"FROM": 1, "RUN": 4, "ENV": 7, "COPY": 3, "LABEL": 1}

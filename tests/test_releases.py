@@ -13,8 +13,10 @@ import difflib
 import doctest
 import hashlib
 import html
+import importlib
 import io
 import json
+import pkgutil
 import random
 import re
 import shutil
@@ -32,6 +34,7 @@ import yaml
 
 from builder import knowledge, matrix, releases
 from builder.errors import UserError
+from builder.releases import compat_file
 
 DATA = Path(knowledge.__file__).parent / "data"
 NEW = "2.15.0"
@@ -495,13 +498,13 @@ def test_a_failed_verification_restores_the_original_bytes(serve, compat_copy, m
     result = releases.check(serve().url, timeout=5)
     before = compat_copy.read_bytes()
     calls = []
-    real = releases._kb_from
+    real = compat_file._kb_from
 
     def kb_from(compat, folder):  # the read-back after os.replace does not see the release
         calls.append(folder)
         return real(compat, folder) if len(calls) == 1 else knowledge.load()
 
-    monkeypatch.setattr(releases, "_kb_from", kb_from)
+    monkeypatch.setattr(compat_file, "_kb_from", kb_from)
     with pytest.raises(UserError, match="went wrong") as err:
         releases.write(result, compat_copy)
     assert len(calls) == 2 and err.value.exit_code == 1
@@ -511,13 +514,13 @@ def test_a_failed_verification_restores_the_original_bytes(serve, compat_copy, m
 
 def test_write_refuses_when_the_file_changed_meanwhile(serve, compat_copy, monkeypatch):
     result = releases.check(serve().url, timeout=5)
-    real = releases.insert_entries
+    real = compat_file.insert_entries
 
     def insert_while_someone_edits(text, entries, path):
         path.write_text(text + "# edited by someone else\n")
         return real(text, entries, path)
 
-    monkeypatch.setattr(releases, "insert_entries", insert_while_someone_edits)
+    monkeypatch.setattr(compat_file, "insert_entries", insert_while_someone_edits)
     with pytest.raises(UserError, match="changed while releases were being added"):
         releases.write(result, compat_copy)
     assert compat_copy.read_text().endswith("# edited by someone else\n")
@@ -642,5 +645,7 @@ def test_pins_and_metadata_parsing():
 
 
 def test_module_examples_hold():
-    result = doctest.testmod(releases, optionflags=doctest.ELLIPSIS)
+    modules = [releases] + [importlib.import_module(m.name) for m in pkgutil.iter_modules(releases.__path__, "builder.releases.")]
+    results = [doctest.testmod(module, optionflags=doctest.ELLIPSIS) for module in modules]
+    result = doctest.TestResults(sum(r.failed for r in results), sum(r.attempted for r in results))
     assert result.attempted >= 15 and result.failed == 0

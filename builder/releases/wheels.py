@@ -1,0 +1,148 @@
+"""What a wheel's file name and its METADATA text say: arch, Python versions, manylinux floor, the torch pin."""
+
+from __future__ import annotations
+
+import email.parser
+import re
+from dataclasses import dataclass
+from typing import Optional, Sequence, Tuple
+
+from packaging.requirements import InvalidRequirement, Requirement
+from packaging.utils import canonicalize_name
+from packaging.version import InvalidVersion, Version
+
+_MANYLINUX_LEGACY = {"manylinux1": "2_5", "manylinux2010": "2_12", "manylinux2014": "2_17"}
+_PLATFORM = re.compile(r"^(?:(manylinux_(\d+)_(\d+))|(manylinux1|manylinux2010|manylinux2014)|linux)_(x86_64|aarch64)$")
+_CPYTHON = re.compile(r"^cp(\d)(\d+)$")
+
+
+@dataclass(frozen=True)
+class WheelName:
+    """The parts of a wheel file name (wheel spec: name-version(-build)?-pytag-abitag-plat.whl).
+
+    Example:
+        >>> w = parse_wheel_filename("torch_npu-2.4.0-cp310-cp310-manylinux_2_17_aarch64.manylinux2014_aarch64.whl")
+        >>> w.version, w.arch, w.pythons, w.manylinux
+        ('2.4.0', 'aarch64', ('3.10',), '2_17')
+    """
+
+    filename: str
+    name: str
+    version: str
+    build: str
+    python_tags: Tuple[str, ...]
+    abi_tags: Tuple[str, ...]
+    platform_tags: Tuple[str, ...]
+    arch: Optional[str]
+    pythons: Tuple[str, ...]
+    manylinux: Optional[str]
+
+
+def parse_wheel_filename(filename: str) -> WheelName:
+    """Split a wheel file name into its tags; ValueError when it is no wheel name.
+
+    The arch comes from the Linux platform tags (x86_64 / aarch64), the Python
+    versions from ``cpXY`` tags, the manylinux floor from ``manylinux_2_NN`` and the
+    legacy aliases (manylinux2014 = 2_17); a compressed tag set (``a.b``) counts its
+    lowest glibc, since any one of its tags suffices.
+
+    Example:
+        >>> w = parse_wheel_filename("torch_npu-2.15.0-1-cp310.cp311-cp310.cp311-manylinux_2_28_x86_64.whl")
+        >>> w.build, w.pythons, w.arch, w.manylinux
+        ('1', ('3.10', '3.11'), 'x86_64', '2_28')
+    """
+    if not filename.endswith(".whl"):
+        raise ValueError("not a wheel")
+    parts = filename[: -len(".whl")].split("-")
+    if len(parts) not in (5, 6):
+        raise ValueError("a wheel name has 5 or 6 dash-separated parts")
+    name, version_text = parts[0], parts[1]
+    build = parts[2] if len(parts) == 6 else ""
+    py, abi, plat = (tuple(p.split(".")) for p in parts[-3:])
+    try:
+        version = str(Version(version_text))
+    except InvalidVersion:
+        raise ValueError(f"version {version_text!r} is not PEP 440") from None
+    arches = {m.group(5) for m in map(_PLATFORM.match, plat) if m}
+    floors = [_glibc_of(m) for m in map(_PLATFORM.match, plat) if m and _glibc_of(m)]
+    pythons = tuple(sorted({f"{m.group(1)}.{m.group(2)}" for m in map(_CPYTHON.match, py) if m}, key=_py_key))
+    return WheelName(
+        filename=filename, name=name, version=version, build=build, python_tags=py, abi_tags=abi,
+        platform_tags=plat, arch=(arches.pop() if len(arches) == 1 else None), pythons=pythons,
+        manylinux=(min(floors, key=_glibc_key) if floors else None),
+    )
+
+
+def _glibc_of(m: "re.Match[str]") -> Optional[str]:
+    if m.group(1):
+        return f"{m.group(2)}_{m.group(3)}"
+    return _MANYLINUX_LEGACY.get(m.group(4) or "")
+
+
+def _glibc_key(tag: str) -> Tuple[int, ...]:
+    return tuple(int(x) for x in tag.split("_"))
+
+
+def _py_key(py: str) -> Tuple[int, ...]:
+    return tuple(int(x) for x in py.split("."))
+
+
+def parse_metadata(text: str) -> Tuple[str, str, Tuple[str, ...], str]:
+    """(Name, Version, Requires-Dist lines, Requires-Python) of a core METADATA file.
+
+    Example:
+        >>> parse_metadata("Metadata-Version: 2.1\\nName: torch_npu\\nVersion: 2.15.0\\n"
+        ...                "Requires-Python: >=3.10\\nRequires-Dist: torch==2.15.0.*\\nRequires-Dist: numpy\\n\\nbody")
+        ('torch_npu', '2.15.0', ('torch==2.15.0.*', 'numpy'), '>=3.10')
+    """
+    headers = email.parser.HeaderParser().parsestr(text)
+    return (
+        str(headers.get("Name", "")).strip(),
+        str(headers.get("Version", "")).strip(),
+        tuple(str(v).strip() for v in headers.get_all("Requires-Dist") or ()),
+        str(headers.get("Requires-Python", "") or "").strip(),
+    )
+
+
+def torch_pin(requires_dist: Sequence[str]) -> str:
+    """The Requires-Dist line that names torch, exactly as written ("" when none).
+
+    Example:
+        >>> torch_pin(["numpy", "torch==2.15.0.*", "pyyaml"])
+        'torch==2.15.0.*'
+    """
+    for line in requires_dist:
+        try:
+            if canonicalize_name(Requirement(line).name) == "torch":
+                return line
+        except InvalidRequirement:
+            continue
+    return ""
+
+
+def torch_of_pin(pin: str) -> Optional[str]:
+    """The torch release an exact pin names (``torch==2.1.0+cpu`` / ``torch==2.15.0.*`` -> X.Y.Z).
+
+    Example:
+        >>> torch_of_pin("torch==2.1.0+cpu"), torch_of_pin("torch==2.15.0.*"), torch_of_pin("torch>=2")
+        ('2.1.0', '2.15.0', None)
+    """
+    try:
+        specs = list(Requirement(pin).specifier)
+    except InvalidRequirement:
+        return None
+    for spec in specs:
+        if spec.operator in ("==", "==="):
+            text = spec.version[:-2] if spec.version.endswith(".*") else spec.version
+            try:
+                return Version(text).base_version
+            except InvalidVersion:
+                return None
+    return None
+
+
+def _normal(text: str) -> str:
+    try:
+        return str(Version(text))
+    except InvalidVersion:
+        return text

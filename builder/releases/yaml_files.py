@@ -1,0 +1,55 @@
+"""The YAML files the watcher edits: read them, find nodes in their parse trees, replace them atomically."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+from typing import Any, Optional, Sequence
+
+import yaml
+
+from builder.errors import UserError
+
+_YAML_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
+def _node_at(node: Any, keys: Sequence[str]) -> Any:
+    for key in keys:
+        if not isinstance(node, yaml.MappingNode):
+            return None
+        node = next((v for k, v in node.value if getattr(k, "value", None) == key), None)
+    return node
+
+
+def _read_bytes(path: Path) -> bytes:
+    try:
+        return path.read_bytes()
+    except OSError as exc:
+        raise UserError(f"cannot read {path}: {exc.strerror}", fix="check the path and its permissions", exit_code=1)
+
+
+def _replace(path: Path, data: bytes, expect: Optional[bytes], check: bool = True) -> None:
+    """Write ``data`` to a temp file beside ``path`` and rename it over.
+
+    With ``check``, refuse when the file no longer holds ``expect`` (None: no file),
+    so an edit made meanwhile by someone else is never lost.
+    """
+    current = _read_bytes(path) if path.exists() else None
+    if check and current != expect:
+        raise UserError(f"{path} changed while releases were being added; nothing was written",
+                        fix="run the command again", exit_code=1)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=str(path.parent))
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+        if path.exists():
+            os.chmod(tmp, path.stat().st_mode & 0o7777)
+        os.replace(tmp, path)
+    except OSError as exc:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise UserError(f"cannot write {path}: {exc.strerror}", fix="check the folder's permissions and free space",
+                        exit_code=1)
