@@ -383,15 +383,25 @@ def doctor(
 
 
 @app.command()
-def explain(text: str = typer.Argument(..., help="The error text, quoted."), as_json: bool = JsonOpt) -> None:
-    """Map an Ascend error message to its cause and fix, with this node's versions filled in.
+def explain(
+    text: str = typer.Argument(..., help="The error text, quoted."),
+    image_ref: Optional[str] = typer.Option(None, "--image", help="The image that failed: its labels name the versions."),
+    root: Path = RootOpt,
+    as_json: bool = JsonOpt,
+) -> None:
+    """Map an Ascend error message to its cause and fix, with this node's (and the image's) versions filled in.
 
-    Example: ascend-build explain "libascend_hal.so: cannot open shared object file"
+    Example: ascend-build explain "libascend_hal.so: cannot open shared object file" --image IMAGE
     """
     from builder import explain as table
     from builder import host as host_probe
 
-    matches = table.explain(text, host=host_probe.probe(run_npu_smi=False))
+    labels = None
+    if image_ref:
+        from builder.engine import Engine
+
+        labels = Engine.connect().labels(image_ref)
+    matches = table.explain(text, host=host_probe.probe(root=root, run_npu_smi=False), labels=labels)
     if not matches:
         typer.echo("no known Ascend error in that text", err=True)
         raise typer.Exit(1)

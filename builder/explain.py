@@ -9,7 +9,7 @@ explain`` and for the fixes ``ascend-build doctor`` prints (``fix_for``).
 A fix may name ``{placeholders}``; they are filled from, in this order of strength:
 named groups of the matching pattern (the text is the subject), the image labels
 (``io.ascend-build.*``), the host probe, and the knowledge base; an unknown value
-reads ``unknown``.
+reads ``(unknown here)``.
 
 Example:
     >>> m = explain("RuntimeError: not support driver 24.1")[0]
@@ -35,7 +35,7 @@ from builder import knowledge
 from builder.host import HostInfo, normalize_arch
 
 ERRORS_FILE = knowledge.DATA_DIR / "errors.yaml"
-UNKNOWN = "unknown"
+UNKNOWN = "(unknown here)"
 # Placeholders a fix may use besides the named groups of its own patterns.
 PLACEHOLDERS = (
     "host_driver", "host_firmware", "host_arch", "host_chip", "devices", "driver_fw_range",
@@ -168,11 +168,11 @@ class _Values(dict):
 
 
 def fill(template: str, values: Mapping[str, str]) -> str:
-    """``template`` with ``{name}`` replaced; unknown names read ``unknown``.
+    """``template`` with ``{name}`` replaced; unknown names read ``(unknown here)``.
 
     Example:
-        >>> fill("upgrade to {image_min_driver} ({x})", {"image_min_driver": "24.1.RC3"})
-        'upgrade to 24.1.RC3 (unknown)'
+        >>> fill("upgrade to {image_min_driver}; firmware {x}", {"image_min_driver": "24.1.RC3"})
+        'upgrade to 24.1.RC3; firmware (unknown here)'
     """
     return string.Formatter().vformat(template, (), _Values(values))
 

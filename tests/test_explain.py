@@ -147,9 +147,9 @@ def test_8005_and_8020_are_told_apart():
 
 
 def test_unknown_placeholder_values_read_unknown():
-    assert ex.fill("{host_driver} and {nope}", {}) == "unknown and unknown"
+    assert ex.fill("{host_driver} and {nope}", {}) == "(unknown here) and (unknown here)"
     [m] = ex.explain("dcmi module initialize failed. ret is -8005")
-    assert "Host driver unknown, firmware unknown" in m.fix
+    assert "Host driver (unknown here), firmware (unknown here)" in m.fix
 
 
 def test_fix_for_is_the_shared_source():
