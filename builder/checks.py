@@ -281,7 +281,9 @@ def check(cells: List[Cell], kb: Optional[object] = None) -> List[Finding]:
         for rule in RULES:
             findings.extend(rule(cell, kb))
     findings.extend(unique_tags(cells))
-    return findings
+    # A cell with arch or chip lists expands into several cells that share their
+    # lines: the same finding at the same place is said once.
+    return list(dict.fromkeys(findings))
 
 
 def has_errors(findings: List[Finding], strict: bool = False) -> bool:

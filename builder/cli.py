@@ -122,6 +122,25 @@ def _interruptible():
         raise typer.Exit(130) from None
 
 
+@contextlib.contextmanager
+def _progress(quiet: bool):
+    """Where progress lines go: a live status line on a terminal (each cell's current
+    step, the finished ones kept above it), plain lines otherwise (CI logs, --quiet)."""
+    if quiet or not sys.stderr.isatty():
+        yield lambda line: typer.echo(line, err=True)
+        return
+    from rich.console import Console
+
+    console = Console(stderr=True)
+    with console.status("starting") as status:
+        def say(line: str) -> None:
+            if "] step " in line:
+                status.update(line)
+            else:
+                console.print(line, markup=False, highlight=False)
+        yield say
+
+
 def _host_arch() -> str:
     import platform
 
@@ -172,8 +191,8 @@ def image(
     options = pipeline.Options(variants=variants, state_dir=state_dir, no_device=no_device, devices=devices_opt,
                                push=push, base_image=base_image, wheelhouse=wheelhouse, ca_bundle=ca_bundle,
                                quiet=quiet)
-    with _interruptible():
-        outcomes = pipeline.run(cells, options, Engine.connect(), lambda line: typer.echo(line, err=True))
+    with _interruptible(), _progress(quiet) as say:
+        outcomes = pipeline.run(cells, options, Engine.connect(), say)
     _summary(outcomes, as_json)
     if not all(o.ok for o in outcomes):
         raise typer.Exit(1)

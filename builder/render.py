@@ -281,18 +281,18 @@ def env_spec(cell: Cell, kb, variant: str = "npu") -> Tuple[str, str, bytes]:
 
 
 def _matrix_name(cell: Cell) -> str:
-    """The matrix file as the header names it, the same from any working directory:
-    relative to the repository when inside it, else the bare file name."""
-    return _display_path(cell.where.file, os.getcwd()) if cell.where else "(matrix)"
+    """The matrix file as the header names it: its folder and name (``matrix/default.yaml``).
+
+    Only the last two parts, so the bytes are the same from any working directory,
+    any checkout and any install of ascend-build (`render --check` compares them).
+    """
+    return _display_path(cell.where.file) if cell.where else "(matrix)"
 
 
 @lru_cache(maxsize=64)
-def _display_path(file: str, cwd: str) -> str:
-    path = Path(cwd, file).resolve()
-    try:
-        return path.relative_to(PACKAGE_DIR.parent).as_posix()
-    except ValueError:
-        return path.name
+def _display_path(file: str) -> str:
+    path = Path(os.path.abspath(file))
+    return f"{path.parent.name}/{path.name}" if path.parent.name else path.name
 
 
 def render_cell(cell: Cell, kb=None) -> Dict[str, bytes]:
