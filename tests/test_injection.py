@@ -24,15 +24,9 @@ from hypothesis import strategies as st
 from typer.testing import CliRunner
 
 from builder import cli, matrix, render
+from helpers_matrix import VALID
 
-BASE_CELL = {
-    "os": "ubuntu22.04",
-    "arch": "x86_64",
-    "chip": "910b",
-    "cann": "8.0.RC3",
-    "python": "3.10",
-    "torch_npu": "2.4.0",
-}
+BASE_CELL = VALID  # a cell with no finding: any schema error below comes from the injected value
 
 # field -> valid value; each hostile value is built by inserting a token into it
 FIELDS = {
