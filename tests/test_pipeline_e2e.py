@@ -219,6 +219,24 @@ def twin(engine, base_image, registry, session_images, tmp_path_factory) -> Twin
 
 
 @pytest.mark.engine
+def test_doctor_checks_inside_the_twin(engine, twin):
+    """`doctor --image` runs its probe inside a real image ascend-build made."""
+    from builder import doctor
+    from builder.host import HostInfo
+
+    labels = engine.labels(twin.release)
+    host = HostInfo(arch=labels["io.ascend-build.arch"], driver="26.1.0", firmware="9.0.0.105.229")
+    names = {c.name: c for c in doctor.doctor_image(engine, twin.release, host)}
+    assert "image: probe" not in names
+    assert names["image: built by ascend-build"].status == doctor.OK
+    assert names["image: arch"].status == doctor.OK
+    assert names["image: Python env isolation"].status == doctor.OK  # /opt/venv
+    assert names["image: HCCL_CONNECT_TIMEOUT"].status == doctor.OK  # the ENV defaults render.py sets
+    assert names["image: PYTORCH_NPU_ALLOC_CONF"].detail == "expandable_segments:True"
+    assert names["image: torch_npu vs CANN"].detail == "the CPU twin: no torch_npu by design"
+
+
+@pytest.mark.engine
 def test_cpu_twin_passes_is_sealed_tagged_pushed_and_pulled_by_digest(engine, registry, twin, monkeypatch):
     res, out = twin.result, twin.outcome
     assert res.returncode == 0, res.stderr

@@ -230,10 +230,17 @@ def test_parse_ldd_and_driver_libs(smoke):
     assert missing == ["libascendcl.so", "libhccl.so", "libascend_hal.so"]
     assert resolved["libdcmi.so"].startswith("/usr/local/Ascend/driver/")
     needed = {lib: ["libtorch_npu.so"] for lib in missing}
-    fatal, host = smoke.classify_missing(needed, driver_mount=False)
+    fatal, host, optional = smoke.classify_missing(needed, driver_mount=False)
     assert sorted(fatal) == ["libascendcl.so", "libhccl.so"] and list(host) == ["libascend_hal.so"]
-    fatal, host = smoke.classify_missing(needed, driver_mount=True)
-    assert "libascend_hal.so" in fatal and not host
+    fatal, host, optional = smoke.classify_missing(needed, driver_mount=True)
+    assert "libascend_hal.so" in fatal and not host and not optional
+
+
+def test_a_library_only_plugins_need_is_optional(smoke):
+    """libatb.so (NNAL) is needed by libop_plugin_atb.so alone: import works without it."""
+    needed = {"libatb.so": ["libop_plugin_atb.so"], "libhccl.so": ["libop_plugin_atb.so", "libtorch_npu.so"]}
+    fatal, host, optional = smoke.classify_missing(needed, driver_mount=False)
+    assert list(optional) == ["libatb.so"] and list(fatal) == ["libhccl.so"] and not host
 
 
 def test_host_driver_and_firmware_minimums(smoke):

@@ -205,16 +205,28 @@ def is_driver_lib(name):
     return base in DRIVER_LIBS or base.startswith("libdrv") or name.startswith(DRIVER_DIR + "/")
 
 
+def is_plugin(obj):
+    """torch_npu's operator plugins (libop_plugin_atb.so) are loaded when their ops are
+    first used, not at import: what only they need is optional for importing."""
+    return re.match(r"^libop_plugin_[\w.-]*\.so", obj) is not None
+
+
 def classify_missing(needed_by, driver_mount):
-    """{lib: [needing .so]} -> (fatal, from_host). Driver libraries come from the
-    host mount, so without the mount they are expected-missing, not a failure."""
-    fatal, from_host = {}, {}
+    """{lib: [needing .so]} -> (fatal, from_host, optional).
+
+    Driver libraries come from the host mount, so without the mount they are
+    expected-missing, not a failure. A library only plugins need (libatb.so from
+    NNAL for libop_plugin_atb.so) is optional: import works, those ops do not.
+    """
+    fatal, from_host, optional = {}, {}, {}
     for lib, users in sorted(needed_by.items()):
         if is_driver_lib(lib) and not driver_mount:
             from_host[lib] = users
+        elif all(is_plugin(user) for user in users):
+            optional[lib] = users
         else:
             fatal[lib] = users
-    return fatal, from_host
+    return fatal, from_host, optional
 
 
 def python_matches(expected, actual):
@@ -459,8 +471,8 @@ def tier_libraries(ctx):
         for lib in missing:
             needed_by.setdefault(lib, []).append(os.path.basename(obj))
         from_driver.update(k for k, v in resolved.items() if v.startswith(DRIVER_DIR + "/"))
-    fatal, from_host = classify_missing(needed_by, driver_mount)
-    d.update(missing=fatal, expected_from_host_driver_mount=from_host,
+    fatal, from_host, optional = classify_missing(needed_by, driver_mount)
+    d.update(missing=fatal, expected_from_host_driver_mount=from_host, optional_missing=optional,
              resolved_from_driver_mount=sorted(from_driver))
     if fatal:
         hints = sorted(set(
@@ -473,6 +485,11 @@ def tier_libraries(ctx):
             "%s (needed by %s)" % (lib, ", ".join(users)) for lib, users in fatal.items()),
             "; ".join(hints)), **d)
     note = " (%s expected from the host driver mount)" % ", ".join(from_host) if from_host else ""
+    if optional:
+        hint = diagnose(" ".join("%s: cannot open shared object file" % lib for lib in optional), ctx.manifest)
+        note += "; optional, only for plugins: %s%s" % (", ".join(
+            "%s (needed by %s)" % (lib, ", ".join(users)) for lib, users in optional.items()),
+            " -> " + hint if hint else "")
     return passed("all libraries of %d %s objects resolve%s" % (len(objs), pkg, note), **d)
 
 
