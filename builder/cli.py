@@ -238,7 +238,7 @@ def _summary(outcomes, as_json: bool) -> None:
 
     table = Table(title="ascend-build image")
     for column in ("image", "status", "image id", "tiers", "tags", "digest", "build s", "smoke s"):
-        table.add_column(column)
+        table.add_column(column, overflow="fold")
     for o in outcomes:
         tiers = " ".join(f"{t.get('name')}:{t.get('status')}" for t in o.tiers) or "-"
         table.add_row(f"{o.cell}{'-cpu' if o.variant == 'cpu' else ''}", o.status, o.image_id[7:19] or "-", tiers,
