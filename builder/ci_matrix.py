@@ -244,7 +244,7 @@ def changed_cells(cells: Iterable[Cell], rendered: Mapping[str, Mapping[str, byt
         raise UserError(f"--changed-since {since}: cannot list {out_dir}/ at {commit[:12]}: "
                         f"{exc.stderr.decode(errors='replace').strip()}", fix="check the repository and the ref") from None
     return [c.id for c in cells
-            if c.id not in before or files_digest(before[c.id]) != files_digest(rendered[c.id])]
+            if c.id not in before or files_digest(before[c.id]) != files_digest(render.own_files(rendered[c.id]))]
 
 
 # --- the entries ------------------------------------------------------------------

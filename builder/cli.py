@@ -74,7 +74,8 @@ def render_cmd(
     check: bool = typer.Option(False, "--check", help="Write nothing; exit 1 if the output folder is stale."),
     strict: bool = StrictOpt,
 ) -> None:
-    """Render each cell into dockerfiles/<cell>/ (Dockerfile, CPU twin, manifest, env spec, smoke program).
+    """Render each cell into dockerfiles/<cell>/ (Dockerfile, CPU twin, manifest, env spec); the smoke program
+    every image carries is written once, to dockerfiles/_shared/.
 
     Example: ascend-build render --check
     """

@@ -433,22 +433,6 @@ class KnowledgeBase:
                 return v
         return ()
 
-    def python_tags_known(self, torch: str, arch: Optional[str] = None) -> Tuple[str, ...]:
-        """Python versions with a torch_npu wheel for that torch, over all releases (one arch or both).
-
-        Example:
-            >>> load().python_tags_known("2.3.1")
-            ('3.8', '3.9', '3.10', '3.11')
-        """
-        key = _pep440(torch)
-        arches = (_arch(arch),) if arch else ARCHES
-        found = set()
-        for rel in self._releases.values():
-            if _pep440(rel.torch) == key:
-                for a in arches:
-                    found.update(rel.python.get(a or "", ()))
-        return tuple(sorted(found, key=lambda p: tuple(int(x) for x in p.split("."))))
-
     # -- CANN, driver, firmware -------------------------------------------------------------
 
     def cann_releases(self) -> List[str]:

@@ -6,7 +6,8 @@
 * ``Dockerfile.cpu``       its CPU twin: same OS, Python, torch and pins, no CANN/torch_npu;
 * ``manifest.json`` / ``manifest.cpu.json``   the run record the smoke test checks against;
 * ``environment.yml`` (conda) or ``requirements.txt`` (venv)   the environment spec;
-* ``smoke.py`` and ``versions.py``   the smoke program that runs inside the image.
+* ``smoke.py``, ``versions.py`` and ``errors.json``   the smoke program that runs inside
+  the image; every context holds them, so ``dockerfiles/`` keeps them once, in ``_shared/``.
 
 All decisions live here, none in the template: which base image, which
 installers, which index serves torch, which ENV CANN needs. Values from the
@@ -348,6 +349,27 @@ def render_all(cells: List[Cell], kb=None) -> Dict[str, Dict[str, bytes]]:
     return {cell.id: render_cell(cell, kb) for cell in cells}
 
 
+# dockerfiles/ keeps one copy of what every context holds (the smoke program, its
+# version module, the error table) in _shared/; `stage.context` lays out the full
+# context from a fresh render, so a build never reads dockerfiles/ at all.
+SHARED = "_shared"
+
+
+def own_files(files: Dict[str, bytes]) -> Dict[str, bytes]:
+    """A context's files without the ones every context shares: what ``dockerfiles/<cell>/`` holds."""
+    shared = _smoke_files()
+    return {name: data for name, data in files.items() if name not in shared}
+
+
+def committed_tree(rendered: Dict[str, Dict[str, bytes]]) -> Dict[str, Dict[str, bytes]]:
+    """The layout of ``dockerfiles/``: each cell's own files, and the shared ones once."""
+    tree = {cell_id: own_files(files) for cell_id, files in rendered.items()}
+    if rendered:
+        first = next(iter(rendered.values()))
+        tree[SHARED] = {name: first[name] for name in _smoke_files() if name in first}
+    return tree
+
+
 def _present(out: Path) -> set:
     return {p.name for p in out.iterdir() if p.is_dir()} if out.is_dir() else set()
 
@@ -355,6 +377,7 @@ def _present(out: Path) -> set:
 def _differences(rendered: Dict[str, Dict[str, bytes]], out: Path) -> Iterator[Tuple[Path, str, Optional[bytes]]]:
     """(path, why, bytes to write or None to delete) for everything under ``out`` that
     differs from a fresh render; each existing file is read once."""
+    rendered = committed_tree(rendered)
     for cell_id in sorted(_present(out) - set(rendered)):
         yield out / cell_id, "no longer in the matrix", None
     for cell_id, files in rendered.items():
@@ -391,14 +414,6 @@ def write(rendered: Dict[str, Dict[str, bytes]], out: Path) -> List[str]:
     return changed
 
 
-def context_dir(out: Path, cell: Cell) -> Path:
-    return out / cell.id
-
-
 def variant_files(variant: str) -> Tuple[str, str]:
     """(Dockerfile name, manifest name) of a variant."""
     return ("Dockerfile", "manifest.json") if variant == "npu" else ("Dockerfile.cpu", "manifest.cpu.json")
-
-
-def find_cell(cells: List[Cell], cell_id: str) -> Optional[Cell]:
-    return next((c for c in cells if c.id == cell_id), None)

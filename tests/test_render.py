@@ -39,7 +39,7 @@ def rendered(shipped):
 
 @pytest.fixture(scope="module")
 def cell7(shipped):
-    return render.find_cell(shipped.cells, CELL_7_X86)
+    return next(c for c in shipped.cells if c.id == CELL_7_X86)
 
 
 @pytest.fixture(scope="module")
@@ -457,11 +457,11 @@ def test_render_check_fails_on_a_leftover_folder(copy):
 
 def test_render_check_fails_on_missing_and_extra_files(copy):
     out, args = copy
-    (out / CELL_7_X86 / "smoke.py").unlink()
+    (out / render.SHARED / "smoke.py").unlink()
     (out / CELL_7_X86 / "notes.txt").write_text("mine\n")
     result = _check(args)
     assert result.exit_code == 1
-    assert f"stale: {out / CELL_7_X86 / 'smoke.py'} (missing)" in result.output
+    assert f"stale: {out / render.SHARED / 'smoke.py'} (missing)" in result.output
     assert f"stale: {out / CELL_7_X86 / 'notes.txt'} (not rendered)" in result.output
 
 
@@ -477,7 +477,9 @@ def test_render_check_writes_nothing(tmp_path):
 def test_write_reports_what_it_changed(tmp_path, rendered):
     out = tmp_path / "out"
     first = render.write(rendered, out)
-    assert len(first) == sum(len(files) for files in rendered.values())
+    assert len(first) == sum(len(files) for files in render.committed_tree(rendered).values())
+    assert sorted(p.name for p in (out / render.SHARED).iterdir()) == ["errors.json", "smoke.py", "versions.py"]
+    assert not (out / CELL_7_X86 / "smoke.py").exists()  # one copy, not one per cell
     assert all(line.endswith(" (missing)") for line in first)
     assert render.write(rendered, out) == []
     target = out / CELL_7_X86 / "Dockerfile"
