@@ -31,7 +31,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from builder import matrix, render, stage  # noqa: E402
+from builder.build import matrix, render
+from builder.build import stage  # noqa: E402
 from builder.engine import Engine  # noqa: E402
 
 BASE = "local/debian:12"

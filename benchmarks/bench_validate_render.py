@@ -29,7 +29,9 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from builder import checks, knowledge, matrix, render  # noqa: E402
+from builder.build import checks, matrix
+from builder import knowledge  # noqa: E402
+from builder.build import render  # noqa: E402
 
 GOAL_S = 1.0
 

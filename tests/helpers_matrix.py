@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 from typing import Dict, List, Optional, Tuple
 
-from builder import checks, matrix
+from builder.build import checks, matrix
 
 REPO = Path(__file__).resolve().parent.parent
 SHIPPED_MATRIX = REPO / "matrix" / "default.yaml"

@@ -1,4 +1,4 @@
-"""builder.checks: one minimal bad matrix per rule, asserting rule id, severity, the
+"""builder.build.checks: one minimal bad matrix per rule, asserting rule id, severity, the
 line of the offending key, and the values and the fix named in the message.
 
 Expected values come from builder/data (and docs/ascend-facts.md): CANN 7.0.RC1 pairs
@@ -10,7 +10,8 @@ from __future__ import annotations
 import pytest
 from typer.testing import CliRunner
 
-from builder import checks, cli, knowledge, matrix
+from builder.build import checks, matrix
+from builder import cli, knowledge
 from helpers_matrix import CANN_7, SHIPPED_MATRIX, VALID, all_findings, by_rule, write_cells
 
 

@@ -1,4 +1,4 @@
-"""`builder.ci_matrix`: which cells CI rebuilds, judged against REF's committed dockerfiles/.
+"""`builder.build.ci_matrix`: which cells CI rebuilds, judged against REF's committed dockerfiles/.
 
 Each test builds a throwaway git repository the way the real one is made: the
 shipped matrix copied in, `ascend-build render --matrix ... --out ...` run, the
@@ -17,7 +17,7 @@ from typing import Dict, List
 
 import pytest
 
-from builder import ci_matrix, matrix, render
+from builder.build import ci_matrix, matrix, render
 from builder.errors import UserError
 
 REPO = Path(__file__).resolve().parent.parent

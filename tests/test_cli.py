@@ -16,7 +16,8 @@ import pytest
 import typer.main
 from typer.testing import CliRunner
 
-from builder import cli, matrix, render
+from builder import cli
+from builder.build import matrix, render
 from helpers_matrix import SHIPPED_MATRIX, VALID, run_cli, write_cells
 
 runner = CliRunner()

@@ -19,9 +19,9 @@ from pathlib import Path
 
 import pytest
 
-from builder import matrix, render
-from builder.pull import Node, Wanted, choose, fetch, listing
-from builder.registry import Registry
+from builder.build import matrix, render
+from builder.node.pull import Node, Wanted, choose, fetch, listing
+from builder.node.registry import Registry
 from test_host import SMI_910B3, make_node
 
 CLI = [str(Path(sys.executable).with_name("ascend-build"))]

@@ -1,4 +1,4 @@
-"""builder.doctor: the pre-flight checklist on fixture nodes, and inside a real image.
+"""builder.node.doctor: the pre-flight checklist on fixture nodes, and inside a real image.
 
 Fixture nodes come from test_host.make_node (the real version-file samples); tests
 named ``fake_npu`` add a fake npu-smi (mocked hardware). The in-image tests use a
@@ -15,10 +15,11 @@ from typing import Dict
 
 import pytest
 
-from builder import doctor, explain, knowledge
-from builder.doctor import FAIL, OK, WARN, Check
+from builder.node import doctor, explain
+from builder import knowledge
+from builder.node.doctor import FAIL, OK, WARN, Check
 from builder.engine import RunResult
-from builder.host import HostInfo, probe
+from builder.node.host import HostInfo, probe
 from test_host import (DRIVER_INFO, FIRMWARE_INFO, SMI_910B3, TABLE_910B3, board, make_node)
 
 GOOD_ENV = {"HCCL_CONNECT_TIMEOUT": "1800", "ASCEND_GLOBAL_LOG_LEVEL": "3",

@@ -1,4 +1,4 @@
-"""builder.explain: real error strings -> cause and fix, versions filled in.
+"""builder.node.explain: real error strings -> cause and fix, versions filled in.
 
 Every string below was printed by a real Ascend stack (ascend-facts.md "What users
 hit", and the public issue threads named in errors.yaml ``source``).
@@ -11,9 +11,9 @@ import string
 
 import pytest
 
-from builder import explain as ex
+from builder.node import explain as ex
 from builder import knowledge
-from builder.host import HostInfo
+from builder.node.host import HostInfo
 
 # id -> real texts that must map to it (each entry of the table has at least one)
 REAL = {

@@ -1,4 +1,4 @@
-"""builder.host against fixture nodes built from the real file samples.
+"""builder.node.host against fixture nodes built from the real file samples.
 
 Every sample in ascend-compat.yaml ``version_files`` is read from the data file itself
 (so the fixtures cannot drift from it); the npu-smi outputs below are public dumps
@@ -21,9 +21,9 @@ from typing import Dict, Optional
 import pytest
 import yaml
 
-from builder import host as hostmod
+from builder.node import host as hostmod
 from builder import knowledge
-from builder.host import HostInfo, format_host, probe
+from builder.node.host import HostInfo, format_host, probe
 
 COMPAT = yaml.load((knowledge.DATA_DIR / "ascend-compat.yaml").read_text(), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
 

@@ -23,7 +23,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from typer.testing import CliRunner
 
-from builder import cli, matrix, render
+from builder import cli
+from builder.build import matrix, render
 from helpers_matrix import VALID
 
 BASE_CELL = VALID  # a cell with no finding: any schema error below comes from the injected value

@@ -1,4 +1,4 @@
-"""builder.matrix: the matrix format and its schema.
+"""builder.build.matrix: the matrix format and its schema.
 
 Every YAML below is written by the test itself, so each expected line and column is
 read off the text right above it.
@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from builder import matrix
+from builder.build import matrix
 from builder.errors import Location, UserError
 from helpers_matrix import VALID, load_text, write_cells
 

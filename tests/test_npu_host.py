@@ -16,7 +16,9 @@ from pathlib import Path
 
 import pytest
 
-from builder import devices, doctor, host, matrix
+from builder import devices
+from builder.node import doctor, host
+from builder.build import matrix
 
 pytestmark = [pytest.mark.npu, pytest.mark.engine]
 

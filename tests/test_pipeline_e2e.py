@@ -43,7 +43,7 @@ from typing import Dict, Iterable, List, Optional, Set
 
 import pytest
 
-from builder import matrix, pipeline, render, stage
+from builder.build import matrix, pipeline, render, stage
 from builder.errors import UserError
 
 TOKEN = uuid.uuid4().hex[:10]
@@ -221,8 +221,8 @@ def twin(engine, base_image, registry, session_images, tmp_path_factory) -> Twin
 @pytest.mark.engine
 def test_doctor_checks_inside_the_twin(engine, twin):
     """`doctor --image` runs its probe inside a real image ascend-build made."""
-    from builder import doctor
-    from builder.host import HostInfo
+    from builder.node import doctor
+    from builder.node.host import HostInfo
 
     labels = engine.labels(twin.release)
     host = HostInfo(arch=labels["io.ascend-build.arch"], driver="26.1.0", firmware="9.0.0.105.229")

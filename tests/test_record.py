@@ -1,4 +1,4 @@
-"""builder.record: the field guide's run record (section 7), measured, never overwritten."""
+"""builder.node.record: the field guide's run record (section 7), measured, never overwritten."""
 
 from __future__ import annotations
 
@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from builder import record as rec
+from builder.node import record as rec
 from builder.errors import UserError
-from builder.host import HostInfo, probe
+from builder.node.host import HostInfo, probe
 from test_host import SMI_910B3, make_node, write
 
 GUIDE_EXAMPLE = ["model=qwen2.5-27b", "train_mode=lora", "seq_len=4096", "batch_size=8",

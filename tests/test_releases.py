@@ -1,4 +1,4 @@
-"""builder.releases against a real simple index served on loopback by the test.
+"""builder.build.releases against a real simple index served on loopback by the test.
 
 The index below lays files out as a package index serves them: a project page in
 PEP 691 JSON and PEP 503 HTML, wheels under /files/ with HTTP Range support, and
@@ -32,9 +32,10 @@ from typing import Dict, List, Optional, Tuple
 import pytest
 import yaml
 
-from builder import knowledge, matrix, releases
+from builder import knowledge
+from builder.build import matrix, releases
 from builder.errors import UserError
-from builder.releases import compat_file
+from builder.build.releases import compat_file
 
 DATA = Path(knowledge.__file__).parent / "data"
 NEW = "2.15.0"
@@ -645,7 +646,7 @@ def test_pins_and_metadata_parsing():
 
 
 def test_module_examples_hold():
-    modules = [releases] + [importlib.import_module(m.name) for m in pkgutil.iter_modules(releases.__path__, "builder.releases.")]
+    modules = [releases] + [importlib.import_module(m.name) for m in pkgutil.iter_modules(releases.__path__, "builder.build.releases.")]
     results = [doctest.testmod(module, optionflags=doctest.ELLIPSIS) for module in modules]
     result = doctest.TestResults(sum(r.failed for r in results), sum(r.attempted for r in results))
     assert result.attempted >= 15 and result.failed == 0

@@ -1,4 +1,4 @@
-"""builder.render: exact text of the blocks that matter (hpccm style), layer order,
+"""builder.build.render: exact text of the blocks that matter (hpccm style), layer order,
 determinism, labels, manifests, `render --check`, and hadolint over every Dockerfile.
 
 URLs are taken from the knowledge base rather than spelled out here; everything else
@@ -19,7 +19,8 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from builder import cli, knowledge, matrix, render
+from builder import cli, knowledge
+from builder.build import matrix, render
 from helpers_matrix import REPO, SHIPPED_MATRIX, hadolint_exe, write_cells
 
 CELL_7_X86 = "cann7.0.rc1-910b-ubuntu22.04-py3.9-torch_npu2.1.0rc1-x86_64"
@@ -71,7 +72,7 @@ def test_render_twice_is_byte_identical(shipped, rendered):
 
 def test_render_in_fresh_processes_is_identical(tmp_path, rendered):
     """Two processes with different hash seeds, one in the repo and one elsewhere: same bytes."""
-    script = ("import hashlib, sys\nfrom pathlib import Path\nfrom builder import matrix, render\n"
+    script = ("import hashlib, sys\nfrom pathlib import Path\nfrom builder.build import matrix, render\n"
               "r = render.render_all(matrix.load(Path(sys.argv[1])).cells)\nh = hashlib.sha256()\n"
               "for c in sorted(r):\n    for n in sorted(r[c]):\n"
               "        h.update(f'{c}/{n}\\0'.encode() + r[c][n] + b'\\0')\nprint(h.hexdigest())\n")

@@ -275,7 +275,7 @@ def test_matching_helpers(smoke):
 ])
 def test_diagnose_known_errors_with_the_explain_table(smoke, text, entry):
     """The smoke program and `ascend-build explain` answer from one table."""
-    from builder import explain
+    from builder.node import explain
 
     hint = smoke.diagnose(text, {"cann_version": "8.5.0", "torch_npu_version": "2.8.0.post2"})
     assert hint.startswith(entry + ": ")

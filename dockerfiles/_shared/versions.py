@@ -405,6 +405,66 @@ def hdk_matches_line(version: Union[AscendVersion, str], line: str) -> bool:
     return False
 
 
+@functools.lru_cache(maxsize=8192)
+def lenient(kind: str, text: Any) -> Optional[Any]:
+    """``text`` parsed as a ``kind`` version, or None when it is empty or no such version.
+
+    The one lenient parse every module uses for outside text (labels, host files, the
+    knowledge base); cached, since the same few dozen strings come back all the time.
+    ``kind`` is ``"cann"``, ``"hdk"``, ``"firmware"`` or ``"python_package"`` (PEP 440).
+
+    Examples:
+    >>> lenient("hdk", "24.1.rc3"), lenient("hdk", "24.1"), lenient("cann", None)
+    (hdk('24.1.rc3'), None, None)
+    >>> str(lenient("python_package", "2.1.0.rc1"))
+    '2.1.0rc1'
+    """
+    if text is None or text == "":
+        return None
+    try:
+        if kind == "python_package":
+            return python_package(str(text))
+        return parse(str(text), kind)
+    except (VersionError, TypeError, ValueError):  # packaging's InvalidVersion is a ValueError
+        return None
+
+
+def minimum(kind: str, need: Any) -> Optional[AscendVersion]:
+    """The lowest version a requirement stands for: itself, or for an HDK line name
+    (``25.2.X``, ``26.0.RC1/25.7.RC1``) the line's first release; None when unreadable.
+
+    Examples:
+    >>> minimum("hdk", "25.0.X"), minimum("hdk", "24.1.RC3"), minimum("firmware", "7.5")
+    (hdk('25.0.RC1'), hdk('24.1.RC3'), None)
+    """
+    found = lenient(kind, need)
+    if found is None and kind == "hdk" and isinstance(need, str):
+        try:
+            found = hdk_line_floor(need)
+        except VersionError:
+            return None
+    return found
+
+
+def meets_minimum(kind: str, have: Any, need: Any) -> Optional[bool]:
+    """Whether a node's ``have`` is at least an image's ``need`` (``kind`` ``"hdk"`` for
+    the driver, ``"firmware"``); None when either cannot be read.
+
+    The one rule "node driver >= image minimum": ``validate``, ``pull``, ``run``,
+    ``doctor`` and the smoke program (which carries this file) all decide with it.
+
+    Examples:
+    >>> meets_minimum("hdk", "25.0.rc1.1", "25.0.RC1"), meets_minimum("hdk", "24.1.RC3", "25.0.X")
+    (True, False)
+    >>> meets_minimum("hdk", "unknown", "25.0.RC1") is None
+    True
+    """
+    have_v, need_v = lenient(kind, have), minimum(kind, need)
+    if have_v is None or need_v is None:
+        return None
+    return have_v >= need_v
+
+
 def python_package(text: str) -> Any:
     """Parse a PEP 440 version (torch, torch_npu): a ``packaging.version.Version``.
 

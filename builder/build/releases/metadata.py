@@ -12,10 +12,10 @@ from typing import Mapping, Sequence, Tuple
 from packaging.utils import canonicalize_name
 
 from builder.errors import UserError
-from builder.releases.http_client import _fail, _Http, _NoRanges
-from builder.releases.index import IndexFile
-from builder.releases.remote_zip import RemoteZip
-from builder.releases.wheels import WheelName, _normal, parse_metadata, torch_pin
+from builder.build.releases.http_client import _fail, _Http, _NoRanges
+from builder.build.releases.index import IndexFile
+from builder.build.releases.remote_zip import RemoteZip
+from builder.build.releases.wheels import WheelName, _normal, parse_metadata, torch_pin
 
 # Metadata methods, as reported per wheel.
 PEP658, RANGE, DOWNLOAD = "pep658", "range", "download"

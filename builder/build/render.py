@@ -34,11 +34,12 @@ from typing import Dict, Iterator, List, Optional, Tuple
 
 import jinja2
 
-from builder import explain, knowledge, versions
+from builder.node import explain
+from builder import knowledge, versions
 from builder.errors import UserError
-from builder.matrix import Cell
+from builder.build.matrix import Cell
 
-PACKAGE_DIR = Path(__file__).resolve().parent
+PACKAGE_DIR = Path(__file__).resolve().parent.parent
 TEMPLATES = PACKAGE_DIR / "templates"
 SMOKE_FILES = {"smoke.py": PACKAGE_DIR / "smoke" / "smoke.py", "versions.py": PACKAGE_DIR / "versions.py"}
 

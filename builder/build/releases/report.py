@@ -5,9 +5,9 @@ from __future__ import annotations
 from typing import List
 
 from builder import knowledge
-from builder.releases.entries import CANN_NOTE
-from builder.releases.metadata import _METHOD_TEXT
-from builder.releases.release_check import NewRelease, ReleaseCheck
+from builder.build.releases.entries import CANN_NOTE
+from builder.build.releases.metadata import _METHOD_TEXT
+from builder.build.releases.release_check import NewRelease, ReleaseCheck
 
 
 def format_check(result: ReleaseCheck) -> str:

@@ -27,10 +27,11 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Callable, Dict, List, Optional, Tuple
 
-from builder import devices, render, stage
+from builder import devices
+from builder.build import render, stage
 from builder.engine import BuildFailed, Engine
 from builder.errors import UserError
-from builder.matrix import Cell
+from builder.build.matrix import Cell
 
 STATIC_TIERS = ("versions", "libraries")
 ALL_TIERS = ("versions", "libraries", "import", "device", "train", "collective")

@@ -21,7 +21,7 @@ host driver/firmware vs the image's minimums, torch_npu vs CANN and torch (knowl
 base pairing), Python env isolation, env defaults.
 
 Example:
-    >>> from builder.host import HostInfo
+    >>> from builder.node.host import HostInfo
     >>> checks = run_host_checks(HostInfo(driver="24.1.rc3", firmware="7.5.0.1.129",
     ...                                   driver_fw_ranges=[["7.0.0", "7.5.99"]]), {})
     >>> [c.status for c in checks if c.name == "firmware/driver pairing"]
@@ -37,9 +37,10 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Dict, List, Mapping, Optional, Sequence
 
-from builder import explain, knowledge, versions
+from builder.node import explain
+from builder import knowledge, versions
 from builder.errors import UserError
-from builder.host import HostInfo, normalize_arch, probe
+from builder.node.host import HostInfo, normalize_arch, probe
 from builder.smoke import SMOKE_PATH
 
 OK, WARN, FAIL = "OK", "WARN", "FAIL"

@@ -66,9 +66,9 @@ from typing import Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, Uni
 
 import yaml
 
-from builder import render
+from builder.build import render
 from builder.errors import UserError
-from builder.matrix import ARCHS, CHIPS, Cell
+from builder.build.matrix import ARCHS, CHIPS, Cell
 
 # GitHub-hosted runners per arch. ubuntu-24.04-arm is free for public repositories;
 # private ones need a larger arm64 runner (override it in the runners file).

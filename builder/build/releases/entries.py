@@ -8,10 +8,10 @@ from typing import Any, Dict, List, Optional, Sequence
 from packaging.version import Version
 
 from builder import knowledge
-from builder.releases.index import IndexFile
-from builder.releases.metadata import MetadataRead
-from builder.releases.wheels import WheelName, _glibc_key, _py_key, torch_of_pin
-from builder.releases.wheels import parse_wheel_filename  # noqa: F401  (used by the examples)
+from builder.build.releases.index import IndexFile
+from builder.build.releases.metadata import MetadataRead
+from builder.build.releases.wheels import WheelName, _glibc_key, _py_key, torch_of_pin
+from builder.build.releases.wheels import parse_wheel_filename  # noqa: F401  (used by the examples)
 
 CANN_NOTE = "pairing unknown until a human confirms it"
 ENTRY_SOURCES = ("PYPI_SIMPLE_JSON", "PYPI_WHEEL_METADATA")

@@ -10,10 +10,10 @@ from packaging.version import Version
 
 from builder import knowledge, versions
 from builder.errors import UserError
-from builder.releases.entries import load_kb  # noqa: F401  (used by the examples)
-from builder.releases.release_check import NewRelease, ReleaseCheck
-from builder.releases.wheels import _glibc_key, _normal, _py_key
-from builder.releases.yaml_files import _YAML_LOADER, _node_at, _read_bytes, _replace
+from builder.build.releases.entries import load_kb  # noqa: F401  (used by the examples)
+from builder.build.releases.release_check import NewRelease, ReleaseCheck
+from builder.build.releases.wheels import _glibc_key, _normal, _py_key
+from builder.build.releases.yaml_files import _YAML_LOADER, _node_at, _read_bytes, _replace
 
 # In a subfolder: matrix/*.yaml is the live matrix, and a draft cell with an
 # unconfirmed CANN pairing must not be built until a human moves it there.

@@ -17,7 +17,7 @@ inserts them into ``ascend-compat.yaml`` without reformatting the rest of the fi
 ``propose`` drafts matrix cells for them, ``format_check`` / ``to_dict`` report.
 
 Example:
-    >>> from builder import releases
+    >>> from builder.build import releases
     >>> result = releases.check(releases.default_index_url())     # doctest: +SKIP
     >>> print(releases.format_check(result))                       # doctest: +SKIP
     index: .../simple/torch-npu/ (PEP 691 JSON, api 1.1)
@@ -26,15 +26,15 @@ Example:
 
 from __future__ import annotations
 
-from builder.releases.compat_file import insert_entries, write
-from builder.releases.entries import build_entry
-from builder.releases.index import INDEX_URL_ENV, PROJECT, IndexFile, default_index_url
-from builder.releases.metadata import MetadataRead
-from builder.releases.proposal import default_proposal_path, propose, suggest_cann
-from builder.releases.release_check import NewRelease, ReleaseCheck, YankedFile, check
-from builder.releases.remote_zip import RemoteZip
-from builder.releases.report import format_check
-from builder.releases.wheels import WheelName, parse_metadata, parse_wheel_filename, torch_of_pin, torch_pin
+from builder.build.releases.compat_file import insert_entries, write
+from builder.build.releases.entries import build_entry
+from builder.build.releases.index import INDEX_URL_ENV, PROJECT, IndexFile, default_index_url
+from builder.build.releases.metadata import MetadataRead
+from builder.build.releases.proposal import default_proposal_path, propose, suggest_cann
+from builder.build.releases.release_check import NewRelease, ReleaseCheck, YankedFile, check
+from builder.build.releases.remote_zip import RemoteZip
+from builder.build.releases.report import format_check
+from builder.build.releases.wheels import WheelName, parse_metadata, parse_wheel_filename, torch_of_pin, torch_pin
 
 __all__ = [
     "INDEX_URL_ENV", "PROJECT", "ReleaseCheck", "NewRelease", "MetadataRead", "YankedFile",

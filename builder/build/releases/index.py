@@ -12,7 +12,7 @@ from typing import Any, Dict, List, Mapping, Optional, Tuple
 from packaging.utils import canonicalize_name
 
 from builder.errors import UserError
-from builder.releases.http_client import _fail, _Http
+from builder.build.releases.http_client import _fail, _Http
 
 INDEX_URL_ENV = "ASCEND_BUILD_INDEX_URL"
 PROJECT = "torch-npu"

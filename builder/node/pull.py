@@ -20,7 +20,7 @@ from typing import Dict, List, Optional, Tuple
 
 from builder import versions
 from builder.errors import UserError
-from builder.registry import ImageInfo, Registry
+from builder.node.registry import ImageInfo, Registry
 
 L = "io.ascend-build."
 

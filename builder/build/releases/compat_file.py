@@ -16,9 +16,9 @@ from packaging.version import InvalidVersion, Version
 
 from builder import knowledge
 from builder.errors import UserError
-from builder.releases.release_check import ReleaseCheck
-from builder.releases.wheels import _normal
-from builder.releases.yaml_files import _YAML_LOADER, _node_at, _read_bytes, _replace
+from builder.build.releases.release_check import ReleaseCheck
+from builder.build.releases.wheels import _normal
+from builder.build.releases.yaml_files import _YAML_LOADER, _node_at, _read_bytes, _replace
 
 
 def write(result: ReleaseCheck, data_path: Optional[Path] = None) -> List[str]:

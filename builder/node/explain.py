@@ -32,7 +32,7 @@ from typing import Any, Dict, List, Mapping, Optional, Tuple
 import yaml
 
 from builder import knowledge
-from builder.host import HostInfo, normalize_arch
+from builder.node.host import HostInfo, normalize_arch
 
 ERRORS_FILE = knowledge.DATA_DIR / "errors.yaml"
 UNKNOWN = "(unknown here)"

@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Dict, Iterator, Optional
 
 from builder.errors import UserError
-from builder.matrix import Cell
+from builder.build.matrix import Cell
 
 # mirror key in the matrix -> variable the Dockerfile's steps read
 MIRROR_VARIABLES = {

@@ -8,7 +8,7 @@ import zipfile
 import zlib
 from typing import Callable, List, Tuple
 
-from builder.releases.http_client import _fail, _Http, _NoRanges
+from builder.build.releases.http_client import _fail, _Http, _NoRanges
 
 TAIL_PROBE = 16 * 1024  # first suffix read: the EOCD and, in most wheels, the whole central directory
 _EOCD_MAX = 22 + 0xFFFF  # an EOCD record plus the longest zip comment

@@ -42,7 +42,7 @@ from pathlib import Path
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 from builder.errors import UserError
-from builder.host import HostInfo, probe
+from builder.node.host import HostInfo, probe
 from builder.smoke import smoke
 
 SCHEMA = 1

@@ -6,7 +6,7 @@ it, pointing at the line of the key that is wrong. ``null`` in the knowledge bas
 means "unknown", never "incompatible": unknowns give warnings, not errors.
 
 Example:
-    >>> from builder import matrix                              # doctest: +SKIP
+    >>> from builder.build import matrix                           # doctest: +SKIP
     >>> [f.rule for f in check(matrix.load(Path("bad.yaml")).cells)]   # doctest: +SKIP
     ['torch-npu-unpublished']
 """
@@ -19,7 +19,7 @@ from typing import Callable, Iterator, List, Optional
 
 from builder import knowledge, versions
 from builder.errors import Finding, UserError
-from builder.matrix import Cell
+from builder.build.matrix import Cell
 
 Findings = Iterator[Finding]
 

@@ -9,11 +9,11 @@ from packaging.utils import canonicalize_name
 from packaging.version import Version
 
 from builder import knowledge
-from builder.releases.entries import build_entry
-from builder.releases.http_client import _Http
-from builder.releases.index import PROJECT, IndexFile, fetch_project_page, project_url
-from builder.releases.metadata import DOWNLOAD, MetadataRead, read_metadata
-from builder.releases.wheels import WheelName, _py_key, parse_wheel_filename, torch_of_pin
+from builder.build.releases.entries import build_entry
+from builder.build.releases.http_client import _Http
+from builder.build.releases.index import PROJECT, IndexFile, fetch_project_page, project_url
+from builder.build.releases.metadata import DOWNLOAD, MetadataRead, read_metadata
+from builder.build.releases.wheels import WheelName, _py_key, parse_wheel_filename, torch_of_pin
 
 
 @dataclass

@@ -1,0 +1,32 @@
+"""The `ascend-build` command line. It only parses, calls and prints.
+
+Exit codes: 0 clean, 1 findings with errors or failed work, 2 usage errors.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import typer
+
+from builder.cli import build, kb, node  # noqa: F401  (importing registers their commands)
+from builder.cli.app import app
+from builder.errors import UserError
+
+__all__ = ["app", "main"]
+
+
+def main() -> None:
+    """Entry point: run the app, turning every UserError into a message and its exit code."""
+    try:
+        app()
+    except UserError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        sys.exit(exc.exit_code)
+    except KeyboardInterrupt:
+        typer.echo("interrupted", err=True)
+        sys.exit(130)
+
+
+if __name__ == "__main__":
+    main()
