@@ -18,8 +18,8 @@ from pathlib import Path
 from typing import List, Optional, Sequence, Tuple
 
 from builder.errors import UserError
+from builder.vocabulary import CONTROL_DEVICES
 
-CONTROL_DEVICES = ("/dev/davinci_manager", "/dev/devmm_svm", "/dev/hisi_hdc")
 # host path -> read-only bind mount at the same path in the container
 DRIVER_MOUNTS = (
     "/usr/local/Ascend/driver/lib64",

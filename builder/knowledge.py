@@ -1,15 +1,16 @@
 """The knowledge base: typed answers about the Ascend stack, read once from ``builder/data``.
 
 Everything the checks, the renderer and the CLI know about torch_npu releases, CANN
-installers, driver/firmware pairing, chips and base operating systems comes from here.
+releases, driver/firmware pairing, chips and base operating systems comes from here.
 The data files keep a ``source`` for every fact; this module only reads them, builds its
 lookup tables once, and answers with small frozen dataclasses, tuples and strings (never
-a raw YAML dict, except ``unpublished()``, which hands back a copy of its entry).
+a raw YAML dict, except ``unpublished()`` and ``cann_entry()``, which hand back a copy of
+their entry, and ``cann_package()``, a read-only view).
 
-Lookups are lenient: a version string that does not parse, or that the data does not
-know, yields ``None`` (or ``[]``); the matrix stage reports malformed strings with
-file:line. ``describe_torch_npu`` / ``describe_cann`` (for ``ascend-build kb ...``) raise
-``UserError`` for an unknown version instead.
+Lookups are lenient (``versions.lenient``): a version string that does not parse, or
+that the data does not know, yields ``None`` (or ``[]``); the matrix stage reports
+malformed strings with file:line. Installer file names live in ``builder.installers``,
+the ``ascend-build kb`` descriptions in ``builder.cli.kb``.
 
 Example:
     >>> from builder.knowledge import load
@@ -30,29 +31,27 @@ import re
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
-from typing import Any, Dict, Iterable, List, Mapping, Optional, Tuple
+from types import MappingProxyType
+from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 import yaml
-from packaging.version import InvalidVersion, Version
+from packaging.version import Version
 
-from builder import versions
+from builder import installers as _installers, versions
 from builder.errors import UserError
+from builder.installers import Installer
+from builder.vocabulary import CHIPS, normalize_arch
 
 DATA_DIR = Path(__file__).resolve().parent / "data"
 
+# vocabulary.ARCHS in the order the ``kb`` commands and the release tools list them.
 ARCHES: Tuple[str, ...] = ("x86_64", "aarch64")
-_ARCH_ALIASES = {"x86_64": "x86_64", "amd64": "x86_64", "aarch64": "aarch64", "arm64": "aarch64"}
-
-# The matrix's chip ids, lower-case (the data also knows 310b, which ascend-build does not build for).
-CHIPS: Tuple[str, ...] = ("910", "910b", "a3", "310p", "950")
+# CHIPS (from vocabulary): the matrix's chip ids; the data also knows 310b, which ascend-build does not build for.
 
 # First CANN release per chip where one exists (ascend-facts.md "Chips": A3 from CANN 8.1.RC1,
 # 950 from CANN 9.0; the data agrees: chips.families[].cann_ops_package and
 # chips.official_cann_images_by_chip). Chips not listed have no stated floor.
 _CHIP_MIN_CANN = {"a3": "8.1.RC1", "950": "9.0.0"}
-
-# Name of the chip inside ops package file names (case matters: ``A3``).
-_CHIP_FILE_NAME = {"910": "910", "910b": "910b", "a3": "A3", "310p": "310p", "950": "950"}
 
 # torch_npu releases whose x86_64 wheels pin torch==X.Y.Z+cpu (PyTorch CPU index only):
 # every release below 2.12 (torch_npu_releases.note, ascend-facts.md "Compatibility rules").
@@ -97,29 +96,6 @@ class TorchNpu:
 
 
 @dataclass(frozen=True)
-class Installer:
-    """A file to download, check and run: a CANN package or the conda bootstrap.
-
-    ``filename`` is the published file (``.zip`` for CANN packages), ``run`` the installer
-    to execute (the ``.run`` of the same stem inside the zip; the ``.sh`` itself for conda),
-    ``sha256`` the checksum of ``filename`` (``None`` only when it could not be verified).
-
-    Example:
-        >>> load().installers("8.5.0", "910b", "aarch64")[0].run
-        'Ascend-cann-toolkit_8.5.0_linux-aarch64.run'
-    """
-
-    kind: str  # "toolkit" | "ops" | "conda"
-    filename: str
-    url: str
-    sha256: Optional[str]
-    run: str
-    source: str
-    version: str = ""
-    arch: str = ""
-
-
-@dataclass(frozen=True)
 class OsInfo:
     """A supported base OS (``data/os.yaml``): what the distribution itself ships.
 
@@ -143,45 +119,6 @@ class OsInfo:
 # Helpers
 
 
-def _arch(arch: str) -> Optional[str]:
-    return _ARCH_ALIASES.get(str(arch).strip().lower()) if arch else None
-
-
-@lru_cache(maxsize=4096)
-def _pep440(text: Any) -> Optional[str]:
-    """Normalised PEP 440 text, or None when it is no version."""
-    if text is None or text == "":
-        return None
-    try:
-        return str(versions.python_package(str(text)))
-    except (versions.VersionError, InvalidVersion, TypeError, ValueError):
-        return None
-
-
-@lru_cache(maxsize=4096)
-def _cann(text: Any) -> Optional["versions.AscendVersion"]:
-    if text is None or text == "":
-        return None
-    try:
-        return versions.cann(str(text))
-    except (versions.VersionError, TypeError, ValueError):
-        return None
-
-
-@lru_cache(maxsize=4096)
-def _hdk(text: Any) -> Optional["versions.AscendVersion"]:
-    if text is None or text == "":
-        return None
-    try:
-        return versions.hdk(str(text))
-    except (versions.VersionError, TypeError, ValueError):
-        return None
-
-
-def _text(v: Any) -> str:
-    return getattr(v, "text", None) or str(v)
-
-
 def _tuple(value: Any) -> Tuple[str, ...]:
     if value is None:
         return ()
@@ -199,17 +136,13 @@ def _torch_part(requires_dist: str) -> str:
     return ""
 
 
-def _is_line(text: str) -> bool:
-    return text.upper().endswith(".X") or "/" in text
-
-
-@lru_cache(maxsize=1024)
-def _line_floor(line: str) -> Optional["versions.AscendVersion"]:
-    try:
-        floor = versions.hdk_line_floor(line)
-    except (versions.VersionError, TypeError, ValueError):
-        return None
-    return floor if not isinstance(floor, str) else _hdk(floor)
+def _frozen(value: Any) -> Any:
+    """A parsed JSON document made read-only: mappings as views, lists as tuples."""
+    if isinstance(value, Mapping):
+        return MappingProxyType({k: _frozen(v) for k, v in value.items()})
+    if isinstance(value, list):
+        return tuple(_frozen(v) for v in value)
+    return value
 
 
 def chip_of_soc(soc: str) -> Optional[str]:
@@ -250,42 +183,41 @@ class KnowledgeBase:
         os_doc: Mapping[str, Any],
         conda_doc: Mapping[str, Any],
     ) -> None:
-        self._compat = compat
-        # torch_npu on PyPI, keyed by normalised PEP 440 text
-        self._releases: Dict[str, TorchNpu] = {}
+        # torch_npu on PyPI, keyed by PEP 440 version
+        self._releases: Dict[Any, TorchNpu] = {}
         for item in compat["torch_npu_releases"]["items"]:
             rel = self._release(item)
-            self._releases[_pep440(rel.version) or rel.version] = rel
-        self._release_order = sorted(self._releases, key=Version)
+            self._releases[versions.lenient("python_package", rel.version) or rel.version] = rel
+        self._release_order = sorted(self._releases)
         # named by Huawei, never on PyPI
-        self._unpublished: Dict[str, Dict[str, Any]] = {}
+        self._unpublished: Dict[Any, Dict[str, Any]] = {}
         for item in compat.get("torch_npu_not_on_pypi", {}).get("items", []):
-            self._unpublished[_pep440(item["version"]) or str(item["version"])] = item
+            self._unpublished[versions.lenient("python_package", item["version"]) or str(item["version"])] = item
         # CANN -> torch_npu releases, by CANN version (equality per versions.cann)
         self._by_cann: Dict[Any, List[TorchNpu]] = {}
         for key in reversed(self._release_order):  # newest first
             rel = self._releases[key]
-            cv = _cann(rel.cann)
+            cv = versions.lenient("cann", rel.cann)
             if cv is not None:
                 self._by_cann.setdefault(cv, []).append(rel)
         # CANN -> HDK pairing entries (cann_hdk.releases)
         self._cann_entries: Dict[Any, Dict[str, Any]] = {}
         for entry in compat["cann_hdk"]["releases"]:
-            cv = _cann(entry["version"])
+            cv = versions.lenient("cann", entry["version"])
             if cv is not None and cv not in self._cann_entries:
                 self._cann_entries[cv] = entry
-        # CANN packages (cann-packages.json)
-        self._packages: Dict[Any, Tuple[str, Dict[str, Any]]] = {}
+        # CANN packages (cann-packages.json), read-only: handed out by cann_package()
+        self._packages: Dict[Any, Tuple[str, Mapping[str, Any]]] = {}
         for ver, entry in packages.get("cann", {}).items():
-            cv = _cann(ver)
+            cv = versions.lenient("cann", ver)
             if cv is not None:
-                self._packages[cv] = (ver, entry)
+                self._packages[cv] = (ver, _frozen(entry))
         names = {str(e["version"]) for e in compat["cann_hdk"]["releases"]} | {v for v, _ in self._packages.values()}
-        self._cann_names = tuple(sorted((n for n in names if _cann(n) is not None), key=versions.cann))
+        self._cann_names = tuple(sorted((n for n in names if versions.lenient("cann", n) is not None), key=versions.cann))
         # driver -> observed firmware pairs
         self._pairs: List[Tuple[Any, Dict[str, Any]]] = []
         for pair in compat["hdk_driver_firmware"]["observed_pairs"]:
-            dv = _hdk(pair.get("driver"))
+            dv = versions.lenient("hdk", pair.get("driver"))
             if dv is not None:
                 self._pairs.append((dv, pair))
         # official Python list per PyTorch line
@@ -303,13 +235,7 @@ class KnowledgeBase:
                 codename=e.get("codename"), image=str(e["image"]), name=str(e.get("name", "")), source=str(src),
             )
         # conda bootstrap
-        self._conda: Dict[str, Installer] = {}
-        for arch, e in (conda_doc.get("installers") or {}).items():
-            self._conda[str(arch)] = Installer(
-                kind="conda", filename=str(e["filename"]), url=str(e["url"]),
-                sha256=(str(e["sha256"]) if e.get("sha256") else None), run=str(e["filename"]),
-                source="; ".join(_tuple(e.get("source"))), version=str(conda_doc.get("version", "")), arch=str(arch),
-            )
+        self._conda: Dict[str, Installer] = _installers.read_conda(conda_doc)
 
     @staticmethod
     def _release(item: Mapping[str, Any]) -> TorchNpu:
@@ -340,7 +266,7 @@ class KnowledgeBase:
             >>> load().torch_npu("2.1.0.rc1").version
             '2.1.0rc1'
         """
-        key = _pep440(version)
+        key = versions.lenient("python_package", version)
         return self._releases.get(key) if key else None
 
     def torch_npu_versions(self) -> List[str]:
@@ -359,7 +285,7 @@ class KnowledgeBase:
             >>> load().unpublished("2.1.0.post4")["cann"]
             '8.0.RC1'
         """
-        key = _pep440(version)
+        key = versions.lenient("python_package", version)
         entry = self._unpublished.get(key) if key else None
         return copy.deepcopy(entry) if entry is not None else None
 
@@ -370,7 +296,7 @@ class KnowledgeBase:
             >>> [r.version for r in load().torch_npu_for_cann("7.0.RC1")]
             ['2.1.0rc1']
         """
-        cv = _cann(cann)
+        cv = versions.lenient("cann", cann)
         return list(self._by_cann.get(cv, ())) if cv is not None else []
 
     def torch_requirement(self, torch_npu: str, arch: str) -> Tuple[str, str]:
@@ -389,19 +315,19 @@ class KnowledgeBase:
             >>> load().torch_requirement("2.1.0.post3", "aarch64")
             ('torch==2.1.0', 'pypi')
         """
-        a = _arch(arch)
+        a = normalize_arch(arch)
         if a is None:
             raise UserError(f"unknown arch {arch!r}", fix="use x86_64 or aarch64")
         rel = self.torch_npu(torch_npu)
         if rel is not None:
             torch = rel.torch
         else:
-            key = _pep440(torch_npu)
+            key = versions.lenient("python_package", torch_npu)
             if key is None:
                 raise versions.VersionError(
                     f"{torch_npu!r} is not a torch_npu version", fix="write it like 2.4.0 or 2.1.0.post3"
                 )
-            torch = Version(key).base_version
+            torch = key.base_version
         if a == "x86_64" and Version(torch) < _CPU_PIN_BEFORE:
             return f"torch=={torch}+cpu", "pytorch-cpu"
         return f"torch=={torch}", "pypi"
@@ -414,7 +340,7 @@ class KnowledgeBase:
             (2, 28)
         """
         rel = self.torch_npu(torch_npu)
-        tag = rel.manylinux.get(_arch(arch) or "") if rel else None
+        tag = rel.manylinux.get(normalize_arch(arch) or "") if rel else None
         if not tag:
             return None
         m = re.match(r"(\d+)_(\d+)$", tag)
@@ -427,9 +353,9 @@ class KnowledgeBase:
             >>> load().python_official("2.1.0")
             ('3.8', '3.9', '3.10', '3.11')
         """
-        key = _pep440(torch)
+        key = versions.lenient("python_package", torch)
         for k, v in self._python_official.items():
-            if _pep440(k) == key:
+            if versions.lenient("python_package", k) == key:
                 return v
         return ()
 
@@ -444,8 +370,13 @@ class KnowledgeBase:
         """
         return list(self._cann_names)
 
-    def _canonical_cann(self, cann: str) -> str:
-        """The release's own spelling (``8.3.rc1`` -> ``8.3.RC1``), as file names use it."""
+    def canonical_cann(self, cann: str) -> str:
+        """The release's own spelling (``8.3.rc1`` -> ``8.3.RC1``), as file names use it.
+
+        Example:
+            >>> load().canonical_cann("8.3.rc1"), load().canonical_cann("9.9.rc1")
+            ('8.3.RC1', '9.9.RC1')
+        """
         text = str(cann)
         for name in self._cann_names:
             if name.lower() == text.lower():
@@ -453,11 +384,29 @@ class KnowledgeBase:
         return re.sub(r"\.rc(\d)", r".RC\1", text)
 
     def _cann_entry(self, cann: str) -> Optional[Dict[str, Any]]:
-        cv = _cann(cann)
+        cv = versions.lenient("cann", cann)
         return self._cann_entries.get(cv) if cv is not None else None
 
-    def _packages_of(self, cann: str) -> Optional[Tuple[str, Dict[str, Any]]]:
-        cv = _cann(cann)
+    def cann_entry(self, cann: str) -> Optional[Dict[str, Any]]:
+        """The ``cann_hdk.releases`` entry of that CANN (pairing, lines, sources), a copy; None when unknown.
+
+        Example:
+            >>> load().cann_entry("7.0.rc1")["version"]
+            '7.0.RC1'
+        """
+        entry = self._cann_entry(cann)
+        return copy.deepcopy(entry) if entry is not None else None
+
+    def cann_package(self, cann: str) -> Optional[Tuple[str, Mapping[str, Any]]]:
+        """(release as cann-packages.json spells it, its entry: ``files``, ``requires``,
+        ``seen_in``), read-only; None when that file does not list the release.
+
+        Example:
+            >>> ver, entry = load().cann_package("8.0.rc3")
+            >>> ver, sorted(entry)
+            ('8.0.RC3', ['files', 'requires', 'seen_in'])
+        """
+        cv = versions.lenient("cann", cann)
         return self._packages.get(cv) if cv is not None else None
 
     def paired_hdk(self, cann: str) -> Optional[str]:
@@ -473,12 +422,12 @@ class KnowledgeBase:
         entry = self._cann_entry(cann)
         values = _tuple(entry.get("paired_hdk")) if entry else ()
         if not values:
-            pk = self._packages_of(cann)
+            pk = self.cann_package(cann)
             if pk:
                 values = tuple(str(r["version"]) for r in pk[1].get("requires", []) if r.get("name") == "NPU")
         if not values:
             return None
-        parsed = [(v, _hdk(v)) for v in values]
+        parsed = [(v, versions.lenient("hdk", v)) for v in values]
         exact = [(v, p) for v, p in parsed if p is not None]
         if not exact:
             return values[0]
@@ -502,18 +451,18 @@ class KnowledgeBase:
         candidates = []
         paired = self.paired_hdk(cann)
         if paired:
-            pv = _line_floor(paired) if _is_line(paired) else _hdk(paired)
+            pv = versions.minimum("hdk", paired)
             if pv is not None:
                 candidates.append(pv)
         if entry:
             lines = _tuple(entry.get("min_hdk_line")) or _tuple(entry.get("supported_hdk"))
             for line in lines:
-                fv = _line_floor(line) if _is_line(line) else _hdk(line)
+                fv = versions.minimum("hdk", line)
                 if fv is not None:
                     candidates.append(fv)
         if not candidates:
             return paired
-        return _text(min(candidates))
+        return min(candidates).text
 
     def supported_hdk_lines(self, cann: str) -> Tuple[str, ...]:
         """HDK lines the release notes mark supported for that CANN (``supported_hdk``); () when not stated.
@@ -526,7 +475,7 @@ class KnowledgeBase:
         return _tuple(entry.get("supported_hdk")) if entry else ()
 
     def _pairs_for(self, driver: Optional[str]) -> List[Dict[str, Any]]:
-        dv = _hdk(driver)
+        dv = versions.lenient("hdk", driver)
         if dv is None:
             return []
         return [pair for v, pair in self._pairs if v == dv]
@@ -538,12 +487,8 @@ class KnowledgeBase:
             >>> load().firmware_range("24.1.rc3")
             ('7.0.0', '7.5.99')
         """
-        for pair in self._pairs_for(driver):
-            text = pair.get("driver_compatible_version_fw")
-            m = _RANGE.search(str(text)) if text else None
-            if m:
-                return m.group(1), m.group(2)
-        return None
+        ranges = self.firmware_ranges(driver)
+        return ranges[0] if ranges else None
 
     def firmware_ranges(self, driver: str) -> List[Tuple[str, str]]:
         """Every firmware range recorded for that driver: some dumps list two (``[6.4.0,6.4.99],[7.0.0,7.7.99]``).
@@ -601,134 +546,31 @@ class KnowledgeBase:
         """
         return _CHIP_MIN_CANN.get(str(chip).lower())
 
-    def _ops_zip(self, chip: str, cann: str, arch: str) -> Optional[Tuple[str, Dict[str, Any], str]]:
-        """(filename, entry, release text) of the chip's ops/kernels zip in cann-packages.json."""
-        pk = self._packages_of(cann)
-        if not pk:
-            return None
-        ver, entry = pk
-        name = _CHIP_FILE_NAME.get(chip, chip)
-        files = entry.get("files", {})
-        candidates = [
-            f"Ascend-cann-{name}-ops_{ver}_linux-{arch}.zip",
-            f"Atlas-{name}-cann-kernels_{ver}_linux-{arch}.zip",
-            f"Ascend-cann-kernels-{name}_{ver}_linux-{arch}.zip",
-            f"Ascend-cann-kernels-{name}_{ver}_linux.zip",
-        ]
-        for fname in candidates:
-            if fname in files:
-                return fname, files[fname], ver
-        return None
-
+    # The file names live in builder.installers; these delegations stay for the callers that ask the kb.
     def ops_package(self, chip: str, cann: str, arch: str) -> str:
-        """The chip's ops/kernels installer (``.run``) for that CANN and arch.
-
-        The exact name listed in cann-packages.json when there is one (same stem as the
-        ``.zip``), else the naming rule of the CANN era:
-
-        - CANN >= 8.5: ``Ascend-cann-<chip>-ops_<ver>_linux-<arch>.run`` (``A3`` upper-case)
-        - a3, CANN 8.1.RC1..8.3: ``Atlas-A3-cann-kernels_<ver>_linux-<arch>.run``
-        - CANN 8.0.RC3..8.3: ``Ascend-cann-kernels-<chip>_<ver>_linux-<arch>.run``
-        - before 8.0.RC3: ``Ascend-cann-kernels-<chip>_<ver>_linux.run`` (no arch; the
-          data lists arch-less names up to 8.0.RC2)
-
-        Raises UserError for an unknown chip/arch, a CANN string that is no version, or a
-        chip the CANN release predates (a3 before 8.1.RC1, 950 before 9.0.0).
-
-        Example:
-            >>> load().ops_package("910b", "7.0.RC1", "aarch64")
-            'Ascend-cann-kernels-910b_7.0.RC1_linux.run'
-        """
-        c = str(chip).lower()
-        a = _arch(arch)
-        if c not in CHIPS:
-            raise UserError(f"unknown chip {chip!r}", fix=f"use one of {', '.join(CHIPS)}")
-        if a is None:
-            raise UserError(f"unknown arch {arch!r}", fix="use x86_64 or aarch64")
-        cv = _cann(cann)
-        if cv is None:
-            raise versions.VersionError(f"{cann!r} is not a CANN version", fix="write it like 8.0.RC3 or 8.5.0")
-        found = self._ops_zip(c, cann, a)
-        if found:
-            return found[0][: -len(".zip")] + ".run"
-        floor = self.chip_min_cann(c)
-        if floor and cv < versions.cann(floor):
-            raise UserError(
-                f"CANN {cann} has no ops package for chip {c}: support starts at CANN {floor}",
-                fix=f"use CANN >= {floor} for {c}",
-            )
-        ver = self._canonical_cann(cann)
-        name = _CHIP_FILE_NAME[c]
-        if cv.release >= (8, 5):
-            return f"Ascend-cann-{name}-ops_{ver}_linux-{a}.run"
-        if c == "a3":
-            return f"Atlas-A3-cann-kernels_{ver}_linux-{a}.run"
-        if cv >= versions.cann("8.0.RC3"):
-            return f"Ascend-cann-kernels-{name}_{ver}_linux-{a}.run"
-        return f"Ascend-cann-kernels-{name}_{ver}_linux.run"
+        """:func:`builder.installers.ops_package`: the chip's ops/kernels ``.run`` for that CANN and arch."""
+        return _installers.ops_package(self, chip, cann, arch)
 
     def toolkit_package(self, cann: str, arch: str) -> str:
-        """The CANN toolkit installer (``.run``) for that CANN and arch.
-
-        The exact name listed in cann-packages.json when there is one (same stem as the
-        ``.zip``), else ``Ascend-cann-toolkit_<ver>_linux-<arch>.run`` (every toolkit in the
-        data carries the arch suffix, 6.0.RC1 to 9.0.0).
-
-        Raises UserError for an unknown arch or a CANN string that is no version.
-
-        Example:
-            >>> load().toolkit_package("8.0.RC1", "aarch64")
-            'Ascend-cann-toolkit_8.0.RC1_linux-aarch64.run'
-        """
-        a = _arch(arch)
-        if a is None:
-            raise UserError(f"unknown arch {arch!r}", fix="use x86_64 or aarch64")
-        if _cann(cann) is None:
-            raise versions.VersionError(f"{cann!r} is not a CANN version", fix="write it like 8.0.RC3 or 8.5.0")
-        pk = self._packages_of(cann)
-        if pk:
-            name = f"Ascend-cann-toolkit_{pk[0]}_linux-{a}.zip"
-            if name in pk[1].get("files", {}):
-                return name[: -len(".zip")] + ".run"
-        return f"Ascend-cann-toolkit_{self._canonical_cann(cann)}_linux-{a}.run"
+        """:func:`builder.installers.toolkit_package`: the CANN toolkit ``.run`` for that CANN and arch."""
+        return _installers.toolkit_package(self, cann, arch)
 
     def installers(self, cann: str, chip: str, arch: str) -> List[Installer]:
-        """Official CANN installers with URL and sha256: the toolkit first, then the chip's ops package.
-
-        Only files listed in cann-packages.json are returned: a missing toolkit or ops
-        entry means the data has no checksum for it (the caller must then ask the user for
-        one or use local installers). ``[]`` when the data knows none.
-
-        Example:
-            >>> [i.kind for i in load().installers("8.0.RC3", "910b", "x86_64")]
-            ['toolkit', 'ops']
-        """
-        a = _arch(arch)
-        pk = self._packages_of(cann)
-        if a is None or not pk:
-            return []
-        ver, entry = pk
-        source = "cann-packages.json (ascend-deployer " + ", ".join(_tuple(entry.get("seen_in"))) + ")"
-        out: List[Installer] = []
-        files = entry.get("files", {})
-        toolkit = f"Ascend-cann-toolkit_{ver}_linux-{a}.zip"
-        if toolkit in files:
-            f = files[toolkit]
-            out.append(Installer("toolkit", toolkit, f["url"], f["sha256"], toolkit[:-4] + ".run", source, ver, a))
-        found = self._ops_zip(str(chip).lower(), cann, a)
-        if found:
-            fname, f, _ = found
-            out.append(Installer("ops", fname, f["url"], f["sha256"], fname[:-4] + ".run", source, ver, a))
-        return out
+        """:func:`builder.installers.cann_installers`: official CANN installers with URL and sha256."""
+        return _installers.cann_installers(self, cann, chip, arch)
 
     def conda_installer(self, arch: str) -> Optional[Installer]:
-        """The Miniforge3 installer for that arch (``data/conda.yaml``); None when unknown.
+        """:func:`builder.installers.conda_installer`: the Miniforge3 installer for that arch, or None."""
+        return _installers.conda_installer(self, arch)
+
+    def conda_installers(self) -> Dict[str, Installer]:
+        """The Miniforge3 installer per arch (``data/conda.yaml``).
 
         Example:
-            >>> load().conda_installer("x86_64").filename
-            'Miniforge3-26.3.2-3-Linux-x86_64.sh'
+            >>> sorted(load().conda_installers())
+            ['aarch64', 'x86_64']
         """
-        return self._conda.get(_arch(arch) or "")
+        return dict(self._conda)
 
     # -- base OS ------------------------------------------------------------------------------
 
@@ -750,105 +592,29 @@ class KnowledgeBase:
         """
         return tuple(self._os)
 
-    # -- descriptions for the CLI -------------------------------------------------------------
-
-    def describe_torch_npu(self, version: str) -> Dict[str, Any]:
-        """Everything known about one torch_npu version, as plain data for ``ascend-build kb torch-npu``.
-
-        Raises UserError (exit code 1) when the version is neither on PyPI nor named by Huawei.
-
-        Example:
-            >>> load().describe_torch_npu("2.4.0")["torch"]["x86_64"]
-            {'requirement': 'torch==2.4.0+cpu', 'index': 'pytorch-cpu'}
-        """
-        rel = self.torch_npu(version)
-        if rel is None:
-            entry = self.unpublished(version)
-            if entry is not None:
-                return {
-                    "version": str(entry["version"]),
-                    "on_pypi": False,
-                    "note": "named in Huawei tables or tags, but PyPI has no files for it",
-                    "cann": entry.get("cann"),
-                    "entry": entry,
-                    "sources": list(_tuple(entry.get("source"))),
-                }
-            raise UserError(
-                f"torch_npu {version} is not a known release: PyPI has no files for it",
-                fix=self._nearby_hint(version),
-                exit_code=1,
-            )
-        return {
-            "version": rel.version,
-            "on_pypi": True,
-            "prerelease": rel.prerelease,
-            "torch": {a: dict(zip(("requirement", "index"), self.torch_requirement(rel.version, a))) for a in ARCHES},
-            "requires_dist": dict(rel.requires_dist),
-            "cann": rel.cann,
-            "cann_sources": list(rel.cann_sources),
-            "python": {a: list(rel.python.get(a, ())) for a in ARCHES},
-            "manylinux": dict(rel.manylinux),
-            "glibc_floor": {a: ".".join(map(str, g)) for a in ARCHES if (g := self.glibc_floor(rel.version, a))},
-            "branch": rel.branch,
-            "first_upload": rel.first_upload,
-            "notes": list(rel.notes),
-            "sources": list(rel.sources),
-        }
-
-    def _nearby_hint(self, version: str) -> str:
-        key = _pep440(version)
-        if key is None:
-            return "write a torch_npu version like 2.4.0 or 2.1.0.post3"
-        line = Version(key).base_version
-        same = [v for v in self.torch_npu_versions() if Version(v).base_version == line]
-        if same:
-            return f"releases of torch_npu on torch {line}: {', '.join(same)}"
-        return "see `ascend-build kb` for the known releases"
-
-    def describe_cann(self, version: str) -> Dict[str, Any]:
-        """Everything known about one CANN release, as plain data for ``ascend-build kb cann``.
-
-        Raises UserError (exit code 1) when the data does not know that release.
-
-        Example:
-            >>> load().describe_cann("7.0.RC1")["paired_hdk"]
-            '23.0.RC3'
-        """
-        entry = self._cann_entry(version)
-        pk = self._packages_of(version)
-        if entry is None and pk is None:
-            if _cann(version) is None:
-                raise versions.VersionError(f"{version!r} is not a CANN version", fix="write it like 8.0.RC3 or 8.5.0")
-            raise UserError(
-                f"CANN {version} is not in the knowledge base",
-                fix="known releases: " + ", ".join(self.cann_releases()),
-                exit_code=1,
-            )
-        installers: Dict[str, List[Dict[str, Any]]] = {}
-        for a in ARCHES:
-            rows: List[Dict[str, Any]] = []
-            for c in CHIPS:
-                for inst in self.installers(version, c, a):
-                    if inst.kind == "toolkit" and rows:
-                        continue
-                    rows.append({"kind": inst.kind, "chip": c if inst.kind == "ops" else None,
-                                 "filename": inst.filename, "run": inst.run, "sha256": inst.sha256, "url": inst.url})
-            installers[a] = rows
-        return {
-            "version": (entry or {}).get("version") or (pk[0] if pk else version),
-            "paired_hdk": self.paired_hdk(version),
-            "min_driver": self.min_driver(version),
-            "supported_hdk": list(self.supported_hdk_lines(version)),
-            "not_supported_hdk": list(_tuple((entry or {}).get("not_supported_hdk"))),
-            "torch_npu": [r.version for r in self.torch_npu_for_cann(version)],
-            "installers": installers,
-            "sources": list(_tuple((entry or {}).get("source"))),
-        }
-
 
 def _read_yaml(path: Path) -> Dict[str, Any]:
     with open(path, "rb") as fh:
         return yaml.load(fh, Loader=_YAML_LOADER) or {}
+
+
+ERRORS_FILE = DATA_DIR / "errors.yaml"
+
+
+@lru_cache(maxsize=1)
+def error_entries() -> Tuple[Dict[str, Any], ...]:
+    """The error table (``errors.yaml``): known Ascend error strings with cause, fix and
+    source, whitespace folded. `explain` matches with it on a node; render ships it into
+    every image as ``errors.json`` for the smoke program.
+
+    Example:
+        >>> error_entries()[0]["id"], sorted(error_entries()[0])
+        ('platform-mismatch', ['cause', 'fix', 'id', 'patterns', 'source'])
+    """
+    doc = _read_yaml(ERRORS_FILE)
+    return tuple({"id": str(e["id"]), "patterns": [str(p) for p in e["patterns"]],
+                  "cause": " ".join(str(e["cause"]).split()), "fix": " ".join(str(e["fix"]).split()),
+                  "source": str(e["source"])} for e in doc["errors"])
 
 
 @lru_cache(maxsize=None)
@@ -869,4 +635,4 @@ def load() -> KnowledgeBase:
     )
 
 
-__all__ = ["load", "KnowledgeBase", "TorchNpu", "Installer", "OsInfo", "ARCHES", "CHIPS", "DATA_DIR"]
+__all__ = ["load", "KnowledgeBase", "TorchNpu", "OsInfo", "ARCHES", "CHIPS", "DATA_DIR"]

@@ -465,6 +465,35 @@ def meets_minimum(kind: str, have: Any, need: Any) -> Optional[bool]:
     return have_v >= need_v
 
 
+def firmware_in_ranges(firmware_text: Any, ranges: Any) -> Optional[bool]:
+    """Whether a firmware version is inside a driver's ``compatible_version_fw`` ranges.
+
+    The bounds have three fields (``[7.0.0,7.5.99]``), the firmware five: they are
+    compared on the bound's fields. None when nothing can be decided. ``validate`` and
+    ``doctor`` both decide with this.
+
+    Examples:
+    >>> firmware_in_ranges("7.5.0.1.129", [("7.0.0", "7.5.99")]), firmware_in_ranges("7.7.0.1.231", [("7.0.0", "7.5.99")])
+    (True, False)
+    >>> firmware_in_ranges("7.5", [("7.0.0", "7.5.99")]) is None
+    True
+    """
+    parsed = lenient("firmware", firmware_text)
+    if parsed is None:
+        return None
+    decided = False
+    for low, high in ranges:
+        bounds = [tuple(int(p) for p in str(b).strip().rstrip(".").split(".")) if re.fullmatch(r"[0-9]+(\.[0-9]+)*\.?", str(b).strip()) else None
+                  for b in (low, high)]
+        if None in bounds:
+            continue
+        decided = True
+        lo, hi = bounds
+        if lo <= parsed.key[:len(lo)] and parsed.key[:len(hi)] <= hi:
+            return True
+    return False if decided else None
+
+
 def python_package(text: str) -> Any:
     """Parse a PEP 440 version (torch, torch_npu): a ``packaging.version.Version``.
 

@@ -1,4 +1,5 @@
-"""builder.knowledge: every expected value below was read from the data files
+"""builder.knowledge and the ``kb`` descriptions of builder.cli.kb (installer names:
+test_installers.py): every expected value below was read from the data files
 (builder/data/ascend-compat.yaml, cann-packages.json, os.yaml, conda.yaml) or from
 docs/ascend-facts.md, not derived from the code under test."""
 
@@ -14,9 +15,11 @@ import yaml
 from packaging.requirements import Requirement
 from packaging.version import Version
 
-from builder import knowledge, versions
+from builder import installers, knowledge, versions, vocabulary
+from builder.cli import kb as cli_kb
+from builder.cli.kb import describe_cann, describe_torch_npu
 from builder.errors import UserError
-from builder.knowledge import Installer, OsInfo, TorchNpu, load
+from builder.knowledge import OsInfo, TorchNpu, load
 
 DATA = Path(knowledge.__file__).parent / "data"
 
@@ -107,7 +110,7 @@ def test_2_1_0_post5_was_never_published(kb):
     assert kb.torch_npu("2.1.0.post5") is None
     assert kb.unpublished("2.1.0.post5") is None
     with pytest.raises(UserError) as err:
-        kb.describe_torch_npu("2.1.0.post5")
+        describe_torch_npu(kb, "2.1.0.post5")
     assert err.value.exit_code == 1
     assert "2.1.0.post4" not in err.value.fix  # only PyPI releases are offered
     assert "2.1.0.post3" in err.value.fix
@@ -119,7 +122,7 @@ def test_unpublished_entry(kb):
     entry["cann"] = "changed"
     assert kb.unpublished("2.1.0.post4")["cann"] == "8.0.RC1"  # a copy, not the cached data
     assert kb.torch_npu("2.1.0.post4") is None
-    described = kb.describe_torch_npu("2.1.0.post4")
+    described = describe_torch_npu(kb, "2.1.0.post4")
     assert described["on_pypi"] is False and described["cann"] == "8.0.RC1"
 
 
@@ -253,7 +256,7 @@ def test_paired_firmware(kb):
     assert kb.paired_firmware("22.0.0", "910b") is None
 
 
-# -- chips and installers ----------------------------------------------------------------
+# -- chips, read-only views, installer delegations --------------------------------------
 
 
 def test_chips(kb):
@@ -265,83 +268,44 @@ def test_chips(kb):
         assert kb.chip_min_cann(chip) is None
 
 
-@pytest.mark.parametrize(
-    "chip, cann, arch, expected",
-    [
-        ("910b", "7.0.RC1", "aarch64", "Ascend-cann-kernels-910b_7.0.RC1_linux.run"),
-        ("910b", "7.0.RC1", "x86_64", "Ascend-cann-kernels-910b_7.0.RC1_linux.run"),
-        ("910b", "8.0.RC3", "aarch64", "Ascend-cann-kernels-910b_8.0.RC3_linux-aarch64.run"),
-        ("910b", "8.0.RC3", "x86_64", "Ascend-cann-kernels-910b_8.0.RC3_linux-x86_64.run"),
-        ("910b", "8.5.0", "x86_64", "Ascend-cann-910b-ops_8.5.0_linux-x86_64.run"),
-        ("a3", "8.5.0", "aarch64", "Ascend-cann-A3-ops_8.5.0_linux-aarch64.run"),
-        ("310p", "8.0.RC2", "x86_64", "Ascend-cann-kernels-310p_8.0.RC2_linux.run"),
-        ("910", "9.0.0", "aarch64", "Ascend-cann-910-ops_9.0.0_linux-aarch64.run"),
-    ],
-)
-def test_ops_package_names_listed_in_cann_packages(kb, packages, chip, cann, arch, expected):
-    assert kb.ops_package(chip, cann, arch) == expected
-    assert expected[: -len(".run")] + ".zip" in packages["cann"][cann]["files"]
+def test_installer_delegations_answer_like_builder_installers(kb):
+    """render.py still asks the kb; the names themselves are tested in test_installers.py."""
+    assert kb.ops_package("a3", "8.3.RC1", "x86_64") == installers.ops_package(kb, "a3", "8.3.RC1", "x86_64")
+    assert kb.toolkit_package("8.3.rc1", "amd64") == installers.toolkit_package(kb, "8.3.rc1", "amd64")
+    assert kb.installers("7.0.RC1", "910b", "aarch64") == installers.cann_installers(kb, "7.0.RC1", "910b", "aarch64")
+    assert kb.conda_installer("arm64") == installers.conda_installer(kb, "aarch64")
 
 
-def test_ops_package_era_rule_where_the_data_has_no_file(kb, packages):
-    # The deployer data has no A3 kernels before 8.5; Huawei's name for them (facts doc,
-    # chips[a3].cann_ops_package "Atlas-A3-cann-kernels (8.1.RC1-8.3)"):
-    assert not any("A3" in f for f in packages["cann"]["8.1.RC1"]["files"])
-    assert kb.ops_package("a3", "8.1.RC1", "aarch64") == "Atlas-A3-cann-kernels_8.1.RC1_linux-aarch64.run"
-    assert kb.ops_package("a3", "8.3.RC1", "x86_64") == "Atlas-A3-cann-kernels_8.3.RC1_linux-x86_64.run"
-    assert kb.ops_package("950", "9.0.0", "aarch64") == "Ascend-cann-950-ops_9.0.0_linux-aarch64.run"
-    assert kb.ops_package("910b", "9.1.0", "aarch64") == "Ascend-cann-910b-ops_9.1.0_linux-aarch64.run"
-    assert kb.ops_package("910b", "8.3.rc2", "aarch64") == "Ascend-cann-kernels-910b_8.3.RC2_linux-aarch64.run"
-    with pytest.raises(UserError):
-        kb.ops_package("a3", "8.0.0", "aarch64")
-    with pytest.raises(UserError):
-        kb.ops_package("950", "8.5.0", "aarch64")
-    with pytest.raises(UserError):
-        kb.ops_package("910c", "8.5.0", "aarch64")
+def test_cann_package_is_a_read_only_view(kb, packages):
+    ver, entry = kb.cann_package("8.0.rc3")
+    assert ver == "8.0.RC3"
+    assert dict(entry["files"]) == packages["cann"]["8.0.RC3"]["files"]
+    assert entry["requires"] == ({"name": "NPU", "version": "24.1.RC3"},)
+    with pytest.raises(TypeError):
+        entry["files"]["x.zip"] = {}
+    assert kb.cann_package("4.0.0") is None and kb.cann_package("garbage") is None
 
 
-def test_toolkit_package(kb, packages):
-    assert kb.toolkit_package("7.0.RC1", "aarch64") == "Ascend-cann-toolkit_7.0.RC1_linux-aarch64.run"
-    assert "Ascend-cann-toolkit_7.0.RC1_linux-aarch64.zip" in packages["cann"]["7.0.RC1"]["files"]
-    assert kb.toolkit_package("8.5.0", "x86_64") == "Ascend-cann-toolkit_8.5.0_linux-x86_64.run"
-    assert kb.toolkit_package("8.3.rc1", "x86_64") == "Ascend-cann-toolkit_8.3.RC1_linux-x86_64.run"
-    assert kb.toolkit_package("9.1.0", "aarch64") == "Ascend-cann-toolkit_9.1.0_linux-aarch64.run"  # not in the data
-    with pytest.raises(UserError):
-        kb.toolkit_package("8.5.0", "s390x")
+def test_cann_entry_is_a_copy(kb, raw):
+    entry = kb.cann_entry("7.0.rc1")
+    assert entry == next(e for e in raw["cann_hdk"]["releases"] if e["version"] == "7.0.RC1")
+    entry["paired_hdk"] = "changed"
+    assert kb.cann_entry("7.0.RC1")["paired_hdk"] != "changed"
+    assert kb.cann_entry("4.0.0") is None
 
 
-def test_installers_carry_the_right_checksums(kb):
-    toolkit, ops = kb.installers("7.0.RC1", "910b", "aarch64")
-    assert isinstance(toolkit, Installer) and toolkit.kind == "toolkit"
-    assert toolkit.filename == "Ascend-cann-toolkit_7.0.RC1_linux-aarch64.zip"
-    assert toolkit.run == "Ascend-cann-toolkit_7.0.RC1_linux-aarch64.run"
-    assert ops.kind == "ops"
-    assert ops.filename == "Ascend-cann-kernels-910b_7.0.RC1_linux.zip"
-    assert ops.sha256 == "e7e12c493c3580f4c1682af46ec9b10a94801e5f6851c94acaf3418777eb4955"
-    assert ops.url.endswith("/CANN%207.0.RC1/Ascend-cann-kernels-910b_7.0.RC1_linux.zip")
-    assert ops.run == kb.ops_package("910b", "7.0.RC1", "aarch64")
-
-    toolkit, ops = kb.installers("8.5.0", "a3", "x86_64")
-    assert toolkit.sha256 == "5637d98ef0974dd7fe848e8e341d62ff36c89cf47e929114f6a628f32072251a"
-    assert ops.filename == "Ascend-cann-A3-ops_8.5.0_linux-x86_64.zip"
-    assert ops.sha256 == "fafa328819f8a647cbab2176901e5c6c882b50a8f9281755d6ff290fb03710f7"
+def test_canonical_cann(kb):
+    assert kb.canonical_cann("8.3.rc1") == "8.3.RC1"
+    assert kb.canonical_cann("8.5.0") == "8.5.0"
+    assert kb.canonical_cann("9.9.rc2") == "9.9.RC2"  # unknown: only the rc is upper-cased
 
 
-def test_installers_match_cann_packages_for_every_release(kb, packages):
-    for ver, entry in packages["cann"].items():
-        for arch in ("x86_64", "aarch64"):
-            for chip in kb.chips():
-                for inst in kb.installers(ver, chip, arch):
-                    assert entry["files"][inst.filename]["sha256"] == inst.sha256
-                    assert entry["files"][inst.filename]["url"] == inst.url
+def test_arches_and_chips_are_the_vocabulary_words():
+    assert set(knowledge.ARCHES) == set(vocabulary.ARCHS)
+    assert knowledge.CHIPS is vocabulary.CHIPS
 
 
-def test_installers_only_list_files_the_data_has(kb):
-    assert [i.kind for i in kb.installers("8.1.RC1", "a3", "x86_64")] == ["toolkit"]
-    assert kb.installers("9.1.0", "910b", "aarch64") == []
-
-
-# -- base OS and conda -------------------------------------------------------------------
+# -- base OS ----------------------------------------------------------------------------
 
 
 @pytest.mark.parametrize(
@@ -375,24 +339,17 @@ def test_os_ids_and_images(kb):
     assert kb.os_info("centos7") is None
 
 
-def test_conda_installer(kb):
-    x86 = kb.conda_installer("x86_64")
-    assert x86.kind == "conda" and x86.version == "26.3.2-3"
-    assert x86.filename == "Miniforge3-26.3.2-3-Linux-x86_64.sh"
-    assert x86.sha256 == "848194851a98903134187fbb4ab50efe87b003e0c0f808f97644b7524a62bf2c"
-    assert x86.url.endswith("/26.3.2-3/" + x86.filename)
-    arm = kb.conda_installer("aarch64")
-    assert arm.sha256 == "2c113a69297e612b01ca0f320c22a3107a11f2ab9b573d79ac868a175945ce29"
-    assert kb.conda_installer("arm64") == arm
-    assert "spack/spack-packages" in arm.source
-    assert kb.conda_installer("ppc64le") is None
+# -- CLI descriptions (builder.cli.kb) --------------------------------------------------
 
 
-# -- CLI descriptions --------------------------------------------------------------------
+def test_cli_kb_examples_hold():
+    result = doctest.testmod(cli_kb, optionflags=doctest.ELLIPSIS)
+    assert result.attempted >= 5
+    assert result.failed == 0
 
 
 def test_describe_torch_npu(kb):
-    d = kb.describe_torch_npu("2.4.0")
+    d = describe_torch_npu(kb, "2.4.0")
     assert d["version"] == "2.4.0" and d["on_pypi"] is True
     assert d["torch"] == {
         "x86_64": {"requirement": "torch==2.4.0+cpu", "index": "pytorch-cpu"},
@@ -407,7 +364,7 @@ def test_describe_torch_npu(kb):
 
 
 def test_describe_cann(kb):
-    d = kb.describe_cann("7.0.RC1")
+    d = describe_cann(kb, "7.0.RC1")
     assert d["paired_hdk"] == "23.0.RC3" and d["min_driver"] == "23.0.RC3"
     assert d["torch_npu"] == ["2.1.0rc1"]
     names = [row["filename"] for row in d["installers"]["aarch64"]]
@@ -416,7 +373,7 @@ def test_describe_cann(kb):
     assert names.count("Ascend-cann-toolkit_7.0.RC1_linux-aarch64.zip") == 1
     json.dumps(d)
     with pytest.raises(UserError) as err:
-        kb.describe_cann("5.0.RC1")
+        describe_cann(kb, "5.0.RC1")
     assert err.value.exit_code == 1
     with pytest.raises(versions.VersionError):
-        kb.describe_cann("eight")
+        describe_cann(kb, "eight")

@@ -197,13 +197,13 @@ LDD = """\tlinux-vdso.so.1 (0x00007ffd5b7f2000)
 
 
 def test_version_files(smoke):
-    assert smoke.cann_version_from_cfg(VERSION_CFG) == "8.0.0"
-    assert smoke.cann_version_from_cfg("runtime_running_version=[7.1.0.3.220:7.0.0]\n") == "7.0.0"
-    assert smoke.cann_version_from_cfg("toolkit_running_version=[]\n") is None
-    assert smoke.cann_version_from_install_info(INSTALL_INFO) == "8.5.0"
-    assert smoke.info_version(DRIVER_INFO) == "24.1.rc3"
-    assert smoke.info_version(FIRMWARE_INFO) == "7.5.0.1.129"
-    assert smoke.info_version("nothing here\n") is None
+    assert smoke.parsers.cann_version_from_cfg(VERSION_CFG) == "8.0.0"
+    assert smoke.parsers.cann_version_from_cfg("runtime_running_version=[7.1.0.3.220:7.0.0]\n") == "7.0.0"
+    assert smoke.parsers.cann_version_from_cfg("toolkit_running_version=[]\n") is None
+    assert smoke.parsers.cann_version_from_install_info(INSTALL_INFO) == "8.5.0"
+    assert smoke.parsers.info_version(DRIVER_INFO) == "24.1.rc3"
+    assert smoke.parsers.info_version(FIRMWARE_INFO) == "7.5.0.1.129"
+    assert smoke.parsers.info_version("nothing here\n") is None
 
 
 def test_find_cann_reads_both_eras(smoke, tmp_path):
@@ -211,7 +211,7 @@ def test_find_cann_reads_both_eras(smoke, tmp_path):
     (home / "aarch64-linux").mkdir(parents=True)
     (home / "version.cfg").write_text(VERSION_CFG)
     (home / "aarch64-linux" / "ascend_toolkit_install.info").write_text("version=8.0.0\n")
-    found, looked = smoke.find_cann({"ASCEND_HOME_PATH": str(home)}, {"cann_version": "8.0.0"}, "aarch64")
+    found, looked = smoke.parsers.find_cann({"ASCEND_HOME_PATH": str(home)}, {"cann_version": "8.0.0"}, "aarch64")
     assert [f["version"] for f in found] == ["8.0.0", "8.0.0"]
     assert looked[:2] == [str(home / "version.cfg"), str(home / "aarch64-linux/ascend_toolkit_install.info")]
     assert "/usr/local/Ascend/cann-8.0.0/version.cfg" in looked
@@ -226,7 +226,7 @@ def test_cann_equality_follows_ascend_rules(smoke):
 
 
 def test_parse_ldd_and_driver_libs(smoke):
-    missing, resolved = smoke.parse_ldd(LDD)
+    missing, resolved = smoke.parsers.parse_ldd(LDD)
     assert missing == ["libascendcl.so", "libhccl.so", "libascend_hal.so"]
     assert resolved["libdcmi.so"].startswith("/usr/local/Ascend/driver/")
     needed = {lib: ["libtorch_npu.so"] for lib in missing}

@@ -5,10 +5,18 @@ registered in `RULES`. A finding names the values involved and says how to fix
 it, pointing at the line of the key that is wrong. ``null`` in the knowledge base
 means "unknown", never "incompatible": unknowns give warnings, not errors.
 
+Versions are compared with the rules in ``builder.versions``: the driver against the
+CANN release's minimum with ``versions.meets_minimum`` (the rule pull, run, doctor and
+the smoke program use too); installer names come from ``builder.installers``.
+
 Example:
-    >>> from builder.build import matrix                           # doctest: +SKIP
-    >>> [f.rule for f in check(matrix.load(Path("bad.yaml")).cells)]   # doctest: +SKIP
-    ['torch-npu-unpublished']
+    >>> cell = Cell(id="c", image="i", os="ubuntu22.04", arch="x86_64", chip="910b", cann="8.0.RC3",
+    ...             driver="23.0.RC3", firmware=None, python="3.10", torch="2.4.0", torch_npu="2.4.0", env="venv")
+    >>> [(f.rule, f.message) for f in check([cell])]
+    [('driver-too-old', 'driver 23.0.RC3 is below 24.1.RC3, the minimum HDK for CANN 8.0.RC3')]
+    >>> from dataclasses import replace
+    >>> check([replace(cell, driver="24.1.rc3")])
+    []
 """
 
 from __future__ import annotations
@@ -17,13 +25,15 @@ from collections import Counter
 from functools import lru_cache
 from typing import Callable, Iterator, List, Optional
 
-from builder import knowledge, versions
+from builder import installers, knowledge, versions
 from builder.errors import Finding, UserError
+from builder.vocabulary import CANDIDATE_SUFFIX
 from builder.build.matrix import Cell
 
 Findings = Iterator[Finding]
 
-# Parsed once per distinct string: every cell compares against the same few dozen releases.
+# Strict parses, cached (every cell compares against the same few dozen releases): a
+# string that is no version becomes a version-syntax finding instead of None.
 _cann = lru_cache(maxsize=4096)(versions.cann)
 _hdk = lru_cache(maxsize=4096)(versions.hdk)
 
@@ -152,7 +162,7 @@ def driver_supports_cann(cell: Cell, kb) -> Findings:
     yield from out
     if driver is None or not needed:
         return
-    if driver < _hdk(needed):
+    if versions.meets_minimum("hdk", cell.driver, needed) is False:
         yield _finding(cell, "driver", "driver-too-old",
                        f"driver {cell.driver} is below {needed}, the minimum HDK for CANN {cell.cann}",
                        f"set driver: {needed} or newer (and upgrade the hosts' driver and firmware to match)")
@@ -168,20 +178,13 @@ def firmware_in_range(cell: Cell, kb) -> Findings:
     if firmware is None or not cell.driver:
         return
     accepted = kb.firmware_ranges(cell.driver)
-    if not accepted or any(_within(cell.firmware, low, high) for low, high in accepted):
+    if not accepted or versions.firmware_in_ranges(cell.firmware, accepted) is not False:
         return
     shown = ", ".join(f"[{low}, {high}]" for low, high in accepted)
     paired = kb.paired_firmware(cell.driver, cell.chip)
     yield _finding(cell, "firmware", "firmware-out-of-range",
                    f"firmware {cell.firmware} is outside {shown}, the range driver {cell.driver} accepts",
                    f"use the firmware of the same HDK release as driver {cell.driver}" + (f" ({paired})" if paired else ""))
-
-
-def _within(firmware: str, low: str, high: str) -> bool:
-    """Is a five-field firmware inside a driver's ``[7.0.0,7.5.99]`` range (compared on the range's fields)?"""
-    fields = tuple(int(x) for x in firmware.split("."))
-    lo, hi = (tuple(int(x) for x in bound.split(".")) for bound in (low, high))
-    return lo <= fields[:len(lo)] and fields[:len(hi)] <= hi
 
 
 def chip_supported(cell: Cell, kb) -> Findings:
@@ -220,7 +223,7 @@ def installers_verifiable(cell: Cell, kb) -> Findings:
                            f"CANN base image {cell.cann_image} is not pinned by digest",
                            "write it as REF@sha256:DIGEST so every build starts from the same bytes", severity="warning")
     else:
-        files = kb.installers(cell.cann, cell.chip, cell.arch)
+        files = installers.cann_installers(kb, cell.cann, cell.chip, cell.arch)
         if cell.cann_source == "installer" and len(files) < 2:
             yield _finding(cell, "cann_source", "installer-unknown",
                            f"the knowledge base has no official {cell.chip}/{cell.arch} installers for CANN {cell.cann}",
@@ -228,7 +231,8 @@ def installers_verifiable(cell: Cell, kb) -> Findings:
         if cell.cann_source == "local":
             known = {f.filename for f in files}
             try:
-                names = (kb.toolkit_package(cell.cann, cell.arch), kb.ops_package(cell.chip, cell.cann, cell.arch))
+                names = (installers.toolkit_package(kb, cell.cann, cell.arch),
+                         installers.ops_package(kb, cell.chip, cell.cann, cell.arch))
             except UserError:  # CANN that is no version, or a chip it predates: cann_known / chip_supported say so
                 names = ()
             for name in names:
@@ -238,7 +242,7 @@ def installers_verifiable(cell: Cell, kb) -> Findings:
                                    f"no sha256 known for {name}",
                                    f"add sha256: {{{name}: <64 hex digits>}} taken from the vendor's download page")
     if cell.env == "conda":
-        conda = kb.conda_installer(cell.arch)
+        conda = installers.conda_installer(kb, cell.arch)
         if conda is None or (not conda.sha256 and conda.filename not in given):
             name = conda.filename if conda else "the conda installer"
             yield _finding(cell, "env", "installer-sha256-unknown",
@@ -248,7 +252,7 @@ def installers_verifiable(cell: Cell, kb) -> Findings:
 
 def tag_fits(cell: Cell, kb) -> Findings:
     """Docker refuses tags over 128 characters; the longest one made is ``<id>-candidate``."""
-    longest = f"{cell.tag}-candidate"
+    longest = cell.tag + CANDIDATE_SUFFIX
     if len(longest) > 128:
         yield _finding(cell, "name", "tag-too-long",
                        f"tag {longest} has {len(longest)} characters; Docker allows 128",

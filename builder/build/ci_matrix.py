@@ -68,7 +68,8 @@ import yaml
 
 from builder.build import render
 from builder.errors import UserError
-from builder.build.matrix import ARCHS, CHIPS, Cell
+from builder.build.matrix import Cell
+from builder.vocabulary import ARCHS, CHIPS
 
 # GitHub-hosted runners per arch. ubuntu-24.04-arm is free for public repositories;
 # private ones need a larger arm64 runner (override it in the runners file).
@@ -244,7 +245,7 @@ def changed_cells(cells: Iterable[Cell], rendered: Mapping[str, Mapping[str, byt
         raise UserError(f"--changed-since {since}: cannot list {out_dir}/ at {commit[:12]}: "
                         f"{exc.stderr.decode(errors='replace').strip()}", fix="check the repository and the ref") from None
     return [c.id for c in cells
-            if c.id not in before or files_digest(before[c.id]) != files_digest(render.own_files(rendered[c.id]))]
+            if c.id not in before or files_digest(before[c.id]) != files_digest(rendered[c.id])]
 
 
 # --- the entries ------------------------------------------------------------------
@@ -267,7 +268,7 @@ def entries(cells: Sequence[Cell], rendered: Optional[Mapping[str, Mapping[str, 
         arch, chip, cann
         build_runner  runs-on of the build job (GitHub-hosted, by arch)
         npu_runner    runs-on labels of the NPU host that promotes it (self-hosted, by chip and arch)
-        content_hash  the io.ascend-build.content-hash label its images carry: a job can
+        content_hash  the ``Label.CONTENT_HASH`` label its images carry: a job can
                       refuse a stale image left in the registry by an earlier run
         manifest      the multi-arch release reference (``image:<id without -arch>``), or None
         members       [{ref, content_hash}] of every cell of the matrix behind ``manifest``,

@@ -35,14 +35,12 @@ from typing import Dict, Iterator, List, Mapping, Optional, Tuple
 import yaml
 
 from builder.errors import Finding, Location, UserError
+from builder.vocabulary import ARCHS, CHIPS, DEFAULT_IMAGE
 
 MAX_BYTES = 1 << 20  # a matrix of a few thousand cells fits in well under 1 MiB
-DEFAULT_IMAGE = "ascend-build/pytorch"
 
 OS_IDS = ("ubuntu18.04", "ubuntu20.04", "ubuntu22.04", "ubuntu24.04",
           "openeuler20.03", "openeuler22.03", "openeuler24.03", "debian12")
-ARCHS = ("aarch64", "x86_64")
-CHIPS = ("910", "910b", "a3", "310p", "950")
 ENV_MANAGERS = ("conda", "venv")
 CANN_SOURCES = ("installer", "image", "local")
 MIRROR_KEYS = ("pip_index", "apt", "conda_channel", "torch_index")

@@ -4,7 +4,7 @@ The rule this module exists to keep: **only an image that passed its smoke test
 gets a release tag.** A build yields a candidate (an image ID, no tag). The
 smoke program runs inside it on this host. Only when every required tier passed
 is the candidate sealed (a tiny ``FROM`` step adding the report at
-``/etc/ascend-build/validation.json`` and ``io.ascend-build.validated*`` labels)
+``vocabulary.VALIDATION_REPORT`` and the ``Label.VALIDATED*`` labels)
 and tagged. A failed build or tier, or Ctrl-C, leaves no release tag; the build
 log and the report stay under the state directory.
 
@@ -29,14 +29,11 @@ from typing import Callable, Dict, List, Optional, Tuple
 
 from builder import devices
 from builder.build import render, stage
+from builder.build.matrix import Cell
 from builder.engine import BuildFailed, Engine
 from builder.errors import UserError
-from builder.build.matrix import Cell
-
-STATIC_TIERS = ("versions", "libraries")
-ALL_TIERS = ("versions", "libraries", "import", "device", "train", "collective")
-SMOKE = ["python", "/opt/ascend-build/smoke.py"]
-REPORT_IN_IMAGE = "/etc/ascend-build/validation.json"
+from builder.vocabulary import (CANDIDATE_SUFFIX, CPU, NPU, SMOKE_PROGRAM, STATIC_TIERS, TIERS, VALIDATION_REPORT,
+                                VARIANTS, Label, dockerfile_name, release_tag)
 
 Say = Callable[[str], None]
 
@@ -45,7 +42,7 @@ Say = Callable[[str], None]
 class Options:
     """How to build: which variants, where state goes, what the host offers."""
 
-    variants: Tuple[str, ...] = ("npu", "cpu")
+    variants: Tuple[str, ...] = VARIANTS
     state_dir: Path = Path(".state")
     no_device: bool = False
     devices: Optional[str] = None          # "0,1"; None = every NPU of the host
@@ -81,20 +78,20 @@ class Outcome:
 
 def variants_for(choice: str, has_npu: bool) -> Tuple[str, ...]:
     """``--variant`` to the variants to build: ``auto`` is both on an NPU host, the CPU twin elsewhere."""
-    table = {"auto": ("npu", "cpu") if has_npu else ("cpu",), "both": ("npu", "cpu"), "npu": ("npu",), "cpu": ("cpu",)}
+    table = {"auto": VARIANTS if has_npu else (CPU,), "both": VARIANTS, NPU: (NPU,), CPU: (CPU,)}
     if choice not in table:
         raise UserError(f"--variant {choice!r} is not one of {', '.join(table)}", fix="pick one of them")
     return table[choice]
 
 
 def image_name(cell: Cell, variant: str) -> str:
-    """File-system name of an image: the cell id, ``-cpu`` for the twin."""
-    return cell.id if variant == "npu" else f"{cell.id}-cpu"
+    """File-system name of an image (state files): the cell id, ``-cpu`` for the twin."""
+    return release_tag(cell.id, variant)
 
 
 def release_ref(cell: Cell, variant: str) -> str:
     """``image:tag`` of the NPU image, ``image:tag-cpu`` of its CPU twin."""
-    return f"{cell.image}:{cell.tag}{'' if variant == 'npu' else '-cpu'}"
+    return f"{cell.image}:{release_tag(cell.tag, variant)}"
 
 
 def _registry_ref(registry: Optional[str], ref: str) -> Optional[str]:
@@ -122,20 +119,20 @@ def _plan(variant: str, options: Options) -> Tuple[str, Tuple[str, ...], List[st
 
     ``final`` says whether passing earns the release tag (True) or only ``-candidate``.
     """
-    if variant == "cpu":
-        return "cpu", ALL_TIERS, [], [], True
+    if variant == CPU:
+        return CPU, TIERS, [], [], True
     present = [] if options.no_device else devices.npu_devices(options.root)
     if not present:
-        return "npu", STATIC_TIERS, [], devices.driver_mounts(options.root), False
+        return NPU, STATIC_TIERS, [], devices.driver_mounts(options.root), False
     chosen = devices.choose(present, options.devices)
-    return ("npu", ALL_TIERS, devices.docker_devices(chosen, options.root),
+    return (NPU, TIERS, devices.docker_devices(chosen, options.root),
             devices.driver_mounts(options.root), True)
 
 
 def smoke(engine: Engine, image: str, device: str, tiers: Tuple[str, ...], docker_devices: List[str],
           mounts: List[Tuple[str, str, bool]]) -> Tuple[Dict, float]:
     """Run the smoke program inside ``image``; return its JSON report and the seconds it took."""
-    command = SMOKE + ["--device", device, "--tiers", ",".join(tiers)]
+    command = ["python", SMOKE_PROGRAM, "--device", device, "--tiers", ",".join(tiers)]
     result = engine.run(image, command, devices=docker_devices, mounts=mounts, shm_size="1g",
                         ipc_mode="host" if docker_devices else None, timeout=1800)
     lines = [ln for ln in result.stdout.splitlines() if ln.strip()]
@@ -153,10 +150,44 @@ def smoke(engine: Engine, image: str, device: str, tiers: Tuple[str, ...], docke
     return report, result.seconds
 
 
-def _passed(report: Dict, tiers: Tuple[str, ...]) -> bool:
+@dataclass(frozen=True)
+class Verdict:
+    """What a smoke report earns: ``passed`` (seal and release tag), ``candidate`` (a
+    ``-candidate`` tag: static tiers passed, device tiers owed) or ``failed`` (no tag)."""
+
+    status: str
+    message: str = ""
+    seal_labels: Dict[str, str] = field(default_factory=dict)
+
+
+def verdict(report: Dict, tiers: Tuple[str, ...], final: bool) -> Verdict:
+    """Decide from the report alone: every required tier passed (or was skipped with a
+    reason), the program said it passed and exited 0. ``final`` runs earn the seal.
+
+    Example:
+        >>> ok = {"passed": True, "exit_code": 0, "device": "cpu", "host": {},
+        ...       "tiers": [{"name": "versions", "status": "passed"}]}
+        >>> verdict(ok, ("versions",), final=False).status
+        'candidate'
+        >>> verdict(ok, ("versions", "train"), final=True).status
+        'failed'
+        >>> verdict(ok, ("versions",), final=True).seal_labels[Label.VALIDATED_TIERS]
+        'versions'
+    """
     by_name = {t.get("name"): t.get("status") for t in report.get("tiers", [])}
     required_ok = all(by_name.get(t) in ("passed", "skipped") for t in tiers)
-    return bool(report.get("passed")) and report.get("exit_code") == 0 and required_ok
+    if not (report.get("passed") and report.get("exit_code") == 0 and required_ok):
+        failed = [t for t in report.get("tiers", []) if t.get("status") == "failed"]
+        missing = [t for t in tiers if t not in by_name]
+        why = [f"{t.get('name')}: {t.get('summary', '')}" for t in failed] + [f"{t}: not run" for t in missing]
+        return Verdict("failed", "; ".join(why) or "smoke test failed")
+    if not final:
+        return Verdict("candidate")
+    host = report.get("host") or {}
+    return Verdict("passed", seal_labels={
+        Label.VALIDATED: "true", Label.VALIDATED_DEVICE: report.get("device", ""),
+        Label.VALIDATED_TIERS: ",".join(tiers), Label.VALIDATED_DRIVER: str(host.get("driver") or ""),
+        Label.VALIDATED_FIRMWARE: str(host.get("firmware") or "")})
 
 
 def seal(engine: Engine, candidate: str, report_bytes: bytes, labels: Dict[str, str], folder: Path,
@@ -165,7 +196,7 @@ def seal(engine: Engine, candidate: str, report_bytes: bytes, labels: Dict[str, 
     temp_ref = f"ascend-build-candidate:{candidate.split(':')[-1][:20]}"
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "validation.json").write_bytes(report_bytes)
-    (folder / "Dockerfile").write_text(f"FROM {temp_ref}\nCOPY validation.json {REPORT_IN_IMAGE}\n")
+    (folder / "Dockerfile").write_text(f"FROM {temp_ref}\nCOPY validation.json {VALIDATION_REPORT}\n")
     engine.tag(candidate, temp_ref)
     try:
         return engine.build(folder, labels=labels, log_path=log)
@@ -193,8 +224,8 @@ def build_one(cell: Cell, variant: str, options: Options, engine: Engine, say: S
     state = options.state_dir
     if options.base_image:
         cell = replace(cell, base_image=options.base_image)
-    dockerfile, _ = render.variant_files(variant)
-    installers = Path(cell.cann_local) if (variant == "npu" and cell.cann_source == "local") else None
+    dockerfile = dockerfile_name(variant)
+    installers = Path(cell.cann_local) if (variant == NPU and cell.cann_source == "local") else None
     context = stage.context(render.render_cell(cell), state / "contexts" / name, options.wheelhouse, installers)
     log = state / "logs" / f"{name}.build.log"
     out.log = str(log)
@@ -219,37 +250,32 @@ def build_one(cell: Cell, variant: str, options: Options, engine: Engine, say: S
     return _conclude(out, engine, report, tiers, final, release_ref(cell, variant), name, options)
 
 
-def _conclude(out: Outcome, engine: Engine, report: Dict, tiers: Tuple[str, ...], final: bool, ref: str,
-              name: str, options: Options) -> Outcome:
-    """Keep the report; if the required tiers passed, seal (when final) and tag, then push."""
-    state = options.state_dir
-    candidate = out.image_id
-    report.update({"cell": out.cell, "variant": out.variant, "candidate": candidate, "required_tiers": list(tiers)})
+def _keep_report(out: Outcome, report: Dict, tiers: Tuple[str, ...], name: str, state: Path) -> bytes:
+    """Write the report under the state directory (whatever the verdict); its bytes."""
+    report.update({"cell": out.cell, "variant": out.variant, "candidate": out.image_id, "required_tiers": list(tiers)})
     out.tiers = report.get("tiers", [])
     report_bytes = (json.dumps(report, indent=2, sort_keys=True) + "\n").encode()
     report_path = state / "reports" / f"{name}.json"
     report_path.parent.mkdir(parents=True, exist_ok=True)
     report_path.write_bytes(report_bytes)
     out.report = str(report_path)
+    return report_bytes
 
-    if not _passed(report, tiers):
-        failed = [t for t in out.tiers if t.get("status") == "failed"]
-        out.status = "failed"
-        out.message = "; ".join(f"{t.get('name')}: {t.get('summary', '')}" for t in failed) or "smoke test failed"
+
+def _conclude(out: Outcome, engine: Engine, report: Dict, tiers: Tuple[str, ...], final: bool, ref: str,
+              name: str, options: Options) -> Outcome:
+    """Keep the report, judge it; a pass is sealed (when final) and tagged, then pushed."""
+    state = options.state_dir
+    report_bytes = _keep_report(out, report, tiers, name, state)
+    judged = verdict(report, tiers, final)
+    out.status, out.message = judged.status, judged.message
+    if judged.status == "failed":
         return out
-
-    if final:
-        host = report.get("host") or {}
-        labels = {"io.ascend-build.validated": "true", "io.ascend-build.validated-device": report.get("device", ""),
-                  "io.ascend-build.validated-tiers": ",".join(tiers),
-                  "io.ascend-build.validated-driver": str(host.get("driver") or ""),
-                  "io.ascend-build.validated-firmware": str(host.get("firmware") or "")}
-        image_id = seal(engine, candidate, report_bytes, labels, state / "seal" / name,
+    if judged.status == "passed":
+        image_id = seal(engine, out.image_id, report_bytes, judged.seal_labels, state / "seal" / name,
                         state / "logs" / f"{name}.seal.log")
-        out.status = "passed"
     else:
-        ref, image_id = f"{ref}-candidate", candidate
-        out.status = "candidate"
+        ref, image_id = ref + CANDIDATE_SUFFIX, out.image_id
     refs = [ref] + ([_registry_ref(options.push, ref)] if options.push else [])
     _apply_tags(engine, image_id, refs)
     out.image_id, out.tags = image_id, refs
@@ -277,8 +303,8 @@ def run(cells: List[Cell], options: Options, engine: Engine, say: Say) -> List[O
 def promote(ref: str, options: Options, engine: Engine, say: Say) -> Outcome:
     """Run the device tiers on an NPU host for a ``-candidate`` image; seal and tag it if they pass."""
     labels = engine.labels(ref)
-    cell_id = labels.get("io.ascend-build.cell")
-    if not cell_id or labels.get("io.ascend-build.variant") != "npu":
+    cell_id = labels.get(Label.CELL)
+    if not cell_id or labels.get(Label.VARIANT) != NPU:
         raise UserError(f"{ref} is not an NPU image built by ascend-build (no io.ascend-build labels)", exit_code=1,
                         fix="promote a '-candidate' image made by `ascend-build image --no-device`")
     present = devices.npu_devices(options.root)
@@ -286,11 +312,11 @@ def promote(ref: str, options: Options, engine: Engine, say: Say) -> Outcome:
         raise UserError("promote runs the device tiers, and this host has no NPU (/dev/davinci*)", exit_code=1,
                         fix="run it on an Ascend host with the driver installed")
     chosen = devices.choose(present, options.devices)
-    out = Outcome(cell_id, "npu", image_id=engine.image_id(ref) or "")
+    out = Outcome(cell_id, NPU, image_id=engine.image_id(ref) or "")
     say(f"[{cell_id}] device tiers on npu {chosen}")
-    report, out.smoke_seconds = smoke(engine, ref, "npu", ALL_TIERS, devices.docker_devices(chosen, options.root),
+    report, out.smoke_seconds = smoke(engine, ref, NPU, TIERS, devices.docker_devices(chosen, options.root),
                                       devices.driver_mounts(options.root))
-    release = ref[: -len("-candidate")] if ref.endswith("-candidate") else ref
+    release = ref[: -len(CANDIDATE_SUFFIX)] if ref.endswith(CANDIDATE_SUFFIX) else ref
     if options.push:  # the registry prefix is added again by _conclude
         release = release.split("/", 1)[-1] if release.startswith(options.push.rstrip("/") + "/") else release
-    return _conclude(out, engine, report, ALL_TIERS, True, release, cell_id, options)
+    return _conclude(out, engine, report, TIERS, True, release, cell_id, options)

@@ -1,9 +1,11 @@
 """Lay out a build context and its build-time secrets on disk.
 
-The rendered files of a cell become a folder under the state directory, plus:
+The rendered files of a cell (the same files as ``dockerfiles/<cell>/``) become a
+folder under the state directory, plus, when given:
 
 * ``wheelhouse/``  wheels for offline builds (hard links to the user's folder when
-  possible, copies otherwise); always present because the Dockerfile mounts it;
+  possible, copies otherwise); the Dockerfile's ``wheelhouse`` stage copies it when
+  present, so a context without it builds too;
 * ``installers/``  the CANN installers of a ``cann_source: {local: DIR}`` cell.
 
 Build-time settings travel as BuildKit secrets, never as build args or files in
@@ -38,6 +40,9 @@ MIRROR_VARIABLES = {
 }
 CA_VARIABLES = ("PIP_CERT", "SSL_CERT_FILE", "CURL_CA_BUNDLE", "REQUESTS_CA_BUNDLE")
 CA_IN_BUILD = "/run/secrets/ca"
+# Folders of a context besides the rendered files; the Dockerfile names them through its plan.
+WHEELHOUSE = "wheelhouse"
+INSTALLERS = "installers"
 
 
 def context(files: Dict[str, bytes], folder: Path, wheelhouse: Optional[Path] = None,
@@ -48,8 +53,10 @@ def context(files: Dict[str, bytes], folder: Path, wheelhouse: Optional[Path] = 
     folder.mkdir(parents=True)
     for name, data in files.items():
         (folder / name).write_bytes(data)
-    _link_tree(wheelhouse, folder / "wheelhouse", "wheelhouse", "*.whl")
-    _link_tree(installers, folder / "installers", "CANN installer folder", "*")
+    if wheelhouse is not None:
+        _link_tree(wheelhouse, folder / WHEELHOUSE, "wheelhouse", "*.whl")
+    if installers is not None:
+        _link_tree(installers, folder / INSTALLERS, "CANN installer folder", "*")
     return folder
 
 

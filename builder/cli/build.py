@@ -16,6 +16,7 @@ import typer
 from builder.build import checks, matrix, render
 from builder.cli.app import JsonOpt, app, host_arch, interruptible, releases_app
 from builder.errors import Finding
+from builder.vocabulary import release_tag
 
 REPO_ROOT = Path(__file__).resolve().parent.parent.parent
 DEFAULT_CA = Path("/etc/ssl/certs/ca-certificates.crt")
@@ -67,8 +68,8 @@ def render_command(
     check: bool = typer.Option(False, "--check", help="Write nothing; exit 1 if the output folder is stale."),
     strict: bool = StrictOpt,
 ) -> None:
-    """Render each cell into dockerfiles/<cell>/ (Dockerfile, CPU twin, manifest, env spec); the smoke program
-    every image carries is written once, to dockerfiles/_shared/.
+    """Render each cell into dockerfiles/<cell>/: Dockerfile, CPU twin, manifests, env specs and the smoke
+    program, a complete build context (`docker build` works on it by hand, see its header).
 
     Example: ascend-build render --check
     """
@@ -217,7 +218,7 @@ def _summary(outcomes, as_json: bool) -> None:
         table.add_column(column, overflow="fold")
     for o in outcomes:
         tiers = " ".join(f"{t.get('name')}:{t.get('status')}" for t in o.tiers) or "-"
-        table.add_row(f"{o.cell}{'-cpu' if o.variant == 'cpu' else ''}", o.status, o.image_id[7:19] or "-", tiers,
+        table.add_row(release_tag(o.cell, o.variant), o.status, o.image_id[7:19] or "-", tiers,
                       "\n".join(o.tags) or "-", "\n".join(o.digests.values()) or "-",
                       f"{o.build_seconds:.1f}", f"{o.smoke_seconds:.1f}")
     Console(width=200).print(table)

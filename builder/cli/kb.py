@@ -1,14 +1,33 @@
-"""The knowledge-base commands: ``kb torch-npu VERSION`` and ``kb cann [VERSION]``."""
+"""The knowledge-base commands: ``kb torch-npu VERSION`` and ``kb cann [VERSION]``.
+
+``describe_torch_npu`` and ``describe_cann`` gather what the knowledge base knows of one
+release into plain data (dicts, lists, strings) that the commands print, as text or as
+JSON. They ask the KnowledgeBase through its public methods only, and raise UserError
+(exit code 1) for a release the data does not know.
+
+Example:
+    >>> from builder.knowledge import load
+    >>> describe_torch_npu(load(), "2.4.0")["torch"]["x86_64"]
+    {'requirement': 'torch==2.4.0+cpu', 'index': 'pytorch-cpu'}
+    >>> describe_cann(load(), "7.0.RC1")["paired_hdk"]
+    '23.0.RC3'
+    >>> _print({"version": "7.0.RC1", "sources": ["A", "B"], "supported_hdk": []}, as_json=False)
+    version: 7.0.RC1
+    sources: A, B
+    supported_hdk: -
+"""
 
 from __future__ import annotations
 
 import json
-from typing import Optional
+from typing import Any, Dict, List, Optional
 
 import typer
 
-from builder import knowledge
+from builder import knowledge, versions
 from builder.cli.app import JsonOpt, kb_app
+from builder.errors import UserError
+from builder.knowledge import ARCHES, CHIPS, KnowledgeBase
 
 
 @kb_app.command("torch-npu")
@@ -17,7 +36,7 @@ def kb_torch_npu_command(version: str = typer.Argument(..., help="torch_npu vers
 
     Example: ascend-build kb torch-npu 2.4.0
     """
-    _print(knowledge.load().describe_torch_npu(version), as_json)
+    _print(describe_torch_npu(knowledge.load(), version), as_json)
 
 
 @kb_app.command("cann")
@@ -28,7 +47,126 @@ def kb_cann_command(version: Optional[str] = typer.Argument(None, help="CANN ver
     Example: ascend-build kb cann 7.0.RC1
     """
     kb = knowledge.load()
-    _print(kb.describe_cann(version) if version else {"cann_releases": kb.cann_releases()}, as_json)
+    _print(describe_cann(kb, version) if version else {"cann_releases": kb.cann_releases()}, as_json)
+
+
+def _listed(value: Any) -> List[str]:
+    """A data field that holds one string or a list of them, as a list."""
+    if value is None:
+        return []
+    if isinstance(value, (list, tuple)):
+        return [str(v) for v in value]
+    return [str(value)]
+
+
+def describe_torch_npu(kb: KnowledgeBase, version: str) -> Dict[str, Any]:
+    """Everything known about one torch_npu version, as plain data for ``ascend-build kb torch-npu``.
+
+    Raises UserError (exit code 1) when the version is neither on PyPI nor named by Huawei.
+
+    Example:
+        >>> from builder.knowledge import load
+        >>> d = describe_torch_npu(load(), "2.1.0.post4")
+        >>> d["on_pypi"], d["cann"]
+        (False, '8.0.RC1')
+    """
+    rel = kb.torch_npu(version)
+    if rel is None:
+        entry = kb.unpublished(version)
+        if entry is not None:
+            return {
+                "version": str(entry["version"]),
+                "on_pypi": False,
+                "note": "named in Huawei tables or tags, but PyPI has no files for it",
+                "cann": entry.get("cann"),
+                "entry": entry,
+                "sources": _listed(entry.get("source")),
+            }
+        raise UserError(
+            f"torch_npu {version} is not a known release: PyPI has no files for it",
+            fix=_nearby_hint(kb, version),
+            exit_code=1,
+        )
+    return {
+        "version": rel.version,
+        "on_pypi": True,
+        "prerelease": rel.prerelease,
+        "torch": {a: dict(zip(("requirement", "index"), kb.torch_requirement(rel.version, a))) for a in ARCHES},
+        "requires_dist": dict(rel.requires_dist),
+        "cann": rel.cann,
+        "cann_sources": list(rel.cann_sources),
+        "python": {a: list(rel.python.get(a, ())) for a in ARCHES},
+        "manylinux": dict(rel.manylinux),
+        "glibc_floor": {a: ".".join(map(str, g)) for a in ARCHES if (g := kb.glibc_floor(rel.version, a))},
+        "branch": rel.branch,
+        "first_upload": rel.first_upload,
+        "notes": list(rel.notes),
+        "sources": list(rel.sources),
+    }
+
+
+def _nearby_hint(kb: KnowledgeBase, version: str) -> str:
+    """The fix for an unknown torch_npu: the PyPI releases on the same torch line.
+
+    Example:
+        >>> from builder.knowledge import load
+        >>> _nearby_hint(load(), "2.1.0.post5")  # doctest: +ELLIPSIS
+        'releases of torch_npu on torch 2.1.0: 2.1.0rc1, 2.1.0, 2.1.0.post3, ..., 2.1.0.post17'
+    """
+    wanted = versions.lenient("python_package", version)
+    if wanted is None:
+        return "write a torch_npu version like 2.4.0 or 2.1.0.post3"
+    line = wanted.base_version
+    same = [v for v in kb.torch_npu_versions() if versions.lenient("python_package", v).base_version == line]
+    if same:
+        return f"releases of torch_npu on torch {line}: {', '.join(same)}"
+    return "see `ascend-build kb` for the known releases"
+
+
+def _installer_rows(kb: KnowledgeBase, version: str, arch: str) -> List[Dict[str, Any]]:
+    """The toolkit once, then every chip's ops package, for one arch."""
+    rows: List[Dict[str, Any]] = []
+    for chip in CHIPS:
+        for inst in kb.installers(version, chip, arch):
+            if inst.kind == "toolkit" and rows:
+                continue
+            rows.append({"kind": inst.kind, "chip": chip if inst.kind == "ops" else None,
+                         "filename": inst.filename, "run": inst.run, "sha256": inst.sha256, "url": inst.url})
+    return rows
+
+
+def describe_cann(kb: KnowledgeBase, version: str) -> Dict[str, Any]:
+    """Everything known about one CANN release, as plain data for ``ascend-build kb cann``.
+
+    Raises VersionError for a string that is no CANN version, UserError (exit code 1)
+    when the data does not know that release.
+
+    Example:
+        >>> from builder.knowledge import load
+        >>> d = describe_cann(load(), "7.0.RC1")
+        >>> d["min_driver"], d["torch_npu"], [row["kind"] for row in d["installers"]["x86_64"]][:2]
+        ('23.0.RC3', ['2.1.0rc1'], ['toolkit', 'ops'])
+    """
+    entry = kb.cann_entry(version)
+    package = kb.cann_package(version)
+    if entry is None and package is None:
+        if versions.lenient("cann", version) is None:
+            raise versions.VersionError(f"{version!r} is not a CANN version", fix="write it like 8.0.RC3 or 8.5.0")
+        raise UserError(
+            f"CANN {version} is not in the knowledge base",
+            fix="known releases: " + ", ".join(kb.cann_releases()),
+            exit_code=1,
+        )
+    return {
+        "version": (entry or {}).get("version") or (package[0] if package else version),
+        "paired_hdk": kb.paired_hdk(version),
+        "min_driver": kb.min_driver(version),
+        "supported_hdk": list(kb.supported_hdk_lines(version)),
+        "not_supported_hdk": _listed((entry or {}).get("not_supported_hdk")),
+        "torch_npu": [r.version for r in kb.torch_npu_for_cann(version)],
+        "installers": {a: _installer_rows(kb, version, a) for a in ARCHES},
+        "sources": _listed((entry or {}).get("source")),
+    }
 
 
 def _print(data: dict, as_json: bool) -> None:

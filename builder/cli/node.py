@@ -14,7 +14,7 @@ import typer
 
 from builder.cli.app import JsonOpt, app, host_arch
 from builder.errors import UserError
-from builder.vocabulary import DEFAULT_IMAGE
+from builder.vocabulary import DEFAULT_IMAGE, Label
 
 
 RootOpt = typer.Option(Path("/"), "--root", help="Read the host's files under this folder (a fixture tree).")
@@ -97,13 +97,13 @@ def run_command(
         typer.echo("note: this host has no /dev/davinci* devices to pass in", err=True)
     engine = Engine.connect()
     labels = engine.labels(image_ref) if engine.image_id(image_ref) else {}
-    need = labels.get("io.ascend-build.min-driver")
+    need = labels.get(Label.MIN_DRIVER)
     if not labels:
         typer.echo(f"note: {image_ref} is not a local image built by ascend-build; its driver needs are unchecked",
                    err=True)
     elif need and not force:
         driver = host_probe.probe(root=root, run_npu_smi=False).driver
-        if not driver or versions.hdk(driver) < versions.hdk(need):
+        if versions.meets_minimum("hdk", driver, need) is not True:
             raise UserError(f"{image_ref} needs NPU driver {need} or newer; this node has {driver or 'no driver'}",
                             fix="upgrade the node's driver and firmware, pick an image that fits "
                                 "(`ascend-build pull`), or pass --force", exit_code=1)

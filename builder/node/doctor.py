@@ -38,17 +38,17 @@ from pathlib import Path
 from typing import Any, Dict, List, Mapping, Optional, Sequence
 
 from builder.node import explain
-from builder import knowledge, versions
+from builder import knowledge, versions, vocabulary
+from builder.vocabulary import CANDIDATE_SUFFIX, CONTROL_DEVICES, CPU, NPU, Label, normalize_arch
 from builder.errors import UserError
-from builder.node.host import HostInfo, normalize_arch, probe
-from builder.smoke import SMOKE_PATH
+from builder.node.host import HostInfo, probe
+from builder.smoke import doctor_probe, parsers
+from builder.smoke.doctor_probe import MARK
 
 OK, WARN, FAIL = "OK", "WARN", "FAIL"
 SHM_MIN_BYTES = 1 << 30  # below 1 GiB, DataLoader workers run out of shared memory
 HCCL_TIMEOUT_RANGE = (120, 7200)  # CANN env reference: integer seconds, default 120
 LOG_LEVELS = {"0": "DEBUG", "1": "INFO", "2": "WARNING", "3": "ERROR", "4": "NULL"}
-CONTROL_DEVICES = ("/dev/davinci_manager", "/dev/devmm_svm", "/dev/hisi_hdc")
-PROBE_MARK = "ASCEND_BUILD_DOCTOR "
 PROBE_TIMEOUT = 120.0
 
 
@@ -87,36 +87,6 @@ def exit_code(checks: Sequence[Check]) -> int:
 
 # ---------------------------------------------------------------------------------------
 # firmware/driver pairing
-
-
-def _num(text: str) -> Optional[tuple]:
-    parts = str(text).strip().rstrip(".").split(".")
-    return tuple(int(p) for p in parts) if parts and all(p.isdigit() for p in parts) else None
-
-
-def firmware_in_ranges(firmware: str, ranges: Sequence[Sequence[str]]) -> Optional[bool]:
-    """Whether a firmware version is inside a driver's ``compatible_version_fw`` ranges.
-
-    The bounds have three fields (``[7.0.0,7.5.99]``), the firmware five; they are
-    compared on the bound's fields. None when nothing can be decided.
-
-    Example:
-        >>> firmware_in_ranges("7.5.0.1.129", [["7.0.0", "7.5.99"]]), firmware_in_ranges("7.7.0.1.231", [["7.0.0", "7.5.99"]])
-        (True, False)
-    """
-    try:
-        key = versions.firmware(firmware).key
-    except versions.VersionError:
-        return None
-    decided = False
-    for lo, hi in ranges:
-        lo_t, hi_t = _num(lo), _num(hi)
-        if lo_t is None or hi_t is None:
-            continue
-        decided = True
-        if lo_t <= key[: len(lo_t)] and key[: len(hi_t)] <= hi_t:
-            return True
-    return False if decided else None
 
 
 def driver_in_ranges(driver: str, ranges: Sequence[Sequence[str]]) -> Optional[bool]:
@@ -168,7 +138,7 @@ def check_pairing(host: HostInfo) -> Check:
     flag = (host.compatibility or "").upper()
     if flag in ("OK", "NOK"):
         verdicts.append((flag == "OK", f"npu-smi Compatibility {flag}"))
-    fw_ok = firmware_in_ranges(host.firmware, fw_ranges)
+    fw_ok = versions.firmware_in_ranges(host.firmware, fw_ranges)
     if fw_ok is not None:
         span = ", ".join(f"[{a},{b}]" for a, b in fw_ranges)
         verdicts.append((fw_ok, f"driver {host.driver} accepts firmware {span}: {host.firmware} "
@@ -326,39 +296,25 @@ def env_checks(environ: Mapping[str, str], host: Optional[HostInfo] = None, pref
 # image checks
 
 
-_PROGRAM = r"""
-import json, os, platform, sys
-ns = {"__name__": "ascend_build_smoke"}
-exec(compile(SMOKE_SOURCE, "smoke.py", "exec"), ns)
-manifest = {}
-try:
-    with open("/etc/ascend-build/manifest.json") as fh:
-        manifest = json.load(fh)
-except Exception:
-    pass
-found, looked = ns["find_cann"](os.environ, manifest, platform.machine())
-keep = ("ASCEND_", "HCCL_", "PYTORCH_NPU_", "LD_LIBRARY_PATH", "CONDA_DEFAULT_ENV", "CONDA_PREFIX")
-out = {
-    "python": platform.python_version(), "executable": sys.executable, "prefix": sys.prefix,
-    "base_prefix": getattr(sys, "base_prefix", sys.prefix), "arch": platform.machine(),
-    "torch": ns["dist_version"]("torch"), "torch_npu": ns["dist_version"]("torch_npu", "torch-npu"),
-    "cann": found, "cann_looked": looked, "manifest": bool(manifest),
-    "env": {k: v for k, v in os.environ.items() if k.startswith(keep)},
-}
-sys.stdout.write("\n" + MARK + json.dumps(out) + "\n")
-"""
+# Sent with the probe as source: an image may have no copy of them.
+_SENT_MODULES = {"parsers": Path(parsers.__file__), "vocabulary": Path(vocabulary.__file__)}
+_PROBE = Path(doctor_probe.__file__)
 
 
 def probe_program() -> str:
-    """The ``python3 -c`` program run in the image; smoke.py's parsers travel as source.
+    """The ``python3 -c`` program run in the image: ``parsers.py`` and ``vocabulary.py``
+    bound as modules, then ``doctor_probe.py``.
 
     Example:
-        >>> "find_cann" in probe_program()
+        >>> program = probe_program()
+        >>> "def find_cann" in program and "json.dumps(facts())" in program
         True
     """
-    with open(SMOKE_PATH, encoding="utf-8") as fh:
-        source = fh.read()
-    return f"SMOKE_SOURCE = {source!r}\nMARK = {PROBE_MARK!r}\n" + _PROGRAM
+    bind = "import types\n"
+    for name, path in _SENT_MODULES.items():
+        bind += (f"{name} = types.ModuleType({name!r})\n"
+                 f"exec(compile({path.read_text(encoding='utf-8')!r}, {path.name!r}, 'exec'), {name}.__dict__)\n")
+    return bind + _PROBE.read_text(encoding="utf-8")
 
 
 def parse_probe(stdout: str) -> Optional[Dict[str, Any]]:
@@ -369,27 +325,20 @@ def parse_probe(stdout: str) -> Optional[Dict[str, Any]]:
         {'python': '3.11.2'}
     """
     for line in reversed(stdout.splitlines()):
-        if line.startswith(PROBE_MARK):
+        if line.startswith(MARK):
             try:
-                data = json.loads(line[len(PROBE_MARK):])
+                data = json.loads(line[len(MARK):])
             except ValueError:
                 return None
             return data if isinstance(data, dict) else None
     return None
 
 
-def _ver(kind: str, text: Optional[str]):
-    try:
-        return versions.parse(str(text), kind) if text else None
-    except versions.VersionError:
-        return None
-
-
 def image_checks(labels: Mapping[str, str], facts: Mapping[str, Any], host: HostInfo) -> List[Check]:
     """Image vs host, from the labels and the in-image facts (``parse_probe`` output); no engine.
 
     Example:
-        >>> checks = image_checks({"io.ascend-build.min-driver": "25.0.RC1"}, {}, HostInfo(driver="24.1.rc3"))
+        >>> checks = image_checks({Label.MIN_DRIVER: "25.0.RC1"}, {}, HostInfo(driver="24.1.rc3"))
         >>> [(c.name, c.status) for c in checks if c.name == "image: driver vs CANN"]
         [('image: driver vs CANN', 'FAIL')]
     """
@@ -397,41 +346,41 @@ def image_checks(labels: Mapping[str, str], facts: Mapping[str, Any], host: Host
     out: List[Check] = []
 
     def lab(key: str) -> Optional[str]:
-        return labels.get(f"io.ascend-build.{key}") or None
+        return labels.get(key) or None
 
-    cell, npu = lab("cell"), lab("variant") == "npu"
+    cell, npu = lab(Label.CELL), lab(Label.VARIANT) == NPU
 
     if cell:
-        out.append(Check("image: built by ascend-build", OK, f"cell {cell} ({lab('variant') or '?'})"))
-        if lab("validated") == "true":
-            out.append(Check("image: validated", OK, f"smoke tiers {lab('validated-tiers') or '?'} on "
-                                                     f"{lab('validated-device') or '?'}"))
+        out.append(Check("image: built by ascend-build", OK, f"cell {cell} ({lab(Label.VARIANT) or '?'})"))
+        if lab(Label.VALIDATED) == "true":
+            out.append(Check("image: validated", OK, f"smoke tiers {lab(Label.VALIDATED_TIERS) or '?'} on "
+                                                     f"{lab(Label.VALIDATED_DEVICE) or '?'}"))
         else:
-            out.append(Check("image: validated", WARN, "not sealed: a -candidate or unvalidated image",
+            out.append(Check("image: validated", WARN, f"not sealed: a {CANDIDATE_SUFFIX} or unvalidated image",
                              "run `ascend-build promote <image>` on an NPU host first"))
     else:
         out.append(Check("image: built by ascend-build", WARN, "no io.ascend-build labels: only in-image facts "
                          "are checked", "use an image built by ascend-build, or check pairings by hand"))
 
-    image_arch = normalize_arch(lab("arch") or facts.get("arch"))
+    image_arch = normalize_arch(lab(Label.ARCH) or facts.get("arch"))
     if image_arch and host.arch and image_arch != host.arch:
         out.append(Check("image: arch", FAIL, f"image {image_arch}, host {host.arch}",
                          explain.fix_for("platform-mismatch", host, labels, image_arch=image_arch)))
     elif image_arch:
         out.append(Check("image: arch", OK if host.arch else WARN, f"image {image_arch}, host {host.arch or 'unknown'}"))
 
-    if lab("chip"):
-        if host.chip and host.chip != lab("chip"):
-            out.append(Check("image: chip", FAIL, f"image built for {lab('chip')}, host has {host.chip}",
+    if lab(Label.CHIP):
+        if host.chip and host.chip != lab(Label.CHIP):
+            out.append(Check("image: chip", FAIL, f"image built for {lab(Label.CHIP)}, host has {host.chip}",
                              f"use the image of this cell built for chip {host.chip}: the CANN ops package is per chip"))
         else:
             out.append(Check("image: chip", OK if host.chip else WARN,
-                             f"image {lab('chip')}, host {host.chip or 'unknown'}"))
+                             f"image {lab(Label.CHIP)}, host {host.chip or 'unknown'}"))
 
     found = [f.get("version") for f in facts.get("cann") or [] if f.get("version")]
-    cann = lab("cann") or (found[0] if found else None)
-    if found and lab("cann") and not all(_ver("cann", f) == _ver("cann", lab("cann")) for f in found):
-        out.append(Check("image: CANN", FAIL, f"label says {lab('cann')}, files say {', '.join(found)}",
+    cann = lab(Label.CANN) or (found[0] if found else None)
+    if found and lab(Label.CANN) and not all(versions.lenient("cann", f) == versions.lenient("cann", lab(Label.CANN)) for f in found):
+        out.append(Check("image: CANN", FAIL, f"label says {lab(Label.CANN)}, files say {', '.join(found)}",
                          "rebuild the image: its CANN is not the one it was validated with"))
     elif facts and not found and (npu or facts.get("torch_npu")):
         out.append(Check("image: CANN", FAIL, "no CANN version file at " + ", ".join(facts.get("cann_looked") or []),
@@ -439,36 +388,30 @@ def image_checks(labels: Mapping[str, str], facts: Mapping[str, Any], host: Host
     elif found:
         out.append(Check("image: CANN", OK, ", ".join(found)))
     elif facts:
-        what = "the CPU twin: no CANN by design" if lab("variant") == "cpu" else "no CANN in the image (a CPU image?)"
+        what = "the CPU twin: no CANN by design" if lab(Label.VARIANT) == CPU else "no CANN in the image (a CPU image?)"
         out.append(Check("image: CANN", WARN, what, "use the NPU variant on NPU nodes"))
 
-    need = lab("min-driver") or (kb.min_driver(cann) if cann else None)
+    need = lab(Label.MIN_DRIVER) or (kb.min_driver(cann) if cann else None)
     if need:
-        have = _ver("hdk", host.driver)
-        want = _ver("hdk", need)
-        if want is None:  # a line such as 25.2.X: its first release
-            try:
-                want = versions.hdk_line_floor(need)
-            except versions.VersionError:
-                want = None
-        if have is None or want is None:
+        meets = versions.meets_minimum("hdk", host.driver, need)
+        if meets is None:
             out.append(Check("image: driver vs CANN", WARN, f"image needs driver >= {need}; host driver "
                                                             f"{host.driver or 'unknown'}",
                              "run doctor on the NPU host (with /usr/local/Ascend/driver/version.info)"))
-        elif have < want:
+        elif not meets:
             out.append(Check("image: driver vs CANN", FAIL, f"host driver {host.driver} < {need} "
                                                             f"(CANN {cann or '?'} needs it)",
                              explain.fix_for("driver-too-old", host, labels, image_min_driver=need, image_cann=cann)))
         else:
             out.append(Check("image: driver vs CANN", OK, f"host driver {host.driver} >= {need}"))
 
-    if lab("min-firmware"):
-        have, want = _ver("firmware", host.firmware), _ver("firmware", lab("min-firmware"))
-        if have is not None and want is not None and have < want:
-            out.append(Check("image: firmware", FAIL, f"host firmware {host.firmware} < {lab('min-firmware')}",
+    if lab(Label.MIN_FIRMWARE):
+        meets = versions.meets_minimum("firmware", host.firmware, lab(Label.MIN_FIRMWARE))
+        if meets is False:
+            out.append(Check("image: firmware", FAIL, f"host firmware {host.firmware} < {lab(Label.MIN_FIRMWARE)}",
                              explain.fix_for("firmware-driver-mismatch", host, labels)))
-        elif have is not None and want is not None:
-            out.append(Check("image: firmware", OK, f"host firmware {host.firmware} >= {lab('min-firmware')}"))
+        elif meets:
+            out.append(Check("image: firmware", OK, f"host firmware {host.firmware} >= {lab(Label.MIN_FIRMWARE)}"))
 
     out += _torch_checks(kb, lab, facts, cann, npu, host, labels)
 
@@ -489,14 +432,14 @@ def image_checks(labels: Mapping[str, str], facts: Mapping[str, Any], host: Host
 
 def _torch_checks(kb, lab, facts, cann, npu, host, labels) -> List[Check]:
     out: List[Check] = []
-    tnpu = facts.get("torch_npu") or (lab("torch-npu") if not facts else None)
-    torch = facts.get("torch") or (lab("torch") if not facts else None)
+    tnpu = facts.get("torch_npu") or (lab(Label.TORCH_NPU) if not facts else None)
+    torch = facts.get("torch") or (lab(Label.TORCH) if not facts else None)
     if not tnpu:
         if npu:
             out.append(Check("image: torch_npu vs CANN", FAIL, "torch_npu is not installed",
                              explain.fix_for("torch-npu-not-importable", host, labels)))
         elif facts:
-            what = ("the CPU twin: no torch_npu by design" if lab("variant") == "cpu"
+            what = ("the CPU twin: no torch_npu by design" if lab(Label.VARIANT) == CPU
                     else "no torch_npu in the image (a CPU image?)")
             out.append(Check("image: torch_npu vs CANN", WARN, what, "use the NPU variant on NPU nodes"))
         return out
@@ -513,7 +456,7 @@ def _torch_checks(kb, lab, facts, cann, npu, host, labels) -> List[Check]:
     elif cann is None:
         out.append(Check("image: torch_npu vs CANN", WARN, f"torch_npu {tnpu} pairs with CANN {rel.cann}; "
                                                            "the image's CANN is unknown", "check ASCEND_HOME_PATH"))
-    elif _ver("cann", rel.cann) != _ver("cann", cann):
+    elif versions.lenient("cann", rel.cann) != versions.lenient("cann", cann):
         out.append(Check("image: torch_npu vs CANN", FAIL, f"torch_npu {tnpu} pairs with CANN {rel.cann}, "
                                                            f"the image has {cann}",
                          explain.fix_for("torch-npu-cann-mismatch", host, labels, **values)))
@@ -528,7 +471,7 @@ def _torch_checks(kb, lab, facts, cann, npu, host, labels) -> List[Check]:
     else:
         out.append(Check("image: torch vs torch_npu", OK, f"torch {torch}"))
     py = ".".join(str(facts.get("python") or "").split(".")[:2])
-    arch = normalize_arch(facts.get("arch") or lab("arch"))
+    arch = normalize_arch(facts.get("arch") or lab(Label.ARCH))
     wheels = rel.python.get(arch or "", ())
     if py and wheels and py not in wheels:
         out.append(Check("image: Python vs torch_npu", FAIL, f"Python {py}; torch_npu {tnpu} has wheels for "
@@ -605,4 +548,4 @@ def format_checks(checks: Sequence[Check]) -> str:
 
 __all__ = ["Check", "OK", "WARN", "FAIL", "run_host_checks", "env_checks", "check_pairing", "image_checks",
            "doctor_image", "run_doctor", "format_checks", "checks_to_dicts", "exit_code",
-           "firmware_in_ranges", "driver_in_ranges", "probe_program", "parse_probe"]
+           "driver_in_ranges", "probe_program", "parse_probe"]

@@ -8,7 +8,7 @@ explain`` and for the fixes ``ascend-build doctor`` prints (``fix_for``).
 
 A fix may name ``{placeholders}``; they are filled from, in this order of strength:
 named groups of the matching pattern (the text is the subject), the image labels
-(``io.ascend-build.*``), the host probe, and the knowledge base; an unknown value
+(``builder.vocabulary.Label``), the host probe, and the knowledge base; an unknown value
 reads ``(unknown here)``.
 
 Example:
@@ -23,18 +23,16 @@ Example:
 
 from __future__ import annotations
 
-import re
-import string
 from dataclasses import asdict, dataclass
 from functools import lru_cache
-from typing import Any, Dict, List, Mapping, Optional, Tuple
-
-import yaml
+from typing import Dict, List, Mapping, Optional, Tuple
 
 from builder import knowledge
-from builder.node.host import HostInfo, normalize_arch
+from builder.node.host import HostInfo
+from builder.smoke import error_table
+from builder.smoke.error_table import Entry
+from builder.vocabulary import Label, normalize_arch
 
-ERRORS_FILE = knowledge.DATA_DIR / "errors.yaml"
 UNKNOWN = "(unknown here)"
 # Placeholders a fix may use besides the named groups of its own patterns.
 PLACEHOLDERS = (
@@ -42,17 +40,6 @@ PLACEHOLDERS = (
     "image_min_driver", "image_min_firmware", "image_cann", "image_torch_npu", "image_arch",
     "image_chip", "paired_cann", "paired_torch_npu",
 )
-
-
-@dataclass(frozen=True)
-class Entry:
-    """One row of errors.yaml, patterns compiled (case-insensitive)."""
-
-    id: str
-    patterns: Tuple["re.Pattern[str]", ...]
-    cause: str
-    fix: str
-    source: str
 
 
 @dataclass(frozen=True)
@@ -77,14 +64,7 @@ def table() -> Tuple[Entry, ...]:
         >>> [e.id for e in table()][:2]
         ['platform-mismatch', 'dcmi-device-in-use']
     """
-    with open(ERRORS_FILE, "rb") as fh:
-        doc = yaml.safe_load(fh)
-    return tuple(
-        Entry(id=str(e["id"]), patterns=tuple(re.compile(p, re.IGNORECASE) for p in e["patterns"]),
-              cause=" ".join(str(e["cause"]).split()), fix=" ".join(str(e["fix"]).split()),
-              source=str(e["source"]))
-        for e in doc["errors"]
-    )
+    return error_table.compile_table(knowledge.error_entries())
 
 
 def entry(entry_id: str) -> Entry:
@@ -119,7 +99,7 @@ def context(host: Optional[HostInfo] = None, labels: Optional[Mapping[str, str]]
     """Placeholder values from the host, the image labels and ``values`` (strongest last).
 
     Example:
-        >>> context(HostInfo(driver="24.1.rc3"), {"io.ascend-build.cann": "8.0.RC3"})["image_min_driver"]
+        >>> context(HostInfo(driver="24.1.rc3"), {Label.CANN: "8.0.RC3"})["image_min_driver"]
         '24.1.RC3'
     """
     kb = knowledge.load()
@@ -133,12 +113,12 @@ def context(host: Optional[HostInfo] = None, labels: Optional[Mapping[str, str]]
         if host.driver_fw_ranges:
             ctx["driver_fw_range"] = _ranges_text(host.driver_fw_ranges)
     ctx.update({k: v for k, v in (
-        ("image_min_driver", labels.get("io.ascend-build.min-driver")),
-        ("image_min_firmware", labels.get("io.ascend-build.min-firmware")),
-        ("image_cann", labels.get("io.ascend-build.cann")),
-        ("image_torch_npu", labels.get("io.ascend-build.torch-npu")),
-        ("image_arch", labels.get("io.ascend-build.arch")),
-        ("image_chip", labels.get("io.ascend-build.chip")),
+        ("image_min_driver", labels.get(Label.MIN_DRIVER)),
+        ("image_min_firmware", labels.get(Label.MIN_FIRMWARE)),
+        ("image_cann", labels.get(Label.CANN)),
+        ("image_torch_npu", labels.get(Label.TORCH_NPU)),
+        ("image_arch", labels.get(Label.ARCH)),
+        ("image_chip", labels.get(Label.CHIP)),
     ) if v})
     ctx.update({k: v for k, v in values.items() if v})
     if ctx.get("reported_driver") and not values.get("host_driver"):
@@ -162,11 +142,6 @@ def context(host: Optional[HostInfo] = None, labels: Optional[Mapping[str, str]]
     return {k: (ctx.get(k) or defaults.get(k) or UNKNOWN) for k in set(PLACEHOLDERS) | set(ctx)}
 
 
-class _Values(dict):
-    def __missing__(self, key: str) -> str:
-        return UNKNOWN
-
-
 def fill(template: str, values: Mapping[str, str]) -> str:
     """``template`` with ``{name}`` replaced; unknown names read ``(unknown here)``.
 
@@ -174,7 +149,7 @@ def fill(template: str, values: Mapping[str, str]) -> str:
         >>> fill("upgrade to {image_min_driver}; firmware {x}", {"image_min_driver": "24.1.RC3"})
         'upgrade to 24.1.RC3; firmware (unknown here)'
     """
-    return string.Formatter().vformat(template, (), _Values(values))
+    return error_table.fill(template, values, UNKNOWN)
 
 
 def fix_for(entry_id: str, host: Optional[HostInfo] = None, labels: Optional[Mapping[str, str]] = None,
@@ -187,17 +162,6 @@ def fix_for(entry_id: str, host: Optional[HostInfo] = None, labels: Optional[Map
     """
     return fill(entry(entry_id).fix, context(host, labels, **values))
 
-
-def for_images() -> List[Dict[str, object]]:
-    """The table as plain JSON data for images: the smoke program explains a failing tier
-    with it, so a smoke failure and `ascend-build explain` say the same thing.
-
-    Example:
-        >>> for_images()[0]["id"]
-        'platform-mismatch'
-    """
-    return [{"id": e.id, "patterns": [p.pattern for p in e.patterns], "cause": e.cause, "fix": e.fix}
-            for e in table()]
 
 
 # ---------------------------------------------------------------------------------------
@@ -215,16 +179,9 @@ def explain(text: str, host: Optional[HostInfo] = None,
         ...                        "RuntimeError: Failed to infer device type")]
         ['cann-env-not-set']
     """
-    found: List[Tuple[int, Match]] = []
-    for e in table():
-        hits = [m for m in (p.search(text or "") for p in e.patterns) if m]
-        if not hits:
-            continue
-        first = min(hits, key=lambda m: m.start())
-        groups = {k: v for m in hits for k, v in m.groupdict().items() if v}
-        fix = fill(e.fix, context(host, labels, **groups))
-        found.append((first.start(), Match(e.id, first.group(0), e.cause, fix, e.source)))
-    return [m for _, m in sorted(found, key=lambda pm: pm[0])]
+    found = sorted(error_table.find(table(), text), key=lambda hit: hit[1].start())
+    return [Match(e.id, first.group(0), e.cause, fill(e.fix, context(host, labels, **groups)), e.source)
+            for e, first, groups in found]
 
 
 def format_explanations(matches: List[Match]) -> str:

@@ -51,7 +51,8 @@ from pathlib import Path
 from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 from builder import devices, knowledge, versions
-from builder.smoke import smoke
+from builder.smoke import parsers
+from builder.vocabulary import normalize_arch
 
 DEFAULT_INSTALL_ROOT = "/usr/local/Ascend"
 INSTALL_INFO = "/etc/ascend_install.info"
@@ -59,7 +60,6 @@ NPU_SMI_PATHS = ("/usr/local/bin/npu-smi", "/usr/local/sbin/npu-smi")
 NPU_SMI_TIMEOUT = 15.0
 MAX_READ = 256 * 1024  # version files are a few hundred bytes; never slurp a huge file
 
-_ARCH_ALIASES = {"x86_64": "x86_64", "amd64": "x86_64", "aarch64": "aarch64", "arm64": "aarch64"}
 _RANGE = re.compile(r"\[\s*([^,\]\s]+)\s*,\s*([^\]\s]*)\s*\]")
 _HEALTH = re.compile(r"[A-Za-z][A-Za-z ]*")
 
@@ -133,14 +133,8 @@ def _read(root: Path, path: str, problems: List[str], missing_ok: bool = False) 
 
 
 def _parse(kind: str, text: Optional[str]) -> Optional[str]:
-    """``text`` when it is a valid version of ``kind`` (versions.cann/hdk/firmware), else None."""
-    if not text:
-        return None
-    try:
-        versions.parse(text.strip(), kind)
-    except versions.VersionError:
-        return None
-    return text.strip()
+    """``text`` stripped when it is a valid version of ``kind`` (versions.cann/hdk/firmware), else None."""
+    return text.strip() if text and versions.lenient(kind, text.strip()) is not None else None
 
 
 def ranges(text: Optional[str]) -> List[List[str]]:
@@ -151,16 +145,6 @@ def ranges(text: Optional[str]) -> List[List[str]]:
         [['23.0.0', '23.0.0.'], ['24.1', '24.1.']]
     """
     return [[lo, hi] for lo, hi in _RANGE.findall(text or "")]
-
-
-def normalize_arch(value: Optional[str]) -> Optional[str]:
-    """``arm64`` -> ``aarch64``, ``amd64`` -> ``x86_64``; None for anything else.
-
-    Example:
-        >>> normalize_arch("arm64")
-        'aarch64'
-    """
-    return _ARCH_ALIASES.get(str(value or "").strip().lower())
 
 
 # ---------------------------------------------------------------------------------------
@@ -337,7 +321,7 @@ def _version_info(root: Path, bases: List[str], sub: str, kind: str, problems: L
         text = _read(root, path, problems)
         if text is None:
             return None, {}, path
-        kv = smoke.parse_kv(text)
+        kv = parsers.parse_kv(text)
         raw = kv.get("Version") or kv.get("version")
         value = _parse(kind, raw)
         if value is None:
@@ -369,7 +353,7 @@ def _find_cann(root: Path, arch: Optional[str], environ, problems: List[str]):
         cfg = f"{home}/version.cfg"
         if _under(root, cfg).is_file():
             text = _read(root, cfg, problems)
-            raw = smoke.cann_version_from_cfg(text) if text is not None else None
+            raw = parsers.cann_version_from_cfg(text) if text is not None else None
             if _parse("cann", raw):
                 return raw, cfg, None
             if text is not None:
@@ -383,14 +367,14 @@ def _find_cann(root: Path, arch: Optional[str], environ, problems: List[str]):
             text = _read(root, info, problems)
             if text is None:
                 continue
-            raw = smoke.cann_version_from_install_info(text)
+            raw = parsers.cann_version_from_install_info(text)
             if _parse("cann", raw):
-                return raw, info, normalize_arch(smoke.parse_kv(text).get("arch"))
+                return raw, info, normalize_arch(parsers.parse_kv(text).get("arch"))
             problems.append(f"{info}: no valid version= (got {raw!r})")
         for sub in ("runtime", "toolkit", "share/info/runtime", "share/info/toolkit"):
             path = f"{home}/{sub}/version.info"
             if _under(root, path).is_file():
-                raw = smoke.parse_kv(_read(root, path, problems) or "").get("version_dir")
+                raw = parsers.parse_kv(_read(root, path, problems) or "").get("version_dir")
                 if _parse("cann", raw):
                     return raw, path, None
     return None, None, None
@@ -449,7 +433,7 @@ def probe(root: Path = Path("/"), run_npu_smi: bool = True,
     root = Path(root)
     info = HostInfo(root=str(root))
     problems = info.problems
-    install = smoke.parse_kv(_read(root, INSTALL_INFO, problems, missing_ok=True) or "")
+    install = parsers.parse_kv(_read(root, INSTALL_INFO, problems, missing_ok=True) or "")
 
     info.driver, kv, info.driver_file = _version_info(
         root, _install_root(install, "Driver_Install_Path_Param"), "driver", "hdk", problems)
@@ -562,4 +546,4 @@ def format_host(info: HostInfo) -> str:
 
 
 __all__ = ["HostInfo", "probe", "format_host", "soc_name", "soc_from_board", "chip_of_soc",
-           "parse_smi_table", "parse_board", "ranges", "normalize_arch"]
+           "parse_smi_table", "parse_board", "ranges"]

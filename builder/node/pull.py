@@ -1,8 +1,8 @@
 """Pick the validated image that fits a node, from registry labels alone, and pull it by digest.
 
 A node has one arch, one chip, one driver and one firmware. Every image built by
-ascend-build carries its requirements as labels (``io.ascend-build.min-driver``,
-``...chip``, ``...arch``, ``...validated``), so the choice needs no pull:
+ascend-build carries its requirements as labels (``Label.MIN_DRIVER``, ``CHIP``, ``ARCH``,
+``VALIDATED`` of ``builder.vocabulary``), so the choice needs no pull:
 keep the sealed NPU images this node can run, prefer the newest torch (then
 torch_npu), pull that one **by digest** so what runs is exactly what was checked,
 and check the labels again after the pull. When nothing fits, every candidate
@@ -21,8 +21,7 @@ from typing import Dict, List, Optional, Tuple
 from builder import versions
 from builder.errors import UserError
 from builder.node.registry import ImageInfo, Registry
-
-L = "io.ascend-build."
+from builder.vocabulary import CANDIDATE_SUFFIX, NPU, Label
 
 
 @dataclass(frozen=True)
@@ -44,63 +43,49 @@ class Wanted:
     python: Optional[str] = None
 
 
-def _older(have: str, need: str, parse) -> bool:
-    try:
-        return parse(have) < parse(need)
-    except (versions.VersionError, TypeError):
-        return True  # an unparseable version cannot be shown to be new enough
-
-
 def why_not(info: ImageInfo, node: Node, wanted: Wanted) -> List[str]:
     """Every reason ``info`` does not fit; empty when it fits."""
     labels = info.labels
-    if not labels.get(L + "cell"):
+    if not labels.get(Label.CELL):
         return ["not built by ascend-build (no io.ascend-build labels)"]
     reasons = []
-    if labels.get(L + "variant") != "npu":
+    if labels.get(Label.VARIANT) != NPU:
         reasons.append("CPU twin, not an NPU image")
-    if labels.get(L + "validated") != "true":
-        reasons.append("not validated (a -candidate: run `ascend-build promote` on an NPU host)")
-    if labels.get(L + "arch") != node.arch:
-        reasons.append(f"wrong arch: {labels.get(L + 'arch') or info.architecture or 'unknown'}, node is {node.arch}")
-    chip = labels.get(L + "chip")
+    if labels.get(Label.VALIDATED) != "true":
+        reasons.append(f"not validated (a {CANDIDATE_SUFFIX}: run `ascend-build promote` on an NPU host)")
+    if labels.get(Label.ARCH) != node.arch:
+        reasons.append(f"wrong arch: {labels.get(Label.ARCH) or info.architecture or 'unknown'}, node is {node.arch}")
+    chip = labels.get(Label.CHIP)
     if chip and chip != node.chip:
         reasons.append(f"chip {chip} is not this node's ({node.chip or 'unknown'})")
-    cann = labels.get(L + "cann", "")
-    if wanted.cann and not _same(cann, wanted.cann, versions.cann):
+    cann = labels.get(Label.CANN, "")
+    if wanted.cann and not _same_cann(cann, wanted.cann):
         reasons.append(f"CANN {cann or 'unknown'}, not {wanted.cann}")
-    if wanted.torch and labels.get(L + "torch") != wanted.torch:
-        reasons.append(f"torch {labels.get(L + 'torch')}, not {wanted.torch}")
-    if wanted.python and labels.get(L + "python") != wanted.python:
-        reasons.append(f"Python {labels.get(L + 'python')}, not {wanted.python}")
-    need_driver, need_firmware = labels.get(L + "min-driver"), labels.get(L + "min-firmware")
-    if need_driver:
-        if not node.driver:
-            reasons.append(f"node driver unknown; requires {need_driver}")
-        elif _older(node.driver, need_driver, versions.hdk):
-            reasons.append(f"driver {node.driver} < required {need_driver}")
-    if need_firmware:
-        if not node.firmware:
-            reasons.append(f"node firmware unknown; requires {need_firmware}")
-        elif _older(node.firmware, need_firmware, versions.firmware):
-            reasons.append(f"firmware {node.firmware} < required {need_firmware}")
+    if wanted.torch and labels.get(Label.TORCH) != wanted.torch:
+        reasons.append(f"torch {labels.get(Label.TORCH)}, not {wanted.torch}")
+    if wanted.python and labels.get(Label.PYTHON) != wanted.python:
+        reasons.append(f"Python {labels.get(Label.PYTHON)}, not {wanted.python}")
+    for what, kind, have, need in (("driver", "hdk", node.driver, labels.get(Label.MIN_DRIVER)),
+                                   ("firmware", "firmware", node.firmware, labels.get(Label.MIN_FIRMWARE))):
+        if not need:
+            continue
+        if not have:
+            reasons.append(f"node {what} unknown; requires {need}")
+        elif versions.meets_minimum(kind, have, need) is not True:  # unreadable cannot be shown new enough
+            reasons.append(f"{what} {have} < required {need}")
     return reasons
 
 
-def _same(a: str, b: str, parse) -> bool:
-    try:
-        return parse(a) == parse(b)
-    except versions.VersionError:
-        return a == b
+def _same_cann(a: str, b: str) -> bool:
+    """Equal under CANN's rules (8.0.RC2.beta1 == 8.0.RC2); unreadable ones as text."""
+    parsed = versions.lenient("cann", a), versions.lenient("cann", b)
+    return parsed[0] == parsed[1] if None not in parsed else a == b
 
 
 def _newest_first(info: ImageInfo) -> Tuple:
-    def key(name: str):
-        try:
-            return versions.python_package(info.labels.get(L + name, "0"))
-        except versions.VersionError:
-            return versions.python_package("0")
-    return (key("torch"), key("torch-npu"), info.tag)
+    def key(label: str):
+        return versions.lenient("python_package", info.labels.get(label)) or versions.lenient("python_package", "0")
+    return (key(Label.TORCH), key(Label.TORCH_NPU), info.tag)
 
 
 def choose(infos: List[ImageInfo], node: Node, wanted: Wanted) -> Tuple[Optional[ImageInfo], List[Tuple[ImageInfo, List[str]]]]:
@@ -119,15 +104,15 @@ def suggestions(rejected: List[Tuple[ImageInfo, List[str]]], node: Node, wanted:
     host_only = [info for info, reasons in rejected
                  if reasons and all(r.startswith(("driver", "firmware", "node driver", "node firmware")) for r in reasons)]
     if host_only:
-        drivers = sorted({i.labels.get(L + "min-driver", "") for i in host_only} - {""}, key=versions.hdk)
-        firmwares = sorted({i.labels.get(L + "min-firmware", "") for i in host_only} - {""}, key=versions.firmware)
+        drivers = sorted({i.labels.get(Label.MIN_DRIVER, "") for i in host_only} - {""}, key=versions.hdk)
+        firmwares = sorted({i.labels.get(Label.MIN_FIRMWARE, "") for i in host_only} - {""}, key=versions.firmware)
         line = f"upgrade the node's driver to {drivers[0]} or newer" if drivers else "upgrade the node's driver"
         if firmwares:
             line += f" and its firmware to {firmwares[0]} or newer (same Ascend HDK release)"
         out.append(line)
     if wanted.cann:
         other = Wanted(cann=None, torch=wanted.torch, python=wanted.python)
-        fits = sorted({i.labels.get(L + "cann", "") for i, _ in rejected if not why_not(i, node, other)} - {""},
+        fits = sorted({i.labels.get(Label.CANN, "") for i, _ in rejected if not why_not(i, node, other)} - {""},
                       key=versions.cann)
         if fits:
             out.append("another CANN fits this node: " + ", ".join(fits)

@@ -4,7 +4,7 @@ Why: a checkpoint is only reproducible with the stack that made it. The guide's 
 example pairs CANN 7.0.RC1 with a torch_npu that was never published, so the record
 is measured, not typed in: torch/torch_npu from ``importlib.metadata`` of the running
 interpreter, CANN/driver/firmware/chip from the host probe, the image's manifest and
-validation report from ``/etc/ascend-build/`` when running inside an image built by
+validation report from ``vocabulary.ETC_DIR`` when running inside an image built by
 ascend-build, the job's ASCEND_/HCCL_/PYTORCH_NPU_ variables, plus the user's own
 ``key=value`` pairs (model, seq_len, learning_rate, ...), flat at the top level as in
 the guide's example.
@@ -43,12 +43,11 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 from builder.errors import UserError
 from builder.node.host import HostInfo, probe
-from builder.smoke import smoke
+from builder.smoke import parsers
+from builder.vocabulary import LABEL_PREFIX, MANIFEST, OCI_PREFIX, VALIDATION_REPORT as VALIDATION
 
 SCHEMA = 1
 RECORD_STEM = "ascend-build-record"
-MANIFEST = "/etc/ascend-build/manifest.json"
-VALIDATION = "/etc/ascend-build/validation.json"
 ENV_PREFIXES = ("ASCEND_", "HCCL_", "PYTORCH_NPU_")
 MEASURED = ("schema", "created", "framework", "torch_version", "torch_npu_version", "cann_version",
             "python_version", "driver", "firmware", "chip", "soc", "arch", "image", "env", "sources",
@@ -157,8 +156,8 @@ def build_record(extra: Mapping[str, str], host: HostInfo, environ: Mapping[str,
         "schema": SCHEMA,
         "created": datetime.datetime.now(datetime.timezone.utc).replace(microsecond=0).isoformat(),
         "framework": "pytorch",
-        "torch_version": pick("torch_version", smoke.dist_version("torch"), "importlib.metadata"),
-        "torch_npu_version": pick("torch_npu_version", smoke.dist_version("torch_npu", "torch-npu"), "importlib.metadata"),
+        "torch_version": pick("torch_version", parsers.dist_version("torch"), "importlib.metadata"),
+        "torch_npu_version": pick("torch_npu_version", parsers.dist_version("torch_npu", "torch-npu"), "importlib.metadata"),
         "cann_version": pick("cann_version", host.cann, host.cann_file or "CANN version file"),
         "python_version": platform.python_version(),
         "driver": host.driver,
@@ -181,7 +180,7 @@ def build_record(extra: Mapping[str, str], host: HostInfo, environ: Mapping[str,
         image["validation"] = _validation_summary(validation)
     if image_labels:
         image["labels"] = {k: v for k, v in sorted(image_labels.items())
-                           if k.startswith(("io.ascend-build.", "org.opencontainers."))}
+                           if k.startswith((LABEL_PREFIX, OCI_PREFIX))}
     record["image"] = image or None
     record["env"] = {k: v for k, v in sorted(environ.items()) if k.startswith(ENV_PREFIXES)}
     record["problems"] = problems
@@ -209,7 +208,7 @@ def write_record(output_dir: Path, extra: Mapping[str, str], host: HostInfo, env
     """Write the record into ``output_dir`` (created if needed) and return its path.
 
     Never overwrites: ``ascend-build-record.json``, then ``.1.json``, ``.2.json``, ...
-    ``root`` is where ``/etc/ascend-build/*.json`` are read (tests point it at a tree).
+    ``root`` is where the image's ``MANIFEST`` and ``VALIDATION`` are read (tests point it at a tree).
 
     Example:
         >>> import tempfile

@@ -1,13 +1,13 @@
-"""The smoke test that runs INSIDE every built image.
+"""What runs INSIDE images: the smoke test, and the small readers it shares with the node.
 
-`smoke.py` is a standalone program (stdlib + torch, + torch_npu when present) that
-the templates copy to `/opt/ascend-build/smoke.py`, next to a copy of
-`builder/versions.py`. It reads `/etc/ascend-build/manifest.json`, runs its tiers
-(versions, libraries, import, device, train, collective) on `npu` or `cpu`, and
-prints one JSON report. Nothing in this package is imported by the builder at run
-time; the builder only ships the file and reads the report.
+* ``smoke.py``: the smoke program (stdlib + torch, + torch_npu when present). Every
+  image carries it in ``vocabulary.TOOL_DIR`` with ``parsers.py``, ``error_table.py``,
+  ``builder/versions.py``, ``builder/vocabulary.py`` and the error table as
+  ``errors.json`` beside it. It reads the image's manifest, runs its tiers on ``npu``
+  or ``cpu`` and prints one JSON report; the build wing ships the files and reads the
+  report, and never imports ``smoke.py``.
+* ``parsers.py``, ``error_table.py``: standard-library readers of Ascend's files and of
+  the error table. The node wing imports them too, so a file is read the same way in
+  an image and on a node.
+* ``doctor_probe.py``: what ``ascend-build doctor --image`` runs in any image.
 """
-
-import os
-
-SMOKE_PATH = os.path.join(os.path.dirname(os.path.abspath(__file__)), "smoke.py")

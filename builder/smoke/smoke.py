@@ -1,16 +1,17 @@
 #!/usr/bin/env python3
 """ascend-build smoke test: runs INSIDE an image before the image may be tagged.
 
-Installed as /opt/ascend-build/smoke.py next to /opt/ascend-build/versions.py.
-Standalone: Python 3.8+, stdlib + torch (+ torch_npu when present), no other deps.
+Installed in ``vocabulary.TOOL_DIR`` with the files of ``vocabulary.SHIPPED_FILES``
+beside it (parsers, the error table, versions, vocabulary). Standalone: Python 3.8+,
+stdlib + torch (+ torch_npu when present), no other deps.
 
-    python /opt/ascend-build/smoke.py [--device auto|npu|cpu]
-        [--tiers versions,libraries,import,device,train,collective]
-        [--manifest /etc/ascend-build/manifest.json] [--steps 30] [--lr 3e-3]
+    python smoke.py [--device auto|npu|cpu] [--tiers NAME,...] [--manifest PATH]
+        [--steps 30] [--lr 3e-3]
 
-stdout carries exactly one line: the JSON report (library noise is sent to stderr).
-Progress goes to stderr. Exit 0: every selected tier passed or was skipped with a
-reason; 1: a tier failed; 2: bad usage or unreadable manifest.
+Tiers are ``vocabulary.TIERS``, all by default; the manifest defaults to
+``vocabulary.MANIFEST``. stdout carries exactly one line: the JSON report (library
+noise is sent to stderr). Progress goes to stderr. Exit 0: every selected tier passed
+or was skipped with a reason; 1: a tier failed; 2: bad usage or unreadable manifest.
 
 The same code runs on `npu` and on `cpu` (the CPU twin image has no CANN and no
 torch_npu), so nearly every line an NPU run executes is exercised on any machine.
@@ -34,43 +35,39 @@ import sys
 import time
 import traceback
 
+try:  # run from the repository (tests): the package's modules
+    from builder import vocabulary
+    from builder.smoke import error_table, parsers
+except ImportError:  # in an image: the files shipped beside this one
+    # (run from a checkout without the package installed, vocabulary.py is one folder up)
+    sys.path.append(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    import error_table
+    import parsers
+    import vocabulary
+
 SCHEMA = 1
-DEFAULT_MANIFEST = "/etc/ascend-build/manifest.json"
-DEFAULT_HOME = "/usr/local/Ascend/ascend-toolkit/latest"
-DRIVER_DIR = "/usr/local/Ascend/driver"
-DRIVER_LIB64 = DRIVER_DIR + "/lib64"
-DRIVER_INFO = DRIVER_DIR + "/version.info"
-FIRMWARE_INFO = "/usr/local/Ascend/firmware/version.info"
 DRIVER_LIBS = ("libascend_hal.so", "libdrvdsmi_host.so", "libdcmi.so")
 COLLECTIVE_TIMEOUT = 60.0
 WORKER_FLAG = "--collective-worker"
 RESULT_MARK = "SMOKE_COLLECTIVE_RESULT "
 
-# Known error strings -> cause and fix: the table of `ascend-build explain`
-# (builder/data/errors.yaml), shipped into the image as errors.json beside this file.
-_TABLE = []  # cache: [entries]
+# Known error strings -> cause and fix: the table of `ascend-build explain`, shipped
+# into the image as errors.json beside this file (the repository's copy in tests).
+_TABLE = []  # cache: [table]
 
 
-def error_table():
-    """The error table: errors.json next to this file (in an image), else the repo's YAML."""
-    if _TABLE:
-        return _TABLE[0]
-    here = os.path.dirname(os.path.abspath(__file__))
-    entries = []
-    try:
-        with open(os.path.join(here, "errors.json")) as fh:
-            entries = json.load(fh)
-    except (OSError, ValueError):
-        try:  # repository layout: builder/smoke/smoke.py next to builder/data/errors.yaml
-            import yaml
-            with open(os.path.join(os.path.dirname(here), "data", "errors.yaml")) as fh:
-                entries = yaml.safe_load(fh)["errors"]
-        except Exception:  # no table: failures are still reported, only without a hint
-            entries = []
-    compiled = [(e["id"], [re.compile(p, re.IGNORECASE) for p in e["patterns"]], e["cause"], e["fix"])
-                for e in entries]
-    _TABLE.append(compiled)
-    return compiled
+def known_errors():
+    """The error table: errors.json beside this file (an image), else the repository's."""
+    if not _TABLE:
+        table = error_table.load_shipped(os.path.dirname(os.path.abspath(__file__)))
+        if not table:
+            try:  # repository layout: the knowledge base reads builder/data/errors.yaml
+                from builder import knowledge
+                table = error_table.compile_table(knowledge.error_entries())
+            except Exception:  # no table: failures are still reported, only without a hint
+                table = ()
+        _TABLE.append(table)
+    return _TABLE[0]
 
 
 def diagnose(text, manifest=None):
@@ -82,10 +79,8 @@ def diagnose(text, manifest=None):
     values = {"image_min_driver": m.get("min_driver"), "image_min_firmware": m.get("min_firmware"),
               "image_cann": m.get("cann_version"), "image_torch_npu": m.get("torch_npu_version"),
               "image_arch": m.get("arch"), "image_chip": m.get("chip")}
-    for entry_id, patterns, cause, fix in error_table():
-        if any(p.search(text) for p in patterns):
-            filled = re.sub(r"\{(\w+)\}", lambda g: str(values.get(g.group(1)) or "unknown"), fix)
-            return "%s: %s Fix: %s" % (entry_id, cause, filled)
+    for entry, _, _ in error_table.find(known_errors(), text)[:1]:
+        return "%s: %s Fix: %s" % (entry.id, entry.cause, error_table.fill(entry.fix, values, "unknown"))
     return None
 
 
@@ -112,10 +107,10 @@ def versions_module():
             spec = importlib.util.spec_from_file_location("versions", path)
             mod = importlib.util.module_from_spec(spec)
             spec.loader.exec_module(mod)
-            if all(hasattr(mod, k) for k in ("cann", "hdk", "firmware")):
+            if all(hasattr(mod, k) for k in ("cann", "hdk", "firmware", "meets_minimum")):
                 _VERSIONS.append((mod, "versions.py from %s" % path))
                 return _VERSIONS[0]
-            errors.append("%s lacks cann/hdk/firmware" % path)
+            errors.append("%s lacks cann/hdk/firmware/meets_minimum" % path)
         except Exception as exc:  # e.g. a missing dependency inside the image
             errors.append("%s: %s: %s" % (path, type(exc).__name__, exc))
     _VERSIONS.append((None, "versions.py unavailable (%s): plain string comparison"
@@ -136,14 +131,13 @@ def same_version(kind, a, b):
 
 
 def at_least(kind, actual, minimum):
-    """True/False when `actual >= minimum` can be decided, None when it cannot."""
+    """True/False when `actual >= minimum` can be decided, None when it cannot: the
+    node's rule (versions.meets_minimum) when versions.py loads."""
     mod, _ = versions_module()
     if mod is not None:
-        try:
-            parse = getattr(mod, kind)
-            return parse(actual) >= parse(minimum)
-        except Exception:
-            pass
+        decided = mod.meets_minimum(kind, actual, minimum)
+        if decided is not None:
+            return decided
     if actual.strip() == minimum.strip():
         return True
     if re.match(r"^\d+(\.\d+)*$", actual) and re.match(r"^\d+(\.\d+)*$", minimum):
@@ -152,57 +146,9 @@ def at_least(kind, actual, minimum):
 
 
 # ---------------------------------------------------------------- pure parsers
-def parse_kv(text):
-    """`key=value` lines (Ascend .info/.cfg files) -> dict; first occurrence wins."""
-    out = {}
-    for line in text.splitlines():
-        line = line.strip()
-        if not line or line.startswith("#") or "=" not in line:
-            continue
-        key, value = line.split("=", 1)
-        out.setdefault(key.strip(), value.strip().strip('"').strip("'"))
-    return out
-
-
-def cann_version_from_cfg(text):
-    """version.cfg (CANN <= 8.3): `toolkit_running_version=[7.6.0.1.220:8.0.0]` -> 8.0.0."""
-    kv = parse_kv(text)
-    for key in ("toolkit_running_version", "runtime_running_version"):
-        m = re.match(r"^\[([^\]]*)\]", kv.get(key, ""))
-        if m and m.group(1).strip():
-            return m.group(1).split(":")[-1].strip() or None
-    return None
-
-
-def cann_version_from_install_info(text):
-    """<home>/<arch>-linux/ascend_toolkit_install.info (all eras): `version=8.5.0`."""
-    return parse_kv(text).get("version") or None
-
-
-def info_version(text):
-    """Driver/firmware version.info: `Version=24.1.rc3` / `Version=7.5.0.1.129`."""
-    kv = parse_kv(text)
-    return kv.get("Version") or kv.get("version") or kv.get("package_version") or None
-
-
-def parse_ldd(text):
-    """ldd output -> (missing names, {name: resolved path})."""
-    missing, resolved = [], {}
-    for line in text.splitlines():
-        m = re.match(r"^\s*(\S+)\s+=>\s+not found\s*$", line)
-        if m:
-            if m.group(1) not in missing:
-                missing.append(m.group(1))
-            continue
-        m = re.match(r"^\s*(\S+)\s+=>\s+(\S+)\s+\(0x[0-9a-fA-F]+\)\s*$", line)
-        if m:
-            resolved[m.group(1)] = m.group(2)
-    return missing, resolved
-
-
 def is_driver_lib(name):
     base = name.split(".so")[0] + ".so"
-    return base in DRIVER_LIBS or base.startswith("libdrv") or name.startswith(DRIVER_DIR + "/")
+    return base in DRIVER_LIBS or base.startswith("libdrv") or name.startswith(parsers.DRIVER_DIR + "/")
 
 
 def is_plugin(obj):
@@ -244,41 +190,6 @@ def env_differences(expected, environ):
             for k, v in sorted((expected or {}).items()) if environ.get(k) != v}
 
 
-def cann_candidates(environ, manifest, arch):
-    """Every path where a CANN version file may sit, in lookup order."""
-    homes = []
-    cann = manifest.get("cann_version")
-    for h in (environ.get("ASCEND_HOME_PATH"), environ.get("ASCEND_TOOLKIT_HOME"),
-              (manifest.get("env") or {}).get("ASCEND_HOME_PATH"), DEFAULT_HOME,
-              "/usr/local/Ascend/cann-%s" % cann if cann else None):
-        if h and h.rstrip("/") not in homes:
-            homes.append(h.rstrip("/"))
-    paths = []
-    for h in homes:
-        paths.append((os.path.join(h, "version.cfg"), cann_version_from_cfg))
-        paths.append((os.path.join(h, "%s-linux" % arch, "ascend_toolkit_install.info"),
-                      cann_version_from_install_info))
-    return paths
-
-
-def find_cann(environ, manifest, arch):
-    """-> ([{path, version}], [paths looked at])."""
-    found, looked = [], []
-    for path, parse in cann_candidates(environ, manifest, arch):
-        looked.append(path)
-        if os.path.isfile(path):
-            with open(path, errors="replace") as fh:
-                found.append({"path": path, "version": parse(fh.read())})
-    return found, looked
-
-
-def read_version_info(path):
-    if not os.path.isfile(path):
-        return None
-    with open(path, errors="replace") as fh:
-        return info_version(fh.read())
-
-
 def check_host(driver, firmware, manifest, device):
     """Driver/firmware are host requirements: each must be >= the manifest minimum.
     -> (problems, notes)."""
@@ -287,7 +198,7 @@ def check_host(driver, firmware, manifest, device):
                                    ("firmware", firmware, manifest.get("min_firmware"), "firmware")):
         if have is None:
             if what == "driver" and device == "npu":
-                problems.append("host driver version unknown: mount -v %s:%s" % (DRIVER_INFO, DRIVER_INFO))
+                problems.append("host driver version unknown: mount -v %s:%s" % (parsers.DRIVER_INFO, parsers.DRIVER_INFO))
             else:
                 notes.append("%s version unknown (no version.info mounted)" % what)
             continue
@@ -300,15 +211,6 @@ def check_host(driver, firmware, manifest, device):
         elif ok is None:
             notes.append("cannot order %s %s against %s without versions.py" % (what, have, need))
     return problems, notes
-
-
-def dist_version(*names):
-    for name in names:
-        try:
-            return importlib.metadata.version(name)
-        except importlib.metadata.PackageNotFoundError:
-            continue
-    return None
 
 
 # ---------------------------------------------------------------- tier plumbing
@@ -375,13 +277,13 @@ def tier_versions(ctx):
     d = {"versions_module": vnote, "python": platform.python_version()}
     if m.get("python_version") and not python_matches(m["python_version"], d["python"]):
         problems.append("python %s running, manifest declares %s" % (d["python"], m["python_version"]))
-    d["torch"] = dist_version("torch")
+    d["torch"] = parsers.dist_version("torch")
     if d["torch"] is None:
         problems.append("torch not installed, manifest declares %s" % m.get("torch_version"))
     elif m.get("torch_version") and not dist_matches(m["torch_version"], d["torch"]):
         problems.append("torch %s installed, manifest declares %s" % (d["torch"], m["torch_version"]))
-    d["torch_npu"] = dist_version("torch_npu", "torch-npu")
-    found, looked = find_cann(os.environ, m, platform.machine())
+    d["torch_npu"] = parsers.dist_version("torch_npu", "torch-npu")
+    found, looked = parsers.find_cann(os.environ, m, platform.machine())
     d["cann_files"], d["cann_paths_looked_at"] = found, looked
     if ctx.variant == "npu":
         want = m.get("torch_npu_version")
@@ -450,7 +352,7 @@ def tier_libraries(ctx):
     image's LD_LIBRARY_PATH. The cpu twin checks torch's own libraries instead."""
     pkg = "torch_npu" if ctx.variant == "npu" else "torch"
     objs = package_objects(pkg, ("lib/*.so*", "_C*.so"))
-    driver_mount = os.path.isdir(DRIVER_LIB64) and bool(os.listdir(DRIVER_LIB64))
+    driver_mount = os.path.isdir(parsers.DRIVER_LIB64) and bool(os.listdir(parsers.DRIVER_LIB64))
     d = {"package": pkg, "objects": len(objs), "driver_mount": driver_mount,
          "ld_library_path": os.environ.get("LD_LIBRARY_PATH", "")}
     if not objs:
@@ -467,10 +369,10 @@ def tier_libraries(ctx):
     for obj in objs:
         proc = subprocess.run(["ldd", obj], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                               universal_newlines=True, timeout=60, env=env)
-        missing, resolved = parse_ldd(proc.stdout)
+        missing, resolved = parsers.parse_ldd(proc.stdout)
         for lib in missing:
             needed_by.setdefault(lib, []).append(os.path.basename(obj))
-        from_driver.update(k for k, v in resolved.items() if v.startswith(DRIVER_DIR + "/"))
+        from_driver.update(k for k, v in resolved.items() if v.startswith(parsers.DRIVER_DIR + "/"))
     fatal, from_host, optional = classify_missing(needed_by, driver_mount)
     d.update(missing=fatal, expected_from_host_driver_mount=from_host, optional_missing=optional,
              resolved_from_driver_mount=sorted(from_driver))
@@ -543,7 +445,7 @@ def tier_device(ctx):
         if not torch.allclose(got, want, rtol=1e-3, atol=1e-3):
             problems.append("256x256 fp32 matmul on %s differs from CPU (max abs diff %.3g)"
                             % (ctx.device, d["matmul_max_abs_diff"]))
-    drv, fw = read_version_info(DRIVER_INFO), read_version_info(FIRMWARE_INFO)
+    drv, fw = parsers.read_version_info(parsers.DRIVER_INFO), parsers.read_version_info(parsers.FIRMWARE_INFO)
     d["driver"], d["firmware"] = drv or "unknown", fw or "unknown"
     hp, notes = check_host(drv, fw, ctx.manifest, ctx.device)
     problems.extend(hp)
@@ -728,14 +630,9 @@ def tier_collective(ctx):
     return passed("%s all-reduce over %d processes gave %s" % (d["backend"], world, expected), **d)
 
 
-TIERS = {
-    "versions": tier_versions,
-    "libraries": tier_libraries,
-    "import": tier_import,
-    "device": tier_device,
-    "train": tier_train,
-    "collective": tier_collective,
-}
+# vocabulary.TIERS names them, in the order they run.
+TIERS = dict(zip(vocabulary.TIERS, (tier_versions, tier_libraries, tier_import, tier_device, tier_train,
+                                     tier_collective)))
 
 
 # ---------------------------------------------------------------- main
@@ -752,7 +649,7 @@ def parse_args(argv):
     p = Parser(prog="smoke.py", description="ascend-build in-image smoke test")
     p.add_argument("--device", default="auto", choices=("auto", "npu", "cpu"))
     p.add_argument("--tiers", default=",".join(TIERS))
-    p.add_argument("--manifest", default=DEFAULT_MANIFEST)
+    p.add_argument("--manifest", default=vocabulary.MANIFEST)
     p.add_argument("--steps", type=int, default=30)
     p.add_argument("--lr", type=float, default=3e-3, help="AdamW learning rate (0 proves the check bites)")
     args = p.parse_args(argv)
@@ -782,7 +679,7 @@ def resolve_device(choice, manifest):
         return choice
     if manifest.get("variant") in ("npu", "cpu"):
         return manifest["variant"]
-    return "npu" if dist_version("torch_npu", "torch-npu") else "cpu"
+    return "npu" if parsers.dist_version("torch_npu", "torch-npu") else "cpu"
 
 
 def run_tier(name, ctx):
@@ -817,7 +714,7 @@ def main(argv=None):
         manifest = load_manifest(args.manifest)
         ctx = Ctx(args, manifest, resolve_device(args.device, manifest))
         report.update(cell=manifest.get("cell"), variant=ctx.variant, device=ctx.device, tiers=[],
-                      host={"driver": read_version_info(DRIVER_INFO), "firmware": read_version_info(FIRMWARE_INFO)})
+                      host={"driver": parsers.read_version_info(parsers.DRIVER_INFO), "firmware": parsers.read_version_info(parsers.FIRMWARE_INFO)})
         for name in args.tiers:
             report["tiers"].append(run_tier(name, ctx))
         report["passed"] = all(t["status"] != "failed" for t in report["tiers"])

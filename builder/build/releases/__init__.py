@@ -6,9 +6,9 @@ base does not know, reads one wheel's METADATA per arch to learn the torch pin a
 Requires-Python. It reads METADATA as cheaply as the index allows:
 
 1. PEP 658/714: the index serves ``<wheel url>.metadata`` (a few KiB);
-2. HTTP range requests: the zip's end-of-central-directory from the tail, then the
-   central directory, then the METADATA member alone (tens of KiB of a wheel that
-   weighs tens of MiB);
+2. HTTP range requests: the standard ``zipfile`` reads the wheel through a seekable
+   file over ``Range`` requests (the tail, the central directory, the METADATA member:
+   tens of KiB of a wheel that weighs tens of MiB);
 3. the whole wheel, only when the server ignores ``Range`` (the result says so).
 
 The new releases come back as entries in the shape of ``torch_npu_releases.items``
@@ -28,17 +28,17 @@ from __future__ import annotations
 
 from builder.build.releases.compat_file import insert_entries, write
 from builder.build.releases.entries import build_entry
+from builder.build.releases.http_client import RangeFile
 from builder.build.releases.index import INDEX_URL_ENV, PROJECT, IndexFile, default_index_url
 from builder.build.releases.metadata import MetadataRead
 from builder.build.releases.proposal import default_proposal_path, propose, suggest_cann
 from builder.build.releases.release_check import NewRelease, ReleaseCheck, YankedFile, check
-from builder.build.releases.remote_zip import RemoteZip
 from builder.build.releases.report import format_check
 from builder.build.releases.wheels import WheelName, parse_metadata, parse_wheel_filename, torch_of_pin, torch_pin
 
 __all__ = [
     "INDEX_URL_ENV", "PROJECT", "ReleaseCheck", "NewRelease", "MetadataRead", "YankedFile",
-    "IndexFile", "WheelName", "RemoteZip", "check", "write", "propose", "format_check", "default_index_url",
+    "IndexFile", "WheelName", "RangeFile", "check", "write", "propose", "format_check", "default_index_url",
     "default_proposal_path", "parse_wheel_filename", "parse_metadata", "torch_pin", "torch_of_pin",
     "suggest_cann", "build_entry", "insert_entries",
 ]

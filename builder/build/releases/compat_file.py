@@ -17,8 +17,8 @@ from packaging.version import InvalidVersion, Version
 from builder import knowledge
 from builder.errors import UserError
 from builder.build.releases.release_check import ReleaseCheck
-from builder.build.releases.wheels import _normal
-from builder.build.releases.yaml_files import _YAML_LOADER, _node_at, _read_bytes, _replace
+from builder.build.releases.wheels import normal_version
+from builder.build.releases.yaml_files import LOADER, node_at, read_bytes, replace_file
 
 
 def write(result: ReleaseCheck, data_path: Optional[Path] = None) -> List[str]:
@@ -37,20 +37,20 @@ def write(result: ReleaseCheck, data_path: Optional[Path] = None) -> List[str]:
         ['2.15.0']
     """
     path = Path(data_path) if data_path else knowledge.DATA_DIR / "ascend-compat.yaml"
-    original = _read_bytes(path)
+    original = read_bytes(path)
     text = original.decode("utf-8")
     old_doc = _parse(text, path)
-    have = {_normal(str(i.get("version"))) for i in old_doc["torch_npu_releases"]["items"]}
-    entries = [copy.deepcopy(r.entry) for r in result.new if _normal(r.version) not in have]
+    have = {normal_version(str(i.get("version"))) for i in old_doc["torch_npu_releases"]["items"]}
+    entries = [copy.deepcopy(r.entry) for r in result.new if normal_version(r.version) not in have]
     if not entries:
         return []
     new_text = insert_entries(text, entries, path)
     _verify(old_doc, new_text, entries, path)
-    _replace(path, new_text.encode("utf-8"), expect=original)
+    replace_file(path, new_text.encode("utf-8"), expect=original)
     try:
-        _verify(old_doc, _read_bytes(path).decode("utf-8"), entries, path)
+        _verify(old_doc, read_bytes(path).decode("utf-8"), entries, path)
     except Exception:
-        _replace(path, original, expect=original, check=False)
+        replace_file(path, original, expect=original, check=False)
         raise
     return [str(e["version"]) for e in entries]
 
@@ -77,10 +77,10 @@ def insert_entries(text: str, entries: Sequence[Mapping[str, Any]], path: Path) 
 def _items_layout(text: str, path: Path) -> Tuple[List[Tuple[Optional[Version], int, int]], int]:
     """Per existing item (version, line its ``- `` sits on, its column); and the line after the last item."""
     try:
-        root = yaml.compose(text, Loader=_YAML_LOADER)
+        root = yaml.compose(text, Loader=LOADER)
     except yaml.YAMLError as exc:
         raise UserError(f"{path}: not valid YAML ({exc})", fix="repair the file before adding releases", exit_code=1)
-    seq = _node_at(root, ("torch_npu_releases", "items"))
+    seq = node_at(root, ("torch_npu_releases", "items"))
     if not isinstance(seq, yaml.SequenceNode) or seq.flow_style:
         raise UserError(f"{path}: torch_npu_releases.items is not a block list", exit_code=1,
                         fix="keep torch_npu_releases.items as a '- version: ...' list")
@@ -108,7 +108,7 @@ def _above_comments(lines: List[str], line: int) -> int:
 
 
 def _node_version(node: Any) -> Optional[Version]:
-    value = _node_at(node, ("version",))
+    value = node_at(node, ("version",))
     try:
         return Version(str(value.value)) if isinstance(value, yaml.ScalarNode) else None
     except InvalidVersion:
@@ -124,8 +124,8 @@ def _verify(old_doc: Mapping[str, Any], new_text: str, entries: Sequence[Mapping
     """The new text is the old document plus exactly ``entries``, sorted, and the KB reads them with cann None."""
     new_doc = _parse(new_text, path)
     items = new_doc["torch_npu_releases"]["items"]
-    added = {_normal(str(e["version"])) for e in entries}
-    kept = [i for i in items if _normal(str(i.get("version"))) not in added]
+    added = {normal_version(str(e["version"])) for e in entries}
+    kept = [i for i in items if normal_version(str(i.get("version"))) not in added]
     rest_new = {k: v for k, v in new_doc.items() if k != "torch_npu_releases"}
     rest_old = {k: v for k, v in old_doc.items() if k != "torch_npu_releases"}
     problems = []
@@ -152,14 +152,14 @@ def _kb_from(compat: Mapping[str, Any], folder: Path) -> knowledge.KnowledgeBase
         path = folder / name if (folder / name).exists() else knowledge.DATA_DIR / name
         if name.endswith(".json"):
             return json.loads(path.read_text(encoding="utf-8"))
-        return yaml.load(path.read_text(encoding="utf-8"), Loader=_YAML_LOADER) or {}
+        return yaml.load(path.read_text(encoding="utf-8"), Loader=LOADER) or {}
     return knowledge.KnowledgeBase(compat=compat, packages=doc("cann-packages.json"),
                                    os_doc=doc("os.yaml"), conda_doc=doc("conda.yaml"))
 
 
 def _parse(text: str, path: Path) -> Dict[str, Any]:
     try:
-        doc = yaml.load(text, Loader=_YAML_LOADER)
+        doc = yaml.load(text, Loader=LOADER)
     except yaml.YAMLError as exc:
         raise UserError(f"{path}: not valid YAML ({exc})", fix="repair the file before adding releases", exit_code=1)
     if not isinstance(doc, dict) or not isinstance((doc.get("torch_npu_releases") or {}).get("items"), list):

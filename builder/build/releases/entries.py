@@ -10,7 +10,7 @@ from packaging.version import Version
 from builder import knowledge
 from builder.build.releases.index import IndexFile
 from builder.build.releases.metadata import MetadataRead
-from builder.build.releases.wheels import WheelName, _glibc_key, _py_key, torch_of_pin
+from builder.build.releases.wheels import WheelName, glibc_key, python_key, torch_of_pin
 from builder.build.releases.wheels import parse_wheel_filename  # noqa: F401  (used by the examples)
 
 CANN_NOTE = "pairing unknown until a human confirms it"
@@ -24,7 +24,7 @@ def build_entry(version: str, wheels: Sequence[WheelName], files: Sequence[Index
     Example:
         >>> w = parse_wheel_filename("torch_npu-2.15.0-cp311-cp311-manylinux_2_28_x86_64.whl")
         >>> m = MetadataRead(w.filename, "x86_64", "pep658", 900, ("torch==2.15.0.*", "numpy"), "torch==2.15.0.*", ">=3.10")
-        >>> e = build_entry("2.15.0", [w], [IndexFile(w.filename, "u", upload_time="2026-12-01T08:00:00Z")], [m], load_kb())
+        >>> e = build_entry("2.15.0", [w], [IndexFile(w.filename, "u", upload_time="2026-12-01T08:00:00Z")], [m], knowledge.load())
         >>> e["torch"], e["requires_dist"], e["python"], e["manylinux"], e["cann"], e["first_upload"]
         ('2.15.0', {'x86_64': 'torch==2.15.0.*, numpy'}, {'x86_64': ['3.11']}, {'x86_64': 'manylinux_2_28'}, None, '2026-12-01')
     """
@@ -51,20 +51,15 @@ def build_entry(version: str, wheels: Sequence[WheelName], files: Sequence[Index
     return entry
 
 
-def load_kb() -> knowledge.KnowledgeBase:
-    """The shipped knowledge base (``knowledge.load``); a short name for examples."""
-    return knowledge.load()
-
-
 def _pythons(wheels: Sequence[WheelName], arch: str) -> List[str]:
     found = {p for w in wheels if w.arch == arch for p in w.pythons}
-    return sorted(found, key=_py_key)
+    return sorted(found, key=python_key)
 
 
 def _floor(wheels: Sequence[WheelName], arch: str) -> Optional[str]:
     """The highest manylinux floor among the arch's wheels: one glibc that suits every Python's wheel."""
     floors = [w.manylinux for w in wheels if w.arch == arch and w.manylinux]
-    return max(floors, key=_glibc_key) if floors else None
+    return max(floors, key=glibc_key) if floors else None
 
 
 def _first_upload(files: Sequence[IndexFile]) -> Optional[str]:

@@ -5,6 +5,8 @@ from __future__ import annotations
 import html.parser
 import json
 import os
+import subprocess
+import sys
 import urllib.parse
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Mapping, Optional, Tuple
@@ -12,10 +14,13 @@ from typing import Any, Dict, List, Mapping, Optional, Tuple
 from packaging.utils import canonicalize_name
 
 from builder.errors import UserError
-from builder.build.releases.http_client import _fail, _Http
+from builder.build.releases.http_client import Http, url_error
 
 INDEX_URL_ENV = "ASCEND_BUILD_INDEX_URL"
 PROJECT = "torch-npu"
+PUBLIC_INDEX_URL = "https://pypi.org/simple/"  # pip's own default, for when pip names no index
+# This interpreter's pip, so the answer is the index an install here would use.
+PIP_CONFIG_LIST = (sys.executable, "-m", "pip", "config", "list")
 
 # PEP 691: prefer JSON, accept the HTML serialisations (PEP 503) as a fallback.
 ACCEPT = ("application/vnd.pypi.simple.v1+json, "
@@ -25,26 +30,38 @@ _HTML_TYPES = ("application/vnd.pypi.simple.v1+html", "application/vnd.pypi.simp
 
 
 def default_index_url() -> str:
-    """The index to ask when the caller names none: ``$ASCEND_BUILD_INDEX_URL``, else pip's.
+    """The index to ask when the caller names none: ``$ASCEND_BUILD_INDEX_URL``, else pip's, else the public one.
 
     Why an environment variable: sites behind a mirror set it once instead of
-    passing ``--index-url`` to every run. Without one, the answer is the index
-    pip itself would use (``PIP_INDEX_URL``, else pip's built-in default), so the
-    public index's address lives in pip, not here.
+    passing ``--index-url`` to every run. Without one, the answer is the index pip
+    itself would install from (``PIP_INDEX_URL``, else its configuration files),
+    and only when pip names none the public index.
 
     Example:
         >>> default_index_url().startswith("http")
         True
     """
-    configured = os.environ.get(INDEX_URL_ENV) or os.environ.get("PIP_INDEX_URL")
-    if configured:
-        return configured
+    return (os.environ.get(INDEX_URL_ENV) or os.environ.get("PIP_INDEX_URL") or pip_configured_index()
+            or PUBLIC_INDEX_URL)
+
+
+def pip_configured_index() -> Optional[str]:
+    """The ``index-url`` pip's configuration files set (``[install]`` over ``[global]``), else None.
+
+    Why ask ``pip config list`` rather than read pip.conf: pip knows which files it
+    reads on this host (user, site, ``PIP_CONFIG_FILE``) and which one wins. No pip,
+    or a pip that fails, means no answer.
+    """
     try:
-        from pip._internal.models.index import PyPI  # pip's own default, read rather than copied
-    except ImportError:
-        raise UserError("no package index given and pip is not importable to ask for its default",
-                        fix=f"pass --index-url URL or set {INDEX_URL_ENV}")
-    return PyPI.simple_url
+        done = subprocess.run(PIP_CONFIG_LIST, capture_output=True, text=True, timeout=60, check=False)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    values = {}
+    for line in done.stdout.splitlines() if done.returncode == 0 else ():
+        key, sep, value = line.partition("=")
+        if sep:
+            values[key.strip()] = value.strip().strip("'\"")  # pip prints repr()s: 'https://...'
+    return values.get("install.index-url") or values.get("global.index-url") or None
 
 
 @dataclass(frozen=True)
@@ -79,11 +96,11 @@ def project_url(index_url: str, project: str) -> str:
     return index_url.rstrip("/") + "/" + canonicalize_name(project) + "/"
 
 
-def fetch_project_page(http: _Http, url: str) -> Tuple[str, str, List[IndexFile]]:
+def fetch_project_page(http: Http, url: str) -> Tuple[str, str, List[IndexFile]]:
     """GET the project page asking for JSON first; returns (api, api version, files).
 
     Example:
-        >>> fetch_project_page(_Http(5), "http://127.0.0.1:8080/simple/torch-npu/")   # doctest: +SKIP
+        >>> fetch_project_page(Http(5), "http://127.0.0.1:8080/simple/torch-npu/")   # doctest: +SKIP
         ('json', '1.1', [IndexFile(filename='torch_npu-2.4.0-...whl', ...), ...])
     """
     _, headers, body, final = http.get(url, {"Accept": ACCEPT})
@@ -97,14 +114,14 @@ def fetch_project_page(http: _Http, url: str) -> Tuple[str, str, List[IndexFile]
     if kind in _HTML_TYPES:
         version, files = parse_html_page(body, final)
         return "html", version, files
-    raise _fail(final, f"malformed project page: content type {kind or 'none'!r} is neither JSON nor HTML")
+    raise url_error(final, f"malformed project page: content type {kind or 'none'!r} is neither JSON nor HTML")
 
 
 def _check_api_version(version: str, url: str) -> None:
     """PEP 629: a client must refuse a major version it does not know."""
     major = version.split(".")[0]
     if major and major != "1":
-        raise _fail(url, f"simple API version {version} is not supported (this tool reads 1.x)")
+        raise url_error(url, f"simple API version {version} is not supported (this tool reads 1.x)")
 
 
 def parse_json_page(body: bytes, url: str) -> Tuple[str, List[IndexFile]]:
@@ -121,15 +138,15 @@ def parse_json_page(body: bytes, url: str) -> Tuple[str, List[IndexFile]]:
     try:
         doc = json.loads(body.decode("utf-8"))
     except (UnicodeDecodeError, ValueError) as exc:
-        raise _fail(url, f"malformed project page: not JSON ({exc})") from None
+        raise url_error(url, f"malformed project page: not JSON ({exc})") from None
     if not isinstance(doc, dict) or not isinstance(doc.get("files"), list):
-        raise _fail(url, "malformed project page: JSON without a 'files' list")
+        raise url_error(url, "malformed project page: JSON without a 'files' list")
     version = str((doc.get("meta") or {}).get("api-version", ""))
     _check_api_version(version, url)
     files = []
     for i, item in enumerate(doc["files"]):
         if not (isinstance(item, dict) and isinstance(item.get("filename"), str) and isinstance(item.get("url"), str)):
-            raise _fail(url, f"malformed project page: files[{i}] lacks a filename or url")
+            raise url_error(url, f"malformed project page: files[{i}] lacks a filename or url")
         files.append(IndexFile(
             filename=item["filename"],
             url=_absolute(url, item["url"]),
@@ -205,18 +222,18 @@ def parse_html_page(body: bytes, url: str) -> Tuple[str, List[IndexFile]]:
     try:
         text = body.decode("utf-8")
     except UnicodeDecodeError as exc:
-        raise _fail(url, f"malformed project page: not UTF-8 ({exc})") from None
+        raise url_error(url, f"malformed project page: not UTF-8 ({exc})") from None
     parser = _AnchorParser()
     parser.feed(text)
     parser.close()
     if parser.tags == 0:
-        raise _fail(url, "malformed project page: no HTML tags at all")
+        raise url_error(url, "malformed project page: no HTML tags at all")
     _check_api_version(parser.api_version, url)
     files = []
     for attrs, label in parser.anchors:
         href = attrs.get("href")
         if not href:
-            raise _fail(url, f"malformed project page: anchor {label!r} has no href")
+            raise url_error(url, f"malformed project page: anchor {label!r} has no href")
         fragment = urllib.parse.urldefrag(href)[1]
         name = label or urllib.parse.unquote(urllib.parse.urlsplit(href).path.rsplit("/", 1)[-1])
         files.append(IndexFile(

@@ -7,19 +7,22 @@ import io
 import zipfile
 import zlib
 from dataclasses import dataclass
-from typing import Mapping, Sequence, Tuple
+from typing import BinaryIO, Mapping, Tuple
 
 from packaging.utils import canonicalize_name
 
 from builder.errors import UserError
-from builder.build.releases.http_client import _fail, _Http, _NoRanges
+from builder.build.releases.http_client import Http, NoRanges, RangeFile, url_error
 from builder.build.releases.index import IndexFile
-from builder.build.releases.remote_zip import RemoteZip
-from builder.build.releases.wheels import WheelName, _normal, parse_metadata, torch_pin
+from builder.build.releases.wheels import WheelName, normal_version, parse_metadata, torch_pin
+from builder.build.releases.wheels import parse_wheel_filename  # noqa: F401  (used by the examples)
 
 # Metadata methods, as reported per wheel.
 PEP658, RANGE, DOWNLOAD = "pep658", "range", "download"
-_METHOD_TEXT = {PEP658: "PEP 658 .metadata", RANGE: "HTTP range reads", DOWNLOAD: "downloading the whole wheel"}
+METHOD_TEXT = {PEP658: "PEP 658 .metadata", RANGE: "HTTP range reads", DOWNLOAD: "downloading the whole wheel"}
+# A METADATA file is a few KiB; more than this is a broken or hostile wheel (a zip
+# bomb inflates a few KiB to GiB), refused before it can fill memory.
+METADATA_MAX = 1 << 20
 
 
 @dataclass
@@ -36,53 +39,11 @@ class MetadataRead:
     note: str = ""
 
 
-def _is_metadata_member(name: str, wheel: WheelName) -> int:
-    """0 = not METADATA; 2 = the wheel's own ``<name>-<version>.dist-info/METADATA``; 1 = another one."""
-    folder, _, leaf = name.rpartition("/")
-    if leaf != "METADATA" or not folder.endswith(".dist-info") or "/" in folder:
-        return 0
-    return 2 if canonicalize_name(folder[: -len(".dist-info")].rsplit("-", 1)[0]) == canonicalize_name(wheel.name) else 1
-
-
-def _verify_hash(url: str, body: bytes, hashes: Mapping[str, str]) -> None:
-    for name, expected in hashes.items():
-        if name in hashlib.algorithms_guaranteed:
-            if hashlib.new(name, body).hexdigest() != expected.lower():
-                raise _fail(url, f"{name} of the download does not match the index ({expected})",
-                            "the index or a proxy serves a corrupted file; try again or use another mirror")
-            return
-
-
-def _metadata_pep658(http: _Http, file: IndexFile) -> bytes:
-    url = file.url + ".metadata"
-    _, _, body, _ = http.get(url)
-    _verify_hash(url, body, file.metadata or {})
-    return body
-
-
-def _metadata_download(http: _Http, file: IndexFile, wheel: WheelName) -> bytes:
-    _, _, body, _ = http.get(file.url)
-    _verify_hash(file.url, body, file.hashes)
-    try:
-        with zipfile.ZipFile(io.BytesIO(body)) as archive:
-            name = _pick_member(archive.namelist(), wheel, file.url)
-            return archive.read(name)
-    except (zipfile.BadZipFile, zlib.error, NotImplementedError, RuntimeError) as exc:
-        raise _fail(file.url, f"malformed wheel: {exc}") from None
-
-
-def _pick_member(names: Sequence[str], wheel: WheelName, url: str) -> str:
-    ranked = sorted(((_is_metadata_member(n, wheel), n) for n in names), reverse=True)
-    if not ranked or ranked[0][0] == 0:
-        raise _fail(url, "malformed wheel: no .dist-info/METADATA inside")
-    return ranked[0][1]
-
-
-def read_metadata(http: _Http, file: IndexFile, wheel: WheelName) -> MetadataRead:
+def read_metadata(http: Http, file: IndexFile, wheel: WheelName) -> MetadataRead:
     """One wheel's METADATA by the cheapest way the index allows (PEP 658, ranges, download).
 
     Example:
-        >>> read_metadata(_Http(5), file, parse_wheel_filename(file.filename)).method   # doctest: +SKIP
+        >>> read_metadata(Http(5), file, parse_wheel_filename(file.filename)).method   # doctest: +SKIP
         'pep658'
     """
     before, notes = http.bytes_fetched, []
@@ -97,14 +58,78 @@ def read_metadata(http: _Http, file: IndexFile, wheel: WheelName) -> MetadataRea
     if raw is None:
         try:
             method = RANGE
-            raw = RemoteZip(http, file.url).read(lambda n: _is_metadata_member(n, wheel))[1]
-        except _NoRanges:
+            raw = metadata_of_zip(RangeFile(http, file.url), wheel, file.url)
+        except NoRanges:
             method = DOWNLOAD  # ReleaseCheck.full_downloads and the report say so
-            raw = _metadata_download(http, file, wheel)
+            _, _, body, _ = http.get(file.url)
+            _verify_hash(file.url, body, file.hashes)
+            raw = metadata_of_zip(io.BytesIO(body), wheel, file.url)
     name, version, requires, requires_python = parse_metadata(raw.decode("utf-8", "replace"))
-    if canonicalize_name(name) != canonicalize_name(wheel.name) or _normal(version) != wheel.version:
+    if canonicalize_name(name) != canonicalize_name(wheel.name) or normal_version(version) != wheel.version:
         notes.append(f"METADATA names {name} {version}, the file name {wheel.name} {wheel.version}")
     return MetadataRead(
         filename=file.filename, arch=wheel.arch or "", method=method, bytes_fetched=http.bytes_fetched - before,
         requires_dist=requires, torch_pin=torch_pin(requires), requires_python=requires_python, note="; ".join(notes),
     )
+
+
+def metadata_of_zip(fileobj: BinaryIO, wheel: WheelName, url: str) -> bytes:
+    """The wheel's ``.dist-info/METADATA`` member: inflated, CRC-checked, at most METADATA_MAX bytes.
+
+    zipfile reads only the zip's directory and that member, so over a RangeFile the
+    rest of the wheel is never fetched. Anything zipfile refuses is a UserError
+    naming ``url``.
+
+    Example:
+        >>> w = parse_wheel_filename("torch_npu-2.15.0-cp311-cp311-manylinux_2_28_x86_64.whl")
+        >>> data = io.BytesIO()
+        >>> with zipfile.ZipFile(data, "w", zipfile.ZIP_DEFLATED) as z:
+        ...     z.writestr("torch_npu/__init__.py", "")
+        ...     z.writestr("torch_npu-2.15.0.dist-info/METADATA", "Name: torch_npu\\nVersion: 2.15.0\\n")
+        >>> metadata_of_zip(data, w, "http://127.0.0.1/t.whl")
+        b'Name: torch_npu\\nVersion: 2.15.0\\n'
+    """
+    try:
+        archive = zipfile.ZipFile(fileobj)
+    except (zipfile.BadZipFile, EOFError, ValueError) as exc:
+        raise url_error(url, f"malformed wheel: no zip end-of-central-directory record or central directory "
+                             f"could be read ({exc})") from None
+    with archive:
+        name = max(archive.namelist(), key=lambda n: (_metadata_rank(n, wheel), n), default="")
+        if not _metadata_rank(name, wheel):
+            raise url_error(url, "malformed wheel: no .dist-info/METADATA inside")
+        declared, data = archive.getinfo(name).file_size, b""
+        try:
+            if declared <= METADATA_MAX:  # a larger one is refused unread
+                with archive.open(name) as member:
+                    data = member.read(METADATA_MAX + 1)  # zipfile inflates at most this much
+        except (zipfile.BadZipFile, zlib.error, EOFError, NotImplementedError, RuntimeError) as exc:
+            raise url_error(url, f"malformed wheel: {name}: {exc}") from None
+        if max(declared, len(data)) > METADATA_MAX:
+            raise url_error(url, f"malformed wheel: {name} inflates to more than {METADATA_MAX} bytes; refused",
+                            "a METADATA file is a few KiB; report the wheel to its publisher")
+        return data
+
+
+def _metadata_rank(name: str, wheel: WheelName) -> int:
+    """0 = not METADATA; 2 = the wheel's own ``<name>-<version>.dist-info/METADATA``; 1 = another one."""
+    folder, _, leaf = name.rpartition("/")
+    if leaf != "METADATA" or not folder.endswith(".dist-info") or "/" in folder:
+        return 0
+    return 2 if canonicalize_name(folder[: -len(".dist-info")].rsplit("-", 1)[0]) == canonicalize_name(wheel.name) else 1
+
+
+def _verify_hash(url: str, body: bytes, hashes: Mapping[str, str]) -> None:
+    for name, expected in hashes.items():
+        if name in hashlib.algorithms_guaranteed:
+            if hashlib.new(name, body).hexdigest() != expected.lower():
+                raise url_error(url, f"{name} of the download does not match the index ({expected})",
+                                "the index or a proxy serves a corrupted file; try again or use another mirror")
+            return
+
+
+def _metadata_pep658(http: Http, file: IndexFile) -> bytes:
+    url = file.url + ".metadata"
+    _, _, body, _ = http.get(url)
+    _verify_hash(url, body, file.metadata or {})
+    return body

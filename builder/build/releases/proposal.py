@@ -10,10 +10,9 @@ from packaging.version import Version
 
 from builder import knowledge, versions
 from builder.errors import UserError
-from builder.build.releases.entries import load_kb  # noqa: F401  (used by the examples)
 from builder.build.releases.release_check import NewRelease, ReleaseCheck
-from builder.build.releases.wheels import _glibc_key, _normal, _py_key
-from builder.build.releases.yaml_files import _YAML_LOADER, _node_at, _read_bytes, _replace
+from builder.build.releases.wheels import glibc_key, normal_version, python_key
+from builder.build.releases.yaml_files import LOADER, node_at, read_bytes, replace_file
 
 # In a subfolder: matrix/*.yaml is the live matrix, and a draft cell with an
 # unconfirmed CANN pairing must not be built until a human moves it there.
@@ -49,10 +48,10 @@ def propose(result: ReleaseCheck, matrix_path: Optional[Path] = None,
     """
     kb = kb or result.kb or knowledge.load()
     path = Path(matrix_path) if matrix_path else default_proposal_path()
-    original = _read_bytes(path) if path.exists() else None
+    original = read_bytes(path) if path.exists() else None
     text = original.decode("utf-8") if original is not None else ""
     already, dash = _proposal_layout(text, path)
-    cells = [_cell_text(r, kb, dash) for r in result.new if _normal(r.version) not in already]
+    cells = [_cell_text(r, kb, dash) for r in result.new if normal_version(r.version) not in already]
     cells = [c for c in cells if c]
     if not cells:
         return ""
@@ -63,7 +62,7 @@ def propose(result: ReleaseCheck, matrix_path: Optional[Path] = None,
         new_text = text + ("" if text.endswith("\n") else "\n") + "\n" + block
     _check_proposal(text, new_text, len(cells), path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    _replace(path, new_text.encode("utf-8"), expect=original)
+    replace_file(path, new_text.encode("utf-8"), expect=original)
     return block
 
 
@@ -83,11 +82,11 @@ def _proposal_layout(text: str, path: Path) -> Tuple[set, int]:
     if not text.strip():
         return set(), 2
     try:
-        root = yaml.compose(text, Loader=_YAML_LOADER)
+        root = yaml.compose(text, Loader=LOADER)
     except yaml.YAMLError as exc:
         raise UserError(f"{path}: not valid YAML ({exc})", fix="repair or move the proposal file", exit_code=1)
     keys = [k.value for k, _ in root.value] if isinstance(root, yaml.MappingNode) else []
-    cells = _node_at(root, ("cells",))
+    cells = node_at(root, ("cells",))
     if not isinstance(cells, yaml.SequenceNode) or cells.flow_style or keys[-1:] != ["cells"]:
         raise UserError(f"{path}: 'cells' is not the last key, so new cells cannot be appended safely",
                         fix="make 'cells:' a '- ...' list at the end of the file, or pass another file", exit_code=1)
@@ -98,16 +97,16 @@ def _proposal_layout(text: str, path: Path) -> Tuple[set, int]:
         dash = line.index("-") if line.lstrip().startswith("-") else cells.value[0].start_mark.column
     found = set()
     for node in cells.value:
-        value = _node_at(node, ("torch_npu",))
+        value = node_at(node, ("torch_npu",))
         if isinstance(value, yaml.ScalarNode):
-            found.add(_normal(value.value))
+            found.add(normal_version(value.value))
     return found, dash
 
 
 def _check_proposal(old_text: str, new_text: str, added: int, path: Path) -> None:
     """The appended text must parse as exactly ``added`` more cells, or nothing is written."""
     def count(text: str) -> int:
-        doc = yaml.load(text, Loader=_YAML_LOADER) if text.strip() else {}
+        doc = yaml.load(text, Loader=LOADER) if text.strip() else {}
         return len(doc.get("cells") or []) if isinstance(doc, dict) else -1
     try:
         ok = count(new_text) == count(old_text) + added
@@ -126,7 +125,7 @@ def _cell_text(release: NewRelease, kb: knowledge.KnowledgeBase, dash: int = 2) 
         return ""
     arches = [a for a in arches if python in entry["python"][a]]
     cann, why = suggest_cann(kb, entry["torch"])
-    floor = max((entry["manylinux"].get(a, "manylinux_2_17")[len("manylinux_"):] for a in arches), key=_glibc_key)
+    floor = max((entry["manylinux"].get(a, "manylinux_2_17")[len("manylinux_"):] for a in arches), key=glibc_key)
     os_id = _os_for(kb, floor)
     arch_text = arches[0] if len(arches) == 1 else "[" + ", ".join(sorted(arches)) + "]"
     lines = [
@@ -147,14 +146,14 @@ def _common_python(pythons: Mapping[str, Sequence[str]], arches: Sequence[str]) 
     sets = [set(pythons[a]) for a in arches]
     common = set.intersection(*sets) if sets else set()
     pool = (common or set.union(*sets)) if sets else set()
-    return max(pool, key=_py_key) if pool else None
+    return max(pool, key=python_key) if pool else None
 
 
 def suggest_cann(kb: knowledge.KnowledgeBase, torch: str) -> Tuple[str, str]:
     """(CANN, why) to draft a cell with: newest paired on the torch line, else newest paired at all.
 
     Example:
-        >>> suggest_cann(load_kb(), "2.8.0")
+        >>> suggest_cann(knowledge.load(), "2.8.0")
         ('9.0.0', 'the newest CANN paired with a torch 2.8 torch_npu release')
     """
     line = ".".join(Version(torch).base_version.split(".")[:2])
@@ -174,7 +173,7 @@ def suggest_cann(kb: knowledge.KnowledgeBase, torch: str) -> Tuple[str, str]:
 
 
 def _os_for(kb: knowledge.KnowledgeBase, floor: str) -> str:
-    need = _glibc_key(floor)
+    need = glibc_key(floor)
     for os_id in _OS_PREFERENCE:
         info = kb.os_info(os_id)
         if info is not None and info.glibc >= need:

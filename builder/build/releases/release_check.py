@@ -10,10 +10,10 @@ from packaging.version import Version
 
 from builder import knowledge
 from builder.build.releases.entries import build_entry
-from builder.build.releases.http_client import _Http
+from builder.build.releases.http_client import Http
 from builder.build.releases.index import PROJECT, IndexFile, fetch_project_page, project_url
 from builder.build.releases.metadata import DOWNLOAD, MetadataRead, read_metadata
-from builder.build.releases.wheels import WheelName, _py_key, parse_wheel_filename, torch_of_pin
+from builder.build.releases.wheels import WheelName, parse_wheel_filename, python_key, torch_of_pin
 
 
 @dataclass
@@ -106,7 +106,7 @@ def check(index_url: str, kb: Optional[knowledge.KnowledgeBase] = None, project:
         (['2.15.0'], {'x86_64': 'torch==2.15.0.*, numpy, pyyaml', 'aarch64': '...'})
     """
     kb = kb or knowledge.load()
-    http = _Http(timeout)
+    http = Http(timeout)
     page = project_url(index_url, project)
     api, api_version, files = fetch_project_page(http, page)
     result = ReleaseCheck(index_url=index_url, project=project, page_url=page, api=api,
@@ -145,7 +145,7 @@ def _group_wheels(files: Sequence[IndexFile], project: str,
     return out
 
 
-def _new_release(http: _Http, version: str, pairs: List[Tuple[IndexFile, WheelName]],
+def _new_release(http: Http, version: str, pairs: List[Tuple[IndexFile, WheelName]],
                  kb: knowledge.KnowledgeBase, result: ReleaseCheck) -> NewRelease:
     reads = [read_metadata(http, f, w) for f, w in _one_wheel_per_arch(pairs)]
     for read in reads:
@@ -162,9 +162,9 @@ def _one_wheel_per_arch(pairs: Sequence[Tuple[IndexFile, WheelName]]) -> List[Tu
     """Per arch, the cheapest wheel to read: not yanked, with a .metadata file, newest Python."""
     best: Dict[str, Tuple[IndexFile, WheelName]] = {}
     for file, wheel in pairs:
-        key = (file.yanked is None, file.metadata is not None, max(map(_py_key, wheel.pythons), default=()))
+        key = (file.yanked is None, file.metadata is not None, max(map(python_key, wheel.pythons), default=()))
         old = best.get(wheel.arch or "")
         if old is None or key > (old[0].yanked is None, old[0].metadata is not None,
-                                 max(map(_py_key, old[1].pythons), default=())):
+                                 max(map(python_key, old[1].pythons), default=())):
             best[wheel.arch or ""] = (file, wheel)
     return [best[a] for a in knowledge.ARCHES if a in best]

@@ -6,7 +6,7 @@ from typing import List
 
 from builder import knowledge
 from builder.build.releases.entries import CANN_NOTE
-from builder.build.releases.metadata import _METHOD_TEXT
+from builder.build.releases.metadata import METHOD_TEXT
 from builder.build.releases.release_check import NewRelease, ReleaseCheck
 
 
@@ -58,7 +58,7 @@ def _format_release(release: NewRelease) -> List[str]:
         pin = (m.torch_pin or "no torch requirement") if m else "METADATA not read"
         lines.append(
             f"    {arch:<8} {pin:<18} python {', '.join(e['python'][arch])}; {e['manylinux'].get(arch, 'no manylinux tag')}"
-            + (f"; Requires-Python {m.requires_python or 'unset'}; METADATA by {_METHOD_TEXT[m.method]} ({_size(m.bytes_fetched)})"
+            + (f"; Requires-Python {m.requires_python or 'unset'}; METADATA by {METHOD_TEXT[m.method]} ({_size(m.bytes_fetched)})"
                if m else ""))
     return lines
 

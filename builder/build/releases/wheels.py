@@ -65,11 +65,11 @@ def parse_wheel_filename(filename: str) -> WheelName:
         raise ValueError(f"version {version_text!r} is not PEP 440") from None
     arches = {m.group(5) for m in map(_PLATFORM.match, plat) if m}
     floors = [_glibc_of(m) for m in map(_PLATFORM.match, plat) if m and _glibc_of(m)]
-    pythons = tuple(sorted({f"{m.group(1)}.{m.group(2)}" for m in map(_CPYTHON.match, py) if m}, key=_py_key))
+    pythons = tuple(sorted({f"{m.group(1)}.{m.group(2)}" for m in map(_CPYTHON.match, py) if m}, key=python_key))
     return WheelName(
         filename=filename, name=name, version=version, build=build, python_tags=py, abi_tags=abi,
         platform_tags=plat, arch=(arches.pop() if len(arches) == 1 else None), pythons=pythons,
-        manylinux=(min(floors, key=_glibc_key) if floors else None),
+        manylinux=(min(floors, key=glibc_key) if floors else None),
     )
 
 
@@ -79,11 +79,23 @@ def _glibc_of(m: "re.Match[str]") -> Optional[str]:
     return _MANYLINUX_LEGACY.get(m.group(4) or "")
 
 
-def _glibc_key(tag: str) -> Tuple[int, ...]:
+def glibc_key(tag: str) -> Tuple[int, ...]:
+    """A manylinux glibc tag as a sort key (``2_28`` after ``2_5``).
+
+    Example:
+        >>> max(["2_5", "2_28", "2_17"], key=glibc_key)
+        '2_28'
+    """
     return tuple(int(x) for x in tag.split("_"))
 
 
-def _py_key(py: str) -> Tuple[int, ...]:
+def python_key(py: str) -> Tuple[int, ...]:
+    """A Python version as a sort key (``3.10`` after ``3.9``).
+
+    Example:
+        >>> sorted(["3.10", "3.9", "3.11"], key=python_key)
+        ['3.9', '3.10', '3.11']
+    """
     return tuple(int(x) for x in py.split("."))
 
 
@@ -141,7 +153,13 @@ def torch_of_pin(pin: str) -> Optional[str]:
     return None
 
 
-def _normal(text: str) -> str:
+def normal_version(text: str) -> str:
+    """The PEP 440 normal form of a version, to compare versions as written by hand; other text as is.
+
+    Example:
+        >>> normal_version("2.1.0-post3"), normal_version("not a version")
+        ('2.1.0.post3', 'not a version')
+    """
     try:
         return str(Version(text))
     except InvalidVersion:

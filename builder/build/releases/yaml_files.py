@@ -11,10 +11,19 @@ import yaml
 
 from builder.errors import UserError
 
-_YAML_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 
-def _node_at(node: Any, keys: Sequence[str]) -> Any:
+def node_at(node: Any, keys: Sequence[str]) -> Any:
+    """The node under ``keys`` in a composed YAML tree (``yaml.compose``), else None.
+
+    Why nodes and not the loaded data: nodes carry line numbers, so new text can be
+    inserted at the right place without re-dumping (and reformatting) the file.
+
+    Example:
+        >>> node_at(yaml.compose("a:\\n  b: [1, 2]\\n", Loader=LOADER), ("a", "b")).start_mark.line
+        1
+    """
     for key in keys:
         if not isinstance(node, yaml.MappingNode):
             return None
@@ -22,20 +31,21 @@ def _node_at(node: Any, keys: Sequence[str]) -> Any:
     return node
 
 
-def _read_bytes(path: Path) -> bytes:
+def read_bytes(path: Path) -> bytes:
+    """The file's bytes; UserError (exit 1) when it cannot be read."""
     try:
         return path.read_bytes()
     except OSError as exc:
         raise UserError(f"cannot read {path}: {exc.strerror}", fix="check the path and its permissions", exit_code=1)
 
 
-def _replace(path: Path, data: bytes, expect: Optional[bytes], check: bool = True) -> None:
+def replace_file(path: Path, data: bytes, expect: Optional[bytes], check: bool = True) -> None:
     """Write ``data`` to a temp file beside ``path`` and rename it over.
 
     With ``check``, refuse when the file no longer holds ``expect`` (None: no file),
     so an edit made meanwhile by someone else is never lost.
     """
-    current = _read_bytes(path) if path.exists() else None
+    current = read_bytes(path) if path.exists() else None
     if check and current != expect:
         raise UserError(f"{path} changed while releases were being added; nothing was written",
                         fix="run the command again", exit_code=1)

@@ -1,0 +1,358 @@
+"""What goes into one image: every decision of a cell's Dockerfile, made once, as a typed value.
+
+`plan(cell, kb, variant, digest)` asks the knowledge base and the vocabulary everything
+an image of ``variant`` (the NPU image or its CPU twin) needs: base image, OS packages,
+CANN installers and environment, Python environment, pins, files, labels, and the
+numbers of its steps. The template (``builder/templates/Dockerfile.j2``) only formats a
+`Plan`; `render` writes it out. Values from the knowledge base are re-checked against
+strict patterns here, exactly like the matrix's own values, so none can change a
+Dockerfile's structure.
+
+Example:
+    >>> p = plan(cell, knowledge.load(), vocabulary.CPU, "0123456789abcdef")   # doctest: +SKIP
+    >>> p.base_image, p.steps, p.number("torch")                                # doctest: +SKIP
+    ('debian:bookworm-slim', ('os', 'python', 'torch', 'env', 'files'), 3)
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+from typing import Dict, Optional, Tuple
+
+from builder import versions, vocabulary
+from builder.build import stage
+from builder.build.matrix import Cell
+from builder.errors import UserError
+
+# The PyTorch project's index of CPU-only torch wheels. x86_64 torch_npu up to
+# 2.11 pins torch==X+cpu, which exists only there; later releases still want a
+# CPU torch, not the multi-GB CUDA build PyPI serves for x86_64.
+PYTORCH_CPU_INDEX = "https://download.pytorch.org/whl/cpu"
+
+# Field-guide defaults (section 2/3/5); a cell's env_vars override them by name.
+DEFAULT_ENV = (
+    ("ASCEND_GLOBAL_LOG_LEVEL", "3"),
+    ("HCCL_CONNECT_TIMEOUT", "1800"),
+    ("PYTORCH_NPU_ALLOC_CONF", "expandable_segments:True"),
+)
+
+OS_PACKAGES = {
+    # bash/curl/unzip fetch and unpack installers; python3 runs CANN's install scripts
+    # (and is the interpreter of venv cells); gcc/g++/make: CANN's operator compiler.
+    "apt": ("bash", "ca-certificates", "curl", "unzip", "python3", "python3-venv",
+            "gcc", "g++", "make", "libc6-dev", "libgomp1", "libnuma1"),
+    "dnf": ("bash", "ca-certificates", "curl", "unzip", "python3", "gcc", "gcc-c++", "make",
+            "libgomp", "numactl-libs", "tar", "gzip", "findutils", "which"),
+}
+# The CPU twin needs no compiler and no installers.
+OS_PACKAGES_CPU = {
+    "apt": ("bash", "ca-certificates", "curl", "python3", "python3-venv", "libgomp1"),
+    "dnf": ("bash", "ca-certificates", "curl", "python3", "libgomp", "findutils"),
+}
+APT_COMPONENTS = {"ubuntu": "main universe", "debian": "main"}
+
+# Python packages CANN's operator compiler and tools import at run time (the
+# official CANN images install the same list). Unpinned upstream; see README.
+CANN_PYTHON_PACKAGES = ("attrs", "decorator", "sympy", "cffi", "pyyaml", "pathlib2", "psutil",
+                        "protobuf", "scipy", "requests", "absl-py", "numpy")
+
+DRIVER_LIB = "/usr/local/Ascend/driver/lib64"  # mounted from the host at run time
+HOME_VARIABLE = "ASCEND_TOOLKIT_HOME"  # set first; CANN's other ENV values refer to it
+
+_cann = lru_cache(maxsize=4096)(versions.cann)
+
+_SAFE = {
+    "url": re.compile(r"^https://[A-Za-z0-9._~:/?#@!&+,=%-]+$"),
+    "sha256": re.compile(r"^[0-9a-f]{64}$"),
+    "file": re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+-]*$"),
+    "image": re.compile(r"^[A-Za-z0-9][A-Za-z0-9._/:@-]*$"),
+    "text": re.compile(r"^[A-Za-z0-9 _./:,=+@%()-]*$"),
+}
+_REFERENCE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
+
+
+def _safe(kind: str, value: Optional[str], what: str) -> str:
+    """Refuse a knowledge-base value that could change a Dockerfile's structure."""
+    if not _SAFE[kind].fullmatch(value or ""):
+        raise UserError(f"refusing to render {what} = {value!r}: not a plain {kind}",
+                        fix="correct builder/data/ (the knowledge base) or override the value in the matrix")
+    return value or ""
+
+
+@dataclass(frozen=True)
+class InstallerFile:
+    """A CANN package: fetched (or copied from the context's installers folder), checked, run."""
+
+    filename: str
+    url: str
+    sha256: str
+    run: str
+
+
+@dataclass(frozen=True)
+class Plan:
+    """Every fact the Dockerfile of one cell and variant is made of; the template formats it.
+
+    CANN fields are empty for the CPU twin; ``steps`` names its numbered steps in order.
+    """
+
+    # what it is and where it came from
+    cell_id: str
+    variant: str
+    npu: bool
+    matrix_file: str                      # as the header names it: folder/name
+    dockerfile: str                       # its file name in dockerfiles/<cell>/
+    base_image: str                       # default of the BASE_IMAGE build arg
+    wheelhouse: str                       # context folder and stage of optional wheels
+    installers_folder: str                # context folder of a local CANN cell's installers
+    # 1. OS packages
+    os_family: str                        # apt | dnf
+    os_codename: str
+    apt_components: str
+    os_packages: Tuple[str, ...]
+    # CANN (NPU image only)
+    cann: str
+    chip: str
+    cann_source: str                      # installer | local | image ("" for the twin)
+    installers: Tuple[InstallerFile, ...]
+    cann_env: Tuple[Tuple[str, str], ...]  # ENV lines in order; later ones may refer to earlier ones
+    cann_python_packages: Tuple[str, ...]
+    # Python and its packages
+    python: str
+    env_manager: str                      # conda | venv
+    env_prefix: str
+    conda_url: str
+    conda_sha256: str
+    torch_requirement: str
+    torch_index: str
+    torch_npu: str                        # "" for the twin
+    torch_npu_requirement: str            # "" for the twin
+    extra_packages: Tuple[str, ...]
+    env_vars: Tuple[Tuple[str, str], ...]
+    # what the image says of itself
+    tool_dir: str
+    shipped_files: Tuple[str, ...]
+    manifest_file: str
+    manifest_path: str
+    env_spec_file: str
+    env_spec_path: str
+    labels: Tuple[Tuple[str, str], ...]
+    steps: Tuple[str, ...]
+
+    @property
+    def wheelhouse_glob(self) -> str:
+        """A COPY source that matches the wheelhouse folder, and nothing when it is absent."""
+        return f"{self.wheelhouse[:-1]}[{self.wheelhouse[-1]}]"
+
+    @property
+    def pins(self) -> Tuple[str, ...]:
+        """What the environment spec lists: torch, torch_npu (NPU image only), the extras."""
+        return (self.torch_requirement, *((self.torch_npu_requirement,) if self.npu else ()), *self.extra_packages)
+
+    def number(self, step: str) -> int:
+        """The printed number of ``step``: consecutive in each variant."""
+        return self.steps.index(step) + 1
+
+
+def cann_home(cell: Cell) -> str:
+    """Where CANN lives: ``ascend-toolkit/latest`` up to 8.3, ``cann-<ver>`` from 8.5 on."""
+    if _cann(cell.cann) >= _cann("8.5.0-beta.1"):
+        return f"/usr/local/Ascend/cann-{cell.cann}"
+    return "/usr/local/Ascend/ascend-toolkit/latest"
+
+
+def cann_env(cell: Cell) -> Tuple[Tuple[str, str], ...]:
+    """CANN's ``set_env.sh`` written out as ENV lines, so non-interactive shells have it too.
+
+    Like ``set_env.sh``, the toolkit's home is set first and referred to afterwards;
+    LD_LIBRARY_PATH is built up in three lines (CANN's libraries, op tiling, the driver's).
+    """
+    home = "${" + HOME_VARIABLE + "}"
+    return (
+        (HOME_VARIABLE, cann_home(cell)),
+        ("ASCEND_HOME_PATH", home),
+        ("ASCEND_AICPU_PATH", home),
+        ("ASCEND_OPP_PATH", f"{home}/opp"),
+        ("TOOLCHAIN_HOME", f"{home}/toolkit"),
+        ("LD_LIBRARY_PATH", f"{home}/lib64:{home}/lib64/plugin/opskernel:{home}/lib64/plugin/nnengine"),
+        ("LD_LIBRARY_PATH", f"${{LD_LIBRARY_PATH}}:{home}/opp/built-in/op_impl/ai_core/tbe/op_tiling"),
+        ("LD_LIBRARY_PATH", f"${{LD_LIBRARY_PATH}}:{DRIVER_LIB}:{DRIVER_LIB}/common:{DRIVER_LIB}/driver"),
+        ("PYTHONPATH", f"{home}/python/site-packages:{home}/opp/built-in/op_impl/ai_core/tbe"),
+        ("PATH", f"{home}/bin:{home}/compiler/ccec_compiler/bin:{home}/tools/ccec_compiler/bin:${{PATH}}"),
+    )
+
+
+def env_vars(cell: Cell) -> Tuple[Tuple[str, str], ...]:
+    """The field-guide defaults with the cell's env_vars over them, by name."""
+    merged = dict(DEFAULT_ENV)
+    merged.update(dict(cell.env_vars))
+    return tuple(sorted(merged.items()))
+
+
+def final_env(cell: Cell, variant: str) -> Dict[str, str]:
+    """The ENV values the finished image has, literal, as Docker expands them: CANN's first,
+    then the cell's env_vars (written later, so they win). A value referring to a variable
+    this plan does not set (PATH: the Python step prepends to it again) is left out."""
+    env: Dict[str, str] = {}
+    for name, value in cann_env(cell) if variant == vocabulary.NPU else ():
+        if all(ref in env for ref in _REFERENCE.findall(value)):
+            env[name] = _REFERENCE.sub(lambda m: env[m.group(1)], value)
+        else:
+            env.pop(name, None)
+    env.update(env_vars(cell))
+    return env
+
+
+def installer_files(cell: Cell, kb) -> Tuple[InstallerFile, ...]:
+    """Toolkit first, then the chip's ops package, each with the sha256 that must match."""
+    given = dict(cell.sha256)
+    known = {item.kind: item for item in kb.installers(cell.cann, cell.chip, cell.arch)}
+    local = ({"toolkit": kb.toolkit_package(cell.cann, cell.arch), "ops": kb.ops_package(cell.chip, cell.cann, cell.arch)}
+             if cell.cann_source == "local" else {})
+    files = []
+    for kind in ("toolkit", "ops"):  # a local folder supplies each package the knowledge base lacks
+        item = known.get(kind)
+        if item is not None:
+            sha = given.get(item.filename, item.sha256)
+            files.append(InstallerFile(_safe("file", item.filename, "installer file"), _safe("url", item.url, "installer URL"),
+                                       _safe("sha256", sha, f"sha256 of {item.filename}"), _safe("file", item.run, "installer")))
+        elif kind in local:
+            name = local[kind]
+            if name not in given:
+                raise UserError(f"no sha256 for {name}", fix=f"add sha256: {{{name}: HEX}} to the cell")
+            files.append(InstallerFile(_safe("file", name, "installer file"), "", _safe("sha256", given[name], f"sha256 of {name}"),
+                                       name))
+    return tuple(files)
+
+
+def env_prefix(cell: Cell) -> str:
+    return "/opt/conda/envs/ascend" if cell.env == "conda" else "/opt/venv"
+
+
+def torch(cell: Cell, kb) -> Tuple[str, str]:
+    """The torch requirement and the extra index that serves it."""
+    requirement, _ = kb.torch_requirement(cell.torch_npu, cell.arch)
+    if not requirement:
+        requirement = f"torch=={cell.torch}"
+    return requirement, (PYTORCH_CPU_INDEX if cell.arch == "x86_64" else "")
+
+
+def variant_file(stem: str, suffix: str, variant: str) -> str:
+    """A context file of ``variant``: ``stem.suffix`` for the NPU image, the twin's with the variant in it."""
+    return f"{stem}.{suffix}" if variant == vocabulary.NPU else f"{stem}.{variant}.{suffix}"
+
+
+def env_spec_names(cell: Cell, variant: str) -> Tuple[str, str]:
+    """(file in the context, name in the image) of the environment spec."""
+    stem, suffix = ("environment", "yml") if cell.env == "conda" else ("requirements", "txt")
+    return variant_file(stem, suffix, variant), f"{stem}.{suffix}"
+
+
+def labels(cell: Cell, variant: str, digest: str) -> Tuple[Tuple[str, str], ...]:
+    """The image's labels: the node decides from these alone."""
+    npu = variant == vocabulary.NPU
+    Label = vocabulary.Label
+    pairs = [
+        (Label.OCI_TITLE, vocabulary.release_tag(cell.ref, variant)),
+        (Label.OCI_DESCRIPTION, f"PyTorch {cell.torch} + torch_npu {cell.torch_npu} on CANN {cell.cann} for {cell.chip}"
+         if npu else f"CPU twin of {cell.id}: PyTorch {cell.torch} without CANN"),
+        (Label.OCI_VERSION, vocabulary.release_tag(cell.tag, variant)),
+        (Label.CELL, cell.id),
+        (Label.VARIANT, variant),
+        (Label.OS, cell.os),
+        (Label.ARCH, cell.arch),
+        (Label.PYTHON, cell.python),
+        (Label.TORCH, cell.torch),
+        (Label.CONTENT_HASH, digest),
+    ]
+    if npu:
+        pairs += [
+            (Label.CANN, cell.cann),
+            (Label.CHIP, cell.chip),
+            (Label.TORCH_NPU, cell.torch_npu),
+            (Label.MIN_DRIVER, cell.driver),
+            (Label.MIN_FIRMWARE, cell.firmware or ""),
+        ]
+    return tuple((k, _safe("text", v, k)) for k, v in pairs)
+
+
+def manifest(cell: Cell, variant: str, digest: str) -> Dict[str, object]:
+    """The run record of the field guide (section 7), describing what the image must contain."""
+    npu = variant == vocabulary.NPU
+    return {
+        "schema": 1,
+        "framework": "pytorch",
+        "cell": cell.id,
+        "variant": variant,
+        "image": vocabulary.release_tag(cell.ref, variant),
+        "os": cell.os,
+        "arch": cell.arch,
+        "chip": cell.chip if npu else None,
+        "python_version": cell.python,
+        "torch_version": cell.torch,
+        "torch_npu_version": cell.torch_npu if npu else None,
+        "cann_version": cell.cann if npu else None,
+        "min_driver": cell.driver if npu else None,
+        "min_firmware": cell.firmware if npu else None,
+        "env_manager": cell.env,
+        "pip": list(cell.pip),
+        "env": final_env(cell, variant),
+        "content_hash": digest,
+    }
+
+
+def matrix_name(cell: Cell) -> str:
+    """The matrix file as the header names it: its folder and name (``matrix/default.yaml``).
+
+    Only the last two parts, so the bytes are the same from any working directory,
+    any checkout and any install of ascend-build (`render --check` compares them).
+    """
+    return _display_path(cell.where.file) if cell.where else "(matrix)"
+
+
+@lru_cache(maxsize=64)
+def _display_path(file: str) -> str:
+    path = Path(os.path.abspath(file))
+    return f"{path.parent.name}/{path.name}" if path.parent.name else path.name
+
+
+def plan(cell: Cell, kb, variant: str, digest: str) -> Plan:
+    """Decide everything about the image of ``cell`` in ``variant``; ``digest`` is its content hash."""
+    if variant not in vocabulary.VARIANTS:
+        raise ValueError(f"unknown variant {variant!r}")
+    npu = variant == vocabulary.NPU
+    os_info = kb.os_info(cell.os)
+    torch_requirement, torch_index = torch(cell, kb)
+    conda = kb.conda_installer(cell.arch) if cell.env == "conda" else None
+    conda_sha = dict(cell.sha256).get(conda.filename, conda.sha256) if conda else ""
+    from_image = npu and cell.cann_source == "image"
+    base = cell.cann_image if from_image else (cell.base_image or os_info.image)
+    spec_file, spec_target = env_spec_names(cell, variant)
+    steps = ("os", *(("cann",) if npu else ()), "python", *(("cann-python",) if npu else ()), "torch",
+             *(("torch_npu",) if npu else ()), *(("extras",) if cell.pip else ()), "env", "files")
+    return Plan(
+        cell_id=cell.id, variant=variant, npu=npu, matrix_file=matrix_name(cell),
+        dockerfile=vocabulary.dockerfile_name(variant), base_image=_safe("image", base, "base image"),
+        wheelhouse=stage.WHEELHOUSE, installers_folder=stage.INSTALLERS,
+        os_family=os_info.family, os_codename=os_info.codename or "",
+        apt_components=APT_COMPONENTS.get(re.sub(r"[0-9.]+$", "", cell.os), "main"),
+        os_packages=(OS_PACKAGES if npu else OS_PACKAGES_CPU)[os_info.family],
+        cann=cell.cann if npu else "", chip=cell.chip if npu else "", cann_source=cell.cann_source if npu else "",
+        installers=installer_files(cell, kb) if npu and not from_image else (),
+        cann_env=cann_env(cell) if npu else (), cann_python_packages=CANN_PYTHON_PACKAGES if npu else (),
+        python=cell.python, env_manager=cell.env, env_prefix=env_prefix(cell),
+        conda_url=_safe("url", conda.url, "conda installer URL") if conda else "",
+        conda_sha256=_safe("sha256", conda_sha, "conda sha256") if conda else "",
+        torch_requirement=torch_requirement, torch_index=torch_index,
+        torch_npu=cell.torch_npu if npu else "", torch_npu_requirement=f"torch_npu=={cell.torch_npu}" if npu else "",
+        extra_packages=tuple(cell.pip), env_vars=env_vars(cell),
+        tool_dir=vocabulary.TOOL_DIR, shipped_files=vocabulary.SHIPPED_FILES,
+        manifest_file=vocabulary.manifest_name(variant), manifest_path=vocabulary.MANIFEST,
+        env_spec_file=spec_file, env_spec_path=f"{vocabulary.ETC_DIR}/{spec_target}",
+        labels=labels(cell, variant, digest), steps=steps,
+    )
+

@@ -1,0 +1,239 @@
+"""Which official installer files a cell needs: names per chip/arch/release, URL, sha256.
+
+A CANN image installs two packages, the toolkit and the chip's ops (kernels) package;
+an image with ``env: conda`` first runs the Miniforge3 bootstrap. The functions here
+name those files and, where the data lists them, give their URL and checksum. They
+take the knowledge base (:class:`builder.knowledge.KnowledgeBase`) and read it only
+through its public methods: ``cann_package`` (the cann-packages.json entry of a
+release), ``canonical_cann``, ``chip_min_cann`` and ``conda_installers``.
+
+Names follow the file listed in cann-packages.json when there is one, else the naming
+rule of the CANN era (see :func:`ops_package`). Only listed files come with a sha256.
+
+Example:
+    >>> from builder.knowledge import load
+    >>> kb = load()
+    >>> ops_package(kb, "910b", "7.0.RC1", "aarch64")
+    'Ascend-cann-kernels-910b_7.0.RC1_linux.run'
+    >>> [(i.kind, i.run) for i in cann_installers(kb, "8.5.0", "a3", "x86_64")]
+    [('toolkit', 'Ascend-cann-toolkit_8.5.0_linux-x86_64.run'), ('ops', 'Ascend-cann-A3-ops_8.5.0_linux-x86_64.run')]
+    >>> conda_installer(kb, "arm64").filename
+    'Miniforge3-26.3.2-3-Linux-aarch64.sh'
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Dict, List, Mapping, Optional, Tuple
+
+from builder import versions
+from builder.errors import UserError
+from builder.vocabulary import CHIPS, normalize_arch
+
+if TYPE_CHECKING:  # knowledge imports this module; the type is only for hints
+    from builder.knowledge import KnowledgeBase
+
+# Name of the chip inside ops package file names (case matters: ``A3``).
+_CHIP_FILE_NAME = {"910": "910", "910b": "910b", "a3": "A3", "310p": "310p", "950": "950"}
+
+
+@dataclass(frozen=True)
+class Installer:
+    """A file to download, check and run: a CANN package or the conda bootstrap.
+
+    ``filename`` is the published file (``.zip`` for CANN packages), ``run`` the installer
+    to execute (the ``.run`` of the same stem inside the zip; the ``.sh`` itself for conda),
+    ``sha256`` the checksum of ``filename`` (``None`` only when it could not be verified).
+
+    Example:
+        >>> from builder.knowledge import load
+        >>> cann_installers(load(), "8.5.0", "910b", "aarch64")[0].run
+        'Ascend-cann-toolkit_8.5.0_linux-aarch64.run'
+    """
+
+    kind: str  # "toolkit" | "ops" | "conda"
+    filename: str
+    url: str
+    sha256: Optional[str]
+    run: str
+    source: str
+    version: str = ""
+    arch: str = ""
+
+
+def _listed(value: Any) -> Tuple[str, ...]:
+    """A data field that holds one string or a list of them, as a tuple."""
+    if value is None:
+        return ()
+    if isinstance(value, (list, tuple)):
+        return tuple(str(v) for v in value)
+    return (str(value),)
+
+
+def _known_arch(arch: str) -> str:
+    found = normalize_arch(arch)
+    if found is None:
+        raise UserError(f"unknown arch {arch!r}", fix="use x86_64 or aarch64")
+    return found
+
+
+def _cann_version(cann: str) -> "versions.AscendVersion":
+    found = versions.lenient("cann", cann)
+    if found is None:
+        raise versions.VersionError(f"{cann!r} is not a CANN version", fix="write it like 8.0.RC3 or 8.5.0")
+    return found
+
+
+def _ops_zip(kb: "KnowledgeBase", chip: str, cann: str, arch: str) -> Optional[Tuple[str, Mapping[str, Any], str]]:
+    """(filename, entry, release text) of the chip's ops/kernels zip in cann-packages.json."""
+    pk = kb.cann_package(cann)
+    if not pk:
+        return None
+    ver, entry = pk
+    name = _CHIP_FILE_NAME.get(chip, chip)
+    files = entry.get("files", {})
+    candidates = [
+        f"Ascend-cann-{name}-ops_{ver}_linux-{arch}.zip",
+        f"Atlas-{name}-cann-kernels_{ver}_linux-{arch}.zip",
+        f"Ascend-cann-kernels-{name}_{ver}_linux-{arch}.zip",
+        f"Ascend-cann-kernels-{name}_{ver}_linux.zip",
+    ]
+    for fname in candidates:
+        if fname in files:
+            return fname, files[fname], ver
+    return None
+
+
+def ops_package(kb: "KnowledgeBase", chip: str, cann: str, arch: str) -> str:
+    """The chip's ops/kernels installer (``.run``) for that CANN and arch.
+
+    The exact name listed in cann-packages.json when there is one (same stem as the
+    ``.zip``), else the naming rule of the CANN era:
+
+    - CANN >= 8.5: ``Ascend-cann-<chip>-ops_<ver>_linux-<arch>.run`` (``A3`` upper-case)
+    - a3, CANN 8.1.RC1..8.3: ``Atlas-A3-cann-kernels_<ver>_linux-<arch>.run``
+    - CANN 8.0.RC3..8.3: ``Ascend-cann-kernels-<chip>_<ver>_linux-<arch>.run``
+    - before 8.0.RC3: ``Ascend-cann-kernels-<chip>_<ver>_linux.run`` (no arch; the
+      data lists arch-less names up to 8.0.RC2)
+
+    Raises UserError for an unknown chip/arch, a CANN string that is no version, or a
+    chip the CANN release predates (a3 before 8.1.RC1, 950 before 9.0.0).
+
+    Example:
+        >>> from builder.knowledge import load
+        >>> ops_package(load(), "a3", "8.1.RC1", "x86_64")
+        'Atlas-A3-cann-kernels_8.1.RC1_linux-x86_64.run'
+    """
+    c = str(chip).lower()
+    if c not in CHIPS:
+        raise UserError(f"unknown chip {chip!r}", fix=f"use one of {', '.join(CHIPS)}")
+    a = _known_arch(arch)
+    cv = _cann_version(cann)
+    found = _ops_zip(kb, c, cann, a)
+    if found:
+        return found[0][: -len(".zip")] + ".run"
+    floor = kb.chip_min_cann(c)
+    if floor and cv < versions.cann(floor):
+        raise UserError(
+            f"CANN {cann} has no ops package for chip {c}: support starts at CANN {floor}",
+            fix=f"use CANN >= {floor} for {c}",
+        )
+    ver = kb.canonical_cann(cann)
+    name = _CHIP_FILE_NAME[c]
+    if cv.release >= (8, 5):
+        return f"Ascend-cann-{name}-ops_{ver}_linux-{a}.run"
+    if c == "a3":
+        return f"Atlas-A3-cann-kernels_{ver}_linux-{a}.run"
+    if cv >= versions.cann("8.0.RC3"):
+        return f"Ascend-cann-kernels-{name}_{ver}_linux-{a}.run"
+    return f"Ascend-cann-kernels-{name}_{ver}_linux.run"
+
+
+def toolkit_package(kb: "KnowledgeBase", cann: str, arch: str) -> str:
+    """The CANN toolkit installer (``.run``) for that CANN and arch.
+
+    The exact name listed in cann-packages.json when there is one (same stem as the
+    ``.zip``), else ``Ascend-cann-toolkit_<ver>_linux-<arch>.run`` (every toolkit in the
+    data carries the arch suffix, 6.0.RC1 to 9.0.0).
+
+    Raises UserError for an unknown arch or a CANN string that is no version.
+
+    Example:
+        >>> from builder.knowledge import load
+        >>> toolkit_package(load(), "8.3.rc1", "amd64")
+        'Ascend-cann-toolkit_8.3.RC1_linux-x86_64.run'
+    """
+    a = _known_arch(arch)
+    _cann_version(cann)
+    pk = kb.cann_package(cann)
+    if pk:
+        name = f"Ascend-cann-toolkit_{pk[0]}_linux-{a}.zip"
+        if name in pk[1].get("files", {}):
+            return name[: -len(".zip")] + ".run"
+    return f"Ascend-cann-toolkit_{kb.canonical_cann(cann)}_linux-{a}.run"
+
+
+def cann_installers(kb: "KnowledgeBase", cann: str, chip: str, arch: str) -> List[Installer]:
+    """Official CANN installers with URL and sha256: the toolkit first, then the chip's ops package.
+
+    Only files listed in cann-packages.json are returned: a missing toolkit or ops
+    entry means the data has no checksum for it (the caller must then ask the user for
+    one or use local installers). ``[]`` when the data knows none.
+
+    Example:
+        >>> from builder.knowledge import load
+        >>> [i.kind for i in cann_installers(load(), "8.0.RC3", "910b", "x86_64")]
+        ['toolkit', 'ops']
+        >>> cann_installers(load(), "8.0", "910b", "x86_64")
+        []
+    """
+    a = normalize_arch(arch)
+    pk = kb.cann_package(cann)
+    if a is None or not pk:
+        return []
+    ver, entry = pk
+    source = "cann-packages.json (ascend-deployer " + ", ".join(_listed(entry.get("seen_in"))) + ")"
+    out: List[Installer] = []
+    files = entry.get("files", {})
+    toolkit = f"Ascend-cann-toolkit_{ver}_linux-{a}.zip"
+    if toolkit in files:
+        f = files[toolkit]
+        out.append(Installer("toolkit", toolkit, f["url"], f["sha256"], toolkit[:-4] + ".run", source, ver, a))
+    found = _ops_zip(kb, str(chip).lower(), cann, a)
+    if found:
+        fname, f, _ = found
+        out.append(Installer("ops", fname, f["url"], f["sha256"], fname[:-4] + ".run", source, ver, a))
+    return out
+
+
+def read_conda(conda_doc: Mapping[str, Any]) -> Dict[str, Installer]:
+    """The Miniforge3 installer per arch from ``data/conda.yaml`` (the knowledge base reads it once).
+
+    Example:
+        >>> doc = {"version": "1.0-0", "installers": {"x86_64": {"filename": "M.sh", "url": "https://x/M.sh",
+        ...        "sha256": None, "source": ["upstream"]}}}
+        >>> read_conda(doc)["x86_64"].sha256 is None, read_conda(doc)["x86_64"].source
+        (True, 'upstream')
+    """
+    found: Dict[str, Installer] = {}
+    for arch, e in (conda_doc.get("installers") or {}).items():
+        found[str(arch)] = Installer(
+            kind="conda", filename=str(e["filename"]), url=str(e["url"]),
+            sha256=(str(e["sha256"]) if e.get("sha256") else None), run=str(e["filename"]),
+            source="; ".join(_listed(e.get("source"))), version=str(conda_doc.get("version", "")), arch=str(arch),
+        )
+    return found
+
+
+def conda_installer(kb: "KnowledgeBase", arch: str) -> Optional[Installer]:
+    """The Miniforge3 installer for that arch (``data/conda.yaml``); None when unknown.
+
+    Example:
+        >>> from builder.knowledge import load
+        >>> conda_installer(load(), "x86_64").filename, conda_installer(load(), "ppc64le")
+        ('Miniforge3-26.3.2-3-Linux-x86_64.sh', None)
+    """
+    return kb.conda_installers().get(normalize_arch(arch) or "")
+
+
+__all__ = ["Installer", "cann_installers", "conda_installer", "ops_package", "read_conda", "toolkit_package"]

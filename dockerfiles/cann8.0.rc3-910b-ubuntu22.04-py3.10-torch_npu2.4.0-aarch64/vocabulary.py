@@ -1,0 +1,100 @@
+"""The image's words, said once: label keys, paths inside images, variants, tags, tiers.
+
+Why: the build wing writes these words into images (labels, files, tags) and the node
+wing and the smoke program read them back. Spelled in one place, a rename cannot
+leave a reader behind. A test greps the rest of ``builder/`` for the raw spellings.
+
+This file is copied into every image beside ``smoke.py`` and imported there on its
+own, so it stays standard-library only and valid Python 3.8.
+
+Example:
+    >>> Label.MIN_DRIVER
+    'io.ascend-build.min-driver'
+    >>> release_tag("cann9.0.0-910b-x", CPU)
+    'cann9.0.0-910b-x-cpu'
+    >>> normalize_arch("arm64"), normalize_arch("sparc")
+    ('aarch64', None)
+"""
+
+from __future__ import annotations
+
+# ------------------------------------------------------------------ image labels
+LABEL_PREFIX = "io.ascend-build."
+OCI_PREFIX = "org.opencontainers.image."
+
+
+class Label:
+    """Keys of the labels every image carries (the node decides from these alone)."""
+
+    CELL = LABEL_PREFIX + "cell"
+    VARIANT = LABEL_PREFIX + "variant"
+    OS = LABEL_PREFIX + "os"
+    ARCH = LABEL_PREFIX + "arch"
+    PYTHON = LABEL_PREFIX + "python"
+    TORCH = LABEL_PREFIX + "torch"
+    CONTENT_HASH = LABEL_PREFIX + "content-hash"
+    CANN = LABEL_PREFIX + "cann"
+    CHIP = LABEL_PREFIX + "chip"
+    TORCH_NPU = LABEL_PREFIX + "torch-npu"
+    MIN_DRIVER = LABEL_PREFIX + "min-driver"
+    MIN_FIRMWARE = LABEL_PREFIX + "min-firmware"
+    # added by the seal step, only to images whose required tiers passed
+    VALIDATED = LABEL_PREFIX + "validated"
+    VALIDATED_TIERS = LABEL_PREFIX + "validated-tiers"
+    VALIDATED_DEVICE = LABEL_PREFIX + "validated-device"
+    VALIDATED_DRIVER = LABEL_PREFIX + "validated-driver"
+    VALIDATED_FIRMWARE = LABEL_PREFIX + "validated-firmware"
+    OCI_TITLE = OCI_PREFIX + "title"
+    OCI_DESCRIPTION = OCI_PREFIX + "description"
+    OCI_VERSION = OCI_PREFIX + "version"
+
+
+# ------------------------------------------------------------------ paths inside images
+TOOL_DIR = "/opt/ascend-build"  # the smoke program and the files shipped beside it
+ETC_DIR = "/etc/ascend-build"  # what the image says of itself
+SMOKE_PROGRAM = TOOL_DIR + "/smoke.py"
+MANIFEST = ETC_DIR + "/manifest.json"
+VALIDATION_REPORT = ETC_DIR + "/validation.json"
+# The files beside smoke.py in every image, in the order the Dockerfile copies them.
+SHIPPED_FILES = ("smoke.py", "parsers.py", "error_table.py", "versions.py", "vocabulary.py", "errors.json")
+
+# ------------------------------------------------------------------ variants and tags
+NPU = "npu"  # the image that ships: CANN + torch_npu
+CPU = "cpu"  # its CPU twin: same OS, Python and torch, no CANN, no torch_npu
+VARIANTS = (NPU, CPU)
+CANDIDATE_SUFFIX = "-candidate"  # built, static tiers passed, device tiers still owed
+
+
+def release_tag(tag: str, variant: str) -> str:
+    """The tag a validated image of ``variant`` gets: the twin's ends in ``-cpu``."""
+    return tag if variant == NPU else tag + "-" + CPU
+
+
+def dockerfile_name(variant: str) -> str:
+    """The Dockerfile of a variant in ``dockerfiles/<cell>/``."""
+    return "Dockerfile" if variant == NPU else "Dockerfile." + CPU
+
+
+def manifest_name(variant: str) -> str:
+    """The manifest file of a variant in ``dockerfiles/<cell>/``."""
+    return "manifest.json" if variant == NPU else "manifest." + CPU + ".json"
+
+
+# ------------------------------------------------------------------ smoke tiers
+STATIC_TIERS = ("versions", "libraries")  # need no device: run on any build machine
+TIERS = STATIC_TIERS + ("import", "device", "train", "collective")
+
+# ------------------------------------------------------------------ hardware words
+ARCHS = ("aarch64", "x86_64")
+CHIPS = ("910", "910b", "a3", "310p", "950")
+# /dev nodes every NPU container needs besides its /dev/davinciN
+CONTROL_DEVICES = ("/dev/davinci_manager", "/dev/devmm_svm", "/dev/hisi_hdc")
+_ARCH_ALIASES = {"x86_64": "x86_64", "amd64": "x86_64", "aarch64": "aarch64", "arm64": "aarch64"}
+
+
+def normalize_arch(value):
+    """``amd64``/``x86_64`` -> ``x86_64``, ``arm64``/``aarch64`` -> ``aarch64``, else None."""
+    return _ARCH_ALIASES.get(str(value or "").strip().lower())
+
+
+DEFAULT_IMAGE = "ascend-build/pytorch"  # the repository cells are tagged in unless the matrix says

@@ -1,0 +1,734 @@
+#!/usr/bin/env python3
+"""ascend-build smoke test: runs INSIDE an image before the image may be tagged.
+
+Installed in ``vocabulary.TOOL_DIR`` with the files of ``vocabulary.SHIPPED_FILES``
+beside it (parsers, the error table, versions, vocabulary). Standalone: Python 3.8+,
+stdlib + torch (+ torch_npu when present), no other deps.
+
+    python smoke.py [--device auto|npu|cpu] [--tiers NAME,...] [--manifest PATH]
+        [--steps 30] [--lr 3e-3]
+
+Tiers are ``vocabulary.TIERS``, all by default; the manifest defaults to
+``vocabulary.MANIFEST``. stdout carries exactly one line: the JSON report (library
+noise is sent to stderr). Progress goes to stderr. Exit 0: every selected tier passed
+or was skipped with a reason; 1: a tier failed; 2: bad usage or unreadable manifest.
+
+The same code runs on `npu` and on `cpu` (the CPU twin image has no CANN and no
+torch_npu), so nearly every line an NPU run executes is exercised on any machine.
+"""
+from __future__ import annotations
+
+import argparse
+import datetime
+import glob
+import importlib.metadata
+import importlib.util
+import json
+import math
+import os
+import platform
+import re
+import shutil
+import socket
+import subprocess
+import sys
+import time
+import traceback
+
+try:  # run from the repository (tests): the package's modules
+    from builder import vocabulary
+    from builder.smoke import error_table, parsers
+except ImportError:  # in an image: the files shipped beside this one
+    # (run from a checkout without the package installed, vocabulary.py is one folder up)
+    sys.path.append(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    import error_table
+    import parsers
+    import vocabulary
+
+SCHEMA = 1
+DRIVER_LIBS = ("libascend_hal.so", "libdrvdsmi_host.so", "libdcmi.so")
+COLLECTIVE_TIMEOUT = 60.0
+WORKER_FLAG = "--collective-worker"
+RESULT_MARK = "SMOKE_COLLECTIVE_RESULT "
+
+# Known error strings -> cause and fix: the table of `ascend-build explain`, shipped
+# into the image as errors.json beside this file (the repository's copy in tests).
+_TABLE = []  # cache: [table]
+
+
+def known_errors():
+    """The error table: errors.json beside this file (an image), else the repository's."""
+    if not _TABLE:
+        table = error_table.load_shipped(os.path.dirname(os.path.abspath(__file__)))
+        if not table:
+            try:  # repository layout: the knowledge base reads builder/data/errors.yaml
+                from builder import knowledge
+                table = error_table.compile_table(knowledge.error_entries())
+            except Exception:  # no table: failures are still reported, only without a hint
+                table = ()
+        _TABLE.append(table)
+    return _TABLE[0]
+
+
+def diagnose(text, manifest=None):
+    """Cause and fix of the first known Ascend error in ``text`` (None when none is known).
+
+    Placeholders of the fix are filled from the manifest where it knows them.
+    """
+    m = manifest or {}
+    values = {"image_min_driver": m.get("min_driver"), "image_min_firmware": m.get("min_firmware"),
+              "image_cann": m.get("cann_version"), "image_torch_npu": m.get("torch_npu_version"),
+              "image_arch": m.get("arch"), "image_chip": m.get("chip")}
+    for entry, _, _ in error_table.find(known_errors(), text)[:1]:
+        return "%s: %s Fix: %s" % (entry.id, entry.cause, error_table.fill(entry.fix, values, "unknown"))
+    return None
+
+
+def log(msg):
+    sys.stderr.write("[smoke] %s\n" % msg)
+    sys.stderr.flush()
+
+
+# ---------------------------------------------------------------- versions.py
+_VERSIONS = []  # cache: [(module or None, note)]
+
+
+def versions_module():
+    """versions.py (shipped next to this file) orders CANN/HDK/firmware strings;
+    plain string comparison is the stated fallback when it cannot be imported."""
+    if _VERSIONS:
+        return _VERSIONS[0]
+    here = os.path.dirname(os.path.abspath(__file__))
+    errors = []
+    for path in (os.path.join(here, "versions.py"), os.path.join(os.path.dirname(here), "versions.py")):
+        if not os.path.isfile(path):
+            continue
+        try:
+            spec = importlib.util.spec_from_file_location("versions", path)
+            mod = importlib.util.module_from_spec(spec)
+            spec.loader.exec_module(mod)
+            if all(hasattr(mod, k) for k in ("cann", "hdk", "firmware", "meets_minimum")):
+                _VERSIONS.append((mod, "versions.py from %s" % path))
+                return _VERSIONS[0]
+            errors.append("%s lacks cann/hdk/firmware/meets_minimum" % path)
+        except Exception as exc:  # e.g. a missing dependency inside the image
+            errors.append("%s: %s: %s" % (path, type(exc).__name__, exc))
+    _VERSIONS.append((None, "versions.py unavailable (%s): plain string comparison"
+                      % ("; ".join(errors) or "not found next to smoke.py")))
+    return _VERSIONS[0]
+
+
+def same_version(kind, a, b):
+    """Equality under Ascend rules (8.0.RC2.beta1 == 8.0.RC2) when versions.py loads."""
+    mod, _ = versions_module()
+    if mod is not None:
+        try:
+            parse = getattr(mod, kind)
+            return parse(a) == parse(b)
+        except Exception:
+            pass
+    return str(a).strip() == str(b).strip()
+
+
+def at_least(kind, actual, minimum):
+    """True/False when `actual >= minimum` can be decided, None when it cannot: the
+    node's rule (versions.meets_minimum) when versions.py loads."""
+    mod, _ = versions_module()
+    if mod is not None:
+        decided = mod.meets_minimum(kind, actual, minimum)
+        if decided is not None:
+            return decided
+    if actual.strip() == minimum.strip():
+        return True
+    if re.match(r"^\d+(\.\d+)*$", actual) and re.match(r"^\d+(\.\d+)*$", minimum):
+        return tuple(int(x) for x in actual.split(".")) >= tuple(int(x) for x in minimum.split("."))
+    return None
+
+
+# ---------------------------------------------------------------- pure parsers
+def is_driver_lib(name):
+    base = name.split(".so")[0] + ".so"
+    return base in DRIVER_LIBS or base.startswith("libdrv") or name.startswith(parsers.DRIVER_DIR + "/")
+
+
+def is_plugin(obj):
+    """torch_npu's operator plugins (libop_plugin_atb.so) are loaded when their ops are
+    first used, not at import: what only they need is optional for importing."""
+    return re.match(r"^libop_plugin_[\w.-]*\.so", obj) is not None
+
+
+def classify_missing(needed_by, driver_mount):
+    """{lib: [needing .so]} -> (fatal, from_host, optional).
+
+    Driver libraries come from the host mount, so without the mount they are
+    expected-missing, not a failure. A library only plugins need (libatb.so from
+    NNAL for libop_plugin_atb.so) is optional: import works, those ops do not.
+    """
+    fatal, from_host, optional = {}, {}, {}
+    for lib, users in sorted(needed_by.items()):
+        if is_driver_lib(lib) and not driver_mount:
+            from_host[lib] = users
+        elif all(is_plugin(user) for user in users):
+            optional[lib] = users
+        else:
+            fatal[lib] = users
+    return fatal, from_host, optional
+
+
+def python_matches(expected, actual):
+    """Manifest python_version may be "3.11" or "3.11.7": compare as a prefix."""
+    return actual == expected or actual.startswith(expected + ".")
+
+
+def dist_matches(expected, actual):
+    """torch "2.13.0+cpu" satisfies a declared "2.13.0" (local label ignored)."""
+    return actual == expected or ("+" not in expected and actual.split("+")[0] == expected)
+
+
+def env_differences(expected, environ):
+    return {k: {"expected": v, "actual": environ.get(k)}
+            for k, v in sorted((expected or {}).items()) if environ.get(k) != v}
+
+
+def check_host(driver, firmware, manifest, device):
+    """Driver/firmware are host requirements: each must be >= the manifest minimum.
+    -> (problems, notes)."""
+    problems, notes = [], []
+    for what, have, need, kind in (("driver", driver, manifest.get("min_driver"), "hdk"),
+                                   ("firmware", firmware, manifest.get("min_firmware"), "firmware")):
+        if have is None:
+            if what == "driver" and device == "npu":
+                problems.append("host driver version unknown: mount -v %s:%s" % (parsers.DRIVER_INFO, parsers.DRIVER_INFO))
+            else:
+                notes.append("%s version unknown (no version.info mounted)" % what)
+            continue
+        if not need:
+            continue
+        ok = at_least(kind, have, need)
+        if ok is False:
+            problems.append("host %s %s is older than the %s this image needs: upgrade the %s"
+                            % (what, have, need, what))
+        elif ok is None:
+            notes.append("cannot order %s %s against %s without versions.py" % (what, have, need))
+    return problems, notes
+
+
+# ---------------------------------------------------------------- tier plumbing
+class Result(object):
+    def __init__(self, status, summary, details=None):
+        self.status, self.summary, self.details = status, summary, details or {}
+
+
+def passed(summary, **details):
+    return Result("passed", summary, details)
+
+
+def failed(summary, **details):
+    return Result("failed", summary, details)
+
+
+def skipped(summary, **details):
+    return Result("skipped", summary, details)
+
+
+class Ctx(object):
+    def __init__(self, args, manifest, device):
+        self.args, self.manifest, self.device = args, manifest, device
+        self.variant = manifest.get("variant", "cpu")
+        self.wants_npu = device == "npu" or self.variant == "npu"
+        self.import_failed = None
+        self.torch = None
+
+
+def import_stack(ctx):
+    """Import torch (+ torch_npu when the image or device is npu) once."""
+    if ctx.torch is None:
+        import torch
+        if ctx.wants_npu:
+            import torch_npu  # noqa: F401  (registers the npu device)
+        ctx.torch = torch
+    return ctx.torch
+
+
+def needs_import(ctx):
+    if ctx.import_failed:
+        return skipped("skipped: import failed (%s)" % ctx.import_failed)
+    import_stack(ctx)
+    return None
+
+
+def device_name(ctx, index=0):
+    return "npu:%d" % index if ctx.device == "npu" else "cpu"
+
+
+def sync(ctx):
+    if ctx.device == "npu":
+        ctx.torch.npu.synchronize()
+
+
+# ---------------------------------------------------------------- tiers
+def tier_versions(ctx):
+    """Users lose days to a torch/torch_npu/CANN/Python that differs from what the
+    image claims; compare what is installed (metadata only, nothing imported) with
+    the manifest, and check the ENV the Dockerfile set (non-interactive shells never
+    source set_env.sh)."""
+    m, problems = ctx.manifest, []
+    vmod, vnote = versions_module()
+    d = {"versions_module": vnote, "python": platform.python_version()}
+    if m.get("python_version") and not python_matches(m["python_version"], d["python"]):
+        problems.append("python %s running, manifest declares %s" % (d["python"], m["python_version"]))
+    d["torch"] = parsers.dist_version("torch")
+    if d["torch"] is None:
+        problems.append("torch not installed, manifest declares %s" % m.get("torch_version"))
+    elif m.get("torch_version") and not dist_matches(m["torch_version"], d["torch"]):
+        problems.append("torch %s installed, manifest declares %s" % (d["torch"], m["torch_version"]))
+    d["torch_npu"] = parsers.dist_version("torch_npu", "torch-npu")
+    found, looked = parsers.find_cann(os.environ, m, platform.machine())
+    d["cann_files"], d["cann_paths_looked_at"] = found, looked
+    if ctx.variant == "npu":
+        want = m.get("torch_npu_version")
+        if d["torch_npu"] is None:
+            problems.append("torch_npu missing, manifest declares %s" % want)
+        elif want and not dist_matches(want, d["torch_npu"]):
+            problems.append("torch_npu %s installed, manifest declares %s" % (d["torch_npu"], want))
+        cann = m.get("cann_version")
+        if cann and not found:
+            problems.append("CANN %s declared but no CANN version file found: looked at %s"
+                            % (cann, ", ".join(looked)))
+        for f in found if cann else ():
+            if not f["version"]:
+                problems.append("no CANN version in %s" % f["path"])
+            elif not same_version("cann", f["version"], cann):
+                problems.append("CANN %s in %s, manifest declares %s" % (f["version"], f["path"], cann))
+    else:
+        if d["torch_npu"] is not None:
+            problems.append("cpu twin contains torch_npu %s: it must not" % d["torch_npu"])
+        if found:
+            problems.append("cpu twin contains CANN (%s): it must not" % ", ".join(f["path"] for f in found))
+    diff = env_differences(m.get("env"), os.environ)
+    d["env_checked"], d["env_differs"] = sorted((m.get("env") or {})), diff
+    if diff:
+        problems.append("ENV differs from the manifest: %s" % ", ".join(
+            "%s=%r (expected %r)" % (k, v["actual"], v["expected"]) for k, v in diff.items()))
+    if problems:
+        return failed("; ".join(problems), **d)
+    return passed("python %s, torch %s, %s, %d ENV values as declared" % (
+        d["python"], d["torch"],
+        "torch_npu %s, CANN %s" % (d["torch_npu"], ", ".join(str(f["version"]) for f in found))
+        if ctx.variant == "npu" else "no torch_npu/CANN (cpu twin)", len(d["env_checked"])), **d)
+
+
+def package_objects(package, patterns):
+    """Shared objects of an installed package, located WITHOUT importing it."""
+    files = []
+    for root in _package_roots(package):
+        for pat in patterns:
+            files.extend(sorted(glob.glob(os.path.join(root, pat))))
+    if not files:
+        try:
+            dist = importlib.metadata.distribution(package)
+            for p in dist.files or ():
+                s = str(p).replace("\\", "/")
+                if any(re.match("^" + re.escape(package + "/" + pat).replace(r"\*", "[^/]*") + "$", s)
+                       for pat in patterns):
+                    files.append(str(dist.locate_file(p)))
+        except importlib.metadata.PackageNotFoundError:
+            pass
+    return sorted(set(files))
+
+
+def _package_roots(package):
+    """Folders of an installed package, found without importing it."""
+    try:
+        spec = importlib.util.find_spec(package)
+    except (ImportError, ValueError):
+        return []
+    return list(spec.submodule_search_locations or []) if spec else []
+
+
+def tier_libraries(ctx):
+    """A static link check tells, with no NPU present, whether an image can ever
+    import torch_npu: every DT_NEEDED library of its .so files must resolve with the
+    image's LD_LIBRARY_PATH. The cpu twin checks torch's own libraries instead."""
+    pkg = "torch_npu" if ctx.variant == "npu" else "torch"
+    objs = package_objects(pkg, ("lib/*.so*", "_C*.so"))
+    driver_mount = os.path.isdir(parsers.DRIVER_LIB64) and bool(os.listdir(parsers.DRIVER_LIB64))
+    d = {"package": pkg, "objects": len(objs), "driver_mount": driver_mount,
+         "ld_library_path": os.environ.get("LD_LIBRARY_PATH", "")}
+    if not objs:
+        return failed("%s is not installed (no shared objects found): nothing to link-check" % pkg, **d)
+    if not shutil.which("ldd"):
+        return failed("ldd not found in the image: install glibc's tools (libc-bin / glibc-common)", **d)
+    # At run time `import torch` has loaded torch's own libraries (libc10.so,
+    # libtorch*.so) before torch_npu asks for them, and torch_npu's RPATH does not
+    # name torch/lib: give ldd the same view by putting both lib folders first.
+    preloaded = [os.path.join(root, "lib") for name in ("torch", pkg) for root in _package_roots(name)]
+    env = dict(os.environ, LD_LIBRARY_PATH=":".join(preloaded + [os.environ.get("LD_LIBRARY_PATH", "")]).strip(":"))
+    d["preloaded_dirs"] = preloaded
+    needed_by, from_driver = {}, set()
+    for obj in objs:
+        proc = subprocess.run(["ldd", obj], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                              universal_newlines=True, timeout=60, env=env)
+        missing, resolved = parsers.parse_ldd(proc.stdout)
+        for lib in missing:
+            needed_by.setdefault(lib, []).append(os.path.basename(obj))
+        from_driver.update(k for k, v in resolved.items() if v.startswith(parsers.DRIVER_DIR + "/"))
+    fatal, from_host, optional = classify_missing(needed_by, driver_mount)
+    d.update(missing=fatal, expected_from_host_driver_mount=from_host, optional_missing=optional,
+             resolved_from_driver_mount=sorted(from_driver))
+    if fatal:
+        hints = sorted(set(
+            ("host driver mount lacks it" if is_driver_lib(lib) else
+             "CANN missing or its lib64 not on LD_LIBRARY_PATH") for lib in fatal))
+        table_hint = diagnose(" ".join("%s: cannot open shared object file" % lib for lib in fatal), ctx.manifest)
+        if table_hint:
+            hints.append(table_hint)
+        return failed("%d libraries missing: %s (%s)" % (len(fatal), ", ".join(
+            "%s (needed by %s)" % (lib, ", ".join(users)) for lib, users in fatal.items()),
+            "; ".join(hints)), **d)
+    note = " (%s expected from the host driver mount)" % ", ".join(from_host) if from_host else ""
+    if optional:
+        hint = diagnose(" ".join("%s: cannot open shared object file" % lib for lib in optional), ctx.manifest)
+        note += "; optional, only for plugins: %s%s" % (", ".join(
+            "%s (needed by %s)" % (lib, ", ".join(users)) for lib, users in optional.items()),
+            " -> " + hint if hint else "")
+    return passed("all libraries of %d %s objects resolve%s" % (len(objs), pkg, note), **d)
+
+
+def tier_import(ctx):
+    """A published image that cannot even `import torch_npu` is the most common
+    failure; import it the way a user's script would, and explain known errors."""
+    t0 = time.time()
+    try:
+        torch = import_stack(ctx)
+    except BaseException as exc:
+        text = "%s: %s" % (type(exc).__name__, exc)
+        ctx.import_failed = text.splitlines()[0][:200]
+        hint = diagnose(text + traceback.format_exc(), ctx.manifest)
+        return failed("import failed: %s%s" % (ctx.import_failed, " -> " + hint if hint else ""),
+                      error=text, hint=hint)
+    d = {"seconds_import": round(time.time() - t0, 3), "torch": torch.__version__,
+         "torch_file": torch.__file__}
+    if ctx.wants_npu:
+        d["torch_npu"] = getattr(sys.modules.get("torch_npu"), "__version__", None)
+    return passed("imported torch %s%s in %.1f s" % (
+        torch.__version__, ", torch_npu %s" % d["torch_npu"] if ctx.wants_npu else "",
+        d["seconds_import"]), **d)
+
+
+def tier_device(ctx):
+    """`torch.npu.is_available()` alone can lie about usability: run a matmul on the
+    device and compare it with the CPU, and check the host driver/firmware against
+    the minimums the image was validated for."""
+    skip = needs_import(ctx)
+    if skip:
+        return skip
+    torch, problems = ctx.torch, []
+    d = {"device": ctx.device}
+    if ctx.device == "npu":
+        d["available"] = bool(torch.npu.is_available())
+        d["device_count"] = int(torch.npu.device_count()) if d["available"] else 0
+        if not d["available"] or d["device_count"] < 1:
+            problems.append("torch.npu.is_available() is False or no device: pass --device "
+                            "/dev/davinciN /dev/davinci_manager /dev/devmm_svm /dev/hisi_hdc "
+                            "and mount the driver lib64")
+        else:
+            torch.npu.set_device(0)
+            d["device_name"] = str(torch.npu.get_device_name(0))
+    if not problems:
+        gen = torch.Generator().manual_seed(1234)
+        a = torch.randn(256, 256, generator=gen)
+        b = torch.randn(256, 256, generator=gen)
+        want = a @ b
+        got = (a.to(device_name(ctx)) @ b.to(device_name(ctx))).cpu()
+        d["matmul_max_abs_diff"] = float((got - want).abs().max())
+        if not torch.allclose(got, want, rtol=1e-3, atol=1e-3):
+            problems.append("256x256 fp32 matmul on %s differs from CPU (max abs diff %.3g)"
+                            % (ctx.device, d["matmul_max_abs_diff"]))
+    drv, fw = parsers.read_version_info(parsers.DRIVER_INFO), parsers.read_version_info(parsers.FIRMWARE_INFO)
+    d["driver"], d["firmware"] = drv or "unknown", fw or "unknown"
+    hp, notes = check_host(drv, fw, ctx.manifest, ctx.device)
+    problems.extend(hp)
+    d["notes"] = notes
+    if problems:
+        return failed("; ".join(problems), **d)
+    return passed("%s works: matmul matches CPU (max diff %.2g); driver %s, firmware %s" % (
+        d.get("device_name", ctx.device), d["matmul_max_abs_diff"], d["driver"], d["firmware"]), **d)
+
+
+def make_model(torch, vocab, d_model=128, seq_len=32):
+    """The field guide's minimal reproduction: 2 layers, hidden 128, ff 512, 8 heads."""
+    nn = torch.nn
+
+    class Tiny(nn.Module):
+        def __init__(self):
+            super(Tiny, self).__init__()
+            self.emb = nn.Embedding(vocab, d_model)
+            self.pos = nn.Parameter(torch.zeros(1, seq_len, d_model))
+            layer = nn.TransformerEncoderLayer(d_model, 8, dim_feedforward=512, dropout=0.0,
+                                               batch_first=True)
+            self.enc = nn.TransformerEncoder(layer, 2, enable_nested_tensor=False)
+            self.head = nn.Linear(d_model, vocab)
+
+        def forward(self, x):
+            return self.head(self.enc(self.emb(x) + self.pos))
+
+    return Tiny()
+
+
+def autocast_and_scaler(ctx):
+    """bf16 autocast + GradScaler, with the fallbacks older torch/torch_npu need."""
+    torch, dev = ctx.torch, ctx.device
+    try:
+        with torch.autocast(device_type=dev, dtype=torch.bfloat16):
+            pass
+        autocast, ac_name = (lambda: torch.autocast(device_type=dev, dtype=torch.bfloat16)), "torch.autocast"
+    except Exception:  # torch 2.1 + torch_npu: the npu autocast lives under torch.npu.amp
+        autocast, ac_name = (lambda: torch.npu.amp.autocast(dtype=torch.bfloat16)), "torch.npu.amp.autocast"
+    try:
+        scaler, sc_name = torch.amp.GradScaler(dev), "torch.amp.GradScaler(%r)" % dev
+    except Exception:
+        if dev == "npu":
+            scaler, sc_name = torch.npu.amp.GradScaler(), "torch.npu.amp.GradScaler()"
+        else:
+            scaler, sc_name = torch.cuda.amp.GradScaler(enabled=False), "torch.cuda.amp.GradScaler(enabled=False)"
+    return autocast, ac_name, scaler, sc_name
+
+
+def cpu_has_native_bf16():
+    try:
+        with open("/proc/cpuinfo") as fh:
+            flags = set(re.findall(r"\S+", fh.read()))
+    except OSError:
+        return None
+    return bool(flags & {"avx512_bf16", "amx_bf16"})
+
+
+def tier_train(ctx):
+    """A tiny transformer must learn a synthetic task (next token = token + 1 mod
+    vocab) under bf16 autocast with the GradScaler in the right order; NaN or a flat
+    loss means broken operators, precision setup or optimizer, not the model."""
+    skip = needs_import(ctx)
+    if skip:
+        return skip
+    torch, steps, vocab, batch, seq = ctx.torch, ctx.args.steps, 64, 16, 32
+    dev = device_name(ctx)
+    if ctx.device == "npu":
+        torch.npu.set_device(0)
+    torch.manual_seed(0)
+    model = make_model(torch, vocab, seq_len=seq).to(dev)
+    opt = torch.optim.AdamW(model.parameters(), lr=ctx.args.lr)
+    autocast, ac_name, scaler, sc_name = autocast_and_scaler(ctx)
+    gen = torch.Generator().manual_seed(0)
+    losses, times, logits_dtype = [], [], None
+    for _ in range(steps):
+        x = torch.randint(0, vocab, (batch, seq), generator=gen)
+        y = ((x + 1) % vocab).to(dev)
+        x = x.to(dev)
+        t0 = time.time()
+        opt.zero_grad(set_to_none=True)
+        with autocast():
+            logits = model(x)
+            loss = torch.nn.functional.cross_entropy(logits.float().reshape(-1, vocab), y.reshape(-1))
+        logits_dtype = str(logits.dtype)
+        scaler.scale(loss).backward()
+        scaler.unscale_(opt)
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        scaler.step(opt)
+        scaler.update()
+        losses.append(float(loss.item()))
+        sync(ctx)
+        times.append(time.time() - t0)
+    d = {"device": dev, "steps": steps, "lr": ctx.args.lr, "autocast": ac_name,
+         "logits_dtype": logits_dtype, "grad_scaler": sc_name,
+         "param_dtype": str(next(model.parameters()).dtype),
+         "losses": [round(v, 4) for v in losses],
+         "mean_step_ms": round(1000.0 * sum(times) / max(len(times), 1), 2)}
+    if ctx.device == "cpu":  # without these, bf16 matmuls are emulated: slow, still correct
+        d["cpu_native_bf16"] = cpu_has_native_bf16()
+    if not all(math.isfinite(v) for v in losses):
+        return failed("non-finite loss during training (check GradScaler order / bf16 ops)", **d)
+    if losses[-1] > 0.7 * losses[0]:
+        return failed("loss did not decrease: %.3f -> %.3f after %d steps (needs <= 70%% of the first)"
+                      % (losses[0], losses[-1], steps), **d)
+    return passed("loss %.3f -> %.3f in %d steps (%s, %.1f ms/step)" % (
+        losses[0], losses[-1], steps, logits_dtype, d["mean_step_ms"]), **d)
+
+
+def free_port():
+    s = socket.socket()
+    try:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+    finally:
+        s.close()
+
+
+def collective_worker(argv):
+    """Child process: init the process group, all-reduce rank+1, print the result."""
+    rank, world, port, device = int(argv[0]), int(argv[1]), int(argv[2]), argv[3]
+    import torch
+    import torch.distributed as dist
+    if device == "npu":
+        import torch_npu  # noqa: F401
+        torch.npu.set_device(rank)
+    backend = "hccl" if device == "npu" else "gloo"
+    dist.init_process_group(backend, init_method="tcp://127.0.0.1:%d" % port, rank=rank,
+                            world_size=world, timeout=datetime.timedelta(seconds=COLLECTIVE_TIMEOUT))
+    t = torch.full((4,), float(rank + 1), device="npu:%d" % rank if device == "npu" else "cpu")
+    dist.all_reduce(t)
+    values = t.cpu().tolist()
+    dist.destroy_process_group()
+    sys.stdout.write(RESULT_MARK + json.dumps({"rank": rank, "values": values}) + "\n")
+    return 0
+
+
+def tier_collective(ctx):
+    """Multi-device training needs a working collective backend (hccl on NPU, gloo on
+    cpu): two processes all-reduce a tensor and must both see the sum."""
+    skip = needs_import(ctx)
+    if skip:
+        return skip
+    world = 2
+    if ctx.device == "npu":
+        count = int(ctx.torch.npu.device_count())
+        if count < 2:
+            return skipped("skipped: %d NPU visible, hccl all-reduce needs >= 2" % count, device_count=count)
+    port, env = free_port(), dict(os.environ)
+    if ctx.device == "cpu":
+        env.setdefault("GLOO_SOCKET_IFNAME", "lo")
+    procs = [subprocess.Popen([sys.executable, os.path.abspath(__file__), WORKER_FLAG, str(r), str(world),
+                               str(port), ctx.device], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                              universal_newlines=True, env=env) for r in range(world)]
+    deadline, outputs, timed_out = time.time() + COLLECTIVE_TIMEOUT, [], False
+    for p in procs:
+        try:
+            outputs.append(p.communicate(timeout=max(1.0, deadline - time.time()))[0])
+        except subprocess.TimeoutExpired:
+            timed_out = True
+            for q in procs:
+                q.kill()
+            outputs.append(p.communicate()[0])
+    expected = float(world * (world + 1) // 2)
+    d = {"backend": "hccl" if ctx.device == "npu" else "gloo", "world_size": world,
+         "expected": expected, "results": [], "returncodes": [p.returncode for p in procs]}
+    for out in outputs:
+        res = [json.loads(line[len(RESULT_MARK):]) for line in out.splitlines() if line.startswith(RESULT_MARK)]
+        d["results"].extend(res)
+        if not res:
+            d.setdefault("output_tail", []).append(out[-2000:])
+    if timed_out:
+        return failed("all-reduce timed out after %d s (%s): check HCCL_CONNECT_TIMEOUT, devices, ports"
+                      % (COLLECTIVE_TIMEOUT, d["backend"]), **d)
+    ok = len(d["results"]) == world and all(all(v == expected for v in r["values"]) for r in d["results"])
+    if not ok or any(d["returncodes"]):
+        tail = " ".join(d.get("output_tail", [""])).strip().splitlines()
+        hint = diagnose(" ".join(d.get("output_tail", [])), ctx.manifest)
+        return failed("%s all-reduce over %d processes did not give %s: %s%s" % (
+            d["backend"], world, expected, tail[-1] if tail else d["results"],
+            " -> " + hint if hint else ""), **d)
+    return passed("%s all-reduce over %d processes gave %s" % (d["backend"], world, expected), **d)
+
+
+# vocabulary.TIERS names them, in the order they run.
+TIERS = dict(zip(vocabulary.TIERS, (tier_versions, tier_libraries, tier_import, tier_device, tier_train,
+                                     tier_collective)))
+
+
+# ---------------------------------------------------------------- main
+class UsageError(Exception):
+    pass
+
+
+class Parser(argparse.ArgumentParser):
+    def error(self, message):
+        raise UsageError(message)
+
+
+def parse_args(argv):
+    p = Parser(prog="smoke.py", description="ascend-build in-image smoke test")
+    p.add_argument("--device", default="auto", choices=("auto", "npu", "cpu"))
+    p.add_argument("--tiers", default=",".join(TIERS))
+    p.add_argument("--manifest", default=vocabulary.MANIFEST)
+    p.add_argument("--steps", type=int, default=30)
+    p.add_argument("--lr", type=float, default=3e-3, help="AdamW learning rate (0 proves the check bites)")
+    args = p.parse_args(argv)
+    names = [t.strip() for t in args.tiers.split(",") if t.strip()]
+    unknown = [t for t in names if t not in TIERS]
+    if unknown or not names:
+        raise UsageError("unknown tier(s) %s; choose from %s" % (",".join(unknown) or "(none)", ",".join(TIERS)))
+    if args.steps < 2:
+        raise UsageError("--steps must be >= 2")
+    args.tiers = [t for t in TIERS if t in names]
+    return args
+
+
+def load_manifest(path):
+    try:
+        with open(path) as fh:
+            m = json.load(fh)
+    except (OSError, ValueError) as exc:
+        raise UsageError("cannot read manifest %s: %s" % (path, exc))
+    if not isinstance(m, dict) or m.get("schema") != SCHEMA:
+        raise UsageError("manifest %s: expected a JSON object with schema %d" % (path, SCHEMA))
+    return m
+
+
+def resolve_device(choice, manifest):
+    if choice != "auto":
+        return choice
+    if manifest.get("variant") in ("npu", "cpu"):
+        return manifest["variant"]
+    return "npu" if parsers.dist_version("torch_npu", "torch-npu") else "cpu"
+
+
+def run_tier(name, ctx):
+    log("%s ..." % name)
+    t0 = time.time()
+    try:
+        res = TIERS[name](ctx)
+    except BaseException as exc:
+        if isinstance(exc, KeyboardInterrupt):
+            raise
+        text = "%s: %s" % (type(exc).__name__, exc)
+        hint = diagnose(text, ctx.manifest)
+        res = failed("%s%s" % (text.splitlines()[0][:300], " -> " + hint if hint else ""),
+                     error=text, traceback=traceback.format_exc()[-4000:], hint=hint)
+    entry = {"name": name, "status": res.status, "seconds": round(time.time() - t0, 3),
+             "summary": res.summary, "details": res.details}
+    log("%s %s (%.1f s): %s" % (name, res.status, entry["seconds"], res.summary))
+    return entry
+
+
+def main(argv=None):
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == [WORKER_FLAG]:
+        return collective_worker(argv[1:])
+    sys.stdout.flush()
+    real_stdout = os.dup(1)
+    os.dup2(2, 1)  # everything printed by libraries (also from C) lands on stderr
+    report = {"schema": SCHEMA, "passed": False, "python": platform.python_version(),
+              "started": datetime.datetime.now(datetime.timezone.utc).isoformat()}
+    try:
+        args = parse_args(argv)
+        manifest = load_manifest(args.manifest)
+        ctx = Ctx(args, manifest, resolve_device(args.device, manifest))
+        report.update(cell=manifest.get("cell"), variant=ctx.variant, device=ctx.device, tiers=[],
+                      host={"driver": parsers.read_version_info(parsers.DRIVER_INFO), "firmware": parsers.read_version_info(parsers.FIRMWARE_INFO)})
+        for name in args.tiers:
+            report["tiers"].append(run_tier(name, ctx))
+        report["passed"] = all(t["status"] != "failed" for t in report["tiers"])
+        code = 0 if report["passed"] else 1
+    except UsageError as exc:
+        log("usage: %s" % exc)
+        report["error"], code = str(exc), 2
+    sys.stdout.flush()
+    sys.stderr.flush()
+    with os.fdopen(real_stdout, "w") as out:
+        out.write(json.dumps(report, sort_keys=False) + "\n")
+    log("%s" % ("PASSED" if report["passed"] else "FAILED (exit %d)" % code))
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

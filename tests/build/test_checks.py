@@ -1,0 +1,443 @@
+"""builder.build.checks: one minimal bad matrix per rule, asserting rule id, severity, the
+line of the offending key, and the values and the fix named in the message.
+
+Expected values come from builder/data (and docs/ascend-facts.md): CANN 7.0.RC1 pairs
+with torch_npu 2.1.0rc1 and HDK 23.0.RC3; torch_npu 2.4.0 with CANN 8.0.RC3; etc.
+"""
+
+from __future__ import annotations
+
+import doctest
+
+import pytest
+from typer.testing import CliRunner
+
+from builder.build import checks, matrix
+from builder import cli, installers, knowledge, versions
+from helpers_matrix import CANN_7, SHIPPED_MATRIX, VALID, all_findings, by_rule, write_cells
+
+
+def only(findings, rule):
+    """The one finding of ``rule`` (and say what else there was when there is not exactly one)."""
+    found = by_rule(findings, rule)
+    assert len(found) == 1, f"expected one {rule}, got: {[str(f) for f in findings]}"
+    return found[0]
+
+
+def cell_findings(tmp_path, *cells, **kw):
+    path, lines = write_cells(tmp_path, *cells, **kw)
+    return all_findings(path), lines, str(path)
+
+
+def test_module_examples_hold():
+    result = doctest.testmod(checks)
+    assert result.attempted >= 4
+    assert result.failed == 0
+
+
+def test_the_valid_cells_have_no_finding(tmp_path):
+    """The controls every bad matrix below is a one-key change of."""
+    findings, _, _ = cell_findings(tmp_path, VALID, CANN_7)
+    assert findings == []
+
+
+# --- torch_npu_published ------------------------------------------------------------
+
+
+def test_torch_npu_unpublished_names_the_paired_release(tmp_path):
+    findings, lines, path = cell_findings(tmp_path, dict(CANN_7, torch_npu="2.1.0.post5"))
+    f = only(findings, "torch-npu-unpublished")
+    assert f.severity == "error"
+    assert f.field == "cells[0].torch_npu"
+    assert (f.where.file, f.where.line) == (path, lines[(0, "torch_npu")])
+    assert f.message == "torch_npu 2.1.0.post5 was never published on PyPI"
+    assert f.fix == "for CANN 7.0.RC1 use 2.1.0rc1"
+    assert str(f).startswith(f"{path}:{lines[(0, 'torch_npu')]}:16: error: torch-npu-unpublished [cells[0].torch_npu]")
+
+
+def test_torch_npu_named_by_huawei_but_not_on_pypi(tmp_path):
+    findings, _, _ = cell_findings(tmp_path, dict(VALID, cann="8.0.RC1", torch_npu="2.1.0.post4"))
+    f = only(findings, "torch-npu-unpublished")
+    assert f.message == "torch_npu 2.1.0.post4 is named in Huawei's tables but has no files on PyPI"
+
+
+# --- torch_matches_pin ----------------------------------------------------------------
+
+
+def test_torch_mismatch(tmp_path):
+    findings, lines, _ = cell_findings(tmp_path, dict(CANN_7, torch="2.2.0"))
+    f = only(findings, "torch-mismatch")
+    assert f.severity == "error"
+    assert (f.field, f.where.line) == ("cells[0].torch", lines[(0, "torch")])
+    assert f.message == "torch 2.2.0 does not match torch_npu 2.1.0rc1, which requires torch 2.1.0"
+    assert f.fix == "set torch: 2.1.0 (or leave torch out: it follows from torch_npu)"
+
+
+def test_torch_with_local_label_matches(tmp_path):
+    findings, _, _ = cell_findings(tmp_path, dict(CANN_7, torch="2.1.0+cpu"))
+    assert by_rule(findings, "torch-mismatch") == []
+
+
+# --- cann_paired ------------------------------------------------------------------------
+
+
+def test_cann_mismatch(tmp_path):
+    findings, lines, _ = cell_findings(tmp_path, dict(CANN_7, torch_npu="2.4.0"))
+    f = only(findings, "cann-mismatch")
+    assert f.severity == "error"
+    assert (f.field, f.where.line) == ("cells[0].torch_npu", lines[(0, "torch_npu")])
+    assert f.message == "torch_npu 2.4.0 is paired with CANN 8.0.RC3, not CANN 7.0.RC1"
+    assert f.fix == "set cann: 8.0.RC3, or for CANN 7.0.RC1 use 2.1.0rc1"
+
+
+def test_cann_spelling_variants_are_the_same_release(tmp_path):
+    findings, _, _ = cell_findings(tmp_path, dict(VALID, cann="8.0.rc3"))
+    assert by_rule(findings, "cann-mismatch") == [] and by_rule(findings, "cann-unknown") == []
+
+
+def test_cann_pairing_unknown_is_a_warning(tmp_path):
+    findings, lines, _ = cell_findings(tmp_path, dict(VALID, os="debian12", env="venv", python="3.11",
+                                                      cann="9.0.0", torch_npu="2.13.0"))
+    f = only(findings, "cann-pairing-unknown")
+    assert f.severity == "warning"
+    assert (f.field, f.where.line) == ("cells[0].torch_npu", lines[(0, "torch_npu")])
+    assert f.message == "no published CANN pairing for torch_npu 2.13.0; CANN 9.0.0 is unconfirmed"
+    assert "validate the image on an NPU host" in f.fix
+    assert [x.rule for x in findings] == ["cann-pairing-unknown"]  # a warning only: not an error
+    assert not checks.has_errors(findings) and checks.has_errors(findings, strict=True)
+
+
+# --- python_has_wheel -------------------------------------------------------------------
+
+
+def test_python_no_wheel(tmp_path):
+    findings, lines, _ = cell_findings(tmp_path, dict(VALID, cann="8.0.RC2", torch_npu="2.3.1", python="3.11"))
+    f = only(findings, "python-no-wheel")
+    assert f.severity == "error"
+    assert (f.field, f.where.line) == ("cells[0].python", lines[(0, "python")])
+    assert f.message == "torch_npu 2.3.1 has no wheel for Python 3.11 on x86_64"
+    assert f.fix == "use Python 3.8 or 3.9 or 3.10"
+
+
+def test_python_patch_version_uses_its_minor(tmp_path):
+    findings, _, _ = cell_findings(tmp_path, dict(VALID, python="3.10.14"))
+    assert by_rule(findings, "python-no-wheel") == []
+
+
+# --- glibc_new_enough -------------------------------------------------------------------
+
+
+def test_glibc_too_old(tmp_path):
+    findings, lines, _ = cell_findings(tmp_path, dict(VALID, os="ubuntu18.04", cann="8.3.RC1",
+                                                      torch_npu="2.7.1", python="3.10"))
+    f = only(findings, "glibc-too-old")
+    assert f.severity == "error"
+    assert (f.field, f.where.line) == ("cells[0].os", lines[(0, "os")])
+    assert f.message == "ubuntu18.04 has glibc 2.27, below the manylinux_2_28 floor of torch_npu 2.7.1"
+    assert f.fix == ("use a newer OS: ubuntu20.04, ubuntu22.04, ubuntu24.04, debian12, "
+                     "openeuler20.03, openeuler22.03, openeuler24.03")
+
+
+def test_glibc_2_17_wheel_runs_on_ubuntu18(tmp_path):
+    findings, _, _ = cell_findings(tmp_path, dict(CANN_7, os="ubuntu18.04"))
+    assert by_rule(findings, "glibc-too-old") == []
+
+
+# --- driver_supports_cann ----------------------------------------------------------------
+
+
+def test_driver_too_old(tmp_path):
+    findings, lines, _ = cell_findings(tmp_path, dict(VALID, driver="23.0.3"))
+    f = only(findings, "driver-too-old")
+    assert f.severity == "error"
+    assert (f.field, f.where.line) == ("cells[0].driver", lines[(0, "driver")])
+    assert f.message == "driver 23.0.3 is below 24.1.RC3, the minimum HDK for CANN 8.0.RC3"
+    assert f.fix == "set driver: 24.1.RC3 or newer (and upgrade the hosts' driver and firmware to match)"
+
+
+def test_newer_driver_runs_older_cann(tmp_path):
+    findings, _, _ = cell_findings(tmp_path, dict(CANN_7, driver="24.1.RC3"))
+    assert by_rule(findings, "driver-too-old") == []
+
+
+def test_driver_rule_is_the_node_rule(tmp_path):
+    """validate decides with versions.meets_minimum, as pull, run, doctor and smoke do."""
+    assert knowledge.load().min_driver("8.5.0") == "25.0.RC1"  # the floor of min_hdk_line 25.0.X
+    for driver in ("25.0.RC1", "25.0.rc1.1", "24.1.RC3", "23.0.3"):
+        cell = dict(VALID, cann="8.5.0", torch_npu="2.8.0.post2", python="3.11", driver=driver)
+        findings, _, _ = cell_findings(tmp_path, cell)
+        too_old = bool(by_rule(findings, "driver-too-old"))
+        assert too_old is (not versions.meets_minimum("hdk", driver, "25.0.RC1")), driver
+        assert too_old is (driver in ("24.1.RC3", "23.0.3")), driver
+
+
+def test_driver_missing_when_unknown(tmp_path):
+    findings, lines, _ = cell_findings(tmp_path, dict(VALID, cann="8.4.0"))
+    f = only(findings, "driver-missing")
+    assert f.severity == "error"
+    # no driver key in the cell: the finding points at the cell itself
+    assert f.field == "cann8.4.0-910b-ubuntu22.04-py3.10-torch_npu2.4.0-x86_64.driver"
+    assert f.where.line == lines[(0, "os")]
+    assert f.message == "no minimum driver given and none known for CANN 8.4.0"
+    assert f.fix.startswith("set driver: ")
+
+
+def test_driver_version_syntax(tmp_path):
+    findings, lines, _ = cell_findings(tmp_path, dict(VALID, driver="24.1.xx"))
+    f = only(findings, "version-syntax")
+    assert f.severity == "error"
+    assert (f.field, f.where.line) == ("cells[0].driver", lines[(0, "driver")])
+    assert "24.1.xx" in f.message
+    assert f.fix
+
+
+def test_cann_version_syntax(tmp_path):
+    findings, lines, _ = cell_findings(tmp_path, dict(VALID, cann="8.x"))
+    f = only(findings, "version-syntax")
+    assert (f.field, f.where.line) == ("cells[0].cann", lines[(0, "cann")])
+    assert "8.x" in f.message
+
+
+# --- firmware_in_range -------------------------------------------------------------------
+
+
+def test_firmware_out_of_range(tmp_path):
+    kb = knowledge.load()
+    assert kb.firmware_range("24.1.RC1") == ("7.0.0", "7.2.99")  # the driver's version.info
+    findings, lines, _ = cell_findings(tmp_path, dict(CANN_7, driver="24.1.RC1", firmware="7.5.0.1.129"))
+    f = only(findings, "firmware-out-of-range")
+    assert f.severity == "error"
+    assert (f.field, f.where.line) == ("cells[0].firmware", lines[(0, "firmware")])
+    assert f.message == "firmware 7.5.0.1.129 is outside [7.0.0, 7.2.99], the range driver 24.1.RC1 accepts"
+    assert f.fix == "use the firmware of the same HDK release as driver 24.1.RC1 (7.1.0.6.220)"
+
+
+def test_firmware_in_a_second_recorded_range_is_accepted(tmp_path):
+    """Driver 25.0.rc1.1 dumps list [6.4.0,6.4.99] besides [7.0.0,7.7.99]: either range is fine."""
+    cell = dict(VALID, cann="8.1.RC1", torch_npu="2.5.1", python="3.10", driver="25.0.rc1.1")
+    findings, _, _ = cell_findings(tmp_path, dict(cell, firmware="6.4.0.4.220"))
+    assert by_rule(findings, "firmware-out-of-range") == []
+    findings, _, _ = cell_findings(tmp_path, dict(cell, firmware="6.3.0.1.241"))
+    f = only(findings, "firmware-out-of-range")
+    assert f.message == ("firmware 6.3.0.1.241 is outside [7.0.0, 7.7.99], [6.4.0, 6.4.99], "
+                         "the range driver 25.0.rc1.1 accepts")
+
+
+@pytest.mark.parametrize("firmware", ["7.0.0.1.1", "7.1.0.6.220", "7.2.99.9.999"])
+def test_firmware_in_range(tmp_path, firmware):
+    findings, _, _ = cell_findings(tmp_path, dict(CANN_7, driver="24.1.RC1", firmware=firmware))
+    assert by_rule(findings, "firmware-out-of-range") == []
+
+
+def test_firmware_version_syntax(tmp_path):
+    findings, lines, _ = cell_findings(tmp_path, dict(CANN_7, firmware="7.5.0"))
+    f = only(findings, "version-syntax")
+    assert (f.field, f.where.line) == ("cells[0].firmware", lines[(0, "firmware")])
+
+
+# --- chip_supported ----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("chip, cann, torch_npu, python, first", [
+    ("a3", "8.0.RC3", "2.4.0", "3.10", "8.1.RC1"),
+    ("950", "8.5.0", "2.8.0.post2", "3.11", "9.0.0"),
+])
+def test_chip_unsupported(tmp_path, chip, cann, torch_npu, python, first):
+    findings, lines, _ = cell_findings(tmp_path, dict(VALID, chip=chip, cann=cann, torch_npu=torch_npu,
+                                                      python=python, arch="aarch64"))
+    f = only(findings, "chip-unsupported")
+    assert f.severity == "error"
+    assert (f.field, f.where.line) == ("cells[0].chip", lines[(0, "chip")])
+    assert f.message == f"chip {chip} is not supported by CANN {cann}; it needs CANN {first} or later"
+    assert f.fix == f"set cann: {first} or newer, or pick another chip"
+
+
+def test_chip_unsupported_with_local_installers_is_still_a_finding(tmp_path):
+    """The installer check must not crash on a chip the CANN predates (no ops package name)."""
+    findings, _, _ = cell_findings(tmp_path, dict(VALID, chip="a3", arch="aarch64",
+                                                  cann_source={"local": "/srv/cann"}))
+    assert only(findings, "chip-unsupported").severity == "error"
+
+
+# --- venv_python_matches -----------------------------------------------------------------
+
+
+def test_venv_python_mismatch(tmp_path):
+    findings, lines, _ = cell_findings(tmp_path, dict(VALID, os="debian12", env="venv", python="3.10"))
+    f = only(findings, "venv-python-mismatch")
+    assert f.severity == "error"
+    assert (f.field, f.where.line) == ("cells[0].python", lines[(0, "python")])
+    assert f.message == "env venv uses debian12's Python 3.11, but the cell asks for Python 3.10"
+    assert f.fix == 'use env: conda, or python: "3.11"'
+
+
+def test_conda_may_choose_any_python(tmp_path):
+    findings, _, _ = cell_findings(tmp_path, dict(VALID, os="debian12", env="conda", python="3.10"))
+    assert by_rule(findings, "venv-python-mismatch") == []
+
+
+# --- installers_verifiable ---------------------------------------------------------------
+
+A3_83 = dict(VALID, chip="a3", arch="aarch64", cann="8.3.RC1", torch_npu="2.7.1", python="3.10")
+
+
+def test_installer_unknown(tmp_path):
+    findings, lines, _ = cell_findings(tmp_path, dict(A3_83, cann_source="installer"))
+    f = only(findings, "installer-unknown")
+    assert f.severity == "error"
+    assert (f.field, f.where.line) == ("cells[0].cann_source", lines[(0, "cann_source")])
+    assert f.message == "the knowledge base has no official a3/aarch64 installers for CANN 8.3.RC1"
+    assert f.fix == "use cann_source: {local: DIR} with sha256: {FILE: HEX}, or {image: REF@sha256:DIGEST}"
+
+
+def test_installer_unknown_points_at_defaults_when_set_there(tmp_path):
+    cell = {k: v for k, v in A3_83.items()}
+    findings, lines, _ = cell_findings(tmp_path, cell, defaults={"cann_source": "installer"})
+    f = only(findings, "installer-unknown")
+    assert (f.field, f.where.line) == ("defaults.cann_source", lines[("defaults", "cann_source")])
+
+
+def test_cann_image_unpinned_is_a_warning(tmp_path):
+    findings, lines, _ = cell_findings(tmp_path, dict(VALID, cann_source={"image": "x:tag"}))
+    f = only(findings, "cann-image-unpinned")
+    assert f.severity == "warning"
+    assert (f.field, f.where.line) == ("cells[0].cann_source", lines[(0, "cann_source")])
+    assert f.message == "CANN base image x:tag is not pinned by digest"
+    assert f.fix == "write it as REF@sha256:DIGEST so every build starts from the same bytes"
+    assert [x.rule for x in findings] == ["cann-image-unpinned"]
+
+
+def test_cann_image_pinned_by_digest_is_clean(tmp_path):
+    findings, _, _ = cell_findings(tmp_path, dict(VALID, cann_source={"image": "x:tag@sha256:" + "0" * 64}))
+    assert findings == []
+
+
+def test_local_installer_without_sha256(tmp_path):
+    findings, lines, _ = cell_findings(tmp_path, dict(A3_83, cann_source={"local": "/srv/cann"},
+                                                      sha256={"unrelated.run": "0" * 64}))
+    f = only(findings, "installer-sha256-unknown")  # the toolkit's sha256 is known, the A3 kernels' is not
+    assert f.severity == "error"
+    assert (f.field, f.where.line) == ("cells[0].sha256", lines[(0, "sha256")])
+    assert f.message == "no sha256 known for Atlas-A3-cann-kernels_8.3.RC1_linux-aarch64.run"
+    assert f.fix == "add sha256: {Atlas-A3-cann-kernels_8.3.RC1_linux-aarch64.run: <64 hex digits>} " \
+                    "taken from the vendor's download page"
+
+
+def test_local_installer_with_sha256_is_clean(tmp_path):
+    findings, _, _ = cell_findings(tmp_path, dict(A3_83, cann_source={"local": "/srv/cann"},
+                                                  sha256={"Atlas-A3-cann-kernels_8.3.RC1_linux-aarch64.run": "0" * 64}))
+    assert findings == []
+
+
+class _NoCondaChecksum:
+    """The knowledge base, except that the conda installer's sha256 is unknown."""
+
+    def __init__(self, kb):
+        self._kb = kb
+
+    def __getattr__(self, name):
+        return getattr(self._kb, name)
+
+    def conda_installers(self):
+        from dataclasses import replace
+
+        return {arch: replace(found, sha256=None) for arch, found in self._kb.conda_installers().items()}
+
+
+def test_conda_installer_without_sha256(tmp_path):
+    path, lines = write_cells(tmp_path, dict(VALID, env="conda"))
+    kb = _NoCondaChecksum(knowledge.load())
+    name = installers.conda_installer(kb, "x86_64").filename
+    assert installers.conda_installer(kb, "x86_64").sha256 is None
+    f = only(checks.check(matrix.load(path).cells, kb), "installer-sha256-unknown")
+    assert (f.severity, f.field, f.where.line) == ("error", "cells[0].env", lines[(0, "env")])
+    assert f.message == f"no verified sha256 for {name} (x86_64)"
+    assert f.fix == f"add sha256: {{{name}: <64 hex digits>}}, or use env: venv"
+    # a checksum given in the matrix settles it
+    path, _ = write_cells(tmp_path, dict(VALID, env="conda", sha256={name: "1" * 64}))
+    assert by_rule(checks.check(matrix.load(path).cells, kb), "installer-sha256-unknown") == []
+
+
+# --- cann_known -------------------------------------------------------------------------
+
+
+def test_cann_unknown_is_a_warning(tmp_path):
+    findings, lines, _ = cell_findings(tmp_path, dict(VALID, cann="8.4.0"))
+    f = only(findings, "cann-unknown")
+    assert f.severity == "warning"
+    assert (f.field, f.where.line) == ("cells[0].cann", lines[(0, "cann")])
+    assert f.message == "CANN 8.4.0 is not a release the knowledge base knows"
+    assert "8.0.RC3, 8.5.0" in f.fix and "`ascend-build kb cann`" in f.fix
+
+
+# --- unique_tags -------------------------------------------------------------------------
+
+
+def test_duplicate_tag(tmp_path):
+    findings, lines, _ = cell_findings(tmp_path, dict(VALID, name="same"), dict(CANN_7, name="same"))
+    f = only(findings, "duplicate-tag")
+    assert f.severity == "error"
+    assert (f.field, f.where.line) == ("cells[1].name", lines[(1, "name")])  # the second one
+    assert f.message == "ascend-build/pytorch:same is produced by 2 cells"
+    assert f.fix == "give one of them a distinct name:, or remove the duplicate"
+
+
+def test_duplicate_derived_tags(tmp_path):
+    findings, lines, _ = cell_findings(tmp_path, VALID, VALID, VALID)
+    found = by_rule(findings, "duplicate-tag")
+    assert [f.where.line for f in found] == [lines[(1, "os")], lines[(2, "os")]]
+    assert found[0].message.endswith("is produced by 3 cells")
+
+
+# --- every rule has a test above -----------------------------------------------------------
+
+COVERED = {
+    "cann_known": ("cann-unknown", "version-syntax"),
+    "torch_npu_published": ("torch-npu-unpublished",),
+    "torch_matches_pin": ("torch-mismatch",),
+    "cann_paired": ("cann-mismatch", "cann-pairing-unknown"),
+    "python_has_wheel": ("python-no-wheel",),
+    "glibc_new_enough": ("glibc-too-old",),
+    "driver_supports_cann": ("driver-too-old", "driver-missing", "version-syntax"),
+    "firmware_in_range": ("firmware-out-of-range", "version-syntax"),
+    "chip_supported": ("chip-unsupported",),
+    "venv_python_matches": ("venv-python-mismatch",),
+    "installers_verifiable": ("installer-unknown", "cann-image-unpinned", "installer-sha256-unknown"),
+    "tag_fits": ("tag-too-long",),
+}
+
+
+def test_every_rule_is_covered_here():
+    assert sorted(rule.__name__ for rule in checks.RULES) == sorted(COVERED)
+
+
+def test_tag_too_long(tmp_path):
+    long_name = "x" * 120
+    findings, lines, _ = cell_findings(tmp_path, dict(CANN_7, name=long_name))
+    f = only(findings, "tag-too-long")
+    assert f.severity == "error" and f.where.line == lines[(0, "name")]
+    assert f.message == f"tag {long_name}-candidate has 130 characters; Docker allows 128"
+    findings, _, _ = cell_findings(tmp_path, dict(CANN_7, name="x" * 118))
+    assert by_rule(findings, "tag-too-long") == []
+
+
+# --- the shipped matrix and --strict -------------------------------------------------------
+
+
+def test_shipped_matrix_has_no_error():
+    loaded = matrix.load(SHIPPED_MATRIX)
+    findings = loaded.findings + checks.check(loaded.cells)
+    assert [str(f) for f in findings if f.severity == "error"] == []
+    # its one known warning: torch_npu 2.13.0 has no published CANN pairing yet
+    assert {f.rule for f in findings} == {"cann-pairing-unknown"}
+
+
+def test_strict_turns_the_warning_into_exit_1():
+    runner = CliRunner()
+    relaxed = runner.invoke(cli.app, ["validate", "--matrix", str(SHIPPED_MATRIX)])
+    assert relaxed.exit_code == 0, relaxed.output
+    assert "warning: cann-pairing-unknown" in relaxed.output
+    strict = runner.invoke(cli.app, ["validate", "--matrix", str(SHIPPED_MATRIX), "--strict"])
+    assert strict.exit_code == 1
+    assert "warning: cann-pairing-unknown" in strict.output
+    assert f"1 error(s) in {SHIPPED_MATRIX}" in strict.output

@@ -1,0 +1,621 @@
+"""`ascend-build image` end to end: real builds, smoke runs, seal, tags, push and pull.
+
+Driven through the command line, the way users run it, against the real Docker
+Engine and a real registry on loopback (fixtures in conftest.py); the SDK
+(`engine`) only looks at the result. Every cell here is a copy of the shipped
+Debian 12 cell (Python 3.11 venv, torch 2.13.0 from the /opt/wheels wheelhouse,
+torch_npu 2.13.0) tagged into a repository unique to this session, so no test
+touches a real tag. BuildKit's cache makes every build after the first one fast;
+the tests never prune it.
+
+What they prove:
+* the CPU twin passes every tier, is sealed with its report, tagged, pushed with
+  credentials from the environment, and pulled back by digest with the same
+  report and labels; no secret (CA bundle, build settings, registry password)
+  reaches `docker history` or any layer;
+* an NPU image on a base without CANN fails its static tiers, naming what is
+  missing, and gets no tag at all;
+* an image broken after install fails its smoke test and gets no tag;
+* an unreachable engine, a refused push and Ctrl-C end with a clear message and
+  leave nothing half done (no tag, no container, no temporary tag, no secret file).
+
+Tests that fake NPU presence carry ``fake_npu`` in their name: no NPU exists here.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import platform
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+import urllib.error
+import urllib.request
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Dict, Iterable, List, Optional, Set
+
+import pytest
+
+from builder.build import matrix, pipeline, render, stage
+from builder import vocabulary
+from builder.errors import UserError
+
+TOKEN = uuid.uuid4().hex[:10]
+REPO = f"ascend-build-test/pytorch-{TOKEN}"  # every tag this module makes lives under it
+CELL_ID = "cann9.0.0-910b-debian12-py3.11-torch_npu2.13.0-x86_64"
+WHEELHOUSE = Path("/opt/wheels")
+CA_BUNDLE = Path("/etc/ssl/certs/ca-certificates.crt")
+CLI = Path(sys.executable).with_name("ascend-build")
+DOCKER = "/usr/bin/docker"
+TEMP_TAG_REPO = "ascend-build-candidate"  # pipeline.seal's temporary name
+
+# The shipped Debian 12 cell (matrix/default.yaml), keys in the same order.
+CELL = {"cann": "9.0.0", "chip": "910b", "arch": "x86_64", "os": "debian12", "env": "venv",
+        "python": '"3.11"', "torch_npu": "2.13.0"}
+
+
+def _torch_wheel() -> Optional[Path]:
+    return next(iter(sorted(WHEELHOUSE.glob("torch-2.13.0*cp311*x86_64.whl"))), None) if WHEELHOUSE.is_dir() else None
+
+
+needs_build = pytest.mark.skipif(
+    platform.machine() != "x86_64" or _torch_wheel() is None or not CLI.exists(),
+    reason="needs an x86_64 host, the torch 2.13.0 cp311 wheel in /opt/wheels and the ascend-build script")
+
+
+# --- helpers ---------------------------------------------------------------------------
+
+
+def write_matrix(folder: Path, repo: str, **extra: str) -> Path:
+    """The shipped Debian 12 cell, tagged into ``repo``; ``extra`` adds YAML keys verbatim."""
+    folder.mkdir(parents=True, exist_ok=True)
+    lines = [f"image: {repo}", "cells:"]
+    for i, (key, value) in enumerate({**CELL, **extra}.items()):
+        lines.append(f"{'  - ' if i == 0 else '    '}{key}: {value}")
+    path = folder / "matrix.yaml"
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def image_args(matrix_file: Path, state: Path, base_image: str, *extra: str,
+               wheelhouse: Path = WHEELHOUSE, as_json: bool = True) -> List[str]:
+    args = ["image", "--matrix", str(matrix_file), "--cell", CELL_ID, "--base-image", base_image,
+            "--wheelhouse", str(wheelhouse), "--state-dir", str(state)] + (["--json"] if as_json else [])
+    if CA_BUNDLE.is_file():  # the CLI's default too; explicit here so the test says what it uses
+        args += ["--ca-bundle", str(CA_BUNDLE)]
+    return args + list(extra)
+
+
+def cli_env(**extra: str) -> Dict[str, str]:
+    """This environment without registry credentials of the caller, plus ``extra``."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ASCEND_BUILD_REGISTRY_")}
+    env.update(extra)
+    return env
+
+
+def run_cli(args: List[str], cwd: Path, timeout: float = 1800, **env: str) -> subprocess.CompletedProcess:
+    return subprocess.run([str(CLI), *args], cwd=cwd, env=cli_env(**env), capture_output=True,
+                          text=True, timeout=timeout)
+
+
+def outcomes_of(result: subprocess.CompletedProcess) -> List[Dict]:
+    try:
+        return json.loads(result.stdout)
+    except ValueError:
+        pytest.fail(f"no JSON summary (exit {result.returncode})\nstdout:\n{result.stdout}\nstderr:\n{result.stderr}")
+
+
+def all_refs(repo: str) -> List[str]:
+    """Every tag a run could give the cell: release and -candidate, of the NPU image and its twin."""
+    return [f"{repo}:{CELL_ID}{suffix}" for suffix in ("", "-candidate", "-cpu", "-cpu-candidate")]
+
+
+def temp_tags(engine) -> Set[str]:
+    return {t for img in engine.client.images.list(name=TEMP_TAG_REPO) for t in img.tags}
+
+
+def smoke_containers(engine, release: str) -> List:
+    """Containers of pipeline.smoke (engine.run labels them) made from the image titled ``release``."""
+    return engine.client.containers.list(all=True, filters={"label": [
+        "ascend-build.run=1", f"org.opencontainers.image.title={release}"]})
+
+
+def stream_find(chunks: Iterable[bytes], needles: Iterable[bytes]) -> Set[bytes]:
+    """Which ``needles`` occur in a byte stream, without holding it (docker save is > 1 GB)."""
+    needles = [n for n in set(needles) if n]
+    keep, found = b"", set()
+    width = max(len(n) for n in needles) - 1
+    for chunk in chunks:
+        buf = keep + chunk
+        found.update(n for n in needles if n not in found and n in buf)
+        keep = buf[-width:] if width else b""
+    return found
+
+
+def pem_bodies(text: str) -> List[str]:
+    """Base64 bodies of the PEM certificates in ``text``, one string per certificate."""
+    return ["".join(m.split()) for m in
+            re.findall(r"-----BEGIN CERTIFICATE-----(.*?)-----END CERTIFICATE-----", text, re.S)]
+
+
+def pem_lines(text: str) -> List[List[str]]:
+    return [[ln for ln in m.splitlines() if ln.strip()] for m in
+            re.findall(r"-----BEGIN CERTIFICATE-----\n(.*?)-----END CERTIFICATE-----", text, re.S)]
+
+
+def registry_tags(registry, repo: str) -> int:
+    """HTTP status of the registry's tag list of ``repo`` (200: exists, 404: never pushed)."""
+    request = urllib.request.Request(f"http://{registry.host}/v2/{repo}/tags/list")
+    auth = base64.b64encode(f"{registry.username}:{registry.password}".encode()).decode()
+    request.add_header("Authorization", f"Basic {auth}")
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+    try:
+        return opener.open(request, timeout=10).status
+    except urllib.error.HTTPError as e:
+        return e.code
+
+
+def drop_images(engine, needle: str) -> None:
+    """Remove every tag and digest reference containing ``needle``, then the nameless images
+    (failed candidates) titled with it. The BuildKit cache stays: later builds stay fast."""
+    for img in engine.client.images.list():
+        for ref in list(img.tags) + list(img.attrs.get("RepoDigests") or []):
+            if needle in ref:
+                try:
+                    engine.untag(ref)
+                except Exception:  # best effort: a test's own assertion matters more than cleanup
+                    pass
+    for img in engine.client.images.list(filters={"dangling": True}):
+        if needle in (img.labels or {}).get("org.opencontainers.image.title", ""):
+            try:
+                engine.remove(img.id)
+            except Exception:
+                pass
+
+
+@pytest.fixture(scope="module")
+def session_images(engine):
+    """Removes every tag of this module's repositories when the module ends."""
+    yield REPO
+    drop_images(engine, REPO)
+
+
+@dataclass
+class TwinRun:
+    result: subprocess.CompletedProcess
+    outcome: Dict
+    state: Path
+    release: str
+    pushed: str
+    seconds: float
+
+
+@pytest.fixture(scope="module")
+def twin(engine, base_image, registry, session_images, tmp_path_factory) -> TwinRun:
+    """One CLI run shared by the twin tests: build, smoke, seal, tag, push with credentials
+    from the environment."""
+    if platform.machine() != "x86_64" or _torch_wheel() is None or not CLI.exists():
+        pytest.skip("needs an x86_64 host, the torch 2.13.0 cp311 wheel in /opt/wheels and the ascend-build script")
+    work = tmp_path_factory.mktemp("twin")
+    state = work / "state"
+    start = time.monotonic()
+    result = run_cli(image_args(write_matrix(work, REPO), state, base_image, "--variant", "cpu",
+                                "--push", registry.host), cwd=work,
+                     ASCEND_BUILD_REGISTRY_USER=registry.username,
+                     ASCEND_BUILD_REGISTRY_PASSWORD=registry.password)
+    seconds = time.monotonic() - start
+    [outcome] = outcomes_of(result)
+    release = f"{REPO}:{CELL_ID}-cpu"
+    return TwinRun(result, outcome, state, release, f"{registry.host}/{release}", seconds)
+
+
+# --- 1. the CPU twin, end to end ------------------------------------------------------
+
+
+@pytest.mark.engine
+def test_doctor_checks_inside_the_twin(engine, twin):
+    """`doctor --image` runs its probe inside a real image ascend-build made."""
+    from builder.node import doctor
+    from builder.node.host import HostInfo
+
+    labels = engine.labels(twin.release)
+    host = HostInfo(arch=labels["io.ascend-build.arch"], driver="26.1.0", firmware="9.0.0.105.229")
+    names = {c.name: c for c in doctor.doctor_image(engine, twin.release, host)}
+    assert "image: probe" not in names
+    assert names["image: built by ascend-build"].status == doctor.OK
+    assert names["image: arch"].status == doctor.OK
+    assert names["image: Python env isolation"].status == doctor.OK  # /opt/venv
+    assert names["image: HCCL_CONNECT_TIMEOUT"].status == doctor.OK  # the ENV defaults render.py sets
+    assert names["image: PYTORCH_NPU_ALLOC_CONF"].detail == "expandable_segments:True"
+    assert names["image: torch_npu vs CANN"].detail == "the CPU twin: no torch_npu by design"
+
+
+@pytest.mark.engine
+def test_cpu_twin_passes_is_sealed_tagged_pushed_and_pulled_by_digest(engine, registry, twin, monkeypatch):
+    res, out = twin.result, twin.outcome
+    assert res.returncode == 0, res.stderr
+    assert "Traceback" not in res.stderr
+    assert (out["cell"], out["variant"], out["status"]) == (CELL_ID, "cpu", "passed"), out["message"]
+    tiers = {t["name"]: t["status"] for t in out["tiers"]}
+    assert tiers == {name: "passed" for name in vocabulary.TIERS}, out["tiers"]
+    train = next(t for t in out["tiers"] if t["name"] == "train")
+    assert train["details"]["device"] == "cpu" and train["details"]["losses"][-1] < train["details"]["losses"][0]
+
+    # Sealed and tagged: the release tag and the registry name point at the sealed image.
+    assert out["tags"] == [twin.release, twin.pushed]
+    sealed = out["image_id"]
+    assert engine.image_id(twin.release) == sealed and engine.image_id(twin.pushed) == sealed
+    report_path = Path(out["report"])
+    assert report_path.parent == twin.state / "reports"
+    report_bytes = report_path.read_bytes()
+    report = json.loads(report_bytes)
+    assert report["passed"] is True and report["exit_code"] == 0 and report["cell"] == CELL_ID
+    assert report["candidate"] != sealed  # the seal is a new image on top of the candidate
+    assert not temp_tags(engine) & {f"{TEMP_TAG_REPO}:{report['candidate'].split(':')[-1][:20]}"}
+
+    # Pushed: the digest the run reports is the one the engine recorded for the registry name.
+    digest = out["digests"][twin.pushed]
+    assert re.fullmatch(r"sha256:[0-9a-f]{64}", digest)
+    repo_in_registry = twin.pushed.rsplit(":", 1)[0]
+    by_digest = f"{repo_in_registry}@{digest}"
+    assert by_digest in engine.repo_digests(twin.pushed)
+
+    # Pulled back by digest once every local name in the registry's namespace is gone.
+    for ref in [twin.pushed] + engine.repo_digests(twin.pushed):
+        if ref.startswith(registry.host + "/"):
+            engine.untag(ref)
+    assert engine.image_id(twin.pushed) is None and engine.image_id(by_digest) is None
+    monkeypatch.delenv("ASCEND_BUILD_REGISTRY_USER", raising=False)
+    monkeypatch.delenv("ASCEND_BUILD_REGISTRY_PASSWORD", raising=False)
+    with pytest.raises(UserError, match="authentication"):  # the registry really wants credentials
+        engine.pull(by_digest)
+    assert engine.pull(by_digest, username=registry.username, password=registry.password) == sealed
+
+    # The pulled image carries the very report of the run, and the labels of a validated image.
+    shown = engine.run(by_digest, ["cat", vocabulary.VALIDATION_REPORT])
+    assert shown.exit_code == 0, shown.stderr
+    assert shown.stdout.encode() == report_bytes
+    assert json.loads(shown.stdout) == report
+    labels = engine.labels(by_digest)
+    assert labels["io.ascend-build.validated"] == "true"
+    assert labels["io.ascend-build.cell"] == CELL_ID
+    assert labels["io.ascend-build.variant"] == "cpu"
+    assert labels["io.ascend-build.validated-tiers"] == ",".join(vocabulary.TIERS)
+    assert labels["io.ascend-build.validated-device"] == "cpu"
+    assert labels["io.ascend-build.content-hash"] == report["content_hash"]
+
+
+@pytest.mark.engine
+def test_cpu_twin_keeps_secrets_out_of_history_and_layers(engine, registry, twin):
+    assert twin.outcome["status"] == "passed", twin.outcome["message"]
+    sealed = twin.outcome["image_id"]
+    history = subprocess.run([DOCKER, "history", "--no-trunc", sealed], capture_output=True, text=True,
+                             check=True, env={**os.environ, "DOCKER_HOST": engine.url}).stdout
+    assert ". /run/secrets/buildenv" in history  # the steps that read the secrets are listed ...
+    cell = matrix.load(write_matrix(twin.state.parent / "again", REPO)).cells[0]
+    buildenv = [ln for ln in stage.buildenv(cell, with_ca=True).splitlines() if ln.strip()]
+    assert any("/run/secrets/ca" in ln for ln in buildenv)
+    secrets_text = [registry.password, *buildenv]
+    if CA_BUNDLE.is_file():
+        bundle = CA_BUNDLE.read_text()
+        first = pem_lines(bundle)[0]
+        secrets_text += [first[0], first[len(first) // 2]]
+    for text in secrets_text:  # ... but not one byte of what they were given
+        assert text not in history, f"{text[:40]}... is in docker history"
+    for text in (registry.password, *buildenv):
+        assert text not in twin.result.stdout + twin.result.stderr
+
+    # No layer holds the build settings, the password, or a certificate of the host's CA
+    # bundle that the image's own ca-certificates package does not ship (the proxy's CA).
+    needles = {registry.password.encode(), *(ln.encode() for ln in buildenv)}
+    host_only: List[List[str]] = []
+    if CA_BUNDLE.is_file():
+        shipped = engine.run(sealed, ["sh", "-c", "cat /usr/share/ca-certificates/*/*.crt"])
+        assert shipped.exit_code == 0, shipped.stderr
+        known = set(pem_bodies(shipped.stdout))
+        assert len(known) > 50  # Debian's Mozilla set, read from the image
+        host_only = [lines for lines in pem_lines(CA_BUNDLE.read_text()) if "".join(lines) not in known]
+        needles |= {lines[len(lines) // 2].encode() for lines in host_only}
+    control = b"ascend-build smoke test: runs INSIDE an image"  # smoke.py, COPYed into a layer
+    found = stream_find(engine.client.images.get(sealed).save(), needles | {control})
+    assert control in found, "the layer scan does not see file contents"
+    assert found == {control}, f"secret bytes in a layer: {sorted(n[:40] for n in found - {control})}"
+
+
+# --- 2. an NPU image whose "CANN base image" has no CANN ---------------------------------
+
+
+@pytest.mark.engine
+@needs_build
+def test_npu_image_on_a_base_without_cann_fails_static_tiers_and_gets_no_tag(engine, base_image, session_images,
+                                                                           tmp_path):
+    repo = f"{REPO}-npu"
+    state = tmp_path / "state"
+    matrix_file = write_matrix(tmp_path, repo, cann_source=f"{{image: {base_image}}}")
+    before = temp_tags(engine)
+    res = run_cli(image_args(matrix_file, state, base_image, "--variant", "npu"), cwd=tmp_path)
+    assert res.returncode == 1, res.stderr
+    assert "Traceback" not in res.stderr
+    [out] = outcomes_of(res)
+    assert (out["variant"], out["status"], out["tags"], out["digests"]) == ("npu", "failed", [], {})
+    assert "smoke test on npu: versions, libraries" in res.stderr  # no NPU here: static tiers only
+
+    report = json.loads(Path(out["report"]).read_text())
+    assert report["required_tiers"] == list(vocabulary.STATIC_TIERS) and report["passed"] is False
+    tiers = {t["name"]: t for t in report["tiers"]}
+    assert [t["name"] for t in report["tiers"]] == list(vocabulary.STATIC_TIERS)
+    assert tiers["versions"]["status"] == "failed" and tiers["libraries"]["status"] == "failed"
+    print("versions:", tiers["versions"]["summary"])
+    print("libraries:", tiers["libraries"]["summary"])
+
+    # versions: CANN 9.0.0 is declared, and the report names the files it looked for.
+    versions = tiers["versions"]
+    assert "CANN 9.0.0 declared but no CANN version file found" in versions["summary"]
+    looked = versions["details"]["cann_paths_looked_at"]
+    assert any(p.endswith("/version.cfg") for p in looked)
+    assert any(p.endswith("/x86_64-linux/ascend_toolkit_install.info") for p in looked)
+    assert all(p in versions["summary"] for p in looked) and versions["details"]["cann_files"] == []
+    assert versions["details"]["torch_npu"] == "2.13.0"  # torch_npu itself is installed
+
+    # libraries: torch_npu's link closure misses CANN's libraries, named with who needs them.
+    libraries = tiers["libraries"]
+    missing = libraries["details"]["missing"]
+    assert libraries["details"]["package"] == "torch_npu"
+    for lib in ("libascendcl.so", "libhccl.so"):
+        assert lib in missing and "libtorch_npu.so" in missing[lib], missing
+        assert lib in libraries["summary"]
+    assert "CANN missing or its lib64 not on LD_LIBRARY_PATH" in libraries["summary"]
+
+    # The outcome's message says it too, and no tag of any kind exists for the cell.
+    assert "libascendcl.so" in out["message"] and "version.cfg" in out["message"]
+    for ref in all_refs(repo):
+        assert engine.image_id(ref) is None, f"{ref} was tagged"
+    assert engine.client.images.get(out["image_id"]).tags == []  # the candidate stays nameless
+    assert temp_tags(engine) <= before
+
+
+# --- 3. a deliberately broken image -----------------------------------------------------
+
+
+@pytest.mark.engine
+@needs_build
+def test_image_broken_after_install_fails_smoke_and_gets_no_tag(engine, base_image, session_images, tmp_path,
+                                                                 monkeypatch):
+    """The template is right, the image is not: a pinned package is removed after install
+    (the render step is patched to append one RUN). Only the smoke test can catch it."""
+    repo = f"{REPO}-broken"
+    [cell] = matrix.load(write_matrix(tmp_path, repo)).cells
+    real_render = render.render_cell
+
+    def broken(c, kb=None):
+        files = dict(real_render(c, kb))
+        files["Dockerfile.cpu"] += b"\n# test only: a pinned package removed after install\nRUN pip uninstall -y torch\n"
+        return files
+
+    monkeypatch.setattr(render, "render_cell", broken)
+    said: List[str] = []
+    before = temp_tags(engine)
+    options = pipeline.Options(variants=("cpu",), state_dir=tmp_path / "state", base_image=base_image,
+                               wheelhouse=WHEELHOUSE, ca_bundle=CA_BUNDLE if CA_BUNDLE.is_file() else None,
+                               quiet=True)
+    [out] = pipeline.run([cell], options, engine, said.append)
+
+    assert out.status == "failed" and not out.ok, out.message
+    assert out.tags == [] and out.digests == {}
+    assert "RUN pip uninstall -y torch" in Path(out.log).read_text()  # the broken step really ran
+    tiers = {t["name"]: t for t in out.tiers}
+    assert "torch not installed" in tiers["versions"]["summary"] and tiers["versions"]["status"] == "failed"
+    assert tiers["libraries"]["status"] == "failed" and "torch is not installed" in tiers["libraries"]["summary"]
+    assert tiers["import"]["status"] == "failed" and "No module named 'torch'" in tiers["import"]["summary"]
+    for name in ("device", "train", "collective"):
+        assert tiers[name]["status"] == "skipped" and "import failed" in tiers[name]["summary"]
+    assert "versions:" in out.message and "import:" in out.message
+    report = json.loads(Path(out.report).read_text())
+    assert report["passed"] is False and report["exit_code"] == 1
+
+    for ref in all_refs(repo):
+        assert engine.image_id(ref) is None, f"{ref} was tagged"
+    assert engine.client.images.get(out.image_id).tags == []
+    assert temp_tags(engine) <= before
+    assert not (tmp_path / "state" / "seal").exists()  # never got as far as sealing
+
+
+# --- 4. failures around the pipeline: engine, registry, Ctrl-C --------------------------
+
+
+def test_unreachable_engine_is_a_clear_error_without_traceback(tmp_path):
+    if not CLI.exists():
+        pytest.skip("the ascend-build script is not installed next to this Python")
+    res = run_cli(image_args(write_matrix(tmp_path, REPO), tmp_path / "state", "local/debian:12",
+                             "--variant", "cpu"), cwd=tmp_path, timeout=120, DOCKER_HOST="tcp://127.0.0.1:1")
+    assert res.returncode == 1
+    assert "error: cannot reach the Docker Engine at tcp://127.0.0.1:1" in res.stderr
+    assert "fix:" in res.stderr and "DOCKER_HOST" in res.stderr and "dockerd" in res.stderr
+    assert "Traceback" not in res.stderr and res.stdout == ""
+    assert not (tmp_path / "state" / "reports").exists()
+
+
+@pytest.mark.engine
+@needs_build
+def test_refused_push_fails_clearly_and_keeps_the_sealed_local_image(engine, base_image, registry, session_images,
+                                                                     tmp_path):
+    """Run as a person would (no --json): the message must stand on its own."""
+    repo = f"{REPO}-auth"
+    release, pushed = f"{repo}:{CELL_ID}-cpu", f"{registry.host}/{repo}:{CELL_ID}-cpu"
+    wrong = f"wrong-{TOKEN}"
+    state = tmp_path / "state"
+    res = run_cli(image_args(write_matrix(tmp_path, repo), state, base_image, "--variant", "cpu",
+                             "--push", registry.host, as_json=False), cwd=tmp_path,
+                  ASCEND_BUILD_REGISTRY_USER=registry.username, ASCEND_BUILD_REGISTRY_PASSWORD=wrong)
+    assert res.returncode == 1, res.stderr
+    assert "Traceback" not in res.stderr and wrong not in res.stdout + res.stderr
+    assert f"{CELL_ID} (cpu): error: cannot push {pushed}: registry {registry.host} refused authentication" \
+        in res.stderr
+    assert f"docker login {registry.host}" in res.stderr and "ASCEND_BUILD_REGISTRY_PASSWORD" in res.stderr
+    assert "error" in res.stdout  # the summary table
+
+    # Decided: a refused push loses nothing already done. The sealed image keeps its release
+    # tag and its registry name, so `docker login` + `docker push` (or a rerun) finishes the job.
+    sealed = engine.image_id(release)
+    assert sealed is not None and engine.image_id(pushed) == sealed
+    assert f"kept locally as {release}, {pushed}" in res.stderr
+    labels = engine.labels(release)
+    assert labels["io.ascend-build.validated"] == "true" and labels["io.ascend-build.cell"] == CELL_ID
+    report = state / "reports" / f"{CELL_ID}-cpu.json"
+    assert json.loads(report.read_text())["passed"] is True
+    shown = engine.run(release, ["cat", vocabulary.VALIDATION_REPORT])
+    assert shown.stdout.encode() == report.read_bytes()
+    assert registry_tags(registry, repo) == 404  # and nothing reached the registry
+
+
+def _interrupt(cmd: List[str], cwd: Path, env: Dict[str, str], ready: "re.Pattern[str]",
+               while_running=None) -> subprocess.CompletedProcess:
+    """Start ``cmd`` in its own process group, wait for a stderr line matching ``ready``,
+    give the step 3 s to be well under way, then Ctrl-C the group as a terminal would."""
+    proc = subprocess.Popen(cmd, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
+    lines: List[str] = []
+    out: List[str] = []
+    def read_stderr():
+        for line in proc.stderr:
+            lines.append(line)
+
+    readers = [threading.Thread(target=read_stderr, daemon=True),
+               threading.Thread(target=lambda: out.append(proc.stdout.read()), daemon=True)]
+    for t in readers:
+        t.start()
+    try:
+        deadline = time.monotonic() + 1200
+        while not any(ready.search(ln) for ln in list(lines)):
+            if proc.poll() is not None or time.monotonic() > deadline:
+                pytest.fail(f"never saw {ready.pattern!r} (exit {proc.poll()}):\n{''.join(lines)}")
+            time.sleep(0.2)
+        time.sleep(3)
+        assert proc.poll() is None, "finished before it could be interrupted:\n" + "".join(lines)
+        if while_running:
+            while_running()
+        os.killpg(proc.pid, signal.SIGINT)
+        code = proc.wait(timeout=120)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    for t in readers:
+        t.join(timeout=10)
+    for _ in range(50):  # the docker CLI the build ran is part of the group: it must be gone too
+        try:
+            os.killpg(proc.pid, 0)
+        except ProcessLookupError:
+            break
+        time.sleep(0.2)
+    else:
+        pytest.fail("a process of the interrupted run is still alive")
+    return subprocess.CompletedProcess(cmd, code, "".join(out), "".join(lines))
+
+
+@pytest.mark.engine
+@needs_build
+@pytest.mark.parametrize("phase", ["build", "smoke"])
+def test_ctrl_c_leaves_no_tag_no_container_no_temp_tag_no_secret_file(engine, base_image, session_images,
+                                                                       tmp_path, phase):
+    repo = f"{REPO}-sigint-{phase}"
+    release = f"{repo}:{CELL_ID}-cpu"
+    wheelhouse = WHEELHOUSE
+    if phase == "build":
+        # A wheelhouse of this test alone: the torch step mounts it, so BuildKit cannot take
+        # that step from its cache and it runs (about 30 s) when Ctrl-C comes.
+        wheelhouse = tmp_path / "wheels"
+        wheelhouse.mkdir()
+        wheel = _torch_wheel()
+        try:
+            os.link(wheel, wheelhouse / wheel.name)
+        except OSError:
+            import shutil
+
+            shutil.copy2(wheel, wheelhouse / wheel.name)
+        (wheelhouse / f"ascend_build_test_{TOKEN}_{uuid.uuid4().hex[:8]}-0-py3-none-any.whl").write_bytes(b"")
+        ready = re.compile(r"step \d+/\d+ RUN .*from=wheelhouse")
+    else:
+        ready = re.compile(r"smoke test on cpu")
+    private_tmp = tmp_path / "tmp"  # the run's TMPDIR: secrets and iid files live there
+    private_tmp.mkdir()
+    state = tmp_path / "state"
+    before = temp_tags(engine)
+    seen_containers: List[int] = []
+
+    def smoke_is_running():
+        seen_containers.append(len(smoke_containers(engine, release)))
+
+    res = _interrupt([str(CLI), *image_args(write_matrix(tmp_path, repo), state, base_image, "--variant", "cpu",
+                                            wheelhouse=wheelhouse)],
+                     cwd=tmp_path, env=cli_env(TMPDIR=str(private_tmp)), ready=ready,
+                     while_running=smoke_is_running if phase == "smoke" else None)
+
+    assert res.returncode == 130, res.stderr
+    assert res.stderr.rstrip().endswith("interrupted") and "Traceback" not in res.stderr
+    assert res.stdout == ""  # no summary claims anything
+    log = (state / "logs" / f"{CELL_ID}-cpu.build.log").read_text()
+    if phase == "build":
+        assert "exporting to image" not in log, "the build finished before Ctrl-C"
+    else:
+        assert seen_containers == [1], "the smoke container was not running when Ctrl-C came"
+    for ref in all_refs(repo):
+        assert engine.image_id(ref) is None, f"{ref} was tagged"
+    assert smoke_containers(engine, release) == []
+    assert temp_tags(engine) <= before
+    assert not (state / "reports").exists() or not any((state / "reports").iterdir())
+    assert list(private_tmp.iterdir()) == []  # the buildenv/CA secret folder was removed
+
+
+# --- 5. planning the smoke run (no engine) -----------------------------------------------
+
+
+def _fake_npu_root(root: Path, davinci=(0,)) -> Path:
+    """A file tree standing in for an NPU host's /: plain files, no real devices."""
+    (root / "dev").mkdir(parents=True)
+    for n in davinci:
+        (root / "dev" / f"davinci{n}").touch()
+    (root / "dev" / "davinci_manager").touch()
+    (root / "usr/local/Ascend/driver/lib64").mkdir(parents=True)
+    return root
+
+
+def test_plan_fake_npu_host_runs_every_tier_with_devices_and_mounts(tmp_path):
+    root = _fake_npu_root(tmp_path)
+    device, tiers, devs, mounts, final = pipeline._plan("npu", pipeline.Options(root=root))
+    assert (device, tiers, final) == ("npu", vocabulary.TIERS, True)
+    assert devs == ["/dev/davinci0", "/dev/davinci_manager"]  # only control devices that exist
+    assert mounts == [("/usr/local/Ascend/driver/lib64", "/usr/local/Ascend/driver/lib64", True)]
+
+
+def test_plan_fake_npu_host_devices_option_picks_and_refuses(tmp_path):
+    root = _fake_npu_root(tmp_path, davinci=(0, 1, 3))
+    _, _, devs, _, final = pipeline._plan("npu", pipeline.Options(root=root, devices="3,1"))
+    assert devs == ["/dev/davinci3", "/dev/davinci1", "/dev/davinci_manager"] and final
+    with pytest.raises(UserError, match=r"\[2\] not present"):
+        pipeline._plan("npu", pipeline.Options(root=root, devices="2"))
+
+
+def test_plan_fake_npu_host_with_no_device_runs_static_tiers_only(tmp_path):
+    root = _fake_npu_root(tmp_path)
+    device, tiers, devs, mounts, final = pipeline._plan("npu", pipeline.Options(root=root, no_device=True))
+    assert (device, tiers, devs, final) == ("npu", vocabulary.STATIC_TIERS, [], False)
+    assert mounts == [("/usr/local/Ascend/driver/lib64", "/usr/local/Ascend/driver/lib64", True)]
+
+
+def test_plan_without_npu_runs_static_tiers_and_is_not_final(tmp_path):
+    device, tiers, devs, mounts, final = pipeline._plan("npu", pipeline.Options(root=tmp_path))
+    assert (device, tiers, devs, mounts, final) == ("npu", vocabulary.STATIC_TIERS, [], [], False)
+
+
+def test_plan_cpu_twin_runs_every_tier_on_cpu_also_on_a_fake_npu_host(tmp_path):
+    root = _fake_npu_root(tmp_path / "fake_npu")
+    for options in (pipeline.Options(root=tmp_path), pipeline.Options(root=root)):
+        assert pipeline._plan("cpu", options) == ("cpu", vocabulary.TIERS, [], [], True)

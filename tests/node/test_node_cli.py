@@ -1,0 +1,218 @@
+"""The cluster commands end to end: host, run --print, pull against the real loopback registry.
+
+A node here is a fixture tree of the real Ascend file formats (see test_host.py)
+with a fake npu-smi: tests that use one say `fake_npu`, since no NPU exists here.
+Images for `pull` carry exactly the labels the pipeline writes (plan.labels plus
+the seal's io.ascend-build.validated*), on a tiny base so that pushing is fast; a
+validated NPU image cannot exist on this machine, hence `fake_npu` again.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import uuid
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from builder.build import matrix, plan, render
+from builder.node.pull import Node, Wanted, choose, fetch, listing
+from builder.node.registry import Registry
+from helpers_node import SMI_910B3, make_node
+
+CLI = [str(Path(sys.executable).with_name("ascend-build"))]
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def cli(*args, env=None):
+    return subprocess.run(CLI + list(args), capture_output=True, text=True, env={**os.environ, **(env or {})},
+                          cwd=ROOT, timeout=300)
+
+
+@pytest.fixture
+def node(tmp_path):
+    """An x86_64 910B3 node: driver 24.1.rc3, firmware 7.5.0.1.129, eight NPUs."""
+    return make_node(tmp_path / "node", arch="x86_64", smi=SMI_910B3)
+
+
+def test_host_json_on_a_fake_npu_node(node):
+    done = cli("host", "--root", str(node), "--json")
+    assert done.returncode == 0, done.stderr
+    info = json.loads(done.stdout)
+    assert (info["arch"], info["chip"], info["driver"], info["firmware"]) == ("x86_64", "910b", "24.1.rc3", "7.5.0.1.129")
+    assert info["devices"] == list(range(8)) and info["compatibility"] == "OK"
+
+
+def test_host_text_on_an_empty_root_reports_unknowns(tmp_path):
+    done = cli("host", "--root", str(tmp_path))
+    assert done.returncode == 0, done.stderr
+    assert "driver" in done.stdout and "unknown" in done.stdout
+
+
+# --- images with the pipeline's labels -----------------------------------------------------
+
+
+def cell_8_0_rc3(**over) -> matrix.Cell:
+    loaded = matrix.load(ROOT / "matrix")
+    base = next(c for c in loaded.cells if c.cann == "8.0.RC3" and c.arch == "x86_64")
+    return replace(base, **over)
+
+
+def pipeline_labels(cell: matrix.Cell, validated: bool = True, variant: str = "npu") -> dict:
+    labels = dict(plan.labels(cell, variant, render.content_hash(cell)))
+    if validated:
+        labels.update({"io.ascend-build.validated": "true", "io.ascend-build.validated-device": "npu",
+                       "io.ascend-build.validated-tiers": "versions,libraries,import,device,train,collective"})
+    return labels
+
+
+def labelled_image(engine, base_image, tmp_path, labels: dict) -> str:
+    folder = tmp_path / f"ctx-{uuid.uuid4().hex[:8]}"
+    folder.mkdir()
+    (folder / "Dockerfile").write_text(f"FROM {base_image}\n")
+    return engine.build(folder, labels=labels, log_path=folder / "build.log")
+
+
+@pytest.fixture
+def labelled(engine, base_image, tmp_path):
+    made = []
+
+    def build(labels):
+        image = labelled_image(engine, base_image, tmp_path, labels)
+        made.append(image)
+        return image
+    yield build
+    for image in made:
+        engine.remove(image, force=True)
+
+
+@pytest.mark.engine
+def test_run_print_for_two_devices_fake_npu(node, labelled, engine):
+    image = labelled(pipeline_labels(cell_8_0_rc3()))
+    ref = f"ascend-build-test/run:{uuid.uuid4().hex[:8]}"
+    engine.tag(image, ref)
+    try:
+        done = cli("run", "--root", str(node), "--devices", "0,1", "--print", ref, "--", "python", "train.py")
+    finally:
+        engine.untag(ref)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == (
+        "docker run \\\n"
+        "    --rm \\\n"
+        "    --ipc=host \\\n"
+        "    --device /dev/davinci0 \\\n"
+        "    --device /dev/davinci1 \\\n"
+        "    --device /dev/davinci_manager \\\n"
+        "    --device /dev/devmm_svm \\\n"
+        "    --device /dev/hisi_hdc \\\n"
+        "    -v /usr/local/Ascend/driver/version.info:/usr/local/Ascend/driver/version.info:ro \\\n"
+        "    -v /usr/local/Ascend/firmware/version.info:/usr/local/Ascend/firmware/version.info:ro \\\n"
+        "    -v /etc/ascend_install.info:/etc/ascend_install.info:ro \\\n"
+        "    -v /usr/local/bin/npu-smi:/usr/local/bin/npu-smi:ro \\\n"
+        f"    {ref} python train.py\n")
+
+
+@pytest.mark.engine
+def test_run_refuses_an_image_needing_a_newer_driver_fake_npu(node, labelled, engine):
+    image = labelled(pipeline_labels(cell_8_0_rc3(driver="25.0.RC1")))
+    ref = f"ascend-build-test/run:{uuid.uuid4().hex[:8]}"
+    engine.tag(image, ref)
+    try:
+        refused = cli("run", "--root", str(node), "--print", ref)
+        forced = cli("run", "--root", str(node), "--print", "--force", ref)
+    finally:
+        engine.untag(ref)
+    assert refused.returncode == 1
+    assert f"{ref} needs NPU driver 25.0.RC1 or newer; this node has 24.1.rc3" in refused.stderr
+    assert "Traceback" not in refused.stderr
+    assert forced.returncode == 0 and forced.stdout.startswith("docker run")
+
+
+# --- pull ------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def repo(registry, engine, labelled):
+    """A registry repository with: a fitting image, a newer one needing a newer driver,
+    an unvalidated candidate and a CPU twin."""
+    repository = f"ascend-build-test/pull-{uuid.uuid4().hex[:8]}"
+    env = {"ASCEND_BUILD_REGISTRY_USER": registry.username, "ASCEND_BUILD_REGISTRY_PASSWORD": registry.password}
+    fits = cell_8_0_rc3()
+    images = {
+        "fits": pipeline_labels(fits),
+        "newer-torch": pipeline_labels(cell_8_0_rc3(torch_npu="2.4.0.post2", torch="2.4.0", driver="25.0.RC1",
+                                                    id="newer")),
+        "candidate": pipeline_labels(fits, validated=False),
+        "twin": pipeline_labels(fits, variant="cpu"),
+    }
+    pushed = {}
+    for tag, labels in images.items():
+        ref = f"{registry.host}/{repository}:{tag}"
+        engine.tag(labelled(labels), ref)
+        pushed[tag] = engine.push(ref, username=registry.username, password=registry.password)
+    yield repository, env, pushed
+    for tag in images:
+        engine.untag(f"{registry.host}/{repository}:{tag}")
+
+
+@pytest.mark.engine
+def test_pull_chooses_the_fitting_validated_image_by_digest_fake_npu(node, repo, registry, engine):
+    repository, env, pushed = repo
+    done = cli("pull", "--cann", "8.0.RC3", "--registry", f"{registry.host}/{repository}", "--root", str(node),
+               "--json", env=env)
+    assert done.returncode == 0, done.stderr
+    result = json.loads(done.stdout)
+    assert result["tag"] == "fits" and result["digest"] == pushed["fits"]
+    assert result["ref"] == f"{registry.host}/{repository}@{pushed['fits']}"
+    assert engine.labels(result["ref"])["io.ascend-build.validated"] == "true"
+
+
+@pytest.mark.engine
+def test_pull_refuses_with_a_reason_per_candidate_fake_npu(node, repo, registry):
+    repository, env, _ = repo
+    done = cli("pull", "--cann", "8.5.0", "--registry", f"{registry.host}/{repository}", "--root", str(node), env=env)
+    assert done.returncode == 1
+    err = done.stderr
+    assert "no image in" in err and "driver 24.1.rc3" in err
+    assert "  newer-torch: CANN 8.0.RC3, not 8.5.0; driver 24.1.rc3 < required 25.0.RC1" in err
+    assert "  candidate: not validated" in err
+    assert "  twin: CPU twin, not an NPU image" in err
+    assert "fix: another CANN fits this node: 8.0.RC3 (ascend-build pull --cann 8.0.RC3)" in err
+    assert "Traceback" not in err
+
+
+@pytest.mark.engine
+def test_pull_with_refused_credentials_is_a_clear_error(node, repo, registry):
+    repository, env, _ = repo
+    bad = dict(env, ASCEND_BUILD_REGISTRY_PASSWORD="wrong")
+    done = cli("pull", "--cann", "8.0.RC3", "--registry", f"{registry.host}/{repository}", "--root", str(node), env=bad)
+    assert done.returncode == 1
+    assert f"registry {registry.host} refused authentication" in done.stderr
+    assert "Traceback" not in done.stderr
+
+
+@pytest.mark.engine
+def test_a_tag_moved_between_listing_and_pull_still_pulls_what_was_checked_fake_npu(repo, registry, engine, labelled):
+    repository, env, pushed = repo
+    reg = Registry(registry.host, registry.username, registry.password)
+    node = Node(arch="x86_64", chip="910b", driver="24.1.rc3", firmware="7.5.0.1.129")
+    best, _ = choose(listing(reg, repository, node.arch), node, Wanted(cann="8.0.RC3"))
+    assert best.tag == "fits"
+    # Someone re-pushes the tag with another image between the choice and the pull.
+    other = labelled(dict(pipeline_labels(cell_8_0_rc3()), **{"io.ascend-build.content-hash": "0" * 16}))
+    moved_ref = f"{registry.host}/{repository}:fits"
+    engine.tag(other, moved_ref)
+    new_digest = engine.push(moved_ref, username=registry.username, password=registry.password)
+    os.environ.update(env)
+    try:
+        ref, moved = fetch(engine, reg, repository, best, node.arch)
+    finally:
+        for key in env:
+            os.environ.pop(key, None)
+    assert ref.endswith("@" + pushed["fits"])
+    assert moved == new_digest != pushed["fits"]
+    assert engine.labels(ref)["io.ascend-build.content-hash"] == best.labels["io.ascend-build.content-hash"]

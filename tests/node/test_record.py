@@ -1,0 +1,145 @@
+"""builder.node.record: the field guide's run record (section 7), measured, never overwritten."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from builder.node import record as rec
+from builder.errors import UserError
+from builder.node.host import HostInfo, probe
+from helpers_node import SMI_910B3, make_node, write
+
+GUIDE_EXAMPLE = ["model=qwen2.5-27b", "train_mode=lora", "seq_len=4096", "batch_size=8",
+                 "learning_rate=3e-5", "world_size=8"]
+MANIFEST = {
+    "schema": 1, "framework": "pytorch", "cell": "cann8.0.rc3-910b-ubuntu22.04-py3.10-torch_npu2.4.0-aarch64",
+    "variant": "npu", "image": "ascend-build/pytorch:cann8.0.rc3-910b-ubuntu22.04-py3.10-torch_npu2.4.0-aarch64",
+    "os": "ubuntu22.04", "arch": "aarch64", "chip": "910b", "python_version": "3.10", "torch_version": "2.4.0",
+    "torch_npu_version": "2.4.0", "cann_version": "8.0.RC3", "min_driver": "24.1.RC3",
+    "min_firmware": None, "env_manager": "venv", "pip": [], "env": {"HCCL_CONNECT_TIMEOUT": "1800"},
+    "content_hash": "1b3a6901c6daa20c",
+}
+VALIDATION = {"schema": 1, "passed": True, "device": "npu", "started": "2026-11-29T20:00:00+00:00",
+              "host": {"driver": "24.1.rc3", "firmware": "7.5.0.1.129"},
+              "tiers": [{"name": "versions", "status": "passed", "summary": "...", "details": {}},
+                        {"name": "collective", "status": "skipped", "summary": "...", "details": {}}]}
+
+
+@pytest.fixture
+def no_torch(monkeypatch):
+    monkeypatch.setattr(rec.parsers, "dist_version", lambda *names: None)
+
+
+@pytest.mark.parametrize("text, value", [
+    ("8", 8), ("-3", -3), ("0", 0), ("4096", 4096), ("3e-5", 3e-05), ("0.1", 0.1), ("1e3", 1000.0), ("1.", 1.0),
+    ("2.1.0", "2.1.0"), ("08", "08"), ("0x10", "0x10"), ("nan", "nan"), ("inf", "inf"), ("1e999", "1e999"),
+    ("true", "true"), ("", ""), ("+5", "+5"), ("1_000", "1_000"), ("qwen2.5-27b", "qwen2.5-27b"),
+])
+def test_parse_value(text, value):
+    got = rec.parse_value(text)
+    assert got == value and type(got) is type(value)
+
+
+def test_parse_pairs_and_bad_pairs():
+    assert rec.parse_pairs(["a=1", "b.c=x=y", "d="]) == {"a": "1", "b.c": "x=y", "d": ""}
+    for bad in (["novalue"], ["=1"], ["1a=2"], ["a b=1"]):
+        with pytest.raises(UserError):
+            rec.parse_pairs(bad)
+    with pytest.raises(UserError, match="given twice"):
+        rec.parse_pairs(["a=1", "a=2"])
+
+
+def test_measured_keys_cannot_be_set(tmp_path):
+    with pytest.raises(UserError, match="torch_version"):
+        rec.write_record(tmp_path, {"torch_version": "2.1.0"}, HostInfo(), {}, root=tmp_path)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_guide_example_on_a_fixture_node(tmp_path, monkeypatch):
+    monkeypatch.setattr(rec.parsers, "dist_version", lambda *n: {"torch": "2.1.0", "torch_npu": "2.1.0rc1"}.get(n[0]))
+    node = make_node(tmp_path / "node")
+    host = probe(node, run_npu_smi=False)
+    env = {"HCCL_CONNECT_TIMEOUT": "1800", "ASCEND_GLOBAL_LOG_LEVEL": "3", "HOME": "/root", "SECRET_TOKEN": "x"}
+    path = rec.write_record(tmp_path / "ckpt", rec.parse_pairs(GUIDE_EXAMPLE), host, env, root=node)
+    data = json.loads(path.read_text())
+    assert path.name == "ascend-build-record.json"
+    assert (data["framework"], data["torch_version"], data["torch_npu_version"], data["cann_version"]) == \
+        ("pytorch", "2.1.0", "2.1.0rc1", "8.0.0")
+    assert (data["driver"], data["firmware"], data["arch"]) == ("24.1.rc3", "7.5.0.1.129", "aarch64")
+    assert data["seq_len"] == 4096 and data["learning_rate"] == 3e-5 and data["model"] == "qwen2.5-27b"
+    assert data["env"] == {"ASCEND_GLOBAL_LOG_LEVEL": "3", "HCCL_CONNECT_TIMEOUT": "1800"}  # nothing else leaks
+    assert data["sources"]["cann_version"] == "/usr/local/Ascend/ascend-toolkit/latest/version.cfg"
+    assert data["sources"]["torch_version"] == "importlib.metadata"
+    assert data["image"] is None and data["python_version"].count(".") == 2
+
+
+def test_never_overwrites(tmp_path, no_torch):
+    paths = [rec.write_record(tmp_path, {"run": str(i)}, HostInfo(), {}, root=tmp_path) for i in range(3)]
+    assert [p.name for p in paths] == ["ascend-build-record.json", "ascend-build-record.1.json",
+                                       "ascend-build-record.2.json"]
+    assert [json.loads(p.read_text())["run"] for p in paths] == [0, 1, 2]
+
+
+def test_a_gap_is_not_filled_over_an_existing_file(tmp_path, no_torch):
+    write(tmp_path / "ascend-build-record.json", "{}")
+    write(tmp_path / "ascend-build-record.2.json", "keep me")
+    assert rec.write_record(tmp_path, {}, HostInfo(), {}, root=tmp_path).name == "ascend-build-record.1.json"
+    assert rec.write_record(tmp_path, {}, HostInfo(), {}, root=tmp_path).name == "ascend-build-record.3.json"
+    assert (tmp_path / "ascend-build-record.2.json").read_text() == "keep me"
+
+
+def test_output_dir_is_created_and_a_file_is_refused(tmp_path, no_torch):
+    assert rec.write_record(tmp_path / "a/b", {}, HostInfo(), {}, root=tmp_path).parent == tmp_path / "a/b"
+    write(tmp_path / "file", "x")
+    with pytest.raises(UserError, match="not a folder"):
+        rec.write_record(tmp_path / "file", {}, HostInfo(), {}, root=tmp_path)
+
+
+def test_inside_an_ascend_build_image(tmp_path, no_torch):
+    """No torch visible to this interpreter, no CANN file: declared values, and sources say so."""
+    node = make_node(tmp_path / "node", cann_cfg=None)
+    write(node / "etc/ascend-build/manifest.json", json.dumps(MANIFEST))
+    write(node / "etc/ascend-build/validation.json", json.dumps(VALIDATION))
+    labels = {"io.ascend-build.cell": MANIFEST["cell"], "maintainer": "someone"}
+    path = rec.write_record(tmp_path / "out", {}, probe(node, run_npu_smi=False), {}, labels, root=node)
+    data = json.loads(path.read_text())
+    assert (data["torch_version"], data["torch_npu_version"], data["cann_version"]) == ("2.4.0", "2.4.0", "8.0.RC3")
+    assert data["sources"]["torch_version"] == "image manifest (not measurable here)"
+    assert data["driver"] == "24.1.rc3"  # the host's, never the manifest's min_driver
+    image = data["image"]
+    assert image["ref"] == MANIFEST["image"] and image["content_hash"] == "1b3a6901c6daa20c"
+    assert image["manifest"]["cell"] == MANIFEST["cell"]
+    assert image["validation"] == {"passed": True, "device": "npu", "started": "2026-11-29T20:00:00+00:00",
+                                   "host": {"driver": "24.1.rc3", "firmware": "7.5.0.1.129"},
+                                   "tiers": {"versions": "passed", "collective": "skipped"}}
+    assert image["labels"] == {"io.ascend-build.cell": MANIFEST["cell"]}
+
+
+@pytest.mark.parametrize("content, note", [
+    ("{not json", "cannot read /etc/ascend-build/manifest.json"),
+    ("[1, 2]", "/etc/ascend-build/manifest.json is not a JSON object"),
+])
+def test_garbage_manifest_is_a_note(tmp_path, no_torch, content, note):
+    write(tmp_path / "etc/ascend-build/manifest.json", content)
+    data = json.loads(rec.write_record(tmp_path / "o", {}, HostInfo(), {}, root=tmp_path).read_text())
+    assert data["image"] is None and note in " ".join(data["problems"])
+
+
+def test_unreadable_manifest_is_a_note(tmp_path, no_torch):
+    (tmp_path / "etc/ascend-build/manifest.json").mkdir(parents=True)  # open() fails, also for root
+    data = json.loads(rec.write_record(tmp_path / "o", {}, HostInfo(), {}, root=tmp_path).read_text())
+    assert any(p.startswith("cannot read /etc/ascend-build/manifest.json") for p in data["problems"])
+
+
+def test_fake_npu_run_record_end_to_end(tmp_path, no_torch):
+    node = make_node(tmp_path / "node", smi=SMI_910B3)
+    path, data = rec.run_record(tmp_path / "ckpt", ["seq_len=4096"], root=node, environ={"HCCL_BUFFER_SIZE": "200"})
+    assert path.is_file() and data == json.loads(path.read_text())
+    assert (data["chip"], data["soc"], data["driver"]) == ("910b", "Ascend910B3", "24.1.rc3")
+    assert data["env"] == {"HCCL_BUFFER_SIZE": "200"} and data["problems"] == []
+    text = rec.format_record(path, data)
+    assert text.splitlines()[0] == f"wrote {path}"
+    assert "  chip               910b" in text and "  seq_len            4096" in text

@@ -1,0 +1,95 @@
+"""The shape of the package, checked: two wings that never import each other, and the
+image's words (label keys, in-image paths, tier names) spelled only in vocabulary.py."""
+
+import ast
+import re
+from pathlib import Path
+
+import pytest
+
+BUILDER = Path(__file__).resolve().parent.parent / "builder"
+WINGS = ("build", "node")
+
+
+def modules(folder: Path):
+    return sorted(p for p in folder.rglob("*.py") if "__pycache__" not in p.parts)
+
+
+def imported(path: Path):
+    """Every module name an import statement in ``path`` names (top level and inside functions)."""
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            yield from (alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            yield node.module
+            yield from (f"{node.module}.{alias.name}" for alias in node.names)
+
+
+def test_both_wings_exist_with_their_rooms():
+    assert {p.stem for p in modules(BUILDER / "build")} >= {"matrix", "checks", "render", "stage", "pipeline", "ci_matrix"}
+    assert {p.stem for p in modules(BUILDER / "node")} >= {"host", "pull", "registry", "doctor", "explain", "record"}
+
+
+@pytest.mark.parametrize("wing", WINGS)
+def test_a_wing_never_imports_the_other(wing):
+    other = "builder." + next(w for w in WINGS if w != wing)
+    crossing = [f"{path.relative_to(BUILDER)} imports {name}" for path in modules(BUILDER / wing)
+                for name in imported(path) if name == other or name.startswith(other + ".")]
+    assert crossing == []
+
+
+def test_shared_modules_import_neither_wing():
+    shared = [p for p in modules(BUILDER) if p.parent in (BUILDER, BUILDER / "smoke")]
+    assert len(shared) >= 8
+    crossing = [f"{path.relative_to(BUILDER)} imports {name}" for path in shared for name in imported(path)
+                if name.startswith(("builder.build", "builder.node", "builder.cli"))]
+    assert crossing == []
+
+
+def test_what_images_run_needs_only_the_standard_library_and_shipped_files():
+    """smoke.py and the files beside it run in images without ascend-build installed: any
+    import of the package must have a fallback to the shipped sibling (ImportError)."""
+    from builder import vocabulary
+
+    shipped = [BUILDER / "smoke" / n for n in vocabulary.SHIPPED_FILES if (BUILDER / "smoke" / n).is_file()]
+    shipped += [BUILDER / "versions.py", BUILDER / "vocabulary.py", BUILDER / "smoke" / "doctor_probe.py"]
+    for path in shipped:
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        guarded = {id(n) for t in ast.walk(tree) if isinstance(t, ast.Try)
+                   for n in ast.walk(t) if isinstance(n, (ast.Import, ast.ImportFrom))}
+        functions = {id(n) for f in ast.walk(tree) if isinstance(f, ast.FunctionDef)
+                     for n in ast.walk(f) if isinstance(n, (ast.Import, ast.ImportFrom))}
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith(("builder", "yaml", "packaging")):
+                assert id(node) in guarded or id(node) in functions, f"{path.name}:{node.lineno} imports {node.module}"
+
+
+# The raw spellings vocabulary.py owns.
+RAW = re.compile(r"io\.ascend-build\.[a-z]|org\.opencontainers\.image\.[a-z]|/etc/ascend-build|/opt/ascend-build")
+TIER_WORDS = {"libraries", "train", "collective"}  # tier names that are no other word here
+
+
+def spelled(path: Path):
+    text = path.read_text(encoding="utf-8")
+    for number, line in enumerate(text.splitlines(), 1):
+        if RAW.search(line):
+            yield f"{path.name}:{number}: {line.strip()}"
+    if path.suffix == ".py":
+        for node in ast.walk(ast.parse(text)):
+            if isinstance(node, ast.Constant) and isinstance(node.value, str) and (
+                    node.value in TIER_WORDS or "versions,libraries" in node.value):
+                yield f"{path.name}:{node.lineno}: tier name {node.value!r}"
+
+
+def test_no_label_key_path_or_tier_name_is_spelled_outside_the_vocabulary():
+    files = [p for p in BUILDER.rglob("*") if p.suffix in (".py", ".j2") and p.name != "vocabulary.py"
+             and "__pycache__" not in p.parts]
+    assert len(files) > 30
+    assert [hit for path in files for hit in spelled(path)] == []
+
+
+def test_the_spelling_check_can_fail(tmp_path):
+    sample = tmp_path / "sample.py"
+    sample.write_text('KEY = "io.ascend-build.min-driver"\nTIERS = ("versions", "libraries")\n')
+    assert list(spelled(sample)) == ["sample.py:1: KEY = \"io.ascend-build.min-driver\"",
+                                     "sample.py:2: tier name 'libraries'"]
