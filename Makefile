@@ -52,3 +52,4 @@ test-fast: setup
 bench: setup engine
 	$(BIN)/python benchmarks/bench_validate_render.py
 	$(BIN)/python benchmarks/bench_build.py
+	$(BIN)/python benchmarks/bench_lock.py

@@ -31,8 +31,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from builder.build import matrix, render
+from builder import knowledge  # noqa: E402
+from builder.build import lock, matrix, render  # noqa: E402
 from builder.build import stage  # noqa: E402
+from builder.build.plan import lock_inputs  # noqa: E402
 from builder.engine import Engine  # noqa: E402
 
 BASE = "local/debian:12"
@@ -64,8 +66,20 @@ def timed_build(engine: Engine, context: Path, dockerfile: str, log: Path, secre
     return image, time.monotonic() - start
 
 
+def cell_lock(cell: matrix.Cell) -> lock.Lock:
+    """The committed lock when it fits the cell, else one resolved now from the demo cell's
+    (a bump is a relock that keeps every other pin)."""
+    inputs = lock_inputs(cell, knowledge.load())
+    made = lock.read(ROOT / "dockerfiles" / cell.id)
+    if lock.status(made, inputs) != "ok":
+        made = lock.resolve(inputs, wheelhouse=WHEELHOUSE if WHEELHOUSE.is_dir() else None,
+                            previous=lock.read(ROOT / "dockerfiles" / CELL_ID))
+    return made
+
+
 def ascend_build(engine: Engine, cell: matrix.Cell, folder: Path) -> tuple:
-    context = stage.context(render.render_cell(cell), folder, WHEELHOUSE if WHEELHOUSE.is_dir() else None)
+    made = cell_lock(cell)
+    context = stage.context(render.render_cell(cell, lock=made), folder, WHEELHOUSE if WHEELHOUSE.is_dir() else None)
     with stage.secrets(cell, CA if CA.is_file() else None) as secrets:
         return timed_build(engine, context, "Dockerfile", folder.with_suffix(".log"), secrets)
 

@@ -282,3 +282,39 @@ def test_diagnose_known_errors_with_the_explain_table(smoke, text, entry):
     assert explain.explain(text)[0].id == entry
     assert "{" not in hint  # every placeholder filled (known values or "unknown")
     assert smoke.diagnose("ZeroDivisionError: division by zero") is None
+
+
+# ---------------------------------------------------------------- the closure against the lock
+def test_closure_problems_name_the_package_the_locked_and_the_installed_version(smoke):
+    locked = {"numpy": "1.26.4", "torch": "2.1.0+cpu", "torch-npu": "2.1.0rc1", "pip": "24.0"}
+    installed = {"numpy": "2.0.2", "torch": "2.1.0+cpu", "torch-npu": "2.1.0.rc1", "wheel": "0.45.0"}
+    assert smoke.closure_problems(locked, installed) == [
+        "numpy 2.0.2 installed, 1.26.4 locked", "pip 24.0 locked, not installed", "wheel 0.45.0 installed, not in the lock"]
+    assert smoke.closure_problems(locked, dict(locked)) == []
+
+
+def test_closure_of_a_real_environment(torch_python, tmp_path):
+    """The torch venv of this test run as the image: its own distributions are the lock."""
+    exe = torch_python["exe"]
+    listed = subprocess.run([exe, "-c", "import json, sys; sys.path.insert(0, %r); import parsers; "
+                             "print(json.dumps(parsers.environment_distributions(sys.prefix)))" % str(SMOKE.parent)],
+                            capture_output=True, text=True, check=True)
+    dists = json.loads(listed.stdout)
+    assert "torch" in dists and dists["torch"].startswith(torch_python["torch"])
+    good = manifest(tmp_path, torch_python, lock={"state": "ok", "distributions": dists})
+    code, report, err = run(exe, "--manifest", good, "--tiers", "versions")
+    assert code == 0, err
+    assert "%d distributions as locked, pip check clean" % len(dists) in tiers(report)["versions"]["summary"]
+    wrong = dict(dists, torch="1.0.0", **{"einops": "0.8.0"})
+    bad = manifest(tmp_path, torch_python, lock={"state": "ok", "distributions": wrong})
+    code, report, _ = run(exe, "--manifest", bad, "--tiers", "versions")
+    summary = tiers(report)["versions"]["summary"]
+    assert code == 1 and "the environment differs from the lock" in summary
+    assert "torch %s installed, 1.0.0 locked" % dists["torch"] in summary and "einops 0.8.0 locked, not installed" in summary
+
+
+def test_without_a_lock_the_closure_is_not_claimed(torch_python, tmp_path):
+    path = manifest(tmp_path, torch_python, lock={"state": "missing", "distributions": {}})
+    code, report, err = run(torch_python["exe"], "--manifest", path, "--tiers", "versions")
+    assert code == 0, err
+    assert "no lock (missing): the closure was resolved at build time" in tiers(report)["versions"]["summary"]

@@ -23,9 +23,11 @@ from __future__ import annotations
 
 from collections import Counter
 from functools import lru_cache
-from typing import Callable, Iterator, List, Optional
+from typing import Callable, Iterator, List, Mapping, Optional, Tuple
 
-from builder import installers, knowledge, versions
+from packaging.utils import canonicalize_name
+
+from builder import installers, knowledge, python_env, versions
 from builder.errors import Finding, UserError
 from builder.vocabulary import CANDIDATE_SUFFIX
 from builder.build.matrix import Cell
@@ -259,10 +261,66 @@ def tag_fits(cell: Cell, kb) -> Findings:
                        "give the cell a shorter name:")
 
 
+def pins_within_cann_limits(cell: Cell, kb) -> Findings:
+    """A matrix pin CANN does not accept (numpy 2 before CANN 9.0.0-beta.2, protobuf other
+    than 3.20.x up to 9.0.x) would break CANN's tools or torch_npu at start-up."""
+    limits = python_env.constraints(cell.cann)
+    for pin in cell.pip:
+        name, _, version = pin.partition("==")
+        for limit in limits:
+            if limit.name == canonicalize_name(name.split("[")[0]) and not limit.allows(version):
+                kind = "inferred from" if limit.inferred else "per"
+                yield _finding(cell, "pip", "cann-python-constraint",
+                               f"{pin} is outside {limit.requirement}, which CANN {cell.cann} needs ({kind} {limit.source})",
+                               f"pin {name} within {limit.requirement}, or drop the pin and let the lock choose")
+
+
+def env_vars_accepted(cell: Cell, kb) -> Findings:
+    """torch_npu parses some variables itself and stops on a key it does not know (2.1.0rc1
+    refuses PYTORCH_NPU_ALLOC_CONF=expandable_segments:True on the first allocation)."""
+    for variable, value in cell.env_vars:
+        for key in python_env.option_keys(value) if variable in python_env.variables() else ():
+            accepted = python_env.accepts(variable, key, cell.torch_npu)
+            if accepted is False:
+                first = python_env.first_accepting(variable, key)
+                yield _finding(cell, "env_vars", "env-var-rejected",
+                               f"torch_npu {cell.torch_npu} refuses {variable} key {key!r}: it stops at the first "
+                               f"allocation with \"Unrecognized CachingAllocator option\" (per {python_env.source(variable)})",
+                               f"drop {key} from {variable}" + (f", or use torch_npu {first} or newer" if first else ""))
+            elif accepted is None:
+                yield _finding(cell, "env_vars", "env-var-unverified",
+                               f"{variable} key {key!r} is not in the knowledge base; torch_npu may refuse it",
+                               f"check torch_npu {cell.torch_npu}'s allocator options; known keys: "
+                               + ", ".join(python_env.known_keys(variable)), severity="warning")
+
+
 RULES = (
     cann_known, torch_npu_published, torch_matches_pin, cann_paired, python_has_wheel, glibc_new_enough,
     driver_supports_cann, firmware_in_range, chip_supported, venv_python_matches, installers_verifiable, tag_fits,
+    pins_within_cann_limits, env_vars_accepted,
 )
+
+LOCK_RULES = {
+    "missing": ("lock-missing", "has no lock: its image would resolve its Python packages at build time",
+                "run `ascend-build lock` (an image builds from it only with --allow-incomplete-lock)"),
+    "stale": ("lock-stale", "has a lock made from other inputs (the cell, its pins or CANN's limits changed)",
+              "run `ascend-build lock` and commit dockerfiles/"),
+    "incomplete": ("lock-incomplete", "has a lock with entries whose sha256 could not be recorded",
+                   "run `ascend-build lock` where their source is reachable (CI does); until then an image "
+                   "builds only with --allow-incomplete-lock"),
+}
+
+
+def lock_findings(cells: List[Cell], states: Mapping[str, Tuple[str, str]]) -> List[Finding]:
+    """A warning for each cell whose lock is not ``ok``; ``states`` maps cell id to (state, detail)."""
+    out = []
+    for cell in cells:
+        state, detail = states.get(cell.id, ("ok", ""))
+        if state in LOCK_RULES:
+            rule, what, fix = LOCK_RULES[state]
+            out.append(_finding(cell, "python", rule, f"cell {cell.id} {what}" + (f": {detail}" if detail and state == "incomplete" else ""),
+                                fix, severity="warning"))
+    return list(dict.fromkeys(out))
 
 
 def unique_tags(cells: List[Cell]) -> Findings:

@@ -69,7 +69,7 @@ import yaml
 from builder.build import render
 from builder.errors import UserError
 from builder.build.matrix import Cell
-from builder.vocabulary import ARCHS, CHIPS
+from builder.vocabulary import ARCHS, CHIPS, NPU, manifest_name
 
 # GitHub-hosted runners per arch. ubuntu-24.04-arm is free for public repositories;
 # private ones need a larger arm64 runner (override it in the runners file).
@@ -287,7 +287,8 @@ def entries(cells: Sequence[Cell], rendered: Optional[Mapping[str, Mapping[str, 
             rendered[cell.id] = render.render_cell(cell)
     keep = set(changed_cells(cells, rendered, since=since, repo=repo, out_dir=out_dir)) if since is not None \
         else {c.id for c in cells}
-    hashes = {c.id: render.content_hash(c) for c in cells}
+    # the hash the rendered images carry (their manifest says it), lock included
+    hashes = {c.id: json.loads(rendered[c.id][manifest_name(NPU)])["content_hash"] for c in cells}
     groups: Dict[Tuple[str, str], List[Cell]] = {}
     for cell in cells:
         group = _group_tag(cell)

@@ -286,6 +286,26 @@ def _string_list(val: _Val, path: str, pattern, what: str, out: _Collector) -> O
     return None if None in items else tuple(items)  # type: ignore[arg-type]
 
 
+def _pins_pip_reads(val: _Val, path: str, pins: Optional[Tuple[str, ...]], out: _Collector) -> Optional[Tuple[str, ...]]:
+    """A pin the pattern lets through must also be one pip reads: a PEP 508 name and a
+    PEP 440 version (``six==latest`` or ``a-==1.0`` are not)."""
+    if pins is None:
+        return None
+    from packaging.requirements import InvalidRequirement, Requirement
+    from packaging.version import InvalidVersion, Version
+
+    for i, pin in enumerate(pins):
+        try:
+            Requirement(pin)
+            Version(pin.split("==", 1)[1])
+        except (InvalidRequirement, InvalidVersion) as exc:
+            where = val.value[i].where if isinstance(val.value, list) else val.where
+            out.error("schema-value", f"{path}[{i}]: {pin!r} is not a pin pip can read ({str(exc).splitlines()[0]})",
+                      "write name==version with a PEP 440 version, e.g. einops==0.8.0", where, f"{path}[{i}]")
+            return None
+    return pins
+
+
 def _pairs(val: _Val, path: str, key_pattern, value_pattern, what: str, out: _Collector,
            keys: Optional[Tuple[str, ...]] = None) -> Optional[Tuple[Tuple[str, str], ...]]:
     mapping = _mapping(val, path, out)
@@ -364,6 +384,7 @@ def _parse_fields(raw: Dict[str, _Val], path: str, out: _Collector) -> Dict[str,
             value = _cann_source(val, sub, out)
         elif key == "pip":
             value = _string_list(val, sub, _PIP_PIN, "exact pin name==version", out)
+            value = _pins_pip_reads(val, sub, value, out)
         elif key == "env_vars":
             value = _pairs(val, sub, _ENV_NAME, _ENV_VALUE, "environment value", out)
         elif key == "mirrors":

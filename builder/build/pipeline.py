@@ -28,6 +28,9 @@ from pathlib import Path
 from typing import Callable, Dict, List, Optional, Tuple
 
 from builder import devices
+from builder import knowledge
+from builder.build import lock as locking
+from builder.build import plan as planning
 from builder.build import render, stage
 from builder.build.matrix import Cell
 from builder.engine import BuildFailed, Engine
@@ -52,6 +55,8 @@ class Options:
     ca_bundle: Optional[Path] = None
     root: Path = Path("/")                 # where to look for /dev and the driver (tests)
     quiet: bool = False
+    locks_dir: Path = Path("dockerfiles")  # where each cell's lock is: <locks_dir>/<cell>/requirements.lock
+    allow_incomplete_lock: bool = False    # build a cell whose lock is not complete (entries unverified)
 
 
 @dataclass
@@ -225,16 +230,26 @@ def build_one(cell: Cell, variant: str, options: Options, engine: Engine, say: S
     if options.base_image:
         cell = replace(cell, base_image=options.base_image)
     dockerfile = dockerfile_name(variant)
+    lock = locking.read(options.locks_dir / cell.id)
+    lock_state = locking.status(lock, planning.lock_inputs(cell, knowledge.load()))
+    if lock_state != "ok" and not options.allow_incomplete_lock:
+        why = {"missing": "has no lock", "stale": "has a lock made from other inputs",
+               "incomplete": "has a lock with entries lacking a sha256 (" + ", ".join(
+                   f"{e.name}=={e.version}" for e in (lock.incomplete if lock else ())) + ")"}[lock_state]
+        out.message = (f"{cell.id} {why} in {options.locks_dir}: its image would install unverified packages\n"
+                       f"  fix: run `ascend-build lock` (where every source is reachable), or pass --allow-incomplete-lock")
+        return out
     installers = Path(cell.cann_local) if (variant == NPU and cell.cann_source == "local") else None
-    context = stage.context(render.render_cell(cell), state / "contexts" / name, options.wheelhouse, installers)
+    context = stage.context(render.render_cell(cell, lock=lock), state / "contexts" / name, options.wheelhouse, installers)
     log = state / "logs" / f"{name}.build.log"
     out.log = str(log)
+    build_args = {planning.ALLOW_UNVERIFIED: "1"} if lock_state != "ok" else {}
 
     say(f"[{name}] building {variant} image")
     start = time.monotonic()
     try:
         with stage.secrets(cell, options.ca_bundle) as secret_files:
-            candidate = engine.build(context, dockerfile, secrets=secret_files, log_path=log,
+            candidate = engine.build(context, dockerfile, secrets=secret_files, log_path=log, build_args=build_args,
                                      on_line=_Progress(name, say, options.quiet))
     except BuildFailed as exc:
         out.build_seconds = time.monotonic() - start
@@ -246,7 +261,11 @@ def build_one(cell: Cell, variant: str, options: Options, engine: Engine, say: S
     device, tiers, docker_devices, mounts, final = _plan(variant, options)
     say(f"[{name}] smoke test on {device}: {', '.join(tiers)}")
     report, out.smoke_seconds = smoke(engine, candidate, device, tiers, docker_devices, mounts)
-    report["content_hash"] = render.content_hash(cell)
+    report["content_hash"] = render.content_hash(cell, lock)
+    report["lock"] = lock_state
+    base = (cell.cann_image if variant == NPU and cell.cann_source == "image"
+            else cell.base_image or knowledge.load().os_info(cell.os).image)
+    report["base_image"] = {"ref": base, "id": engine.image_id(base), "digests": engine.repo_digests(base)}
     return _conclude(out, engine, report, tiers, final, release_ref(cell, variant), name, options)
 
 

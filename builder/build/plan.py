@@ -23,7 +23,11 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Dict, Optional, Tuple
 
-from builder import versions, vocabulary
+from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
+
+from builder import python_env, versions, vocabulary
+from builder.build import lock as locking
 from builder.build import stage
 from builder.build.matrix import Cell
 from builder.errors import UserError
@@ -33,11 +37,12 @@ from builder.errors import UserError
 # CPU torch, not the multi-GB CUDA build PyPI serves for x86_64.
 PYTORCH_CPU_INDEX = "https://download.pytorch.org/whl/cpu"
 
-# Field-guide defaults (section 2/3/5); a cell's env_vars override them by name.
+# Field-guide defaults (section 2/3/5); a cell's env_vars override them by name. The
+# allocator default (PYTORCH_NPU_ALLOC_CONF) comes from python_env: only the torch_npu
+# releases that accept it get it.
 DEFAULT_ENV = (
     ("ASCEND_GLOBAL_LOG_LEVEL", "3"),
     ("HCCL_CONNECT_TIMEOUT", "1800"),
-    ("PYTORCH_NPU_ALLOC_CONF", "expandable_segments:True"),
 )
 
 OS_PACKAGES = {
@@ -55,10 +60,10 @@ OS_PACKAGES_CPU = {
 }
 APT_COMPONENTS = {"ubuntu": "main universe", "debian": "main"}
 
-# Python packages CANN's operator compiler and tools import at run time (the
-# official CANN images install the same list). Unpinned upstream; see README.
-CANN_PYTHON_PACKAGES = ("attrs", "decorator", "sympy", "cffi", "pyyaml", "pathlib2", "psutil",
-                        "protobuf", "scipy", "requests", "absl-py", "numpy")
+# The context files the lock is installed from, one per step: the verified closure, the
+# entries the lock could not verify (refused unless the build is asked), torch_npu.
+LOCK_STEPS = {"closure": "lock.closure.txt", "unverified": "lock.unverified.txt", "torch_npu": "lock.torch_npu.txt"}
+ALLOW_UNVERIFIED = "ASCEND_BUILD_ALLOW_UNVERIFIED"  # the build arg that lets unverified entries in
 
 DRIVER_LIB = "/usr/local/Ascend/driver/lib64"  # mounted from the host at run time
 HOME_VARIABLE = "ASCEND_TOOLKIT_HOME"  # set first; CANN's other ENV values refer to it
@@ -94,6 +99,30 @@ class InstallerFile:
 
 
 @dataclass(frozen=True)
+class Install:
+    """One step of the Python environment: a requirements file from the lock and how pip takes it.
+
+    ``verified``: every line has its sha256 and pip installs exactly those files
+    (``--require-hashes --no-deps``). Otherwise the step is refused unless the build is
+    asked (``ALLOW_UNVERIFIED``); ``resolve`` says pip still resolves dependencies (no lock).
+    """
+
+    step: str
+    file: str
+    lines: Tuple[str, ...]
+    verified: bool
+    resolve: bool = False
+    reason: str = ""
+
+    @property
+    def names(self) -> Tuple[str, ...]:
+        return tuple(re.split(r"[=<>!~;\[ ]", line, 1)[0] for line in self.lines if not line.startswith((" ", "#")))
+
+    def text(self) -> bytes:
+        return ("\n".join(self.lines) + "\n").encode()
+
+
+@dataclass(frozen=True)
 class Plan:
     """Every fact the Dockerfile of one cell and variant is made of; the template formats it.
 
@@ -120,26 +149,24 @@ class Plan:
     cann_source: str                      # installer | local | image ("" for the twin)
     installers: Tuple[InstallerFile, ...]
     cann_env: Tuple[Tuple[str, str], ...]  # ENV lines in order; later ones may refer to earlier ones
-    cann_python_packages: Tuple[str, ...]
     # Python and its packages
     python: str
     env_manager: str                      # conda | venv
     env_prefix: str
     conda_url: str
     conda_sha256: str
-    torch_requirement: str
-    torch_index: str
+    lock_state: str                       # ok | incomplete | missing | stale (locking.status)
+    installs: Tuple[Install, ...]         # the Python steps, in order
+    torch_index: str                      # where unverified torch==X+cpu may come from
     torch_npu: str                        # "" for the twin
-    torch_npu_requirement: str            # "" for the twin
-    extra_packages: Tuple[str, ...]
     env_vars: Tuple[Tuple[str, str], ...]
     # what the image says of itself
     tool_dir: str
     shipped_files: Tuple[str, ...]
     manifest_file: str
     manifest_path: str
-    env_spec_file: str
-    env_spec_path: str
+    lock_file: str                        # "" when the cell has no usable lock
+    lock_path: str
     labels: Tuple[Tuple[str, str], ...]
     steps: Tuple[str, ...]
 
@@ -149,9 +176,13 @@ class Plan:
         return f"{self.wheelhouse[:-1]}[{self.wheelhouse[-1]}]"
 
     @property
-    def pins(self) -> Tuple[str, ...]:
-        """What the environment spec lists: torch, torch_npu (NPU image only), the extras."""
-        return (self.torch_requirement, *((self.torch_npu_requirement,) if self.npu else ()), *self.extra_packages)
+    def allow_unverified(self) -> str:
+        """The build arg that lets the steps the lock could not verify run."""
+        return ALLOW_UNVERIFIED
+
+    @property
+    def unverified(self) -> Tuple[Install, ...]:
+        return tuple(i for i in self.installs if not i.verified)
 
     def number(self, step: str) -> int:
         """The printed number of ``step``: consecutive in each variant."""
@@ -187,8 +218,8 @@ def cann_env(cell: Cell) -> Tuple[Tuple[str, str], ...]:
 
 
 def env_vars(cell: Cell) -> Tuple[Tuple[str, str], ...]:
-    """The field-guide defaults with the cell's env_vars over them, by name."""
-    merged = dict(DEFAULT_ENV)
+    """The field-guide defaults (and those its torch_npu accepts) with the cell's env_vars over them, by name."""
+    merged = dict(DEFAULT_ENV + python_env.default_env(cell.torch_npu))
     merged.update(dict(cell.env_vars))
     return tuple(sorted(merged.items()))
 
@@ -234,25 +265,92 @@ def env_prefix(cell: Cell) -> str:
 
 
 def torch(cell: Cell, kb) -> Tuple[str, str]:
-    """The torch requirement and the extra index that serves it."""
+    """The torch requirement and the extra index that serves it: a CPU build on every arch
+    (x86_64's is ``torch==X+cpu`` from the PyTorch CPU index; PyPI's x86_64 torch is the
+    multi-GB CUDA build), which also meets torch_npu's ``torch==X``/``torch==X.*`` pins."""
     requirement, _ = kb.torch_requirement(cell.torch_npu, cell.arch)
     if not requirement:
         requirement = f"torch=={cell.torch}"
-    return requirement, (PYTORCH_CPU_INDEX if cell.arch == "x86_64" else "")
+    if cell.arch == "x86_64":
+        return (requirement if "+" in requirement else requirement + "+cpu"), PYTORCH_CPU_INDEX
+    return requirement, ""
 
 
-def variant_file(stem: str, suffix: str, variant: str) -> str:
-    """A context file of ``variant``: ``stem.suffix`` for the NPU image, the twin's with the variant in it."""
-    return f"{stem}.{suffix}" if variant == vocabulary.NPU else f"{stem}.{variant}.{suffix}"
+def lock_inputs(cell: Cell, kb) -> locking.Inputs:
+    """What the cell's lock is resolved from: CANN's packages within CANN's limits, the CPU
+    torch torch_npu pins, torch_npu, the matrix's extra pins, and the installer itself
+    (pip; setuptools, which venvs of Python < 3.12 carry; wheel, which conda's env has)."""
+    os_info = kb.os_info(cell.os)
+    requirement, index = torch(cell, kb)
+    tools = ("pip", "setuptools") + (("wheel",) if cell.env == "conda" else ())
+    return locking.Inputs(
+        cell=cell.id, python=cell.python, platform=locking.python_platform(cell.arch, os_info.glibc),
+        requirements=(*python_env.cann_packages(), requirement, f"torch-npu=={cell.torch_npu}", *cell.pip, *tools),
+        constraints=tuple(c.requirement for c in python_env.constraints(cell.cann)),
+        torch_index=index,
+    )
 
 
-def env_spec_names(cell: Cell, variant: str) -> Tuple[str, str]:
-    """(file in the context, name in the image) of the environment spec."""
-    stem, suffix = ("environment", "yml") if cell.env == "conda" else ("requirements", "txt")
-    return variant_file(stem, suffix, variant), f"{stem}.{suffix}"
+def lock_unpinned(cell: Cell, kb) -> Tuple[str, ...]:
+    """What the lock cannot pin for ``cell``, and why (written into its header)."""
+    if cell.env == "conda":
+        return (f"python: conda's python={cell.python} (patch release and build float: no conda channel "
+                f"is reachable where locks are made here)",)
+    os_info = kb.os_info(cell.os)
+    return (f"python: the base image's own python3 ({os_info.python} on {cell.os}; its patch release follows "
+            f"the distribution's updates)",)
 
 
-def labels(cell: Cell, variant: str, digest: str) -> Tuple[Tuple[str, str], ...]:
+def _unlocked_lines(cell: Cell, kb) -> Tuple[str, ...]:
+    """Without a usable lock: the top-level requirements, CANN's limits on the packages they bound."""
+    limits: Dict[str, str] = {}
+    for c in python_env.constraints(cell.cann):
+        limits[c.name] = ",".join(filter(None, [limits.get(c.name), str(Requirement(c.requirement).specifier)]))
+    lines = []
+    for requirement in lock_inputs(cell, kb).requirements:
+        req = Requirement(requirement)
+        name = canonicalize_name(req.name)
+        lines.append(f"{name}{limits[name]}" if name in limits and not req.specifier else requirement)
+    return tuple(lines)
+
+
+def installs(cell: Cell, kb, variant: str, lock: Optional[locking.Lock]) -> Tuple[str, Tuple[Install, ...]]:
+    """(lock state, the Python steps of ``variant``): the verified closure, then what the
+    lock could not verify, then torch_npu (NPU image only). The twin's steps are the same
+    minus torch_npu: the same closure.
+
+    Without a usable lock (missing, or made from other inputs), every requirement is
+    unverified and pip resolves: refused unless the build is asked.
+    """
+    state = locking.status(lock, lock_inputs(cell, kb))
+    npu = variant == vocabulary.NPU
+    if state in ("missing", "stale"):
+        lines = _unlocked_lines(cell, kb)
+        reason = f"The cell's lock is {state}: run `ascend-build lock`"
+        is_npu = [canonicalize_name(Requirement(line).name) == "torch-npu" for line in lines]
+        others = tuple(line for line, own in zip(lines, is_npu) if not own)
+        steps = [Install("unverified", LOCK_STEPS["unverified"], others, False, True, reason)]
+        if npu:
+            steps.append(Install("torch_npu", LOCK_STEPS["torch_npu"], tuple(line for line, own in zip(lines, is_npu) if own),
+                                 False, True, reason))
+        return state, tuple(steps)
+    assert lock is not None
+    tnpu = lock.entry("torch-npu")
+    rest = lock.without("torch-npu")
+    steps = []
+    verified = tuple(line for e in rest if e.complete for line in e.lines())
+    if verified:
+        steps.append(Install("closure", LOCK_STEPS["closure"], verified, True))
+    missing = tuple(e for e in rest if not e.complete)
+    if missing:
+        steps.append(Install("unverified", LOCK_STEPS["unverified"], tuple(line for e in missing for line in e.lines()), False,
+                             False, "; ".join(f"{e.name}: {e.note}" for e in missing)))
+    if npu and tnpu is not None:
+        steps.append(Install("torch_npu", LOCK_STEPS["torch_npu"], tuple(tnpu.lines()), tnpu.complete, False, tnpu.note))
+    return state, tuple(steps)
+
+
+def labels(cell: Cell, variant: str, digest: str, lock_state: str = "missing") -> Tuple[Tuple[str, str], ...]:
     """The image's labels: the node decides from these alone."""
     npu = variant == vocabulary.NPU
     Label = vocabulary.Label
@@ -268,6 +366,7 @@ def labels(cell: Cell, variant: str, digest: str) -> Tuple[Tuple[str, str], ...]
         (Label.PYTHON, cell.python),
         (Label.TORCH, cell.torch),
         (Label.CONTENT_HASH, digest),
+        (Label.LOCK, lock_state),
     ]
     if npu:
         pairs += [
@@ -280,9 +379,16 @@ def labels(cell: Cell, variant: str, digest: str) -> Tuple[Tuple[str, str], ...]
     return tuple((k, _safe("text", v, k)) for k, v in pairs)
 
 
-def manifest(cell: Cell, variant: str, digest: str) -> Dict[str, object]:
-    """The run record of the field guide (section 7), describing what the image must contain."""
+def manifest(cell: Cell, variant: str, digest: str, kb, lock: Optional[locking.Lock] = None) -> Dict[str, object]:
+    """The run record of the field guide (section 7), describing what the image must contain.
+
+    ``lock`` lists every distribution the environment must hold, at its locked version
+    (the twin's: all but torch_npu); the smoke program checks the image against it.
+    """
     npu = variant == vocabulary.NPU
+    state = locking.status(lock, lock_inputs(cell, kb))
+    usable = lock is not None and state in ("ok", "incomplete")
+    entries = (lock.entries if npu else lock.without("torch-npu")) if usable else ()
     return {
         "schema": 1,
         "framework": "pytorch",
@@ -302,6 +408,9 @@ def manifest(cell: Cell, variant: str, digest: str) -> Dict[str, object]:
         "pip": list(cell.pip),
         "env": final_env(cell, variant),
         "content_hash": digest,
+        "lock": {"state": state, "file": vocabulary.LOCK if usable else None,
+                 "distributions": {e.name: e.version for e in entries},
+                 "unverified": sorted(e.name for e in entries if not e.complete)},
     }
 
 
@@ -320,20 +429,21 @@ def _display_path(file: str) -> str:
     return f"{path.parent.name}/{path.name}" if path.parent.name else path.name
 
 
-def plan(cell: Cell, kb, variant: str, digest: str) -> Plan:
-    """Decide everything about the image of ``cell`` in ``variant``; ``digest`` is its content hash."""
+def plan(cell: Cell, kb, variant: str, digest: str, lock: Optional[locking.Lock] = None) -> Plan:
+    """Decide everything about the image of ``cell`` in ``variant``; ``digest`` is its content hash,
+    ``lock`` the cell's lock (None: none yet)."""
     if variant not in vocabulary.VARIANTS:
         raise ValueError(f"unknown variant {variant!r}")
     npu = variant == vocabulary.NPU
     os_info = kb.os_info(cell.os)
-    torch_requirement, torch_index = torch(cell, kb)
+    _, torch_index = torch(cell, kb)
     conda = kb.conda_installer(cell.arch) if cell.env == "conda" else None
     conda_sha = dict(cell.sha256).get(conda.filename, conda.sha256) if conda else ""
     from_image = npu and cell.cann_source == "image"
     base = cell.cann_image if from_image else (cell.base_image or os_info.image)
-    spec_file, spec_target = env_spec_names(cell, variant)
-    steps = ("os", *(("cann",) if npu else ()), "python", *(("cann-python",) if npu else ()), "torch",
-             *(("torch_npu",) if npu else ()), *(("extras",) if cell.pip else ()), "env", "files")
+    state, python_steps = installs(cell, kb, variant, lock)
+    usable = state in ("ok", "incomplete")
+    steps = ("os", *(("cann",) if npu else ()), "python", *(i.step for i in python_steps), "env", "files")
     return Plan(
         cell_id=cell.id, variant=variant, npu=npu, matrix_file=matrix_name(cell),
         dockerfile=vocabulary.dockerfile_name(variant), base_image=_safe("image", base, "base image"),
@@ -343,16 +453,15 @@ def plan(cell: Cell, kb, variant: str, digest: str) -> Plan:
         os_packages=(OS_PACKAGES if npu else OS_PACKAGES_CPU)[os_info.family],
         cann=cell.cann if npu else "", chip=cell.chip if npu else "", cann_source=cell.cann_source if npu else "",
         installers=installer_files(cell, kb) if npu and not from_image else (),
-        cann_env=cann_env(cell) if npu else (), cann_python_packages=CANN_PYTHON_PACKAGES if npu else (),
+        cann_env=cann_env(cell) if npu else (),
         python=cell.python, env_manager=cell.env, env_prefix=env_prefix(cell),
         conda_url=_safe("url", conda.url, "conda installer URL") if conda else "",
         conda_sha256=_safe("sha256", conda_sha, "conda sha256") if conda else "",
-        torch_requirement=torch_requirement, torch_index=torch_index,
-        torch_npu=cell.torch_npu if npu else "", torch_npu_requirement=f"torch_npu=={cell.torch_npu}" if npu else "",
-        extra_packages=tuple(cell.pip), env_vars=env_vars(cell),
+        lock_state=state, installs=python_steps, torch_index=torch_index,
+        torch_npu=cell.torch_npu if npu else "", env_vars=env_vars(cell),
         tool_dir=vocabulary.TOOL_DIR, shipped_files=vocabulary.SHIPPED_FILES,
         manifest_file=vocabulary.manifest_name(variant), manifest_path=vocabulary.MANIFEST,
-        env_spec_file=spec_file, env_spec_path=f"{vocabulary.ETC_DIR}/{spec_target}",
-        labels=labels(cell, variant, digest), steps=steps,
+        lock_file=locking.LOCK_FILE if usable else "", lock_path=vocabulary.LOCK,
+        labels=labels(cell, variant, digest, state), steps=steps,
     )
 

@@ -13,7 +13,8 @@ from typing import List, Optional
 
 import typer
 
-from builder.build import checks, matrix, render
+from builder import knowledge
+from builder.build import checks, lock, matrix, relock, render
 from builder.cli.app import JsonOpt, app, host_arch, interruptible, releases_app
 from builder.errors import Finding
 from builder.vocabulary import release_tag
@@ -37,10 +38,17 @@ def _echo_findings(findings: List[Finding]) -> None:
         typer.echo(str(finding), err=True)
 
 
-def _load(path: Optional[Path], strict: bool) -> matrix.Matrix:
-    """Load and check the matrix; exit 1 on errors (printing every finding)."""
+OutOpt = typer.Option(None, "--out", "-o", help="Folder of the rendered cells and their locks (default: dockerfiles/).")
+
+
+def _load(path: Optional[Path], strict: bool, locks_in: Optional[Path] = None) -> matrix.Matrix:
+    """Load and check the matrix (and, with ``locks_in``, the cells' locks there); exit 1 on
+    errors (printing every finding)."""
     loaded = matrix.load(path or _default("matrix"))
     findings = loaded.findings + (checks.check(loaded.cells) if not loaded.findings else [])
+    if locks_in is not None and not checks.has_errors(findings):
+        rows = relock.check(loaded.cells, knowledge.load(), locks_in)
+        findings += checks.lock_findings(loaded.cells, {r.cell: (r.state, r.detail) for r in rows})
     _echo_findings(findings)
     if checks.has_errors(findings, strict):
         errors = sum(f.severity == "error" or strict for f in findings)
@@ -51,12 +59,13 @@ def _load(path: Optional[Path], strict: bool) -> matrix.Matrix:
 
 
 @app.command("validate")
-def validate_command(matrix_path: Optional[Path] = MatrixOpt, strict: bool = StrictOpt) -> None:
-    """Check every cell against the knowledge base of real Ascend releases.
+def validate_command(matrix_path: Optional[Path] = MatrixOpt, strict: bool = StrictOpt,
+                     out: Optional[Path] = OutOpt) -> None:
+    """Check every cell against the knowledge base of real Ascend releases, and its lock.
 
     Example: ascend-build validate --matrix matrix/default.yaml --strict
     """
-    loaded = _load(matrix_path, strict)
+    loaded = _load(matrix_path, strict, out or _default("dockerfiles"))
     warnings = sum(f.severity == "warning" for f in loaded.findings)
     typer.echo(f"{len(loaded.cells)} cells valid ({warnings} warning(s)) in {', '.join(loaded.files)}")
 
@@ -64,18 +73,18 @@ def validate_command(matrix_path: Optional[Path] = MatrixOpt, strict: bool = Str
 @app.command("render")
 def render_command(
     matrix_path: Optional[Path] = MatrixOpt,
-    out: Optional[Path] = typer.Option(None, "--out", "-o", help="Output folder (default: dockerfiles/)."),
+    out: Optional[Path] = OutOpt,
     check: bool = typer.Option(False, "--check", help="Write nothing; exit 1 if the output folder is stale."),
     strict: bool = StrictOpt,
 ) -> None:
-    """Render each cell into dockerfiles/<cell>/: Dockerfile, CPU twin, manifests, env specs and the smoke
-    program, a complete build context (`docker build` works on it by hand, see its header).
+    """Render each cell into dockerfiles/<cell>/: Dockerfile, CPU twin, manifests, the install steps of its
+    lock and the smoke program, a complete build context (`docker build` works on it by hand, see its header).
 
     Example: ascend-build render --check
     """
     loaded = _load(matrix_path, strict)
     out = out or _default("dockerfiles")
-    rendered = render.render_all(loaded.cells)
+    rendered = render.render_all(loaded.cells, locks=lock.read_all(out, (c.id for c in loaded.cells)))
     if check:
         stale = render.stale(rendered, out)
         for line in stale:
@@ -89,6 +98,49 @@ def render_command(
     typer.echo(f"rendered {len(rendered)} cells into {out} ({len(changed)} path(s) changed)")
 
 
+@app.command("lock")
+def lock_command(
+    matrix_path: Optional[Path] = MatrixOpt,
+    out: Optional[Path] = OutOpt,
+    cell: Optional[str] = typer.Option(None, "--cell", help="Only the cell with this id."),
+    cann: Optional[str] = typer.Option(None, "--cann", help="Only cells of this CANN release."),
+    check: bool = typer.Option(False, "--check", help="Resolve nothing; exit 1 if a lock is missing or stale."),
+    wheelhouse: Optional[Path] = typer.Option(None, "--wheelhouse", help="Folder of wheels the lock may take files from."),
+    index_url: Optional[str] = typer.Option(None, "--index-url", help="Package index to resolve from (default: uv's)."),
+    jobs: int = typer.Option(relock.JOBS, "--jobs", "-j", help="Cells resolved at once."),
+) -> None:
+    """Resolve each cell's whole Python closure for its arch, Python and glibc (uv, nothing built) into
+    dockerfiles/<cell>/requirements.lock with every file's sha256, then render the cells again.
+
+    Entries whose source cannot be reached here are written without sha256 and named: an image builds
+    from them only with `image --allow-incomplete-lock`; `lock` where the source is reachable completes them.
+
+    Example: ascend-build lock --cann 7.0.RC1 --wheelhouse /opt/wheels
+    """
+    loaded = _load(matrix_path, strict=False)
+    out = out or _default("dockerfiles")
+    cells = matrix.select(loaded.cells, cann=cann, cell_id=cell) if (cell or cann) else loaded.cells
+    kb = knowledge.load()
+    if check:
+        rows = relock.check(cells, kb, out)
+    else:
+        with interruptible():
+            rows = relock.run(cells, kb, out, wheelhouse=wheelhouse, index_url=index_url, jobs=jobs,
+                              say=lambda line: typer.echo(line, err=True))
+    for row in rows:
+        typer.echo(f"{row.state:10} {row.cell}: {row.detail}" + (" (written)" if row.changed else ""))
+    bad = [r for r in rows if r.state in ("missing", "stale", "failed")]
+    incomplete = sum(r.state == "incomplete" for r in rows)
+    summary = f"{len(rows) - len(bad) - incomplete} complete, {incomplete} incomplete, {len(bad)} missing/stale/failed"
+    if not check:
+        changed = render.write(render.render_all(loaded.cells, kb, lock.read_all(out, (c.id for c in loaded.cells))), out)
+        summary += f"; rendered {len(loaded.cells)} cells into {out} ({len(changed)} path(s) changed)"
+    typer.echo(summary, err=bool(bad))
+    if bad:
+        typer.echo("fix: run `ascend-build lock` (without --check) and commit dockerfiles/", err=True)
+        raise typer.Exit(1)
+
+
 @app.command("list")
 def list_command(matrix_path: Optional[Path] = MatrixOpt, as_json: bool = JsonOpt) -> None:
     """List the cells with their image tag and content hash.
@@ -96,9 +148,10 @@ def list_command(matrix_path: Optional[Path] = MatrixOpt, as_json: bool = JsonOp
     Example: ascend-build list --json
     """
     loaded = _load(matrix_path, strict=False)
+    locks = lock.read_all(_default("dockerfiles"), (c.id for c in loaded.cells))
     rows = [{"id": c.id, "ref": c.ref, "cann": c.cann, "chip": c.chip, "arch": c.arch, "os": c.os,
              "python": c.python, "torch": c.torch, "torch_npu": c.torch_npu, "driver": c.driver,
-             "firmware": c.firmware, "content_hash": render.content_hash(c)} for c in loaded.cells]
+             "firmware": c.firmware, "content_hash": render.content_hash(c, locks.get(c.id))} for c in loaded.cells]
     if as_json:
         typer.echo(json.dumps(rows, indent=2))
         return
@@ -141,11 +194,15 @@ def image_command(
     ca_bundle: Optional[Path] = typer.Option(None, "--ca-bundle",
                                              help="CA bundle for TLS-intercepting proxies (default: the host's)."),
     state_dir: Path = typer.Option(Path(".state"), "--state-dir", help="Logs, reports and contexts go here."),
+    allow_incomplete_lock: bool = typer.Option(False, "--allow-incomplete-lock",
+                                               help="Build a cell whose lock is missing, stale or lacks a sha256, "
+                                                    "installing those entries unverified (the image's labels say so)."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No per-step progress lines."),
     as_json: bool = JsonOpt,
     matrix_path: Optional[Path] = MatrixOpt,
+    out: Optional[Path] = OutOpt,
 ) -> None:
-    """Build, smoke-test, and tag (and push) the images of the selected cells.
+    """Build, smoke-test, and tag (and push) the images of the selected cells, each from its lock.
 
     Only an image whose smoke test passed gets a release tag.
 
@@ -167,7 +224,8 @@ def image_command(
         ca_bundle = DEFAULT_CA
     options = pipeline.Options(variants=variants, state_dir=state_dir, no_device=no_device, devices=devices_opt,
                                push=push, base_image=base_image, wheelhouse=wheelhouse, ca_bundle=ca_bundle,
-                               quiet=quiet)
+                               quiet=quiet, locks_dir=out or _default("dockerfiles"),
+                               allow_incomplete_lock=allow_incomplete_lock)
     with interruptible(), _progress(quiet) as say:
         outcomes = pipeline.run(cells, options, Engine.connect(), say)
     _summary(outcomes, as_json)
@@ -239,7 +297,8 @@ def ci_matrix_command(
 
     loaded = _load(matrix_path, strict=False)
     table = ci_matrix.load_runners(runners) if runners else None
-    rows = ci_matrix.entries(loaded.cells, render.render_all(loaded.cells), since=changed_since,
+    locks = lock.read_all(_default("dockerfiles"), (c.id for c in loaded.cells))
+    rows = ci_matrix.entries(loaded.cells, render.render_all(loaded.cells, locks=locks), since=changed_since,
                              repo=Path.cwd(), out_dir="dockerfiles", runners=table)
     typer.echo(ci_matrix.to_json(ci_matrix.github_matrix(rows)))
 

@@ -38,6 +38,7 @@ import math
 import os
 import platform
 import re
+import sys
 from pathlib import Path
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
@@ -51,7 +52,7 @@ RECORD_STEM = "ascend-build-record"
 ENV_PREFIXES = ("ASCEND_", "HCCL_", "PYTORCH_NPU_")
 MEASURED = ("schema", "created", "framework", "torch_version", "torch_npu_version", "cann_version",
             "python_version", "driver", "firmware", "chip", "soc", "arch", "image", "env", "sources",
-            "problems")
+            "problems", "distributions")
 _INT = re.compile(r"-?(?:0|[1-9][0-9]*)")
 _FLOAT = re.compile(r"-?(?:[0-9]+\.[0-9]*|\.[0-9]+|[0-9]+)(?:[eE][-+]?[0-9]+)?")
 _KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_.\-]*")
@@ -120,6 +121,8 @@ def _validation_summary(report: Mapping[str, Any]) -> Dict[str, Any]:
         "started": report.get("started"),
         "host": report.get("host"),
         "tiers": {str(t.get("name")): t.get("status") for t in tiers if isinstance(t, dict)},
+        "lock": report.get("lock"),
+        "base_image": report.get("base_image"),
     }
 
 
@@ -165,6 +168,8 @@ def build_record(extra: Mapping[str, str], host: HostInfo, environ: Mapping[str,
         "chip": pick("chip", host.chip, "npu-smi"),
         "soc": host.soc,
         "arch": host.arch,
+        # every distribution of the running environment: what the lock said, as it is here
+        "distributions": parsers.environment_distributions(sys.prefix),
     }
     if host.driver:
         sources["driver"] = host.driver_file or "npu-smi"

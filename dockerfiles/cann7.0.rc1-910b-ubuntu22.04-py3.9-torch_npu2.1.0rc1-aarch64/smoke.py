@@ -185,6 +185,36 @@ def dist_matches(expected, actual):
     return actual == expected or ("+" not in expected and actual.split("+")[0] == expected)
 
 
+def _normal_version(v):
+    """Spellings of one version agree: 2.1.0.rc1 and 2.1.0rc1, 1.0-post1 and 1.0.post1."""
+    v = v.strip().lower().replace("-", ".").replace("_", ".")
+    return re.sub(r"\.(?=(?:a|b|c|rc|alpha|beta|dev)\d)", "", v)
+
+
+def closure_problems(locked, installed):
+    """Every difference between the lock ({name: version}) and the environment: a locked
+    distribution missing or at another version, and one installed that the lock lacks."""
+    problems = []
+    for name, version in sorted(locked.items()):
+        have = installed.get(name)
+        if have is None:
+            problems.append("%s %s locked, not installed" % (name, version))
+        elif _normal_version(have) != _normal_version(version):
+            problems.append("%s %s installed, %s locked" % (name, have, version))
+    for name in sorted(set(installed) - set(locked)):
+        problems.append("%s %s installed, not in the lock" % (name, installed[name]))
+    return problems
+
+
+def pip_check():
+    """`pip check` of the environment: None when clean, else its complaint."""
+    try:
+        out = subprocess.run([sys.executable, "-m", "pip", "check"], capture_output=True, text=True, timeout=120)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return "pip check could not run: %s" % exc
+    return None if out.returncode == 0 else (out.stdout + out.stderr).strip()[:1000]
+
+
 def env_differences(expected, environ):
     return {k: {"expected": v, "actual": environ.get(k)}
             for k, v in sorted((expected or {}).items()) if environ.get(k) != v}
@@ -305,6 +335,16 @@ def tier_versions(ctx):
             problems.append("cpu twin contains torch_npu %s: it must not" % d["torch_npu"])
         if found:
             problems.append("cpu twin contains CANN (%s): it must not" % ", ".join(f["path"] for f in found))
+    lock = m.get("lock") or {}
+    installed = parsers.environment_distributions(sys.prefix)
+    d["distributions"], d["lock"] = installed, lock.get("state")
+    if lock.get("state") in ("ok", "incomplete"):
+        closure = closure_problems(lock.get("distributions") or {}, installed)
+        if closure:
+            problems.append("the environment differs from the lock: %s" % "; ".join(closure))
+        complaint = pip_check()
+        if complaint:
+            problems.append("pip check: %s" % complaint)
     diff = env_differences(m.get("env"), os.environ)
     d["env_checked"], d["env_differs"] = sorted((m.get("env") or {})), diff
     if diff:
@@ -312,8 +352,10 @@ def tier_versions(ctx):
             "%s=%r (expected %r)" % (k, v["actual"], v["expected"]) for k, v in diff.items()))
     if problems:
         return failed("; ".join(problems), **d)
-    return passed("python %s, torch %s, %s, %d ENV values as declared" % (
+    return passed("python %s, torch %s, %s, %s, %d ENV values as declared" % (
         d["python"], d["torch"],
+        "%d distributions as locked, pip check clean" % len(installed) if lock.get("state") in ("ok", "incomplete")
+        else "no lock (%s): the closure was resolved at build time" % (lock.get("state") or "none"),
         "torch_npu %s, CANN %s" % (d["torch_npu"], ", ".join(str(f["version"]) for f in found))
         if ctx.variant == "npu" else "no torch_npu/CANN (cpu twin)", len(d["env_checked"])), **d)
 
@@ -411,9 +453,32 @@ def tier_import(ctx):
          "torch_file": torch.__file__}
     if ctx.wants_npu:
         d["torch_npu"] = getattr(sys.modules.get("torch_npu"), "__version__", None)
-    return passed("imported torch %s%s in %.1f s" % (
+    works, d["numpy"] = numpy_interop(torch)
+    if not works:
+        hint = diagnose(d["numpy"], ctx.manifest)
+        return failed("numpy and torch do not work together: %s%s" % (d["numpy"], " -> " + hint if hint else ""), **d)
+    return passed("imported torch %s%s in %.1f s; %s" % (
         torch.__version__, ", torch_npu %s" % d["torch_npu"] if ctx.wants_npu else "",
-        d["seconds_import"]), **d)
+        d["seconds_import"], d["numpy"] or "no numpy in the environment"), **d)
+
+
+def numpy_interop(torch):
+    """torch built against numpy 1.x fails with numpy 2 ("Numpy is not available"): both
+    directions must give the same numbers. -> (works, what was seen); no numpy works."""
+    try:
+        import numpy
+    except ImportError:
+        return True, None
+    try:
+        a = numpy.arange(6, dtype=numpy.float32).reshape(2, 3)
+        t = torch.from_numpy(a) * 2
+        back = t.numpy()
+        if back.tolist() != (a * 2).tolist() or str(t.dtype) != "torch.float32":
+            return False, "torch.from_numpy/tensor.numpy gave %r, expected %r" % (back.tolist(), (a * 2).tolist())
+    except Exception as exc:
+        return False, "numpy %s: %s: %s" % (numpy.__version__, type(exc).__name__,
+                                            str(exc).splitlines()[0][:200] if str(exc) else "")
+    return True, "numpy %s: torch.from_numpy and tensor.numpy agree" % numpy.__version__
 
 
 def tier_device(ctx):

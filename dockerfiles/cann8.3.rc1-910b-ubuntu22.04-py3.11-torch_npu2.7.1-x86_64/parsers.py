@@ -116,3 +116,24 @@ def dist_version(*names):
         except importlib.metadata.PackageNotFoundError:
             continue
     return None
+
+
+def canonical(name):
+    """A distribution name as the lock writes it (PEP 503): ``typing_extensions`` -> ``typing-extensions``."""
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def environment_distributions(prefix):
+    """{canonical name: version} of the distributions installed under ``prefix`` (the
+    environment's own site-packages; CANN's packages on PYTHONPATH are not its own)."""
+    found = {}
+    root = os.path.realpath(prefix) + os.sep
+    for dist in importlib.metadata.distributions():
+        try:
+            where = os.path.realpath(str(dist.locate_file("")))
+        except Exception:  # a distribution without a location: not installed by pip here
+            continue
+        name = dist.metadata["Name"] if dist.metadata else None
+        if name and (where + os.sep).startswith(root):
+            found.setdefault(canonical(name), dist.version)
+    return found

@@ -33,6 +33,7 @@ class Label:
     PYTHON = LABEL_PREFIX + "python"
     TORCH = LABEL_PREFIX + "torch"
     CONTENT_HASH = LABEL_PREFIX + "content-hash"
+    LOCK = LABEL_PREFIX + "lock"  # the state of the lock it was built from: ok, incomplete, missing, stale
     CANN = LABEL_PREFIX + "cann"
     CHIP = LABEL_PREFIX + "chip"
     TORCH_NPU = LABEL_PREFIX + "torch-npu"
@@ -55,6 +56,7 @@ ETC_DIR = "/etc/ascend-build"  # what the image says of itself
 SMOKE_PROGRAM = TOOL_DIR + "/smoke.py"
 MANIFEST = ETC_DIR + "/manifest.json"
 VALIDATION_REPORT = ETC_DIR + "/validation.json"
+LOCK = ETC_DIR + "/requirements.lock"  # the cell's lock, as the image installed it
 # The files beside smoke.py in every image, in the order the Dockerfile copies them.
 SHIPPED_FILES = ("smoke.py", "parsers.py", "error_table.py", "versions.py", "vocabulary.py", "errors.json")
 

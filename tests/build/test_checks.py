@@ -404,6 +404,8 @@ COVERED = {
     "venv_python_matches": ("venv-python-mismatch",),
     "installers_verifiable": ("installer-unknown", "cann-image-unpinned", "installer-sha256-unknown"),
     "tag_fits": ("tag-too-long",),
+    "pins_within_cann_limits": ("cann-python-constraint",),
+    "env_vars_accepted": ("env-var-rejected", "env-var-unverified"),
 }
 
 
@@ -440,4 +442,59 @@ def test_strict_turns_the_warning_into_exit_1():
     strict = runner.invoke(cli.app, ["validate", "--matrix", str(SHIPPED_MATRIX), "--strict"])
     assert strict.exit_code == 1
     assert "warning: cann-pairing-unknown" in strict.output
-    assert f"1 error(s) in {SHIPPED_MATRIX}" in strict.output
+    # the warnings: one pairing, and the five x86_64 locks whose torch==X+cpu has no sha256 here
+    assert strict.output.count("warning: lock-incomplete") == 5
+    assert f"6 error(s) in {SHIPPED_MATRIX}" in strict.output
+
+
+# --- CANN's Python limits and torch_npu's environment options (builder/data/python-env.yaml) -----------
+
+
+def test_a_pin_cann_refuses_is_an_error_with_its_line_and_source(tmp_path):
+    findings, lines, path = cell_findings(tmp_path, dict(CANN_7, pip=["numpy==2.0.2"]))
+    f = only(findings, "cann-python-constraint")
+    assert f.severity == "error" and f.where.line == lines[(0, "pip")] and f.field == "cells[0].pip"
+    assert f.message.startswith("numpy==2.0.2 is outside numpy<2, which CANN 7.0.RC1 needs (inferred from NumPy 2 (2024-06)")
+    assert f.fix == "pin numpy within numpy<2, or drop the pin and let the lock choose"
+    # within the limits, or a package CANN does not bound: no finding
+    for pins in (["numpy==1.26.4"], ["einops==0.8.0"]):
+        assert by_rule(cell_findings(tmp_path, dict(CANN_7, pip=pins))[0], "cann-python-constraint") == []
+
+
+def test_cann_8_limits_come_from_the_install_guide(tmp_path):
+    findings, _, _ = cell_findings(tmp_path, dict(VALID, pip=["numpy==1.26.4", "protobuf==4.25.3"]))
+    messages = [f.message for f in by_rule(findings, "cann-python-constraint")]
+    assert len(messages) == 2
+    assert "numpy==1.26.4 is outside numpy>=1.19.2,<=1.24.0, which CANN 8.0.RC3 needs (per CANN installation guide" in messages[0]
+    assert "protobuf==4.25.3 is outside protobuf>=3.20,<3.21" in messages[1]
+
+
+def test_an_allocator_option_the_torch_npu_refuses_is_an_error(tmp_path):
+    cell = dict(CANN_7, env_vars={"PYTORCH_NPU_ALLOC_CONF": "max_split_size_mb:128,expandable_segments:True"})
+    findings, lines, _ = cell_findings(tmp_path, cell)
+    f = only(findings, "env-var-rejected")
+    assert f.severity == "error" and f.where.line == lines[(0, "env_vars")]
+    assert f.message.startswith("torch_npu 2.1.0rc1 refuses PYTORCH_NPU_ALLOC_CONF key 'expandable_segments'")
+    assert "Unrecognized CachingAllocator option" in f.message and "Ascend/pytorch@579994f8" in f.message
+    assert f.fix == "drop expandable_segments from PYTORCH_NPU_ALLOC_CONF, or use torch_npu 2.1.0 or newer"
+    # the keys 2.1.0rc1 knows pass; 2.4.0 takes expandable_segments
+    ok = dict(CANN_7, env_vars={"PYTORCH_NPU_ALLOC_CONF": "max_split_size_mb:128,garbage_collection_threshold:0.8"})
+    assert by_rule(cell_findings(tmp_path, ok)[0], "env-var-rejected") == []
+    newer = dict(VALID, env_vars={"PYTORCH_NPU_ALLOC_CONF": "expandable_segments:True"})
+    assert by_rule(cell_findings(tmp_path, newer)[0], "env-var-rejected") == []
+
+
+def test_an_allocator_option_the_data_does_not_know_is_a_warning(tmp_path):
+    findings, _, _ = cell_findings(tmp_path, dict(VALID, env_vars={"PYTORCH_NPU_ALLOC_CONF": "page_size:1g"}))
+    f = only(findings, "env-var-unverified")
+    assert f.severity == "warning" and "'page_size' is not in the knowledge base" in f.message
+
+
+def test_lock_states_become_warnings_on_the_cell():
+    cells = matrix.load(SHIPPED_MATRIX).cells
+    states = {cells[0].id: ("missing", ""), cells[1].id: ("stale", ""), cells[2].id: ("incomplete", "torch: why"),
+              cells[3].id: ("ok", "")}
+    found = checks.lock_findings(cells[:4], states)
+    assert [(f.rule, f.severity) for f in found] == [("lock-missing", "warning"), ("lock-stale", "warning"),
+                                                     ("lock-incomplete", "warning")]
+    assert found[2].message.endswith(": torch: why") and "ascend-build lock" in found[0].fix

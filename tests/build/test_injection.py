@@ -7,7 +7,10 @@ The YAML is produced by ``yaml.safe_dump`` so the quoting is always right and th
 loader really receives the hostile string.
 
 Positive property: for valid values, the rendered Dockerfiles have the same
-instructions in the same order and the same number of lines, whatever the values.
+instructions in the same order and the same number of lines, whatever the values, with
+no lock (every requirement unverified) and with a lock made for those values (the cell's
+pins are entries of the lock; one entry without sha256, so every kind of step is there).
+Pins land in the install files, never in a Dockerfile line.
 """
 
 from __future__ import annotations
@@ -23,8 +26,12 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from typer.testing import CliRunner
 
-from builder import cli
-from builder.build import matrix, render
+from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
+
+from builder import cli, knowledge
+from builder.build import lock as locking
+from builder.build import matrix, plan, render
 from helpers_matrix import VALID
 
 BASE_CELL = VALID  # a cell with no finding: any schema error below comes from the injected value
@@ -200,47 +207,109 @@ def instructions(dockerfile: str):
     return found
 
 
-def _render(workdir: Path, env_a: str, env_b: str, pin_a: str, pin_b: str, env: str = "conda"):
+def _cell(workdir: Path, env_a: str, env_b: str, pin_a: str, pin_b: str, env: str = "conda"):
     cell = dict(BASE_CELL, env=env, env_vars={"MY_A": env_a, "MY_B": env_b}, pip=[pin_a, pin_b])
     if env == "venv":
         cell.update(os="debian12", python="3.11", cann="9.0.0", torch_npu="2.13.0")
     loaded = _load(workdir, {"cells": [cell]})
     assert loaded.findings == []
-    return render.render_cell(loaded.cells[0])
+    return loaded.cells[0]
+
+
+def _lock_for(cell) -> locking.Lock:
+    """A lock made for the cell's current inputs: every requirement an entry (at its pinned version,
+    else 1.0) with a sha256, but torch, which has none (x86_64's torch==X+cpu where its index is out
+    of reach)."""
+    entries = []
+    for requirement in plan.lock_inputs(cell, knowledge.load()).requirements:
+        req = Requirement(requirement)
+        version = next((s.version for s in req.specifier if s.operator == "=="), "1.0")
+        name = canonicalize_name(req.name)
+        entries.append(locking.Entry(name, version, () if name == "torch" else ("0" * 64,),
+                                     "its index could not be reached" if name == "torch" else ""))
+    return locking.Lock(cell=cell.id, inputs=plan.lock_inputs(cell, knowledge.load()).digest,
+                        target="test", resolver="none", entries=tuple(entries))
+
+
+def _render(workdir: Path, env_a: str, env_b: str, pin_a: str, pin_b: str, env: str = "conda", locked: bool = False):
+    cell = _cell(workdir, env_a, env_b, pin_a, pin_b, env)
+    return render.render_cell(cell, lock=_lock_for(cell) if locked else None)
 
 
 ENV_VALUE = st.from_regex(r"[A-Za-z0-9_./:,=+@%-]{0,40}", fullmatch=True)
-PIN = st.from_regex(r"[A-Za-z0-9][A-Za-z0-9._-]{0,20}(\[[A-Za-z0-9,._-]{1,10}\])?==[A-Za-z0-9.+!_-]{1,15}",
-                    fullmatch=True)
+# Pins pip can read (PEP 508 names, PEP 440 versions: epochs, pre/post/dev releases, local labels),
+# within what the matrix schema accepts. Not torch or torch_npu themselves: where those go is
+# the plan's business (tests/build/test_plan.py).
+PIN = st.from_regex(r"[A-Za-z0-9]([A-Za-z0-9._-]{0,19}[A-Za-z0-9])?(\[[A-Za-z0-9]{1,4}(,[A-Za-z0-9]{1,4})?\])?=="
+                    r"([0-9]{1,2}!)?[0-9]{1,4}(\.[0-9]{1,4}){0,3}((a|b|rc)[0-9]{1,2})?(\.post[0-9]{1,2})?(\.dev[0-9]{1,2})?"
+                    r"(\+[A-Za-z0-9]{1,5}([._-][A-Za-z0-9]{1,4})?)?", fullmatch=True) \
+    .filter(lambda pin: not canonicalize_name(Requirement(pin).name).startswith("torch"))
 
 
 @pytest.fixture(scope="module")
 def reference(workdir):
-    return {env: _render(workdir, "1", "two", "numpy==1.26.4", "six==1.16.0", env) for env in ("conda", "venv")}
+    """Per (env, locked): the files of a cell whose values are plain; numpy==1.24.0 is within
+    every CANN limit of both cells (8.0.RC3: <=1.24.0; 9.0.0: >=1.19.2)."""
+    return {(env, locked): _render(workdir, "1", "two", "numpy==1.24.0", "six==1.16.0", env, locked)
+            for env in ("conda", "venv") for locked in (False, True)}
+
+
+def _counts(text: str) -> dict:
+    counts = collections.Counter(instructions(text))
+    return {k: counts[k] for k in ("ARG", "FROM", "RUN", "ENV", "COPY", "LABEL")}
 
 
 def test_reference_structure(reference):
     """What the property compares against, spelled out once."""
-    # two FROMs and a COPY more than one stage needs: the optional wheelhouse stage;
-    # ENV: CANN's ten lines (LD_LIBRARY_PATH in three), the Python step's two, and five of
-    # env_vars (the cell's two, the field guide's three).
-    counts = collections.Counter(instructions(reference["conda"]["Dockerfile"].decode()))
-    assert {k: counts[k] for k in ("ARG", "FROM", "RUN", "ENV", "COPY", "LABEL")} == \
-        {"ARG": 1, "FROM": 2, "RUN": 7, "ENV": 17, "COPY": 4, "LABEL": 1}
-    counts = collections.Counter(instructions(reference["conda"]["Dockerfile.cpu"].decode()))
-    assert {k: counts[k] for k in ("ARG", "FROM", "RUN", "ENV", "COPY", "LABEL")} == \
-        {"ARG": 1, "FROM": 2, "RUN": 4, "ENV": 7, "COPY": 4, "LABEL": 1}
+    # two FROMs and a COPY more than one stage needs: the optional wheelhouse stage; ENV:
+    # CANN's ten lines (LD_LIBRARY_PATH in three), the Python step's two, and five of env_vars
+    # (the cell's two, the field guide's three: torch_npu 2.4.0 takes the allocator default).
+    # No lock: the unverified step and torch_npu's, each an ARG (the build arg that allows
+    # them) and a RUN; nothing of a lock to COPY.
+    assert _counts(reference["conda", False]["Dockerfile"].decode()) == \
+        {"ARG": 3, "FROM": 2, "RUN": 5, "ENV": 17, "COPY": 3, "LABEL": 1}
+    assert _counts(reference["conda", False]["Dockerfile.cpu"].decode()) == \
+        {"ARG": 2, "FROM": 2, "RUN": 3, "ENV": 7, "COPY": 3, "LABEL": 1}
+    # The lock: the verified closure (a RUN), torch without sha256 (ARG and RUN), torch_npu
+    # verified (a RUN), and the lock copied into the image.
+    assert _counts(reference["conda", True]["Dockerfile"].decode()) == \
+        {"ARG": 2, "FROM": 2, "RUN": 6, "ENV": 17, "COPY": 4, "LABEL": 1}
+    assert _counts(reference["conda", True]["Dockerfile.cpu"].decode()) == \
+        {"ARG": 2, "FROM": 2, "RUN": 4, "ENV": 7, "COPY": 4, "LABEL": 1}
+    for (env, locked), files in reference.items():
+        assert "torch==" in files["lock.unverified.txt"].decode(), (env, locked)
+        assert ("lock.closure.txt" in files) is locked and ("requirements.lock" in files) is locked
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(env_a=ENV_VALUE, env_b=ENV_VALUE, pin_a=PIN, pin_b=PIN, env=st.sampled_from(["conda", "venv"]))
-def test_structure_never_changes_with_values(workdir, reference, env_a, env_b, pin_a, pin_b, env):
-    files = _render(workdir, env_a, env_b, pin_a, pin_b, env)
+@given(env_a=ENV_VALUE, env_b=ENV_VALUE, pin_a=PIN, pin_b=PIN, env=st.sampled_from(["conda", "venv"]),
+       locked=st.booleans())
+def test_structure_never_changes_with_values(workdir, reference, env_a, env_b, pin_a, pin_b, env, locked):
+    files = _render(workdir, env_a, env_b, pin_a, pin_b, env, locked)
     for name in ("Dockerfile", "Dockerfile.cpu"):
-        got, want = files[name].decode(), reference[env][name].decode()
+        got, want = files[name].decode(), reference[env, locked][name].decode()
         assert instructions(got) == instructions(want)
         for keyword in ("ARG", "FROM", "RUN", "ENV", "COPY", "LABEL"):
             assert instructions(got).count(keyword) == instructions(want).count(keyword)
         assert len(got.splitlines()) == len(want.splitlines())
         assert f'ENV MY_A="{env_a}"' in got.splitlines()
-        assert f"        '{pin_b}'" in got.splitlines()
+        assert pin_a not in got and pin_b not in got  # the pins are in the install files only
+    # where the pins went: the unverified file without a lock, the hashed closure with one
+    if locked:
+        closure = files["lock.closure.txt"].decode().splitlines()
+        for pin in (pin_a, pin_b):
+            req = Requirement(pin)
+            assert f"{canonicalize_name(req.name)}=={next(iter(req.specifier)).version} \\" in closure
+    else:
+        assert {pin_a, pin_b} <= set(files["lock.unverified.txt"].decode().splitlines())
+
+
+@pytest.mark.parametrize("pin", ["six==latest", "a-==1.0", "six[,]==1.0"])
+def test_a_pin_pip_cannot_read_is_refused_not_a_crash(workdir, pin):
+    """The pin pattern lets these through; the loader also reads each pin as pip would
+    (PEP 508 name, PEP 440 version) and refuses it with a finding, never a traceback later."""
+    loaded = _load(workdir, {"cells": [dict(BASE_CELL, pip=[pin])]})
+    [finding] = [f for f in loaded.findings if f.rule == "schema-value"]
+    assert finding.field == "cells[0].pip[0]" and finding.where is not None
+    assert finding.message.startswith(f"cells[0].pip[0]: {pin!r} is not a pin pip can read")
+    assert loaded.cells == []

@@ -37,13 +37,13 @@ import time
 import urllib.error
 import urllib.request
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Dict, Iterable, List, Optional, Set
 
 import pytest
 
-from builder.build import matrix, pipeline, render, stage
+from builder.build import lock, matrix, pipeline, render, stage
 from builder import vocabulary
 from builder.errors import UserError
 
@@ -394,8 +394,8 @@ def test_image_broken_after_install_fails_smoke_and_gets_no_tag(engine, base_ima
     [cell] = matrix.load(write_matrix(tmp_path, repo)).cells
     real_render = render.render_cell
 
-    def broken(c, kb=None):
-        files = dict(real_render(c, kb))
+    def broken(c, kb=None, lock=None):
+        files = dict(real_render(c, kb, lock))
         files["Dockerfile.cpu"] += b"\n# test only: a pinned package removed after install\nRUN pip uninstall -y torch\n"
         return files
 
@@ -425,6 +425,93 @@ def test_image_broken_after_install_fails_smoke_and_gets_no_tag(engine, base_ima
     assert engine.client.images.get(out.image_id).tags == []
     assert temp_tags(engine) <= before
     assert not (tmp_path / "state" / "seal").exists()  # never got as far as sealing
+
+
+# --- 3b. the lock: what was tested is what ships ----------------------------------------
+
+
+def _run_twin(engine, cell, tmp_path, base_image, locks_dir=Path("dockerfiles"), **options):
+    opts = pipeline.Options(variants=("cpu",), state_dir=tmp_path / "state", base_image=base_image,
+                            wheelhouse=WHEELHOUSE, ca_bundle=CA_BUNDLE if CA_BUNDLE.is_file() else None,
+                            quiet=True, locks_dir=locks_dir, **options)
+    [out] = pipeline.run([cell], opts, engine, lambda line: None)
+    return out
+
+
+@pytest.mark.engine
+@needs_build
+def test_a_different_numpy_in_the_twin_fails_the_smoke_naming_numpy_and_gets_no_tag(engine, base_image, session_images,
+                                                                                    tmp_path, monkeypatch):
+    """The lock says numpy X; a step after the locked install puts another numpy in (as a
+    floating dependency would). The versions tier compares every distribution with the lock."""
+    repo = f"{REPO}-numpy"
+    [cell] = matrix.load(write_matrix(tmp_path, repo)).cells
+    locked = lock.read(Path("dockerfiles") / cell.id).entry("numpy").version
+    other = "2.3.5" if locked != "2.3.5" else "2.3.4"
+    real_render = render.render_cell
+
+    def swapped(c, kb=None, lock=None):
+        files = dict(real_render(c, kb, lock))
+        files["Dockerfile.cpu"] += (
+            "\n# test only: another numpy than the lock's\n"
+            "RUN --mount=type=secret,id=buildenv --mount=type=secret,id=ca "
+            "if [ -s /run/secrets/buildenv ]; then . /run/secrets/buildenv; fi && "
+            f"pip install --no-deps numpy=={other}\n").encode()
+        return files
+
+    monkeypatch.setattr(render, "render_cell", swapped)
+    out = _run_twin(engine, cell, tmp_path, base_image)
+    assert out.status == "failed" and out.tags == [], out.message
+    versions_tier = next(t for t in out.tiers if t["name"] == "versions")
+    assert versions_tier["status"] == "failed"
+    assert f"numpy {other} installed, {locked} locked" in versions_tier["summary"]
+    for ref in all_refs(repo):
+        assert engine.image_id(ref) is None, f"{ref} was tagged"
+
+
+@pytest.mark.engine
+@needs_build
+def test_a_tampered_hash_in_the_lock_fails_the_build_before_anything_installs(engine, base_image, session_images,
+                                                                             tmp_path):
+    repo = f"{REPO}-tampered"
+    [cell] = matrix.load(write_matrix(tmp_path, repo)).cells
+    made = lock.read(Path("dockerfiles") / cell.id)
+    bad = replace(made, entries=tuple(replace(e, hashes=("0" * 64,)) if e.name == "numpy" else e for e in made.entries))
+    locks = tmp_path / "locks"
+    (locks / cell.id).mkdir(parents=True)
+    (locks / cell.id / "requirements.lock").write_text(bad.text())
+    out = _run_twin(engine, cell, tmp_path, base_image, locks_dir=locks)
+    assert out.status == "failed" and out.tags == [] and out.tiers == [], out.message
+    log = Path(out.log).read_text()
+    assert "THESE PACKAGES DO NOT MATCH THE HASHES" in log and "numpy" in log
+    closure_step = log[log.index("lock.closure.txt"):]
+    assert "Successfully installed" not in closure_step  # pip checks every file before it installs one
+    for ref in all_refs(repo):
+        assert engine.image_id(ref) is None
+
+
+@pytest.mark.engine
+@needs_build
+def test_an_incomplete_lock_builds_only_when_asked_and_the_image_says_so(engine, base_image, session_images, tmp_path):
+    repo = f"{REPO}-incomplete"
+    [cell] = matrix.load(write_matrix(tmp_path, repo)).cells
+    made = lock.read(Path("dockerfiles") / cell.id)
+    partial = replace(made, entries=tuple(replace(e, hashes=(), note="test: no sha256") if e.name == "torch" else e
+                                          for e in made.entries))
+    locks = tmp_path / "locks"
+    (locks / cell.id).mkdir(parents=True)
+    (locks / cell.id / "requirements.lock").write_text(partial.text())
+
+    refused = _run_twin(engine, cell, tmp_path, base_image, locks_dir=locks)
+    assert refused.status == "error" and refused.image_id == "" and "torch==2.13.0+cpu" in refused.message
+    assert "--allow-incomplete-lock" in refused.message
+
+    out = _run_twin(engine, cell, tmp_path, base_image, locks_dir=locks, allow_incomplete_lock=True)
+    assert out.status == "passed", out.message
+    labels = engine.labels(out.tags[0])
+    assert labels[vocabulary.Label.LOCK] == "incomplete"
+    report = json.loads(Path(out.report).read_text())
+    assert report["lock"] == "incomplete" and report["base_image"]["id"] == engine.image_id(base_image)
 
 
 # --- 4. failures around the pipeline: engine, registry, Ctrl-C --------------------------

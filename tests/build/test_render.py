@@ -1,13 +1,16 @@
 """builder.build.render: exact text of the blocks that matter (hpccm style), layer order,
-determinism, labels, manifests, complete build contexts, `render --check`, and hadolint
-over every Dockerfile.
+determinism, labels, manifests, the lock as an input of render, complete build contexts,
+`render --check`, and hadolint over every Dockerfile.
 
-URLs are taken from the knowledge base rather than spelled out here; everything else
-(file names, sha256, ENV values, pins) is written out literally.
+The shipped cells are rendered with their committed locks (dockerfiles/<cell>/requirements.lock),
+as `ascend-build render` does. URLs are taken from the knowledge base and the locks' sha256
+lines from the committed locks rather than spelled out here; everything else (file names,
+installer sha256, ENV values, pins) is written out literally.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import os
@@ -20,9 +23,10 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from builder import cli, knowledge, vocabulary
+from builder import cli, knowledge, python_env, vocabulary
+from builder.build import lock as locking
 from builder.build import matrix, plan, render
-from helpers_matrix import REPO, SHIPPED_MATRIX, hadolint_exe, write_cells
+from helpers_matrix import REPO, SHIPPED_DOCKERFILES, SHIPPED_MATRIX, hadolint_exe, write_cells
 
 CELL_7_X86 = "cann7.0.rc1-910b-ubuntu22.04-py3.9-torch_npu2.1.0rc1-x86_64"
 CELL_7_ARM = "cann7.0.rc1-910b-ubuntu22.04-py3.9-torch_npu2.1.0rc1-aarch64"
@@ -35,8 +39,30 @@ def shipped():
 
 
 @pytest.fixture(scope="module")
-def rendered(shipped):
+def kb():
+    return knowledge.load()
+
+
+@pytest.fixture(scope="module")
+def locks(shipped):
+    """The committed locks, by cell id, read as the CLI reads them."""
+    return locking.read_all(SHIPPED_DOCKERFILES, (c.id for c in shipped.cells))
+
+
+@pytest.fixture(scope="module")
+def rendered(shipped, locks):
+    return render.render_all(shipped.cells, locks=locks)
+
+
+@pytest.fixture(scope="module")
+def unlocked(shipped):
+    """The shipped cells without their locks: every Python step unverified."""
     return render.render_all(shipped.cells)
+
+
+@pytest.fixture(scope="module")
+def lock7(locks):
+    return locks[CELL_7_X86]
 
 
 @pytest.fixture(scope="module")
@@ -66,21 +92,31 @@ def _digest(rendered) -> str:
 
 
 def test_render_twice_is_byte_identical(shipped, rendered):
-    again = render.render_all(matrix.load(SHIPPED_MATRIX).cells)
+    cells = matrix.load(SHIPPED_MATRIX).cells
+    again = render.render_all(cells, locks=locking.read_all(SHIPPED_DOCKERFILES, (c.id for c in cells)))
     assert again == rendered
     assert _digest(again) == _digest(rendered)
 
 
+def test_the_committed_folders_are_this_render(shipped, locks, rendered):
+    """Every shipped cell has its lock, and dockerfiles/ is exactly what render makes of the matrix and them."""
+    assert sorted(locks) == sorted(c.id for c in shipped.cells) and len(locks) == 13
+    assert render.stale(rendered, SHIPPED_DOCKERFILES) == []
+
+
 def test_render_in_fresh_processes_is_identical(tmp_path, rendered):
     """Two processes with different hash seeds, one in the repo and one elsewhere: same bytes."""
-    script = ("import hashlib, sys\nfrom pathlib import Path\nfrom builder.build import matrix, render\n"
-              "r = render.render_all(matrix.load(Path(sys.argv[1])).cells)\nh = hashlib.sha256()\n"
+    script = ("import hashlib, sys\nfrom pathlib import Path\nfrom builder.build import lock, matrix, render\n"
+              "cells = matrix.load(Path(sys.argv[1])).cells\n"
+              "r = render.render_all(cells, locks=lock.read_all(Path(sys.argv[2]), [c.id for c in cells]))\n"
+              "h = hashlib.sha256()\n"
               "for c in sorted(r):\n    for n in sorted(r[c]):\n"
               "        h.update(f'{c}/{n}\\0'.encode() + r[c][n] + b'\\0')\nprint(h.hexdigest())\n")
     runs = []
-    for seed, cwd, path in (("1", REPO, "matrix"), ("2", tmp_path, str(SHIPPED_MATRIX))):
+    for seed, cwd, path, out_dir in (("1", REPO, "matrix", "dockerfiles"),
+                                     ("2", tmp_path, str(SHIPPED_MATRIX), str(SHIPPED_DOCKERFILES))):
         env = dict(os.environ, PYTHONHASHSEED=seed)
-        out = subprocess.run([sys.executable, "-c", script, path], cwd=cwd, env=env,
+        out = subprocess.run([sys.executable, "-c", script, path, out_dir], cwd=cwd, env=env,
                              capture_output=True, text=True, timeout=60)
         assert out.returncode == 0, out.stderr
         runs.append(out.stdout.strip())
@@ -169,30 +205,79 @@ def test_cann_home_moves_at_8_5(shipped, rendered):
     assert json.loads(rendered[cell.id]["manifest.json"])["env"]["ASCEND_HOME_PATH"] == "/usr/local/Ascend/cann-8.5.0"
 
 
-def test_python_and_torch_blocks(npu7):
-    assert """\
-    /opt/conda/bin/conda create -y -n ascend ${CONDA_CHANNEL:+--override-channels -c "$CONDA_CHANNEL"} \\
+TORCH_7_REASON = ("torch: torch 2.1.0+cpu is served by https://download.pytorch.org/whl/cpu, which could not be "
+                  "reached where the lock was made; its requirements are PyPI's torch 2.1.0 without the CUDA "
+                  "packages a CPU build leaves out")
+
+
+def test_python_and_lock_blocks(npu7):
+    """The conda environment, then the lock: the hashed closure, the entry the lock could not
+    verify (x86_64's torch==2.1.0+cpu, refused unless asked, still --no-deps), torch_npu."""
+    assert f"""\
+    /opt/conda/bin/conda create -y -n ascend ${{CONDA_CHANNEL:+--override-channels -c "$CONDA_CHANNEL"}} \\
         'python=3.9' pip && \\
     /opt/conda/bin/conda clean -afy
-ENV PATH="/opt/conda/envs/ascend/bin:/opt/conda/bin:${PATH}"
-""" in npu7
-    assert f"""\
+ENV PATH="/opt/conda/envs/ascend/bin:/opt/conda/bin:${{PATH}}"
+ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1 PYTHONUNBUFFERED=1
+
+# 4. The locked Python closure: every distribution pinned, its sha256 checked.
+RUN --mount=type=secret,id=buildenv --mount=type=secret,id=ca \\
+    --mount=type=bind,from=wheelhouse,target=/wheelhouse \\
+    --mount=type=bind,source=lock.closure.txt,target=/tmp/lock.closure.txt \\
+    if [ -s /run/secrets/buildenv ]; then . /run/secrets/buildenv; fi && \\
+    pip install --require-hashes --no-deps --find-links /wheelhouse -r /tmp/lock.closure.txt
+
+# 5. NOT VERIFIED: torch. {TORCH_7_REASON}.
+#    Refused unless the build is asked: --build-arg ASCEND_BUILD_ALLOW_UNVERIFIED=1.
+ARG ASCEND_BUILD_ALLOW_UNVERIFIED=0
+# hadolint ignore=DL3013
+RUN --mount=type=secret,id=buildenv --mount=type=secret,id=ca \\
+    --mount=type=bind,from=wheelhouse,target=/wheelhouse \\
+    --mount=type=bind,source=lock.unverified.txt,target=/tmp/lock.unverified.txt \\
+    if [ -s /run/secrets/buildenv ]; then . /run/secrets/buildenv; fi && \\
+    if [ "${{ASCEND_BUILD_ALLOW_UNVERIFIED}}" != 1 ]; then \\
+        echo "refusing to install torch without a sha256 (pass --build-arg ASCEND_BUILD_ALLOW_UNVERIFIED=1 to allow it)" >&2; exit 1; \\
+    fi && \\
     torch_index="${{TORCH_INDEX:-{plan.PYTORCH_CPU_INDEX}}}" && \\
-    pip install --no-deps --find-links /wheelhouse ${{torch_index:+--extra-index-url "$torch_index"}} \\
-        'torch==2.1.0+cpu' && \\
-    pip install --find-links /wheelhouse 'torch==2.1.0+cpu'
-""" in npu7
-    assert """\
-    pip install --find-links /wheelhouse 'torch_npu==2.1.0rc1' && \\
-    python -c "import importlib.metadata as m; assert m.version('torch_npu') == '2.1.0rc1'"
+    pip install --no-deps --find-links /wheelhouse ${{torch_index:+--extra-index-url "$torch_index"}} -r /tmp/lock.unverified.txt
+
+# 6. torch_npu, pinned by the lock: a bump rebuilds from here on.
+RUN --mount=type=secret,id=buildenv --mount=type=secret,id=ca \\
+    --mount=type=bind,from=wheelhouse,target=/wheelhouse \\
+    --mount=type=bind,source=lock.torch_npu.txt,target=/tmp/lock.torch_npu.txt \\
+    if [ -s /run/secrets/buildenv ]; then . /run/secrets/buildenv; fi && \\
+    pip install --require-hashes --no-deps --find-links /wheelhouse -r /tmp/lock.torch_npu.txt
+
+# 7. Defaults from the field guide; each can be overridden per cell (env_vars).
 """ in npu7
 
 
-def test_aarch64_torch_comes_from_the_default_index(rendered):
-    text = rendered[CELL_7_ARM]["Dockerfile"].decode()
+def test_the_lock_files_of_the_cann_7_cell(rendered, lock7):
+    """What the three steps install: together exactly the lock's entries, each once."""
+    files = rendered[CELL_7_X86]
+    assert files["lock.unverified.txt"] == b"torch==2.1.0+cpu\n"
+    assert files["lock.torch_npu.txt"].startswith(b"torch-npu==2.1.0rc1 \\\n    --hash=sha256:")
+    closure = locking.Lock.parse("# inputs: -\n" + files["lock.closure.txt"].decode()).entries
+    assert closure == tuple(e for e in lock7.entries if e.name not in ("torch", "torch-npu"))
+    assert all(e.complete for e in closure) and len(closure) > 20
+    parts = [locking.Lock.parse("# inputs: -\n" + files[name].decode()).entries
+             for name in ("lock.closure.txt", "lock.unverified.txt", "lock.torch_npu.txt")]
+    assert sorted(e.name for part in parts for e in part) == sorted(e.name for e in lock7.entries)
+    assert {e.name: e.version for e in closure}["numpy"].startswith("1.")  # CANN 7.0.RC1: numpy<2
+
+
+def test_aarch64_torch_comes_from_the_default_index(rendered, unlocked):
+    """aarch64's torch is PyPI's plain torch==2.1.0 (a CPU build there): no +cpu, and no
+    extra index where pip could still fetch something (without a lock)."""
+    files = rendered[CELL_7_ARM]
+    text = files["Dockerfile"].decode()
+    assert "+cpu" not in text and "torch_index" not in text  # a complete lock: nothing unverified
+    assert "\ntorch==2.1.0 \\\n    --hash=sha256:" in "\n" + files["lock.closure.txt"].decode()
+    assert b"+cpu" not in files["lock.closure.txt"] + files["requirements.lock"]
+    text = unlocked[CELL_7_ARM]["Dockerfile"].decode()
     assert '    torch_index="${TORCH_INDEX:-}" && \\\n' in text
-    assert "'torch==2.1.0'\n" in text
-    assert "+cpu" not in text
+    assert "torch==2.1.0" in unlocked[CELL_7_ARM]["lock.unverified.txt"].decode().splitlines()
+    assert "+cpu" not in text and b"+cpu" not in unlocked[CELL_7_ARM]["lock.unverified.txt"]
 
 
 def _index(text: str, needle: str) -> int:
@@ -209,12 +294,13 @@ def test_layer_order(npu7):
         "mkdir -p /tmp/cann",
         "ENV ASCEND_HOME_PATH=",
         "conda create -y -n ascend",
-        "'scipy'",
-        "'torch==2.1.0+cpu'",
-        "'torch_npu==2.1.0rc1'",
+        "-r /tmp/lock.closure.txt",
+        "-r /tmp/lock.unverified.txt",
+        "-r /tmp/lock.torch_npu.txt",
         'ENV HCCL_CONNECT_TIMEOUT="1800"',
         "COPY smoke.py parsers.py error_table.py versions.py vocabulary.py errors.json /opt/ascend-build/",
         "COPY manifest.json /etc/ascend-build/manifest.json",
+        "COPY requirements.lock /etc/ascend-build/requirements.lock",
         "\nLABEL \\\n",
         '\nCMD ["/bin/bash"]\n',
     ]
@@ -223,31 +309,66 @@ def test_layer_order(npu7):
     assert npu7.count("\nFROM ") == 2  # the optional wheelhouse, then the image
 
 
-def test_a_torch_npu_bump_changes_nothing_below_its_layer(cell7):
+def test_a_torch_npu_bump_changes_nothing_below_its_layer(cell7, lock7, kb):
     """The layer plan: every line above the torch_npu step is identical for another torch_npu
-    on the same torch, so Docker reuses those layers (what benchmarks/bench_build.py measures)."""
-    from dataclasses import replace
-
-    before = render.render_cell(cell7)["Dockerfile"].decode()
-    after = render.render_cell(replace(cell7, torch_npu="2.1.0.post3"))["Dockerfile"].decode()
+    on the same torch, so Docker reuses those layers (what benchmarks/bench_build.py measures).
+    The bump moves the cell and its lock together: a lock made for the new inputs whose only
+    change is the torch-npu entry."""
+    bumped = dataclasses.replace(cell7, torch_npu="2.1.0.post3")
+    inputs = plan.lock_inputs(bumped, kb)
+    old_inputs = plan.lock_inputs(cell7, kb)
+    assert inputs.digest != lock7.inputs == old_inputs.digest  # the bump is an input of the lock
+    assert [r for r in inputs.requirements if r not in old_inputs.requirements] == ["torch-npu==2.1.0.post3"]
+    new_entry = locking.Entry("torch-npu", "2.1.0.post3", ("a" * 64, "b" * 64))
+    relocked = locking.Lock(cell=lock7.cell, inputs=inputs.digest, target=lock7.target, resolver=lock7.resolver,
+                            entries=tuple(new_entry if e.name == "torch-npu" else e for e in lock7.entries),
+                            unpinned=lock7.unpinned)
+    assert locking.status(relocked, inputs) == "incomplete"  # current, not stale: the same steps
+    files_before = render.render_cell(cell7, kb, lock7)
+    files_after = render.render_cell(bumped, kb, relocked)
+    before, after = files_before["Dockerfile"].decode(), files_after["Dockerfile"].decode()
     step = "# 6. torch_npu"
     head_before, head_after = before[:before.index(step)], after[:after.index(step)]
-    assert head_before.splitlines()[2:] == head_after.splitlines()[2:]  # the header names the cell id
-    assert "'scipy'" in head_before and "torch_npu==" not in head_before
+    assert head_before == head_after
+    assert "-r /tmp/lock.closure.txt" in head_before and "-r /tmp/lock.unverified.txt" in head_before
+    assert "torch-npu" not in head_before and "lock.torch_npu.txt" not in head_before
+    # what those layers install is byte-identical too; only torch_npu's file moved
+    for name in ("lock.closure.txt", "lock.unverified.txt"):
+        assert files_before[name] == files_after[name], name
+    assert files_after["lock.torch_npu.txt"] == (
+        "torch-npu==2.1.0.post3 \\\n    --hash=sha256:" + "a" * 64 + " \\\n    --hash=sha256:" + "b" * 64 + "\n").encode()
+    tail = after[after.index(step):]
+    assert "-r /tmp/lock.torch_npu.txt" in tail and 'io.ascend-build.torch-npu="2.1.0.post3"' in tail
+    # the twin installs no torch_npu: besides its content hash, only the allocator default that
+    # 2.1.0.post3 accepts (and 2.1.0rc1 refuses) tells the two apart, in the ENV step after the installs
+    twin_before, twin_after = (f["Dockerfile.cpu"].decode() for f in (files_before, files_after))
+    allocator = 'ENV PYTORCH_NPU_ALLOC_CONF="expandable_segments:True"\n'
+    assert allocator not in twin_before and twin_after.count(allocator) == 1
+    assert twin_after.index(allocator) > twin_after.index("-r /tmp/lock.unverified.txt")
+    assert twin_after.replace(allocator, "").replace(render.content_hash(bumped, relocked),
+                                                     render.content_hash(cell7, lock7)) == twin_before
 
 
-def test_cpu_twin_has_no_cann_and_same_pins(npu7, cpu7):
+def test_the_cpu_twin_has_no_cann_and_the_same_closure(cell7, lock7, kb, npu7, cpu7, rendered):
     assert "/usr/local/Ascend" not in cpu7
-    assert "torch_npu==" not in cpu7
+    without_the_cell_id = "\n".join(line for line in cpu7.splitlines() if CELL_7_X86 not in line)
+    assert "torch-npu" not in without_the_cell_id and "torch_npu" not in without_the_cell_id
     assert "/tmp/cann" not in cpu7
     assert "ASCEND_HOME_PATH" not in cpu7 and "ASCEND_OPP_PATH" not in cpu7
-    torch_lines = ("    pip install --no-deps --find-links /wheelhouse ${torch_index:+--extra-index-url \"$torch_index\"} \\\n"
-                   "        'torch==2.1.0+cpu' && \\\n"
-                   "    pip install --find-links /wheelhouse 'torch==2.1.0+cpu'\n")
-    assert torch_lines in npu7 and torch_lines in cpu7
+    # the twin's install steps are the NPU image's minus torch_npu, installing the same files
+    npu, cpu = (plan.plan(cell7, kb, v, render.content_hash(cell7, lock7), lock7) for v in vocabulary.VARIANTS)
+    assert [i.step for i in npu.installs] == ["closure", "unverified", "torch_npu"]
+    assert cpu.installs == tuple(i for i in npu.installs if i.step != "torch_npu")
+    assert [i.text() for i in cpu.installs] == [rendered[CELL_7_X86][i.file] for i in cpu.installs]
+    for install in cpu.installs:  # the same RUN in both Dockerfiles, under its own step number
+        block_npu = npu7[npu7.index(f"# {npu.number(install.step)}. "):npu7.index(f"# {npu.number(install.step) + 1}. ")]
+        block_cpu = cpu7[cpu7.index(f"# {cpu.number(install.step)}. "):cpu7.index(f"# {cpu.number(install.step) + 1}. ")]
+        assert block_npu.split(" ", 2)[2] == block_cpu.split(" ", 2)[2]
+        assert f"-r /tmp/{install.file}\n" in block_cpu
     assert "        'python=3.9' pip && \\\n" in cpu7
     assert _base(cpu7) == _base(npu7) == "ubuntu:22.04"
     assert "COPY manifest.cpu.json /etc/ascend-build/manifest.json" in cpu7
+    assert "COPY requirements.lock /etc/ascend-build/requirements.lock" in cpu7  # the same lock file
     assert 'ENV HCCL_CONNECT_TIMEOUT="1800"' in cpu7
 
 
@@ -263,8 +384,8 @@ def _labels(text: str) -> dict:
     return dict(re.findall(r'^\s+([A-Za-z0-9_.-]+)="([^"]*)"', block, flags=re.M))
 
 
-def test_labels(cell7, npu7, cpu7):
-    digest = render.content_hash(cell7)
+def test_labels(cell7, lock7, npu7, cpu7):
+    digest = render.content_hash(cell7, lock7)
     assert re.fullmatch(r"[0-9a-f]{16}", digest)
     npu = {k: v for k, v in _labels(npu7).items() if k.startswith("io.ascend-build.")}
     assert npu == {
@@ -275,6 +396,7 @@ def test_labels(cell7, npu7, cpu7):
         "io.ascend-build.python": "3.9",
         "io.ascend-build.torch": "2.1.0",
         "io.ascend-build.content-hash": digest,
+        "io.ascend-build.lock": "incomplete",
         "io.ascend-build.cann": "7.0.RC1",
         "io.ascend-build.chip": "910b",
         "io.ascend-build.torch-npu": "2.1.0rc1",
@@ -291,25 +413,29 @@ def test_labels(cell7, npu7, cpu7):
         "io.ascend-build.python": "3.9",
         "io.ascend-build.torch": "2.1.0",
         "io.ascend-build.content-hash": digest,
+        "io.ascend-build.lock": "incomplete",
     }
     assert _labels(cpu7)["org.opencontainers.image.title"] == f"ascend-build/pytorch:{CELL_7_X86}-cpu"
 
 
-def test_cpu_twin_spec_has_every_pin_but_torch_npu(rendered):
-    files = rendered[CELL_7_X86]
-    npu, cpu = files["environment.yml"].decode(), files["environment.cpu.yml"].decode()
-    assert "      - torch_npu==2.1.0rc1\n" in npu and "torch_npu" not in cpu
-    assert cpu == npu.replace("      - torch_npu==2.1.0rc1\n", "")
-    assert "COPY environment.cpu.yml /etc/ascend-build/environment.yml" in files["Dockerfile.cpu"].decode()
-    assert "COPY environment.yml /etc/ascend-build/environment.yml" in files["Dockerfile"].decode()
+def test_the_lock_label_says_the_state_of_each_cells_lock(rendered, unlocked, locks, shipped, kb):
+    for cell in shipped.cells:
+        state = locking.status(locks[cell.id], plan.lock_inputs(cell, kb))
+        for name in ("Dockerfile", "Dockerfile.cpu"):
+            assert _labels(rendered[cell.id][name].decode())["io.ascend-build.lock"] == state
+            assert _labels(unlocked[cell.id][name].decode())["io.ascend-build.lock"] == "missing"
+    states = {_labels(files["Dockerfile"].decode())["io.ascend-build.lock"] for files in rendered.values()}
+    assert "ok" in states and states <= {"ok", "incomplete"}
 
 
-def test_manifest(cell7, rendered):
+def test_manifest(cell7, lock7, rendered):
     files = rendered[CELL_7_X86]
-    assert sorted(files) == sorted(["Dockerfile", "Dockerfile.cpu", "environment.cpu.yml", "environment.yml",
-                                    "manifest.cpu.json", "manifest.json", *vocabulary.SHIPPED_FILES])
+    assert sorted(files) == sorted(["Dockerfile", "Dockerfile.cpu", "lock.closure.txt", "lock.torch_npu.txt",
+                                    "lock.unverified.txt", "manifest.cpu.json", "manifest.json", "requirements.lock",
+                                    *vocabulary.SHIPPED_FILES])
     assert files["manifest.json"].endswith(b"}\n")
     driver = "/usr/local/Ascend/driver/lib64"
+    locked = {e.name: e.version for e in lock7.entries}
     assert json.loads(files["manifest.json"]) == {
         "schema": 1,
         "framework": "pytorch",
@@ -338,19 +464,93 @@ def test_manifest(cell7, rendered):
             "PYTHONPATH": f"{HOME}/python/site-packages:{HOME}/opp/built-in/op_impl/ai_core/tbe",
             "ASCEND_GLOBAL_LOG_LEVEL": "3",
             "HCCL_CONNECT_TIMEOUT": "1800",
-            "PYTORCH_NPU_ALLOC_CONF": "expandable_segments:True",
-        },
-        "content_hash": render.content_hash(cell7),
+        },  # no PYTORCH_NPU_ALLOC_CONF: torch_npu 2.1.0rc1 refuses expandable_segments
+        "content_hash": render.content_hash(cell7, lock7),
+        "lock": {"state": "incomplete", "file": "/etc/ascend-build/requirements.lock",
+                 "distributions": locked, "unverified": ["torch"]},
     }
+    assert (locked["torch"], locked["torch-npu"]) == ("2.1.0+cpu", "2.1.0rc1")
+    assert all(c.allows(locked[c.name]) for c in python_env.constraints("7.0.RC1"))  # numpy<2, protobuf 3.20.x
     cpu = json.loads(files["manifest.cpu.json"])
     assert (cpu["variant"], cpu["image"], cpu["chip"], cpu["torch_npu_version"], cpu["cann_version"]) == \
         ("cpu", f"ascend-build/pytorch:{CELL_7_X86}-cpu", None, None, None)
-    assert cpu["env"] == {"ASCEND_GLOBAL_LOG_LEVEL": "3", "HCCL_CONNECT_TIMEOUT": "1800",
-                          "PYTORCH_NPU_ALLOC_CONF": "expandable_segments:True"}
-    assert files["environment.yml"].decode() == (
-        "# Generated by ascend-build: the environment of this image.\n"
-        "name: ascend\ndependencies:\n  - python=3.9\n  - pip\n  - pip:\n"
-        "      - torch==2.1.0+cpu\n      - torch_npu==2.1.0rc1\n")
+    assert cpu["env"] == {"ASCEND_GLOBAL_LOG_LEVEL": "3", "HCCL_CONNECT_TIMEOUT": "1800"}
+    assert cpu["lock"] == {"state": "incomplete", "file": "/etc/ascend-build/requirements.lock",
+                           "distributions": {k: v for k, v in locked.items() if k != "torch-npu"},
+                           "unverified": ["torch"]}
+    assert files["requirements.lock"] == lock7.text().encode() == \
+        (SHIPPED_DOCKERFILES / CELL_7_X86 / "requirements.lock").read_bytes()
+
+
+def test_manifest_lock_of_a_complete_lock_and_of_none(rendered, unlocked, locks):
+    arm = locks[CELL_7_ARM]
+    for files, state, file, distributions in (
+            (rendered[CELL_7_ARM], "ok", "/etc/ascend-build/requirements.lock", {e.name: e.version for e in arm.entries}),
+            (unlocked[CELL_7_ARM], "missing", None, {})):
+        npu, cpu = json.loads(files["manifest.json"])["lock"], json.loads(files["manifest.cpu.json"])["lock"]
+        assert npu == {"state": state, "file": file, "distributions": distributions, "unverified": []}
+        assert cpu == dict(npu, distributions={k: v for k, v in distributions.items() if k != "torch-npu"})
+    assert json.loads(rendered[CELL_7_ARM]["manifest.json"])["lock"]["distributions"]["torch"] == "2.1.0"
+
+
+# --- the lock is an input of render -------------------------------------------------------------
+
+
+def test_content_hash_follows_the_lock_text(cell7, lock7):
+    """A changed lock changes the content hash (ci-matrix rebuilds exactly those cells); a lock
+    with the same text, or anything render leaves out (mirrors), does not."""
+    with_lock = render.content_hash(cell7, lock7)
+    assert re.fullmatch(r"[0-9a-f]{16}", with_lock) and with_lock != render.content_hash(cell7)
+    assert render.content_hash(cell7, locking.Lock.parse(lock7.text())) == with_lock  # same text, another object
+    assert render.content_hash(cell7, dataclasses.replace(lock7)) == with_lock
+    assert render.content_hash(dataclasses.replace(cell7, mirrors=(("pip_index", "http://127.0.0.1:3141/simple"),)),
+                               lock7) == with_lock
+    numpy = lock7.entry("numpy")
+    changed = {
+        "a version": dataclasses.replace(lock7, entries=tuple(
+            dataclasses.replace(e, version="1.26.3") if e is numpy else e for e in lock7.entries)),
+        "a hash dropped": dataclasses.replace(lock7, entries=tuple(
+            dataclasses.replace(e, hashes=e.hashes[1:]) if e is numpy else e for e in lock7.entries)),
+        "the inputs digest": dataclasses.replace(lock7, inputs="0" * 16),
+        "the resolver": dataclasses.replace(lock7, resolver="uv 0.0.1"),
+        "an unpinned note": dataclasses.replace(lock7, unpinned=("python: conda's",)),
+    }
+    hashes = {why: render.content_hash(cell7, other) for why, other in changed.items()}
+    for why, other in changed.items():
+        assert other.text() != lock7.text(), why
+    assert with_lock not in hashes.values()
+    assert len(set(hashes.values())) == len(changed)
+
+
+def test_render_cell_carries_the_lock(cell7, lock7, kb):
+    files = render.render_cell(cell7, kb, lock7)
+    assert files["requirements.lock"] == lock7.text().encode()
+    for name in ("Dockerfile", "Dockerfile.cpu"):
+        text = files[name].decode()
+        assert "COPY requirements.lock /etc/ascend-build/requirements.lock\n" in text
+        assert _labels(text)["io.ascend-build.content-hash"] == render.content_hash(cell7, lock7)
+    bare = render.render_cell(cell7, kb)
+    assert "requirements.lock" not in bare and "lock.closure.txt" not in bare
+    assert sorted(n for n in bare if n.startswith("lock.")) == ["lock.torch_npu.txt", "lock.unverified.txt"]
+    assert all("requirements.lock" not in bare[n].decode() for n in ("Dockerfile", "Dockerfile.cpu"))
+    # a stale lock stays in the folder (render must not delete an input), but no image installs or copies it
+    stale = dataclasses.replace(lock7, inputs="0" * 16)
+    files = render.render_cell(cell7, kb, stale)
+    assert files["requirements.lock"] == stale.text().encode()
+    assert "COPY requirements.lock" not in files["Dockerfile"].decode()
+    assert "lock.closure.txt" not in files and files["lock.unverified.txt"] == bare["lock.unverified.txt"]
+
+
+def test_render_all_takes_each_cells_own_lock(shipped, lock7, kb):
+    cell7_arm = next(c for c in shipped.cells if c.id == CELL_7_ARM)
+    cell7 = next(c for c in shipped.cells if c.id == CELL_7_X86)
+    out = render.render_all([cell7, cell7_arm], kb, {CELL_7_X86: lock7})
+    assert out == {CELL_7_X86: render.render_cell(cell7, kb, lock7), CELL_7_ARM: render.render_cell(cell7_arm, kb)}
+    assert "requirements.lock" not in out[CELL_7_ARM]
+    assert render.render_all([cell7_arm], kb, {CELL_7_X86: lock7}) == {CELL_7_ARM: render.render_cell(cell7_arm, kb)}
+    # a lock is read by the cell's own folder and is stale on another cell's inputs
+    wrong = render.render_all([cell7_arm], kb, {CELL_7_ARM: lock7})[CELL_7_ARM]
+    assert _labels(wrong["Dockerfile"].decode())["io.ascend-build.lock"] == "stale"
 
 
 def _final_env(dockerfile: str) -> dict:
@@ -437,32 +637,45 @@ def _dockerfiles(rendered):
             yield f"{cell_id}/{name}", files[name].decode()
 
 
-def test_steps_are_numbered_one_by_one(rendered, npu7, cpu7):
-    for where, text in _dockerfiles(rendered):
+def _contexts(rendered, unlocked):
+    """Every shipped cell's folder with its lock and without one (the unlocked ones keyed apart)."""
+    return dict(rendered, **{f"unlocked-{cell_id}": files for cell_id, files in unlocked.items()})
+
+
+def test_steps_are_numbered_one_by_one(rendered, unlocked, npu7, cpu7):
+    for where, text in _dockerfiles(_contexts(rendered, unlocked)):
         numbers = [int(n) for n in re.findall(r"^# (\d+)\. ", text, flags=re.M)]
         assert numbers == list(range(1, len(numbers) + 1)), where
     assert re.findall(r"^# \d+\. .*", npu7, flags=re.M) == [
         "# 1. OS packages, at the versions of the base image's distribution.",
         "# 2. CANN 7.0.RC1: toolkit, then the 910b operator package.",
         "# 3. Python 3.9 in a dedicated conda environment.",
-        "# 4. The Python packages CANN's own tools (operator compiler, profiler) import.",
-        "# 5. torch==2.1.0+cpu, exactly as torch_npu pins it (wheelhouse wheels preferred).",
-        "# 6. torch_npu, pinned: a bump rebuilds from here on.",
+        "# 4. The locked Python closure: every distribution pinned, its sha256 checked.",
+        f"# 5. NOT VERIFIED: torch. {TORCH_7_REASON}.",
+        "# 6. torch_npu, pinned by the lock: a bump rebuilds from here on.",
         "# 7. Defaults from the field guide; each can be overridden per cell (env_vars).",
         "# 8. The smoke program and this image's manifest (the run record of the cell).",
     ]
     assert re.findall(r"^# \d+\. .*", cpu7, flags=re.M) == [
         "# 1. OS packages, at the versions of the base image's distribution.",
         "# 2. Python 3.9 in a dedicated conda environment.",
-        "# 3. torch==2.1.0+cpu, exactly as torch_npu pins it (wheelhouse wheels preferred).",
-        "# 4. Defaults from the field guide; each can be overridden per cell (env_vars).",
-        "# 5. The smoke program and this image's manifest (the run record of the cell).",
+        "# 3. The locked Python closure: every distribution pinned, its sha256 checked.",
+        f"# 4. NOT VERIFIED: torch. {TORCH_7_REASON}.",
+        "# 5. Defaults from the field guide; each can be overridden per cell (env_vars).",
+        "# 6. The smoke program and this image's manifest (the run record of the cell).",
+    ]
+    names = "attrs, cython, numpy, decorator, sympy, cffi, pyyaml, pathlib2, psutil, protobuf, scipy, requests, " \
+            "absl-py, torch, pip, setuptools, wheel"
+    assert re.findall(r"^# \d+\. .*", unlocked[CELL_7_X86]["Dockerfile"].decode(), flags=re.M)[3:6] == [
+        f"# 4. NOT VERIFIED: {names}. The cell's lock is missing: run `ascend-build lock`.",
+        "# 5. NOT VERIFIED: torch-npu. The cell's lock is missing: run `ascend-build lock`.",
+        "# 6. Defaults from the field guide; each can be overridden per cell (env_vars).",
     ]
 
 
-def test_template_notes_stay_in_the_template(rendered):
+def test_template_notes_stay_in_the_template(rendered, unlocked):
     """Maintainers' notes ({# #}) are not printed; every hadolint ignore sits right above its RUN."""
-    for where, text in _dockerfiles(rendered):
+    for where, text in _dockerfiles(_contexts(rendered, unlocked)):
         lines = text.splitlines()
         for i, line in enumerate(lines):
             if line.startswith("# hadolint ignore="):
@@ -470,6 +683,7 @@ def test_template_notes_stay_in_the_template(rendered):
             elif "DL30" in line or "{#" in line or "#}" in line:
                 raise AssertionError(f"{where}: {line}")
         assert "hadolint reads" not in text and "set_env.sh sourced from .bashrc" not in text
+        assert "--require-hashes --no-deps: pip installs exactly" not in text
 
 
 def test_env_lines_stay_readable(rendered):
@@ -479,18 +693,25 @@ def test_env_lines_stay_readable(rendered):
         assert len(longest) <= 160, (where, longest)
 
 
-def test_every_cell_folder_is_a_complete_build_context(rendered):
-    """What a Dockerfile COPYs is in its cell's folder; the only other sources are the optional
-    wheelhouse (a stage that copies nothing when the folder is absent) and, for a local CANN
-    cell, its installers."""
-    for where, text in _dockerfiles(rendered):
+def test_every_cell_folder_is_a_complete_build_context(rendered, unlocked):
+    """What a Dockerfile COPYs or bind-mounts is in its cell's folder; the only other sources
+    are the optional wheelhouse (a stage that copies nothing when the folder is absent) and,
+    for a local CANN cell, its installers. Every pip step has the wheelhouse and its own file."""
+    contexts = _contexts(rendered, unlocked)
+    for where, text in _dockerfiles(contexts):
         cell_id = where.split("/")[0]
         copies = re.findall(r"^COPY (.+) \S+$", text, flags=re.M)
         assert copies[0] == "wheelhous[e]"
         sources = [name for line in copies[1:] for name in line.split()]
-        assert sources and all(name in rendered[cell_id] for name in sources), where
-        assert re.findall(r"--mount=type=bind,[^ ]*", text) == \
-            ["--mount=type=bind,from=wheelhouse,target=/wheelhouse"] * text.count("from=wheelhouse")
+        assert sources and all(name in contexts[cell_id] for name in sources), where
+        binds = re.findall(r"--mount=type=bind,[^ ]*", text)
+        files = [source for source, target in re.findall(r"--mount=type=bind,source=([^,]+),target=(\S+)", text)
+                 if target == f"/tmp/{source}"]
+        pips = text.count("\n    pip install ")
+        assert files and len(files) == pips and all(name.startswith("lock.") and name in contexts[cell_id]
+                                                    for name in files), where
+        assert sorted(binds) == sorted(["--mount=type=bind,from=wheelhouse,target=/wheelhouse"] * pips +
+                                       [f"--mount=type=bind,source={name},target=/tmp/{name}" for name in files]), where
         assert "_shared" not in text and "../" not in text
 
 
@@ -633,15 +854,27 @@ EXTRA_CELLS = [
 ]
 
 
-def test_every_dockerfile_passes_hadolint(tmp_path, rendered):
-    """All cells of the shipped matrix (NPU and CPU twin), plus the other CANN sources, OS family and extras."""
+def test_every_dockerfile_passes_hadolint(tmp_path, rendered, unlocked, lock7, shipped, kb):
+    """All cells of the shipped matrix (NPU and CPU twin) with their locks (complete and incomplete)
+    and without (every step unverified and resolving), a stale lock, plus the other CANN sources,
+    OS family and extras."""
     path, _ = write_cells(tmp_path, *EXTRA_CELLS, name="extra.yaml")
     extra = matrix.load(path)
     assert extra.findings == []
-    contexts = dict(rendered, **render.render_all(extra.cells))
+    cell7 = next(c for c in shipped.cells if c.id == CELL_7_X86)
+    stale = render.render_cell(cell7, kb, dataclasses.replace(lock7, inputs="0" * 16))
+    contexts = dict(_contexts(rendered, unlocked), **render.render_all(extra.cells), stale=stale)
     render.write(contexts, tmp_path / "out")
     dockerfiles = sorted(str(p) for p in (tmp_path / "out").glob("*/Dockerfile*"))
-    assert len(dockerfiles) == 2 * (len(rendered) + len(EXTRA_CELLS))
+    assert len(dockerfiles) == 2 * (2 * len(rendered) + len(EXTRA_CELLS) + 1)
+    texts = [Path(p).read_text() for p in dockerfiles]
+    verified_only = [t for t in texts if "--require-hashes --no-deps" in t and "ALLOW_UNVERIFIED" not in t]
+    incomplete = [t for t in texts if "--require-hashes" in t and
+                  'pip install --no-deps --find-links /wheelhouse ${torch_index:+' in t]
+    resolving = [t for t in texts if "--no-deps" not in t and
+                 'pip install --find-links /wheelhouse ${torch_index:+' in t]
+    assert (len(verified_only), len(incomplete), len(resolving)) == \
+        (2 * 8, 2 * 5, 2 * (len(unlocked) + len(EXTRA_CELLS) + 1))
     result = subprocess.run([hadolint_exe(), *dockerfiles], cwd=tmp_path, capture_output=True, text=True, timeout=120)
     assert (result.returncode, result.stdout + result.stderr) == (0, "")
 

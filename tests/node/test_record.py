@@ -25,7 +25,9 @@ MANIFEST = {
 VALIDATION = {"schema": 1, "passed": True, "device": "npu", "started": "2026-11-29T20:00:00+00:00",
               "host": {"driver": "24.1.rc3", "firmware": "7.5.0.1.129"},
               "tiers": [{"name": "versions", "status": "passed", "summary": "...", "details": {}},
-                        {"name": "collective", "status": "skipped", "summary": "...", "details": {}}]}
+                        {"name": "collective", "status": "skipped", "summary": "...", "details": {}}],
+              "lock": "ok", "base_image": {"ref": "ubuntu:22.04", "id": "sha256:" + "1" * 64,
+                                           "digests": ["ubuntu@sha256:" + "2" * 64]}}
 
 
 @pytest.fixture
@@ -114,7 +116,8 @@ def test_inside_an_ascend_build_image(tmp_path, no_torch):
     assert image["manifest"]["cell"] == MANIFEST["cell"]
     assert image["validation"] == {"passed": True, "device": "npu", "started": "2026-11-29T20:00:00+00:00",
                                    "host": {"driver": "24.1.rc3", "firmware": "7.5.0.1.129"},
-                                   "tiers": {"versions": "passed", "collective": "skipped"}}
+                                   "tiers": {"versions": "passed", "collective": "skipped"},
+                                   "lock": "ok", "base_image": VALIDATION["base_image"]}
     assert image["labels"] == {"io.ascend-build.cell": MANIFEST["cell"]}
 
 
@@ -143,3 +146,16 @@ def test_fake_npu_run_record_end_to_end(tmp_path, no_torch):
     text = rec.format_record(path, data)
     assert text.splitlines()[0] == f"wrote {path}"
     assert "  chip               910b" in text and "  seq_len            4096" in text
+
+
+def test_the_record_lists_every_distribution_of_the_running_environment(tmp_path, no_torch):
+    import importlib.metadata
+    import sys
+
+    data = json.loads(rec.write_record(tmp_path / "o", {}, HostInfo(), {}, root=tmp_path).read_text())
+    mine = {d.metadata["Name"].lower().replace("_", "-"): d.version for d in importlib.metadata.distributions()
+            if str(d.locate_file("")).startswith(sys.prefix)}
+    assert data["distributions"]["typer"] == mine["typer"] and data["distributions"]["pyyaml"] == mine["pyyaml"]
+    assert len(data["distributions"]) >= 10
+    with pytest.raises(UserError, match="measured by ascend-build"):
+        rec.build_record({"distributions": "x"}, HostInfo(), {}, root=tmp_path)

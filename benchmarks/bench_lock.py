@@ -1,0 +1,102 @@
+"""Benchmark (not a test): what the lock costs and what it buys.
+
+1. `lock` for the whole shipped matrix, from nothing, twice side by side: with an empty
+   uv cache (a fresh CI machine) and with the cache the first run left (a developer's).
+2. Reproducibility: the demo cell's CPU twin built twice from its committed lock with
+   the BuildKit cache pruned in between (two cold builds, as if days apart), then the
+   distributions installed in each image listed and compared with each other and
+   with the lock.
+
+Prints both lock times, the per-cell mean, and for the two builds: identical closures
+(yes/no), the count of distributions, equal to the lock (yes/no), and each build time.
+
+Run: .venv/bin/python benchmarks/bench_lock.py   (needs `make engine`; prunes the BuildKit cache)
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import replace
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from builder import knowledge  # noqa: E402
+from builder.build import lock, matrix, relock, render, stage  # noqa: E402
+from builder.engine import Engine  # noqa: E402
+
+BASE = "local/debian:12"
+CA = Path("/etc/ssl/certs/ca-certificates.crt")
+WHEELHOUSE = Path("/opt/wheels")
+CELL_ID = "cann9.0.0-910b-debian12-py3.11-torch_npu2.13.0-x86_64"
+LIST = ("import json, sys, importlib.metadata as m, os\n"
+        "root = os.path.realpath(sys.prefix) + os.sep\n"
+        "print(json.dumps(sorted((d.metadata['Name'].lower().replace('_', '-'), d.version) "
+        "for d in m.distributions() if os.path.realpath(str(d.locate_file(''))).startswith(root))))")
+
+
+def time_lock(cells, uv_cache: Path) -> float:
+    os.environ["UV_CACHE_DIR"] = str(uv_cache)
+    with tempfile.TemporaryDirectory(prefix="ascend-bench-lock-") as out:
+        start = time.monotonic()
+        rows = relock.run(cells, knowledge.load(), Path(out), wheelhouse=WHEELHOUSE if WHEELHOUSE.is_dir() else None)
+        seconds = time.monotonic() - start
+    failed = [r.cell for r in rows if r.state == "failed"]
+    if failed:
+        raise SystemExit(f"lock failed for {failed}")
+    return seconds
+
+
+def prune(engine: Engine) -> None:
+    subprocess.run(["/usr/bin/docker", "builder", "prune", "-af"], check=True, capture_output=True,
+                   env={"DOCKER_HOST": engine.url, "PATH": "/usr/bin:/bin"})
+
+
+def build_twin(engine: Engine, cell, made: lock.Lock, folder: Path) -> tuple:
+    context = stage.context(render.render_cell(cell, lock=made), folder, WHEELHOUSE if WHEELHOUSE.is_dir() else None)
+    with stage.secrets(cell, CA if CA.is_file() else None) as secrets:
+        start = time.monotonic()
+        image = engine.build(context, "Dockerfile.cpu", secrets=secrets, log_path=folder.with_suffix(".log"))
+        seconds = time.monotonic() - start
+    listed = engine.run(image, ["python", "-c", LIST], timeout=120)
+    return image, seconds, [tuple(pair) for pair in json.loads(listed.stdout.strip().splitlines()[-1])]
+
+
+def main() -> None:
+    cells = matrix.load(ROOT / "matrix").cells
+    with tempfile.TemporaryDirectory(prefix="ascend-bench-uv-") as cache:
+        cold = time_lock(cells, Path(cache))
+        warm = time_lock(cells, Path(cache))
+    print(f"lock of the shipped matrix ({len(cells)} cells, 4 at a time):")
+    print(f"  empty uv cache  {cold:7.1f} s  ({cold / len(cells):.1f} s a cell)")
+    print(f"  warm uv cache   {warm:7.1f} s  ({warm / len(cells):.1f} s a cell)   ratio {warm / cold:.0%}")
+
+    engine = Engine.connect()
+    cell = replace(next(c for c in cells if c.id == CELL_ID), base_image=BASE)
+    made = lock.read(ROOT / "dockerfiles" / CELL_ID)
+    expected = sorted((e.name, e.version) for e in made.without("torch-npu"))
+    with tempfile.TemporaryDirectory(prefix="ascend-bench-repro-") as tmp:
+        runs = []
+        for n in (1, 2):
+            prune(engine)
+            runs.append(build_twin(engine, cell, made, Path(tmp) / f"build{n}"))
+        (first_id, first_s, first), (second_id, second_s, second) = runs
+        print("demo twin built twice from its lock, BuildKit cache pruned before each build:")
+        print(f"  build times          {first_s:.1f} s, {second_s:.1f} s")
+        print(f"  identical closures   {'yes' if first == second else 'no'} ({len(first)} and {len(second)} distributions)")
+        print(f"  equal to the lock    {'yes' if first == expected and second == expected else 'no'} "
+              f"({len(expected)} locked, torch_npu aside)")
+        if first != second or first != expected:
+            print(f"  differences: {sorted(set(first) ^ set(second) ^ set(expected))}")
+        for image in {first_id, second_id}:
+            engine.remove(image, force=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,91 @@
+"""`ascend-build lock`: each selected cell's lock made (again) or checked, side by side.
+
+A cell's inputs come from its plan (`plan.lock_inputs`); `lock.resolve` turns them into a
+lock with uv. Cells are resolved a few at a time (each is one uv process, mostly waiting
+on the index). A lock that is made again keeps every version that still fits, so a
+changed cell moves only what it must.
+
+Example:
+    >>> rows = check(cells, knowledge.load(), Path("dockerfiles"))    # doctest: +SKIP
+    >>> [(r.cell, r.state) for r in rows][:1]                          # doctest: +SKIP
+    [('cann7.0.rc1-910b-ubuntu22.04-py3.9-torch_npu2.1.0rc1-aarch64', 'ok')]
+"""
+
+from __future__ import annotations
+
+import os
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Callable, List, Optional, Sequence
+
+from builder.build import lock as locking
+from builder.build.matrix import Cell
+from builder.build.plan import lock_inputs, lock_unpinned
+from builder.errors import UserError
+
+JOBS = 4  # uv processes at once: resolving waits on the index far more than on the CPU
+
+
+@dataclass(frozen=True)
+class Row:
+    """One cell's lock: its state (ok, incomplete, missing, stale, failed) and what to say."""
+
+    cell: str
+    state: str
+    detail: str = ""
+    changed: bool = False
+
+
+def _describe(lock: Optional[locking.Lock], state: str) -> str:
+    if lock is None or state == "missing":
+        return "no lock"
+    if state == "stale":
+        return "made from other inputs (the cell, its CANN limits or the pins changed)"
+    counts = f"{len(lock.entries)} distributions"
+    if lock.incomplete:
+        return counts + "; without sha256: " + "; ".join(f"{e.name}=={e.version} ({e.note})" for e in lock.incomplete)
+    return counts + ", every one with its sha256"
+
+
+def check(cells: Sequence[Cell], kb, out: Path) -> List[Row]:
+    """The state of every cell's lock in ``out``, without the network."""
+    rows = []
+    for cell in cells:
+        lock = locking.read(Path(out) / cell.id)
+        state = locking.status(lock, lock_inputs(cell, kb))
+        rows.append(Row(cell.id, state, _describe(lock, state)))
+    return rows
+
+
+def run(cells: Sequence[Cell], kb, out: Path, *, wheelhouse: Optional[Path] = None, index_url: Optional[str] = None,
+        jobs: int = JOBS, say: Callable[[str], None] = lambda line: None,
+        resolve: Callable = locking.resolve) -> List[Row]:
+    """Resolve each cell whose lock is not ok and write it to ``out/<cell>/``; a cell that
+    fails does not stop the others. Returns a row per cell, in the matrix's order."""
+
+    def one(cell: Cell) -> Row:
+        folder = Path(out) / cell.id
+        previous = locking.read(folder)
+        inputs = lock_inputs(cell, kb)
+        if locking.status(previous, inputs) == "ok":  # nothing to resolve; its notes may be new
+            made = replace(previous, unpinned=lock_unpinned(cell, kb))
+        else:
+            say(f"[{cell.id}] resolving for {inputs.platform}, Python {inputs.python}")
+            try:
+                made = replace(resolve(inputs, wheelhouse=wheelhouse, index_url=index_url, previous=previous),
+                               unpinned=lock_unpinned(cell, kb))
+            except UserError as exc:
+                return Row(cell.id, "failed", exc.message)
+        if previous is not None and previous.text() == made.text():
+            return Row(cell.id, locking.status(made, inputs), _describe(made, locking.status(made, inputs)))
+        folder.mkdir(parents=True, exist_ok=True)
+        path = folder / locking.LOCK_FILE
+        tmp = path.with_name(path.name + ".tmp")
+        tmp.write_text(made.text(), encoding="utf-8")
+        os.replace(tmp, path)  # never a half-written lock
+        state = locking.status(made, inputs)
+        return Row(cell.id, state, _describe(made, state), changed=previous is None or previous.text() != made.text())
+
+    with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
+        return list(pool.map(one, cells))

@@ -1,0 +1,138 @@
+"""What CANN and torch_npu ask of the Python environment, from ``builder/data/python-env.yaml``.
+
+Two kinds of facts, each with its source: the Python packages CANN's own tools import
+and the versions each CANN release accepts (numpy < 2 before 9.0.0-beta.2, protobuf
+3.20.x up to 9.0.x, ...), and the keys of ``PYTORCH_NPU_ALLOC_CONF`` each torch_npu
+release accepts (2.1.0rc1 refuses ``expandable_segments`` on the first allocation).
+`ascend-build lock` resolves within the first; `validate` refuses a matrix that
+contradicts either; the plan sets an allocator default only where it is accepted.
+
+Example:
+    >>> [c.requirement for c in constraints("7.0.RC1")]
+    ['numpy<2', 'protobuf>=3.20,<3.21', 'setuptools<82']
+    >>> accepts("PYTORCH_NPU_ALLOC_CONF", "expandable_segments", "2.1.0rc1")
+    False
+    >>> default_env("2.1.0rc1"), default_env("2.4.0")
+    ((), (('PYTORCH_NPU_ALLOC_CONF', 'expandable_segments:True'),))
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Any, Dict, Mapping, Optional, Tuple
+
+import yaml
+from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
+
+from builder import knowledge, versions
+
+DATA = knowledge.DATA_DIR / "python-env.yaml"
+
+
+@dataclass(frozen=True)
+class Constraint:
+    """One version limit on one package, with where it comes from."""
+
+    requirement: str        # e.g. "numpy<2"
+    source: str
+    inferred: bool = False  # reasoned from other facts, not read in one place
+
+    @property
+    def name(self) -> str:
+        return canonicalize_name(Requirement(self.requirement).name)
+
+    def allows(self, version: str) -> bool:
+        return Requirement(self.requirement).specifier.contains(version, prereleases=True)
+
+
+@lru_cache(maxsize=1)
+def _doc() -> Dict[str, Any]:
+    with open(DATA, "rb") as fh:
+        return yaml.safe_load(fh)
+
+
+def cann_packages() -> Tuple[str, ...]:
+    """The packages CANN's tools import: every image installs them (in its lock)."""
+    return tuple(_doc()["cann_python"]["packages"])
+
+
+@lru_cache(maxsize=256)
+def constraints(cann: str) -> Tuple[Constraint, ...]:
+    """The limits that hold for ``cann`` (a release outside every range has only the general ones)."""
+    doc = _doc()["cann_python"]
+    version = versions.lenient("cann", cann)
+    found = []
+    for item in doc["constraints"]:
+        low, high = versions.lenient("cann", item["cann_from"]), versions.lenient("cann", item.get("below"))
+        if version is not None and low <= version and (high is None or version < high):
+            found += [Constraint(r, item["source"], bool(item.get("inferred"))) for r in item["requirements"]]
+    for item in doc.get("always", []):
+        found += [Constraint(r, item["source"], bool(item.get("inferred"))) for r in item["requirements"]]
+    return tuple(found)
+
+
+def _line_first(entry: Mapping[str, Any], torch_npu: str) -> Optional[bool]:
+    version = versions.lenient("python_package", torch_npu)
+    if version is None:
+        return None
+    lines = {versions.lenient("python_package", k): versions.lenient("python_package", str(v))
+             for k, v in entry.get("lines", {}).items()}
+    base = versions.lenient("python_package", version.base_version)
+    if base in lines:
+        return version >= lines[base]
+    return bool(entry.get("later")) and all(base > line for line in lines)
+
+
+def accepts(variable: str, key: str, torch_npu: str) -> Optional[bool]:
+    """Whether ``torch_npu`` accepts ``key`` in ``variable``; None when the data does not say.
+
+    Example:
+        >>> accepts("PYTORCH_NPU_ALLOC_CONF", "expandable_segments", "2.1.0"), accepts("PYTORCH_NPU_ALLOC_CONF", "nonsense", "2.4.0")
+        (True, None)
+    """
+    keys = _doc()["torch_npu_env"].get(variable, {}).get("keys", {})
+    return _line_first(keys[key], torch_npu) if key in keys else None
+
+
+def variables() -> Tuple[str, ...]:
+    """The variables whose keys torch_npu checks itself."""
+    return tuple(_doc()["torch_npu_env"])
+
+
+def first_accepting(variable: str, key: str) -> Optional[str]:
+    """The first torch_npu release the data knows to accept ``key`` (None when none is known)."""
+    keys = _doc()["torch_npu_env"].get(variable, {}).get("keys", {})
+    firsts = [str(v) for v in keys.get(key, {}).get("lines", {}).values()]
+    return min(firsts, key=lambda v: versions.lenient("python_package", v)) if firsts else None
+
+
+def known_keys(variable: str) -> Tuple[str, ...]:
+    return tuple(_doc()["torch_npu_env"].get(variable, {}).get("keys", {}))
+
+
+def source(variable: str) -> str:
+    """The first source of what the data says of ``variable`` (the rest are in python-env.yaml)."""
+    return str(_doc()["torch_npu_env"].get(variable, {}).get("source", "")).split(";")[0]
+
+
+def option_keys(value: str) -> Tuple[str, ...]:
+    """``max_split_size_mb:128,expandable_segments:True`` -> its keys.
+
+    Example:
+        >>> option_keys("max_split_size_mb:128, expandable_segments:True")
+        ('max_split_size_mb', 'expandable_segments')
+    """
+    return tuple(part.split(":", 1)[0].strip() for part in value.split(",") if part.strip())
+
+
+def default_env(torch_npu: str) -> Tuple[Tuple[str, str], ...]:
+    """The environment defaults a torch_npu release takes safely (none it would refuse)."""
+    out = []
+    for variable, entry in _doc()["torch_npu_env"].items():
+        first = versions.lenient("python_package", str(entry.get("default_from", "")))
+        version = versions.lenient("python_package", torch_npu)
+        if entry.get("default") and first is not None and version is not None and version >= first:
+            out.append((variable, str(entry["default"])))
+    return tuple(out)

@@ -1,0 +1,199 @@
+"""The lock: its file format, its states, and real resolutions with uv against the package index.
+
+Tests marked `index` resolve for real (uv, the package index this machine reaches, the
+wheelhouse, a loopback page standing in for the PyPI-less PyTorch CPU index).
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import http.server
+import threading
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from builder import cli, knowledge
+from builder.build import lock, matrix, relock
+from builder.build.plan import lock_inputs
+from builder.errors import UserError
+from helpers_matrix import CANN_7, SHIPPED_DOCKERFILES, SHIPPED_MATRIX, write_cells
+
+KB = knowledge.load()
+CELLS = {c.id: c for c in matrix.load(SHIPPED_MATRIX).cells}
+DEMO = CELLS["cann9.0.0-910b-debian12-py3.11-torch_npu2.13.0-x86_64"]
+WHEELHOUSE = Path("/opt/wheels")
+TORCH_WHEEL = next(iter(sorted(WHEELHOUSE.glob("torch-2.13.0+cpu-cp311-*.whl"))), None)
+needs_wheel = pytest.mark.skipif(TORCH_WHEEL is None, reason="no torch 2.13.0+cpu wheel in /opt/wheels")
+
+
+def sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+# --- the file ---------------------------------------------------------------------------
+
+
+def test_text_and_parse_are_each_others_inverse():
+    made = lock.Lock(cell="c", inputs="0" * 16, target="Python 3.9 on x86_64-manylinux_2_35", resolver="uv 1",
+                     entries=(lock.Entry("numpy", "1.26.4", ("a" * 64, "b" * 64)),
+                              lock.Entry("torch", "2.1.0+cpu", (), "its index could not be reached")),
+                     unpinned=("python: conda's python=3.9, no channel reachable",))
+    text = made.text()
+    assert lock.Lock.parse(text) == made
+    assert "# incomplete: torch==2.1.0+cpu: its index could not be reached\n" in text
+    assert "numpy==1.26.4 \\\n    --hash=sha256:" + "a" * 64 + " \\\n    --hash=sha256:" + "b" * 64 + "\n" in text
+    assert made.without("torch").__len__() == 1 and not made.complete and made.entry("NumPy").version == "1.26.4"
+
+
+def test_a_damaged_lock_is_refused_naming_the_line():
+    with pytest.raises(UserError) as caught:
+        lock.Lock.parse("# inputs: x\nnumpy==1.0 \\\n    --hash=sha256:zz\n", where="dockerfiles/c/requirements.lock")
+    assert caught.value.message.startswith("dockerfiles/c/requirements.lock:3: not a line of an ascend-build lock")
+    with pytest.raises(UserError, match="no '# inputs:' line"):
+        lock.Lock.parse("numpy==1.0\n")
+
+
+def test_states():
+    inputs = lock_inputs(DEMO, KB)
+    made = lock.Lock("c", inputs.digest, "", "", (lock.Entry("a", "1", ("0" * 64,)),))
+    assert lock.status(None, inputs) == "missing"
+    assert lock.status(made, inputs) == "ok"
+    assert lock.status(replace(made, inputs="f" * 16), inputs) == "stale"
+    assert lock.status(replace(made, entries=made.entries + (lock.Entry("b", "2"),)), inputs) == "incomplete"
+
+
+@pytest.mark.parametrize("arch, glibc, platform", [
+    ("x86_64", (2, 35), "x86_64-manylinux_2_35"), ("aarch64", (2, 39), "aarch64-manylinux_2_39"),
+    ("aarch64", (2, 27), "aarch64-manylinux_2_17"), ("x86_64", (2, 41), "x86_64-manylinux_2_40"),
+    ("x86_64", (2, 30), "x86_64-manylinux_2_28"),
+])
+def test_the_platform_is_the_newest_manylinux_the_os_glibc_runs(arch, glibc, platform):
+    assert lock.python_platform(arch, glibc) == platform
+
+
+def test_inputs_follow_the_cell_and_cann():
+    seven = next(c for c in CELLS.values() if c.cann == "7.0.RC1" and c.arch == "x86_64")
+    inputs = lock_inputs(seven, KB)
+    assert "torch==2.1.0+cpu" in inputs.requirements and "torch-npu==2.1.0rc1" in inputs.requirements
+    assert {"numpy", "protobuf", "pip", "setuptools", "wheel"} <= set(inputs.requirements)  # a conda cell
+    assert inputs.constraints == ("numpy<2", "protobuf>=3.20,<3.21", "setuptools<82")
+    assert inputs.platform == "x86_64-manylinux_2_35" and inputs.python == "3.9"
+    assert lock_inputs(replace(seven, pip=("einops==0.8.0",)), KB).digest != inputs.digest
+    assert lock_inputs(seven, KB).digest == inputs.digest
+
+
+def test_every_shipped_cell_has_a_lock_made_from_its_current_inputs():
+    rows = relock.check(list(CELLS.values()), KB, SHIPPED_DOCKERFILES)
+    assert {r.state for r in rows} <= {"ok", "incomplete"}, [(r.cell, r.state) for r in rows]
+    for row in rows:
+        made = lock.read(SHIPPED_DOCKERFILES / row.cell)
+        # what is incomplete is x86_64's torch==X+cpu alone, the PyTorch CPU index being unreachable here
+        assert [(e.name, e.version.endswith("+cpu")) for e in made.incomplete] in ([], [("torch", True)]), row.cell
+        assert made.entry("torch-npu") and made.entry("pip") and made.entry("numpy"), row.cell
+        assert not [e.name for e in made.entries if e.name.startswith("nvidia-") or e.name == "triton"], row.cell
+
+
+def test_the_mission_cells_numpy_is_below_2_and_protobuf_3_20():
+    for cell in (c for c in CELLS.values() if c.cann == "7.0.RC1"):
+        made = lock.read(SHIPPED_DOCKERFILES / cell.id)
+        assert made.entry("numpy").version.startswith("1.") and made.entry("protobuf").version.startswith("3.20.")
+
+
+def test_lock_check_passes_on_the_committed_tree_and_fails_on_a_stale_one(tmp_path, monkeypatch):
+    monkeypatch.chdir(SHIPPED_DOCKERFILES.parent)
+    result = CliRunner().invoke(cli.app, ["lock", "--check"])
+    assert result.exit_code == 0, result.output
+    assert "0 missing/stale/failed" in result.output
+    path, _ = write_cells(tmp_path, dict(CANN_7, pip=["einops==0.8.0"]))
+    stale = CliRunner().invoke(cli.app, ["lock", "--check", "--matrix", str(path)])
+    assert stale.exit_code == 1
+    assert "stale      cann7.0.rc1-910b-ubuntu22.04-py3.9-torch_npu2.1.0rc1-x86_64: made from other inputs" in stale.output
+
+
+def test_relock_writes_each_cell_and_a_failure_stops_no_other_with_a_stub_resolver(tmp_path):
+    """The orchestration alone: a stub stands in for uv (the real one is tested below)."""
+    cells = [CELLS[k] for k in sorted(CELLS)[:3]]
+
+    def stub(inputs, **kw):
+        if inputs.cell == cells[1].id:
+            raise UserError("uv could not resolve")
+        return lock.Lock(inputs.cell, inputs.digest, "t", "uv 0", (lock.Entry("six", "1.17.0", ("0" * 64,)),))
+
+    rows = relock.run(cells, KB, tmp_path, resolve=stub, jobs=2)
+    assert [(r.cell, r.state, r.changed) for r in rows] == [
+        (cells[0].id, "ok", True), (cells[1].id, "failed", False), (cells[2].id, "ok", True)]
+    assert rows[1].detail == "uv could not resolve"
+    assert (tmp_path / cells[0].id / "requirements.lock").read_text().startswith("# ascend-build lock of cell")
+    assert not (tmp_path / cells[1].id).exists()
+    assert [r.changed for r in relock.run(cells[:1], KB, tmp_path, resolve=stub)] == [False]  # ok: left alone
+
+
+# --- resolving for real ---------------------------------------------------------------
+
+
+@pytest.mark.index
+@needs_wheel
+def test_the_demo_cell_resolves_completely_from_the_index_and_the_wheelhouse():
+    made = lock.resolve(lock_inputs(DEMO, KB), wheelhouse=WHEELHOUSE)
+    assert made.complete and made.inputs == lock_inputs(DEMO, KB).digest
+    assert made.entry("torch").version == "2.13.0+cpu"
+    assert made.entry("torch").hashes == (sha256(TORCH_WHEEL),)  # the wheel this machine holds, exactly
+    assert made.entry("torch-npu").version == "2.13.0" and made.entry("protobuf").version.startswith("3.20.")
+    assert not [e.name for e in made.entries if e.name.startswith("nvidia-")]
+    assert made.resolver.startswith("uv ")
+
+
+@pytest.mark.index
+def test_an_unreachable_torch_index_leaves_torch_incomplete_and_no_cuda_package():
+    seven = next(c for c in CELLS.values() if c.cann == "7.0.RC1" and c.arch == "x86_64")
+    made = lock.resolve(lock_inputs(seven, KB), is_reachable=lambda url: False)
+    assert [e.name for e in made.incomplete] == ["torch"]
+    torch = made.entry("torch")
+    assert torch.version == "2.1.0+cpu" and "could not be reached" in torch.note
+    assert {"sympy", "networkx", "jinja2", "filelock", "fsspec"} <= {e.name for e in made.entries}
+    assert not [e.name for e in made.entries if e.name.startswith("nvidia-") or e.name == "triton"]
+    assert made.entry("numpy").version.startswith("1.")
+
+
+@pytest.mark.index
+@needs_wheel
+def test_a_reachable_torch_index_page_completes_torch(tmp_path):
+    """A loopback page in the PyTorch CPU index's shape (one project page, #sha256 fragments)."""
+    (tmp_path / "torch").mkdir()
+    (tmp_path / "torch" / TORCH_WHEEL.name).symlink_to(TORCH_WHEEL)
+    href = TORCH_WHEEL.name.replace("+", "%2B")
+    (tmp_path / "torch" / "index.html").write_text(
+        f'<html><body><a href="{href}#sha256={sha256(TORCH_WHEEL)}">{TORCH_WHEEL.name}</a></body></html>')
+    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(tmp_path))
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        inputs = replace(lock_inputs(DEMO, KB), torch_index=f"http://127.0.0.1:{server.server_port}")
+        made = lock.resolve(inputs)
+    finally:
+        server.shutdown()
+    assert made.complete and made.entry("torch").hashes == (sha256(TORCH_WHEEL),)
+
+
+@pytest.mark.index
+@needs_wheel
+def test_locking_again_keeps_what_still_fits():
+    inputs = lock_inputs(DEMO, KB)
+    first = lock.resolve(inputs, wheelhouse=WHEELHOUSE)
+    older = replace(first, entries=tuple(replace(e, version="2.2.6") if e.name == "numpy" else e for e in first.entries))
+    again = lock.resolve(inputs, wheelhouse=WHEELHOUSE, previous=older)
+    assert again.entry("numpy").version == "2.2.6"  # uv kept the earlier pin
+    assert again.entry("torch").version == first.entry("torch").version
+
+
+@pytest.mark.index
+def test_a_pin_outside_cann_limits_cannot_resolve():
+    seven = next(c for c in CELLS.values() if c.cann == "7.0.RC1" and c.arch == "aarch64")
+    with pytest.raises(UserError) as caught:
+        lock.resolve(lock_inputs(replace(seven, pip=("numpy==2.0.2",)), KB))
+    assert caught.value.message.startswith(f"uv could not resolve cell {seven.id} for aarch64-manylinux_2_35")
+    assert "numpy" in caught.value.message
