@@ -27,6 +27,7 @@ Example:
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import re
@@ -221,18 +222,24 @@ def python_platform(arch: str, glibc: Tuple[int, int]) -> str:
 # resolving
 
 
-def uv_command() -> List[str]:
-    """The uv binary: the `uv` package's, else one on PATH."""
+@functools.lru_cache(maxsize=1)
+def _uv_binary() -> str:
     try:
         from uv import find_uv_bin  # the PyPI package ships the binary
 
-        return [find_uv_bin()]
-    except (ImportError, FileNotFoundError):
-        found = shutil.which("uv")
-        if not found:
-            raise UserError("uv is not installed: `ascend-build lock` resolves with it",
-                            fix="pip install uv (it comes with ascend-build's dependencies)") from None
-        return [found]
+        return find_uv_bin()
+    except (ImportError, FileNotFoundError, TypeError):  # TypeError: sysconfig not ready in a thread
+        return shutil.which("uv") or ""
+
+
+def uv_command() -> List[str]:
+    """The uv binary: the `uv` package's, else one on PATH (found once per process, before
+    any thread needs it: the package's finder reads sysconfig, which is not thread-safe)."""
+    found = _uv_binary()
+    if not found:
+        raise UserError("uv is not installed: `ascend-build lock` resolves with it",
+                        fix="pip install uv (it comes with ascend-build's dependencies)")
+    return [found]
 
 
 def _uv_version(uv: List[str]) -> str:

@@ -87,5 +87,7 @@ def run(cells: Sequence[Cell], kb, out: Path, *, wheelhouse: Optional[Path] = No
         state = locking.status(made, inputs)
         return Row(cell.id, state, _describe(made, state), changed=previous is None or previous.text() != made.text())
 
+    if resolve is locking.resolve:
+        locking.uv_command()  # find uv (or say it is missing) once, before the threads
     with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
         return list(pool.map(one, cells))
