@@ -162,9 +162,8 @@ class Lock:
                             fix="run `ascend-build lock` to write it again")
         notes = dict(_incomplete_note(n) for n in meta.get("incomplete", []))
         entries = [replace(e, note=notes.get(e.name, "")) if not e.complete else e for e in entries]
-        cell = (meta.get("ascend-build lock of cell", [""]) or [""])[0]
-        first = text.split("\n", 1)[0]
-        cell = first.split("cell ", 1)[1].split(":", 1)[0] if "cell " in first else cell
+        first = text.split("\n", 1)[0]  # "# ascend-build lock of cell <id>: ..."
+        cell = first.split(" of cell ", 1)[1].split(":", 1)[0] if " of cell " in first else ""
         return cls(cell=cell, inputs=meta["inputs"][0], target=(meta.get("target") or [""])[0],
                    resolver=(meta.get("resolver") or [""])[0], entries=tuple(entries),
                    unpinned=tuple(meta.get("unpinned", [])))
