@@ -53,3 +53,4 @@ bench: setup engine
 	$(BIN)/python benchmarks/bench_validate_render.py
 	$(BIN)/python benchmarks/bench_build.py
 	$(BIN)/python benchmarks/bench_lock.py
+	$(BIN)/python benchmarks/bench_arm64.py

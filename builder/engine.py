@@ -207,7 +207,7 @@ class Engine:
               build_args: Dict[str, str] = {}, secrets: Dict[str, Path] = {},
               labels: Dict[str, str] = {}, log_path: Path,
               on_line: Optional[Callable[[str], None]] = None,
-              target: Optional[str] = None) -> str:
+              target: Optional[str] = None, platform: Optional[str] = None) -> str:
         """Build with BuildKit; return the image ID ("sha256:...").
 
         Every output line (newline stripped) goes to ``log_path`` and to
@@ -236,6 +236,9 @@ class Engine:
             argv += [a for k, v in labels.items() for a in ("--label", f"{k}={v}")]
             argv += ["--tag", tag] if tag else []
             argv += ["--target", target] if target else []
+            # another arch (linux/arm64 on x86_64): BuildKit runs its steps under qemu, and takes
+            # a local base image only when its Architecture is that platform's
+            argv += ["--platform", platform] if platform else []
             argv.append(str(context))
             tail: deque = deque(maxlen=400)
             with open(log_path, "w", encoding="utf-8") as log:
@@ -337,6 +340,11 @@ class Engine:
         if img is None:
             raise UserError(f"image {ref} not found in the Docker Engine", exit_code=1)
         return dict(img.labels or {})
+
+    def architecture(self, ref: str) -> Optional[str]:
+        """The image config's architecture (``amd64``, ``arm64``), None when there is no such image."""
+        img = self._get(ref)
+        return img.attrs.get("Architecture") if img else None
 
     def repo_digests(self, ref: str) -> List[str]:
         img = self._get(ref)

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Make this machine able to build and test images: Docker Engine, a local base
-# image, a registry for push tests. Idempotent; run as root; one line per step.
+# Make this machine able to build and test images: Docker Engine, local base
+# images (amd64, and arm64 under qemu), a registry for push tests. Idempotent; run as
+# root; one line per step.
 #
 # Why: build machines start with no daemon and cannot pull any image, so the
 # engine is installed and started here and the base image is made locally with
@@ -10,11 +11,15 @@
 #   ASCEND_BUILD_STATE             state dir for logs and the rootfs cache (default .state)
 #   ASCEND_BUILD_SETUP_BASE_IMAGE  name of the base image to make (default local/debian:12)
 #   DEBIAN_MIRROR                  debootstrap mirror (default: debootstrap's own)
+#   ASCEND_BUILD_SETUP_ARM64       0 skips the arm64 part (qemu, arm64 base images); default 1
 set -euo pipefail
 
 STATE=${ASCEND_BUILD_STATE:-.state}
 BASE_IMAGE=${ASCEND_BUILD_SETUP_BASE_IMAGE:-local/debian:12}
-PACKAGES=(docker.io debootstrap docker-registry apache2-utils skopeo)
+PACKAGES=(docker.io debootstrap docker-registry apache2-utils skopeo qemu-user-static binfmt-support)
+ARM64=${ASCEND_BUILD_SETUP_ARM64:-1}
+# arm64 bases: name and Debian release (Debian 11 has the Python 3.9 of older closures)
+ARM64_BASES=("local/debian:12-arm64 bookworm" "local/debian:11-arm64 bullseye")
 DOCKER=/usr/bin/docker
 DEFAULT_HOST=unix:///var/run/docker.sock
 
@@ -85,4 +90,50 @@ else
     fi
     "$DOCKER" import - "$BASE_IMAGE" <"$tarball" >>"$LOG" 2>&1 || fail "docker import failed" "$LOG"
     say "base image: $BASE_IMAGE imported ($made rootfs $tarball)"
+fi
+
+# 4. arm64 under emulation (x86_64 hosts) ------------------------------------------------
+# qemu-aarch64 registered with flag F runs arm64 containers and BuildKit's arm64 steps.
+# The registration does not survive a reboot here (no init runs binfmt-support), so it
+# is checked every time. An imported rootfs is labelled with the host's arch whatever
+# --platform says, and BuildKit then looks for an arm64 base in a registry; a
+# `FROM scratch` + `ADD rootfs.tar` build with --platform linux/arm64 labels it arm64.
+if [ "$ARM64" = 0 ]; then
+    say "arm64: skipped (ASCEND_BUILD_SETUP_ARM64=0)"
+elif [ "$(uname -m)" = aarch64 ]; then
+    say "arm64: native host, no emulation needed"
+else
+    [ -e /proc/sys/fs/binfmt_misc/register ] || mount -t binfmt_misc binfmt_misc /proc/sys/fs/binfmt_misc >>"$LOG" 2>&1 \
+        || fail "cannot mount binfmt_misc: arm64 images cannot run here (set ASCEND_BUILD_SETUP_ARM64=0 to skip)" "$LOG"
+    [ -e /proc/sys/fs/binfmt_misc/qemu-aarch64 ] || update-binfmts --enable qemu-aarch64 >>"$LOG" 2>&1 \
+        || fail "cannot register qemu-aarch64 with binfmt_misc" "$LOG"
+    grep -q '^flags: .*F' /proc/sys/fs/binfmt_misc/qemu-aarch64 && grep -q '^enabled' /proc/sys/fs/binfmt_misc/qemu-aarch64 \
+        || fail "qemu-aarch64 is registered without flag F or disabled: see /proc/sys/fs/binfmt_misc/qemu-aarch64"
+    say "arm64: qemu-aarch64 registered (flag F)"
+    for entry in "${ARM64_BASES[@]}"; do
+        read -r name release <<<"$entry"
+        if [ "$("$DOCKER" image inspect -f '{{.Architecture}}' "$name" 2>/dev/null)" = arm64 ]; then
+            say "arm64 base image: $name present"
+            continue
+        fi
+        context="$STATE/base-$release-arm64"
+        made=cached
+        if [ ! -s "$context/rootfs.tar" ]; then
+            rootfs=$(mktemp -d "$STATE/rootfs.XXXXXX")
+            trap 'rm -rf "$rootfs"' EXIT
+            debootstrap --arch=arm64 --variant=minbase "$release" "$rootfs" ${DEBIAN_MIRROR:+"$DEBIAN_MIRROR"} >>"$LOG" 2>&1 \
+                || fail "debootstrap --arch=arm64 $release failed (set DEBIAN_MIRROR to a reachable mirror?)" "$LOG"
+            rm -rf "$rootfs"/var/lib/apt/lists/* "$rootfs"/var/cache/apt/*
+            mkdir -p "$context"
+            tar -C "$rootfs" -cf "$context/rootfs.tar.part" . 2>>"$LOG" || fail "packing the arm64 rootfs failed" "$LOG"
+            mv "$context/rootfs.tar.part" "$context/rootfs.tar"
+            rm -rf "$rootfs"
+            trap - EXIT
+            made=debootstrap
+        fi
+        printf 'FROM scratch\nADD rootfs.tar /\nCMD ["bash"]\n' >"$context/Dockerfile"
+        DOCKER_BUILDKIT=1 "$DOCKER" build --platform linux/arm64 -t "$name" "$context" >>"$LOG" 2>&1 \
+            || fail "building the arm64 base image $name failed" "$LOG"
+        say "arm64 base image: $name made ($made rootfs, $release)"
+    done
 fi

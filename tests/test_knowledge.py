@@ -331,8 +331,9 @@ def test_os_info(kb, os_id, glibc, python, family, codename):
 def test_os_ids_and_images(kb):
     assert set(kb.os_ids()) == {
         "ubuntu18.04", "ubuntu20.04", "ubuntu22.04", "ubuntu24.04",
-        "openeuler20.03", "openeuler22.03", "openeuler24.03", "debian12",
+        "openeuler20.03", "openeuler22.03", "openeuler24.03", "debian11", "debian12",
     }
+    assert (kb.os_info("debian11").python, kb.os_info("debian11").glibc) == ("3.9", (2, 31))
     assert kb.os_info("ubuntu22.04").image == "ubuntu:22.04"
     assert kb.os_info("openeuler22.03").image == "openeuler/openeuler:22.03-lts"
     assert kb.os_info("debian12").image == "debian:bookworm-slim"

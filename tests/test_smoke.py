@@ -318,3 +318,11 @@ def test_without_a_lock_the_closure_is_not_claimed(torch_python, tmp_path):
     code, report, err = run(torch_python["exe"], "--manifest", path, "--tiers", "versions")
     assert code == 0, err
     assert "no lock (missing): the closure was resolved at build time" in tiers(report)["versions"]["summary"]
+
+
+def test_debians_fake_pkg_resources_record_is_no_closure_difference(smoke):
+    locked = {"pip": "24.0"}
+    assert smoke.closure_problems(locked, {"pip": "24.0", "pkg-resources": "0.0.0"}) == []
+    # at another version it is a real distribution, and it is reported
+    assert smoke.closure_problems(locked, {"pip": "24.0", "pkg-resources": "1.0"}) == [
+        "pkg-resources 1.0 installed, not in the lock"]

@@ -40,7 +40,7 @@ from builder.vocabulary import ARCHS, CHIPS, DEFAULT_IMAGE
 MAX_BYTES = 1 << 20  # a matrix of a few thousand cells fits in well under 1 MiB
 
 OS_IDS = ("ubuntu18.04", "ubuntu20.04", "ubuntu22.04", "ubuntu24.04",
-          "openeuler20.03", "openeuler22.03", "openeuler24.03", "debian12")
+          "openeuler20.03", "openeuler22.03", "openeuler24.03", "debian11", "debian12")
 ENV_MANAGERS = ("conda", "venv")
 CANN_SOURCES = ("installer", "image", "local")
 MIRROR_KEYS = ("pip_index", "apt", "conda_channel", "torch_index")

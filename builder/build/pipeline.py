@@ -21,6 +21,7 @@ Example:
 from __future__ import annotations
 
 import json
+import platform
 import re
 import time
 from dataclasses import dataclass, field, replace
@@ -36,7 +37,8 @@ from builder.build.matrix import Cell
 from builder.engine import BuildFailed, Engine
 from builder.errors import UserError
 from builder.vocabulary import (CANDIDATE_SUFFIX, CPU, NPU, SMOKE_PROGRAM, STATIC_TIERS, TIERS, VALIDATION_REPORT,
-                                VARIANTS, Label, dockerfile_name, release_tag)
+                                VARIANTS, Label, dockerfile_name, normalize_arch, platform_of, release_tag,
+                                stand_in_tag)
 
 Say = Callable[[str], None]
 
@@ -56,6 +58,7 @@ class Options:
     root: Path = Path("/")                 # where to look for /dev and the driver (tests)
     quiet: bool = False
     locks_dir: Path = Path("dockerfiles")  # where each cell's lock is: <locks_dir>/<cell>/requirements.lock
+    twin_os: Optional[str] = None          # build CPU twins on this OS instead (a stand-in; same closure)
     allow_incomplete_lock: bool = False    # build a cell whose lock is not complete (entries unverified)
 
 
@@ -134,10 +137,16 @@ def _plan(variant: str, options: Options) -> Tuple[str, Tuple[str, ...], List[st
             devices.driver_mounts(options.root), True)
 
 
+# Under qemu a training step of the smoke model takes about 23 s (its backward pass is
+# emulated instruction by instruction): four steps still show the loss falling (to about
+# a third natively), thirty would take twelve minutes.
+EMULATED_STEPS = 4
+
+
 def smoke(engine: Engine, image: str, device: str, tiers: Tuple[str, ...], docker_devices: List[str],
-          mounts: List[Tuple[str, str, bool]]) -> Tuple[Dict, float]:
+          mounts: List[Tuple[str, str, bool]], extra: Tuple[str, ...] = ()) -> Tuple[Dict, float]:
     """Run the smoke program inside ``image``; return its JSON report and the seconds it took."""
-    command = ["python", SMOKE_PROGRAM, "--device", device, "--tiers", ",".join(tiers)]
+    command = ["python", SMOKE_PROGRAM, "--device", device, "--tiers", ",".join(tiers), *extra]
     result = engine.run(image, command, devices=docker_devices, mounts=mounts, shm_size="1g",
                         ipc_mode="host" if docker_devices else None, timeout=1800)
     lines = [ln for ln in result.stdout.splitlines() if ln.strip()]
@@ -192,7 +201,8 @@ def verdict(report: Dict, tiers: Tuple[str, ...], final: bool) -> Verdict:
     return Verdict("passed", seal_labels={
         Label.VALIDATED: "true", Label.VALIDATED_DEVICE: report.get("device", ""),
         Label.VALIDATED_TIERS: ",".join(tiers), Label.VALIDATED_DRIVER: str(host.get("driver") or ""),
-        Label.VALIDATED_FIRMWARE: str(host.get("firmware") or "")})
+        Label.VALIDATED_FIRMWARE: str(host.get("firmware") or ""),
+        Label.VALIDATED_UNDER: str(report.get("emulated") or "native")})
 
 
 def seal(engine: Engine, candidate: str, report_bytes: bytes, labels: Dict[str, str], folder: Path,
@@ -203,8 +213,9 @@ def seal(engine: Engine, candidate: str, report_bytes: bytes, labels: Dict[str, 
     (folder / "validation.json").write_bytes(report_bytes)
     (folder / "Dockerfile").write_text(f"FROM {temp_ref}\nCOPY validation.json {VALIDATION_REPORT}\n")
     engine.tag(candidate, temp_ref)
-    try:
-        return engine.build(folder, labels=labels, log_path=log)
+    try:  # built for the candidate's own platform, else BuildKit would look for an amd64 one
+        arch = engine.architecture(candidate)
+        return engine.build(folder, labels=labels, log_path=log, platform=f"linux/{arch}" if arch else None)
     finally:
         engine.untag(temp_ref)
 
@@ -222,16 +233,36 @@ def _apply_tags(engine: Engine, image_id: str, refs: List[str]) -> None:
         raise
 
 
+def host_arch() -> str:
+    """This machine's arch in the matrix's words."""
+    return normalize_arch(platform.machine()) or platform.machine()
+
+
 def build_one(cell: Cell, variant: str, options: Options, engine: Engine, say: Say) -> Outcome:
-    """Build, smoke-test and (if it passed) seal, tag and push one image."""
-    name = image_name(cell, variant)
+    """Build, smoke-test and (if it passed) seal, tag and push one image.
+
+    A cell of another arch than this host's is built and smoke-tested under qemu (the
+    report and the seal say so). With ``options.twin_os`` the CPU twin is built on that
+    OS's base (venv, its own python3) with the cell's locked closure: a stand-in, tagged
+    and labelled as one, never as the cell's own twin.
+    """
     out = Outcome(cell.id, variant)
     state = options.state_dir
+    closure_of = None
+    if variant == CPU and options.twin_os and options.twin_os != cell.os:
+        stand_in = knowledge.load().os_info(options.twin_os)
+        if stand_in is None or stand_in.python != cell.python:
+            raise UserError(f"--twin-os {options.twin_os}: its python3 is {stand_in.python if stand_in else 'unknown'}, "
+                            f"cell {cell.id} needs Python {cell.python}",
+                            fix="pick an OS of builder/data/os.yaml whose python3 is the cell's (debian11: 3.9, debian12: 3.11)")
+        closure_of, cell = cell, replace(cell, os=options.twin_os, env="venv")
+    name = image_name(cell, variant) + (f"-on-{cell.os}" if closure_of else "")
     if options.base_image:
         cell = replace(cell, base_image=options.base_image)
+    emulated = cell.arch != host_arch()
     dockerfile = dockerfile_name(variant)
-    lock = locking.read(options.locks_dir / cell.id)
-    lock_state = locking.status(lock, planning.lock_inputs(cell, knowledge.load()))
+    lock = locking.read(options.locks_dir / (closure_of or cell).id)
+    lock_state = locking.status(lock, planning.lock_inputs(closure_of or cell, knowledge.load()))
     if lock_state != "ok" and not options.allow_incomplete_lock:
         why = {"missing": "has no lock", "stale": "has a lock made from other inputs",
                "incomplete": "has a lock with entries lacking a sha256 (" + ", ".join(
@@ -240,17 +271,19 @@ def build_one(cell: Cell, variant: str, options: Options, engine: Engine, say: S
                        f"  fix: run `ascend-build lock` (where every source is reachable), or pass --allow-incomplete-lock")
         return out
     installers = Path(cell.cann_local) if (variant == NPU and cell.cann_source == "local") else None
-    context = stage.context(render.render_cell(cell, lock=lock), state / "contexts" / name, options.wheelhouse, installers)
+    context = stage.context(render.render_cell(cell, lock=lock, closure_of=closure_of), state / "contexts" / name,
+                            options.wheelhouse, installers)
     log = state / "logs" / f"{name}.build.log"
     out.log = str(log)
     build_args = {planning.ALLOW_UNVERIFIED: "1"} if lock_state != "ok" else {}
 
-    say(f"[{name}] building {variant} image")
+    say(f"[{name}] building {variant} image" + (f" for {cell.arch} under qemu" if emulated else ""))
     start = time.monotonic()
     try:
         with stage.secrets(cell, options.ca_bundle) as secret_files:
             candidate = engine.build(context, dockerfile, secrets=secret_files, log_path=log, build_args=build_args,
-                                     on_line=_Progress(name, say, options.quiet))
+                                     on_line=_Progress(name, say, options.quiet),
+                                     platform=platform_of(cell.arch) if emulated else None)
     except BuildFailed as exc:
         out.build_seconds = time.monotonic() - start
         out.status, out.message = "failed", str(exc)
@@ -260,13 +293,17 @@ def build_one(cell: Cell, variant: str, options: Options, engine: Engine, say: S
 
     device, tiers, docker_devices, mounts, final = _plan(variant, options)
     say(f"[{name}] smoke test on {device}: {', '.join(tiers)}")
-    report, out.smoke_seconds = smoke(engine, candidate, device, tiers, docker_devices, mounts)
+    report, out.smoke_seconds = smoke(engine, candidate, device, tiers, docker_devices, mounts,
+                                      ("--steps", str(EMULATED_STEPS)) if emulated else ())
     report["content_hash"] = render.content_hash(cell, lock)
     report["lock"] = lock_state
+    report["emulated"] = f"qemu-user: {cell.arch} on an {host_arch()} host" if emulated else None
+    report["stand_in"] = planning.stand_in_reason(cell, closure_of) if closure_of else None
     base = (cell.cann_image if variant == NPU and cell.cann_source == "image"
             else cell.base_image or knowledge.load().os_info(cell.os).image)
     report["base_image"] = {"ref": base, "id": engine.image_id(base), "digests": engine.repo_digests(base)}
-    return _conclude(out, engine, report, tiers, final, release_ref(cell, variant), name, options)
+    ref = f"{cell.image}:{stand_in_tag(closure_of.tag, cell.os)}" if closure_of else release_ref(cell, variant)
+    return _conclude(out, engine, report, tiers, final, ref, name, options)
 
 
 def _keep_report(out: Outcome, report: Dict, tiers: Tuple[str, ...], name: str, state: Path) -> bytes:

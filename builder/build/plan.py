@@ -314,7 +314,8 @@ def _unlocked_lines(cell: Cell, kb) -> Tuple[str, ...]:
     return tuple(lines)
 
 
-def installs(cell: Cell, kb, variant: str, lock: Optional[locking.Lock]) -> Tuple[str, Tuple[Install, ...]]:
+def installs(cell: Cell, kb, variant: str, lock: Optional[locking.Lock],
+             closure_of: Optional[Cell] = None) -> Tuple[str, Tuple[Install, ...]]:
     """(lock state, the Python steps of ``variant``): the verified closure, then what the
     lock could not verify, then torch_npu (NPU image only). The twin's steps are the same
     minus torch_npu: the same closure.
@@ -322,10 +323,11 @@ def installs(cell: Cell, kb, variant: str, lock: Optional[locking.Lock]) -> Tupl
     Without a usable lock (missing, or made from other inputs), every requirement is
     unverified and pip resolves: refused unless the build is asked.
     """
-    state = locking.status(lock, lock_inputs(cell, kb))
+    owner = closure_of or cell  # a stand-in twin installs the closure of the cell it stands in for
+    state = locking.status(lock, lock_inputs(owner, kb))
     npu = variant == vocabulary.NPU
     if state in ("missing", "stale"):
-        lines = _unlocked_lines(cell, kb)
+        lines = _unlocked_lines(owner, kb)
         reason = f"The cell's lock is {state}: run `ascend-build lock`"
         is_npu = [canonicalize_name(Requirement(line).name) == "torch-npu" for line in lines]
         others = tuple(line for line, own in zip(lines, is_npu) if not own)
@@ -350,15 +352,22 @@ def installs(cell: Cell, kb, variant: str, lock: Optional[locking.Lock]) -> Tupl
     return state, tuple(steps)
 
 
-def labels(cell: Cell, variant: str, digest: str, lock_state: str = "missing") -> Tuple[Tuple[str, str], ...]:
+def stand_in_reason(cell: Cell, closure_of: Cell) -> str:
+    """Why a twin runs on ``cell``'s base instead of its own cell's."""
+    return (f"{cell.os} stands in for {closure_of.os} with {closure_of.env}, which cannot be had on this build machine "
+            f"(same arch, Python {closure_of.python} and locked packages)")
+
+
+def labels(cell: Cell, variant: str, digest: str, lock_state: str = "missing",
+           stand_in: str = "") -> Tuple[Tuple[str, str], ...]:
     """The image's labels: the node decides from these alone."""
     npu = variant == vocabulary.NPU
     Label = vocabulary.Label
     pairs = [
-        (Label.OCI_TITLE, vocabulary.release_tag(cell.ref, variant)),
+        (Label.OCI_TITLE, vocabulary.stand_in_tag(cell.ref, cell.os) if stand_in else vocabulary.release_tag(cell.ref, variant)),
         (Label.OCI_DESCRIPTION, f"PyTorch {cell.torch} + torch_npu {cell.torch_npu} on CANN {cell.cann} for {cell.chip}"
          if npu else f"CPU twin of {cell.id}: PyTorch {cell.torch} without CANN"),
-        (Label.OCI_VERSION, vocabulary.release_tag(cell.tag, variant)),
+        (Label.OCI_VERSION, vocabulary.stand_in_tag(cell.tag, cell.os) if stand_in else vocabulary.release_tag(cell.tag, variant)),
         (Label.CELL, cell.id),
         (Label.VARIANT, variant),
         (Label.OS, cell.os),
@@ -367,7 +376,7 @@ def labels(cell: Cell, variant: str, digest: str, lock_state: str = "missing") -
         (Label.TORCH, cell.torch),
         (Label.CONTENT_HASH, digest),
         (Label.LOCK, lock_state),
-    ]
+    ] + ([(Label.STAND_IN, stand_in)] if stand_in else [])
     if npu:
         pairs += [
             (Label.CANN, cell.cann),
@@ -379,14 +388,15 @@ def labels(cell: Cell, variant: str, digest: str, lock_state: str = "missing") -
     return tuple((k, _safe("text", v, k)) for k, v in pairs)
 
 
-def manifest(cell: Cell, variant: str, digest: str, kb, lock: Optional[locking.Lock] = None) -> Dict[str, object]:
+def manifest(cell: Cell, variant: str, digest: str, kb, lock: Optional[locking.Lock] = None,
+             closure_of: Optional[Cell] = None) -> Dict[str, object]:
     """The run record of the field guide (section 7), describing what the image must contain.
 
     ``lock`` lists every distribution the environment must hold, at its locked version
     (the twin's: all but torch_npu); the smoke program checks the image against it.
     """
     npu = variant == vocabulary.NPU
-    state = locking.status(lock, lock_inputs(cell, kb))
+    state = locking.status(lock, lock_inputs(closure_of or cell, kb))
     usable = lock is not None and state in ("ok", "incomplete")
     entries = (lock.entries if npu else lock.without("torch-npu")) if usable else ()
     return {
@@ -394,7 +404,7 @@ def manifest(cell: Cell, variant: str, digest: str, kb, lock: Optional[locking.L
         "framework": "pytorch",
         "cell": cell.id,
         "variant": variant,
-        "image": vocabulary.release_tag(cell.ref, variant),
+        "image": vocabulary.stand_in_tag(cell.ref, cell.os) if closure_of else vocabulary.release_tag(cell.ref, variant),
         "os": cell.os,
         "arch": cell.arch,
         "chip": cell.chip if npu else None,
@@ -411,6 +421,7 @@ def manifest(cell: Cell, variant: str, digest: str, kb, lock: Optional[locking.L
         "lock": {"state": state, "file": vocabulary.LOCK if usable else None,
                  "distributions": {e.name: e.version for e in entries},
                  "unverified": sorted(e.name for e in entries if not e.complete)},
+        **({"stand_in": stand_in_reason(cell, closure_of)} if closure_of else {}),
     }
 
 
@@ -429,7 +440,8 @@ def _display_path(file: str) -> str:
     return f"{path.parent.name}/{path.name}" if path.parent.name else path.name
 
 
-def plan(cell: Cell, kb, variant: str, digest: str, lock: Optional[locking.Lock] = None) -> Plan:
+def plan(cell: Cell, kb, variant: str, digest: str, lock: Optional[locking.Lock] = None,
+         closure_of: Optional[Cell] = None) -> Plan:
     """Decide everything about the image of ``cell`` in ``variant``; ``digest`` is its content hash,
     ``lock`` the cell's lock (None: none yet)."""
     if variant not in vocabulary.VARIANTS:
@@ -441,7 +453,7 @@ def plan(cell: Cell, kb, variant: str, digest: str, lock: Optional[locking.Lock]
     conda_sha = dict(cell.sha256).get(conda.filename, conda.sha256) if conda else ""
     from_image = npu and cell.cann_source == "image"
     base = cell.cann_image if from_image else (cell.base_image or os_info.image)
-    state, python_steps = installs(cell, kb, variant, lock)
+    state, python_steps = installs(cell, kb, variant, lock, closure_of)
     usable = state in ("ok", "incomplete")
     steps = ("os", *(("cann",) if npu else ()), "python", *(i.step for i in python_steps), "env", "files")
     return Plan(
@@ -462,6 +474,7 @@ def plan(cell: Cell, kb, variant: str, digest: str, lock: Optional[locking.Lock]
         tool_dir=vocabulary.TOOL_DIR, shipped_files=vocabulary.SHIPPED_FILES,
         manifest_file=vocabulary.manifest_name(variant), manifest_path=vocabulary.MANIFEST,
         lock_file=locking.LOCK_FILE if usable else "", lock_path=vocabulary.LOCK,
-        labels=labels(cell, variant, digest, state), steps=steps,
+        labels=labels(cell, variant, digest, state, stand_in_reason(cell, closure_of) if closure_of else ""),
+        steps=steps,
     )
 

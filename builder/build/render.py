@@ -90,16 +90,18 @@ def dockerfile(p: planning.Plan) -> bytes:
     return _environment().get_template("Dockerfile.j2").render(plan=p).encode()
 
 
-def render_cell(cell: Cell, kb=None, lock: Optional[locking.Lock] = None) -> Dict[str, bytes]:
+def render_cell(cell: Cell, kb=None, lock: Optional[locking.Lock] = None,
+                closure_of: Optional[Cell] = None) -> Dict[str, bytes]:
     """Every file of a cell's build context, as bytes, keyed by file name. ``lock`` is the
-    cell's lock (its file is part of the context); without one the steps are unverified."""
+    cell's lock (its file is part of the context); without one the steps are unverified.
+    ``closure_of``: the cell whose lock this is, when ``cell`` is a stand-in for it."""
     kb = kb or knowledge.load()
     digest = content_hash(cell, lock)
     files: Dict[str, bytes] = {}
     for variant in vocabulary.VARIANTS:
-        p = planning.plan(cell, kb, variant, digest, lock)
+        p = planning.plan(cell, kb, variant, digest, lock, closure_of)
         files[p.dockerfile] = dockerfile(p)
-        files[p.manifest_file] = _json(planning.manifest(cell, variant, digest, kb, lock))
+        files[p.manifest_file] = _json(planning.manifest(cell, variant, digest, kb, lock, closure_of))
         files.update({step.file: step.text() for step in p.installs})
     if lock is not None:
         files[locking.LOCK_FILE] = lock.text().encode()

@@ -190,6 +190,10 @@ def image_command(
     devices_opt: Optional[str] = typer.Option(None, "--devices", help="NPU devices for the smoke test, e.g. 0,1."),
     push: Optional[str] = typer.Option(None, "--push", help="Push sealed images to this registry, e.g. 127.0.0.1:5000."),
     base_image: Optional[str] = typer.Option(None, "--base-image", help="Override the OS base image of every cell."),
+    twin_os: Optional[str] = typer.Option(None, "--twin-os",
+                                          help="Build the CPU twins on this OS (venv, its python3) when the cell's own OS "
+                                               "or conda cannot be had here: same arch, Python and lock; tagged "
+                                               "<cell>-cpu-on-<os>, labelled as a stand-in."),
     wheelhouse: Optional[Path] = typer.Option(None, "--wheelhouse", help="Folder of wheels preferred over the index."),
     ca_bundle: Optional[Path] = typer.Option(None, "--ca-bundle",
                                              help="CA bundle for TLS-intercepting proxies (default: the host's)."),
@@ -225,7 +229,7 @@ def image_command(
     options = pipeline.Options(variants=variants, state_dir=state_dir, no_device=no_device, devices=devices_opt,
                                push=push, base_image=base_image, wheelhouse=wheelhouse, ca_bundle=ca_bundle,
                                quiet=quiet, locks_dir=out or _default("dockerfiles"),
-                               allow_incomplete_lock=allow_incomplete_lock)
+                               allow_incomplete_lock=allow_incomplete_lock, twin_os=twin_os)
     with interruptible(), _progress(quiet) as say:
         outcomes = pipeline.run(cells, options, Engine.connect(), say)
     _summary(outcomes, as_json)

@@ -19,6 +19,7 @@ torch_npu), so nearly every line an NPU run executes is exercised on any machine
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime
 import glob
 import importlib.metadata
@@ -39,8 +40,9 @@ try:  # run from the repository (tests): the package's modules
     from builder import vocabulary
     from builder.smoke import error_table, parsers
 except ImportError:  # in an image: the files shipped beside this one
-    # (run from a checkout without the package installed, vocabulary.py is one folder up)
-    sys.path.append(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    # (loaded from a checkout without the package installed: vocabulary.py is one folder up)
+    _HERE = os.path.dirname(os.path.abspath(__file__))
+    sys.path.extend([_HERE, os.path.dirname(_HERE)])
     import error_table
     import parsers
     import vocabulary
@@ -191,9 +193,16 @@ def _normal_version(v):
     return re.sub(r"\.(?=(?:a|b|c|rc|alpha|beta|dev)\d)", "", v)
 
 
+# Distributions an environment's bootstrap leaves that are no package: Debian's python3-venv
+# before bookworm adds a fake "pkg-resources 0.0.0" record to every venv it makes.
+BOOTSTRAP_ARTIFACTS = {"pkg-resources": "0.0.0"}
+
+
 def closure_problems(locked, installed):
     """Every difference between the lock ({name: version}) and the environment: a locked
-    distribution missing or at another version, and one installed that the lock lacks."""
+    distribution missing or at another version, and one installed that the lock lacks
+    (the bootstrap's artifacts aside, at exactly their known version)."""
+    installed = {k: v for k, v in installed.items() if BOOTSTRAP_ARTIFACTS.get(k) != v or k in locked}
     problems = []
     for name, version in sorted(locked.items()):
         have = installed.get(name)
@@ -268,6 +277,7 @@ class Ctx(object):
         self.wants_npu = device == "npu" or self.variant == "npu"
         self.import_failed = None
         self.torch = None
+        self.workers = None  # the collective tier's processes, started early (start_workers)
 
 
 def import_stack(ctx):
@@ -560,6 +570,18 @@ def autocast_and_scaler(ctx):
     return autocast, ac_name, scaler, sc_name
 
 
+def bf16_probe(torch, autocast, model, x):
+    """None when ``model`` runs forward under ``autocast`` on the CPU, else why not. Some
+    CPU builds refuse bf16 matmuls where the CPU lacks bf16 (torch 2.1 on aarch64 without
+    it, or under qemu: "could not create a primitive descriptor for a matmul primitive")."""
+    try:
+        with torch.no_grad(), autocast():
+            model(x)
+    except RuntimeError as exc:
+        return str(exc).splitlines()[0][:200]
+    return None
+
+
 def cpu_has_native_bf16():
     try:
         with open("/proc/cpuinfo") as fh:
@@ -584,6 +606,9 @@ def tier_train(ctx):
     model = make_model(torch, vocab, seq_len=seq).to(dev)
     opt = torch.optim.AdamW(model.parameters(), lr=ctx.args.lr)
     autocast, ac_name, scaler, sc_name = autocast_and_scaler(ctx)
+    no_bf16 = bf16_probe(torch, autocast, model, torch.zeros((2, seq), dtype=torch.long)) if ctx.device == "cpu" else None
+    if no_bf16:  # the CPU twin then trains in float32; an NPU run never falls back
+        autocast, ac_name = (lambda: contextlib.nullcontext()), "none: float32 (this CPU refuses bf16 matmul: %s)" % no_bf16
     gen = torch.Generator().manual_seed(0)
     losses, times, logits_dtype = [], [], None
     for _ in range(steps):
@@ -630,8 +655,13 @@ def free_port():
 
 
 def collective_worker(argv):
-    """Child process: init the process group, all-reduce rank+1, print the result."""
-    rank, world, port, device = int(argv[0]), int(argv[1]), int(argv[2]), argv[3]
+    """Child process: wait for the port on stdin (it starts before the parent has threads),
+    init the process group, all-reduce rank+1, print the result. "stop" ends it unused."""
+    rank, world, device = int(argv[0]), int(argv[1]), argv[2]
+    line = sys.stdin.readline().strip()
+    if not line.isdigit():
+        return 0
+    port = int(line)
     import torch
     import torch.distributed as dist
     if device == "npu":
@@ -648,6 +678,29 @@ def collective_worker(argv):
     return 0
 
 
+def start_workers(world, device):
+    """The all-reduce's worker processes, waiting for their port. They are started when the
+    program starts, before torch brings threads into it: forking a process that has threads
+    can hang the child before it runs anything (seen under qemu-user)."""
+    env = dict(os.environ)
+    if device == "cpu":
+        env.setdefault("GLOO_SOCKET_IFNAME", "lo")
+    return [subprocess.Popen([sys.executable, os.path.abspath(__file__), WORKER_FLAG, str(rank), str(world), device],
+                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                             universal_newlines=True, env=env) for rank in range(world)]
+
+
+def stop_workers(procs):
+    """Workers the program started but no tier used (an earlier failure, or no collective tier)."""
+    for p in procs or ():
+        try:
+            p.stdin.write("stop\n")
+            p.stdin.close()
+            p.wait(timeout=30)
+        except (OSError, ValueError, subprocess.TimeoutExpired):
+            p.kill()
+
+
 def tier_collective(ctx):
     """Multi-device training needs a working collective backend (hccl on NPU, gloo on
     cpu): two processes all-reduce a tensor and must both see the sum."""
@@ -659,12 +712,11 @@ def tier_collective(ctx):
         count = int(ctx.torch.npu.device_count())
         if count < 2:
             return skipped("skipped: %d NPU visible, hccl all-reduce needs >= 2" % count, device_count=count)
-    port, env = free_port(), dict(os.environ)
-    if ctx.device == "cpu":
-        env.setdefault("GLOO_SOCKET_IFNAME", "lo")
-    procs = [subprocess.Popen([sys.executable, os.path.abspath(__file__), WORKER_FLAG, str(r), str(world),
-                               str(port), ctx.device], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                              universal_newlines=True, env=env) for r in range(world)]
+    procs, ctx.workers = ctx.workers or start_workers(world, ctx.device), None
+    port = free_port()
+    for p in procs:  # communicate() below closes their stdin
+        p.stdin.write("%d\n" % port)
+        p.stdin.flush()
     deadline, outputs, timed_out = time.time() + COLLECTIVE_TIMEOUT, [], False
     for p in procs:
         try:
@@ -778,12 +830,14 @@ def main(argv=None):
         args = parse_args(argv)
         manifest = load_manifest(args.manifest)
         ctx = Ctx(args, manifest, resolve_device(args.device, manifest))
+        ctx.workers = start_workers(2, ctx.device) if any(TIERS[n] is tier_collective for n in args.tiers) else None
         report.update(cell=manifest.get("cell"), variant=ctx.variant, device=ctx.device, tiers=[],
                       host={"driver": parsers.read_version_info(parsers.DRIVER_INFO), "firmware": parsers.read_version_info(parsers.FIRMWARE_INFO)})
         for name in args.tiers:
             report["tiers"].append(run_tier(name, ctx))
         report["passed"] = all(t["status"] != "failed" for t in report["tiers"])
         code = 0 if report["passed"] else 1
+        stop_workers(ctx.workers)
     except UsageError as exc:
         log("usage: %s" % exc)
         report["error"], code = str(exc), 2

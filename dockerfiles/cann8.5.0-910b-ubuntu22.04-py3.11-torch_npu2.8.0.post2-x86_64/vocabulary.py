@@ -45,6 +45,8 @@ class Label:
     VALIDATED_DEVICE = LABEL_PREFIX + "validated-device"
     VALIDATED_DRIVER = LABEL_PREFIX + "validated-driver"
     VALIDATED_FIRMWARE = LABEL_PREFIX + "validated-firmware"
+    VALIDATED_UNDER = LABEL_PREFIX + "validated-under"  # "native", or the emulation the smoke test ran under
+    STAND_IN = LABEL_PREFIX + "stand-in"  # a twin on another base than the cell's: which, and why
     OCI_TITLE = OCI_PREFIX + "title"
     OCI_DESCRIPTION = OCI_PREFIX + "description"
     OCI_VERSION = OCI_PREFIX + "version"
@@ -70,6 +72,21 @@ CANDIDATE_SUFFIX = "-candidate"  # built, static tiers passed, device tiers stil
 def release_tag(tag: str, variant: str) -> str:
     """The tag a validated image of ``variant`` gets: the twin's ends in ``-cpu``."""
     return tag if variant == NPU else tag + "-" + CPU
+
+
+def stand_in_tag(tag: str, os_id: str) -> str:
+    """The tag of a CPU twin built on a stand-in base: never the cell's own ``-cpu`` tag.
+
+    Example:
+        >>> stand_in_tag("cann7.0.rc1-910b-x", "debian11")
+        'cann7.0.rc1-910b-x-cpu-on-debian11'
+    """
+    return release_tag(tag, CPU) + "-on-" + os_id
+
+
+def platform_of(arch: str) -> str:
+    """Docker's platform of an arch: ``aarch64`` -> ``linux/arm64``, ``x86_64`` -> ``linux/amd64``."""
+    return {"aarch64": "linux/arm64", "x86_64": "linux/amd64"}[arch]
 
 
 def dockerfile_name(variant: str) -> str:

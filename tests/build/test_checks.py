@@ -134,7 +134,7 @@ def test_glibc_too_old(tmp_path):
     assert f.severity == "error"
     assert (f.field, f.where.line) == ("cells[0].os", lines[(0, "os")])
     assert f.message == "ubuntu18.04 has glibc 2.27, below the manylinux_2_28 floor of torch_npu 2.7.1"
-    assert f.fix == ("use a newer OS: ubuntu20.04, ubuntu22.04, ubuntu24.04, debian12, "
+    assert f.fix == ("use a newer OS: ubuntu20.04, ubuntu22.04, ubuntu24.04, debian11, debian12, "
                      "openeuler20.03, openeuler22.03, openeuler24.03")
 
 

@@ -19,7 +19,7 @@ def test_a_full_pass_is_sealed_with_the_tiers_device_and_host():
     assert judged.status == "passed" and judged.message == ""
     assert judged.seal_labels == {Label.VALIDATED: "true", Label.VALIDATED_DEVICE: "cpu",
                                   Label.VALIDATED_TIERS: ",".join(TIERS), Label.VALIDATED_DRIVER: "25.0.RC1",
-                                  Label.VALIDATED_FIRMWARE: "7.7.0.1.231"}
+                                  Label.VALIDATED_FIRMWARE: "7.7.0.1.231", Label.VALIDATED_UNDER: "native"}
 
 
 def test_static_tiers_without_a_device_earn_only_a_candidate():

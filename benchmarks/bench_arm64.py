@@ -1,0 +1,69 @@
+"""Benchmark (not a test): what an aarch64 twin costs under qemu beside a native x86_64 one.
+
+Side by side in one run, each cold (BuildKit cache pruned first), through the pipeline
+as `ascend-build image` runs it:
+
+1. the demo cell's CPU twin, native x86_64 (Debian 12, Python 3.11, torch 2.13.0);
+2. the mission cell's CPU twin for aarch64 under qemu (CANN 7.0.RC1's closure: Python
+   3.9, torch 2.1.0, on Debian 11 standing in for Ubuntu 22.04 with conda).
+
+Prints build and smoke seconds of each, the emulated/native ratios, the train tier's
+step time of each, and the smoke steps the emulated run uses instead of 30.
+
+Run: .venv/bin/python benchmarks/bench_arm64.py   (needs `make engine`; prunes the BuildKit cache)
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from builder.build import matrix, pipeline  # noqa: E402
+from builder.engine import Engine  # noqa: E402
+
+CA = Path("/etc/ssl/certs/ca-certificates.crt")
+WHEELHOUSE = Path("/opt/wheels")
+RUNS = (("x86_64 native", "cann9.0.0-910b-debian12-py3.11-torch_npu2.13.0-x86_64", "local/debian:12", None),
+        ("aarch64 under qemu", "cann7.0.rc1-910b-ubuntu22.04-py3.9-torch_npu2.1.0rc1-aarch64", "local/debian:11-arm64",
+         "debian11"))
+
+
+def prune(engine: Engine) -> None:
+    subprocess.run(["/usr/bin/docker", "builder", "prune", "-af"], check=True, capture_output=True,
+                   env={"DOCKER_HOST": engine.url, "PATH": "/usr/bin:/bin"})
+
+
+def main() -> None:
+    engine = Engine.connect()
+    cells = {c.id: c for c in matrix.load(ROOT / "matrix").cells}
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="ascend-bench-arm64-") as tmp:
+        for name, cell_id, base, twin_os in RUNS:
+            prune(engine)
+            options = pipeline.Options(variants=("cpu",), state_dir=Path(tmp) / name.split()[0], base_image=base,
+                                       wheelhouse=WHEELHOUSE if WHEELHOUSE.is_dir() else None,
+                                       ca_bundle=CA if CA.is_file() else None, quiet=True,
+                                       locks_dir=ROOT / "dockerfiles", twin_os=twin_os)
+            [out] = pipeline.run([cells[cell_id]], options, engine, lambda line: None)
+            if out.status != "passed":
+                raise SystemExit(f"{name}: {out.status}: {out.message}")
+            train = next(t for t in out.tiers if t["name"] == "train")["details"]
+            rows.append((name, out.build_seconds, out.smoke_seconds, train["mean_step_ms"], train["steps"]))
+            for tag in out.tags:
+                engine.untag(tag)
+    print(f"{'CPU twin, cold':22}{'build s':>10}{'smoke s':>10}{'train step ms':>15}{'steps':>7}")
+    for name, build, smoke, step, steps in rows:
+        print(f"{name:22}{build:>10.1f}{smoke:>10.1f}{step:>15.1f}{steps:>7}")
+    (_, nb, ns, nstep, _), (_, eb, es, estep, _) = rows
+    print(f"emulated / native: build {eb / nb:.1f}x, smoke {es / ns:.1f}x, one training step {estep / nstep:.0f}x")
+    print(f"the emulated smoke trains {pipeline.EMULATED_STEPS} steps instead of 30: at this step time 30 would add "
+          f"{(30 - pipeline.EMULATED_STEPS) * estep / 1000:.0f} s")
+
+
+if __name__ == "__main__":
+    main()
