@@ -102,3 +102,41 @@ def test_the_mission_closure_as_an_arm64_twin_under_qemu(engine, registry, tmp_p
                         engine.untag(ref)
                     except Exception:  # best effort: the assertions above matter more
                         pass
+
+
+@pytest.mark.engine
+def test_an_arm64_npu_image_without_cann_fails_its_libraries_tier_and_gets_no_tag(engine, tmp_path):
+    """The link check on the arch the clusters use: torch_npu 2.1.0rc1 for aarch64 (the mission
+    cell's closure, on Debian 11 since conda cannot be had here), CANN "from" a base that has
+    none. No NPU here: the static tiers run, and the libraries tier must name CANN's libraries."""
+    missing = arm64_ready(engine)
+    if missing:
+        pytest.fail(missing)
+    repo = f"ascend-build-test/arm64-npu-{uuid.uuid4().hex[:8]}"
+    cell = ["cann: 7.0.RC1", "chip: 910b", "arch: aarch64", "os: debian11", "env: venv", 'python: "3.9"',
+            "torch: 2.1.0", "torch_npu: 2.1.0rc1", "driver: 23.0.RC3", f"cann_source: {{image: {ARM64_BASE}}}"]
+    (tmp_path / "matrix.yaml").write_text("\n".join([f"image: {repo}", "cells:", "  - " + cell[0]]
+                                                     + ["    " + line for line in cell[1:]]) + "\n")
+    cell_id = "cann7.0.rc1-910b-debian11-py3.9-torch_npu2.1.0rc1-aarch64"
+    common = ["--matrix", str(tmp_path / "matrix.yaml"), "--out", str(tmp_path / "dockerfiles")]
+    locked = subprocess.run([str(CLI), "lock", *common], cwd=tmp_path, capture_output=True, text=True, timeout=600)
+    assert locked.returncode == 0, locked.stderr
+    result = subprocess.run([str(CLI), "image", *common, "--cell", cell_id, "--arch", "aarch64", "--variant", "npu",
+                             "--state-dir", str(tmp_path / "state"), "--json", "-q"],
+                            cwd=tmp_path, capture_output=True, text=True, timeout=2400)
+    assert result.returncode == 1 and "Traceback" not in result.stderr, result.stderr[-3000:]
+    [out] = json.loads(result.stdout)
+    assert (out["variant"], out["status"], out["tags"]) == ("npu", "failed", []), out["message"]
+    tiers = {t["name"]: t for t in out["tiers"]}
+    assert list(tiers) == list(vocabulary.STATIC_TIERS)
+    libraries = tiers["libraries"]
+    assert libraries["status"] == "failed" and libraries["details"]["package"] == "torch_npu"
+    for lib in ("libascendcl.so", "libhccl.so"):
+        assert lib in libraries["details"]["missing"] and lib in libraries["summary"], libraries["summary"]
+    assert "CANN 7.0.RC1 declared but no CANN version file found" in tiers["versions"]["summary"]
+    assert any(p.endswith("/aarch64-linux/ascend_toolkit_install.info")
+               for p in tiers["versions"]["details"]["cann_paths_looked_at"])
+    assert engine.architecture(out["image_id"]) == "arm64"
+    assert json.loads(Path(out["report"]).read_text())["emulated"] == "qemu-user: aarch64 on an x86_64 host"
+    for suffix in ("", "-candidate"):
+        assert engine.image_id(f"{repo}:{cell_id}{suffix}") is None
