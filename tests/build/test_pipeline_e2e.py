@@ -394,8 +394,8 @@ def test_image_broken_after_install_fails_smoke_and_gets_no_tag(engine, base_ima
     [cell] = matrix.load(write_matrix(tmp_path, repo)).cells
     real_render = render.render_cell
 
-    def broken(c, kb=None, lock=None):
-        files = dict(real_render(c, kb, lock))
+    def broken(*args, **kwargs):
+        files = dict(real_render(*args, **kwargs))
         files["Dockerfile.cpu"] += b"\n# test only: a pinned package removed after install\nRUN pip uninstall -y torch\n"
         return files
 
@@ -450,8 +450,8 @@ def test_a_different_numpy_in_the_twin_fails_the_smoke_naming_numpy_and_gets_no_
     other = "2.3.5" if locked != "2.3.5" else "2.3.4"
     real_render = render.render_cell
 
-    def swapped(c, kb=None, lock=None):
-        files = dict(real_render(c, kb, lock))
+    def swapped(*args, **kwargs):
+        files = dict(real_render(*args, **kwargs))
         files["Dockerfile.cpu"] += (
             "\n# test only: another numpy than the lock's\n"
             "RUN --mount=type=secret,id=buildenv --mount=type=secret,id=ca "
