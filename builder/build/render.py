@@ -1,4 +1,4 @@
-"""Render each cell into a complete build context: Dockerfiles, manifests, env specs, smoke program.
+"""Render each cell into a complete build context: Dockerfiles, manifests, lock steps, smoke program.
 
 ``dockerfiles/<cell>/`` holds, byte-identical on every run, everything a build needs
 (docker-library style: each folder is a complete context, buildable by hand):
@@ -7,7 +7,8 @@
   twin has the same OS, Python, torch and pins, no CANN and no torch_npu;
 * one manifest per variant (``vocabulary.manifest_name``): the run record the smoke
   test checks against;
-* one environment spec per variant: ``environment.yml`` (conda) or ``requirements.txt`` (venv);
+* the cell's lock (``requirements.lock``, an input `ascend-build lock` writes) and the
+  requirements file of each install step made from it (``plan.LOCK_STEPS``);
 * ``vocabulary.SHIPPED_FILES``: the smoke program and the files it runs with.
 
 What goes in is decided by `builder.build.plan` (one `Plan` per cell and variant); here
