@@ -59,6 +59,40 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
+def _serve_registry(root: Path, config_text: str):
+    """Start docker-registry with ``config_text`` (its address is in it); the process."""
+    config = root / "config.yml"
+    config.write_text(config_text)
+    log = open(root / "registry.log", "w")
+    proc = subprocess.Popen([REGISTRY_BIN, "serve", str(config)], stdout=log, stderr=log)
+    log.close()
+    return proc
+
+
+def _wait_up(proc, port: int, root: Path) -> None:
+    no_proxy = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+    deadline = time.monotonic() + 20
+    while True:
+        try:
+            no_proxy.open(f"http://127.0.0.1:{port}/v2/", timeout=1)
+            return
+        except urllib.error.HTTPError:  # 401: up, and asking for auth
+            return
+        except OSError:
+            if proc.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"registry did not start: {(root / 'registry.log').read_text()}")
+            time.sleep(0.1)
+
+
+def _stop(proc) -> None:
+    proc.terminate()
+    try:
+        proc.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
 @pytest.fixture(scope="session")
 def registry(tmp_path_factory):
     """A real registry (Debian's docker-registry) with htpasswd auth on loopback."""
@@ -70,35 +104,45 @@ def registry(tmp_path_factory):
                               capture_output=True, text=True).stdout
     (root / "htpasswd").write_text(htpasswd)
     port = _free_port()
-    config = root / "config.yml"
-    config.write_text(
+    proc = _serve_registry(root, (
         "version: 0.1\n"
         "log: {level: warn}\n"
         f"storage: {{filesystem: {{rootdirectory: {root / 'data'}}}, delete: {{enabled: true}}}}\n"
         f"http: {{addr: '127.0.0.1:{port}', secret: test-only}}\n"
-        f"auth: {{htpasswd: {{realm: ascend-build-test, path: {root / 'htpasswd'}}}}}\n"
-    )
-    log = open(root / "registry.log", "w")
-    proc = subprocess.Popen([REGISTRY_BIN, "serve", str(config)], stdout=log, stderr=log)
+        f"auth: {{htpasswd: {{realm: ascend-build-test, path: {root / 'htpasswd'}}}}}\n"))
     try:
-        no_proxy = urllib.request.build_opener(urllib.request.ProxyHandler({}))
-        deadline = time.monotonic() + 20
-        while True:
-            try:
-                no_proxy.open(f"http://127.0.0.1:{port}/v2/", timeout=1)
-                break
-            except urllib.error.HTTPError:  # 401: up, and asking for auth
-                break
-            except OSError:
-                if proc.poll() is not None or time.monotonic() > deadline:
-                    raise RuntimeError(f"registry did not start: {(root / 'registry.log').read_text()}")
-                time.sleep(0.1)
+        _wait_up(proc, port, root)
         yield Registry(f"127.0.0.1:{port}", user, password)
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-        log.close()
+        _stop(proc)
+
+
+@dataclass(frozen=True)
+class TokenRegistry:
+    host: str
+    username: str
+    password: str
+    root: Path          # the registry's storage (tests corrupt blobs there)
+    tokens: object      # helpers_registry.TokenService: every token request it answered
+
+
+@pytest.fixture(scope="session")
+def token_registry(tmp_path_factory):
+    """A real registry with token auth, as public registries run: anonymous pull on
+    public/*, everything for the test user, nothing else (see helpers_registry)."""
+    import helpers_registry as hr
+
+    if not Path(REGISTRY_BIN).exists() or not shutil.which("openssl"):
+        pytest.skip("docker-registry or openssl missing: run scripts/setup-engine.sh as root")
+    root = tmp_path_factory.mktemp("token-registry")
+    key, cert, der = hr.make_key(root)
+    tokens = hr.TokenService(key, der)
+    server, token_port = hr.serve(tokens.handler())
+    port = _free_port()
+    proc = _serve_registry(root, hr.registry_config(root, port, f"http://127.0.0.1:{token_port}/token", cert))
+    try:
+        _wait_up(proc, port, root)
+        yield TokenRegistry(f"127.0.0.1:{port}", hr.USER, hr.PASSWORD, root, tokens)
+    finally:
+        _stop(proc)
+        server.shutdown()

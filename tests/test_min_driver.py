@@ -10,7 +10,7 @@ from builder import knowledge, versions
 from builder.build import checks, matrix
 from builder.node import doctor, pull
 from builder.node.host import HostInfo
-from builder.node.registry import ImageInfo
+from builder.registry import ImageInfo
 from builder.vocabulary import NPU, Label
 from helpers_matrix import SHIPPED_MATRIX
 

@@ -32,11 +32,12 @@ from builder import devices
 from builder import knowledge
 from builder.build import lock as locking
 from builder.build import plan as planning
-from builder.build import render, stage
+from builder.build import publish, render, stage
 from builder.build.matrix import Cell
 from builder.engine import BuildFailed, Engine
 from builder.errors import UserError
-from builder.vocabulary import (CANDIDATE_SUFFIX, CPU, NPU, SMOKE_PROGRAM, STATIC_TIERS, TIERS, VALIDATION_REPORT,
+from builder.registry import Registry
+from builder.vocabulary import (ARCHS, CANDIDATE_SUFFIX, CPU, NPU, SMOKE_PROGRAM, STATIC_TIERS, TIERS, VALIDATION_REPORT,
                                 VARIANTS, Label, dockerfile_name, normalize_arch, platform_of, release_tag,
                                 stand_in_tag)
 
@@ -78,6 +79,7 @@ class Outcome:
     message: str = ""
     log: str = ""
     report: str = ""
+    arches: Dict[str, str] = field(default_factory=dict)  # an index's entries: arch -> digest
 
     @property
     def ok(self) -> bool:
@@ -345,7 +347,8 @@ def _conclude(out: Outcome, engine: Engine, report: Dict, tiers: Tuple[str, ...]
 
 
 def run(cells: List[Cell], options: Options, engine: Engine, say: Say) -> List[Outcome]:
-    """Every (cell, variant) in order; one failure does not stop the others."""
+    """Every (cell, variant) in order; one failure does not stop the others. With a push,
+    each cell whose every arch is now in the registry gets its index (see `indexes`)."""
     outcomes = []
     for cell in cells:
         for variant in options.variants:
@@ -353,7 +356,51 @@ def run(cells: List[Cell], options: Options, engine: Engine, say: Say) -> List[O
                 outcomes.append(build_one(cell, variant, options, engine, say))
             except UserError as exc:  # e.g. a refused push: report it, keep the local image
                 outcomes.append(Outcome(cell.id, variant, status="error", message=str(exc)))
-    return outcomes
+    return outcomes + (indexes(outcomes, options.push, say) if options.push else [])
+
+
+def index_outcome(registry: Registry, repository: str, family: str, variant: str) -> Outcome:
+    """Publish one index, as an outcome of its own (``arches``: what it points at)."""
+    ref = f"{registry.name}/{repository}:{publish.index_tag(family, variant)}"
+    out = Outcome(family, variant, tags=[ref])
+    try:
+        digest, out.arches = publish.publish(registry, repository, family, variant)
+    except UserError as exc:
+        out.message = str(exc)
+        return out
+    out.status, out.digests = "passed", {ref: digest}
+    out.message = "index of " + ", ".join(f"{arch} {d}" for arch, d in sorted(out.arches.items()))
+    return out
+
+
+def indexes(outcomes: List[Outcome], push: str, say: Say) -> List[Outcome]:
+    """After a push, the index of every cell whose every arch's tag is now in the registry.
+
+    An arch built elsewhere (another runner, an earlier run) counts once its tag is
+    there; an arch not pushed yet means no index yet (said, not an error), and
+    `publish` refuses any arch image that did not pass.
+    """
+    host, _, namespace = push.strip("/").partition("/")
+    registry, done, out = Registry(host), set(), []
+    for o in outcomes:
+        for ref in o.digests if o.status == "passed" else ():
+            repository, _, tag = ref[len(host) + 1:].rpartition(":")
+            found = publish.family_of(tag)
+            if found is None or (repository, found) in done:
+                continue
+            done.add((repository, found))
+            family, variant = found
+            try:
+                present = set(registry.tags(repository))
+            except UserError as exc:
+                out.append(Outcome(family, variant, message=str(exc)))
+                continue
+            waiting = [a for a in ARCHS if release_tag(f"{family}-{a}", variant) not in present]
+            if waiting:
+                say(f"[{family}] no index yet: {', '.join(waiting)} not in {host}/{repository}")
+                continue
+            out.append(index_outcome(registry, repository, family, variant))
+    return out
 
 
 def promote(ref: str, options: Options, engine: Engine, say: Say) -> Outcome:

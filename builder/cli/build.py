@@ -16,8 +16,8 @@ import typer
 from builder import knowledge
 from builder.build import checks, lock, matrix, relock, render
 from builder.cli.app import JsonOpt, app, host_arch, interruptible, releases_app
-from builder.errors import Finding
-from builder.vocabulary import release_tag
+from builder.errors import Finding, UserError
+from builder.vocabulary import ARCHS, CPU, NPU, release_tag
 
 REPO_ROOT = Path(__file__).resolve().parent.parent.parent
 DEFAULT_CA = Path("/etc/ssl/certs/ca-certificates.crt")
@@ -255,6 +255,40 @@ def promote_command(
     options = pipeline.Options(state_dir=state_dir, devices=devices_opt, push=push)
     with interruptible():
         outcome = pipeline.promote(ref, options, Engine.connect(), lambda line: typer.echo(line, err=True))
+    _summary([outcome], as_json)
+    if not outcome.ok:
+        raise typer.Exit(1)
+
+
+@app.command("index")
+def index_command(
+    ref: str = typer.Argument(..., metavar="REGISTRY/REPOSITORY:CELL",
+                              help="The cell's tag without its arch (add -cpu for the twins), e.g. "
+                                   "127.0.0.1:5000/ascend-build/pytorch:cann7.0.rc1-910b-ubuntu22.04-py3.9-torch_npu2.1.0rc1"),
+    as_json: bool = JsonOpt,
+) -> None:
+    """Put a cell's validated x86_64 and aarch64 images under one tag (an image index).
+
+    Each arch must already be in the registry under <cell>-<arch> and have passed every
+    tier; otherwise nothing is written. `image --push` does this by itself once the
+    last arch is pushed; this command is for arches built on separate machines.
+
+    Example: ascend-build index 127.0.0.1:5000/ascend-build/pytorch:cann7.0.rc1-910b-ubuntu22.04-py3.9-torch_npu2.1.0rc1
+    """
+    from builder.build import pipeline
+    from builder.registry import Registry
+
+    host, _, rest = ref.partition("/")
+    repository, _, tag = rest.rpartition(":")
+    if not host or not repository or not tag or "@" in ref:
+        raise UserError(f"{ref!r} is not REGISTRY/REPOSITORY:TAG", exit_code=2,
+                        fix="write e.g. 127.0.0.1:5000/ascend-build/pytorch:cann7.0.rc1-910b-ubuntu22.04-py3.9-torch_npu2.1.0rc1")
+    variant = CPU if tag.endswith("-" + CPU) else NPU
+    family = tag[: -len(CPU) - 1] if variant == CPU else tag
+    if any(family.endswith("-" + a) for a in ARCHS):
+        raise UserError(f"{tag!r} names one arch; the index goes under the cell's tag without its arch", exit_code=2,
+                        fix=f"drop the arch: {host}/{repository}:{release_tag(family.rsplit('-', 1)[0], variant)}")
+    outcome = pipeline.index_outcome(Registry(host), repository, family, variant)
     _summary([outcome], as_json)
     if not outcome.ok:
         raise typer.Exit(1)

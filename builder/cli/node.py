@@ -48,7 +48,7 @@ def pull_command(
     from builder.node import host as host_probe
     from builder.node import pull as chooser
     from builder.engine import Engine
-    from builder.node.registry import Registry
+    from builder.registry import Registry
 
     info = host_probe.probe(root=root, run_npu_smi=True)
     node = chooser.Node(arch=info.arch or host_arch(), chip=info.chip, driver=info.driver, firmware=info.firmware)

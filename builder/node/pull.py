@@ -20,7 +20,7 @@ from typing import Dict, List, Optional, Tuple
 
 from builder import versions
 from builder.errors import UserError
-from builder.node.registry import ImageInfo, Registry
+from builder.registry import ImageInfo, Registry
 from builder.vocabulary import CANDIDATE_SUFFIX, NPU, Label
 
 
@@ -151,7 +151,7 @@ def fetch(engine, registry: Registry, repository: str, best: ImageInfo, arch: st
     Pulling by digest means a tag re-pushed after the choice cannot swap the image:
     what runs is what was checked.
     """
-    ref = f"{registry.host}/{repository}@{best.digest}"
+    ref = f"{registry.name}/{repository}@{best.digest}"
     engine.pull(ref)
     verify_pulled(best.labels, engine.labels(ref), ref)
     now = registry.inspect(repository, best.tag, arch)

@@ -21,7 +21,7 @@ import pytest
 
 from builder.build import matrix, plan, render
 from builder.node.pull import Node, Wanted, choose, fetch, listing
-from builder.node.registry import Registry
+from builder.registry import Registry
 from helpers_node import SMI_910B3, make_node
 
 CLI = [str(Path(sys.executable).with_name("ascend-build"))]
@@ -191,7 +191,7 @@ def test_pull_with_refused_credentials_is_a_clear_error(node, repo, registry):
     bad = dict(env, ASCEND_BUILD_REGISTRY_PASSWORD="wrong")
     done = cli("pull", "--cann", "8.0.RC3", "--registry", f"{registry.host}/{repository}", "--root", str(node), env=bad)
     assert done.returncode == 1
-    assert f"registry {registry.host} refused authentication" in done.stderr
+    assert f"registry {registry.host}: refused the credentials given for /v2/" in done.stderr
     assert "Traceback" not in done.stderr
 
 

@@ -4,7 +4,7 @@ import pytest
 
 from builder.errors import UserError
 from builder.node.pull import Node, Wanted, choose, split_registry, suggestions, verify_pulled, why_not
-from builder.node.registry import ImageInfo
+from builder.registry import ImageInfo
 
 NODE = Node(arch="aarch64", chip="910b", driver="24.1.RC3", firmware="7.5.0.1.129")
 

@@ -1,0 +1,417 @@
+"""Talk to an OCI registry: tags, manifests and configs (every byte checked), and image indexes.
+
+Both wings use it: the node wing chooses an image from registry labels alone (`pull`),
+the build wing publishes the index that puts a cell's arches under one tag.
+
+- **Names as Docker resolves them**: ``docker.io`` and ``index.docker.io`` mean Docker
+  Hub's API host, and a one-part repository there is ``library/<name>``.
+- **Auth as Docker does it**: a 401 with a ``Basic`` challenge is answered with
+  credentials; with a ``Bearer`` challenge, with a token from the realm, fetched
+  anonymously when no credentials are found (public repositories need none).
+- **Credentials, first found wins**: arguments; ``ASCEND_BUILD_REGISTRY_USER`` /
+  ``_PASSWORD``; then ``~/.docker/config.json`` in Docker's own order: ``credHelpers``
+  for the host, ``credsStore``, the ``auths`` entry.
+- **Transport**: HTTPS, except plain HTTP to a loopback address (as Docker treats loopback
+  registries). A token realm must be HTTPS too (HTTP only on loopback), and credentials
+  never follow a redirect to another host.
+- **Every byte checked**: a manifest's body must hash to the digest it was asked by (or
+  that the registry announced), a blob to its digest; reads stop at a size limit and a
+  deadline, so a hostile or broken server can neither forge labels nor hang us.
+
+Why not a library: oras-py (the well-kept Python OCI client) reads only the ``auths``
+entries of the Docker config (no ``credHelpers``/``credsStore``) and does not map Docker
+Hub names, so it would cover less than this file while adding requests and jsonschema.
+
+Example:
+    >>> api_name("docker.io", "ubuntu")
+    ('registry-1.docker.io', 'library/ubuntu')
+    >>> is_loopback("127.0.0.1:5000"), is_loopback("127.example.com"), is_loopback("[::1]:5000")
+    (True, False, True)
+    >>> reg = Registry("127.0.0.1:5000", username="ci", password="secret")   # doctest: +SKIP
+    >>> reg.tags("ascend-build/pytorch")[:1]                                  # doctest: +SKIP
+    ['cann9.0.0-910b-debian12-py3.11-torch_npu2.13.0-x86_64']
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import ipaddress
+import json
+import os
+import re
+import subprocess
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Dict, List, Optional, Tuple
+
+from builder.errors import UserError
+
+OCI_INDEX = "application/vnd.oci.image.index.v1+json"
+DOCKER_LIST = "application/vnd.docker.distribution.manifest.list.v2+json"
+OCI_MANIFEST = "application/vnd.oci.image.manifest.v1+json"
+DOCKER_MANIFEST = "application/vnd.docker.distribution.manifest.v2+json"
+INDEX_TYPES = (OCI_INDEX, DOCKER_LIST)
+IMAGE_TYPES = (OCI_MANIFEST, DOCKER_MANIFEST)
+ACCEPT = ", ".join(INDEX_TYPES + IMAGE_TYPES)
+ARCH_TO_PLATFORM = {"x86_64": "amd64", "aarch64": "arm64"}
+
+DOCKER_HUB_NAMES = ("docker.io", "index.docker.io", "registry-1.docker.io")
+DOCKER_HUB_API = "registry-1.docker.io"
+DOCKER_HUB_CONFIG_KEY = "https://index.docker.io/v1/"  # how Docker stores Hub credentials
+
+MANIFEST_LIMIT = 4 << 20   # the distribution registry's own limit for a manifest
+CONFIG_LIMIT = 16 << 20    # an image config is a few KB; a label-heavy one well under this
+TAG_PAGE = 1000
+TAG_PAGES = 1000           # a million tags; an endless Link chain stops here
+DEADLINE = 120.0           # seconds for one request, however slowly the server trickles
+_DIGEST = re.compile(r"^sha256:[0-9a-f]{64}$")
+_HELPER = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+
+
+@dataclass(frozen=True)
+class ImageInfo:
+    """One tag as the registry describes it for one arch: the digest to pull and the image's labels."""
+
+    tag: str
+    digest: str
+    labels: Dict[str, str]
+    architecture: str
+
+
+@dataclass(frozen=True)
+class Manifest:
+    """A manifest as served: its digest (checked against the body), media type and parsed body."""
+
+    digest: str
+    media_type: str
+    body: bytes
+    data: dict
+
+    @property
+    def is_index(self) -> bool:
+        return self.media_type in INDEX_TYPES or "manifests" in self.data
+
+
+def is_loopback(host: str) -> bool:
+    """True for ``localhost``, ``127.x.y.z`` and ``[::1]`` (with or without a port), nothing else."""
+    name = host.split("]")[0].lstrip("[") if host.startswith("[") else host.rsplit(":", 1)[0]
+    if name == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(name).is_loopback
+    except ValueError:
+        return False
+
+
+def api_name(host: str, repository: str) -> Tuple[str, str]:
+    """The API host and repository Docker would use for ``host/repository``."""
+    if host.lower() in DOCKER_HUB_NAMES:
+        return DOCKER_HUB_API, repository if "/" in repository else "library/" + repository
+    return host, repository
+
+
+def _hostname(key: str) -> str:
+    """A config ``auths`` key to a bare host (Docker's ConvertToHostname)."""
+    return re.sub(r"^[a-z]+://", "", key).split("/", 1)[0].lower()
+
+
+def _from_helper(helper: str, server: str) -> Optional[Tuple[str, str]]:
+    """Ask ``docker-credential-<helper>`` for ``server``'s credentials (None if it has none)."""
+    if not _HELPER.match(helper):
+        return None
+    try:
+        done = subprocess.run([f"docker-credential-{helper}", "get"], input=server, capture_output=True,
+                              text=True, timeout=15)
+        found = json.loads(done.stdout) if done.returncode == 0 else {}
+    except (OSError, subprocess.TimeoutExpired, ValueError):
+        return None
+    user, secret = (found.get("Username"), found.get("Secret")) if isinstance(found, dict) else (None, None)
+    return (user, secret) if isinstance(user, str) and isinstance(secret, str) and secret else None
+
+
+def docker_config_credentials(host: str) -> Optional[Tuple[str, str]]:
+    """What ``docker login`` stored for ``host``: credHelpers, then credsStore, then auths."""
+    path = Path(os.environ.get("DOCKER_CONFIG", Path.home() / ".docker")) / "config.json"
+    try:
+        config = json.loads(path.read_text()) if path.stat().st_size < (1 << 20) else {}
+    except (OSError, ValueError):
+        return None
+    if not isinstance(config, dict):
+        return None
+    hub = host.lower() in DOCKER_HUB_NAMES
+    server = DOCKER_HUB_CONFIG_KEY if hub else host
+    wanted = "index.docker.io" if hub else host.lower()
+    helpers = config.get("credHelpers") if isinstance(config.get("credHelpers"), dict) else {}
+    helper = helpers.get(server) or helpers.get(host)
+    if isinstance(helper, str):
+        return _from_helper(helper, server)
+    if isinstance(config.get("credsStore"), str):
+        found = _from_helper(config["credsStore"], server)
+        if found:
+            return found
+    auths = config.get("auths") if isinstance(config.get("auths"), dict) else {}
+    for key, entry in auths.items():
+        if _hostname(str(key)) == wanted and isinstance(entry, dict) and isinstance(entry.get("auth"), str):
+            try:
+                user, _, password = base64.b64decode(entry["auth"], validate=True).decode().partition(":")
+            except (ValueError, UnicodeDecodeError):
+                return None
+            return (user, password) if user else None
+    return None
+
+
+def credentials(host: str, username: Optional[str] = None, password: Optional[str] = None) -> Optional[Tuple[str, str]]:
+    """Arguments, else the environment, else the Docker config; None means anonymous."""
+    if username:
+        return username, password or ""
+    if os.environ.get("ASCEND_BUILD_REGISTRY_USER"):
+        return os.environ["ASCEND_BUILD_REGISTRY_USER"], os.environ.get("ASCEND_BUILD_REGISTRY_PASSWORD", "")
+    return docker_config_credentials(host)
+
+
+def _host_of(url: str) -> str:
+    return urllib.parse.urlsplit(url).netloc.lower()
+
+
+class _SameHostAuth(urllib.request.HTTPRedirectHandler):
+    """Follow redirects, but credentials only ever go to the host they were meant for,
+    and never from HTTPS down to HTTP."""
+
+    def redirect_request(self, req, fp, code, msg, headers, newurl):
+        new = super().redirect_request(req, fp, code, msg, headers, newurl)
+        if new is None:
+            return None
+        if req.full_url.startswith("https:") and not newurl.startswith("https:"):
+            raise urllib.error.HTTPError(newurl, code, "refusing a redirect from HTTPS to HTTP", headers, fp)
+        if _host_of(newurl) != _host_of(req.full_url):
+            new.headers.pop("Authorization", None)
+            new.unredirected_hdrs.pop("Authorization", None)
+        return new
+
+
+class Registry:
+    """An OCI distribution API client: read tags, manifests, configs; write manifests."""
+
+    def __init__(self, host: str, username: Optional[str] = None, password: Optional[str] = None,
+                 timeout: float = 20, deadline: float = DEADLINE, page_size: int = TAG_PAGE):
+        self.name = host.rstrip("/")                     # as the user wrote it (messages, credentials)
+        self.host = api_name(self.name, "x")[0]          # where the API answers
+        self.base = f"{'http' if is_loopback(self.host) else 'https'}://{self.host}"
+        self.timeout, self.deadline, self.page_size = timeout, deadline, page_size
+        self._credentials = credentials(self.name, username, password)
+        self._auth: Dict[str, str] = {}  # scope -> Authorization header value
+        self._opener = urllib.request.build_opener(_SameHostAuth())
+
+    def repository(self, repository: str) -> str:
+        """The repository name the API uses (``library/`` added on Docker Hub)."""
+        return api_name(self.name, repository)[1]
+
+    # --- HTTP -----------------------------------------------------------------
+
+    def _fail(self, message: str, fix: str = "") -> UserError:
+        return UserError(f"registry {self.name}: {message}", exit_code=1,
+                         fix=fix or "check the registry address, and that it speaks the distribution API (/v2/)")
+
+    def _read(self, response, limit: int, what: str, started: float) -> bytes:
+        """At most ``limit`` bytes, within the deadline, however the server sends them."""
+        announced = response.headers.get("Content-Length")
+        if announced and announced.isascii() and announced.isdigit() and int(announced) > limit:
+            raise self._fail(f"{what} is announced as {int(announced)} bytes, more than the {limit} allowed")
+        chunks, total = [], 0
+        while True:
+            if time.monotonic() - started > self.deadline:
+                raise self._fail(f"{what} took longer than {self.deadline:.0f} s", "check the registry's health")
+            chunk = response.read1(65536) if hasattr(response, "read1") else response.read(65536)
+            if not chunk:
+                return b"".join(chunks)
+            total += len(chunk)
+            if total > limit:
+                raise self._fail(f"{what} is larger than the {limit} bytes allowed")
+            chunks.append(chunk)
+
+    def _send(self, method: str, path_or_url: str, scope: str, *, accept: str = "", data: Optional[bytes] = None,
+              content_type: str = "", limit: int = MANIFEST_LIMIT) -> Tuple[bytes, Dict[str, str]]:
+        """One request, answering one 401 challenge; 404 raises LookupError."""
+        url = path_or_url if "://" in path_or_url else self.base + path_or_url
+        what = urllib.parse.urlsplit(url).path
+        started = time.monotonic()
+        for attempt in range(2):
+            request = urllib.request.Request(url, data=data, method=method)
+            if accept:
+                request.add_header("Accept", accept)
+            if content_type:
+                request.add_header("Content-Type", content_type)
+            if scope in self._auth:
+                request.add_header("Authorization", self._auth[scope])
+            try:
+                with self._opener.open(request, timeout=self.timeout) as response:
+                    body = self._read(response, limit, what, started)
+                    return body, {k.lower(): v for k, v in response.headers.items()}
+            except urllib.error.HTTPError as exc:
+                if exc.code == 401 and attempt == 0:
+                    self._authorize(str(exc.headers.get("WWW-Authenticate", ""))[:4096], scope)
+                    continue
+                if exc.code in (401, 403):
+                    who = "refused the credentials given" if self._credentials else "refused anonymous access"
+                    raise self._fail(f"{who} for {what}",
+                                     "check the repository name; set ASCEND_BUILD_REGISTRY_USER/_PASSWORD or run "
+                                     f"`docker login {self.name}` with an account that may read it")
+                if exc.code == 404:
+                    raise LookupError(what)
+                raise self._fail(f"answered HTTP {exc.code} for {method} {what}")
+            except (urllib.error.URLError, OSError) as exc:
+                raise self._fail(f"cannot be reached: {getattr(exc, 'reason', exc)}",
+                                 "check the address and port, and that the registry is running")
+        raise AssertionError("unreachable")
+
+    def _basic(self) -> Optional[str]:
+        if not self._credentials:
+            return None
+        user, secret = self._credentials
+        return "Basic " + base64.b64encode(f"{user}:{secret}".encode()).decode()
+
+    def _authorize(self, challenge: str, scope: str) -> None:
+        """Answer a 401: basic credentials, or a bearer token from the challenge's realm."""
+        kind = challenge.split(" ", 1)[0].lower()
+        if kind == "basic":
+            if self._basic() is None:
+                raise self._fail("requires authentication",
+                                 f"set ASCEND_BUILD_REGISTRY_USER/_PASSWORD or run `docker login {self.name}`")
+            self._auth[scope] = self._basic()
+            return
+        if kind != "bearer":
+            raise self._fail(f"asked for an authentication scheme this tool does not speak: {kind or 'none given'}")
+        params = dict(re.findall(r'(\w+)="([^"]*)"', challenge))
+        realm = params.get("realm", "")
+        parts = urllib.parse.urlsplit(realm)
+        if not (parts.scheme == "https" or (parts.scheme == "http" and is_loopback(parts.netloc))) or not parts.netloc:
+            raise self._fail(f"its token realm {realm!r} is not an HTTPS address; no credentials were sent there",
+                             "the registry's token service must be served over HTTPS")
+        query = {"service": params.get("service", ""), "scope": scope}
+        request = urllib.request.Request(realm + ("&" if parts.query else "?") + urllib.parse.urlencode(query))
+        if self._credentials:
+            request.add_header("Authorization", self._basic())
+        started = time.monotonic()
+        try:
+            with self._opener.open(request, timeout=self.timeout) as response:
+                body = json.loads(self._read(response, 1 << 20, "the token", started))
+        except urllib.error.HTTPError as exc:
+            who = "the credentials given" if self._credentials else "an anonymous token"
+            raise self._fail(f"its token service refused {who} (HTTP {exc.code})",
+                             f"check the credentials (ASCEND_BUILD_REGISTRY_USER/_PASSWORD or `docker login {self.name}`)")
+        except (urllib.error.URLError, OSError, ValueError) as exc:
+            raise self._fail(f"getting a token failed: {getattr(exc, 'reason', exc)}",
+                             "check the token service named by the registry's challenge")
+        token = body.get("token") or body.get("access_token") if isinstance(body, dict) else None
+        if not isinstance(token, str) or not token:
+            raise self._fail("its token service answered without a token")
+        self._auth[scope] = f"Bearer {token}"
+
+    def _json(self, body: bytes, what: str) -> dict:
+        try:
+            data = json.loads(body)
+        except ValueError:
+            data = None
+        if not isinstance(data, dict):
+            raise self._fail(f"sent something other than a JSON object for {what}")
+        return data
+
+    # --- reading --------------------------------------------------------------
+
+    def tags(self, repository: str) -> List[str]:
+        """Every tag of ``repository``, across every page (empty when the repository does not exist)."""
+        repository = self.repository(repository)
+        scope = f"repository:{repository}:pull"
+        url, found = f"/v2/{repository}/tags/list?n={self.page_size}", set()
+        for _ in range(TAG_PAGES):
+            try:
+                body, headers = self._send("GET", url, scope)
+            except LookupError:
+                return sorted(found)
+            tags = self._json(body, f"the tags of {repository}").get("tags") or []
+            if not isinstance(tags, list) or not all(isinstance(t, str) for t in tags):
+                raise self._fail(f"sent a malformed tag list for {repository}")
+            found.update(tags)
+            match = re.match(r'\s*<([^>]*)>\s*;\s*rel="?next"?', headers.get("link", ""))
+            if not match:
+                return sorted(found)
+            url = urllib.parse.urljoin(self.base + "/", match.group(1))
+            if _host_of(url) != _host_of(self.base):
+                raise self._fail(f"sent a next-page link to another host ({_host_of(url)})")
+        raise self._fail(f"sent more than {TAG_PAGES} pages of tags for {repository}")
+
+    def manifest(self, repository: str, reference: str) -> Manifest:
+        """The manifest (or index) ``reference`` names; its body must hash to its digest."""
+        repository = self.repository(repository)
+        body, headers = self._send("GET", f"/v2/{repository}/manifests/{reference}",
+                                   f"repository:{repository}:pull", accept=ACCEPT)
+        actual = "sha256:" + hashlib.sha256(body).hexdigest()
+        expected = reference if reference.startswith("sha256:") else headers.get("docker-content-digest", actual)
+        if expected != actual:
+            raise self._fail(f"the manifest of {repository}@{reference} hashes to {actual}, not {expected}",
+                             "the registry served bytes other than the ones named; nothing was used")
+        data = self._json(body, f"{repository}:{reference}")
+        media_type = data.get("mediaType") or headers.get("content-type", "").split(";")[0]
+        return Manifest(actual, str(media_type), body, data)
+
+    def config(self, repository: str, manifest: Manifest) -> dict:
+        """The image config an image manifest points at, checked against its digest."""
+        repository = self.repository(repository)
+        config = manifest.data.get("config")
+        digest = config.get("digest") if isinstance(config, dict) else None
+        if not isinstance(digest, str) or not _DIGEST.match(digest):
+            raise self._fail(f"the manifest {repository}@{manifest.digest} names no sha256 image config")
+        body, _ = self._send("GET", f"/v2/{repository}/blobs/{digest}", f"repository:{repository}:pull",
+                             limit=CONFIG_LIMIT)
+        if "sha256:" + hashlib.sha256(body).hexdigest() != digest:
+            raise self._fail(f"the config blob {digest} of {repository} does not hash to its digest",
+                             "the registry served bytes other than the ones named; nothing was used")
+        return self._json(body, f"the config {digest}")
+
+    def inspect(self, repository: str, tag: str, arch: str) -> Optional[ImageInfo]:
+        """Digest and labels of ``repository:tag`` for ``arch``; None if the tag does not exist.
+
+        A multi-arch index resolves to this arch's manifest; when it has none, the
+        result has no labels and names the arches it does have.
+        """
+        try:
+            top = self.manifest(repository, tag)
+            chosen = top
+            if top.is_index:
+                wanted = ARCH_TO_PLATFORM.get(arch, arch)
+                entries = [m for m in top.data.get("manifests") or [] if isinstance(m, dict)]
+                platforms = [m.get("platform") if isinstance(m.get("platform"), dict) else {} for m in entries]
+                match = next((m for m, p in zip(entries, platforms) if p.get("architecture") == wanted), None)
+                if match is None:
+                    return ImageInfo(tag, top.digest, {}, "none of: " + ", ".join(
+                        str(p.get("architecture", "?")) for p in platforms))
+                if not isinstance(match.get("digest"), str) or not _DIGEST.match(match["digest"]):
+                    raise self._fail(f"the index {repository}:{tag} names a manifest without a sha256 digest")
+                chosen = self.manifest(repository, match["digest"])
+            config = self.config(repository, chosen)
+        except LookupError:
+            return None
+        inner = config.get("config") or {}
+        labels = (inner.get("Labels") if isinstance(inner, dict) else None) or {}
+        if not isinstance(labels, dict):
+            raise self._fail(f"the config of {repository}:{tag} has labels that are not a mapping")
+        return ImageInfo(tag, chosen.digest, {str(k): str(v) for k, v in labels.items()},
+                         str(config.get("architecture", "")))
+
+    # --- writing --------------------------------------------------------------
+
+    def put_manifest(self, repository: str, tag: str, body: bytes, media_type: str) -> str:
+        """Store a manifest (or index) under ``tag``; returns its digest, as the registry confirmed it."""
+        repository = self.repository(repository)
+        _, headers = self._send("PUT", f"/v2/{repository}/manifests/{tag}", f"repository:{repository}:pull,push",
+                                data=body, content_type=media_type)
+        digest = "sha256:" + hashlib.sha256(body).hexdigest()
+        stored = headers.get("docker-content-digest", digest)
+        if stored != digest:
+            raise self._fail(f"stored the manifest for {repository}:{tag} as {stored}, not {digest}")
+        return digest
