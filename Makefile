@@ -8,7 +8,7 @@ PYTHON      ?= python3
 STATE       ?= .state
 # The cell this machine can build without an NPU or a registry to pull from:
 # Debian 12, its own Python 3.11 in a venv, torch 2.13.0.
-DEMO_CELL   ?= cann9.0.0-910b-debian12-py3.11-torch_npu2.13.0-x86_64
+DEMO_CELL   ?= cann9.1.0-910b-debian12-py3.11-torch_npu2.13.0-x86_64
 # Nothing can be pulled here, so the base image is made locally (setup-engine).
 BASE_IMAGE  ?= local/debian:12
 # Wheels preferred over the index when present (this machine keeps torch there).

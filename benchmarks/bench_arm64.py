@@ -5,16 +5,21 @@ as `ascend-build image` runs it:
 
 1. the demo cell's CPU twin, native x86_64 (Debian 12, Python 3.11, torch 2.13.0);
 2. the mission cell's CPU twin for aarch64 under qemu (CANN 7.0.RC1's closure: Python
-   3.9, torch 2.1.0, on Debian 11 standing in for Ubuntu 22.04 with conda).
+   3.9, torch 2.1.0, on Debian 11 standing in for Ubuntu 22.04 with conda), its wheels
+   fetched natively first (what `image` does: builder/build/wheels.py);
+3. the same, with pip fetching the wheels inside the emulated build (the speed-up off).
 
-Prints build and smoke seconds of each, the emulated/native ratios, the train tier's
-step time of each, and the smoke steps the emulated run uses instead of 30.
+pip's own cache is off (PIP_NO_CACHE_DIR), so the native fetch downloads as a cold
+build would. Prints build and smoke seconds of each, the emulated/native ratios, what
+the native fetch saved, the train tier's step time of each, and the smoke steps the
+emulated run uses instead of 30.
 
 Run: .venv/bin/python benchmarks/bench_arm64.py   (needs `make engine`; prunes the BuildKit cache)
 """
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import tempfile
@@ -28,9 +33,10 @@ from builder.engine import Engine  # noqa: E402
 
 CA = Path("/etc/ssl/certs/ca-certificates.crt")
 WHEELHOUSE = Path("/opt/wheels")
-RUNS = (("x86_64 native", "cann9.0.0-910b-debian12-py3.11-torch_npu2.13.0-x86_64", "local/debian:12", None),
-        ("aarch64 under qemu", "cann7.0.rc1-910b-ubuntu22.04-py3.9-torch_npu2.1.0rc1-aarch64", "local/debian:11-arm64",
-         "debian11"))
+MISSION = "cann7.0.rc1-910b-ubuntu22.04-py3.9-torch_npu2.1.0rc1-aarch64"
+RUNS = (("x86_64 native", "cann9.1.0-910b-debian12-py3.11-torch_npu2.13.0-x86_64", "local/debian:12", None),
+        ("aarch64 qemu", MISSION, "local/debian:11-arm64", "debian11"),
+        ("aarch64 qemu, pip inside", MISSION, "local/debian:11-arm64", "debian11"))
 
 
 def prune(engine: Engine) -> None:
@@ -39,13 +45,17 @@ def prune(engine: Engine) -> None:
 
 
 def main() -> None:
+    os.environ["PIP_NO_CACHE_DIR"] = "1"
     engine = Engine.connect()
+    fetch_natively = pipeline._fetch_wheels
     cells = {c.id: c for c in matrix.load(ROOT / "matrix").cells}
     rows = []
     with tempfile.TemporaryDirectory(prefix="ascend-bench-arm64-") as tmp:
         for name, cell_id, base, twin_os in RUNS:
             prune(engine)
-            options = pipeline.Options(variants=("cpu",), state_dir=Path(tmp) / name.split()[0], base_image=base,
+            # the third run turns the native fetch off, as a host without pip would have it
+            pipeline._fetch_wheels = (lambda *a: None) if "inside" in name else fetch_natively
+            options = pipeline.Options(variants=("cpu",), state_dir=Path(tmp) / name.replace(" ", "_"), base_image=base,
                                        wheelhouse=WHEELHOUSE if WHEELHOUSE.is_dir() else None,
                                        ca_bundle=CA if CA.is_file() else None, quiet=True,
                                        locks_dir=ROOT / "dockerfiles", twin_os=twin_os)
@@ -56,11 +66,12 @@ def main() -> None:
             rows.append((name, out.build_seconds, out.smoke_seconds, train["mean_step_ms"], train["steps"]))
             for tag in out.tags:
                 engine.untag(tag)
-    print(f"{'CPU twin, cold':22}{'build s':>10}{'smoke s':>10}{'train step ms':>15}{'steps':>7}")
+    print(f"{'CPU twin, cold':28}{'build s':>10}{'smoke s':>10}{'train step ms':>15}{'steps':>7}")
     for name, build, smoke, step, steps in rows:
-        print(f"{name:22}{build:>10.1f}{smoke:>10.1f}{step:>15.1f}{steps:>7}")
-    (_, nb, ns, nstep, _), (_, eb, es, estep, _) = rows
+        print(f"{name:28}{build:>10.1f}{smoke:>10.1f}{step:>15.1f}{steps:>7}")
+    (_, nb, ns, nstep, _), (_, eb, es, estep, _), (_, ib, _, _, _) = rows
     print(f"emulated / native: build {eb / nb:.1f}x, smoke {es / ns:.1f}x, one training step {estep / nstep:.0f}x")
+    print(f"fetching the wheels natively: build {ib:.1f} s -> {eb:.1f} s ({eb / ib:.2f}x, {ib - eb:.0f} s saved)")
     print(f"the emulated smoke trains {pipeline.EMULATED_STEPS} steps instead of 30: at this step time 30 would add "
           f"{(30 - pipeline.EMULATED_STEPS) * estep / 1000:.0f} s")
 

@@ -34,7 +34,7 @@ from builder.engine import Engine  # noqa: E402
 BASE = "local/debian:12"
 CA = Path("/etc/ssl/certs/ca-certificates.crt")
 WHEELHOUSE = Path("/opt/wheels")
-CELL_ID = "cann9.0.0-910b-debian12-py3.11-torch_npu2.13.0-x86_64"
+CELL_ID = "cann9.1.0-910b-debian12-py3.11-torch_npu2.13.0-x86_64"
 LIST = ("import json, sys, importlib.metadata as m, os\n"
         "root = os.path.realpath(sys.prefix) + os.sep\n"
         "print(json.dumps(sorted((d.metadata['Name'].lower().replace('_', '-'), d.version) "

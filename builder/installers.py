@@ -174,36 +174,50 @@ def toolkit_package(kb: "KnowledgeBase", cann: str, arch: str) -> str:
 
 
 def cann_installers(kb: "KnowledgeBase", cann: str, chip: str, arch: str) -> List[Installer]:
-    """Official CANN installers with URL and sha256: the toolkit first, then the chip's ops package.
+    """Official CANN installers with URL: the toolkit first, then the chip's ops package.
 
-    Only files listed in cann-packages.json are returned: a missing toolkit or ops
-    entry means the data has no checksum for it (the caller must then ask the user for
-    one or use local installers). ``[]`` when the data knows none.
+    The ``.zip`` listed in cann-packages.json, with its published sha256, when there is
+    one; else, for a release the knowledge base knows, the ``.run`` of the install guides
+    from the release's folder (``cann-downloads.yaml``) with ``sha256=None``: `ascend-build
+    lock` records it on first fetch. ``[]`` for a release the data does not know.
 
     Example:
         >>> from builder.knowledge import load
         >>> [i.kind for i in cann_installers(load(), "8.0.RC3", "910b", "x86_64")]
         ['toolkit', 'ops']
-        >>> cann_installers(load(), "8.0", "910b", "x86_64")
+        >>> [(i.filename, i.sha256) for i in cann_installers(load(), "9.1.0", "a3", "x86_64")]
+        [('Ascend-cann-toolkit_9.1.0_linux-x86_64.run', None), ('Ascend-cann-A3-ops_9.1.0_linux-x86_64.run', None)]
+        >>> cann_installers(load(), "6.4.0", "910b", "x86_64")
         []
     """
     a = normalize_arch(arch)
-    pk = kb.cann_package(cann)
-    if a is None or not pk:
+    if a is None:
         return []
-    ver, entry = pk
-    source = "cann-packages.json (ascend-deployer " + ", ".join(_listed(entry.get("seen_in"))) + ")"
-    out: List[Installer] = []
-    files = entry.get("files", {})
-    toolkit = f"Ascend-cann-toolkit_{ver}_linux-{a}.zip"
-    if toolkit in files:
-        f = files[toolkit]
-        out.append(Installer("toolkit", toolkit, f["url"], f["sha256"], toolkit[:-4] + ".run", source, ver, a))
-    found = _ops_zip(kb, str(chip).lower(), cann, a)
-    if found:
-        fname, f, _ = found
-        out.append(Installer("ops", fname, f["url"], f["sha256"], fname[:-4] + ".run", source, ver, a))
-    return out
+    pk = kb.cann_package(cann)
+    found: Dict[str, Installer] = {}
+    if pk:
+        ver, entry = pk
+        source = "cann-packages.json (ascend-deployer " + ", ".join(_listed(entry.get("seen_in"))) + ")"
+        files = entry.get("files", {})
+        toolkit = f"Ascend-cann-toolkit_{ver}_linux-{a}.zip"
+        if toolkit in files:
+            f = files[toolkit]
+            found["toolkit"] = Installer("toolkit", toolkit, f["url"], f["sha256"], toolkit[:-4] + ".run", source, ver, a)
+        ops = _ops_zip(kb, str(chip).lower(), cann, a)
+        if ops:
+            fname, f, _ = ops
+            found["ops"] = Installer("ops", fname, f["url"], f["sha256"], fname[:-4] + ".run", source, ver, a)
+    folder = kb.cann_release_folder(cann)
+    for kind in ("toolkit", "ops"):
+        if kind in found or folder is None:
+            continue
+        try:  # the .run the install guides fetch from the release's folder; its sha256 comes from the lock
+            run = toolkit_package(kb, cann, a) if kind == "toolkit" else ops_package(kb, chip, cann, a)
+        except UserError:  # a chip this release predates, or no version: other rules say so
+            continue
+        found[kind] = Installer(kind, run, folder + run, None, run, "release folder (cann-downloads.yaml)",
+                                kb.canonical_cann(cann), a)
+    return [found[k] for k in ("toolkit", "ops") if k in found]
 
 
 def read_conda(conda_doc: Mapping[str, Any]) -> Dict[str, Installer]:

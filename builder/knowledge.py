@@ -119,6 +119,12 @@ class OsInfo:
 # Helpers
 
 
+def _line(release: "TorchNpu") -> Tuple[int, int]:
+    """The torch line of a torch_npu release: 2.9.0.post2 -> (2, 9)."""
+    v = versions.lenient("python_package", release.version)
+    return (v.major, v.minor) if v is not None else (0, 0)
+
+
 def _tuple(value: Any) -> Tuple[str, ...]:
     if value is None:
         return ()
@@ -182,6 +188,7 @@ class KnowledgeBase:
         packages: Mapping[str, Any],
         os_doc: Mapping[str, Any],
         conda_doc: Mapping[str, Any],
+        downloads_doc: Optional[Mapping[str, Any]] = None,
     ) -> None:
         # torch_npu on PyPI, keyed by PEP 440 version
         self._releases: Dict[Any, TorchNpu] = {}
@@ -236,6 +243,8 @@ class KnowledgeBase:
             )
         # conda bootstrap
         self._conda: Dict[str, Installer] = _installers.read_conda(conda_doc)
+        # where CANN's installers are published (cann-downloads.yaml)
+        self._downloads: Dict[str, Any] = dict(downloads_doc or {})
 
     @staticmethod
     def _release(item: Mapping[str, Any]) -> TorchNpu:
@@ -298,6 +307,42 @@ class KnowledgeBase:
         """
         cv = versions.lenient("cann", cann)
         return list(self._by_cann.get(cv, ())) if cv is not None else []
+
+    def cann_floor(self, torch_npu: str) -> Optional[Tuple[str, str]]:
+        """The oldest CANN a torch_npu release can need, inferred from published pairs:
+        (that CANN, the published torch_npu it is inferred from); None when nothing bounds it.
+
+        Two orders the published table keeps (``tests/test_knowledge.py`` checks both over
+        every pair, so new data that breaks them fails the suite):
+
+        1. within one torch line (2.9.x), a later torch_npu never pairs with an older CANN;
+        2. the first final release of a newer line never pairs with an older CANN than the
+           first final release of an older line (pre-releases do: 2.12.0rc1 pairs with
+           8.5.0 while 2.11.0 pairs with 9.1.0, so rule 2 bounds final releases only).
+
+        Example:
+            >>> load().cann_floor("2.13.0")
+            ('9.1.0', '2.12.0')
+            >>> load().cann_floor("2.1.0rc1") is None
+            True
+        """
+        key = versions.lenient("python_package", torch_npu)
+        if key is None:
+            return None
+        line = (key.major, key.minor)
+        paired = [self._releases[k] for k in self._release_order if self._releases[k].cann]
+        evidence = [r for r in paired if _line(r) == line and versions.lenient("python_package", r.version) < key]
+        if not key.is_prerelease:
+            firsts: Dict[Tuple[int, int], TorchNpu] = {}
+            for r in paired:
+                if not r.prerelease and not versions.lenient("python_package", r.version).is_prerelease:
+                    firsts.setdefault(_line(r), r)
+            evidence += [r for ln, r in firsts.items() if ln < line]
+        known = [r for r in evidence if versions.lenient("cann", r.cann) is not None]
+        if not known:
+            return None
+        best = max(known, key=lambda r: (versions.cann(r.cann), versions.lenient("python_package", r.version)))
+        return best.cann, best.version
 
     def torch_requirement(self, torch_npu: str, arch: str) -> Tuple[str, str]:
         """The torch pin to install next to that torch_npu, and the index it comes from.
@@ -433,36 +478,71 @@ class KnowledgeBase:
             return values[0]
         return min(exact, key=lambda vp: vp[1])[0]
 
-    def min_driver(self, cann: str) -> Optional[str]:
-        """The lowest driver (HDK) version that supports that CANN; None when unknown.
-
-        Rule: the paired HDK (:meth:`paired_hdk`), except where the data states a lower
-        supported HDK line for that CANN release: ``min_hdk_line`` (else the lowest of
-        ``supported_hdk``) -> the floor of that line (``versions.hdk_line_floor``,
-        e.g. ``25.0.X`` -> its first release), when lower than the paired HDK. A pairing
-        given only as a line (CANN 8.5.0.alpha001: ``25.2.X``) yields that line's floor.
-        Nothing else is inferred (no interpolation between releases).
-
-        Example:
-            >>> load().min_driver("7.0.RC1")
-            '23.0.RC3'
-        """
+    def _own_min_driver(self, cann: str) -> Tuple[Optional[versions.AscendVersion], str]:
+        """The release's own minimum, from its own data only, and where it comes from."""
         entry = self._cann_entry(cann)
-        candidates = []
         paired = self.paired_hdk(cann)
+        found: List[Tuple[versions.AscendVersion, str]] = []
         if paired:
             pv = versions.minimum("hdk", paired)
             if pv is not None:
-                candidates.append(pv)
+                found.append((pv, f"its paired HDK {paired}"))
         if entry:
             lines = _tuple(entry.get("min_hdk_line")) or _tuple(entry.get("supported_hdk"))
             for line in lines:
                 fv = versions.minimum("hdk", line)
                 if fv is not None:
-                    candidates.append(fv)
-        if not candidates:
-            return paired
-        return min(candidates).text
+                    found.append((fv, f"its release notes support HDK {line}"))
+        if not found:
+            return None, ""
+        return min(found, key=lambda f: f[0])
+
+    def min_driver_reason(self, cann: str) -> Tuple[Optional[str], str]:
+        """The lowest driver (HDK) that runs that CANN, and the reasoning; (None, "") when unknown.
+
+        The one rule, used by validate (`checks`), the image labels (`plan`), and through
+        the labels by pull, run, doctor and the smoke program:
+
+        1. **its own data**: the paired HDK (:meth:`paired_hdk`), lowered to the floor of the
+           lowest HDK line its release notes state as supported (``min_hdk_line``, else the
+           lowest of ``supported_hdk``; ``versions.hdk_line_floor``: ``25.0.X`` -> its first
+           release). A pairing given only as a line (``25.2.X``) yields that line's floor.
+        2. **a driver that runs a newer CANN runs every older one**: the minimum is capped
+           by the own minimum (1) of every newer release whose notes state their lines,
+           so the minimum never falls as CANN rises (8.3.RC1, paired with 25.3.RC1, runs
+           on 25.0.RC1 because 8.5.0 does).
+
+        Example:
+            >>> load().min_driver_reason("8.3.RC1")
+            ('25.0.RC1', 'CANN 8.5.0 runs on HDK 25.0.RC1 (its release notes support HDK 25.0.X), and a driver that runs a newer CANN runs an older one')
+            >>> load().min_driver_reason("7.0.RC1")
+            ('23.0.RC3', 'its paired HDK 23.0.RC3')
+        """
+        own, why = self._own_min_driver(cann)
+        cv = versions.lenient("cann", cann)
+        known = self._cann_entry(cann) is not None or self.cann_package(cann) is not None
+        if cv is not None and known:  # an unknown release gets no inferred minimum
+            for newer in self._cann_names:
+                nv = versions.lenient("cann", newer)
+                entry = self._cann_entry(newer) or {}
+                if nv is None or nv <= cv or not (entry.get("min_hdk_line") or entry.get("supported_hdk")):
+                    continue
+                theirs, their_why = self._own_min_driver(newer)
+                if theirs is not None and (own is None or theirs < own):
+                    own, why = theirs, (f"CANN {newer} runs on HDK {theirs.text} ({their_why}), "
+                                        "and a driver that runs a newer CANN runs an older one")
+        if own is None:
+            return self.paired_hdk(cann), ""
+        return own.text, why
+
+    def min_driver(self, cann: str) -> Optional[str]:
+        """The lowest driver (HDK) version that runs that CANN (:meth:`min_driver_reason`); None when unknown.
+
+        Example:
+            >>> load().min_driver("7.0.RC1"), load().min_driver("8.3.RC1")
+            ('23.0.RC3', '25.0.RC1')
+        """
+        return self.min_driver_reason(cann)[0]
 
     def supported_hdk_lines(self, cann: str) -> Tuple[str, ...]:
         """HDK lines the release notes mark supported for that CANN (``supported_hdk``); () when not stated.
@@ -559,6 +639,24 @@ class KnowledgeBase:
         """:func:`builder.installers.cann_installers`: official CANN installers with URL and sha256."""
         return _installers.cann_installers(self, cann, chip, arch)
 
+    def cann_release_folder(self, cann: str) -> Optional[str]:
+        """The folder a known CANN release's installers are published in; None for an unknown release.
+
+        Example:
+            >>> load().cann_release_folder("9.1.0")
+            'https://ascend-repo.obs.cn-east-2.myhuaweicloud.com/CANN/CANN%209.1.0/'
+            >>> load().cann_release_folder("6.4.0") is None
+            True
+        """
+        template = self._downloads.get("release_folder")
+        if not template or self._cann_entry(cann) is None and self.cann_package(cann) is None:
+            return None
+        return str(template).format(version=self.canonical_cann(cann))
+
+    def download_referer(self) -> str:
+        """The Referer every CANN download sends (``cann-downloads.yaml``)."""
+        return str(self._downloads.get("referer") or "")
+
     def conda_installer(self, arch: str) -> Optional[Installer]:
         """:func:`builder.installers.conda_installer`: the Miniforge3 installer for that arch, or None."""
         return _installers.conda_installer(self, arch)
@@ -632,6 +730,7 @@ def load() -> KnowledgeBase:
         packages=packages,
         os_doc=_read_yaml(DATA_DIR / "os.yaml"),
         conda_doc=_read_yaml(DATA_DIR / "conda.yaml"),
+        downloads_doc=_read_yaml(DATA_DIR / "cann-downloads.yaml"),
     )
 
 

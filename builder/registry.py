@@ -29,7 +29,7 @@ Example:
     (True, False, True)
     >>> reg = Registry("127.0.0.1:5000", username="ci", password="secret")   # doctest: +SKIP
     >>> reg.tags("ascend-build/pytorch")[:1]                                  # doctest: +SKIP
-    ['cann9.0.0-910b-debian12-py3.11-torch_npu2.13.0-x86_64']
+    ['cann9.1.0-910b-debian12-py3.11-torch_npu2.13.0-x86_64']
 """
 
 from __future__ import annotations

@@ -112,18 +112,34 @@ def test_installers_carry_the_right_checksums(kb):
     assert ops.sha256 == "fafa328819f8a647cbab2176901e5c6c882b50a8f9281755d6ff290fb03710f7"
 
 
+def packages_of(kb, cann):
+    """The URLs cann-packages.json lists for a release."""
+    return [f["url"] for f in kb.cann_package(cann)[1]["files"].values()]
+
+
 def test_installers_match_cann_packages_for_every_release(kb, packages):
     for ver, entry in packages["cann"].items():
         for arch in ("x86_64", "aarch64"):
             for chip in kb.chips():
                 for inst in cann_installers(kb, ver, chip, arch):
+                    if inst.sha256 is None:  # not in the data: the .run from the release's folder
+                        assert inst.filename == inst.run and inst.filename not in entry["files"]
+                        assert inst.url == kb.cann_release_folder(ver) + inst.filename
+                        continue
                     assert entry["files"][inst.filename]["sha256"] == inst.sha256
                     assert entry["files"][inst.filename]["url"] == inst.url
 
 
-def test_installers_only_list_files_the_data_has(kb):
-    assert [i.kind for i in cann_installers(kb, "8.1.RC1", "a3", "x86_64")] == ["toolkit"]
-    assert cann_installers(kb, "9.1.0", "910b", "aarch64") == []
+def test_files_the_data_lacks_are_the_release_folders_run_without_a_sha256(kb):
+    toolkit, ops = cann_installers(kb, "8.1.RC1", "a3", "x86_64")
+    assert toolkit.sha256 and toolkit.filename.endswith(".zip")  # listed in cann-packages.json
+    assert (ops.filename, ops.sha256) == ("Atlas-A3-cann-kernels_8.1.RC1_linux-x86_64.run", None)
+    assert ops.url == "https://ascend-repo.obs.cn-east-2.myhuaweicloud.com/CANN/CANN%208.1.RC1/" + ops.filename
+    assert [(i.filename, i.sha256) for i in cann_installers(kb, "9.1.0", "910b", "aarch64")] == [
+        ("Ascend-cann-toolkit_9.1.0_linux-aarch64.run", None), ("Ascend-cann-910b-ops_9.1.0_linux-aarch64.run", None)]
+    # every such URL lies where the data's own URLs of that release lie
+    listed = next(iter(packages_of(kb, "8.1.RC1")))
+    assert listed.rsplit("/", 1)[0] == ops.url.rsplit("/", 1)[0]
     assert cann_installers(kb, "8.0", "910b", "x86_64") == []  # no such release
     assert cann_installers(kb, "8.0.RC3", "910b", "s390x") == []
 

@@ -378,3 +378,68 @@ def test_describe_cann(kb):
     assert err.value.exit_code == 1
     with pytest.raises(versions.VersionError):
         describe_cann(kb, "eight")
+
+
+# --- inference rules: the orders the published data keeps, and what they let us infer ------------
+
+
+def _paired():
+    from packaging.version import Version
+    kb = knowledge.load()
+    return kb, sorted((kb.torch_npu(v) for v in kb.torch_npu_versions() if kb.torch_npu(v).cann),
+                      key=lambda r: Version(r.version))
+
+
+def test_within_a_torch_line_a_later_torch_npu_never_pairs_with_an_older_cann():
+    from packaging.version import Version
+    kb, paired = _paired()
+    line = lambda r: Version(r.version).release[:2]  # noqa: E731
+    broken = [(a.version, a.cann, b.version, b.cann) for i, b in enumerate(paired) for a in paired[:i]
+              if line(a) == line(b) and versions.cann(a.cann) > versions.cann(b.cann)]
+    assert broken == [] and len(paired) > 40
+
+
+def test_first_final_releases_of_newer_lines_never_pair_with_an_older_cann():
+    from packaging.version import Version
+    kb, paired = _paired()
+    firsts = {}
+    for r in paired:
+        if not Version(r.version).is_prerelease:
+            firsts.setdefault(Version(r.version).release[:2], r)
+    order = sorted(firsts)
+    broken = [(firsts[a].version, firsts[b].version) for i, a in enumerate(order) for b in order[i + 1:]
+              if versions.cann(firsts[a].cann) > versions.cann(firsts[b].cann)]
+    assert broken == [] and len(order) >= 10
+    # and the reason pre-releases are left out of that order: it does not hold for them
+    assert versions.cann(kb.torch_npu("2.12.0rc1").cann) < versions.cann(kb.torch_npu("2.11.0").cann)
+
+
+def test_the_inferred_floor_never_contradicts_a_published_pair():
+    kb, paired = _paired()
+    contradicted = [(r.version, r.cann, kb.cann_floor(r.version)) for r in paired
+                    if kb.cann_floor(r.version) and versions.cann(r.cann) < versions.cann(kb.cann_floor(r.version)[0])]
+    assert contradicted == []
+
+
+def test_the_floor_names_its_evidence():
+    kb = knowledge.load()
+    assert kb.cann_floor("2.13.0") == ("9.1.0", "2.12.0")
+    assert kb.cann_floor("2.9.1") == ("9.1.0", "2.9.0.post6")   # same line, later release
+    assert kb.cann_floor("2.13.0rc1") is None                   # a pre-release of a new line: unbounded
+
+
+def test_the_minimum_driver_never_falls_as_cann_rises():
+    kb = knowledge.load()
+    known = [(c, kb.min_driver(c)) for c in kb.cann_releases() if kb.min_driver(c)]
+    falls = [(a, da, b, db) for i, (a, da) in enumerate(known) for b, db in known[i + 1:]
+             if versions.hdk(da) > versions.hdk(db)]
+    assert falls == [] and len(known) >= 20
+
+
+def test_older_cann_runs_on_a_driver_a_newer_one_runs_on_with_the_reason():
+    kb = knowledge.load()
+    assert kb.min_driver_reason("8.3.RC1") == (
+        "25.0.RC1", "CANN 8.5.0 runs on HDK 25.0.RC1 (its release notes support HDK 25.0.X), "
+                    "and a driver that runs a newer CANN runs an older one")
+    assert kb.min_driver("8.3.RC1") == kb.min_driver("8.5.0") == kb.min_driver("9.0.0")
+    assert kb.min_driver_reason("8.0.RC3") == ("24.1.RC3", "its paired HDK 24.1.RC3")

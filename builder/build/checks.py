@@ -13,7 +13,7 @@ Example:
     >>> cell = Cell(id="c", image="i", os="ubuntu22.04", arch="x86_64", chip="910b", cann="8.0.RC3",
     ...             driver="23.0.RC3", firmware=None, python="3.10", torch="2.4.0", torch_npu="2.4.0", env="venv")
     >>> [(f.rule, f.message) for f in check([cell])]
-    [('driver-too-old', 'driver 23.0.RC3 is below 24.1.RC3, the minimum HDK for CANN 8.0.RC3')]
+    [('driver-too-old', 'driver 23.0.RC3 is below 24.1.RC3, the minimum HDK for CANN 8.0.RC3 (its paired HDK 24.1.RC3)')]
     >>> from dataclasses import replace
     >>> check([replace(cell, driver="24.1.rc3")])
     []
@@ -97,8 +97,24 @@ def cann_paired(cell: Cell, kb) -> Findings:
     if release is None:
         return
     if release.cann is None:
+        floor = kb.cann_floor(cell.torch_npu)
+        try:
+            below = floor is not None and _cann(cell.cann) < _cann(floor[0])
+        except versions.VersionError:
+            return  # reported by cann_known
+        if below:
+            fitting = ", ".join(r.version for r in kb.torch_npu_for_cann(cell.cann)[:3])
+            yield _finding(cell, "cann", "cann-below-inferred",
+                           f"torch_npu {cell.torch_npu} has no published CANN pairing, but the older torch_npu "
+                           f"{floor[1]} is paired with CANN {floor[0]}, and a newer torch_npu never needs an older "
+                           f"CANN (inferred): CANN {cell.cann} is older than {floor[0]}",
+                           f"set cann: {floor[0]} or newer" + (f", or for CANN {cell.cann} use torch_npu {fitting}"
+                                                               if fitting else ""))
+            return
+        inferred = f" (inferred: CANN {floor[0]} or newer, from torch_npu {floor[1]})" if floor else ""
         yield _finding(cell, "torch_npu", "cann-pairing-unknown",
-                       f"no published CANN pairing for torch_npu {cell.torch_npu}; CANN {cell.cann} is unconfirmed",
+                       f"no published CANN pairing for torch_npu {cell.torch_npu}; CANN {cell.cann} is unconfirmed"
+                       + inferred,
                        "check Ascend's compatibility table; validate the image on an NPU host before relying on it",
                        severity="warning")
         return
@@ -166,7 +182,8 @@ def driver_supports_cann(cell: Cell, kb) -> Findings:
         return
     if versions.meets_minimum("hdk", cell.driver, needed) is False:
         yield _finding(cell, "driver", "driver-too-old",
-                       f"driver {cell.driver} is below {needed}, the minimum HDK for CANN {cell.cann}",
+                       f"driver {cell.driver} is below {needed}, the minimum HDK for CANN {cell.cann} "
+                       f"({kb.min_driver_reason(cell.cann)[1]})",
                        f"set driver: {needed} or newer (and upgrade the hosts' driver and firmware to match)")
 
 
@@ -321,6 +338,22 @@ def lock_findings(cells: List[Cell], states: Mapping[str, Tuple[str, str]]) -> L
             out.append(_finding(cell, "python", rule, f"cell {cell.id} {what}" + (f": {detail}" if detail and state == "incomplete" else ""),
                                 fix, severity="warning"))
     return list(dict.fromkeys(out))
+
+
+def installer_findings(cells: List[Cell], unrecorded: Mapping[str, Tuple[str, ...]]) -> List[Finding]:
+    """A warning per cell whose CANN installers have no sha256 yet (``unrecorded``: cell id ->
+    file names, `plan.unrecorded_installers`): published without one, not yet recorded in the lock."""
+    out = []
+    for cell in cells:
+        files = unrecorded.get(cell.id, ())
+        if files:
+            out.append(_finding(cell, "cann", "installer-sha256-unrecorded",
+                                f"no sha256 known yet for {', '.join(files)} (published without one; the lock has "
+                                "none recorded): the NPU image is refused until it has one",
+                                "run `ascend-build lock` where the download server answers: it fetches each file "
+                                "once and records its sha256 in the lock, and every later download must match it",
+                                severity="warning"))
+    return out
 
 
 def unique_tags(cells: List[Cell]) -> Findings:

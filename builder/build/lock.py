@@ -114,6 +114,11 @@ class Lock:
     resolver: str                  # e.g. "uv 0.13.9"
     entries: Tuple[Entry, ...]
     unpinned: Tuple[str, ...] = ()  # what could not be pinned, and why (e.g. conda's python)
+    installers: Tuple[Tuple[str, str], ...] = ()  # (file, sha256) of CANN installers recorded on first fetch
+
+    def installer_sha256(self, filename: str) -> Optional[str]:
+        """The sha256 recorded for a CANN installer the knowledge base has none for."""
+        return dict(self.installers).get(filename)
 
     def entry(self, name: str) -> Optional[Entry]:
         key = canonicalize_name(name)
@@ -131,6 +136,7 @@ class Lock:
         head = [f"# ascend-build lock of cell {self.cell}: written by `ascend-build lock`, do not edit.",
                 f"# inputs: {self.inputs}", f"# target: {self.target}", f"# resolver: {self.resolver}"]
         head += [f"# unpinned: {u}" for u in self.unpinned]
+        head += [f"# installer: {name} sha256:{sha}" for name, sha in sorted(self.installers)]
         head += [f"# incomplete: {e.name}=={e.version}: {e.note}" for e in self.incomplete]
         body = [line for e in self.entries for line in e.lines()]
         return "\n".join(head + body) + "\n"
@@ -166,12 +172,21 @@ class Lock:
         cell = first.split(" of cell ", 1)[1].split(":", 1)[0] if " of cell " in first else ""
         return cls(cell=cell, inputs=meta["inputs"][0], target=(meta.get("target") or [""])[0],
                    resolver=(meta.get("resolver") or [""])[0], entries=tuple(entries),
-                   unpinned=tuple(meta.get("unpinned", [])))
+                   unpinned=tuple(meta.get("unpinned", [])), installers=tuple(sorted(
+                       _installer_line(line, where) for line in meta.get("installer", []))))
 
     def without(self, *names: str) -> Tuple[Entry, ...]:
         """The entries but ``names``: the twin's closure is the lock without torch_npu."""
         drop = {canonicalize_name(n) for n in names}
         return tuple(e for e in self.entries if e.name not in drop)
+
+
+def _installer_line(text: str, where: str) -> Tuple[str, str]:
+    match = re.fullmatch(r"([A-Za-z0-9][A-Za-z0-9._+-]*) sha256:([0-9a-f]{64})", text.strip())
+    if not match:
+        raise UserError(f"{where}: not an installer line of an ascend-build lock: {text[:80]!r}",
+                        fix="run `ascend-build lock` to write it again")
+    return match.group(1), match.group(2)
 
 
 def _incomplete_note(text: str) -> Tuple[str, str]:

@@ -32,7 +32,7 @@ from builder import devices
 from builder import knowledge
 from builder.build import lock as locking
 from builder.build import plan as planning
-from builder.build import publish, render, stage
+from builder.build import publish, render, stage, wheels
 from builder.build.matrix import Cell
 from builder.engine import BuildFailed, Engine
 from builder.errors import UserError
@@ -272,9 +272,17 @@ def build_one(cell: Cell, variant: str, options: Options, engine: Engine, say: S
         out.message = (f"{cell.id} {why} in {options.locks_dir}: its image would install unverified packages\n"
                        f"  fix: run `ascend-build lock` (where every source is reachable), or pass --allow-incomplete-lock")
         return out
+    unrecorded = planning.unrecorded_installers(cell, knowledge.load(), lock) if variant == NPU else ()
+    if unrecorded:  # the Dockerfile refuses too; saying it here spares a build that cannot succeed
+        out.message = (f"{cell.id}: no sha256 known for {', '.join(unrecorded)}: no installer runs unverified\n"
+                       f"  fix: run `ascend-build lock` where the download server answers (it records each "
+                       f"file's sha256 on first fetch), or add sha256: {{FILE: HEX}} to the cell")
+        return out
     installers = Path(cell.cann_local) if (variant == NPU and cell.cann_source == "local") else None
+    fetched = (_fetch_wheels(cell, options.locks_dir / (closure_of or cell).id / locking.LOCK_FILE,
+                             state / "wheels" / name, name, say) if emulated and lock_state == "ok" else None)
     context = stage.context(render.render_cell(cell, lock=lock, closure_of=closure_of), state / "contexts" / name,
-                            options.wheelhouse, installers)
+                            options.wheelhouse, installers, fetched)
     log = state / "logs" / f"{name}.build.log"
     out.log = str(log)
     build_args = {planning.ALLOW_UNVERIFIED: "1"} if lock_state != "ok" else {}
@@ -282,7 +290,7 @@ def build_one(cell: Cell, variant: str, options: Options, engine: Engine, say: S
     say(f"[{name}] building {variant} image" + (f" for {cell.arch} under qemu" if emulated else ""))
     start = time.monotonic()
     try:
-        with stage.secrets(cell, options.ca_bundle) as secret_files:
+        with stage.secrets(cell, options.ca_bundle, offline_pip=fetched is not None) as secret_files:
             candidate = engine.build(context, dockerfile, secrets=secret_files, log_path=log, build_args=build_args,
                                      on_line=_Progress(name, say, options.quiet),
                                      platform=platform_of(cell.arch) if emulated else None)
@@ -306,6 +314,19 @@ def build_one(cell: Cell, variant: str, options: Options, engine: Engine, say: S
     report["base_image"] = {"ref": base, "id": engine.image_id(base), "digests": engine.repo_digests(base)}
     ref = f"{cell.image}:{stand_in_tag(closure_of.tag, cell.os)}" if closure_of else release_ref(cell, variant)
     return _conclude(out, engine, report, tiers, final, ref, name, options)
+
+
+def _fetch_wheels(cell: Cell, lock_file: Path, folder: Path, name: str, say: Say) -> Optional[Path]:
+    """The lock's wheels for ``cell``'s platform, downloaded natively (see `wheels`); None if not."""
+    start = time.monotonic()
+    why_not = wheels.download(lock_file, folder, python=cell.python, arch=cell.arch,
+                              glibc=knowledge.load().os_info(cell.os).glibc)
+    if why_not:
+        say(f"[{name}] wheels will be fetched inside the emulated build: {why_not}")
+        return None
+    say(f"[{name}] {len(list(folder.glob('*.whl')))} wheels of the lock fetched natively for {cell.arch} "
+        f"in {time.monotonic() - start:.1f} s; the build installs them offline")
+    return folder
 
 
 def _keep_report(out: Outcome, report: Dict, tiers: Tuple[str, ...], name: str, state: Path) -> bytes:

@@ -90,12 +90,18 @@ def _safe(kind: str, value: Optional[str], what: str) -> str:
 
 @dataclass(frozen=True)
 class InstallerFile:
-    """A CANN package: fetched (or copied from the context's installers folder), checked, run."""
+    """A CANN package: fetched (or copied from the context's installers folder), checked,
+    unpacked when it is a signed bundle (``unpack-cann.sh``), run. ``sha256`` is "" when
+    neither the knowledge base nor the lock has one yet: the step then refuses to start."""
 
     filename: str
     url: str
     sha256: str
     run: str
+
+    @property
+    def bundle(self) -> bool:
+        return self.filename.endswith(".zip")
 
 
 @dataclass(frozen=True)
@@ -148,6 +154,7 @@ class Plan:
     chip: str
     cann_source: str                      # installer | local | image ("" for the twin)
     installers: Tuple[InstallerFile, ...]
+    download_referer: str                 # the Referer CANN downloads send ("" for the twin)
     cann_env: Tuple[Tuple[str, str], ...]  # ENV lines in order; later ones may refer to earlier ones
     # Python and its packages
     python: str
@@ -238,8 +245,9 @@ def final_env(cell: Cell, variant: str) -> Dict[str, str]:
     return env
 
 
-def installer_files(cell: Cell, kb) -> Tuple[InstallerFile, ...]:
-    """Toolkit first, then the chip's ops package, each with the sha256 that must match."""
+def installer_files(cell: Cell, kb, lock: Optional[locking.Lock] = None) -> Tuple[InstallerFile, ...]:
+    """Toolkit first, then the chip's ops package, each with the sha256 that must match: the
+    cell's own, else the knowledge base's, else the one the lock recorded on first fetch."""
     given = dict(cell.sha256)
     known = {item.kind: item for item in kb.installers(cell.cann, cell.chip, cell.arch)}
     local = ({"toolkit": kb.toolkit_package(cell.cann, cell.arch), "ops": kb.ops_package(cell.chip, cell.cann, cell.arch)}
@@ -248,9 +256,10 @@ def installer_files(cell: Cell, kb) -> Tuple[InstallerFile, ...]:
     for kind in ("toolkit", "ops"):  # a local folder supplies each package the knowledge base lacks
         item = known.get(kind)
         if item is not None:
-            sha = given.get(item.filename, item.sha256)
+            sha = given.get(item.filename) or item.sha256 or (lock.installer_sha256(item.filename) if lock else None)
             files.append(InstallerFile(_safe("file", item.filename, "installer file"), _safe("url", item.url, "installer URL"),
-                                       _safe("sha256", sha, f"sha256 of {item.filename}"), _safe("file", item.run, "installer")))
+                                       _safe("sha256", sha, f"sha256 of {item.filename}") if sha else "",
+                                       _safe("file", item.run, "installer")))
         elif kind in local:
             name = local[kind]
             if name not in given:
@@ -258,6 +267,17 @@ def installer_files(cell: Cell, kb) -> Tuple[InstallerFile, ...]:
             files.append(InstallerFile(_safe("file", name, "installer file"), "", _safe("sha256", given[name], f"sha256 of {name}"),
                                        name))
     return tuple(files)
+
+
+def unrecorded_installers(cell: Cell, kb, lock: Optional[locking.Lock]) -> Tuple[str, ...]:
+    """The CANN installers of ``cell``'s NPU image with no sha256 anywhere yet (cell, knowledge
+    base, lock): `ascend-build lock` records them on first fetch; until then the image is refused."""
+    if cell.cann_source != "installer":
+        return ()
+    try:
+        return tuple(f.filename for f in installer_files(cell, kb, lock) if not f.sha256)
+    except UserError:  # a local cell missing its sha256, or odd data: other rules report it
+        return ()
 
 
 def env_prefix(cell: Cell) -> str:
@@ -464,7 +484,8 @@ def plan(cell: Cell, kb, variant: str, digest: str, lock: Optional[locking.Lock]
         apt_components=APT_COMPONENTS.get(re.sub(r"[0-9.]+$", "", cell.os), "main"),
         os_packages=(OS_PACKAGES if npu else OS_PACKAGES_CPU)[os_info.family],
         cann=cell.cann if npu else "", chip=cell.chip if npu else "", cann_source=cell.cann_source if npu else "",
-        installers=installer_files(cell, kb) if npu and not from_image else (),
+        installers=installer_files(cell, kb, lock) if npu and not from_image else (),
+        download_referer=_safe("url", kb.download_referer(), "download referer") if npu else "",
         cann_env=cann_env(cell) if npu else (),
         python=cell.python, env_manager=cell.env, env_prefix=env_prefix(cell),
         conda_url=_safe("url", conda.url, "conda installer URL") if conda else "",

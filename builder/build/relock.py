@@ -17,11 +17,13 @@ import os
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Callable, List, Optional, Sequence
+from typing import Callable, List, Optional, Sequence, Tuple
 
+from builder import installers as installer_names
+from builder.build import fetch as fetching
 from builder.build import lock as locking
 from builder.build.matrix import Cell
-from builder.build.plan import lock_inputs, lock_unpinned
+from builder.build.plan import lock_inputs, lock_unpinned, unrecorded_installers
 from builder.errors import UserError
 
 JOBS = 4  # uv processes at once: resolving waits on the index far more than on the CPU
@@ -35,6 +37,7 @@ class Row:
     state: str
     detail: str = ""
     changed: bool = False
+    unrecorded: Tuple[str, ...] = ()  # CANN installers with no sha256 in the knowledge base or the lock
 
 
 def _describe(lock: Optional[locking.Lock], state: str) -> str:
@@ -54,13 +57,33 @@ def check(cells: Sequence[Cell], kb, out: Path) -> List[Row]:
     for cell in cells:
         lock = locking.read(Path(out) / cell.id)
         state = locking.status(lock, lock_inputs(cell, kb))
-        rows.append(Row(cell.id, state, _describe(lock, state)))
+        rows.append(Row(cell.id, state, _describe(lock, state), unrecorded=unrecorded_installers(cell, kb, lock)))
     return rows
+
+
+def record_installers(cell: Cell, kb, made: locking.Lock, fetch: Callable, say: Callable[[str], None]
+                      ) -> Tuple[locking.Lock, Tuple[str, ...]]:
+    """Record in the lock the sha256 of each CANN installer published without one, fetching it
+    once; a recorded one is kept (later downloads must match it, never replace it). Returns the
+    lock and the installers still without a hash (their server did not answer)."""
+    if cell.cann_source != "installer":
+        return made, ()
+    recorded, missing = dict(made.installers), []
+    for item in installer_names.cann_installers(kb, cell.cann, cell.chip, cell.arch):
+        if item.sha256 or item.filename in recorded or dict(cell.sha256).get(item.filename):
+            continue
+        try:
+            recorded[item.filename], size = fetch(item.url, referer=kb.download_referer())
+            say(f"[{cell.id}] recorded {item.filename}: {size} bytes, sha256 {recorded[item.filename]}")
+        except UserError as exc:
+            say(f"[{cell.id}] {item.filename} not recorded: {exc.message}")
+            missing.append(item.filename)
+    return replace(made, installers=tuple(sorted(recorded.items()))), tuple(missing)
 
 
 def run(cells: Sequence[Cell], kb, out: Path, *, wheelhouse: Optional[Path] = None, index_url: Optional[str] = None,
         jobs: int = JOBS, say: Callable[[str], None] = lambda line: None,
-        resolve: Callable = locking.resolve) -> List[Row]:
+        resolve: Callable = locking.resolve, fetch: Callable = fetching.sha256_of_url) -> List[Row]:
     """Resolve each cell whose lock is not ok and write it to ``out/<cell>/``; a cell that
     fails does not stop the others. Returns a row per cell, in the matrix's order."""
 
@@ -74,18 +97,21 @@ def run(cells: Sequence[Cell], kb, out: Path, *, wheelhouse: Optional[Path] = No
             say(f"[{cell.id}] resolving for {inputs.platform}, Python {inputs.python}")
             try:
                 made = replace(resolve(inputs, wheelhouse=wheelhouse, index_url=index_url, previous=previous),
-                               unpinned=lock_unpinned(cell, kb))
+                               unpinned=lock_unpinned(cell, kb), installers=previous.installers if previous else ())
             except UserError as exc:
                 return Row(cell.id, "failed", exc.message)
+        made, missing = record_installers(cell, kb, made, fetch, say)
         if previous is not None and previous.text() == made.text():
-            return Row(cell.id, locking.status(made, inputs), _describe(made, locking.status(made, inputs)))
+            return Row(cell.id, locking.status(made, inputs), _describe(made, locking.status(made, inputs)),
+                       unrecorded=missing)
         folder.mkdir(parents=True, exist_ok=True)
         path = folder / locking.LOCK_FILE
         tmp = path.with_name(path.name + ".tmp")
         tmp.write_text(made.text(), encoding="utf-8")
         os.replace(tmp, path)  # never a half-written lock
         state = locking.status(made, inputs)
-        return Row(cell.id, state, _describe(made, state), changed=previous is None or previous.text() != made.text())
+        return Row(cell.id, state, _describe(made, state), changed=previous is None or previous.text() != made.text(),
+                   unrecorded=missing)
 
     if resolve is locking.resolve:
         locking.uv_command()  # find uv (or say it is missing) once, before the threads

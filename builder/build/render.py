@@ -40,6 +40,7 @@ from builder.build.matrix import Cell
 
 PACKAGE_DIR = Path(__file__).resolve().parent.parent
 TEMPLATES = PACKAGE_DIR / "templates"
+UNPACK_SCRIPT = "unpack-cann.sh"  # shipped beside the Dockerfile of a cell whose CANN comes as signed bundles
 # The files every image carries beside the smoke program, from where they live here.
 SMOKE_FILES = {name: (PACKAGE_DIR / name if name in ("versions.py", "vocabulary.py") else PACKAGE_DIR / "smoke" / name)
                for name in vocabulary.SHIPPED_FILES if name.endswith(".py")}
@@ -104,6 +105,8 @@ def render_cell(cell: Cell, kb=None, lock: Optional[locking.Lock] = None,
         files[p.dockerfile] = dockerfile(p)
         files[p.manifest_file] = _json(planning.manifest(cell, variant, digest, kb, lock, closure_of))
         files.update({step.file: step.text() for step in p.installs})
+        if any(f.bundle for f in p.installers):
+            files[UNPACK_SCRIPT] = (TEMPLATES / UNPACK_SCRIPT).read_bytes()
     if lock is not None:
         files[locking.LOCK_FILE] = lock.text().encode()
     files.update(_smoke_files())

@@ -46,53 +46,62 @@ INSTALLERS = "installers"
 
 
 def context(files: Dict[str, bytes], folder: Path, wheelhouse: Optional[Path] = None,
-            installers: Optional[Path] = None) -> Path:
-    """Write a fresh build context into ``folder`` and return it."""
+            installers: Optional[Path] = None, fetched_wheels: Optional[Path] = None) -> Path:
+    """Write a fresh build context into ``folder`` and return it.
+
+    ``fetched_wheels`` (wheels downloaded for the target, see `wheels`) join the
+    user's wheelhouse in the same folder; the user's copy of a file wins.
+    """
     if folder.exists():
         shutil.rmtree(folder)
     folder.mkdir(parents=True)
     for name, data in files.items():
         (folder / name).write_bytes(data)
-    if wheelhouse is not None:
-        _link_tree(wheelhouse, folder / WHEELHOUSE, "wheelhouse", "*.whl")
+    for source in (wheelhouse, fetched_wheels):
+        if source is not None:
+            _link_tree(source, folder / WHEELHOUSE, "wheelhouse", "*.whl")
     if installers is not None:
         _link_tree(installers, folder / INSTALLERS, "CANN installer folder", "*")
     return folder
 
 
 def _link_tree(source: Optional[Path], target: Path, what: str, pattern: str) -> None:
-    target.mkdir()
+    target.mkdir(exist_ok=True)
     if source is None:
         return
     if not source.is_dir():
         raise UserError(f"{what} {source} is not a folder", fix="pass an existing folder")
     for item in sorted(source.glob(pattern)):
-        if item.is_file():
+        if item.is_file() and not (target / item.name).exists():
             try:
                 os.link(item, target / item.name)  # same file system: no copy of GBs
             except OSError:
                 shutil.copy2(item, target / item.name)
 
 
-def buildenv(cell: Cell, with_ca: bool) -> str:
-    """The shell file the Dockerfile's network steps source: mirrors and CA settings."""
+def buildenv(cell: Cell, with_ca: bool, offline_pip: bool = False) -> str:
+    """The shell file the Dockerfile's network steps source: mirrors and CA settings, and
+    ``PIP_NO_INDEX=1`` when the context's wheelhouse holds the whole lock (pip then installs
+    from it alone, hashes still checked)."""
     lines = ["# ascend-build build-time settings (a BuildKit secret; never stored in the image)"]
     for key, value in cell.mirrors:
         lines.append(f"export {MIRROR_VARIABLES[key]}={shlex.quote(value)}")
     if with_ca:
         lines.append("export " + " ".join(f"{v}={CA_IN_BUILD}" for v in CA_VARIABLES))
+    if offline_pip:
+        lines.append("export PIP_NO_INDEX=1")
     return "\n".join(lines) + "\n"
 
 
 @contextlib.contextmanager
-def secrets(cell: Cell, ca_bundle: Optional[Path]) -> Iterator[Dict[str, Path]]:
+def secrets(cell: Cell, ca_bundle: Optional[Path], offline_pip: bool = False) -> Iterator[Dict[str, Path]]:
     """Secret files for one build, removed afterwards whatever happens."""
     if ca_bundle is not None and not ca_bundle.is_file():
         raise UserError(f"CA bundle {ca_bundle} is not a file",
                         fix="pass --ca-bundle with a PEM file, e.g. /etc/ssl/certs/ca-certificates.crt")
     with tempfile.TemporaryDirectory(prefix="ascend-build-secrets-") as tmp:
         env_file = Path(tmp) / "buildenv"
-        env_file.write_text(buildenv(cell, ca_bundle is not None))
+        env_file.write_text(buildenv(cell, ca_bundle is not None, offline_pip))
         env_file.chmod(0o600)
         files = {"buildenv": env_file}
         if ca_bundle is not None:

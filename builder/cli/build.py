@@ -49,6 +49,7 @@ def _load(path: Optional[Path], strict: bool, locks_in: Optional[Path] = None) -
     if locks_in is not None and not checks.has_errors(findings):
         rows = relock.check(loaded.cells, knowledge.load(), locks_in)
         findings += checks.lock_findings(loaded.cells, {r.cell: (r.state, r.detail) for r in rows})
+        findings += checks.installer_findings(loaded.cells, {r.cell: r.unrecorded for r in rows})
     _echo_findings(findings)
     if checks.has_errors(findings, strict):
         errors = sum(f.severity == "error" or strict for f in findings)

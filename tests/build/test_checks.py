@@ -8,11 +8,12 @@ with torch_npu 2.1.0rc1 and HDK 23.0.RC3; torch_npu 2.4.0 with CANN 8.0.RC3; etc
 from __future__ import annotations
 
 import doctest
+from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
 
-from builder.build import checks, matrix
+from builder.build import checks, matrix, plan
 from builder import cli, installers, knowledge, versions
 from helpers_matrix import CANN_7, SHIPPED_MATRIX, VALID, all_findings, by_rule, write_cells
 
@@ -97,14 +98,29 @@ def test_cann_spelling_variants_are_the_same_release(tmp_path):
 
 def test_cann_pairing_unknown_is_a_warning(tmp_path):
     findings, lines, _ = cell_findings(tmp_path, dict(VALID, os="debian12", env="venv", python="3.11",
-                                                      cann="9.0.0", torch_npu="2.13.0"))
+                                                      cann="9.1.0", torch_npu="2.13.0", driver="25.2.RC1"))
+    findings = [f for f in findings if f.rule != "installer-sha256-unknown"]  # 9.1.0's hashes: see that rule
     f = only(findings, "cann-pairing-unknown")
     assert f.severity == "warning"
     assert (f.field, f.where.line) == ("cells[0].torch_npu", lines[(0, "torch_npu")])
-    assert f.message == "no published CANN pairing for torch_npu 2.13.0; CANN 9.0.0 is unconfirmed"
+    assert f.message == ("no published CANN pairing for torch_npu 2.13.0; CANN 9.1.0 is unconfirmed "
+                         "(inferred: CANN 9.1.0 or newer, from torch_npu 2.12.0)")
     assert "validate the image on an NPU host" in f.fix
     assert [x.rule for x in findings] == ["cann-pairing-unknown"]  # a warning only: not an error
     assert not checks.has_errors(findings) and checks.has_errors(findings, strict=True)
+
+
+def test_cann_below_what_an_older_torch_npu_needs_is_refused_naming_the_evidence(tmp_path):
+    findings, lines, _ = cell_findings(tmp_path, dict(VALID, os="debian12", env="venv", python="3.11",
+                                                      cann="9.0.0", torch_npu="2.13.0", driver="25.0.RC1"))
+    f = only(findings, "cann-below-inferred")
+    assert f.severity == "error"
+    assert (f.field, f.where.line) == ("cells[0].cann", lines[(0, "cann")])
+    assert f.message == ("torch_npu 2.13.0 has no published CANN pairing, but the older torch_npu 2.12.0 is "
+                         "paired with CANN 9.1.0, and a newer torch_npu never needs an older CANN (inferred): "
+                         "CANN 9.0.0 is older than 9.1.0")
+    assert f.fix == "set cann: 9.1.0 or newer, or for CANN 9.0.0 use torch_npu 2.10.0.post2, 2.10.0, 2.9.0.post2"
+    assert by_rule(findings, "cann-pairing-unknown") == []
 
 
 # --- python_has_wheel -------------------------------------------------------------------
@@ -151,7 +167,7 @@ def test_driver_too_old(tmp_path):
     f = only(findings, "driver-too-old")
     assert f.severity == "error"
     assert (f.field, f.where.line) == ("cells[0].driver", lines[(0, "driver")])
-    assert f.message == "driver 23.0.3 is below 24.1.RC3, the minimum HDK for CANN 8.0.RC3"
+    assert f.message == "driver 23.0.3 is below 24.1.RC3, the minimum HDK for CANN 8.0.RC3 (its paired HDK 24.1.RC3)"
     assert f.fix == "set driver: 24.1.RC3 or newer (and upgrade the hosts' driver and firmware to match)"
 
 
@@ -282,19 +298,33 @@ A3_83 = dict(VALID, chip="a3", arch="aarch64", cann="8.3.RC1", torch_npu="2.7.1"
 
 
 def test_installer_unknown(tmp_path):
-    findings, lines, _ = cell_findings(tmp_path, dict(A3_83, cann_source="installer"))
+    findings, lines, _ = cell_findings(tmp_path, dict(A3_83, cann="8.4.0", cann_source="installer"))
     f = only(findings, "installer-unknown")
     assert f.severity == "error"
     assert (f.field, f.where.line) == ("cells[0].cann_source", lines[(0, "cann_source")])
-    assert f.message == "the knowledge base has no official a3/aarch64 installers for CANN 8.3.RC1"
+    assert f.message == "the knowledge base has no official a3/aarch64 installers for CANN 8.4.0"
     assert f.fix == "use cann_source: {local: DIR} with sha256: {FILE: HEX}, or {image: REF@sha256:DIGEST}"
 
 
 def test_installer_unknown_points_at_defaults_when_set_there(tmp_path):
-    cell = {k: v for k, v in A3_83.items()}
+    cell = dict(A3_83, cann="8.4.0")
     findings, lines, _ = cell_findings(tmp_path, cell, defaults={"cann_source": "installer"})
     f = only(findings, "installer-unknown")
     assert (f.field, f.where.line) == ("defaults.cann_source", lines[("defaults", "cann_source")])
+
+
+def test_a_known_release_without_published_hashes_installs_from_its_folder(tmp_path):
+    """A3 kernels for 8.3.RC1 are published without a sha256 in the data: not refused for that
+    alone; the lock records the hash on first fetch, and until then a warning says so."""
+    findings, _, path = cell_findings(tmp_path, dict(A3_83, cann_source="installer"))
+    assert by_rule(findings, "installer-unknown") == []
+    cell = matrix.load(Path(path)).cells[0]
+    assert plan.unrecorded_installers(cell, knowledge.load(), None) == ("Atlas-A3-cann-kernels_8.3.RC1_linux-aarch64.run",)
+    [warning] = checks.installer_findings([cell], {cell.id: ("Atlas-A3-cann-kernels_8.3.RC1_linux-aarch64.run",)})
+    assert (warning.rule, warning.severity, warning.field) == ("installer-sha256-unrecorded", "warning", "cells[0].cann")
+    assert warning.message.startswith("no sha256 known yet for Atlas-A3-cann-kernels_8.3.RC1_linux-aarch64.run")
+    assert "ascend-build lock" in warning.fix
+    assert checks.installer_findings([cell], {cell.id: ()}) == []
 
 
 def test_cann_image_unpinned_is_a_warning(tmp_path):
@@ -395,7 +425,7 @@ COVERED = {
     "cann_known": ("cann-unknown", "version-syntax"),
     "torch_npu_published": ("torch-npu-unpublished",),
     "torch_matches_pin": ("torch-mismatch",),
-    "cann_paired": ("cann-mismatch", "cann-pairing-unknown"),
+    "cann_paired": ("cann-mismatch", "cann-pairing-unknown", "cann-below-inferred"),
     "python_has_wheel": ("python-no-wheel",),
     "glibc_new_enough": ("glibc-too-old",),
     "driver_supports_cann": ("driver-too-old", "driver-missing", "version-syntax"),
@@ -442,9 +472,11 @@ def test_strict_turns_the_warning_into_exit_1():
     strict = runner.invoke(cli.app, ["validate", "--matrix", str(SHIPPED_MATRIX), "--strict"])
     assert strict.exit_code == 1
     assert "warning: cann-pairing-unknown" in strict.output
-    # the warnings: one pairing, and the five x86_64 locks whose torch==X+cpu has no sha256 here
+    # the warnings: one pairing, the five x86_64 locks whose torch==X+cpu has no sha256 here,
+    # and CANN 9.1.0's installers, published without one
     assert strict.output.count("warning: lock-incomplete") == 5
-    assert f"6 error(s) in {SHIPPED_MATRIX}" in strict.output
+    assert strict.output.count("warning: installer-sha256-unrecorded") == 1  # the demo cell's CANN 9.1.0
+    assert f"7 error(s) in {SHIPPED_MATRIX}" in strict.output
 
 
 # --- CANN's Python limits and torch_npu's environment options (builder/data/python-env.yaml) -----------

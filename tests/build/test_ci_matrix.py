@@ -22,7 +22,7 @@ from builder.errors import UserError
 
 REPO = Path(__file__).resolve().parents[2]
 SHIPPED_MATRIX = REPO / "matrix"
-DEBIAN = "cann9.0.0-910b-debian12-py3.11-torch_npu2.13.0-x86_64"
+DEBIAN = "cann9.1.0-910b-debian12-py3.11-torch_npu2.13.0-x86_64"
 
 
 def _cli() -> List[str]:
@@ -270,7 +270,7 @@ def test_members_list_siblings_even_when_only_one_arch_is_rebuilt(repo: Path):
     assert ids(rows) == ["cann8.3.rc1-910b-ubuntu22.04-py3.11-torch_npu2.7.1-aarch64",
                          "cann8.3.rc1-910b-ubuntu22.04-py3.11-torch_npu2.7.1-x86_64"]
     debian = ci_matrix.entries(cells_of(repo), None, since=None, repo=repo)[-1]
-    assert debian["manifest"] == "ascend-build/pytorch:cann9.0.0-910b-debian12-py3.11-torch_npu2.13.0"
+    assert debian["manifest"] == "ascend-build/pytorch:cann9.1.0-910b-debian12-py3.11-torch_npu2.13.0"
     assert [m["ref"] for m in debian["members"]] == ["ascend-build/pytorch:" + DEBIAN]
 
 

@@ -49,7 +49,7 @@ from builder.errors import UserError
 
 TOKEN = uuid.uuid4().hex[:10]
 REPO = f"ascend-build-test/pytorch-{TOKEN}"  # every tag this module makes lives under it
-CELL_ID = "cann9.0.0-910b-debian12-py3.11-torch_npu2.13.0-x86_64"
+CELL_ID = "cann9.1.0-910b-debian12-py3.11-torch_npu2.13.0-x86_64"
 WHEELHOUSE = Path("/opt/wheels")
 CA_BUNDLE = Path("/etc/ssl/certs/ca-certificates.crt")
 CLI = Path(sys.executable).with_name("ascend-build")
@@ -57,7 +57,7 @@ DOCKER = "/usr/bin/docker"
 TEMP_TAG_REPO = "ascend-build-candidate"  # pipeline.seal's temporary name
 
 # The shipped Debian 12 cell (matrix/default.yaml), keys in the same order.
-CELL = {"cann": "9.0.0", "chip": "910b", "arch": "x86_64", "os": "debian12", "env": "venv",
+CELL = {"cann": "9.1.0", "chip": "910b", "arch": "x86_64", "os": "debian12", "env": "venv",
         "python": '"3.11"', "torch_npu": "2.13.0"}
 
 

@@ -1,5 +1,5 @@
 """builder.build.plan: every decision of a Dockerfile, as a typed value, with exact values
-for the demo cell (Debian 12, Python 3.11 venv, torch 2.13.0, CANN 9.0.0 on 910b, x86_64),
+for the demo cell (Debian 12, Python 3.11 venv, torch 2.13.0, CANN 9.1.0 on 910b, x86_64),
 and the Python steps each state of a cell's lock gives (ok, incomplete, missing, stale).
 
 URLs are taken from the knowledge base and sha256 lines from the committed locks
@@ -23,10 +23,10 @@ from builder.build import matrix, plan, render
 from builder.errors import UserError
 from helpers_matrix import SHIPPED_DOCKERFILES, SHIPPED_MATRIX, write_cells
 
-DEMO = "cann9.0.0-910b-debian12-py3.11-torch_npu2.13.0-x86_64"
+DEMO = "cann9.1.0-910b-debian12-py3.11-torch_npu2.13.0-x86_64"
 CELL_7 = "cann7.0.rc1-910b-ubuntu22.04-py3.9-torch_npu2.1.0rc1-x86_64"      # lock incomplete: torch==2.1.0+cpu
 CELL_7_ARM = "cann7.0.rc1-910b-ubuntu22.04-py3.9-torch_npu2.1.0rc1-aarch64"  # lock complete, conda
-HOME = "/usr/local/Ascend/cann-9.0.0"
+HOME = "/usr/local/Ascend/cann-9.1.0"
 DRIVER = "/usr/local/Ascend/driver/lib64"
 DIGEST = "0123456789abcdef"
 SHIPPED = ("smoke.py", "parsers.py", "error_table.py", "versions.py", "vocabulary.py", "errors.json")
@@ -100,7 +100,8 @@ def _common_labels(variant: str):
 
 
 def test_the_demo_cells_npu_plan(demo, demo_lock, kb):
-    toolkit, ops = kb.installers("9.0.0", "910b", "x86_64")
+    folder = "https://ascend-repo.obs.cn-east-2.myhuaweicloud.com/CANN/CANN%209.1.0/"
+    toolkit, ops = "Ascend-cann-toolkit_9.1.0_linux-x86_64.run", "Ascend-cann-910b-ops_9.1.0_linux-x86_64.run"
     assert _values(plan.plan(demo, kb, "npu", DIGEST, demo_lock)) == {
         "cell_id": DEMO,
         "variant": "npu",
@@ -115,17 +116,13 @@ def test_the_demo_cells_npu_plan(demo, demo_lock, kb):
         "apt_components": "main",
         "os_packages": ("bash", "ca-certificates", "curl", "unzip", "python3", "python3-venv",
                         "gcc", "g++", "make", "libc6-dev", "libgomp1", "libnuma1"),
-        "cann": "9.0.0",
+        "cann": "9.1.0",
         "chip": "910b",
         "cann_source": "installer",
-        "installers": (
-            plan.InstallerFile("Ascend-cann-toolkit_9.0.0_linux-x86_64.zip", toolkit.url,
-                               "899d3c9b025de694fd0b5337735fa7a0e435fdd49ae811aadb86edf1a12ad059",
-                               "Ascend-cann-toolkit_9.0.0_linux-x86_64.run"),
-            plan.InstallerFile("Ascend-cann-910b-ops_9.0.0_linux-x86_64.zip", ops.url,
-                               "dc21a7823a940e2ab04e624a808d28f43b7a62d3626e8443af38af0f58ddd5fb",
-                               "Ascend-cann-910b-ops_9.0.0_linux-x86_64.run"),
-        ),
+        # CANN 9.1.0's .run files are published without a sha256, and this lock has none recorded
+        "installers": (plan.InstallerFile(toolkit, folder + toolkit, "", toolkit),
+                       plan.InstallerFile(ops, folder + ops, "", ops)),
+        "download_referer": "https://www.hiascend.com/",
         "cann_env": (
             ("ASCEND_TOOLKIT_HOME", HOME),
             ("ASCEND_HOME_PATH", "${ASCEND_TOOLKIT_HOME}"),
@@ -161,17 +158,27 @@ def test_the_demo_cells_npu_plan(demo, demo_lock, kb):
         "lock_path": LOCK_PATH,
         "labels": (
             ("org.opencontainers.image.title", f"ascend-build/pytorch:{DEMO}"),
-            ("org.opencontainers.image.description", "PyTorch 2.13.0 + torch_npu 2.13.0 on CANN 9.0.0 for 910b"),
+            ("org.opencontainers.image.description", "PyTorch 2.13.0 + torch_npu 2.13.0 on CANN 9.1.0 for 910b"),
             ("org.opencontainers.image.version", DEMO),
             *_common_labels("npu"),
-            ("io.ascend-build.cann", "9.0.0"),
+            ("io.ascend-build.cann", "9.1.0"),
             ("io.ascend-build.chip", "910b"),
             ("io.ascend-build.torch-npu", "2.13.0"),
-            ("io.ascend-build.min-driver", "25.0.RC1"),
+            ("io.ascend-build.min-driver", "25.2.RC1"),
             ("io.ascend-build.min-firmware", ""),
         ),
         "steps": ("os", "cann", "python", "closure", "torch_npu", "env", "files"),
     }
+
+
+def test_a_sha256_recorded_in_the_lock_is_the_one_the_download_must_match(demo, demo_lock, kb):
+    recorded = dataclasses.replace(demo_lock, installers=(
+        ("Ascend-cann-910b-ops_9.1.0_linux-x86_64.run", "b" * 64),
+        ("Ascend-cann-toolkit_9.1.0_linux-x86_64.run", "a" * 64)))
+    assert [f.sha256 for f in plan.plan(demo, kb, "npu", DIGEST, recorded).installers] == ["a" * 64, "b" * 64]
+    assert plan.unrecorded_installers(demo, kb, recorded) == ()
+    assert plan.unrecorded_installers(demo, kb, demo_lock) == ("Ascend-cann-toolkit_9.1.0_linux-x86_64.run",
+                                                               "Ascend-cann-910b-ops_9.1.0_linux-x86_64.run")
 
 
 def test_the_demo_cells_cpu_twin_plan(demo, demo_lock, kb):
@@ -192,6 +199,7 @@ def test_the_demo_cells_cpu_twin_plan(demo, demo_lock, kb):
         "chip": "",
         "cann_source": "",
         "installers": (),
+        "download_referer": "",
         "cann_env": (),
         "python": "3.11",
         "env_manager": "venv",
@@ -527,7 +535,7 @@ def test_lock_inputs(shipped, kb, cell7):
     assert "torch==2.1.0" in arm.requirements  # aarch64: PyPI's torch is the CPU build
     demo = plan.lock_inputs(shipped[DEMO], kb)
     assert demo.requirements[-4:] == ("torch==2.13.0+cpu", "torch-npu==2.13.0", "pip", "setuptools")  # venv: no wheel
-    assert demo.constraints == ("numpy>=1.19.2", "protobuf>=3.20,<3.21", "setuptools<82")
+    assert demo.constraints == ("numpy>=1.19.2", "setuptools<82")  # CANN 9.1.0 lifts the protobuf 3.20 limit
     pinned = dataclasses.replace(cell7, pip=("six==1.16.0",))
     assert plan.lock_inputs(pinned, kb).requirements[-4:] == ("six==1.16.0", "pip", "setuptools", "wheel")
 

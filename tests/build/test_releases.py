@@ -285,7 +285,8 @@ def kb_of(path: Path) -> knowledge.KnowledgeBase:
         return yaml.load((DATA / name).read_text(), Loader=LOADER)
     return knowledge.KnowledgeBase(compat=yaml.load(path.read_text(), Loader=LOADER),
                                    packages=json.loads((DATA / "cann-packages.json").read_text()),
-                                   os_doc=doc("os.yaml"), conda_doc=doc("conda.yaml"))
+                                   os_doc=doc("os.yaml"), conda_doc=doc("conda.yaml"),
+                                   downloads_doc=doc("cann-downloads.yaml"))
 
 
 # --- check: a new release -------------------------------------------------------------------

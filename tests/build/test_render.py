@@ -154,26 +154,44 @@ def test_cann_block_checks_every_installer_before_running_any(npu7):
     assert kernels.url.startswith("https://") and kernels.url.endswith("/Ascend-cann-kernels-910b_7.0.RC1_linux.zip")
     expected = f"""\
 # 2. CANN 7.0.RC1: toolkit, then the 910b operator package.
-#    Every installer's sha256 is checked before any installer runs.
+#    Every installer's sha256 is checked, and every signed bundle unpacked, before any installer runs.
 RUN --mount=type=secret,id=buildenv --mount=type=secret,id=ca \\
+    --mount=type=bind,source=unpack-cann.sh,target=/tmp/unpack-cann.sh \\
     if [ -s /run/secrets/buildenv ]; then . /run/secrets/buildenv; fi && \\
     mkdir -p /tmp/cann && \\
-    curl -fsSL --retry 3 -o '/tmp/cann/Ascend-cann-toolkit_7.0.RC1_linux-x86_64.zip' '{toolkit.url}' && \\
+    curl -fsSL --retry 3 -H 'Referer: https://www.hiascend.com/' -o '/tmp/cann/Ascend-cann-toolkit_7.0.RC1_linux-x86_64.zip' '{toolkit.url}' && \\
     echo 'e95617e9b2ceb90c70a36bc55ce7dfd98eca599d304be8530eed6469ce296745  /tmp/cann/Ascend-cann-toolkit_7.0.RC1_linux-x86_64.zip' | sha256sum -c - && \\
-    curl -fsSL --retry 3 -o '/tmp/cann/Ascend-cann-kernels-910b_7.0.RC1_linux.zip' '{kernels.url}' && \\
+    curl -fsSL --retry 3 -H 'Referer: https://www.hiascend.com/' -o '/tmp/cann/Ascend-cann-kernels-910b_7.0.RC1_linux.zip' '{kernels.url}' && \\
     echo 'e7e12c493c3580f4c1682af46ec9b10a94801e5f6851c94acaf3418777eb4955  /tmp/cann/Ascend-cann-kernels-910b_7.0.RC1_linux.zip' | sha256sum -c - && \\
-    unzip -q -d /tmp/cann '/tmp/cann/Ascend-cann-toolkit_7.0.RC1_linux-x86_64.zip' 'Ascend-cann-toolkit_7.0.RC1_linux-x86_64.run' && \\
+    sh /tmp/unpack-cann.sh '/tmp/cann/Ascend-cann-toolkit_7.0.RC1_linux-x86_64.zip' 'Ascend-cann-toolkit_7.0.RC1_linux-x86_64.run' /tmp/cann && \\
+    sh /tmp/unpack-cann.sh '/tmp/cann/Ascend-cann-kernels-910b_7.0.RC1_linux.zip' 'Ascend-cann-kernels-910b_7.0.RC1_linux.run' /tmp/cann && \\
     bash '/tmp/cann/Ascend-cann-toolkit_7.0.RC1_linux-x86_64.run' --quiet --install --install-for-all && \\
-    unzip -q -d /tmp/cann '/tmp/cann/Ascend-cann-kernels-910b_7.0.RC1_linux.zip' 'Ascend-cann-kernels-910b_7.0.RC1_linux.run' && \\
     bash '/tmp/cann/Ascend-cann-kernels-910b_7.0.RC1_linux.run' --quiet --install --install-for-all && \\
     rm -rf /tmp/cann /root/.cache /root/ascend /var/log/ascend_seclog
 """
     assert expected in npu7
     lines = npu7.splitlines()
     checks = [i for i, line in enumerate(lines) if "| sha256sum -c -" in line and "/tmp/cann/" in line]
+    unpacks = [i for i, line in enumerate(lines) if "sh /tmp/unpack-cann.sh" in line]
     runs = [i for i, line in enumerate(lines) if re.match(r"\s*bash '/tmp/cann/.*\.run'", line)]
-    assert len(checks) == 2 and len(runs) == 2
-    assert max(checks) < min(runs)
+    assert len(checks) == 2 and len(unpacks) == 2 and len(runs) == 2
+    assert max(checks) < min(unpacks) and max(unpacks) < min(runs)
+
+
+def test_an_installer_without_a_sha256_stops_the_step_before_any_download(tmp_path):
+    """CANN 9.1.0's .run files have no published sha256; with none recorded in the lock the
+    step refuses first, naming each file, so a build by hand cannot run them unverified."""
+    path, _ = write_cells(tmp_path, {"name": "c91", "os": "ubuntu22.04", "arch": "x86_64", "chip": "910b",
+                                     "cann": "9.1.0", "python": "3.11", "torch_npu": "2.12.0"})
+    lines = render.render_cell(matrix.load(path).cells[0])["Dockerfile"].decode().splitlines()
+    guards = [i for i, line in enumerate(lines) if "no sha256 known for" in line]
+    downloads = [i for i, line in enumerate(lines) if line.strip().startswith("curl -fsSL")]
+    assert [lines[i].strip() for i in guards] == [
+        f"{{ echo 'no sha256 known for {name}: run ascend-build lock where the download server answers (it records "
+        f"it), or add it to the cell under sha256:' >&2; exit 1; }} && \\"
+        for name in ("Ascend-cann-toolkit_9.1.0_linux-x86_64.run", "Ascend-cann-910b-ops_9.1.0_linux-x86_64.run")]
+    assert max(guards) < min(downloads)
+    assert "unpack-cann.sh" not in "\n".join(lines)  # plain .run files: nothing to unpack
 
 
 def test_cann_env_block(npu7):
@@ -432,7 +450,7 @@ def test_manifest(cell7, lock7, rendered):
     files = rendered[CELL_7_X86]
     assert sorted(files) == sorted(["Dockerfile", "Dockerfile.cpu", "lock.closure.txt", "lock.torch_npu.txt",
                                     "lock.unverified.txt", "manifest.cpu.json", "manifest.json", "requirements.lock",
-                                    *vocabulary.SHIPPED_FILES])
+                                    "unpack-cann.sh", *vocabulary.SHIPPED_FILES])
     assert files["manifest.json"].endswith(b"}\n")
     driver = "/usr/local/Ascend/driver/lib64"
     locked = {e.name: e.version for e in lock7.entries}
@@ -603,12 +621,13 @@ def test_local_installers_fill_in_what_the_knowledge_base_lacks(tmp_path):
     text = render.render_cell(matrix.load(path).cells[0])["Dockerfile"].decode()
     assert f"""\
 RUN --mount=type=bind,source=installers,target=/tmp/installers \\
+    --mount=type=bind,source=unpack-cann.sh,target=/tmp/unpack-cann.sh \\
     mkdir -p /tmp/cann && \\
     cp '/tmp/installers/Ascend-cann-toolkit_8.3.RC1_linux-aarch64.zip' /tmp/cann/ && \\
     echo '659adc6cea68c6ed60783c3b7af54b4221b113151c476f4f190796e9764d8c19  /tmp/cann/Ascend-cann-toolkit_8.3.RC1_linux-aarch64.zip' | sha256sum -c - && \\
     cp '/tmp/installers/{kernels}' /tmp/cann/ && \\
     echo '{"0" * 64}  /tmp/cann/{kernels}' | sha256sum -c - && \\
-    unzip -q -d /tmp/cann '/tmp/cann/Ascend-cann-toolkit_8.3.RC1_linux-aarch64.zip' 'Ascend-cann-toolkit_8.3.RC1_linux-aarch64.run' && \\
+    sh /tmp/unpack-cann.sh '/tmp/cann/Ascend-cann-toolkit_8.3.RC1_linux-aarch64.zip' 'Ascend-cann-toolkit_8.3.RC1_linux-aarch64.run' /tmp/cann && \\
     bash '/tmp/cann/Ascend-cann-toolkit_8.3.RC1_linux-aarch64.run' --quiet --install --install-for-all && \\
     bash '/tmp/cann/{kernels}' --quiet --install --install-for-all && \\
     rm -rf /tmp/cann /root/.cache /root/ascend /var/log/ascend_seclog
@@ -708,10 +727,13 @@ def test_every_cell_folder_is_a_complete_build_context(rendered, unlocked):
         files = [source for source, target in re.findall(r"--mount=type=bind,source=([^,]+),target=(\S+)", text)
                  if target == f"/tmp/{source}"]
         pips = text.count("\n    pip install ")
-        assert files and len(files) == pips and all(name.startswith("lock.") and name in contexts[cell_id]
-                                                    for name in files), where
+        assert all(name in contexts[cell_id] for name in files), where
+        scripts = [name for name in files if name == render.UNPACK_SCRIPT]  # CANN's signed bundles
+        files = [name for name in files if name not in scripts]
+        assert files and len(files) == pips and all(name.startswith("lock.") for name in files), where
         assert sorted(binds) == sorted(["--mount=type=bind,from=wheelhouse,target=/wheelhouse"] * pips +
-                                       [f"--mount=type=bind,source={name},target=/tmp/{name}" for name in files]), where
+                                       [f"--mount=type=bind,source={name},target=/tmp/{name}"
+                                        for name in files + scripts]), where
         assert "_shared" not in text and "../" not in text
 
 
@@ -891,7 +913,7 @@ def test_hadolint_would_report_a_problem(tmp_path):
 # --- a build by hand, through the real engine ---------------------------------------------------
 
 
-DEMO_CELL = "cann9.0.0-910b-debian12-py3.11-torch_npu2.13.0-x86_64"
+DEMO_CELL = "cann9.1.0-910b-debian12-py3.11-torch_npu2.13.0-x86_64"
 CA_BUNDLE = Path("/etc/ssl/certs/ca-certificates.crt")
 
 

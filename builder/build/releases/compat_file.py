@@ -154,7 +154,8 @@ def _kb_from(compat: Mapping[str, Any], folder: Path) -> knowledge.KnowledgeBase
             return json.loads(path.read_text(encoding="utf-8"))
         return yaml.load(path.read_text(encoding="utf-8"), Loader=LOADER) or {}
     return knowledge.KnowledgeBase(compat=compat, packages=doc("cann-packages.json"),
-                                   os_doc=doc("os.yaml"), conda_doc=doc("conda.yaml"))
+                                   os_doc=doc("os.yaml"), conda_doc=doc("conda.yaml"),
+                                   downloads_doc=doc("cann-downloads.yaml"))
 
 
 def _parse(text: str, path: Path) -> Dict[str, Any]:
