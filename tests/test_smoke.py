@@ -326,3 +326,46 @@ def test_debians_fake_pkg_resources_record_is_no_closure_difference(smoke):
     # at another version it is a real distribution, and it is reported
     assert smoke.closure_problems(locked, {"pip": "24.0", "pkg-resources": "1.0"}) == [
         "pkg-resources 1.0 installed, not in the lock"]
+
+
+# --- the ENV against what CANN's own set_env.sh sets (run with real bash) -----------------------
+
+SET_ENV = r"""
+# shaped like CANN's bin/setenv.bash: some entries only when their folder exists
+export ASCEND_TOOLKIT_HOME={home}
+export LD_LIBRARY_PATH=${{ASCEND_TOOLKIT_HOME}}/lib64:${{LD_LIBRARY_PATH}}
+aml=${{ASCEND_TOOLKIT_HOME}}/tools/aml/lib64
+if [ -d "$aml" ]; then
+    case ":$LD_LIBRARY_PATH:" in *":$aml:"*) ;; *) export LD_LIBRARY_PATH=$aml:$aml/plugin:$LD_LIBRARY_PATH ;; esac
+fi
+export ASCEND_OPP_PATH=${{ASCEND_TOOLKIT_HOME}}/opp
+"""
+
+
+def _toolkit(tmp_path, with_aml):
+    home = tmp_path / "latest"
+    (home / "lib64").mkdir(parents=True)
+    if with_aml:
+        (home / "tools/aml/lib64").mkdir(parents=True)
+    (home / "set_env.sh").write_text(SET_ENV.format(home=home))
+    return home
+
+
+def test_set_env_sh_agrees_with_an_env_that_already_holds_it(smoke, tmp_path):
+    home = _toolkit(tmp_path, with_aml=False)
+    environ = {"ASCEND_TOOLKIT_HOME": str(home), "LD_LIBRARY_PATH": f"{home}/lib64:/usr/lib",
+               "ASCEND_OPP_PATH": f"{home}/opp", "PATH": "/usr/bin:/bin"}
+    assert smoke.set_env_script(environ) == str(home / "set_env.sh")
+    assert smoke.set_env_differences(str(home / "set_env.sh"), environ) == {}
+
+
+def test_set_env_sh_names_each_variable_the_env_lacks(smoke, tmp_path):
+    home = _toolkit(tmp_path, with_aml=True)  # this toolkit has tools/aml: set_env.sh adds it
+    environ = {"ASCEND_TOOLKIT_HOME": str(home), "LD_LIBRARY_PATH": f"{home}/lib64", "PATH": "/usr/bin:/bin"}
+    assert smoke.set_env_differences(str(home / "set_env.sh"), environ) == {
+        "LD_LIBRARY_PATH": f"lacks {home}/tools/aml/lib64:{home}/tools/aml/lib64/plugin (set_env.sh adds it)",
+        "ASCEND_OPP_PATH": f"unset; set_env.sh sets {home}/opp",
+    }
+    environ["ASCEND_OPP_PATH"] = "/elsewhere"
+    assert smoke.set_env_differences(str(home / "set_env.sh"), environ)["ASCEND_OPP_PATH"] == \
+        f"is /elsewhere; set_env.sh sets {home}/opp"

@@ -207,7 +207,10 @@ def cann_env(cell: Cell) -> Tuple[Tuple[str, str], ...]:
     """CANN's ``set_env.sh`` written out as ENV lines, so non-interactive shells have it too.
 
     Like ``set_env.sh``, the toolkit's home is set first and referred to afterwards;
-    LD_LIBRARY_PATH is built up in three lines (CANN's libraries, op tiling, the driver's).
+    LD_LIBRARY_PATH is built up in four lines (CANN's libraries, op tiling, the AML tools',
+    the driver's). set_env.sh adds some entries only when their folder exists (tools/aml,
+    tools/profiler, ...); they are always here, harmless when absent. The versions tier
+    runs the installed set_env.sh against this ENV and fails naming any variable it lacks.
     """
     home = "${" + HOME_VARIABLE + "}"
     return (
@@ -218,9 +221,11 @@ def cann_env(cell: Cell) -> Tuple[Tuple[str, str], ...]:
         ("TOOLCHAIN_HOME", f"{home}/toolkit"),
         ("LD_LIBRARY_PATH", f"{home}/lib64:{home}/lib64/plugin/opskernel:{home}/lib64/plugin/nnengine"),
         ("LD_LIBRARY_PATH", f"${{LD_LIBRARY_PATH}}:{home}/opp/built-in/op_impl/ai_core/tbe/op_tiling"),
+        ("LD_LIBRARY_PATH", f"${{LD_LIBRARY_PATH}}:{home}/tools/aml/lib64:{home}/tools/aml/lib64/plugin"),
         ("LD_LIBRARY_PATH", f"${{LD_LIBRARY_PATH}}:{DRIVER_LIB}:{DRIVER_LIB}/common:{DRIVER_LIB}/driver"),
         ("PYTHONPATH", f"{home}/python/site-packages:{home}/opp/built-in/op_impl/ai_core/tbe"),
         ("PATH", f"{home}/bin:{home}/compiler/ccec_compiler/bin:{home}/tools/ccec_compiler/bin:${{PATH}}"),
+        ("PATH", f"${{PATH}}:{home}/tools/profiler/bin:{home}/python/site-packages/bin"),
     )
 
 

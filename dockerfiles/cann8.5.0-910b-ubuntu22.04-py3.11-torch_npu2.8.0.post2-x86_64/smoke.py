@@ -229,6 +229,44 @@ def env_differences(expected, environ):
             for k, v in sorted((expected or {}).items()) if environ.get(k) != v}
 
 
+SET_ENV_IGNORED = ("_", "SHLVL", "PWD", "OLDPWD")
+
+
+def set_env_script(environ):
+    """CANN's set_env.sh for the toolkit the ENV points at; None when there is none."""
+    home = (environ.get("ASCEND_TOOLKIT_HOME") or environ.get("ASCEND_HOME_PATH") or "").rstrip("/")
+    candidates = [os.path.join(home, "set_env.sh"), os.path.join(os.path.dirname(home), "set_env.sh")] if home else []
+    candidates.append("/usr/local/Ascend/ascend-toolkit/set_env.sh")
+    return next((c for c in candidates if os.path.isfile(c)), None)
+
+
+def set_env_differences(script, environ):
+    """What sourcing CANN's ``script`` would still change in ``environ``, per variable ({} when
+    the image's ENV already holds it all). set_env.sh adds some entries only when their folder
+    exists (tools/aml/lib64 ...), so it is run, not read: what it sets here is what counts."""
+    try:
+        out = subprocess.run(["bash", "-c", '. "$1" >/dev/null 2>&1; env -0', "set_env.sh", script],
+                             env=dict(environ), capture_output=True, timeout=60)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return {"(set_env.sh)": "could not be run: %s" % exc}
+    after = dict(item.split("=", 1) for item in out.stdout.decode("utf-8", "replace").split("\0") if "=" in item)
+    diff = {}
+    for name, value in sorted(after.items()):
+        before = environ.get(name)
+        if name in SET_ENV_IGNORED or before == value:
+            continue
+        if before is None:
+            diff[name] = "unset; set_env.sh sets %s" % value
+        elif ":" in value or ":" in before:  # a list of paths: only what it adds matters
+            have = set(p.rstrip("/") for p in before.split(":") if p)
+            added = [p for p in value.split(":") if p and p.rstrip("/") not in have]
+            if added:
+                diff[name] = "lacks %s (set_env.sh adds it)" % ":".join(added)
+        else:
+            diff[name] = "is %s; set_env.sh sets %s" % (before, value)
+    return diff
+
+
 def check_host(driver, firmware, manifest, device):
     """Driver/firmware are host requirements: each must be >= the manifest minimum.
     -> (problems, notes)."""
@@ -340,6 +378,11 @@ def tier_versions(ctx):
                 problems.append("no CANN version in %s" % f["path"])
             elif not same_version("cann", f["version"], cann):
                 problems.append("CANN %s in %s, manifest declares %s" % (f["version"], f["path"], cann))
+        d["set_env"] = set_env_script(os.environ) if found else None
+        d["set_env_differs"] = set_env_differences(d["set_env"], os.environ) if d["set_env"] else {}
+        if d["set_env_differs"]:
+            problems.append("the ENV lacks what CANN's %s sets: %s" % (d["set_env"], "; ".join(
+                "%s %s" % (k, v) for k, v in sorted(d["set_env_differs"].items()))))
     else:
         if d["torch_npu"] is not None:
             problems.append("cpu twin contains torch_npu %s: it must not" % d["torch_npu"])

@@ -132,10 +132,13 @@ def test_the_demo_cells_npu_plan(demo, demo_lock, kb):
             ("LD_LIBRARY_PATH", "${ASCEND_TOOLKIT_HOME}/lib64:${ASCEND_TOOLKIT_HOME}/lib64/plugin/opskernel:"
                                 "${ASCEND_TOOLKIT_HOME}/lib64/plugin/nnengine"),
             ("LD_LIBRARY_PATH", "${LD_LIBRARY_PATH}:${ASCEND_TOOLKIT_HOME}/opp/built-in/op_impl/ai_core/tbe/op_tiling"),
+            ("LD_LIBRARY_PATH", "${LD_LIBRARY_PATH}:${ASCEND_TOOLKIT_HOME}/tools/aml/lib64:"
+                                "${ASCEND_TOOLKIT_HOME}/tools/aml/lib64/plugin"),
             ("LD_LIBRARY_PATH", f"${{LD_LIBRARY_PATH}}:{DRIVER}:{DRIVER}/common:{DRIVER}/driver"),
             ("PYTHONPATH", "${ASCEND_TOOLKIT_HOME}/python/site-packages:${ASCEND_TOOLKIT_HOME}/opp/built-in/op_impl/ai_core/tbe"),
             ("PATH", "${ASCEND_TOOLKIT_HOME}/bin:${ASCEND_TOOLKIT_HOME}/compiler/ccec_compiler/bin:"
                      "${ASCEND_TOOLKIT_HOME}/tools/ccec_compiler/bin:${PATH}"),
+            ("PATH", "${PATH}:${ASCEND_TOOLKIT_HOME}/tools/profiler/bin:${ASCEND_TOOLKIT_HOME}/python/site-packages/bin"),
         ),
         "python": "3.11",
         "env_manager": "venv",
@@ -280,7 +283,8 @@ def test_final_env_is_literal(demo):
         "ASCEND_OPP_PATH": f"{HOME}/opp",
         "TOOLCHAIN_HOME": f"{HOME}/toolkit",
         "LD_LIBRARY_PATH": f"{HOME}/lib64:{HOME}/lib64/plugin/opskernel:{HOME}/lib64/plugin/nnengine:"
-                           f"{HOME}/opp/built-in/op_impl/ai_core/tbe/op_tiling:{DRIVER}:{DRIVER}/common:{DRIVER}/driver",
+                           f"{HOME}/opp/built-in/op_impl/ai_core/tbe/op_tiling:{HOME}/tools/aml/lib64:"
+                           f"{HOME}/tools/aml/lib64/plugin:{DRIVER}:{DRIVER}/common:{DRIVER}/driver",
         "PYTHONPATH": f"{HOME}/python/site-packages:{HOME}/opp/built-in/op_impl/ai_core/tbe",
         "ASCEND_GLOBAL_LOG_LEVEL": "3",
         "HCCL_CONNECT_TIMEOUT": "1800",

@@ -207,9 +207,11 @@ ENV ASCEND_OPP_PATH="${ASCEND_TOOLKIT_HOME}/opp"
 ENV TOOLCHAIN_HOME="${ASCEND_TOOLKIT_HOME}/toolkit"
 ENV LD_LIBRARY_PATH="${ASCEND_TOOLKIT_HOME}/lib64:${ASCEND_TOOLKIT_HOME}/lib64/plugin/opskernel:${ASCEND_TOOLKIT_HOME}/lib64/plugin/nnengine"
 ENV LD_LIBRARY_PATH="${LD_LIBRARY_PATH}:${ASCEND_TOOLKIT_HOME}/opp/built-in/op_impl/ai_core/tbe/op_tiling"
+ENV LD_LIBRARY_PATH="${LD_LIBRARY_PATH}:${ASCEND_TOOLKIT_HOME}/tools/aml/lib64:${ASCEND_TOOLKIT_HOME}/tools/aml/lib64/plugin"
 ENV LD_LIBRARY_PATH="${LD_LIBRARY_PATH}:/usr/local/Ascend/driver/lib64:/usr/local/Ascend/driver/lib64/common:/usr/local/Ascend/driver/lib64/driver"
 ENV PYTHONPATH="${ASCEND_TOOLKIT_HOME}/python/site-packages:${ASCEND_TOOLKIT_HOME}/opp/built-in/op_impl/ai_core/tbe"
 ENV PATH="${ASCEND_TOOLKIT_HOME}/bin:${ASCEND_TOOLKIT_HOME}/compiler/ccec_compiler/bin:${ASCEND_TOOLKIT_HOME}/tools/ccec_compiler/bin:${PATH}"
+ENV PATH="${PATH}:${ASCEND_TOOLKIT_HOME}/tools/profiler/bin:${ASCEND_TOOLKIT_HOME}/python/site-packages/bin"
 
 # 3. Python 3.9 in a dedicated conda environment.
 """
@@ -478,7 +480,8 @@ def test_manifest(cell7, lock7, rendered):
             "ASCEND_OPP_PATH": f"{HOME}/opp",
             "TOOLCHAIN_HOME": f"{HOME}/toolkit",
             "LD_LIBRARY_PATH": f"{HOME}/lib64:{HOME}/lib64/plugin/opskernel:{HOME}/lib64/plugin/nnengine:"
-                               f"{HOME}/opp/built-in/op_impl/ai_core/tbe/op_tiling:{driver}:{driver}/common:{driver}/driver",
+                               f"{HOME}/opp/built-in/op_impl/ai_core/tbe/op_tiling:{HOME}/tools/aml/lib64:"
+                               f"{HOME}/tools/aml/lib64/plugin:{driver}:{driver}/common:{driver}/driver",
             "PYTHONPATH": f"{HOME}/python/site-packages:{HOME}/opp/built-in/op_impl/ai_core/tbe",
             "ASCEND_GLOBAL_LOG_LEVEL": "3",
             "HCCL_CONNECT_TIMEOUT": "1800",
