@@ -1,0 +1,210 @@
+"""CANN installers as shipped, through the real engine, from synthetic installers of exactly
+their shape.
+
+No CANN installer can be downloaded here, so each test makes one: a tiny shell `.run` that
+takes the real options (--quiet --install --install-for-all) and lays down a toolkit tree
+with a real `<arch>-linux/ascend_toolkit_install.info` and a `set_env.sh` shaped like
+CANN's (entries added only when their folder exists). The layouts:
+
+- a plain `.run` (what the install guides fetch from the release folder);
+- a signed bundle: `.zip` holding the payload `X.run`, `X.run.cms` and a `.crl`;
+- a signed bundle whose payload is itself a zip holding `X.run`.
+
+The rendered Dockerfile of a `cann_source: {local: DIR}` cell is built up to and including
+its CANN step and ENV (the Python steps after it are other tests' business), with the smoke
+program copied in, so the versions tier's set_env.sh check runs against what the synthetic
+toolkit really sets. A wrong sha256, a bundle without its payload and one without its
+signature each fail the build before any installer runs, naming the file.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import uuid
+import zipfile
+from dataclasses import replace
+from hashlib import sha256
+from pathlib import Path
+from typing import Dict, Optional
+
+import pytest
+
+from builder.build import matrix, render, stage
+from builder.engine import BuildFailed
+from helpers_matrix import write_cells
+
+BASE = "local/debian:12"
+CA = Path("/etc/ssl/certs/ca-certificates.crt")
+RAN = "SYNTHETIC-INSTALLER-RAN"
+TOOLKIT_91, OPS_91 = "Ascend-cann-toolkit_9.1.0_linux-x86_64.run", "Ascend-cann-910b-ops_9.1.0_linux-x86_64.run"
+TOOLKIT_80, KERNELS_80 = "Ascend-cann-toolkit_8.0.RC3_linux-x86_64", "Ascend-cann-kernels-910b_8.0.RC3_linux-x86_64"
+
+
+def synthetic_run(name: str, home: str, version: str, extra_env: str = "") -> bytes:
+    """A .run that installs a toolkit tree (toolkit) or adds an ops folder to it (anything else)."""
+    toolkit = "toolkit" in name
+    body = [
+        "#!/bin/sh",
+        "# synthetic CANN installer (test): takes the real options, lays down the real files",
+        "set -e",
+        'for a in "$@"; do case "$a" in --quiet|--install|--install-for-all) ;; '
+        '*) echo "unknown option $a" >&2; exit 2 ;; esac; done',
+        f'echo "{RAN} {name}"',
+    ]
+    if toolkit:
+        body += [
+            f"mkdir -p {home}/lib64 {home}/tools/aml/lib64 {home}/x86_64-linux {home}/opp",
+            f"printf 'version={version}\\narch=x86_64\\npath={home}\\n' > {home}/x86_64-linux/ascend_toolkit_install.info",
+            f"cat > {home}/set_env.sh <<'EOF'",
+            f"export ASCEND_TOOLKIT_HOME={home}",
+            "export ASCEND_HOME_PATH=${ASCEND_TOOLKIT_HOME}",
+            "export ASCEND_OPP_PATH=${ASCEND_TOOLKIT_HOME}/opp",
+            'export LD_LIBRARY_PATH=${ASCEND_TOOLKIT_HOME}/lib64:${LD_LIBRARY_PATH}',
+            'aml=${ASCEND_TOOLKIT_HOME}/tools/aml/lib64',
+            'if [ -d "$aml" ]; then export LD_LIBRARY_PATH=$aml:$aml/plugin:$LD_LIBRARY_PATH; fi',
+            *([extra_env] if extra_env else []),
+            "EOF",
+        ]
+    else:
+        body += [f"mkdir -p {home}/opp/vendors/{name.split('_')[0]}"]
+    return ("\n".join(body) + "\n").encode()
+
+
+def bundle(path: Path, payload_name: str, payload: bytes, *, cms: bool = True, crl: bool = True,
+           include_payload: bool = True) -> bytes:
+    """A signed CANN bundle: payload + payload.cms + a .crl (the signature is not checkable here)."""
+    with zipfile.ZipFile(path, "w") as z:
+        if include_payload:
+            z.writestr(payload_name, payload)
+        if cms:
+            z.writestr(payload_name + ".cms", b"synthetic CMS signature")
+        if crl:
+            z.writestr("ascendsign.crl", b"synthetic revocation list")
+    return path.read_bytes()
+
+
+def nested(run_name: str, run: bytes) -> bytes:
+    """A zip holding one .run (the payload of a bundle whose payload is a zip)."""
+    import io
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w") as z:
+        z.writestr(run_name, run)
+    return buffer.getvalue()
+
+
+def build_cann_step(engine, tmp_path: Path, cell_keys: Dict, installers: Path, sha: Dict[str, str]) -> str:
+    """Render the cell, build its Dockerfile through the CANN step and ENV plus the smoke files."""
+    path, _ = write_cells(tmp_path, dict(cell_keys, cann_source={"local": str(installers)}, sha256=sha))
+    cell = replace(matrix.load(path).cells[0], base_image=BASE)
+    files = render.render_cell(cell)
+    text = files["Dockerfile"].decode()
+    cut = re.search(r"^# \d+\. Python ", text, flags=re.M).start()
+    files["Dockerfile.cut"] = (text[:cut] + "COPY smoke.py parsers.py versions.py vocabulary.py error_table.py "
+                               "errors.json /opt/ascend-build/\n").encode()
+    context = stage.context(files, tmp_path / f"ctx-{uuid.uuid4().hex[:6]}", None, installers)
+    with stage.secrets(cell, CA if CA.is_file() else None) as secrets:
+        return engine.build(context, "Dockerfile.cut", secrets=secrets, log_path=tmp_path / "build.log")
+
+
+def set_env_check(engine, image: str) -> Dict:
+    program = ("import json, os, sys; sys.path.insert(0, '/opt/ascend-build'); import smoke; "
+               "s = smoke.set_env_script(os.environ); print(json.dumps([s, smoke.set_env_differences(s, dict(os.environ))]))")
+    return json.loads(engine.run(image, ["python3", "-c", program], timeout=120).stdout)
+
+
+CELL_91 = {"name": "synthetic-91", "os": "debian12", "env": "venv", "arch": "x86_64", "chip": "910b",
+           "cann": "9.1.0", "python": "3.11", "torch_npu": "2.13.0"}
+CELL_80 = {"name": "synthetic-80", "os": "debian12", "env": "venv", "arch": "x86_64", "chip": "910b",
+           "cann": "8.0.RC3", "python": "3.11", "torch_npu": "2.4.0"}
+
+
+@pytest.fixture
+def built(engine, base_image):
+    images = []
+    yield images
+    for image in images:
+        engine.remove(image, force=True)
+
+
+@pytest.mark.engine
+def test_plain_run_files_install_and_the_env_matches_set_env_sh(engine, built, tmp_path):
+    home = "/usr/local/Ascend/cann-9.1.0"
+    folder = tmp_path / "installers"
+    folder.mkdir()
+    runs = {TOOLKIT_91: synthetic_run(TOOLKIT_91, home, "9.1.0"), OPS_91: synthetic_run(OPS_91, home, "9.1.0")}
+    for name, data in runs.items():
+        (folder / name).write_bytes(data)
+    image = build_cann_step(engine, tmp_path, CELL_91, folder, {n: sha256(d).hexdigest() for n, d in runs.items()})
+    built.append(image)
+    log = (tmp_path / "build.log").read_text()
+    assert f"{RAN} {TOOLKIT_91}" in log and f"{RAN} {OPS_91}" in log
+    info = engine.run(image, ["cat", f"{home}/x86_64-linux/ascend_toolkit_install.info"], timeout=60).stdout
+    assert "version=9.1.0" in info
+    assert set_env_check(engine, image) == [f"{home}/set_env.sh", {}]  # the ENV holds all set_env.sh sets
+
+
+@pytest.mark.engine
+def test_a_variable_set_env_sh_sets_and_the_env_lacks_is_named(engine, built, tmp_path):
+    """CANN 9.0+ set_env.sh also sets CMAKE_PREFIX_PATH (the real-hosts issue): an ENV without
+    it is caught by the versions tier's check, naming the variable and the value."""
+    home = "/usr/local/Ascend/cann-9.1.0"
+    folder = tmp_path / "installers"
+    folder.mkdir()
+    extra = "export CMAKE_PREFIX_PATH=${ASCEND_TOOLKIT_HOME}/lib64/cmake"
+    runs = {TOOLKIT_91: synthetic_run(TOOLKIT_91, home, "9.1.0", extra), OPS_91: synthetic_run(OPS_91, home, "9.1.0")}
+    for name, data in runs.items():
+        (folder / name).write_bytes(data)
+    image = build_cann_step(engine, tmp_path, CELL_91, folder, {n: sha256(d).hexdigest() for n, d in runs.items()})
+    built.append(image)
+    assert set_env_check(engine, image)[1] == {"CMAKE_PREFIX_PATH": f"unset; set_env.sh sets {home}/lib64/cmake"}
+
+
+def _bundles(folder: Path, home: str, *, kernels: Optional[Dict] = None) -> Dict[str, str]:
+    """The 8.0.RC3 toolkit as a bundle with a .run payload, the kernels as a bundle whose
+    payload is a zip holding the .run (``kernels`` overrides that bundle's shape)."""
+    toolkit_run = synthetic_run(TOOLKIT_80 + ".run", home, "8.0.RC3")
+    kernels_run = synthetic_run(KERNELS_80 + ".run", home, "8.0.RC3")
+    made = {
+        TOOLKIT_80 + ".zip": bundle(folder / (TOOLKIT_80 + ".zip"), TOOLKIT_80 + ".run", toolkit_run),
+        KERNELS_80 + ".zip": bundle(folder / (KERNELS_80 + ".zip"), KERNELS_80 + ".payload.zip",
+                                    nested(KERNELS_80 + ".run", kernels_run), **(kernels or {})),
+    }
+    return {name: sha256(data).hexdigest() for name, data in made.items()}
+
+
+@pytest.mark.engine
+def test_signed_bundles_with_run_and_zip_payloads_install(engine, built, tmp_path):
+    home = "/usr/local/Ascend/ascend-toolkit/latest"
+    folder = tmp_path / "installers"
+    folder.mkdir()
+    image = build_cann_step(engine, tmp_path, CELL_80, folder, _bundles(folder, home))
+    built.append(image)
+    log = (tmp_path / "build.log").read_text()
+    assert f"{RAN} {TOOLKIT_80}.run" in log and f"{RAN} {KERNELS_80}.run" in log
+    assert "version=8.0.RC3" in engine.run(image, ["cat", f"{home}/x86_64-linux/ascend_toolkit_install.info"],
+                                           timeout=60).stdout
+    # set_env.sh of an 8.x toolkit lives in latest/ here; the ENV holds all of it
+    assert set_env_check(engine, image) == [f"{home}/set_env.sh", {}]
+
+
+@pytest.mark.engine
+@pytest.mark.parametrize("case, shape, message", [
+    ("wrong sha256", None, f"/tmp/cann/{KERNELS_80}.zip: FAILED"),
+    ("no payload", {"include_payload": False},
+     f"{KERNELS_80}.zip: its payload {KERNELS_80}.payload.zip (named by {KERNELS_80}.payload.zip.cms) is missing"),
+    ("no signature", {"cms": False}, f"{KERNELS_80}.zip: no .cms signature beside the payload: not a signed CANN bundle"),
+    ("no revocation list", {"crl": False}, f"{KERNELS_80}.zip: no .crl revocation list beside the payload"),
+])
+def test_a_bad_installer_fails_before_any_installer_runs(engine, tmp_path, case, shape, message):
+    home = "/usr/local/Ascend/ascend-toolkit/latest"
+    folder = tmp_path / "installers"
+    folder.mkdir()
+    sha = _bundles(folder, home, kernels=shape)
+    if case == "wrong sha256":
+        sha[KERNELS_80 + ".zip"] = "0" * 64
+    with pytest.raises(BuildFailed):
+        build_cann_step(engine, tmp_path, CELL_80, folder, sha)
+    log = (tmp_path / "build.log").read_text()
+    assert message in log, log[-3000:]
+    assert RAN not in log  # the toolkit was fine, and still nothing ran
