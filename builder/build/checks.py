@@ -119,26 +119,56 @@ def cann_paired(cell: Cell, kb) -> Findings:
                        severity="warning")
         return
     try:
-        if _cann(release.cann) == _cann(cell.cann):
-            return
+        paired, wanted = _cann(release.cann), _cann(cell.cann)
     except versions.VersionError:
         return  # reported by cann_known
+    if paired == wanted:
+        return
+    if wanted > paired and wanted.release[:2] == paired.release[:2]:
+        yield _finding(cell, "cann", "cann-adjacent",
+                       f"torch_npu {cell.torch_npu} is paired with CANN {release.cann} (published); CANN {cell.cann} "
+                       f"is a later release of the same line ({'.'.join(map(str, paired.release[:2]))}), "
+                       "inferred compatible but not published",
+                       f"validate the image on an NPU host, or set cann: {release.cann}", severity="warning")
+        return
     yield _finding(cell, "torch_npu", "cann-mismatch",
                    f"torch_npu {cell.torch_npu} is paired with CANN {release.cann}, not CANN {cell.cann}",
                    f"set cann: {release.cann}, or {_suggest_torch_npu(kb, cell)}")
 
 
 def cann_known(cell: Cell, kb) -> Findings:
-    """An unknown CANN version is most often a typo (8.0.rc3 vs 8.0.RC3 is fine, 8.4 does not exist)."""
+    """An unknown CANN is most often a typo (8.0.rc3 vs 8.0.RC3 is fine, 8.4 does not exist), and
+    nothing can vouch for it: an error, unless the cell says it is unlisted on purpose and
+    carries what makes its CANN verifiable (its installers' sha256, or an image digest)."""
     out: List[Finding] = []
     parsed = _parsed(cell, "cann", _cann, out)
     yield from out
     if parsed is None:
         return
-    if not any(_cann(known) == parsed for known in kb.cann_releases()):
-        yield _finding(cell, "cann", "cann-unknown", f"CANN {cell.cann} is not a release the knowledge base knows",
-                       "check the spelling (e.g. 8.0.RC3, 8.5.0); `ascend-build kb cann` lists the known releases",
-                       severity="warning")
+    known = kb.cann_releases()
+    if any(_cann(k) == parsed for k in known):
+        return
+    below = [k for k in known if _cann(k) < parsed][-1:]
+    above = [k for k in known if _cann(k) > parsed][:1]
+    nearest = ", ".join(below + above)
+    if not cell.unlisted:
+        yield _finding(cell, "cann", "cann-unknown",
+                       f"CANN {cell.cann} is not a release the knowledge base knows (nearest: {nearest})",
+                       "check the spelling (e.g. 8.0.RC3, 8.5.0; `ascend-build kb cann` lists the known releases), "
+                       "or set unlisted: true with its installers' sha256 or an image digest")
+        return
+    verifiable = (cell.cann_source == "image" and "@sha256:" in (cell.cann_image or "")) or (
+        cell.cann_source == "local" and len(dict(cell.sha256)) >= 2)
+    if not verifiable:
+        yield _finding(cell, "unlisted", "cann-unlisted-unverifiable",
+                       f"CANN {cell.cann} is unlisted, and nothing makes its bytes verifiable",
+                       "use cann_source: {local: DIR} with sha256: {TOOLKIT.run: HEX, OPS.run: HEX}, "
+                       "or cann_source: {image: REF@sha256:DIGEST}")
+        return
+    yield _finding(cell, "unlisted", "cann-unlisted",
+                   f"CANN {cell.cann} is unlisted on purpose: its pairings and minimum driver are unchecked "
+                   f"(nearest known: {nearest})", "validate the image on an NPU host before relying on it",
+                   severity="warning")
 
 
 def python_has_wheel(cell: Cell, kb) -> Findings:
@@ -244,7 +274,8 @@ def installers_verifiable(cell: Cell, kb) -> Findings:
     else:
         files = installers.cann_installers(kb, cell.cann, cell.chip, cell.arch)
         if cell.cann_source == "installer" and len(files) < 2:
-            yield _finding(cell, "cann_source", "installer-unknown",
+            # at cann_source when the matrix writes it, else at the CANN that has no installers
+            yield _finding(cell, "cann_source" if "cann_source" in cell.fields else "cann", "installer-unknown",
                            f"the knowledge base has no official {cell.chip}/{cell.arch} installers for CANN {cell.cann}",
                            "use cann_source: {local: DIR} with sha256: {FILE: HEX}, or {image: REF@sha256:DIGEST}")
         if cell.cann_source == "local":

@@ -91,6 +91,20 @@ def test_cann_mismatch(tmp_path):
     assert f.fix == "set cann: 8.0.RC3, or for CANN 7.0.RC1 use 2.1.0rc1"
 
 
+def test_a_later_cann_of_the_same_line_is_a_warning_naming_the_published_pair(tmp_path):
+    """vllm-ascend runs torch_npu 2.9.0 (paired with 8.5.0) on CANN 8.5.1."""
+    findings, lines, _ = cell_findings(tmp_path, dict(VALID, cann="8.5.1", torch_npu="2.9.0", torch="2.9.0",
+                                                      python="3.11", driver="25.0.RC1"))
+    f = only(findings, "cann-adjacent")
+    assert f.severity == "warning" and (f.field, f.where.line) == ("cells[0].cann", lines[(0, "cann")])
+    assert f.message == ("torch_npu 2.9.0 is paired with CANN 8.5.0 (published); CANN 8.5.1 is a later release "
+                         "of the same line (8.5), inferred compatible but not published")
+    assert by_rule(findings, "cann-mismatch") == []
+    older, _, _ = cell_findings(tmp_path, dict(VALID, cann="8.3.RC1", torch_npu="2.9.0", torch="2.9.0",
+                                               python="3.11", driver="25.0.RC1"))
+    assert only(older, "cann-mismatch").severity == "error"  # another line: a contradiction
+
+
 def test_cann_spelling_variants_are_the_same_release(tmp_path):
     findings, _, _ = cell_findings(tmp_path, dict(VALID, cann="8.0.rc3"))
     assert by_rule(findings, "cann-mismatch") == [] and by_rule(findings, "cann-unknown") == []
@@ -313,6 +327,12 @@ def test_installer_unknown_points_at_defaults_when_set_there(tmp_path):
     assert (f.field, f.where.line) == ("defaults.cann_source", lines[("defaults", "cann_source")])
 
 
+def test_installer_unknown_without_cann_source_points_at_the_cann(tmp_path):
+    findings, lines, _ = cell_findings(tmp_path, dict(A3_83, cann="8.4.0"))
+    f = only(findings, "installer-unknown")
+    assert (f.field, f.where.line) == ("cells[0].cann", lines[(0, "cann")])
+
+
 def test_a_known_release_without_published_hashes_installs_from_its_folder(tmp_path):
     """A3 kernels for 8.3.RC1 are published without a sha256 in the data: not refused for that
     alone; the lock records the hash on first fetch, and until then a warning says so."""
@@ -391,13 +411,24 @@ def test_conda_installer_without_sha256(tmp_path):
 # --- cann_known -------------------------------------------------------------------------
 
 
-def test_cann_unknown_is_a_warning(tmp_path):
+def test_cann_unknown_is_an_error_naming_the_nearest_releases(tmp_path):
     findings, lines, _ = cell_findings(tmp_path, dict(VALID, cann="8.4.0"))
     f = only(findings, "cann-unknown")
-    assert f.severity == "warning"
+    assert f.severity == "error"
     assert (f.field, f.where.line) == ("cells[0].cann", lines[(0, "cann")])
-    assert f.message == "CANN 8.4.0 is not a release the knowledge base knows"
-    assert "8.0.RC3, 8.5.0" in f.fix and "`ascend-build kb cann`" in f.fix
+    assert f.message == "CANN 8.4.0 is not a release the knowledge base knows (nearest: 8.3.RC1, 8.5.0.alpha001)"
+    assert "`ascend-build kb cann`" in f.fix and "unlisted: true" in f.fix
+
+
+def test_an_unlisted_cann_must_be_verifiable(tmp_path):
+    findings, lines, _ = cell_findings(tmp_path, dict(VALID, cann="8.4.0", unlisted="true"))
+    f = only(findings, "cann-unlisted-unverifiable")
+    assert f.severity == "error" and (f.field, f.where.line) == ("cells[0].unlisted", lines[(0, "unlisted")])
+    assert by_rule(findings, "cann-unknown") == []
+    ref = "local/cann:8.4.0@sha256:" + "1" * 64
+    findings, _, _ = cell_findings(tmp_path, dict(VALID, cann="8.4.0", unlisted="true", cann_source={"image": ref}))
+    f = only(findings, "cann-unlisted")
+    assert f.severity == "warning" and f.message.startswith("CANN 8.4.0 is unlisted on purpose")
 
 
 # --- unique_tags -------------------------------------------------------------------------
@@ -422,10 +453,10 @@ def test_duplicate_derived_tags(tmp_path):
 # --- every rule has a test above -----------------------------------------------------------
 
 COVERED = {
-    "cann_known": ("cann-unknown", "version-syntax"),
+    "cann_known": ("cann-unknown", "version-syntax", "cann-unlisted-unverifiable", "cann-unlisted"),
     "torch_npu_published": ("torch-npu-unpublished",),
     "torch_matches_pin": ("torch-mismatch",),
-    "cann_paired": ("cann-mismatch", "cann-pairing-unknown", "cann-below-inferred"),
+    "cann_paired": ("cann-mismatch", "cann-pairing-unknown", "cann-below-inferred", "cann-adjacent"),
     "python_has_wheel": ("python-no-wheel",),
     "glibc_new_enough": ("glibc-too-old",),
     "driver_supports_cann": ("driver-too-old", "driver-missing", "version-syntax"),
