@@ -7,8 +7,24 @@ as `file:line:col: message` plus the fix, and exits with its `exit_code`.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Optional
+
+# C0/C1 controls, DEL and the bidi overrides: what could forge a line (a CI annotation such
+# as "::error") or drive the terminal, when a matrix key or value is printed back
+_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
+
+
+def printable(text: str) -> str:
+    r"""``text`` with control characters shown as escapes, so what a user wrote can be printed
+    back without forging output lines or terminal sequences.
+
+    Example:
+        >>> printable("key\n::error::x\x1b[31m")
+        'key\\n::error::x\\x1b[31m'
+    """
+    return _CONTROL.sub(lambda m: repr(m.group(0))[1:-1], str(text))
 
 
 @dataclass(frozen=True)
@@ -74,7 +90,7 @@ class Finding:
     field: str = ""
 
     def __str__(self) -> str:
-        head = f"{self.where}: " if self.where else ""
-        field = f" [{self.field}]" if self.field else ""
-        tail = f"\n  fix: {self.fix}" if self.fix else ""
-        return f"{head}{self.severity}: {self.rule}{field}: {self.message}{tail}"
+        head = f"{printable(self.where)}: " if self.where else ""
+        field = f" [{printable(self.field)}]" if self.field else ""
+        tail = f"\n  fix: {printable(self.fix)}" if self.fix else ""
+        return f"{head}{self.severity}: {self.rule}{field}: {printable(self.message)}{tail}"

@@ -28,6 +28,7 @@ from __future__ import annotations
 import difflib
 import itertools
 import re
+import stat
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Dict, Iterator, List, Mapping, Optional, Tuple
@@ -159,18 +160,26 @@ class _Val:
 
 def _read(path: Path) -> str:
     try:
-        size = path.stat().st_size
+        info = path.stat()
+        size = info.st_size
     except FileNotFoundError:
         raise UserError(f"matrix file not found: {path}",
                         fix="pass an existing file or folder with --matrix PATH")
     except OSError as exc:
         raise UserError(f"cannot read matrix file {path}: {exc.strerror}",
                         fix="check the path and its permissions")
+    if not stat.S_ISREG(info.st_mode):  # a FIFO would block forever, /dev/zero never end
+        raise UserError(f"matrix file {path} is not a regular file", fix="pass a .yaml file or a folder of them")
     if size > MAX_BYTES:
         raise UserError(f"matrix file {path} is {size} bytes, over the {MAX_BYTES}-byte limit",
                         fix="split the matrix into several files in one folder")
     try:
-        return path.read_text(encoding="utf-8")
+        with open(path, "rb") as fh:
+            data = fh.read(MAX_BYTES + 1)  # the file may grow after the stat
+        if len(data) > MAX_BYTES:
+            raise UserError(f"matrix file {path} is over the {MAX_BYTES}-byte limit",
+                            fix="split the matrix into several files in one folder")
+        return data.decode("utf-8")
     except UnicodeDecodeError:
         raise UserError(f"matrix file {path} is not UTF-8 text", fix="save it as UTF-8")
     except OSError as exc:

@@ -451,3 +451,27 @@ def test_shipped_matrix_loads_clean():
     assert m.findings == []
     assert len(m.cells) == len({c.id for c in m.cells}) >= 10
     assert all(c.torch and c.driver for c in m.cells)
+
+
+# --- hostile inputs: files that are no files, keys that would forge output ------------------
+
+
+@pytest.mark.parametrize("kind", ["fifo", "device"])
+def test_a_matrix_that_is_no_regular_file_is_refused_without_reading_it(tmp_path, kind):
+    import os
+    path = tmp_path / "matrix.yaml"
+    if kind == "fifo":
+        os.mkfifo(path)  # open() would block forever waiting for a writer
+    else:
+        path = Path("/dev/zero")  # would never end
+    with pytest.raises(UserError) as refused:
+        matrix.load(path)
+    assert refused.value.message == f"matrix file {path} is not a regular file"
+
+
+def test_a_key_with_a_newline_cannot_forge_an_output_line(tmp_path):
+    path = tmp_path / "matrix.yaml"
+    path.write_text('cells:\n  - "os\\n::error::forged": x\n    "\\x1b[31mred": y\n')
+    shown = "\n".join(str(f) for f in matrix.load(path).findings)
+    assert "::error::forged" in shown and "\n::error" not in shown  # on the finding's own line, escaped
+    assert "\x1b" not in shown and "\\x1b[31mred" in shown
