@@ -179,9 +179,9 @@ def explain(text: str, host: Optional[HostInfo] = None,
         ...                        "RuntimeError: Failed to infer device type")]
         ['cann-env-not-set']
     """
-    found = sorted(error_table.find(table(), text), key=lambda hit: hit[1].start())
+    found = sorted(error_table.find(table(), text), key=lambda hit: hit[3])  # in order of appearance
     return [Match(e.id, first.group(0), e.cause, fill(e.fix, context(host, labels, **groups)), e.source)
-            for e, first, groups in found]
+            for e, first, groups, _ in found]
 
 
 def format_explanations(matches: List[Match]) -> str:

@@ -60,7 +60,7 @@ NPU_SMI_PATHS = ("/usr/local/bin/npu-smi", "/usr/local/sbin/npu-smi")
 NPU_SMI_TIMEOUT = 15.0
 MAX_READ = 256 * 1024  # version files are a few hundred bytes; never slurp a huge file
 
-_RANGE = re.compile(r"\[\s*([^,\]\s]+)\s*,\s*([^\]\s]*)\s*\]")
+_RANGE = re.compile(r"\[\s*([^,\[\]\s]+)\s*,\s*([^\[\]\s]*)\s*\]")  # no '[' inside: linear on "[[[["
 _HEALTH = re.compile(r"[A-Za-z][A-Za-z ]*")
 
 

@@ -168,3 +168,27 @@ def test_format_explanations():
     assert lines[2].startswith("  fix:    Upgrade the host driver") and "24.1.RC3" in lines[2]
     assert lines[3].startswith("  source: ascend-facts.md")
     assert ex.explain("not support driver 24.1")[0].to_dict()["id"] == "driver-too-old"
+
+
+def _finishes(fn, seconds=30):
+    """Run ``fn`` in a thread; True when it returned within ``seconds`` (a hang guard, not a timing)."""
+    import threading
+    done = []
+    worker = threading.Thread(target=lambda: done.append(fn()), daemon=True)
+    worker.start()
+    worker.join(seconds)
+    return bool(done)
+
+
+def test_a_megabyte_line_is_explained_without_hanging():
+    """Patterns such as 'libascend_hal\\.so.*(?:not found|...)' took time growing with the square
+    of a line's length (a 120 KB line: 19.6 s); lines are now cut at 4 KB before matching."""
+    text = "libascend_hal.so " * 60000  # about 1 MB on one line
+    assert _finishes(lambda: ex.explain(text))
+    real = "ImportError: libascend_hal.so: cannot open shared object file: No such file or directory"
+    assert [m.id for m in ex.explain("x" * 10 + "\n" + real)][:1] == [ex.explain(real)[0].id]
+
+
+def test_a_long_run_of_brackets_in_a_version_file_is_read_without_hanging():
+    from builder.node import host
+    assert _finishes(lambda: host._RANGE.findall("[" * 500000))
