@@ -9,7 +9,7 @@ the same thing. Standard library only, Python 3.8+: copied into every image.
 Example:
     >>> table = compile_table([{"id": "hal", "patterns": ["libascend_hal\\.so"],
     ...                         "cause": "no driver", "fix": "mount {what}", "source": "guide"}])
-    >>> [(entry.id, hit.group(0)) for entry, hit, _ in find(table, "cannot open libascend_hal.so")]
+    >>> [(entry.id, hit.group(0)) for entry, hit, _, _ in find(table, "cannot open libascend_hal.so")]
     [('hal', 'libascend_hal.so')]
     >>> fill("mount {what} for {who}", {"what": "the driver"}, "?")
     'mount the driver for ?'
@@ -33,14 +33,35 @@ def compile_table(entries):
                  for e in entries)
 
 
+LINE_LIMIT = 4096  # an error message is a line; a longer one is cut, so no pattern's time can grow with its square
+
+
+def _first(pattern, lines):
+    """(offset of the match in the whole text, match) of the first line ``pattern`` matches."""
+    for offset, line in lines:
+        m = pattern.search(line)
+        if m:
+            return offset + m.start(), m
+    return None
+
+
 def find(table, text):
-    """Every entry that matches ``text``, in table order: (entry, first match, named groups)."""
+    """Every entry that matches ``text``, in table order: (entry, first match, named groups,
+    where in ``text`` it starts).
+
+    Patterns are matched line by line (none spans lines), each line cut at ``LINE_LIMIT``.
+    """
+    lines, offset = [], 0
+    for line in (text or "").splitlines(True):
+        lines.append((offset, line.rstrip("\r\n")[:LINE_LIMIT]))
+        offset += len(line)
     found = []
     for entry in table:
-        hits = [m for m in (p.search(text or "") for p in entry.patterns) if m]
+        hits = [h for h in (_first(p, lines) for p in entry.patterns) if h]
         if hits:
-            groups = {k: v for m in hits for k, v in m.groupdict().items() if v}
-            found.append((entry, min(hits, key=lambda m: m.start()), groups))
+            groups = {k: v for _, m in hits for k, v in m.groupdict().items() if v}
+            start, first = min(hits, key=lambda h: h[0])
+            found.append((entry, first, groups, start))
     return found
 
 

@@ -81,7 +81,7 @@ def diagnose(text, manifest=None):
     values = {"image_min_driver": m.get("min_driver"), "image_min_firmware": m.get("min_firmware"),
               "image_cann": m.get("cann_version"), "image_torch_npu": m.get("torch_npu_version"),
               "image_arch": m.get("arch"), "image_chip": m.get("chip")}
-    for entry, _, _ in error_table.find(known_errors(), text)[:1]:
+    for entry, _, _, _ in error_table.find(known_errors(), text)[:1]:
         return "%s: %s Fix: %s" % (entry.id, entry.cause, error_table.fill(entry.fix, values, "unknown"))
     return None
 
