@@ -10,6 +10,7 @@ import http.client
 import io
 import re
 import socket
+import time
 import urllib.error
 import urllib.request
 from typing import Any, Mapping, Optional, Sequence, Tuple
@@ -19,6 +20,7 @@ from builder.errors import UserError
 # The most one answer may carry: a project page or a whole wheel fits many times
 # over, and a server that streams without end cannot exhaust memory.
 MAX_BODY = 256 << 20
+DEADLINE = 300.0  # seconds for one answer, however it trickles
 TAIL = 16 * 1024  # RangeFile's first read: the zip's end records and, in most wheels, its central directory
 WINDOW = 64 * 1024  # the least a later RangeFile miss fetches: a member's local header and its data at once
 
@@ -67,7 +69,7 @@ class Http:
                     if status == 200 and 206 in ok:
                         raise NoRanges(url)
                     raise url_error(url, f"unexpected HTTP {status} {response.reason}")
-                body = response.read(MAX_BODY + 1)
+                body = self._read(response, url)
                 self.bytes_fetched += len(body)
                 if len(body) > MAX_BODY:
                     raise url_error(url, f"the answer is larger than {MAX_BODY} bytes; refused",
@@ -83,6 +85,23 @@ class Http:
             raise url_error(url, f"no answer within {self.timeout:g} s") from None
         except (http.client.HTTPException, OSError) as exc:
             raise url_error(url, f"connection broken: {exc or type(exc).__name__}") from None
+
+
+    def _read(self, response: Any, url: str) -> bytes:
+        """At most MAX_BODY + 1 bytes, within DEADLINE however slowly they come (the
+        per-read timeout alone lets a server that sends a byte every few seconds go on forever)."""
+        chunks, size, started = [], 0, time.monotonic()
+        while size <= MAX_BODY:
+            want = min(1 << 16, MAX_BODY + 1 - size)  # read1: what has arrived, not a full chunk's wait
+            chunk = response.read1(want) if hasattr(response, "read1") else response.read(want)
+            if not chunk:
+                break
+            chunks.append(chunk)
+            size += len(chunk)
+            if time.monotonic() - started > DEADLINE:
+                raise url_error(url, f"the answer did not arrive within {DEADLINE:g} s; refused",
+                                "check the index's health, or use another with --index-url")
+        return b"".join(chunks)
 
 
 def _reason(reason: Any) -> str:
