@@ -355,9 +355,9 @@ def test_npu_image_on_a_base_without_cann_fails_static_tiers_and_gets_no_tag(eng
     print("versions:", tiers["versions"]["summary"])
     print("libraries:", tiers["libraries"]["summary"])
 
-    # versions: CANN 9.0.0 is declared, and the report names the files it looked for.
+    # versions: CANN 9.1.0 is declared, and the report names the files it looked for.
     versions = tiers["versions"]
-    assert "CANN 9.0.0 declared but no CANN version file found" in versions["summary"]
+    assert "CANN 9.1.0 declared but no CANN version file found" in versions["summary"]
     looked = versions["details"]["cann_paths_looked_at"]
     assert any(p.endswith("/version.cfg") for p in looked)
     assert any(p.endswith("/x86_64-linux/ascend_toolkit_install.info") for p in looked)
