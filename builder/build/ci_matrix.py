@@ -123,10 +123,32 @@ def check_runners(runners: Mapping) -> Dict[str, Dict[str, RunsOn]]:
     return out
 
 
+class _NoAliases(yaml.SafeLoader):
+    """A runners file is a few labels: anchors and aliases are refused, so a few hundred
+    bytes of nested aliases cannot expand into gigabytes."""
+
+    def compose_node(self, parent, index):
+        if self.check_event(yaml.events.AliasEvent):
+            event = self.peek_event()
+            raise yaml.composer.ComposerError(None, None, "YAML aliases are not accepted here", event.start_mark)
+        return super().compose_node(parent, index)
+
+
+RUNNERS_MAX_BYTES = 1 << 16
+
+
 def load_runners(path: Path) -> Dict[str, Dict[str, RunsOn]]:
     """Read a runners file (YAML, of which JSON is a subset) and validate it."""
     try:
-        data = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
+        if Path(path).exists() and not Path(path).is_file():
+            raise UserError(f"runners file {path} is not a regular file", fix="check the --runners path")
+        with open(path, "rb") as fh:
+            raw = fh.read(RUNNERS_MAX_BYTES + 1)
+        if len(raw) > RUNNERS_MAX_BYTES:
+            raise UserError(f"runners file {path} is over {RUNNERS_MAX_BYTES} bytes", fix="a runners file is a few labels")
+        data = yaml.load(raw.decode("utf-8"), Loader=_NoAliases)
+    except UnicodeDecodeError:
+        raise UserError(f"runners file {path} is not UTF-8 text", fix="save it as UTF-8") from None
     except OSError as exc:
         raise UserError(f"cannot read runners file {path}: {exc.strerror or exc}", fix="check the --runners path") from None
     except yaml.YAMLError as exc:

@@ -68,7 +68,7 @@ def parse_value(text: str) -> Value:
         >>> parse_value("-3"), parse_value("0.5"), parse_value("1e3"), parse_value("nan")
         (-3, 0.5, 1000.0, 'nan')
     """
-    if _INT.fullmatch(text):
+    if _INT.fullmatch(text) and len(text.lstrip("+-")) <= 18:  # a longer number stays text, as written
         return int(text)
     if _FLOAT.fullmatch(text) and any(ch in text for ch in ".eE"):
         value = float(text)
@@ -222,13 +222,21 @@ def write_record(output_dir: Path, extra: Mapping[str, str], host: HostInfo, env
         ('ascend-build-record.json', 'ascend-build-record.1.json')
     """
     output_dir = Path(output_dir)
-    if output_dir.exists() and not output_dir.is_dir():
+    try:
+        dangling = output_dir.is_symlink() and not output_dir.exists()
+        not_a_folder = output_dir.exists() and not output_dir.is_dir()
+    except OSError as exc:  # e.g. a name longer than the file system allows
+        raise UserError(f"cannot use {str(output_dir)[:80]}...: {exc.strerror}", exit_code=1,
+                        fix="name the folder the checkpoint is saved in") from None
+    if dangling:
+        raise UserError(f"{output_dir} is a symlink to nothing", fix="name the folder the checkpoint is saved in")
+    if not_a_folder:
         raise UserError(f"{output_dir} is not a folder", fix="name the folder the checkpoint is saved in")
     record = build_record(extra, host, environ, image_labels, root)
     try:
         output_dir.mkdir(parents=True, exist_ok=True)
         return _create(output_dir, (json.dumps(record, indent=2, sort_keys=False) + "\n").encode())
-    except PermissionError as exc:
+    except OSError as exc:  # no permission, a name too long, a read-only or full file system
         raise UserError(f"cannot write into {output_dir}: {exc.strerror}", fix="pick a writable folder",
                         exit_code=1) from None
 

@@ -319,3 +319,14 @@ def test_bad_runner_files(tmp_path: Path, text: str, message: str):
 def test_missing_runner_file(tmp_path: Path):
     with pytest.raises(UserError, match="cannot read runners file"):
         ci_matrix.load_runners(tmp_path / "absent.yml")
+
+
+def test_a_runners_file_with_an_alias_bomb_or_no_file_is_refused_at_once(tmp_path):
+    bomb = tmp_path / "runners.yaml"
+    lines = ['a: &a ["x","x","x","x","x","x","x","x","x"]']
+    lines += [f"{n}: &{n} [" + ",".join([f"*{p}"] * 9) + "]" for p, n in zip("abcdefg", "bcdefgh")]
+    bomb.write_text("\n".join(lines) + "\n")  # 9**8 strings were it expanded
+    with pytest.raises(UserError, match="YAML aliases are not accepted here"):
+        ci_matrix.load_runners(bomb)
+    with pytest.raises(UserError, match="is not a regular file"):
+        ci_matrix.load_runners(Path("/dev/zero"))

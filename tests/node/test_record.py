@@ -159,3 +159,16 @@ def test_the_record_lists_every_distribution_of_the_running_environment(tmp_path
     assert len(data["distributions"]) >= 10
     with pytest.raises(UserError, match="measured by ascend-build"):
         rec.build_record({"distributions": "x"}, HostInfo(), {}, root=tmp_path)
+
+
+def test_hostile_values_and_folders_are_clear_errors_or_kept_as_text(tmp_path, no_torch):
+    # a 5,000-digit number stays text, as written (int() refuses more than 4,300 digits)
+    assert rec.parse_value("9" * 5000) == "9" * 5000 and rec.parse_value("-" + "9" * 18) == -int("9" * 18)
+    path = rec.write_record(tmp_path / "run", {"seq_len": "9" * 5000}, HostInfo(), {}, root=tmp_path)
+    assert json.loads(path.read_text())["seq_len"] == "9" * 5000
+    dangling = tmp_path / "dangling"
+    dangling.symlink_to(tmp_path / "nowhere")
+    with pytest.raises(UserError, match="is a symlink to nothing"):
+        rec.write_record(dangling, {}, HostInfo(), {}, root=tmp_path)
+    with pytest.raises(UserError, match="File name too long"):
+        rec.write_record(tmp_path / ("a" * 300), {}, HostInfo(), {}, root=tmp_path)
