@@ -54,3 +54,4 @@ bench: setup engine
 	$(BIN)/python benchmarks/bench_build.py
 	$(BIN)/python benchmarks/bench_lock.py
 	$(BIN)/python benchmarks/bench_arm64.py
+	$(BIN)/python benchmarks/bench_verdict.py
