@@ -41,12 +41,15 @@ TOOLKIT_91, OPS_91 = "Ascend-cann-toolkit_9.1.0_linux-x86_64.run", "Ascend-cann-
 TOOLKIT_80, KERNELS_80 = "Ascend-cann-toolkit_8.0.RC3_linux-x86_64", "Ascend-cann-kernels-910b_8.0.RC3_linux-x86_64"
 
 
+RUN_ID = uuid.uuid4().hex  # in every synthetic installer: this session's builds start cold, so they print
+
+
 def synthetic_run(name: str, home: str, version: str, extra_env: str = "") -> bytes:
     """A .run that installs a toolkit tree (toolkit) or adds an ops folder to it (anything else)."""
     toolkit = "toolkit" in name
     body = [
         "#!/bin/sh",
-        "# synthetic CANN installer (test): takes the real options, lays down the real files",
+        f"# synthetic CANN installer (test {RUN_ID}): takes the real options, lays down the real files",
         "set -e",
         'for a in "$@"; do case "$a" in --quiet|--install|--install-for-all) ;; '
         '*) echo "unknown option $a" >&2; exit 2 ;; esac; done',
@@ -190,7 +193,7 @@ def test_signed_bundles_with_run_and_zip_payloads_install(engine, built, tmp_pat
 
 @pytest.mark.engine
 @pytest.mark.parametrize("case, shape, message", [
-    ("wrong sha256", None, f"/tmp/cann/{KERNELS_80}.zip: FAILED"),
+    ("wrong sha256", None, f"/cann/{KERNELS_80}.zip: FAILED"),
     ("no payload", {"include_payload": False},
      f"{KERNELS_80}.zip: its payload {KERNELS_80}.payload.zip (named by {KERNELS_80}.payload.zip.cms) is missing"),
     ("no signature", {"cms": False}, f"{KERNELS_80}.zip: no .cms signature beside the payload: not a signed CANN bundle"),
@@ -208,3 +211,27 @@ def test_a_bad_installer_fails_before_any_installer_runs(engine, tmp_path, case,
     log = (tmp_path / "build.log").read_text()
     assert message in log, log[-3000:]
     assert RAN not in log  # the toolkit was fine, and still nothing ran
+
+
+@pytest.mark.engine
+def test_two_chips_of_one_cann_differ_only_in_the_chip_layer(engine, built, tmp_path):
+    """The toolkit installs in a layer of its own from its own file: the 910b and A3 images of
+    one cell share it (and everything below), and differ only where the chip's package installs."""
+    home = "/usr/local/Ascend/cann-9.1.0"
+    layers = {}
+    for chip, ops in (("910b", OPS_91), ("a3", "Ascend-cann-A3-ops_9.1.0_linux-x86_64.run")):
+        work = tmp_path / chip
+        folder = work / "installers"
+        folder.mkdir(parents=True)
+        runs = {TOOLKIT_91: synthetic_run(TOOLKIT_91, home, "9.1.0"), ops: synthetic_run(ops, home, "9.1.0")}
+        for name, data in runs.items():
+            (folder / name).write_bytes(data)
+        image = build_cann_step(engine, work, dict(CELL_91, chip=chip, name=f"synthetic-91-{chip}"), folder,
+                                {n: sha256(d).hexdigest() for n, d in runs.items()})
+        built.append(image)
+        layers[chip] = engine.client.images.get(image).attrs["RootFS"]["Layers"]
+    a, b = layers["910b"], layers["a3"]
+    # base, OS packages, toolkit, chip package, then this test's COPY of the smoke files (whose
+    # files are written afresh per build, so their times differ): shared up to the chip layer
+    shared = next(i for i, (x, y) in enumerate(zip(a, b)) if x != y)
+    assert len(a) == len(b) == 5 and shared == 3, (a, b)

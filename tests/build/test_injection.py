@@ -261,19 +261,20 @@ def _counts(text: str) -> dict:
 
 def test_reference_structure(reference):
     """What the property compares against, spelled out once."""
-    # two FROMs and a COPY more than one stage needs: the optional wheelhouse stage; ENV:
+    # NPU: four FROMs (the optional wheelhouse stage, the OS, CANN's files, the image) and
+    # three CANN RUNs (fetch and check all, then toolkit and ops in a layer each); ENV:
     # CANN's twelve lines (LD_LIBRARY_PATH in four, PATH in two), the Python step's two, and five of env_vars
     # (the cell's two, the field guide's three: torch_npu 2.4.0 takes the allocator default).
     # No lock: the unverified step and torch_npu's, each an ARG (the build arg that allows
     # them) and a RUN; nothing of a lock to COPY.
     assert _counts(reference["conda", False]["Dockerfile"].decode()) == \
-        {"ARG": 3, "FROM": 2, "RUN": 5, "ENV": 19, "COPY": 3, "LABEL": 1}
+        {"ARG": 3, "FROM": 4, "RUN": 7, "ENV": 19, "COPY": 3, "LABEL": 1}
     assert _counts(reference["conda", False]["Dockerfile.cpu"].decode()) == \
         {"ARG": 2, "FROM": 2, "RUN": 3, "ENV": 7, "COPY": 3, "LABEL": 1}
     # The lock: the verified closure (a RUN), torch without sha256 (ARG and RUN), torch_npu
     # verified (a RUN), and the lock copied into the image.
     assert _counts(reference["conda", True]["Dockerfile"].decode()) == \
-        {"ARG": 2, "FROM": 2, "RUN": 6, "ENV": 19, "COPY": 4, "LABEL": 1}
+        {"ARG": 2, "FROM": 4, "RUN": 8, "ENV": 19, "COPY": 4, "LABEL": 1}
     assert _counts(reference["conda", True]["Dockerfile.cpu"].decode()) == \
         {"ARG": 2, "FROM": 2, "RUN": 4, "ENV": 7, "COPY": 4, "LABEL": 1}
     for (env, locked), files in reference.items():

@@ -155,28 +155,41 @@ def test_cann_block_checks_every_installer_before_running_any(npu7):
     assert kernels.url.startswith("https://") and kernels.url.endswith("/Ascend-cann-kernels-910b_7.0.RC1_linux.zip")
     expected = f"""\
 # 2. CANN 7.0.RC1: toolkit, then the 910b operator package.
-#    Every installer's sha256 is checked, and every signed bundle unpacked, before any installer runs.
+#    A stage of its own fetches every installer, checks its sha256 and unpacks every signed
+#    bundle, so nothing runs before all of them are verified; each package then installs in
+#    its own layer from its own file, so the images of two chips share the toolkit's layer.
+FROM os AS cann-files
+SHELL ["/bin/bash", "-o", "pipefail", "-c"]
 RUN --mount=type=secret,id=buildenv --mount=type=secret,id=ca \\
     --mount=type=bind,source=unpack-cann.sh,target=/tmp/unpack-cann.sh \\
     if [ -s /run/secrets/buildenv ]; then . /run/secrets/buildenv; fi && \\
-    mkdir -p /tmp/cann && \\
-    curl -fsSL --retry 3 -H 'Referer: https://www.hiascend.com/' -o '/tmp/cann/Ascend-cann-toolkit_7.0.RC1_linux-x86_64.zip' '{toolkit.url}' && \\
-    echo 'e95617e9b2ceb90c70a36bc55ce7dfd98eca599d304be8530eed6469ce296745  /tmp/cann/Ascend-cann-toolkit_7.0.RC1_linux-x86_64.zip' | sha256sum -c - && \\
-    curl -fsSL --retry 3 -H 'Referer: https://www.hiascend.com/' -o '/tmp/cann/Ascend-cann-kernels-910b_7.0.RC1_linux.zip' '{kernels.url}' && \\
-    echo 'e7e12c493c3580f4c1682af46ec9b10a94801e5f6851c94acaf3418777eb4955  /tmp/cann/Ascend-cann-kernels-910b_7.0.RC1_linux.zip' | sha256sum -c - && \\
-    sh /tmp/unpack-cann.sh '/tmp/cann/Ascend-cann-toolkit_7.0.RC1_linux-x86_64.zip' 'Ascend-cann-toolkit_7.0.RC1_linux-x86_64.run' /tmp/cann && \\
-    sh /tmp/unpack-cann.sh '/tmp/cann/Ascend-cann-kernels-910b_7.0.RC1_linux.zip' 'Ascend-cann-kernels-910b_7.0.RC1_linux.run' /tmp/cann && \\
+    mkdir -p /cann && \\
+    curl -fsSL --retry 3 -H 'Referer: https://www.hiascend.com/' -o '/cann/Ascend-cann-toolkit_7.0.RC1_linux-x86_64.zip' '{toolkit.url}' && \\
+    echo 'e95617e9b2ceb90c70a36bc55ce7dfd98eca599d304be8530eed6469ce296745  /cann/Ascend-cann-toolkit_7.0.RC1_linux-x86_64.zip' | sha256sum -c - && \\
+    curl -fsSL --retry 3 -H 'Referer: https://www.hiascend.com/' -o '/cann/Ascend-cann-kernels-910b_7.0.RC1_linux.zip' '{kernels.url}' && \\
+    echo 'e7e12c493c3580f4c1682af46ec9b10a94801e5f6851c94acaf3418777eb4955  /cann/Ascend-cann-kernels-910b_7.0.RC1_linux.zip' | sha256sum -c - && \\
+    sh /tmp/unpack-cann.sh '/cann/Ascend-cann-toolkit_7.0.RC1_linux-x86_64.zip' 'Ascend-cann-toolkit_7.0.RC1_linux-x86_64.run' /cann && rm '/cann/Ascend-cann-toolkit_7.0.RC1_linux-x86_64.zip' && \\
+    sh /tmp/unpack-cann.sh '/cann/Ascend-cann-kernels-910b_7.0.RC1_linux.zip' 'Ascend-cann-kernels-910b_7.0.RC1_linux.run' /cann && rm '/cann/Ascend-cann-kernels-910b_7.0.RC1_linux.zip' && \\
+    ls -l /cann
+
+FROM os
+SHELL ["/bin/bash", "-o", "pipefail", "-c"]
+RUN --mount=type=bind,from=cann-files,source=/cann/Ascend-cann-toolkit_7.0.RC1_linux-x86_64.run,target=/tmp/cann/Ascend-cann-toolkit_7.0.RC1_linux-x86_64.run \\
     bash '/tmp/cann/Ascend-cann-toolkit_7.0.RC1_linux-x86_64.run' --quiet --install --install-for-all && \\
+    rm -rf /root/.cache /root/ascend /var/log/ascend_seclog
+RUN --mount=type=bind,from=cann-files,source=/cann/Ascend-cann-kernels-910b_7.0.RC1_linux.run,target=/tmp/cann/Ascend-cann-kernels-910b_7.0.RC1_linux.run \\
     bash '/tmp/cann/Ascend-cann-kernels-910b_7.0.RC1_linux.run' --quiet --install --install-for-all && \\
-    rm -rf /tmp/cann /root/.cache /root/ascend /var/log/ascend_seclog
+    rm -rf /root/.cache /root/ascend /var/log/ascend_seclog
 """
     assert expected in npu7
+    # every check and unpack is in the stage before the stage that runs any installer
     lines = npu7.splitlines()
-    checks = [i for i, line in enumerate(lines) if "| sha256sum -c -" in line and "/tmp/cann/" in line]
+    checks = [i for i, line in enumerate(lines) if "| sha256sum -c -" in line and "/cann/" in line]
     unpacks = [i for i, line in enumerate(lines) if "sh /tmp/unpack-cann.sh" in line]
     runs = [i for i, line in enumerate(lines) if re.match(r"\s*bash '/tmp/cann/.*\.run'", line)]
+    install_stage = lines.index("FROM os")
     assert len(checks) == 2 and len(unpacks) == 2 and len(runs) == 2
-    assert max(checks) < min(unpacks) and max(unpacks) < min(runs)
+    assert max(checks + unpacks) < install_stage < min(runs)
 
 
 def test_an_installer_without_a_sha256_stops_the_step_before_any_download(tmp_path):
@@ -198,7 +211,7 @@ def test_an_installer_without_a_sha256_stops_the_step_before_any_download(tmp_pa
 def test_cann_env_block(npu7):
     """set_env.sh's way: the toolkit's home first, every later line refers to it."""
     expected = """\
-    rm -rf /tmp/cann /root/.cache /root/ascend /var/log/ascend_seclog
+    rm -rf /root/.cache /root/ascend /var/log/ascend_seclog
 
 # CANN's set_env.sh as ENV, for non-interactive shells too.
 ENV ASCEND_TOOLKIT_HOME="/usr/local/Ascend/ascend-toolkit/latest"
@@ -310,9 +323,13 @@ def test_layer_order(npu7):
     order = [
         "\nARG BASE_IMAGE=ubuntu:22.04\n",
         "\nFROM scratch AS wheelhouse\nCOPY wheelhous[e] /\n",
-        "\nFROM ${BASE_IMAGE}\n",
+        "\nFROM ${BASE_IMAGE} AS os\n",
         "apt-get \"${apt_opts[@]}\" install",
-        "mkdir -p /tmp/cann",
+        "\nFROM os AS cann-files\n",
+        "mkdir -p /cann",
+        "\nFROM os\n",
+        "bash '/tmp/cann/Ascend-cann-toolkit_7.0.RC1_linux-x86_64.run'",
+        "bash '/tmp/cann/Ascend-cann-kernels-910b_7.0.RC1_linux.run'",
         "ENV ASCEND_HOME_PATH=",
         "conda create -y -n ascend",
         "-r /tmp/lock.closure.txt",
@@ -327,7 +344,7 @@ def test_layer_order(npu7):
     ]
     positions = [_index(npu7, needle) for needle in order]
     assert positions == sorted(positions)
-    assert npu7.count("\nFROM ") == 2  # the optional wheelhouse, then the image
+    assert npu7.count("\nFROM ") == 4  # the optional wheelhouse, the OS, CANN's files, then the image
 
 
 def test_a_torch_npu_bump_changes_nothing_below_its_layer(cell7, lock7, kb):
@@ -395,7 +412,7 @@ def test_the_cpu_twin_has_no_cann_and_the_same_closure(cell7, lock7, kb, npu7, c
 
 def _base(text: str) -> str:
     """The default of the BASE_IMAGE build arg, which the image's stage starts from."""
-    assert "\nFROM ${BASE_IMAGE}\n" in text
+    assert "\nFROM ${BASE_IMAGE}\n" in text or "\nFROM ${BASE_IMAGE} AS os\n" in text
     [line] = [ln for ln in text.splitlines() if ln.startswith("ARG BASE_IMAGE=")]
     return line.split("=", 1)[1]
 
@@ -626,15 +643,22 @@ def test_local_installers_fill_in_what_the_knowledge_base_lacks(tmp_path):
     assert f"""\
 RUN --mount=type=bind,source=installers,target=/tmp/installers \\
     --mount=type=bind,source=unpack-cann.sh,target=/tmp/unpack-cann.sh \\
-    mkdir -p /tmp/cann && \\
-    cp '/tmp/installers/Ascend-cann-toolkit_8.3.RC1_linux-aarch64.zip' /tmp/cann/ && \\
-    echo '659adc6cea68c6ed60783c3b7af54b4221b113151c476f4f190796e9764d8c19  /tmp/cann/Ascend-cann-toolkit_8.3.RC1_linux-aarch64.zip' | sha256sum -c - && \\
-    cp '/tmp/installers/{kernels}' /tmp/cann/ && \\
-    echo '{"0" * 64}  /tmp/cann/{kernels}' | sha256sum -c - && \\
-    sh /tmp/unpack-cann.sh '/tmp/cann/Ascend-cann-toolkit_8.3.RC1_linux-aarch64.zip' 'Ascend-cann-toolkit_8.3.RC1_linux-aarch64.run' /tmp/cann && \\
+    mkdir -p /cann && \\
+    cp '/tmp/installers/Ascend-cann-toolkit_8.3.RC1_linux-aarch64.zip' /cann/ && \\
+    echo '659adc6cea68c6ed60783c3b7af54b4221b113151c476f4f190796e9764d8c19  /cann/Ascend-cann-toolkit_8.3.RC1_linux-aarch64.zip' | sha256sum -c - && \\
+    cp '/tmp/installers/{kernels}' /cann/ && \\
+    echo '{"0" * 64}  /cann/{kernels}' | sha256sum -c - && \\
+    sh /tmp/unpack-cann.sh '/cann/Ascend-cann-toolkit_8.3.RC1_linux-aarch64.zip' 'Ascend-cann-toolkit_8.3.RC1_linux-aarch64.run' /cann && rm '/cann/Ascend-cann-toolkit_8.3.RC1_linux-aarch64.zip' && \\
+    ls -l /cann
+
+FROM os
+SHELL ["/bin/bash", "-o", "pipefail", "-c"]
+RUN --mount=type=bind,from=cann-files,source=/cann/Ascend-cann-toolkit_8.3.RC1_linux-aarch64.run,target=/tmp/cann/Ascend-cann-toolkit_8.3.RC1_linux-aarch64.run \\
     bash '/tmp/cann/Ascend-cann-toolkit_8.3.RC1_linux-aarch64.run' --quiet --install --install-for-all && \\
+    rm -rf /root/.cache /root/ascend /var/log/ascend_seclog
+RUN --mount=type=bind,from=cann-files,source=/cann/{kernels},target=/tmp/cann/{kernels} \\
     bash '/tmp/cann/{kernels}' --quiet --install --install-for-all && \\
-    rm -rf /tmp/cann /root/.cache /root/ascend /var/log/ascend_seclog
+    rm -rf /root/.cache /root/ascend /var/log/ascend_seclog
 """ in text
 
 
@@ -735,9 +759,12 @@ def test_every_cell_folder_is_a_complete_build_context(rendered, unlocked):
         scripts = [name for name in files if name == render.UNPACK_SCRIPT]  # CANN's signed bundles
         files = [name for name in files if name not in scripts]
         assert files and len(files) == pips and all(name.startswith("lock.") for name in files), where
-        assert sorted(binds) == sorted(["--mount=type=bind,from=wheelhouse,target=/wheelhouse"] * pips +
-                                       [f"--mount=type=bind,source={name},target=/tmp/{name}"
-                                        for name in files + scripts]), where
+        # each CANN package installs from its own file of the cann-files stage
+        runs = re.findall(r"--mount=type=bind,from=cann-files,source=/cann/(\S+),target=/tmp/cann/(\S+)", text)
+        assert all(source == target for source, target in runs), where
+        assert sorted(b for b in binds if "from=cann-files" not in b) == sorted(
+            ["--mount=type=bind,from=wheelhouse,target=/wheelhouse"] * pips +
+            [f"--mount=type=bind,source={name},target=/tmp/{name}" for name in files + scripts]), where
         assert "_shared" not in text and "../" not in text
 
 
