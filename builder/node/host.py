@@ -44,8 +44,10 @@ from __future__ import annotations
 import os
 import platform
 import re
+import selectors
 import signal
 import subprocess
+import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Dict, List, Mapping, Optional, Tuple
@@ -58,6 +60,7 @@ DEFAULT_INSTALL_ROOT = "/usr/local/Ascend"
 INSTALL_INFO = "/etc/ascend_install.info"
 NPU_SMI_PATHS = ("/usr/local/bin/npu-smi", "/usr/local/sbin/npu-smi")
 NPU_SMI_TIMEOUT = 15.0
+NPU_SMI_MAX_BYTES = 4 << 20  # `npu-smi info` of a 16-card node is a few KB
 MAX_READ = 256 * 1024  # version files are a few hundred bytes; never slurp a huge file
 
 _RANGE = re.compile(r"\[\s*([^,\[\]\s]+)\s*,\s*([^\[\]\s]*)\s*\]")  # no '[' inside: linear on "[[[["
@@ -267,6 +270,31 @@ class _SmiTimeout(Exception):
     """npu-smi hung once: asking it again would hang again."""
 
 
+def _read_bounded(proc: subprocess.Popen) -> Tuple[bytes, bytes, str]:
+    """npu-smi's stdout and stderr until both close, or why it was cut: past NPU_SMI_TIMEOUT (a
+    hung driver call, or a child left holding a pipe) or past NPU_SMI_MAX_BYTES (printing forever)."""
+    deadline = time.monotonic() + NPU_SMI_TIMEOUT
+    got: Dict[int, List[bytes]] = {proc.stdout.fileno(): [], proc.stderr.fileno(): []}
+    size = 0
+    with selectors.DefaultSelector() as selector:
+        for stream in (proc.stdout, proc.stderr):
+            selector.register(stream, selectors.EVENT_READ)
+        while selector.get_map():
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return b"", b"", f"did not answer within {NPU_SMI_TIMEOUT:g} s"
+            for key, _ in selector.select(timeout=left):
+                chunk = os.read(key.fd, 65536)
+                if not chunk:
+                    selector.unregister(key.fileobj)
+                    continue
+                got[key.fd].append(chunk)
+                size += len(chunk)
+                if size > NPU_SMI_MAX_BYTES:
+                    return b"", b"", f"printed more than {NPU_SMI_MAX_BYTES} bytes; stopped"
+    return b"".join(got[proc.stdout.fileno()]), b"".join(got[proc.stderr.fileno()]), ""
+
+
 def _run_smi(exe: Path, args: List[str], problems: List[str]) -> Optional[str]:
     """stdout of one npu-smi call, or None with a note (exit code, dcmi error).
 
@@ -276,21 +304,26 @@ def _run_smi(exe: Path, args: List[str], problems: List[str]) -> Optional[str]:
     what = "npu-smi " + " ".join(args)
     try:
         proc = subprocess.Popen([str(exe), *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                stdin=subprocess.DEVNULL, text=True, errors="replace", start_new_session=True)
+                                stdin=subprocess.DEVNULL, start_new_session=True)
     except OSError as exc:
         problems.append(f"cannot run {exe}: {exc.strerror or exc}")
         return None
     try:
-        stdout, stderr = proc.communicate(timeout=NPU_SMI_TIMEOUT)
-    except subprocess.TimeoutExpired:
+        raw_out, raw_err, why = _read_bounded(proc)
+    finally:
+        proc.stdout.close()
+        proc.stderr.close()
+    if why:
         try:
             os.killpg(proc.pid, signal.SIGKILL)  # the group we started, nothing else
         except OSError:
             pass
-        proc.communicate()
-        problems.append(f"{what} did not answer within {NPU_SMI_TIMEOUT:g} s")
-        raise _SmiTimeout() from None
-    out = stdout + stderr
+        proc.wait()
+        problems.append(f"{what} {why}")
+        raise _SmiTimeout()
+    proc.wait()
+    stdout = raw_out.decode("utf-8", "replace")
+    out = stdout + raw_err.decode("utf-8", "replace")
     if proc.returncode != 0 or "initialize failed" in out or "initialized failed" in out:
         tail = " / ".join(line.strip() for line in out.strip().splitlines()[-2:]) or "no output"
         problems.append(f"{what} failed (exit {proc.returncode}): {tail}")

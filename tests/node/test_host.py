@@ -299,3 +299,30 @@ def test_fake_npu_in_sbin_not_executable_bin(tmp_path):
     write(tmp_path / "usr/local/bin/npu-smi", "not a program", stat.S_IRUSR | stat.S_IWUSR)
     info = probe(tmp_path)
     assert info.npu_smi == "/usr/local/sbin/npu-smi" and info.chip == "910b"
+
+
+def _script_smi(root, body: str):
+    path = root / "usr/local/bin/npu-smi"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("#!/bin/sh\n" + body)
+    path.chmod(0o755)
+
+
+def test_fake_npu_smi_printing_forever_is_stopped(tmp_path, monkeypatch):
+    monkeypatch.setattr(hostmod, "NPU_SMI_MAX_BYTES", 1 << 20)
+    make_node(tmp_path)
+    _script_smi(tmp_path, "exec yes 'NPU     Name      | Health'\n")
+    info = probe(tmp_path)
+    assert info.chip is None
+    assert f"npu-smi info printed more than {1 << 20} bytes; stopped" in info.problems
+
+
+def test_fake_npu_smi_leaving_a_child_holding_the_pipe_stops_at_the_timeout(tmp_path, monkeypatch):
+    import time
+    monkeypatch.setattr(hostmod, "NPU_SMI_TIMEOUT", 1.0)
+    make_node(tmp_path)
+    _script_smi(tmp_path, "sleep 60 &\necho '| npu-smi 24.1.rc3   Version: 24.1.rc3 |'\nexit 0\n")
+    started = time.monotonic()
+    info = probe(tmp_path)
+    assert "npu-smi info did not answer within 1 s" in info.problems
+    assert time.monotonic() - started < 20  # one timeout, not one per npu-smi call or the child's 60 s
