@@ -816,3 +816,22 @@ def test_an_index_that_trickles_is_cut_off_at_the_deadline(monkeypatch):
         server.shutdown()
     assert "did not arrive within 1 s" in cut.value.message
     assert _time.monotonic() - started < 30  # not the 200 s the server would take
+
+
+@pytest.mark.parametrize("body, outcome", [
+    (b"[" * 100000 + b"]" * 100000, "malformed project page: JSON nested too deep"),
+    (b'{"meta": "x", "files": []}', []),
+    (b'{"meta": {"api-version": "1.0"}, "files": [{"filename": "torch_npu-2.1.0-cp39-cp39-manylinux2014_x86_64.whl",'
+     b' "url": "t.whl", "hashes": [1, 2], "requires-python": 3, "upload-time": [], "yanked": 7}]}',
+     [("torch_npu-2.1.0-cp39-cp39-manylinux2014_x86_64.whl", {}, None, None)]),
+])
+def test_a_mistyped_json_project_page_is_read_or_refused_never_a_traceback(body, outcome):
+    from builder.build.releases import index
+    url = "http://127.0.0.1/simple/torch-npu/"
+    if isinstance(outcome, str):
+        with pytest.raises(UserError) as refused:
+            index.parse_json_page(body, url)
+        assert outcome in refused.value.message
+        return
+    _, files = index.parse_json_page(body, url)
+    assert [(f.filename, f.hashes, f.requires_python, f.upload_time) for f in files] == outcome

@@ -139,9 +139,12 @@ def parse_json_page(body: bytes, url: str) -> Tuple[str, List[IndexFile]]:
         doc = json.loads(body.decode("utf-8"))
     except (UnicodeDecodeError, ValueError) as exc:
         raise url_error(url, f"malformed project page: not JSON ({exc})") from None
+    except RecursionError:
+        raise url_error(url, "malformed project page: JSON nested too deep") from None
     if not isinstance(doc, dict) or not isinstance(doc.get("files"), list):
         raise url_error(url, "malformed project page: JSON without a 'files' list")
-    version = str((doc.get("meta") or {}).get("api-version", ""))
+    meta = doc.get("meta") if isinstance(doc.get("meta"), dict) else {}
+    version = str(meta.get("api-version", ""))
     _check_api_version(version, url)
     files = []
     for i, item in enumerate(doc["files"]):
@@ -150,13 +153,23 @@ def parse_json_page(body: bytes, url: str) -> Tuple[str, List[IndexFile]]:
         files.append(IndexFile(
             filename=item["filename"],
             url=_absolute(url, item["url"]),
-            hashes={str(k): str(v) for k, v in (item.get("hashes") or {}).items()},
-            requires_python=item.get("requires-python"),
+            hashes={str(k): str(v) for k, v in _mapping(item.get("hashes")).items()},
+            requires_python=_text(item.get("requires-python")),
             yanked=_json_yanked(item.get("yanked")),
             metadata=_json_metadata(item.get("core-metadata", item.get("dist-info-metadata"))),
-            upload_time=item.get("upload-time"),
+            upload_time=_text(item.get("upload-time")),
         ))
     return version, files
+
+
+def _mapping(value: Any) -> Dict[str, Any]:
+    """A JSON field that should be an object; anything else counts as absent."""
+    return value if isinstance(value, dict) else {}
+
+
+def _text(value: Any) -> Optional[str]:
+    """A JSON field that should be a string; anything else counts as absent."""
+    return value if isinstance(value, str) else None
 
 
 def _json_yanked(value: Any) -> Optional[str]:
