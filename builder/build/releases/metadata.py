@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import io
+import struct
 import zipfile
 import zlib
 from dataclasses import dataclass
@@ -91,7 +92,7 @@ def metadata_of_zip(fileobj: BinaryIO, wheel: WheelName, url: str) -> bytes:
     """
     try:
         archive = zipfile.ZipFile(fileobj)
-    except (zipfile.BadZipFile, EOFError, ValueError) as exc:
+    except (zipfile.BadZipFile, EOFError, ValueError, OverflowError, struct.error, OSError) as exc:  # odd zip64 fields too
         raise url_error(url, f"malformed wheel: no zip end-of-central-directory record or central directory "
                              f"could be read ({exc})") from None
     with archive:
@@ -103,7 +104,8 @@ def metadata_of_zip(fileobj: BinaryIO, wheel: WheelName, url: str) -> bytes:
             if declared <= METADATA_MAX:  # a larger one is refused unread
                 with archive.open(name) as member:
                     data = member.read(METADATA_MAX + 1)  # zipfile inflates at most this much
-        except (zipfile.BadZipFile, zlib.error, EOFError, NotImplementedError, RuntimeError) as exc:
+        except (zipfile.BadZipFile, zlib.error, EOFError, NotImplementedError, RuntimeError, OverflowError,
+                struct.error, ValueError) as exc:
             raise url_error(url, f"malformed wheel: {name}: {exc}") from None
         if max(declared, len(data)) > METADATA_MAX:
             raise url_error(url, f"malformed wheel: {name} inflates to more than {METADATA_MAX} bytes; refused",
