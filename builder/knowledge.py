@@ -245,6 +245,9 @@ class KnowledgeBase:
         self._conda: Dict[str, Installer] = _installers.read_conda(conda_doc)
         # where CANN's installers are published (cann-downloads.yaml)
         self._downloads: Dict[str, Any] = dict(downloads_doc or {})
+        # answers that scan every release, kept per release (one knowledge base per process)
+        self._min_driver: Dict[str, Tuple[Optional[str], str]] = {}
+        self._cann_floor: Dict[str, Optional[Tuple[str, str]]] = {}
 
     @staticmethod
     def _release(item: Mapping[str, Any]) -> TorchNpu:
@@ -326,6 +329,11 @@ class KnowledgeBase:
             >>> load().cann_floor("2.1.0rc1") is None
             True
         """
+        if torch_npu not in self._cann_floor:
+            self._cann_floor[torch_npu] = self._infer_cann_floor(torch_npu)
+        return self._cann_floor[torch_npu]
+
+    def _infer_cann_floor(self, torch_npu: str) -> Optional[Tuple[str, str]]:
         key = versions.lenient("python_package", torch_npu)
         if key is None:
             return None
@@ -518,6 +526,11 @@ class KnowledgeBase:
             >>> load().min_driver_reason("7.0.RC1")
             ('23.0.RC3', 'its paired HDK 23.0.RC3')
         """
+        if cann not in self._min_driver:
+            self._min_driver[cann] = self._min_driver_reason(cann)
+        return self._min_driver[cann]
+
+    def _min_driver_reason(self, cann: str) -> Tuple[Optional[str], str]:
         own, why = self._own_min_driver(cann)
         cv = versions.lenient("cann", cann)
         known = self._cann_entry(cann) is not None or self.cann_package(cann) is not None

@@ -31,6 +31,18 @@ from builder import knowledge, versions
 DATA = knowledge.DATA_DIR / "python-env.yaml"
 
 
+@lru_cache(maxsize=4096)
+def requirement(text: str) -> Requirement:
+    """``text`` parsed as a PEP 508 requirement, once per text (rendering 1,000 cells parses the
+    same few dozen requirements tens of thousands of times). Treat the result as read-only.
+
+    Example:
+        >>> requirement("numpy<2").name, str(requirement("numpy<2").specifier)
+        ('numpy', '<2')
+    """
+    return Requirement(text)
+
+
 @dataclass(frozen=True)
 class Constraint:
     """One version limit on one package, with where it comes from."""
@@ -41,10 +53,10 @@ class Constraint:
 
     @property
     def name(self) -> str:
-        return canonicalize_name(Requirement(self.requirement).name)
+        return canonicalize_name(requirement(self.requirement).name)
 
     def allows(self, version: str) -> bool:
-        return Requirement(self.requirement).specifier.contains(version, prereleases=True)
+        return requirement(self.requirement).specifier.contains(version, prereleases=True)
 
 
 @lru_cache(maxsize=1)

@@ -49,6 +49,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Dict, List, Optional, Tuple
 
+from builder import bounded
 from builder.errors import UserError
 
 OCI_INDEX = "application/vnd.oci.image.index.v1+json"
@@ -194,6 +195,18 @@ class _SameHostAuth(urllib.request.HTTPRedirectHandler):
         return new
 
 
+def config_labels(config: dict) -> Dict[str, str]:
+    """An image config's labels as text; a config whose labels are no mapping has none.
+
+    Example:
+        >>> config_labels({"config": {"Labels": {"arch": "aarch64", "n": 1}}}), config_labels({"config": 5})
+        ({'arch': 'aarch64', 'n': '1'}, {})
+    """
+    inner = config.get("config")
+    labels = inner.get("Labels") if isinstance(inner, dict) else None
+    return {str(k): str(v) for k, v in labels.items()} if isinstance(labels, dict) else {}
+
+
 class Registry:
     """An OCI distribution API client: read tags, manifests, configs; write manifests."""
 
@@ -222,17 +235,11 @@ class Registry:
         announced = response.headers.get("Content-Length")
         if announced and announced.isascii() and announced.isdigit() and int(announced) > limit:
             raise self._fail(f"{what} is announced as {int(announced)} bytes, more than the {limit} allowed")
-        chunks, total = [], 0
-        while True:
-            if time.monotonic() - started > self.deadline:
-                raise self._fail(f"{what} took longer than {self.deadline:.0f} s", "check the registry's health")
-            chunk = response.read1(65536) if hasattr(response, "read1") else response.read(65536)
-            if not chunk:
-                return b"".join(chunks)
-            total += len(chunk)
-            if total > limit:
-                raise self._fail(f"{what} is larger than the {limit} bytes allowed")
-            chunks.append(chunk)
+        try:
+            return b"".join(bounded.chunks(response, limit=limit, deadline=started + self.deadline))
+        except bounded.Cut as cut:
+            raise self._fail(f"{what}: {cut} (limit {limit} bytes, {self.deadline:.0f} s)",
+                             "check the registry's health") from None
 
     def _send(self, method: str, path_or_url: str, scope: str, *, accept: str = "", data: Optional[bytes] = None,
               content_type: str = "", limit: int = MANIFEST_LIMIT) -> Tuple[bytes, Dict[str, str]]:
@@ -396,12 +403,7 @@ class Registry:
             config = self.config(repository, chosen)
         except LookupError:
             return None
-        inner = config.get("config") or {}
-        labels = (inner.get("Labels") if isinstance(inner, dict) else None) or {}
-        if not isinstance(labels, dict):
-            raise self._fail(f"the config of {repository}:{tag} has labels that are not a mapping")
-        return ImageInfo(tag, chosen.digest, {str(k): str(v) for k, v in labels.items()},
-                         str(config.get("architecture", "")))
+        return ImageInfo(tag, chosen.digest, config_labels(config), str(config.get("architecture", "")))
 
     # --- writing --------------------------------------------------------------
 

@@ -125,3 +125,23 @@ def blob_path(root: Path, digest: str) -> Path:
     """Where the filesystem storage keeps a blob (manifests are blobs too)."""
     hexdigest = digest.split(":", 1)[1]
     return root / "data/docker/registry/v2/blobs/sha256" / hexdigest[:2] / hexdigest / "data"
+
+
+class Trickle(BaseHTTPRequestHandler):
+    """Answers every GET with 1,000 announced bytes, one every 0.2 s: no single read ever
+    times out, only a deadline over the whole answer stops it."""
+
+    def log_message(self, *args):
+        pass
+
+    def do_GET(self):
+        self.send_response(200)
+        self.send_header("Content-Length", "1000")
+        self.end_headers()
+        try:
+            for _ in range(1000):
+                self.wfile.write(b" ")
+                self.wfile.flush()
+                time.sleep(0.2)
+        except OSError:
+            pass

@@ -19,9 +19,9 @@ import urllib.error
 import urllib.request
 from typing import Tuple
 
+from builder import bounded
 from builder.errors import UserError
 
-CHUNK = 1 << 20
 READ_TIMEOUT = 60.0
 DEADLINE = 4 * 3600.0      # a 1.3 GB toolkit over a slow link; a server that trickles stops here
 LIMIT = 16 << 30           # no CANN installer comes near this
@@ -31,21 +31,16 @@ def sha256_of_url(url: str, *, referer: str, read_timeout: float = READ_TIMEOUT,
                   limit: int = LIMIT) -> Tuple[str, int]:
     """(sha256 hex, size in bytes) of what ``url`` serves; UserError when it cannot be had whole."""
     request = urllib.request.Request(url, headers={"Referer": referer} if referer else {})
-    digest, size, started = hashlib.sha256(), 0, time.monotonic()
+    digest, size = hashlib.sha256(), 0
     try:
         with urllib.request.urlopen(request, timeout=read_timeout) as response:
             announced = response.headers.get("Content-Length")
-            while True:
-                chunk = response.read(CHUNK)
-                if not chunk:
-                    break
+            for chunk in bounded.chunks(response, limit=limit, deadline=time.monotonic() + deadline):
                 size += len(chunk)
-                if size > limit:
-                    raise UserError(f"{url}: more than {limit} bytes; not an installer", exit_code=1)
-                if time.monotonic() - started > deadline:
-                    raise UserError(f"{url}: not fetched within {deadline:.0f} s", exit_code=1,
-                                    fix="fetch it where the download server is faster, or record it from a copy")
                 digest.update(chunk)
+    except bounded.Cut as cut:
+        raise UserError(f"{url}: {cut}; not recorded", exit_code=1,
+                        fix="fetch it where the download server is faster, or record it from a copy") from None
     except urllib.error.HTTPError as exc:
         raise UserError(f"{url}: the server answered HTTP {exc.code}", exit_code=1,
                         fix="check that the release folder holds this file") from None

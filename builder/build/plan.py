@@ -23,7 +23,6 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Dict, Optional, Tuple
 
-from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
 from builder import python_env, versions, vocabulary
@@ -330,10 +329,10 @@ def _unlocked_lines(cell: Cell, kb) -> Tuple[str, ...]:
     """Without a usable lock: the top-level requirements, CANN's limits on the packages they bound."""
     limits: Dict[str, str] = {}
     for c in python_env.constraints(cell.cann):
-        limits[c.name] = ",".join(filter(None, [limits.get(c.name), str(Requirement(c.requirement).specifier)]))
+        limits[c.name] = ",".join(filter(None, [limits.get(c.name), str(python_env.requirement(c.requirement).specifier)]))
     lines = []
     for requirement in lock_inputs(cell, kb).requirements:
-        req = Requirement(requirement)
+        req = python_env.requirement(requirement)
         name = canonicalize_name(req.name)
         lines.append(f"{name}{limits[name]}" if name in limits and not req.specifier else requirement)
     return tuple(lines)
@@ -354,7 +353,7 @@ def installs(cell: Cell, kb, variant: str, lock: Optional[locking.Lock],
     if state in ("missing", "stale"):
         lines = _unlocked_lines(owner, kb)
         reason = f"The cell's lock is {state}: run `ascend-build lock`"
-        is_npu = [canonicalize_name(Requirement(line).name) == "torch-npu" for line in lines]
+        is_npu = [canonicalize_name(python_env.requirement(line).name) == "torch-npu" for line in lines]
         others = tuple(line for line, own in zip(lines, is_npu) if not own)
         steps = [Install("unverified", LOCK_STEPS["unverified"], others, False, True, reason)]
         if npu:

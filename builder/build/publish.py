@@ -26,7 +26,8 @@ from dataclasses import dataclass
 from typing import Dict, List, Optional, Tuple
 
 from builder.errors import UserError
-from builder.registry import ARCH_TO_PLATFORM, DOCKER_LIST, DOCKER_MANIFEST, IMAGE_TYPES, OCI_INDEX, Registry
+from builder.registry import (ARCH_TO_PLATFORM, DOCKER_LIST, DOCKER_MANIFEST, IMAGE_TYPES, OCI_INDEX, Registry,
+                              config_labels)
 from builder.vocabulary import ARCHS, CPU, NPU, TIERS, Label, release_tag
 
 # Labels every arch of one cell shares; the arch's own labels (and seal details) may differ.
@@ -46,10 +47,15 @@ class ArchImage:
     labels: Dict[str, str]
 
 
+def split_variant(tag: str) -> Tuple[str, str]:
+    """A release tag -> (its stem, its variant): ``x-cpu`` is the twin's, anything else the NPU image's.
+    The inverse of `index_tag`."""
+    return (tag[: -len(CPU) - 1], CPU) if tag.endswith("-" + CPU) else (tag, NPU)
+
+
 def family_of(tag: str) -> Optional[Tuple[str, str]]:
     """``<family>-<arch>[-cpu]`` -> (family, variant); None for a tag without an arch suffix."""
-    variant = CPU if tag.endswith("-" + CPU) else NPU
-    stem = tag[: -len(CPU) - 1] if variant == CPU else tag
+    stem, variant = split_variant(tag)
     arch = next((a for a in ARCHS if stem.endswith("-" + a)), None)
     return (stem[: -len(arch) - 1], variant) if arch else None
 
@@ -88,10 +94,7 @@ def read_arch(registry: Registry, repository: str, family: str, variant: str, ar
     if manifest.is_index or manifest.media_type not in IMAGE_TYPES:
         return None, [f"{repository}:{tag} is not a single-arch image manifest ({manifest.media_type})"]
     config = registry.config(repository, manifest)
-    inner = config.get("config") if isinstance(config.get("config"), dict) else {}
-    labels = inner.get("Labels") if isinstance(inner.get("Labels"), dict) else {}
-    image = ArchImage(arch, tag, manifest.digest, manifest.media_type, len(manifest.body),
-                      {str(k): str(v) for k, v in labels.items()})
+    image = ArchImage(arch, tag, manifest.digest, manifest.media_type, len(manifest.body), config_labels(config))
     return image, [f"{tag}: {r}" for r in why_not(image, family, variant, str(config.get("architecture", "")))]
 
 

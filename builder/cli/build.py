@@ -17,7 +17,7 @@ from builder import knowledge
 from builder.build import checks, lock, matrix, relock, render
 from builder.cli.app import JsonOpt, app, host_arch, interruptible, releases_app
 from builder.errors import Finding, UserError
-from builder.vocabulary import ARCHS, CPU, NPU, release_tag
+from builder.vocabulary import release_tag
 
 REPO_ROOT = Path(__file__).resolve().parent.parent.parent
 DEFAULT_CA = Path("/etc/ssl/certs/ca-certificates.crt")
@@ -276,7 +276,7 @@ def index_command(
 
     Example: ascend-build index 127.0.0.1:5000/ascend-build/pytorch:cann7.0.rc1-910b-ubuntu22.04-py3.9-torch_npu2.1.0rc1
     """
-    from builder.build import pipeline
+    from builder.build import pipeline, publish
     from builder.registry import Registry
 
     host, _, rest = ref.partition("/")
@@ -284,11 +284,10 @@ def index_command(
     if not host or not repository or not tag or "@" in ref:
         raise UserError(f"{ref!r} is not REGISTRY/REPOSITORY:TAG", exit_code=2,
                         fix="write e.g. 127.0.0.1:5000/ascend-build/pytorch:cann7.0.rc1-910b-ubuntu22.04-py3.9-torch_npu2.1.0rc1")
-    variant = CPU if tag.endswith("-" + CPU) else NPU
-    family = tag[: -len(CPU) - 1] if variant == CPU else tag
-    if any(family.endswith("-" + a) for a in ARCHS):
+    family, variant = publish.split_variant(tag)
+    if publish.family_of(tag) is not None:
         raise UserError(f"{tag!r} names one arch; the index goes under the cell's tag without its arch", exit_code=2,
-                        fix=f"drop the arch: {host}/{repository}:{release_tag(family.rsplit('-', 1)[0], variant)}")
+                        fix=f"drop the arch: {host}/{repository}:{publish.index_tag(*publish.family_of(tag))}")
     outcome = pipeline.index_outcome(Registry(host), repository, family, variant)
     _summary([outcome], as_json)
     if not outcome.ok:

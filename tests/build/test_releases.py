@@ -784,34 +784,16 @@ def test_module_examples_hold():
 
 def test_an_index_that_trickles_is_cut_off_at_the_deadline(monkeypatch):
     """A server that sends a byte every 0.2 s never trips the per-read timeout; the deadline stops it."""
-    import threading
     import time as _time
-    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+    import helpers_registry as hr
     from builder.build.releases import http_client
 
-    class Trickle(BaseHTTPRequestHandler):
-        def log_message(self, *args):
-            pass
-
-        def do_GET(self):
-            self.send_response(200)
-            self.send_header("Content-Length", "1000")
-            self.end_headers()
-            try:
-                for _ in range(1000):
-                    self.wfile.write(b"x")
-                    self.wfile.flush()
-                    _time.sleep(0.2)
-            except OSError:
-                pass
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Trickle)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
+    server, port = hr.serve(hr.Trickle)
     monkeypatch.setattr(http_client, "DEADLINE", 1.0)
     started = _time.monotonic()
     try:
         with pytest.raises(UserError) as cut:
-            http_client.Http(timeout=5).get(f"http://127.0.0.1:{server.server_address[1]}/simple/torch-npu/")
+            http_client.Http(timeout=5).get(f"http://127.0.0.1:{port}/simple/torch-npu/")
     finally:
         server.shutdown()
     assert "did not arrive within 1 s" in cut.value.message

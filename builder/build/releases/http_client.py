@@ -15,6 +15,7 @@ import urllib.error
 import urllib.request
 from typing import Any, Mapping, Optional, Sequence, Tuple
 
+from builder import bounded
 from builder.errors import UserError
 
 # The most one answer may carry: a project page or a whole wheel fits many times
@@ -71,9 +72,6 @@ class Http:
                     raise url_error(url, f"unexpected HTTP {status} {response.reason}")
                 body = self._read(response, url)
                 self.bytes_fetched += len(body)
-                if len(body) > MAX_BODY:
-                    raise url_error(url, f"the answer is larger than {MAX_BODY} bytes; refused",
-                                    "check --index-url: a package index serves no file that large")
                 return status, response.headers, body, response.geturl()
         except urllib.error.HTTPError as exc:
             if exc.code == 416 and 206 in ok:
@@ -88,20 +86,15 @@ class Http:
 
 
     def _read(self, response: Any, url: str) -> bytes:
-        """At most MAX_BODY + 1 bytes, within DEADLINE however slowly they come (the
-        per-read timeout alone lets a server that sends a byte every few seconds go on forever)."""
-        chunks, size, started = [], 0, time.monotonic()
-        while size <= MAX_BODY:
-            want = min(1 << 16, MAX_BODY + 1 - size)  # read1: what has arrived, not a full chunk's wait
-            chunk = response.read1(want) if hasattr(response, "read1") else response.read(want)
-            if not chunk:
-                break
-            chunks.append(chunk)
-            size += len(chunk)
-            if time.monotonic() - started > DEADLINE:
-                raise url_error(url, f"the answer did not arrive within {DEADLINE:g} s; refused",
-                                "check the index's health, or use another with --index-url")
-        return b"".join(chunks)
+        """At most MAX_BODY + 1 bytes, within DEADLINE however slowly they come (`bounded`)."""
+        try:
+            return b"".join(bounded.chunks(response, limit=MAX_BODY, deadline=time.monotonic() + DEADLINE))
+        except bounded.Cut as cut:
+            if cut.too_large:
+                raise url_error(url, f"the answer is larger than {MAX_BODY} bytes; refused",
+                                "check --index-url: a package index serves no file that large") from None
+            raise url_error(url, f"the answer did not arrive within {DEADLINE:g} s; refused",
+                            "check the index's health, or use another with --index-url") from None
 
 
 def _reason(reason: Any) -> str:
