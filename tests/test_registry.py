@@ -304,3 +304,16 @@ def test_docker_hub_names_reach_the_hub_api_and_its_library_namespace():
         "https://registry-1.docker.io", "library/ubuntu", "ascend/cann")
     assert Registry("127.0.0.1:5000").base == "http://127.0.0.1:5000"
     assert Registry("127.0.0.1.example.com").base == "https://127.0.0.1.example.com"
+
+
+def test_a_registry_that_trickles_is_cut_off_at_the_deadline(no_credentials):
+    import time
+    server, port = hr.serve(hr.Trickle)
+    started = time.monotonic()
+    try:
+        with pytest.raises(UserError) as cut:
+            Registry(f"127.0.0.1:{port}", deadline=1.0).tags("r")
+    finally:
+        server.shutdown()
+    assert "not there within the deadline" in cut.value.message
+    assert time.monotonic() - started < 30  # not the 200 s the server would take

@@ -1,0 +1,83 @@
+"""`lock` records the sha256 of CANN installers published without one, the first time it can
+fetch them (builder/build/fetch.py, relock.record_installers).
+
+The download server cannot be reached here, so a plain HTTP server on loopback serves the
+release folder's files; record_installers is given a fetch that is the real one, pointed
+at that server instead of the release folder's host.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from http.server import BaseHTTPRequestHandler
+
+import pytest
+
+import helpers_registry as hr
+from builder import knowledge
+from builder.build import fetch, lock as locking, matrix, relock
+from builder.errors import UserError
+from helpers_matrix import REPO, SHIPPED_MATRIX
+
+DEMO = "cann9.1.0-910b-debian12-py3.11-torch_npu2.13.0-x86_64"
+FILES = {"Ascend-cann-toolkit_9.1.0_linux-x86_64.run": b"#!/bin/sh\necho toolkit\n" * 1000,
+         "Ascend-cann-910b-ops_9.1.0_linux-x86_64.run": b"#!/bin/sh\necho ops\n" * 500}
+
+
+@pytest.fixture
+def release_folder():
+    """A loopback server holding the 9.1.0 release folder; yields (its URL, the Referers it saw)."""
+    seen = []
+
+    class Folder(BaseHTTPRequestHandler):
+        def log_message(self, *args):
+            pass
+
+        def do_GET(self):
+            seen.append(self.headers.get("Referer"))
+            name = self.path.rsplit("/", 1)[-1]
+            body = FILES.get(name)
+            self.send_response(200 if body is not None else 404)
+            self.send_header("Content-Length", str(len(body or b"")))
+            self.end_headers()
+            self.wfile.write(body or b"")
+
+    server, port = hr.serve(Folder)
+    yield f"http://127.0.0.1:{port}/CANN/CANN%209.1.0/", seen
+    server.shutdown()
+
+
+def test_a_file_is_hashed_as_served_with_the_referer(release_folder):
+    folder, seen = release_folder
+    name = "Ascend-cann-toolkit_9.1.0_linux-x86_64.run"
+    assert fetch.sha256_of_url(folder + name, referer="https://www.hiascend.com/") == (
+        hashlib.sha256(FILES[name]).hexdigest(), len(FILES[name]))
+    assert seen == ["https://www.hiascend.com/"]
+    with pytest.raises(UserError, match="the server answered HTTP 404"):
+        fetch.sha256_of_url(folder + "missing.run", referer="")
+
+
+def test_lock_records_each_unhashed_installer_once_and_keeps_it(release_folder):
+    folder, seen = release_folder
+    kb = knowledge.load()
+    cell = next(c for c in matrix.load(SHIPPED_MATRIX).cells if c.id == DEMO)
+    published = kb.cann_release_folder("9.1.0")
+
+    def local(url, referer):  # the real fetch, at the loopback copy of the release folder
+        return fetch.sha256_of_url(url.replace(published, folder), referer=referer)
+
+    lock = locking.read(REPO / "dockerfiles" / DEMO)
+    said = []
+    made, missing = relock.record_installers(cell, kb, lock, local, said.append)
+    assert missing == () and dict(made.installers) == {n: hashlib.sha256(b).hexdigest() for n, b in FILES.items()}
+    assert len(seen) == 2 and set(seen) == {kb.download_referer()}
+    assert locking.Lock.parse(made.text()).installers == made.installers  # written and read back
+    assert "# installer: Ascend-cann-910b-ops_9.1.0_linux-x86_64.run sha256:" in made.text()
+
+    def unreachable(url, referer):
+        raise UserError(f"{url}: cannot be fetched")
+
+    again, missing = relock.record_installers(cell, kb, made, unreachable, said.append)
+    assert (again.installers, missing) == (made.installers, ())  # recorded once, never fetched again
+    untouched, missing = relock.record_installers(cell, kb, lock, unreachable, said.append)
+    assert untouched.installers == () and set(missing) == set(FILES)
