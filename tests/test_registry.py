@@ -317,3 +317,18 @@ def test_a_registry_that_trickles_is_cut_off_at_the_deadline(no_credentials):
         server.shutdown()
     assert "not there within the deadline" in cut.value.message
     assert time.monotonic() - started < 30  # not the 200 s the server would take
+
+
+def test_a_redirect_from_https_down_to_http_is_refused():
+    import io
+    import urllib.error
+    import urllib.request
+    from email.message import Message
+    from builder.registry import _SameHostAuth
+    request = urllib.request.Request("https://registry.example/v2/r/tags/list", headers={"Authorization": "Bearer t"})
+    with pytest.raises(urllib.error.HTTPError, match="refusing a redirect from HTTPS to HTTP"):
+        _SameHostAuth().redirect_request(request, io.BytesIO(), 302, "Found", Message(), "http://registry.example/x")
+    same = _SameHostAuth().redirect_request(request, io.BytesIO(), 302, "Found", Message(),
+                                            "https://registry.example/v2/r/tags/list?last=a")
+    other = _SameHostAuth().redirect_request(request, io.BytesIO(), 302, "Found", Message(), "https://cdn.example/blob")
+    assert same.get_header("Authorization") == "Bearer t" and other.get_header("Authorization") is None
