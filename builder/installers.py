@@ -1,11 +1,13 @@
 """Which official installer files a cell needs: names per chip/arch/release, URL, sha256.
 
-A CANN image installs two packages, the toolkit and the chip's ops (kernels) package;
-an image with ``env: conda`` first runs the Miniforge3 bootstrap. The functions here
+A CANN image installs two packages, the toolkit and the chip's ops (kernels) package, and
+a third when the cell asks for it, NNAL (the ATB library); an image with ``env: conda``
+first runs the Miniforge3 bootstrap. The functions here
 name those files and, where the data lists them, give their URL and checksum. They
 take the knowledge base (:class:`builder.knowledge.KnowledgeBase`) and read it only
 through its public methods: ``cann_package`` (the cann-packages.json entry of a
-release), ``canonical_cann``, ``chip_min_cann`` and ``conda_installers``.
+release), ``canonical_cann``, ``chip_min_cann``, ``nnal_since``, ``cann_release_folder``
+and ``conda_installers``.
 
 Names follow the file listed in cann-packages.json when there is one, else the naming
 rule of the CANN era (see :func:`ops_package`). Only listed files come with a sha256.
@@ -51,7 +53,7 @@ class Installer:
         'Ascend-cann-toolkit_8.5.0_linux-aarch64.run'
     """
 
-    kind: str  # "toolkit" | "ops" | "conda"
+    kind: str  # "toolkit" | "ops" | "nnal" | "conda"
     filename: str
     url: str
     sha256: Optional[str]
@@ -173,8 +175,29 @@ def toolkit_package(kb: "KnowledgeBase", cann: str, arch: str) -> str:
     return f"Ascend-cann-toolkit_{kb.canonical_cann(cann)}_linux-{a}.run"
 
 
-def cann_installers(kb: "KnowledgeBase", cann: str, chip: str, arch: str) -> List[Installer]:
-    """Official CANN installers with URL: the toolkit first, then the chip's ops package.
+def nnal_package(kb: "KnowledgeBase", cann: str, arch: str) -> str:
+    """The NNAL installer (``.run``) of that CANN release and arch, as the official images fetch it.
+
+    Raises UserError for an unknown arch, a CANN string that is no version, or a release
+    before the first that published NNAL (``cann-downloads.yaml``).
+
+    Example:
+        >>> from builder.knowledge import load
+        >>> nnal_package(load(), "9.1.0", "arm64")
+        'Ascend-cann-nnal_9.1.0_linux-aarch64.run'
+    """
+    a = _known_arch(arch)
+    cv = _cann_version(cann)
+    since = kb.nnal_since()
+    if not since or cv < versions.cann(since):
+        raise UserError(f"CANN {cann} has no NNAL package: NNAL is published from CANN {since} on",
+                        fix=f"use CANN >= {since}, or drop nnal: true")
+    return f"Ascend-cann-nnal_{kb.canonical_cann(cann)}_linux-{a}.run"
+
+
+def cann_installers(kb: "KnowledgeBase", cann: str, chip: str, arch: str, nnal: bool = False) -> List[Installer]:
+    """Official CANN installers with URL: the toolkit first, then the chip's ops package, then
+    NNAL when asked (``nnal``).
 
     The ``.zip`` listed in cann-packages.json, with its published sha256, when there is
     one; else, for a release the knowledge base knows, the ``.run`` of the install guides
@@ -187,6 +210,8 @@ def cann_installers(kb: "KnowledgeBase", cann: str, chip: str, arch: str) -> Lis
         ['toolkit', 'ops']
         >>> [(i.filename, i.sha256) for i in cann_installers(load(), "9.1.0", "a3", "x86_64")]
         [('Ascend-cann-toolkit_9.1.0_linux-x86_64.run', None), ('Ascend-cann-A3-ops_9.1.0_linux-x86_64.run', None)]
+        >>> [i.run for i in cann_installers(load(), "9.1.0", "910b", "x86_64", nnal=True)][2]
+        'Ascend-cann-nnal_9.1.0_linux-x86_64.run'
         >>> cann_installers(load(), "6.4.0", "910b", "x86_64")
         []
     """
@@ -208,16 +233,32 @@ def cann_installers(kb: "KnowledgeBase", cann: str, chip: str, arch: str) -> Lis
             fname, f, _ = ops
             found["ops"] = Installer("ops", fname, f["url"], f["sha256"], fname[:-4] + ".run", source, ver, a)
     folder = kb.cann_release_folder(cann)
-    for kind in ("toolkit", "ops"):
+    kinds = ("toolkit", "ops", "nnal") if nnal else ("toolkit", "ops")
+    for kind in kinds:
         if kind in found or folder is None:
             continue
         try:  # the .run the install guides fetch from the release's folder; its sha256 comes from the lock
-            run = toolkit_package(kb, cann, a) if kind == "toolkit" else ops_package(kb, chip, cann, a)
-        except UserError:  # a chip this release predates, or no version: other rules say so
+            run = package(kb, kind, cann, chip, a)
+        except UserError:  # a chip or NNAL this release predates, or no version: other rules say so
             continue
         found[kind] = Installer(kind, run, folder + run, None, run, "release folder (cann-downloads.yaml)",
                                 kb.canonical_cann(cann), a)
-    return [found[k] for k in ("toolkit", "ops") if k in found]
+    return [found[k] for k in kinds if k in found]
+
+
+def package(kb: "KnowledgeBase", kind: str, cann: str, chip: str, arch: str) -> str:
+    """The ``.run`` of one kind of CANN package: ``toolkit``, ``ops`` (the chip's) or ``nnal``.
+
+    Example:
+        >>> from builder.knowledge import load
+        >>> package(load(), "ops", "8.5.0", "a3", "x86_64")
+        'Ascend-cann-A3-ops_8.5.0_linux-x86_64.run'
+    """
+    if kind == "toolkit":
+        return toolkit_package(kb, cann, arch)
+    if kind == "nnal":
+        return nnal_package(kb, cann, arch)
+    return ops_package(kb, chip, cann, arch)
 
 
 def read_conda(conda_doc: Mapping[str, Any]) -> Dict[str, Installer]:
@@ -250,4 +291,5 @@ def conda_installer(kb: "KnowledgeBase", arch: str) -> Optional[Installer]:
     return kb.conda_installers().get(normalize_arch(arch) or "")
 
 
-__all__ = ["Installer", "cann_installers", "conda_installer", "ops_package", "read_conda", "toolkit_package"]
+__all__ = ["Installer", "cann_installers", "conda_installer", "nnal_package", "ops_package", "package", "read_conda",
+           "toolkit_package"]

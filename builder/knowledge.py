@@ -648,9 +648,18 @@ class KnowledgeBase:
         """:func:`builder.installers.toolkit_package`: the CANN toolkit ``.run`` for that CANN and arch."""
         return _installers.toolkit_package(self, cann, arch)
 
-    def installers(self, cann: str, chip: str, arch: str) -> List[Installer]:
+    def installers(self, cann: str, chip: str, arch: str, nnal: bool = False) -> List[Installer]:
         """:func:`builder.installers.cann_installers`: official CANN installers with URL and sha256."""
-        return _installers.cann_installers(self, cann, chip, arch)
+        return _installers.cann_installers(self, cann, chip, arch, nnal)
+
+    def nnal_since(self) -> str:
+        """The first CANN release that published NNAL (``cann-downloads.yaml``).
+
+        Example:
+            >>> load().nnal_since()
+            '8.0.0'
+        """
+        return str((self._downloads.get("nnal") or {}).get("since") or "")
 
     def cann_release_folder(self, cann: str) -> Optional[str]:
         """The folder a known CANN release's installers are published in; None for an unknown release.

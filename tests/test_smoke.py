@@ -241,6 +241,9 @@ def test_a_library_only_plugins_need_is_optional(smoke):
     needed = {"libatb.so": ["libop_plugin_atb.so"], "libhccl.so": ["libop_plugin_atb.so", "libtorch_npu.so"]}
     fatal, host, optional = smoke.classify_missing(needed, driver_mount=False)
     assert list(optional) == ["libatb.so"] and list(fatal) == ["libhccl.so"] and not host
+    # an image that declares NNAL promises it: then it must resolve
+    fatal, host, optional = smoke.classify_missing(needed, driver_mount=False, required=("libatb.so",))
+    assert list(fatal) == ["libatb.so", "libhccl.so"] and not optional
 
 
 def test_host_driver_and_firmware_minimums(smoke):

@@ -272,8 +272,10 @@ def installers_verifiable(cell: Cell, kb) -> Findings:
                            f"CANN base image {cell.cann_image} is not pinned by digest",
                            "write it as REF@sha256:DIGEST so every build starts from the same bytes", severity="warning")
     else:
-        files = installers.cann_installers(kb, cell.cann, cell.chip, cell.arch)
-        if cell.cann_source == "installer" and len(files) < 2:
+        files = installers.cann_installers(kb, cell.cann, cell.chip, cell.arch, cell.nnal)
+        kinds = {f.kind for f in files}
+        wanted = [k for k in ("toolkit", "ops", "nnal")[:2 + cell.nnal] if not (k == "nnal" and _nnal_too_early(cell, kb))]
+        if cell.cann_source == "installer" and not kinds.issuperset(wanted):
             # at cann_source when the matrix writes it, else at the CANN that has no installers
             yield _finding(cell, "cann_source" if "cann_source" in cell.fields else "cann", "installer-unknown",
                            f"the knowledge base has no official {cell.chip}/{cell.arch} installers for CANN {cell.cann}",
@@ -281,9 +283,9 @@ def installers_verifiable(cell: Cell, kb) -> Findings:
         if cell.cann_source == "local":
             known = {f.filename for f in files}
             try:
-                names = (installers.toolkit_package(kb, cell.cann, cell.arch),
-                         installers.ops_package(kb, cell.chip, cell.cann, cell.arch))
-            except UserError:  # CANN that is no version, or a chip it predates: cann_known / chip_supported say so
+                names = tuple(installers.package(kb, kind, cell.cann, cell.chip, cell.arch)
+                              for kind in ("toolkit", "ops", "nnal")[:2 + cell.nnal])
+            except UserError:  # no version, a chip or NNAL it predates: cann_known / chip_supported / nnal_published say so
                 names = ()
             for name in names:
                 zipped = name[:-4] + ".zip" if name.endswith(".run") else name
@@ -342,10 +344,26 @@ def env_vars_accepted(cell: Cell, kb) -> Findings:
                                + ", ".join(python_env.known_keys(variable)), severity="warning")
 
 
+def _nnal_too_early(cell: Cell, kb) -> str:
+    """The first CANN with NNAL when ``cell``'s CANN predates it, else ""."""
+    since, cann = kb.nnal_since(), versions.lenient("cann", cell.cann)
+    return since if cann is not None and since and cann < versions.cann(since) else ""
+
+
+def nnal_published(cell: Cell, kb) -> Findings:
+    """NNAL exists from one CANN release on; a cell asking for it on an earlier one is refused
+    (an image's NNAL is the image's own: the smoke test checks it is there)."""
+    since = _nnal_too_early(cell, kb) if cell.nnal and cell.cann_source != "image" else ""
+    if since:
+        yield _finding(cell, "nnal", "nnal-unpublished",
+                       f"CANN {cell.cann} has no NNAL package: NNAL is published from CANN {since} on",
+                       f"use CANN >= {since}, or drop nnal: true")
+
+
 RULES = (
     cann_known, torch_npu_published, torch_matches_pin, cann_paired, python_has_wheel, glibc_new_enough,
     driver_supports_cann, firmware_in_range, chip_supported, venv_python_matches, installers_verifiable, tag_fits,
-    pins_within_cann_limits, env_vars_accepted,
+    pins_within_cann_limits, env_vars_accepted, nnal_published,
 )
 
 LOCK_RULES = {

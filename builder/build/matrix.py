@@ -83,6 +83,8 @@ CELL_KEYS: Dict[str, str] = {
     "mirrors": "build-time mirrors: {pip_index: URL, apt: URL, conda_channel: URL, torch_index: URL}",
     "sha256": "checksums for installer files the knowledge base lacks: {FILE: HEX}",
     "base_image": "override the OS base image, e.g. local/debian:12",
+    "nnal": "true to install NNAL (the ATB library) after the chip's package, from CANN 8.0.0 on "
+            "(with cann_source: {image: ...}: the base image ships it; the smoke test checks libatb.so)",
     "unlisted": "true for a CANN release the knowledge base does not list yet (then give its installers' "
                 "sha256 with cann_source: {local: DIR}, or cann_source: {image: REF@sha256:...})",
 }
@@ -118,6 +120,7 @@ class Cell:
     sha256: Tuple[Tuple[str, str], ...] = ()
     base_image: Optional[str] = None
     unlisted: bool = False                 # a CANN release the knowledge base does not list, on purpose
+    nnal: bool = False                     # NNAL (ATB) installed after the chip's package
     where: Optional[Location] = None
     fields: Mapping[str, Tuple[str, Location]] = field(default_factory=dict, compare=False, hash=False)
 
@@ -394,7 +397,7 @@ def _parse_fields(raw: Dict[str, _Val], path: str, out: _Collector) -> Dict[str,
             value = _check(val, sub, _IMAGE_REF, "image reference", out)
         elif key == "cann_source":
             value = _cann_source(val, sub, out)
-        elif key == "unlisted":
+        elif key in ("unlisted", "nnal"):
             choice = _choice(val, sub, ("true", "false"), out)
             value = None if choice is None else choice == "true"
         elif key == "pip":
@@ -501,7 +504,8 @@ def _expand(fields: Dict, image: str, where: Location, path: str, out: _Collecto
             cann_source=source[0], cann_image=source[1], cann_local=source[2],
             env=value.get("env", "conda"), pip=value.get("pip", ()), env_vars=value.get("env_vars", ()),
             mirrors=value.get("mirrors", ()), sha256=value.get("sha256", ()), base_image=value.get("base_image"),
-            unlisted=value.get("unlisted", False), where=where, fields={k: (v[1], v[2]) for k, v in fields.items()},
+            unlisted=value.get("unlisted", False), nnal=value.get("nnal", False), where=where,
+            fields={k: (v[1], v[2]) for k, v in fields.items()},
         )
 
 

@@ -25,6 +25,7 @@ from typing import Dict, Optional, Tuple
 
 from packaging.utils import canonicalize_name
 
+from builder import installers as installer_names
 from builder import python_env, versions, vocabulary
 from builder.build import lock as locking
 from builder.build import stage
@@ -66,6 +67,22 @@ ALLOW_UNVERIFIED = "ASCEND_BUILD_ALLOW_UNVERIFIED"  # the build arg that lets un
 
 DRIVER_LIB = "/usr/local/Ascend/driver/lib64"  # mounted from the host at run time
 HOME_VARIABLE = "ASCEND_TOOLKIT_HOME"  # set first; CANN's other ENV values refer to it
+# NNAL installs with the toolkit's environment sourced, as the official images do.
+TOOLKIT_SET_ENV = "/usr/local/Ascend/ascend-toolkit/set_env.sh"
+# NNAL ships ATB built for both C++ ABIs; its set_env.sh takes the one torch reports
+# (torch.compiled_with_cxx11_abi()), and so does this ENV. PyTorch's Linux wheels use the
+# C++11 ABI from 2.7 on (pytorch/pytorch#143962); measured here: torch 2.1.0 (aarch64)
+# reports False, 2.13.0+cpu (x86_64) True. The versions tier runs NNAL's set_env.sh to check.
+CXX11_ABI_SINCE_TORCH = (2, 7)
+ATB_HOME = "/usr/local/Ascend/nnal/atb/latest/atb/cxx_abi_{abi}"
+# NNAL's set_env.sh (nnal/atb/set_env.sh), its settings as the official images write them.
+NNAL_SETTINGS = (
+    ("ATB_STREAM_SYNC_EVERY_KERNEL_ENABLE", "0"), ("ATB_STREAM_SYNC_EVERY_RUNNER_ENABLE", "0"),
+    ("ATB_STREAM_SYNC_EVERY_OPERATION_ENABLE", "0"), ("ATB_OPSRUNNER_KERNEL_CACHE_LOCAL_COUNT", "1"),
+    ("ATB_OPSRUNNER_KERNEL_CACHE_GLOABL_COUNT", "5"), ("ATB_WORKSPACE_MEM_ALLOC_ALG_TYPE", "1"),
+    ("ATB_COMPARE_TILING_EVERY_KERNEL", "0"), ("ATB_SHARE_MEMORY_NAME_SUFFIX", ""),
+    ("ATB_MATMUL_SHUFFLE_K_ENABLE", "1"), ("LCCL_DETERMINISTIC", "0"), ("LCCL_PARALLEL", "0"),
+)
 
 _cann = lru_cache(maxsize=4096)(versions.cann)
 
@@ -97,6 +114,7 @@ class InstallerFile:
     url: str
     sha256: str
     run: str
+    sources: str = ""  # a script sourced before the installer runs (NNAL: the toolkit's set_env.sh)
 
     @property
     def bundle(self) -> bool:
@@ -202,16 +220,37 @@ def cann_home(cell: Cell) -> str:
     return "/usr/local/Ascend/ascend-toolkit/latest"
 
 
-def cann_env(cell: Cell) -> Tuple[Tuple[str, str], ...]:
-    """CANN's ``set_env.sh`` written out as ENV lines, so non-interactive shells have it too.
+def atb_home(cell: Cell, kb) -> str:
+    """Where NNAL's ATB for the ABI of the cell's torch lives (``ATB_HOME_PATH``).
+
+    Example:
+        >>> atb_home(cell, knowledge.load())   # torch 2.1.0                    # doctest: +SKIP
+        '/usr/local/Ascend/nnal/atb/latest/atb/cxx_abi_0'
+    """
+    found = re.search(r"==\s*(\d+)\.(\d+)", torch(cell, kb)[0])
+    release = (int(found.group(1)), int(found.group(2))) if found else CXX11_ABI_SINCE_TORCH
+    return ATB_HOME.format(abi=int(release >= CXX11_ABI_SINCE_TORCH))
+
+
+def cann_env(cell: Cell, kb) -> Tuple[Tuple[str, str], ...]:
+    """CANN's ``set_env.sh`` written out as ENV lines, so non-interactive shells have it too
+    (and NNAL's, for a cell with ``nnal``).
 
     Like ``set_env.sh``, the toolkit's home is set first and referred to afterwards;
     LD_LIBRARY_PATH is built up in four lines (CANN's libraries, op tiling, the AML tools',
     the driver's). set_env.sh adds some entries only when their folder exists (tools/aml,
     tools/profiler, ...); they are always here, harmless when absent. The versions tier
-    runs the installed set_env.sh against this ENV and fails naming any variable it lacks.
+    runs the installed set_env.sh (and NNAL's) against this ENV and fails naming any
+    variable it lacks or sets otherwise.
     """
     home = "${" + HOME_VARIABLE + "}"
+    nnal = (
+        ("ATB_HOME_PATH", atb_home(cell, kb)),
+        ("LD_LIBRARY_PATH", "${LD_LIBRARY_PATH}:${ATB_HOME_PATH}/lib:${ATB_HOME_PATH}/examples"
+                            ":${ATB_HOME_PATH}/tests/atbopstest"),
+        ("PATH", "${PATH}:${ATB_HOME_PATH}/bin"),
+        *NNAL_SETTINGS,
+    ) if cell.nnal else ()
     return (
         (HOME_VARIABLE, cann_home(cell)),
         ("ASCEND_HOME_PATH", home),
@@ -225,6 +264,7 @@ def cann_env(cell: Cell) -> Tuple[Tuple[str, str], ...]:
         ("PYTHONPATH", f"{home}/python/site-packages:{home}/opp/built-in/op_impl/ai_core/tbe"),
         ("PATH", f"{home}/bin:{home}/compiler/ccec_compiler/bin:{home}/tools/ccec_compiler/bin:${{PATH}}"),
         ("PATH", f"${{PATH}}:{home}/tools/profiler/bin:{home}/python/site-packages/bin"),
+        *nnal,
     )
 
 
@@ -235,12 +275,12 @@ def env_vars(cell: Cell) -> Tuple[Tuple[str, str], ...]:
     return tuple(sorted(merged.items()))
 
 
-def final_env(cell: Cell, variant: str) -> Dict[str, str]:
+def final_env(cell: Cell, variant: str, kb) -> Dict[str, str]:
     """The ENV values the finished image has, literal, as Docker expands them: CANN's first,
     then the cell's env_vars (written later, so they win). A value referring to a variable
     this plan does not set (PATH: the Python step prepends to it again) is left out."""
     env: Dict[str, str] = {}
-    for name, value in cann_env(cell) if variant == vocabulary.NPU else ():
+    for name, value in cann_env(cell, kb) if variant == vocabulary.NPU else ():
         if all(ref in env for ref in _REFERENCE.findall(value)):
             env[name] = _REFERENCE.sub(lambda m: env[m.group(1)], value)
         else:
@@ -250,26 +290,27 @@ def final_env(cell: Cell, variant: str) -> Dict[str, str]:
 
 
 def installer_files(cell: Cell, kb, lock: Optional[locking.Lock] = None) -> Tuple[InstallerFile, ...]:
-    """Toolkit first, then the chip's ops package, each with the sha256 that must match: the
-    cell's own, else the knowledge base's, else the one the lock recorded on first fetch."""
+    """Toolkit first, then the chip's ops package, then NNAL when the cell asks for it, each with
+    the sha256 that must match: the cell's own, else the knowledge base's, else the one the lock
+    recorded on first fetch."""
     given = dict(cell.sha256)
-    known = {item.kind: item for item in kb.installers(cell.cann, cell.chip, cell.arch)}
-    local = ({"toolkit": kb.toolkit_package(cell.cann, cell.arch), "ops": kb.ops_package(cell.chip, cell.cann, cell.arch)}
-             if cell.cann_source == "local" else {})
+    kinds = ("toolkit", "ops", "nnal")[:2 + cell.nnal]
+    known = {item.kind: item for item in kb.installers(cell.cann, cell.chip, cell.arch, cell.nnal)}
     files = []
-    for kind in ("toolkit", "ops"):  # a local folder supplies each package the knowledge base lacks
+    for kind in kinds:  # a local folder supplies each package the knowledge base lacks
+        sources = TOOLKIT_SET_ENV if kind == "nnal" else ""
         item = known.get(kind)
         if item is not None:
             sha = given.get(item.filename) or item.sha256 or (lock.installer_sha256(item.filename) if lock else None)
             files.append(InstallerFile(_safe("file", item.filename, "installer file"), _safe("url", item.url, "installer URL"),
                                        _safe("sha256", sha, f"sha256 of {item.filename}") if sha else "",
-                                       _safe("file", item.run, "installer")))
-        elif kind in local:
-            name = local[kind]
+                                       _safe("file", item.run, "installer"), sources))
+        elif cell.cann_source == "local":
+            name = installer_names.package(kb, kind, cell.cann, cell.chip, cell.arch)
             if name not in given:
                 raise UserError(f"no sha256 for {name}", fix=f"add sha256: {{{name}: HEX}} to the cell")
             files.append(InstallerFile(_safe("file", name, "installer file"), "", _safe("sha256", given[name], f"sha256 of {name}"),
-                                       name))
+                                       name, sources))
     return tuple(files)
 
 
@@ -440,11 +481,12 @@ def manifest(cell: Cell, variant: str, digest: str, kb, lock: Optional[locking.L
         "min_firmware": cell.firmware if npu else None,
         "env_manager": cell.env,
         "pip": list(cell.pip),
-        "env": final_env(cell, variant),
+        "env": final_env(cell, variant, kb),
         "content_hash": digest,
         "lock": {"state": state, "file": vocabulary.LOCK if usable else None,
                  "distributions": {e.name: e.version for e in entries},
                  "unverified": sorted(e.name for e in entries if not e.complete)},
+        **({"nnal": True} if npu and cell.nnal else {}),  # the libraries tier then requires libatb.so
         **({"stand_in": stand_in_reason(cell, closure_of)} if closure_of else {}),
     }
 
@@ -490,7 +532,7 @@ def plan(cell: Cell, kb, variant: str, digest: str, lock: Optional[locking.Lock]
         cann=cell.cann if npu else "", chip=cell.chip if npu else "", cann_source=cell.cann_source if npu else "",
         installers=installer_files(cell, kb, lock) if npu and not from_image else (),
         download_referer=_safe("url", kb.download_referer(), "download referer") if npu else "",
-        cann_env=cann_env(cell) if npu else (),
+        cann_env=cann_env(cell, kb) if npu else (),
         python=cell.python, env_manager=cell.env, env_prefix=env_prefix(cell),
         conda_url=_safe("url", conda.url, "conda installer URL") if conda else "",
         conda_sha256=_safe("sha256", conda_sha, "conda sha256") if conda else "",

@@ -69,7 +69,7 @@ def record_installers(cell: Cell, kb, made: locking.Lock, fetch: Callable, say: 
     if cell.cann_source != "installer":
         return made, ()
     recorded, missing = dict(made.installers), []
-    for item in installer_names.cann_installers(kb, cell.cann, cell.chip, cell.arch):
+    for item in installer_names.cann_installers(kb, cell.cann, cell.chip, cell.arch, cell.nnal):
         if item.sha256 or item.filename in recorded or dict(cell.sha256).get(item.filename):
             continue
         try:

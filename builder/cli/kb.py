@@ -125,15 +125,15 @@ def _nearby_hint(kb: KnowledgeBase, version: str) -> str:
 
 
 def _installer_rows(kb: KnowledgeBase, version: str, arch: str) -> List[Dict[str, Any]]:
-    """The toolkit once, then every chip's ops package, for one arch."""
+    """The toolkit once, then every chip's ops package, then NNAL once (when published), for one arch."""
     rows: List[Dict[str, Any]] = []
     for chip in CHIPS:
-        for inst in kb.installers(version, chip, arch):
-            if inst.kind == "toolkit" and rows:
+        for inst in kb.installers(version, chip, arch, nnal=True):
+            if inst.kind != "ops" and any(row["kind"] == inst.kind for row in rows):
                 continue
             rows.append({"kind": inst.kind, "chip": chip if inst.kind == "ops" else None,
                          "filename": inst.filename, "run": inst.run, "sha256": inst.sha256, "url": inst.url})
-    return rows
+    return sorted(rows, key=lambda row: ("toolkit", "ops", "nnal").index(row["kind"]))
 
 
 def describe_cann(kb: KnowledgeBase, version: str) -> Dict[str, Any]:

@@ -159,18 +159,19 @@ def is_plugin(obj):
     return re.match(r"^libop_plugin_[\w.-]*\.so", obj) is not None
 
 
-def classify_missing(needed_by, driver_mount):
+def classify_missing(needed_by, driver_mount, required=()):
     """{lib: [needing .so]} -> (fatal, from_host, optional).
 
     Driver libraries come from the host mount, so without the mount they are
     expected-missing, not a failure. A library only plugins need (libatb.so from
-    NNAL for libop_plugin_atb.so) is optional: import works, those ops do not.
+    NNAL for libop_plugin_atb.so) is optional: import works, those ops do not;
+    unless it is ``required`` (the image declares NNAL: then it must resolve).
     """
     fatal, from_host, optional = {}, {}, {}
     for lib, users in sorted(needed_by.items()):
         if is_driver_lib(lib) and not driver_mount:
             from_host[lib] = users
-        elif all(is_plugin(user) for user in users):
+        elif all(is_plugin(user) for user in users) and lib not in required:
             optional[lib] = users
         else:
             fatal[lib] = users
@@ -230,6 +231,9 @@ def env_differences(expected, environ):
 
 
 SET_ENV_IGNORED = ("_", "SHLVL", "PWD", "OLDPWD")
+# NNAL's set_env.sh: it picks ATB_HOME_PATH by the ABI installed torch reports, so running
+# it against the image's ENV checks the ABI the ENV chose.
+NNAL_SET_ENV = "/usr/local/Ascend/nnal/atb/set_env.sh"
 
 
 def set_env_script(environ):
@@ -379,10 +383,19 @@ def tier_versions(ctx):
             elif not same_version("cann", f["version"], cann):
                 problems.append("CANN %s in %s, manifest declares %s" % (f["version"], f["path"], cann))
         d["set_env"] = set_env_script(os.environ) if found else None
-        d["set_env_differs"] = set_env_differences(d["set_env"], os.environ) if d["set_env"] else {}
-        if d["set_env_differs"]:
-            problems.append("the ENV lacks what CANN's %s sets: %s" % (d["set_env"], "; ".join(
-                "%s %s" % (k, v) for k, v in sorted(d["set_env_differs"].items()))))
+        scripts = [d["set_env"]] if d["set_env"] else []
+        if m.get("nnal"):
+            if os.path.isfile(NNAL_SET_ENV):
+                scripts.append(NNAL_SET_ENV)
+            else:
+                problems.append("NNAL declared but %s is missing: NNAL is not installed" % NNAL_SET_ENV)
+        d["set_env_differs"] = {}
+        for script in scripts:
+            differs = set_env_differences(script, os.environ)
+            d["set_env_differs"].update(differs)
+            if differs:
+                problems.append("the ENV lacks what CANN's %s sets: %s" % (script, "; ".join(
+                    "%s %s" % (k, v) for k, v in sorted(differs.items()))))
     else:
         if d["torch_npu"] is not None:
             problems.append("cpu twin contains torch_npu %s: it must not" % d["torch_npu"])
@@ -468,9 +481,15 @@ def tier_libraries(ctx):
         for lib in missing:
             needed_by.setdefault(lib, []).append(os.path.basename(obj))
         from_driver.update(k for k, v in resolved.items() if v.startswith(parsers.DRIVER_DIR + "/"))
-    fatal, from_host, optional = classify_missing(needed_by, driver_mount)
+    nnal = ctx.variant == "npu" and bool(ctx.manifest.get("nnal"))
+    fatal, from_host, optional = classify_missing(needed_by, driver_mount, ("libatb.so",) if nnal else ())
     d.update(missing=fatal, expected_from_host_driver_mount=from_host, optional_missing=optional,
              resolved_from_driver_mount=sorted(from_driver))
+    if nnal:  # whether or not this torch_npu links it: NNAL's library is what the image promises
+        d["atb"] = os.path.join(os.environ.get("ATB_HOME_PATH", ""), "lib", "libatb.so")
+        if not os.environ.get("ATB_HOME_PATH") or not os.path.isfile(d["atb"]):
+            fatal["libatb.so"] = fatal.get("libatb.so", []) + ["the NNAL this image declares (ATB_HOME_PATH=%s)"
+                                                                % os.environ.get("ATB_HOME_PATH", "")]
     if fatal:
         hints = sorted(set(
             ("host driver mount lacks it" if is_driver_lib(lib) else
@@ -482,6 +501,8 @@ def tier_libraries(ctx):
             "%s (needed by %s)" % (lib, ", ".join(users)) for lib, users in fatal.items()),
             "; ".join(hints)), **d)
     note = " (%s expected from the host driver mount)" % ", ".join(from_host) if from_host else ""
+    if nnal:
+        note += "; NNAL's %s present" % d["atb"]
     if optional:
         hint = diagnose(" ".join("%s: cannot open shared object file" % lib for lib in optional), ctx.manifest)
         note += "; optional, only for plugins: %s%s" % (", ".join(

@@ -38,6 +38,8 @@ BASE = "local/debian:12"
 CA = Path("/etc/ssl/certs/ca-certificates.crt")
 RAN = "SYNTHETIC-INSTALLER-RAN"
 TOOLKIT_91, OPS_91 = "Ascend-cann-toolkit_9.1.0_linux-x86_64.run", "Ascend-cann-910b-ops_9.1.0_linux-x86_64.run"
+NNAL_91 = "Ascend-cann-nnal_9.1.0_linux-x86_64.run"
+TOOLKIT_DIR = "/usr/local/Ascend/ascend-toolkit"
 TOOLKIT_80, KERNELS_80 = "Ascend-cann-toolkit_8.0.RC3_linux-x86_64", "Ascend-cann-kernels-910b_8.0.RC3_linux-x86_64"
 
 
@@ -58,6 +60,9 @@ def synthetic_run(name: str, home: str, version: str, extra_env: str = "") -> by
     if toolkit:
         body += [
             f"mkdir -p {home}/lib64 {home}/tools/aml/lib64 {home}/x86_64-linux {home}/opp",
+            # from 8.5 the toolkit lives in cann-<ver>/ and ascend-toolkit/ keeps the old entry points
+            *([f"mkdir -p {TOOLKIT_DIR}", f"ln -sfn {home} {TOOLKIT_DIR}/latest",
+               f"echo '. {home}/set_env.sh' > {TOOLKIT_DIR}/set_env.sh"] if not home.startswith(TOOLKIT_DIR) else []),
             f"printf 'version={version}\\narch=x86_64\\npath={home}\\n' > {home}/x86_64-linux/ascend_toolkit_install.info",
             f"cat > {home}/set_env.sh <<'EOF'",
             f"export ASCEND_TOOLKIT_HOME={home}",
@@ -71,6 +76,39 @@ def synthetic_run(name: str, home: str, version: str, extra_env: str = "") -> by
         ]
     else:
         body += [f"mkdir -p {home}/opp/vendors/{name.split('_')[0]}"]
+    return ("\n".join(body) + "\n").encode()
+
+
+def synthetic_nnal(name: str, version: str) -> bytes:
+    """A .run shaped like NNAL's: it refuses to install unless the toolkit's set_env.sh was
+    sourced, lays down ATB for both C++ ABIs under nnal/atb/<ver>/atb/cxx_abi_{0,1} with a
+    `latest` link, and a set_env.sh that picks the ABI torch reports (1 without torch), as
+    NNAL's own does."""
+    root = "/usr/local/Ascend/nnal/atb"
+    body = [
+        "#!/bin/sh",
+        f"# synthetic NNAL installer (test {RUN_ID})",
+        "set -e",
+        'for a in "$@"; do case "$a" in --quiet|--install|--install-for-all) ;; '
+        '*) echo "unknown option $a" >&2; exit 2 ;; esac; done',
+        '[ -n "${ASCEND_TOOLKIT_HOME:-}" ] || { echo "NNAL: source the toolkit set_env.sh first" >&2; exit 3; }',
+        f'echo "{RAN} {name}"',
+        *(f"mkdir -p {root}/{version}/atb/cxx_abi_{abi}/lib && : > {root}/{version}/atb/cxx_abi_{abi}/lib/libatb.so"
+          for abi in (0, 1)),
+        f"ln -sfn {version} {root}/latest",
+        f"cat > {root}/{version}/atb/set_env.sh <<'EOF'",
+        'abi=1',
+        'if python3 -c "import torch" >/dev/null 2>&1; then',
+        '  [ "$(python3 -c \'import torch; print(torch.compiled_with_cxx11_abi())\')" = True ] || abi=0',
+        'fi',
+        'atb_path=$(cd "$(dirname "${BASH_SOURCE[0]}")"; pwd)',
+        'export ATB_HOME_PATH="${atb_path}/cxx_abi_${abi}"',
+        'export LD_LIBRARY_PATH=$ATB_HOME_PATH/lib:$ATB_HOME_PATH/examples:$ATB_HOME_PATH/tests/atbopstest:$LD_LIBRARY_PATH',
+        'export PATH=$ATB_HOME_PATH/bin:$PATH',
+        'export ATB_WORKSPACE_MEM_ALLOC_ALG_TYPE=1 ATB_SHARE_MEMORY_NAME_SUFFIX="" LCCL_PARALLEL=0',
+        "EOF",
+        f"echo '. {root}/latest/atb/set_env.sh \"$@\"' > {root}/set_env.sh",
+    ]
     return ("\n".join(body) + "\n").encode()
 
 
@@ -110,10 +148,14 @@ def build_cann_step(engine, tmp_path: Path, cell_keys: Dict, installers: Path, s
         return engine.build(context, "Dockerfile.cut", secrets=secrets, log_path=tmp_path / "build.log")
 
 
-def set_env_check(engine, image: str) -> Dict:
+def set_env_check(engine, image: str, script: str = "", before: str = "") -> Dict:
+    """[script, what sourcing it still changes]: the toolkit's set_env.sh unless ``script``;
+    ``before`` runs in the container's shell first."""
     program = ("import json, os, sys; sys.path.insert(0, '/opt/ascend-build'); import smoke; "
-               "s = smoke.set_env_script(os.environ); print(json.dumps([s, smoke.set_env_differences(s, dict(os.environ))]))")
-    return json.loads(engine.run(image, ["python3", "-c", program], timeout=120).stdout)
+               f"s = {script!r} or smoke.set_env_script(os.environ); "
+               "print(json.dumps([s, smoke.set_env_differences(s, dict(os.environ))]))")
+    command = f'{before} python3 -c "$0"' if before else 'python3 -c "$0"'
+    return json.loads(engine.run(image, ["bash", "-c", command, program], timeout=120).stdout)
 
 
 CELL_91 = {"name": "synthetic-91", "os": "debian12", "env": "venv", "arch": "x86_64", "chip": "910b",
@@ -235,3 +277,35 @@ def test_two_chips_of_one_cann_differ_only_in_the_chip_layer(engine, built, tmp_
     # files are written afresh per build, so their times differ): shared up to the chip layer
     shared = next(i for i, (x, y) in enumerate(zip(a, b)) if x != y)
     assert len(a) == len(b) == 5 and shared == 3, (a, b)
+
+
+@pytest.mark.engine
+def test_nnal_installs_last_in_its_own_layer_and_its_env_is_checked(engine, built, tmp_path):
+    """NNAL runs after the chip's package with the toolkit's set_env.sh sourced (the synthetic
+    installer refuses otherwise), in a layer of its own; the ENV holds what NNAL's set_env.sh
+    sets, and a torch of the other C++ ABI makes that check name ATB_HOME_PATH."""
+    home = "/usr/local/Ascend/cann-9.1.0"
+    folder = tmp_path / "installers"
+    folder.mkdir()
+    runs = {TOOLKIT_91: synthetic_run(TOOLKIT_91, home, "9.1.0"), OPS_91: synthetic_run(OPS_91, home, "9.1.0"),
+            NNAL_91: synthetic_nnal(NNAL_91, "9.1.0")}
+    for name, data in runs.items():
+        (folder / name).write_bytes(data)
+    image = build_cann_step(engine, tmp_path, dict(CELL_91, nnal="true"), folder,
+                            {n: sha256(d).hexdigest() for n, d in runs.items()})
+    built.append(image)
+    assert f"{RAN} {NNAL_91}" in (tmp_path / "build.log").read_text()  # (the other two may come from the cache)
+    steps = [h["CreatedBy"] for h in reversed(engine.client.images.get(image).history())]
+    ran = [next(i for i, step in enumerate(steps) if f"bash '/tmp/cann/{name}'" in step)
+           for name in (TOOLKIT_91, OPS_91, NNAL_91)]
+    assert ran == sorted(ran), "toolkit, then the chip's package, then NNAL"
+    atb = "/usr/local/Ascend/nnal/atb/latest/atb/cxx_abi_1"  # torch 2.13: the C++11 ABI
+    assert engine.run(image, ["bash", "-c", 'ls "$ATB_HOME_PATH/lib/libatb.so"'], timeout=60).stdout.strip() \
+        == f"{atb}/lib/libatb.so"
+    nnal_env = "/usr/local/Ascend/nnal/atb/set_env.sh"
+    assert set_env_check(engine, image, nnal_env) == [nnal_env, {}]  # no torch here: NNAL's default, 1
+    old_abi = ("mkdir -p /tmp/fake/torch && echo 'def compiled_with_cxx11_abi(): return False' "
+               "> /tmp/fake/torch/__init__.py && export PYTHONPATH=/tmp/fake:$PYTHONPATH &&")
+    assert set_env_check(engine, image, nnal_env, before=old_abi)[1]["ATB_HOME_PATH"] == \
+        f"is {atb}; set_env.sh sets {atb[:-1]}0"
+    assert len(engine.client.images.get(image).attrs["RootFS"]["Layers"]) == 6  # base, OS, 3 packages, files

@@ -431,6 +431,40 @@ def test_an_unlisted_cann_must_be_verifiable(tmp_path):
     assert f.severity == "warning" and f.message.startswith("CANN 8.4.0 is unlisted on purpose")
 
 
+# --- nnal_published ----------------------------------------------------------------------
+
+
+def test_nnal_before_its_first_release_is_refused(tmp_path):
+    findings, lines, _ = cell_findings(tmp_path, dict(VALID, nnal="true"))  # VALID is CANN 8.0.RC3
+    f = only(findings, "nnal-unpublished")
+    assert f.severity == "error" and (f.field, f.where.line) == ("cells[0].nnal", lines[(0, "nnal")])
+    assert f.message == "CANN 8.0.RC3 has no NNAL package: NNAL is published from CANN 8.0.0 on"
+    assert f.fix == "use CANN >= 8.0.0, or drop nnal: true"
+    assert by_rule(findings, "installer-unknown") == []  # said once, by the rule that knows why
+
+
+def test_nnal_of_a_known_release_comes_from_its_folder_and_waits_for_its_hash(tmp_path):
+    findings, _, path = cell_findings(tmp_path, dict(A3_83, nnal="true"))
+    assert by_rule(findings, "nnal-unpublished") == by_rule(findings, "installer-unknown") == []
+    cell = matrix.load(Path(path)).cells[0]
+    assert plan.unrecorded_installers(cell, knowledge.load(), None) == (
+        "Atlas-A3-cann-kernels_8.3.RC1_linux-aarch64.run", "Ascend-cann-nnal_8.3.RC1_linux-aarch64.run")
+
+
+def test_nnal_from_a_local_folder_needs_its_sha256(tmp_path):
+    toolkit = installers.toolkit_package(knowledge.load(), "8.3.RC1", "aarch64")
+    kernels = "Atlas-A3-cann-kernels_8.3.RC1_linux-aarch64.run"
+    findings, _, _ = cell_findings(tmp_path, dict(A3_83, nnal="true", cann_source={"local": "/srv/cann"},
+                                                  sha256={toolkit: "1" * 64, kernels: "2" * 64}))
+    f = only(findings, "installer-sha256-unknown")
+    assert f.message == "no sha256 known for Ascend-cann-nnal_8.3.RC1_linux-aarch64.run"
+
+
+def test_nnal_of_a_cann_image_is_the_images_own(tmp_path):
+    findings, _, _ = cell_findings(tmp_path, dict(VALID, nnal="true", cann_source={"image": "x:tag@sha256:" + "0" * 64}))
+    assert findings == []  # no release floor applies: the smoke test checks the image has libatb.so
+
+
 # --- unique_tags -------------------------------------------------------------------------
 
 
@@ -467,6 +501,7 @@ COVERED = {
     "tag_fits": ("tag-too-long",),
     "pins_within_cann_limits": ("cann-python-constraint",),
     "env_vars_accepted": ("env-var-rejected", "env-var-unverified"),
+    "nnal_published": ("nnal-unpublished",),
 }
 
 

