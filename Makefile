@@ -50,8 +50,4 @@ test-fast: setup
 	$(BIN)/pytest -m 'not engine'
 
 bench: setup engine
-	$(BIN)/python benchmarks/bench_validate_render.py
-	$(BIN)/python benchmarks/bench_build.py
-	$(BIN)/python benchmarks/bench_lock.py
-	$(BIN)/python benchmarks/bench_arm64.py
-	$(BIN)/python benchmarks/bench_verdict.py
+	$(BIN)/python benchmarks/run_all.py

@@ -27,6 +27,7 @@ import tempfile
 import time
 from dataclasses import replace
 from pathlib import Path
+from typing import Dict
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -77,11 +78,13 @@ def cell_lock(cell: matrix.Cell) -> lock.Lock:
     return made
 
 
-def ascend_build(engine: Engine, cell: matrix.Cell, folder: Path) -> tuple:
+def ascend_build(engine: Engine, cell: matrix.Cell, work: Path, log: str) -> tuple:
+    """Build as `ascend-build image` does: in the context folder of the cell's arch and variant."""
     made = cell_lock(cell)
-    context = stage.context(render.render_cell(cell, lock=made), folder, WHEELHOUSE if WHEELHOUSE.is_dir() else None)
-    with stage.secrets(cell, CA if CA.is_file() else None) as secrets:
-        return timed_build(engine, context, "Dockerfile", folder.with_suffix(".log"), secrets)
+    with stage.claim(work / "contexts", cell.arch, "npu") as folder:
+        context = stage.context(render.render_cell(cell, lock=made), folder, WHEELHOUSE if WHEELHOUSE.is_dir() else None)
+        with stage.secrets(cell, CA if CA.is_file() else None) as secrets:
+            return timed_build(engine, context, "Dockerfile", work / f"{log}.log", secrets)
 
 
 def hand_written(engine: Engine, torch_npu: str, folder: Path) -> tuple:
@@ -110,7 +113,7 @@ def size(engine: Engine, image: str) -> int:
     return engine.client.images.get(image).attrs["Size"]
 
 
-def main() -> None:
+def main() -> Dict[str, str]:
     engine = Engine.connect()
     loaded = matrix.load(ROOT / "matrix")
     cell = next(c for c in loaded.cells if c.id == CELL_ID)
@@ -119,8 +122,8 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="ascend-bench-") as tmp:
         work = Path(tmp)
         prune(engine)
-        ours_cold_id, ours_cold = ascend_build(engine, cell, work / "ours")
-        ours_bump_id, ours_bump = ascend_build(engine, bumped, work / "ours-bumped")
+        ours_cold_id, ours_cold = ascend_build(engine, cell, work, "ours")
+        ours_bump_id, ours_bump = ascend_build(engine, bumped, work, "ours-bumped")
         prune(engine)
         hand_cold_id, hand_cold = hand_written(engine, "2.13.0", work / "hand")
         hand_bump_id, hand_bump = hand_written(engine, "2.13.0rc1", work / "hand")
@@ -135,8 +138,14 @@ def main() -> None:
         hand_shared = shared_bytes(engine, hand_cold_id, hand_bump_id)
         print(f"hand-written variants share {hand_shared / 1e6:.0f} MB of {size(engine, hand_bump_id) / 1e6:.0f} MB")
         print(f"rebuild speed-up of the layer plan over the single stage: {hand_bump / ours_bump:.1f}x")
+        ours_size = size(engine, ours_bump_id)
         for image in (ours_cold_id, ours_bump_id, hand_cold_id, hand_bump_id):
             engine.remove(image, force=True)
+    return {
+        "torch_npu bump / cold, ascend-build": f"{ours_bump:.1f} s / {ours_cold:.1f} s = {ours_bump / ours_cold:.0%} (goal <= 5%)",
+        "torch_npu bump / cold, hand-written": f"{hand_bump:.1f} s / {hand_cold:.1f} s = {hand_bump / hand_cold:.0%}",
+        "torch_npu variants share": f"{shared / ours_size:.0%} ({shared / 1e6:,.0f} of {ours_size / 1e6:,.0f} MB)",
+    }
 
 
 if __name__ == "__main__":

@@ -14,6 +14,7 @@ import statistics
 import sys
 import tempfile
 from pathlib import Path
+from typing import Dict
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -29,7 +30,7 @@ RUNS = 3
 GOAL = 15.0
 
 
-def main() -> None:
+def main() -> Dict[str, str]:
     engine = Engine.connect()
     cell = next(c for c in matrix.load(ROOT / "matrix").cells if c.id == CELL_ID)
     with tempfile.TemporaryDirectory(prefix="ascend-bench-verdict-") as tmp:
@@ -56,6 +57,8 @@ def main() -> None:
     median = statistics.median(totals)
     print(f"  {'whole run':12}{median:>8.2f}   (container start to report; runs: "
           + ", ".join(f"{t:.1f}" for t in totals) + f"); goal < {GOAL:.0f} s: {'met' if median < GOAL else 'NOT met'}")
+    return {f"twin verdict, median of {RUNS}": f"{median:.1f} s (goal < {GOAL:.0f} s); " + ", ".join(
+        f"{name} {statistics.median(values):.2f}" for name, values in per_tier.items())}
 
 
 if __name__ == "__main__":

@@ -179,7 +179,7 @@ def nnal_package(kb: "KnowledgeBase", cann: str, arch: str) -> str:
     """The NNAL installer (``.run``) of that CANN release and arch, as the official images fetch it.
 
     Raises UserError for an unknown arch, a CANN string that is no version, or a release
-    before the first that published NNAL (``cann-downloads.yaml``).
+    before the first the knowledge base knows an NNAL package for (``cann-downloads.yaml``).
 
     Example:
         >>> from builder.knowledge import load
@@ -190,7 +190,7 @@ def nnal_package(kb: "KnowledgeBase", cann: str, arch: str) -> str:
     cv = _cann_version(cann)
     since = kb.nnal_since()
     if not since or cv < versions.cann(since):
-        raise UserError(f"CANN {cann} has no NNAL package: NNAL is published from CANN {since} on",
+        raise UserError(f"CANN {cann} has no NNAL package the knowledge base knows: the first is CANN {since}",
                         fix=f"use CANN >= {since}, or drop nnal: true")
     return f"Ascend-cann-nnal_{kb.canonical_cann(cann)}_linux-{a}.run"
 

@@ -189,6 +189,7 @@ class KnowledgeBase:
         os_doc: Mapping[str, Any],
         conda_doc: Mapping[str, Any],
         downloads_doc: Optional[Mapping[str, Any]] = None,
+        uv_doc: Optional[Mapping[str, Any]] = None,
     ) -> None:
         # torch_npu on PyPI, keyed by PEP 440 version
         self._releases: Dict[Any, TorchNpu] = {}
@@ -245,6 +246,8 @@ class KnowledgeBase:
         self._conda: Dict[str, Installer] = _installers.read_conda(conda_doc)
         # where CANN's installers are published (cann-downloads.yaml)
         self._downloads: Dict[str, Any] = dict(downloads_doc or {})
+        # the installer of the locked steps (uv.yaml)
+        self._uv: Dict[str, Any] = dict(uv_doc or {})
         # answers that scan every release, kept per release (one knowledge base per process)
         self._min_driver: Dict[str, Tuple[Optional[str], str]] = {}
         self._cann_floor: Dict[str, Optional[Tuple[str, str]]] = {}
@@ -653,11 +656,11 @@ class KnowledgeBase:
         return _installers.cann_installers(self, cann, chip, arch, nnal)
 
     def nnal_since(self) -> str:
-        """The first CANN release that published NNAL (``cann-downloads.yaml``).
+        """The first CANN release the knowledge base knows an NNAL package for (``cann-downloads.yaml``).
 
         Example:
             >>> load().nnal_since()
-            '8.0.0'
+            '8.0.RC3'
         """
         return str((self._downloads.get("nnal") or {}).get("since") or "")
 
@@ -674,6 +677,16 @@ class KnowledgeBase:
         if not template or self._cann_entry(cann) is None and self.cann_package(cann) is None:
             return None
         return str(template).format(version=self.canonical_cann(cann))
+
+    def uv_requirement(self, arch: str) -> str:
+        """uv pinned for that arch, hash-checked, as a requirements line (``uv.yaml``); "" when unknown.
+
+        Example:
+            >>> load().uv_requirement("arm64")[:40]
+            'uv==0.13.9 --hash=sha256:5435c5ce14a5643'
+        """
+        sha = (self._uv.get("sha256") or {}).get(normalize_arch(arch) or "")
+        return f"uv=={self._uv['version']} --hash=sha256:{sha}" if sha and self._uv.get("version") else ""
 
     def download_referer(self) -> str:
         """The Referer every CANN download sends (``cann-downloads.yaml``)."""
@@ -753,6 +766,7 @@ def load() -> KnowledgeBase:
         os_doc=_read_yaml(DATA_DIR / "os.yaml"),
         conda_doc=_read_yaml(DATA_DIR / "conda.yaml"),
         downloads_doc=_read_yaml(DATA_DIR / "cann-downloads.yaml"),
+        uv_doc=_read_yaml(DATA_DIR / "uv.yaml"),
     )
 
 

@@ -372,7 +372,7 @@ def test_describe_cann(kb):
     assert names[0] == "Ascend-cann-toolkit_7.0.RC1_linux-aarch64.zip"
     assert "Ascend-cann-kernels-910b_7.0.RC1_linux.zip" in names
     assert names.count("Ascend-cann-toolkit_7.0.RC1_linux-aarch64.zip") == 1
-    assert not any(row["kind"] == "nnal" for row in d["installers"]["aarch64"])  # NNAL starts at 8.0.0
+    assert not any(row["kind"] == "nnal" for row in d["installers"]["aarch64"])  # the first NNAL known is 8.0.RC3's
     kinds = [(row["kind"], row["run"]) for row in describe_cann(kb, "8.0.0")["installers"]["x86_64"]]
     assert kinds[-1] == ("nnal", "Ascend-cann-nnal_8.0.0_linux-x86_64.run")
     assert [k for k, _ in kinds] == ["toolkit"] + ["ops"] * (len(kinds) - 2) + ["nnal"]

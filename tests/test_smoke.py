@@ -140,6 +140,27 @@ def test_train_detects_a_model_that_does_not_learn(tmp_path, torch_python):
     assert train["status"] == "failed" and "loss did not decrease" in train["summary"]
 
 
+def test_device_detects_wrong_results_mocked_device(tmp_path, torch_python):
+    """No NPU here, so the broken device is a mock: every tensor moved `.to()` the device comes
+    back off by 0.5 (a device that computes wrong). The device tier must fail on it, naming the
+    difference, while the same run without the mock passes."""
+    path = manifest(tmp_path, torch_python)
+    broken = tmp_path / "broken_device.py"
+    broken.write_text(
+        "import runpy, sys, torch\n"
+        "to = torch.Tensor.to\n"
+        "torch.Tensor.to = lambda self, *a, **k: to(self, *a, **k) + 0.5\n"
+        f"sys.argv = [{str(SMOKE)!r}] + sys.argv[1:]\n"
+        f"runpy.run_path({str(SMOKE)!r}, run_name='__main__')\n")
+    proc = subprocess.run([torch_python["exe"], str(broken), "--manifest", str(path), "--tiers", "import,device"],
+                          capture_output=True, text=True, timeout=300, env=dict(os.environ, ASCEND_BUILD_SMOKE_TEST="1"))
+    device = tiers(json.loads(proc.stdout.splitlines()[-1]))["device"]
+    assert proc.returncode == 1 and device["status"] == "failed", device
+    assert "256x256 fp32 matmul on cpu differs from CPU" in device["summary"]
+    code, report, _ = run(torch_python["exe"], "--manifest", path, "--tiers", "import,device")
+    assert code == 0 and tiers(report)["device"]["status"] == "passed"
+
+
 # ---------------------------------------------------------------- usage (no torch needed)
 @pytest.mark.parametrize("args", [["--tiers", "versions,bogus"], ["--device", "gpu"], ["--steps", "1"]])
 def test_bad_usage_exits_2(tmp_path, args):

@@ -356,7 +356,7 @@ def nnal_published(cell: Cell, kb) -> Findings:
     since = _nnal_too_early(cell, kb) if cell.nnal and cell.cann_source != "image" else ""
     if since:
         yield _finding(cell, "nnal", "nnal-unpublished",
-                       f"CANN {cell.cann} has no NNAL package: NNAL is published from CANN {since} on",
+                       f"CANN {cell.cann} has no NNAL package the knowledge base knows: the first is CANN {since}",
                        f"use CANN >= {since}, or drop nnal: true")
 
 

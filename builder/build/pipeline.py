@@ -281,23 +281,24 @@ def build_one(cell: Cell, variant: str, options: Options, engine: Engine, say: S
     installers = Path(cell.cann_local) if (variant == NPU and cell.cann_source == "local") else None
     fetched = (_fetch_wheels(cell, options.locks_dir / (closure_of or cell).id / locking.LOCK_FILE,
                              state / "wheels" / name, name, say) if emulated and lock_state == "ok" else None)
-    context = stage.context(render.render_cell(cell, lock=lock, closure_of=closure_of), state / "contexts" / name,
-                            options.wheelhouse, installers, fetched)
-    log = state / "logs" / f"{name}.build.log"
-    out.log = str(log)
-    build_args = {planning.ALLOW_UNVERIFIED: "1"} if lock_state != "ok" else {}
+    with stage.claim(state / "contexts", cell.arch, variant) as folder:
+        context = stage.context(render.render_cell(cell, lock=lock, closure_of=closure_of), folder,
+                                options.wheelhouse, installers, fetched)
+        log = state / "logs" / f"{name}.build.log"
+        out.log = str(log)
+        build_args = {planning.ALLOW_UNVERIFIED: "1"} if lock_state != "ok" else {}
 
-    say(f"[{name}] building {variant} image" + (f" for {cell.arch} under qemu" if emulated else ""))
-    start = time.monotonic()
-    try:
-        with stage.secrets(cell, options.ca_bundle, offline_pip=fetched is not None) as secret_files:
-            candidate = engine.build(context, dockerfile, secrets=secret_files, log_path=log, build_args=build_args,
-                                     on_line=_Progress(name, say, options.quiet),
-                                     platform=platform_of(cell.arch) if emulated else None)
-    except BuildFailed as exc:
-        out.build_seconds = time.monotonic() - start
-        out.status, out.message = "failed", str(exc)
-        return out
+        say(f"[{name}] building {variant} image" + (f" for {cell.arch} under qemu" if emulated else ""))
+        start = time.monotonic()
+        try:
+            with stage.secrets(cell, options.ca_bundle, offline_pip=fetched is not None) as secret_files:
+                candidate = engine.build(context, dockerfile, secrets=secret_files, log_path=log, build_args=build_args,
+                                         on_line=_Progress(name, say, options.quiet),
+                                         platform=platform_of(cell.arch) if emulated else None)
+        except BuildFailed as exc:
+            out.build_seconds = time.monotonic() - start
+            out.status, out.message = "failed", str(exc)
+            return out
     out.build_seconds = time.monotonic() - start
     out.image_id = candidate
 
@@ -319,8 +320,12 @@ def build_one(cell: Cell, variant: str, options: Options, engine: Engine, say: S
 def _fetch_wheels(cell: Cell, lock_file: Path, folder: Path, name: str, say: Say) -> Optional[Path]:
     """The lock's wheels for ``cell``'s platform, downloaded natively (see `wheels`); None if not."""
     start = time.monotonic()
-    why_not = wheels.download(lock_file, folder, python=cell.python, arch=cell.arch,
-                              glibc=knowledge.load().os_info(cell.os).glibc)
+    kb = knowledge.load()
+    uv = folder.with_name(f"{folder.name}.uv.txt")  # the installer the build uses comes offline too
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    uv.write_text(kb.uv_requirement(cell.arch) + "\n")
+    why_not = wheels.download((lock_file, uv), folder, python=cell.python, arch=cell.arch,
+                              glibc=kb.os_info(cell.os).glibc)
     if why_not:
         say(f"[{name}] wheels will be fetched inside the emulated build: {why_not}")
         return None

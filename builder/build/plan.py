@@ -64,6 +64,7 @@ APT_COMPONENTS = {"ubuntu": "main universe", "debian": "main"}
 # entries the lock could not verify (refused unless the build is asked), torch_npu.
 LOCK_STEPS = {"closure": "lock.closure.txt", "unverified": "lock.unverified.txt", "torch_npu": "lock.torch_npu.txt"}
 ALLOW_UNVERIFIED = "ASCEND_BUILD_ALLOW_UNVERIFIED"  # the build arg that lets unverified entries in
+UV_FILE = "uv.txt"  # the context file pinning uv, the installer of the verified steps (builder/data/uv.yaml)
 
 DRIVER_LIB = "/usr/local/Ascend/driver/lib64"  # mounted from the host at run time
 HOME_VARIABLE = "ASCEND_TOOLKIT_HOME"  # set first; CANN's other ENV values refer to it
@@ -183,6 +184,7 @@ class Plan:
     installs: Tuple[Install, ...]         # the Python steps, in order
     torch_index: str                      # where unverified torch==X+cpu may come from
     torch_npu: str                        # "" for the twin
+    uv: str                               # uv's requirement line when a step is verified, else ""
     env_vars: Tuple[Tuple[str, str], ...]
     # what the image says of itself
     tool_dir: str
@@ -203,6 +205,10 @@ class Plan:
     def allow_unverified(self) -> str:
         """The build arg that lets the steps the lock could not verify run."""
         return ALLOW_UNVERIFIED
+
+    @property
+    def uv_file(self) -> str:
+        return UV_FILE
 
     @property
     def unverified(self) -> Tuple[Install, ...]:
@@ -521,6 +527,9 @@ def plan(cell: Cell, kb, variant: str, digest: str, lock: Optional[locking.Lock]
     base = cell.cann_image if from_image else (cell.base_image or os_info.image)
     state, python_steps = installs(cell, kb, variant, lock, closure_of)
     usable = state in ("ok", "incomplete")
+    uv = kb.uv_requirement(cell.arch) if any(step.verified for step in python_steps) else ""
+    if any(step.verified for step in python_steps) and not uv:
+        raise UserError(f"no uv for {cell.arch} in builder/data/uv.yaml", fix="add its wheel's sha256 there")
     steps = ("os", *(("cann",) if npu else ()), "python", *(i.step for i in python_steps), "env", "files")
     return Plan(
         cell_id=cell.id, variant=variant, npu=npu, matrix_file=matrix_name(cell),
@@ -537,7 +546,7 @@ def plan(cell: Cell, kb, variant: str, digest: str, lock: Optional[locking.Lock]
         conda_url=_safe("url", conda.url, "conda installer URL") if conda else "",
         conda_sha256=_safe("sha256", conda_sha, "conda sha256") if conda else "",
         lock_state=state, installs=python_steps, torch_index=torch_index,
-        torch_npu=cell.torch_npu if npu else "", env_vars=env_vars(cell),
+        torch_npu=cell.torch_npu if npu else "", uv=uv, env_vars=env_vars(cell),
         tool_dir=vocabulary.TOOL_DIR, shipped_files=vocabulary.SHIPPED_FILES,
         manifest_file=vocabulary.manifest_name(variant), manifest_path=vocabulary.MANIFEST,
         lock_file=locking.LOCK_FILE if usable else "", lock_path=vocabulary.LOCK,

@@ -107,6 +107,8 @@ def render_cell(cell: Cell, kb=None, lock: Optional[locking.Lock] = None,
         files[p.dockerfile] = dockerfile(p)
         files[p.manifest_file] = _json(planning.manifest(cell, variant, digest, kb, lock, closure_of))
         files.update({step.file: step.text() for step in p.installs})
+        if p.uv:
+            files[p.uv_file] = (p.uv + "\n").encode()
         if any(f.bundle for f in p.installers):
             files[UNPACK_SCRIPT] = (TEMPLATES / UNPACK_SCRIPT).read_bytes()
     if lock is not None:

@@ -21,6 +21,7 @@ Example:
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import os
 import shlex
 import shutil
@@ -43,6 +44,19 @@ CA_IN_BUILD = "/run/secrets/ca"
 # Folders of a context besides the rendered files; the Dockerfile names them through its plan.
 WHEELHOUSE = "wheelhouse"
 INSTALLERS = "installers"
+
+
+@contextlib.contextmanager
+def claim(contexts: Path, arch: str, variant: str) -> Iterator[Path]:
+    """The context folder of one arch and variant, held for one build (another ascend-build
+    waits for it). One folder, not one per cell: BuildKit keys what it already holds of a
+    context by the folder's path, so the next build (a torch_npu bump, another cell) sends
+    only the files that changed instead of the whole wheelhouse again."""
+    contexts.mkdir(parents=True, exist_ok=True)
+    folder = contexts / f"{variant}-{arch}"
+    with open(contexts / f".{variant}-{arch}.lock", "w") as held:
+        fcntl.flock(held, fcntl.LOCK_EX)
+        yield folder
 
 
 def context(files: Dict[str, bytes], folder: Path, wheelhouse: Optional[Path] = None,

@@ -21,7 +21,7 @@ from __future__ import annotations
 import subprocess
 import sys
 from pathlib import Path
-from typing import List, Optional, Tuple
+from typing import List, Optional, Sequence, Tuple
 
 # glibc minors for which wheels carry manylinux_2_N tags (the oldest is manylinux2014's 2.17)
 _GLIBC_MINORS = (40, 39, 38, 37, 36, 35, 34, 33, 32, 31, 28, 27, 24, 17)
@@ -34,8 +34,10 @@ def platform_tags(arch: str, glibc: Tuple[int, int]) -> List[str]:
     return [f"manylinux_2_{m}_{arch}" for m in _GLIBC_MINORS if m <= minor] + [f"manylinux2014_{arch}"]
 
 
-def download(lock_file: Path, dest: Path, *, python: str, arch: str, glibc: Optional[Tuple[int, int]]) -> Optional[str]:
-    """Fetch every entry of ``lock_file`` as a wheel for the target into ``dest``, hashes checked.
+def download(requirements: Sequence[Path], dest: Path, *, python: str, arch: str,
+             glibc: Optional[Tuple[int, int]]) -> Optional[str]:
+    """Fetch every entry of the ``requirements`` files (a lock, uv's pin) as a wheel for the
+    target into ``dest``, hashes checked.
 
     Returns None when every wheel is there, else the reason (pip's last lines).
     """
@@ -44,7 +46,9 @@ def download(lock_file: Path, dest: Path, *, python: str, arch: str, glibc: Opti
     dest.mkdir(parents=True, exist_ok=True)
     argv = [sys.executable, "-m", "pip", "download", "--quiet", "--disable-pip-version-check", "--no-deps",
             "--only-binary=:all:", "--require-hashes", "--implementation", "cp", "--python-version", python,
-            "--abi", "cp" + python.replace(".", ""), "--dest", str(dest), "-r", str(lock_file)]
+            "--abi", "cp" + python.replace(".", ""), "--dest", str(dest)]
+    for file in requirements:
+        argv += ["-r", str(file)]
     for tag in platform_tags(arch, glibc):
         argv += ["--platform", tag]
     try:

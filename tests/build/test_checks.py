@@ -435,11 +435,11 @@ def test_an_unlisted_cann_must_be_verifiable(tmp_path):
 
 
 def test_nnal_before_its_first_release_is_refused(tmp_path):
-    findings, lines, _ = cell_findings(tmp_path, dict(VALID, nnal="true"))  # VALID is CANN 8.0.RC3
+    findings, lines, _ = cell_findings(tmp_path, dict(CANN_7, nnal="true"))
     f = only(findings, "nnal-unpublished")
     assert f.severity == "error" and (f.field, f.where.line) == ("cells[0].nnal", lines[(0, "nnal")])
-    assert f.message == "CANN 8.0.RC3 has no NNAL package: NNAL is published from CANN 8.0.0 on"
-    assert f.fix == "use CANN >= 8.0.0, or drop nnal: true"
+    assert f.message == "CANN 7.0.RC1 has no NNAL package the knowledge base knows: the first is CANN 8.0.RC3"
+    assert f.fix == "use CANN >= 8.0.RC3, or drop nnal: true"
     assert by_rule(findings, "installer-unknown") == []  # said once, by the rule that knows why
 
 

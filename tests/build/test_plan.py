@@ -152,6 +152,7 @@ def test_the_demo_cells_npu_plan(demo, demo_lock, kb):
         ),
         "torch_index": "https://download.pytorch.org/whl/cpu",
         "torch_npu": "2.13.0",
+        "uv": kb.uv_requirement("x86_64"),
         "env_vars": FIELD_GUIDE_ENV,
         "tool_dir": "/opt/ascend-build",
         "shipped_files": SHIPPED,
@@ -213,6 +214,7 @@ def test_the_demo_cells_cpu_twin_plan(demo, demo_lock, kb):
         "installs": (plan.Install("closure", "lock.closure.txt", _lines(demo_lock.without("torch-npu")), True),),
         "torch_index": "https://download.pytorch.org/whl/cpu",
         "torch_npu": "",
+        "uv": kb.uv_requirement("x86_64"),
         "env_vars": FIELD_GUIDE_ENV,
         "tool_dir": "/opt/ascend-build",
         "shipped_files": SHIPPED,
@@ -377,7 +379,8 @@ def test_render_writes_what_the_plans_say(demo, demo_lock, kb):
     # what the folder holds beside the shipped files: Dockerfiles, manifests, the lock and its steps' files
     assert sorted(set(files) - set(vocabulary.SHIPPED_FILES)) == [
         "Dockerfile", "Dockerfile.cpu", "lock.closure.txt", "lock.torch_npu.txt", "manifest.cpu.json", "manifest.json",
-        "requirements.lock"]
+        "requirements.lock", "uv.txt"]
+    assert files["uv.txt"] == (kb.uv_requirement(demo.arch) + "\n").encode()
 
 
 # --- the cell's lock: its state decides the Python steps -------------------------------------
@@ -388,7 +391,15 @@ def _dockerfile(cell, kb, variant, lock) -> str:
 
 
 def _pip_lines(text: str):
-    return [line.strip() for line in text.splitlines() if line.strip().startswith("pip install")]
+    """Each install command, its continuation lines joined (uv's and pip's)."""
+    commands = (" ".join(part.split()) for line in text.replace("\\\n", " ").splitlines() for part in line.split(" && "))
+    return [c for c in commands if c.startswith(("pip install", "/opt/uv/bin/uv pip install"))]
+
+
+def _uv(env: str, file: str) -> str:
+    return (f"/opt/uv/bin/uv pip install --python {env}/bin/python --require-hashes --no-deps --compile-bytecode "
+            f"--no-cache --link-mode=copy --find-links /wheelhouse ${{PIP_INDEX_URL:+--index-url \"$PIP_INDEX_URL\"}} "
+            f"${{PIP_NO_INDEX:+--no-index}} -r /tmp/{file}")
 
 
 def test_the_committed_locks_are_current(shipped, kb):
@@ -420,8 +431,8 @@ def test_a_complete_lock_installs_only_hashed_files(shipped, kb, cell_id):
         assert p.lock_state == "ok" and p.lock_file == "requirements.lock"
         assert [i.step for i in p.installs] == steps and all(i.verified and not i.resolve for i in p.installs)
         text = _dockerfile(cell, kb, variant, lock)
-        assert _pip_lines(text) == [f"pip install --require-hashes --no-deps --find-links /wheelhouse -r /tmp/{i.file}"
-                                    for i in p.installs]
+        assert _pip_lines(text) == [_uv(p.env_prefix, i.file) for i in p.installs]
+        assert p.uv == kb.uv_requirement(cell.arch) and p.uv.startswith("uv==")
         assert "ALLOW_UNVERIFIED" not in text and "NOT VERIFIED" not in text and "torch_index" not in text
         assert f"COPY requirements.lock {LOCK_PATH}\n" in text
         assert 'io.ascend-build.lock="ok"' in text
@@ -464,8 +475,8 @@ RUN --mount=type=secret,id=buildenv --mount=type=secret,id=ca \\
     pip install --no-deps --find-links /wheelhouse ${{torch_index:+--extra-index-url "$torch_index"}} -r /tmp/lock.unverified.txt
 
 """
-    assert _pip_lines(text)[0].startswith("pip install --require-hashes --no-deps ")  # the closure, before it
-    assert _pip_lines(text)[2].startswith("pip install --require-hashes --no-deps ")  # torch_npu, after it
+    assert _pip_lines(text)[0] == _uv(npu.env_prefix, "lock.closure.txt")  # the closure, before it
+    assert _pip_lines(text)[2] == _uv(npu.env_prefix, "lock.torch_npu.txt")  # torch_npu, after it
     assert 'io.ascend-build.lock="incomplete"' in text
     assert GUARD in _dockerfile(demo, kb, "cpu", lock)
 

@@ -258,8 +258,11 @@ ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1 PYTHONUNBUFFERED=1
 RUN --mount=type=secret,id=buildenv --mount=type=secret,id=ca \\
     --mount=type=bind,from=wheelhouse,target=/wheelhouse \\
     --mount=type=bind,source=lock.closure.txt,target=/tmp/lock.closure.txt \\
+    --mount=type=bind,from=uv,source=/uv,target=/opt/uv \\
     if [ -s /run/secrets/buildenv ]; then . /run/secrets/buildenv; fi && \\
-    pip install --require-hashes --no-deps --find-links /wheelhouse -r /tmp/lock.closure.txt
+    /opt/uv/bin/uv pip install --python /opt/conda/envs/ascend/bin/python --require-hashes --no-deps \\
+        --compile-bytecode --no-cache --link-mode=copy --find-links /wheelhouse \\
+        ${{PIP_INDEX_URL:+--index-url "$PIP_INDEX_URL"}} ${{PIP_NO_INDEX:+--no-index}} -r /tmp/lock.closure.txt
 
 # 5. NOT VERIFIED: torch. {TORCH_7_REASON}.
 #    Refused unless the build is asked: --build-arg ASCEND_BUILD_ALLOW_UNVERIFIED=1.
@@ -279,8 +282,11 @@ RUN --mount=type=secret,id=buildenv --mount=type=secret,id=ca \\
 RUN --mount=type=secret,id=buildenv --mount=type=secret,id=ca \\
     --mount=type=bind,from=wheelhouse,target=/wheelhouse \\
     --mount=type=bind,source=lock.torch_npu.txt,target=/tmp/lock.torch_npu.txt \\
+    --mount=type=bind,from=uv,source=/uv,target=/opt/uv \\
     if [ -s /run/secrets/buildenv ]; then . /run/secrets/buildenv; fi && \\
-    pip install --require-hashes --no-deps --find-links /wheelhouse -r /tmp/lock.torch_npu.txt
+    /opt/uv/bin/uv pip install --python /opt/conda/envs/ascend/bin/python --require-hashes --no-deps \\
+        --compile-bytecode --no-cache --link-mode=copy --find-links /wheelhouse \\
+        ${{PIP_INDEX_URL:+--index-url "$PIP_INDEX_URL"}} ${{PIP_NO_INDEX:+--no-index}} -r /tmp/lock.torch_npu.txt
 
 # 7. Defaults from the field guide; each can be overridden per cell (env_vars).
 """ in npu7
@@ -325,6 +331,8 @@ def test_layer_order(npu7):
         "\nFROM scratch AS wheelhouse\nCOPY wheelhous[e] /\n",
         "\nFROM ${BASE_IMAGE} AS os\n",
         "apt-get \"${apt_opts[@]}\" install",
+        "\nFROM os AS uv\n",
+        "--target /uv -r /tmp/uv.txt",
         "\nFROM os AS cann-files\n",
         "mkdir -p /cann",
         "\nFROM os\n",
@@ -344,7 +352,7 @@ def test_layer_order(npu7):
     ]
     positions = [_index(npu7, needle) for needle in order]
     assert positions == sorted(positions)
-    assert npu7.count("\nFROM ") == 4  # the optional wheelhouse, the OS, CANN's files, then the image
+    assert npu7.count("\nFROM ") == 5  # the optional wheelhouse, the OS, uv, CANN's files, then the image
 
 
 def test_a_torch_npu_bump_changes_nothing_below_its_layer(cell7, lock7, kb):
@@ -468,7 +476,7 @@ def test_the_lock_label_says_the_state_of_each_cells_lock(rendered, unlocked, lo
 
 def test_manifest(cell7, lock7, rendered):
     files = rendered[CELL_7_X86]
-    assert sorted(files) == sorted(["Dockerfile", "Dockerfile.cpu", "lock.closure.txt", "lock.torch_npu.txt",
+    assert sorted(files) == sorted(["Dockerfile", "Dockerfile.cpu", "lock.closure.txt", "lock.torch_npu.txt", "uv.txt",
                                     "lock.unverified.txt", "manifest.cpu.json", "manifest.json", "requirements.lock",
                                     "unpack-cann.sh", *vocabulary.SHIPPED_FILES])
     assert files["manifest.json"].endswith(b"}\n")
@@ -790,16 +798,19 @@ def test_every_cell_folder_is_a_complete_build_context(rendered, unlocked):
         binds = re.findall(r"--mount=type=bind,[^ ]*", text)
         files = [source for source, target in re.findall(r"--mount=type=bind,source=([^,]+),target=(\S+)", text)
                  if target == f"/tmp/{source}"]
-        pips = text.count("\n    pip install ")
+        uvs = text.count("\n    /opt/uv/bin/uv pip install ")  # the verified steps, each mounting uv
+        pips = text.count("\n    pip install ") + text.count("\n    /tmp/uv-venv/bin/pip install ") + uvs
         assert all(name in contexts[cell_id] for name in files), where
         scripts = [name for name in files if name == render.UNPACK_SCRIPT]  # CANN's signed bundles
         files = [name for name in files if name not in scripts]
-        assert files and len(files) == pips and all(name.startswith("lock.") for name in files), where
+        assert files and len(files) == pips and all(name.startswith("lock.") or name == "uv.txt" for name in files), where
+        assert ("uv.txt" in files) is (uvs > 0), where
         # each CANN package installs from its own file of the cann-files stage
         runs = re.findall(r"--mount=type=bind,from=cann-files,source=/cann/(\S+),target=/tmp/cann/(\S+)", text)
         assert all(source == target for source, target in runs), where
         assert sorted(b for b in binds if "from=cann-files" not in b) == sorted(
             ["--mount=type=bind,from=wheelhouse,target=/wheelhouse"] * pips +
+            ["--mount=type=bind,from=uv,source=/uv,target=/opt/uv"] * uvs +
             [f"--mount=type=bind,source={name},target=/tmp/{name}" for name in files + scripts]), where
         assert "_shared" not in text and "../" not in text
 

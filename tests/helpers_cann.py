@@ -1,0 +1,85 @@
+"""Synthetic CANN installers of exactly the vendor's shape, for builds through the real engine.
+
+No CANN installer can be downloaded here, so tests and benchmarks make them: tiny shell
+`.run` files that take the real options (--quiet --install --install-for-all) and lay down
+a toolkit tree with a real `<arch>-linux/ascend_toolkit_install.info` and a `set_env.sh`
+shaped like CANN's (entries added only when their folder exists), a chip package's folder,
+or NNAL's ATB for both C++ ABIs with its ABI-picking `set_env.sh`. ``payload_mb`` makes a
+package weigh what a benchmark needs (random bytes, so no layer compresses them away).
+"""
+
+from __future__ import annotations
+
+import uuid
+
+RAN = "SYNTHETIC-INSTALLER-RAN"
+TOOLKIT_DIR = "/usr/local/Ascend/ascend-toolkit"
+RUN_ID = uuid.uuid4().hex  # in every synthetic installer: this session's builds start cold, so they print
+
+
+def synthetic_run(name: str, home: str, version: str, extra_env: str = "", payload_mb: int = 0) -> bytes:
+    """A .run that installs a toolkit tree (toolkit) or adds an ops folder to it (anything else)."""
+    toolkit = "toolkit" in name
+    body = [
+        "#!/bin/sh",
+        f"# synthetic CANN installer (test {RUN_ID}): takes the real options, lays down the real files",
+        "set -e",
+        'for a in "$@"; do case "$a" in --quiet|--install|--install-for-all) ;; '
+        '*) echo "unknown option $a" >&2; exit 2 ;; esac; done',
+        f'echo "{RAN} {name}"',
+    ]
+    if toolkit:
+        body += [
+            f"mkdir -p {home}/lib64 {home}/tools/aml/lib64 {home}/x86_64-linux {home}/opp",
+            # from 8.5 the toolkit lives in cann-<ver>/ and ascend-toolkit/ keeps the old entry points
+            *([f"mkdir -p {TOOLKIT_DIR}", f"ln -sfn {home} {TOOLKIT_DIR}/latest",
+               f"echo '. {home}/set_env.sh' > {TOOLKIT_DIR}/set_env.sh"] if not home.startswith(TOOLKIT_DIR) else []),
+            f"printf 'version={version}\\narch=x86_64\\npath={home}\\n' > {home}/x86_64-linux/ascend_toolkit_install.info",
+            f"cat > {home}/set_env.sh <<'EOF'",
+            f"export ASCEND_TOOLKIT_HOME={home}",
+            "export ASCEND_HOME_PATH=${ASCEND_TOOLKIT_HOME}",
+            "export ASCEND_OPP_PATH=${ASCEND_TOOLKIT_HOME}/opp",
+            'export LD_LIBRARY_PATH=${ASCEND_TOOLKIT_HOME}/lib64:${LD_LIBRARY_PATH}',
+            'aml=${ASCEND_TOOLKIT_HOME}/tools/aml/lib64',
+            'if [ -d "$aml" ]; then export LD_LIBRARY_PATH=$aml:$aml/plugin:$LD_LIBRARY_PATH; fi',
+            *([extra_env] if extra_env else []),
+            "EOF",
+        ]
+    else:
+        body += [f"mkdir -p {home}/opp/vendors/{name.split('_')[0]}"]
+    if payload_mb:  # what the package weighs installed
+        body += [f"head -c {payload_mb}M /dev/urandom > {home}/lib64/{name.split('_')[0]}.payload"]
+    return ("\n".join(body) + "\n").encode()
+
+
+def synthetic_nnal(name: str, version: str) -> bytes:
+    """A .run shaped like NNAL's: it refuses to install unless the toolkit's set_env.sh was
+    sourced, lays down ATB for both C++ ABIs under nnal/atb/<ver>/atb/cxx_abi_{0,1} with a
+    `latest` link, and a set_env.sh that picks the ABI torch reports (1 without torch), as
+    NNAL's own does."""
+    root = "/usr/local/Ascend/nnal/atb"
+    body = [
+        "#!/bin/sh",
+        f"# synthetic NNAL installer (test {RUN_ID})",
+        "set -e",
+        'for a in "$@"; do case "$a" in --quiet|--install|--install-for-all) ;; '
+        '*) echo "unknown option $a" >&2; exit 2 ;; esac; done',
+        '[ -n "${ASCEND_TOOLKIT_HOME:-}" ] || { echo "NNAL: source the toolkit set_env.sh first" >&2; exit 3; }',
+        f'echo "{RAN} {name}"',
+        *(f"mkdir -p {root}/{version}/atb/cxx_abi_{abi}/lib && : > {root}/{version}/atb/cxx_abi_{abi}/lib/libatb.so"
+          for abi in (0, 1)),
+        f"ln -sfn {version} {root}/latest",
+        f"cat > {root}/{version}/atb/set_env.sh <<'EOF'",
+        'abi=1',
+        'if python3 -c "import torch" >/dev/null 2>&1; then',
+        '  [ "$(python3 -c \'import torch; print(torch.compiled_with_cxx11_abi())\')" = True ] || abi=0',
+        'fi',
+        'atb_path=$(cd "$(dirname "${BASH_SOURCE[0]}")"; pwd)',
+        'export ATB_HOME_PATH="${atb_path}/cxx_abi_${abi}"',
+        'export LD_LIBRARY_PATH=$ATB_HOME_PATH/lib:$ATB_HOME_PATH/examples:$ATB_HOME_PATH/tests/atbopstest:$LD_LIBRARY_PATH',
+        'export PATH=$ATB_HOME_PATH/bin:$PATH',
+        'export ATB_WORKSPACE_MEM_ALLOC_ALG_TYPE=1 ATB_SHARE_MEMORY_NAME_SUFFIX="" LCCL_PARALLEL=0',
+        "EOF",
+        f"echo '. {root}/latest/atb/set_env.sh \"$@\"' > {root}/set_env.sh",
+    ]
+    return ("\n".join(body) + "\n").encode()
