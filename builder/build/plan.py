@@ -116,6 +116,7 @@ class InstallerFile:
     sha256: str
     run: str
     sources: str = ""  # a script sourced before the installer runs (NNAL: the toolkit's set_env.sh)
+    kind: str = "toolkit"  # toolkit | ops | nnal
 
     @property
     def bundle(self) -> bool:
@@ -205,6 +206,16 @@ class Plan:
     def allow_unverified(self) -> str:
         """The build arg that lets the steps the lock could not verify run."""
         return ALLOW_UNVERIFIED
+
+    @property
+    def toolkit_installers(self) -> Tuple[InstallerFile, ...]:
+        """The toolkit: installed right after the OS, below the Python environment."""
+        return tuple(f for f in self.installers if f.kind == "toolkit")
+
+    @property
+    def chip_installers(self) -> Tuple[InstallerFile, ...]:
+        """The chip's package (and NNAL): installed above the Python closure, below torch_npu."""
+        return tuple(f for f in self.installers if f.kind != "toolkit")
 
     @property
     def uv_file(self) -> str:
@@ -310,13 +321,13 @@ def installer_files(cell: Cell, kb, lock: Optional[locking.Lock] = None) -> Tupl
             sha = given.get(item.filename) or item.sha256 or (lock.installer_sha256(item.filename) if lock else None)
             files.append(InstallerFile(_safe("file", item.filename, "installer file"), _safe("url", item.url, "installer URL"),
                                        _safe("sha256", sha, f"sha256 of {item.filename}") if sha else "",
-                                       _safe("file", item.run, "installer"), sources))
+                                       _safe("file", item.run, "installer"), sources, kind))
         elif cell.cann_source == "local":
             name = installer_names.package(kb, kind, cell.cann, cell.chip, cell.arch)
             if name not in given:
                 raise UserError(f"no sha256 for {name}", fix=f"add sha256: {{{name}: HEX}} to the cell")
             files.append(InstallerFile(_safe("file", name, "installer file"), "", _safe("sha256", given[name], f"sha256 of {name}"),
-                                       name, sources))
+                                       name, sources, kind))
     return tuple(files)
 
 
@@ -530,7 +541,11 @@ def plan(cell: Cell, kb, variant: str, digest: str, lock: Optional[locking.Lock]
     uv = kb.uv_requirement(cell.arch) if any(step.verified for step in python_steps) else ""
     if any(step.verified for step in python_steps) and not uv:
         raise UserError(f"no uv for {cell.arch} in builder/data/uv.yaml", fix="add its wheel's sha256 there")
-    steps = ("os", *(("cann",) if npu else ()), "python", *(i.step for i in python_steps), "env", "files")
+    installers = installer_files(cell, kb, lock) if npu and not from_image else ()
+    python = tuple(i.step for i in python_steps)
+    if any(f.kind != "toolkit" for f in installers):  # the chip's layers: right below torch_npu's
+        python = (*python[:-1], "chip", python[-1])
+    steps = ("os", *(("cann",) if npu else ()), "python", *python, "env", "files")
     return Plan(
         cell_id=cell.id, variant=variant, npu=npu, matrix_file=matrix_name(cell),
         dockerfile=vocabulary.dockerfile_name(variant), base_image=_safe("image", base, "base image"),
@@ -539,7 +554,7 @@ def plan(cell: Cell, kb, variant: str, digest: str, lock: Optional[locking.Lock]
         apt_components=APT_COMPONENTS.get(re.sub(r"[0-9.]+$", "", cell.os), "main"),
         os_packages=(OS_PACKAGES if npu else OS_PACKAGES_CPU)[os_info.family],
         cann=cell.cann if npu else "", chip=cell.chip if npu else "", cann_source=cell.cann_source if npu else "",
-        installers=installer_files(cell, kb, lock) if npu and not from_image else (),
+        installers=installers,
         download_referer=_safe("url", kb.download_referer(), "download referer") if npu else "",
         cann_env=cann_env(cell, kb) if npu else (),
         python=cell.python, env_manager=cell.env, env_prefix=env_prefix(cell),

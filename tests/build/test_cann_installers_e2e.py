@@ -10,9 +10,8 @@ CANN's (entries added only when their folder exists). The layouts:
 - a signed bundle: `.zip` holding the payload `X.run`, `X.run.cms` and a `.crl`;
 - a signed bundle whose payload is itself a zip holding `X.run`.
 
-The rendered Dockerfile of a `cann_source: {local: DIR}` cell is built up to and including
-its CANN step and ENV (the Python steps after it are other tests' business), with the smoke
-program copied in, so the versions tier's set_env.sh check runs against what the synthetic
+The rendered Dockerfile of a `cann_source: {local: DIR}` cell is built without its Python
+steps (other tests' business): its CANN steps and ENV, with the smoke program copied in, so the versions tier's set_env.sh check runs against what the synthetic
 toolkit really sets. A wrong sha256, a bundle without its payload and one without its
 signature each fail the build before any installer runs, naming the file.
 """
@@ -64,15 +63,24 @@ def nested(run_name: str, run: bytes) -> bytes:
     return buffer.getvalue()
 
 
+# The numbered steps of the Dockerfile a CANN test builds without: the Python environment and
+# everything after the chip's package (other tests' business).
+PYTHON_STEPS = re.compile(r"# \d+\. (Python |The locked |NOT VERIFIED|torch_npu|Defaults |The smoke )")
+
+
+def without_python(text: str) -> str:
+    """The Dockerfile with its Python steps left out: OS, CANN's stages, toolkit, ENV, chip package."""
+    steps = re.split(r"\n(?=# \d+\. )", text)
+    return "\n".join(step for step in steps if not PYTHON_STEPS.match(step)).rstrip("\n") + "\n\n"
+
+
 def build_cann_step(engine, tmp_path: Path, cell_keys: Dict, installers: Path, sha: Dict[str, str]) -> str:
-    """Render the cell, build its Dockerfile through the CANN step and ENV plus the smoke files."""
+    """Render the cell, build its Dockerfile's CANN steps and ENV (not its Python steps) plus the smoke files."""
     path, _ = write_cells(tmp_path, dict(cell_keys, cann_source={"local": str(installers)}, sha256=sha))
     cell = replace(matrix.load(path).cells[0], base_image=BASE)
     files = render.render_cell(cell)
-    text = files["Dockerfile"].decode()
-    cut = re.search(r"^# \d+\. Python ", text, flags=re.M).start()
-    files["Dockerfile.cut"] = (text[:cut] + "COPY smoke.py parsers.py versions.py vocabulary.py error_table.py "
-                               "errors.json /opt/ascend-build/\n").encode()
+    files["Dockerfile.cut"] = (without_python(files["Dockerfile"].decode()) + "COPY smoke.py parsers.py versions.py "
+                               "vocabulary.py error_table.py errors.json /opt/ascend-build/\n").encode()
     context = stage.context(files, tmp_path / f"ctx-{uuid.uuid4().hex[:6]}", None, installers)
     with stage.secrets(cell, CA if CA.is_file() else None) as secrets:
         return engine.build(context, "Dockerfile.cut", secrets=secrets, log_path=tmp_path / "build.log")

@@ -121,7 +121,7 @@ def test_the_demo_cells_npu_plan(demo, demo_lock, kb):
         "cann_source": "installer",
         # CANN 9.1.0's .run files are published without a sha256, and this lock has none recorded
         "installers": (plan.InstallerFile(toolkit, folder + toolkit, "", toolkit),
-                       plan.InstallerFile(ops, folder + ops, "", ops)),
+                       plan.InstallerFile(ops, folder + ops, "", ops, kind="ops")),
         "download_referer": "https://www.hiascend.com/",
         "cann_env": (
             ("ASCEND_TOOLKIT_HOME", HOME),
@@ -171,7 +171,7 @@ def test_the_demo_cells_npu_plan(demo, demo_lock, kb):
             ("io.ascend-build.min-driver", "25.2.RC1"),
             ("io.ascend-build.min-firmware", ""),
         ),
-        "steps": ("os", "cann", "python", "closure", "torch_npu", "env", "files"),
+        "steps": ("os", "cann", "python", "closure", "chip", "torch_npu", "env", "files"),
     }
 
 
@@ -239,7 +239,9 @@ def test_derived_values(demo, demo_lock, kb):
     assert cpu.installs == tuple(i for i in npu.installs if i.step != "torch_npu")
     assert cpu.installs[0].text() == npu.installs[0].text()
     assert npu.installs[1].names == ("torch-npu",) and "torch-npu" not in cpu.installs[0].names
-    assert (npu.number("os"), npu.number("closure"), npu.number("torch_npu"), npu.number("files")) == (1, 4, 5, 7)
+    # the chip's package between the closure and torch_npu: chips share all below it, a bump moves neither
+    assert (npu.number("os"), npu.number("closure"), npu.number("chip"), npu.number("torch_npu"),
+            npu.number("files")) == (1, 4, 5, 6, 8)
     assert (cpu.number("os"), cpu.number("closure"), cpu.number("files")) == (1, 3, 5)
     assert npu.wheelhouse_glob == "wheelhous[e]"  # matches the folder, or nothing
     assert npu.allow_unverified == cpu.allow_unverified == "ASCEND_BUILD_ALLOW_UNVERIFIED"
@@ -450,7 +452,7 @@ def test_an_incomplete_lock_refuses_what_it_could_not_verify(demo, demo_lock, kb
     numpy = f"numpy=={demo_lock.entry('numpy').version}"
     npu, cpu = (plan.plan(demo, kb, v, DIGEST, lock) for v in vocabulary.VARIANTS)
     assert (npu.lock_state, npu.lock_file) == ("incomplete", "requirements.lock")  # still installed into the image
-    assert npu.steps == ("os", "cann", "python", "closure", "unverified", "torch_npu", "env", "files")
+    assert npu.steps == ("os", "cann", "python", "closure", "unverified", "chip", "torch_npu", "env", "files")
     closure, unverified, torch_npu = npu.installs
     assert unverified == plan.Install("unverified", "lock.unverified.txt", (numpy,), False, False,
                                       "numpy: its index could not be reached")
@@ -458,7 +460,7 @@ def test_an_incomplete_lock_refuses_what_it_could_not_verify(demo, demo_lock, kb
     assert "numpy" not in closure.names and closure.verified and torch_npu.verified
     assert cpu.installs == (closure, unverified)
     text = _dockerfile(demo, kb, "npu", lock)
-    block = text[text.index("# 5. NOT VERIFIED"):text.index("# 6. ")]
+    block = text[text.index("# 5. NOT VERIFIED"):text.index("# 6. The 910b operator package")]
     assert block == f"""\
 # 5. NOT VERIFIED: numpy. numpy: its index could not be reached.
 #    Refused unless the build is asked: --build-arg ASCEND_BUILD_ALLOW_UNVERIFIED=1.
@@ -510,7 +512,7 @@ def test_without_a_lock_every_requirement_is_unverified_and_resolved(cell7, kb):
         assert 'io.ascend-build.lock="missing"' in text
     text = _dockerfile(cell7, kb, "npu", None)
     assert f"# 4. NOT VERIFIED: {', '.join(Requirement(r).name for r in UNLOCKED_7)}. {reason}.\n" in text
-    assert "# 5. NOT VERIFIED: torch-npu. " in text
+    assert "# 5. The 910b operator package.\n" in text and "# 6. NOT VERIFIED: torch-npu. " in text
 
 
 def test_a_stale_lock_is_no_lock(cell7, lock7, kb):

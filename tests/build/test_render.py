@@ -154,10 +154,10 @@ def test_cann_block_checks_every_installer_before_running_any(npu7):
     assert toolkit.url.startswith("https://") and toolkit.url.endswith("/Ascend-cann-toolkit_7.0.RC1_linux-x86_64.zip")
     assert kernels.url.startswith("https://") and kernels.url.endswith("/Ascend-cann-kernels-910b_7.0.RC1_linux.zip")
     expected = f"""\
-# 2. CANN 7.0.RC1: toolkit, then the 910b operator package.
+# 2. CANN 7.0.RC1's toolkit; the 910b operator package installs in step 6.
 #    A stage of its own fetches every installer, checks its sha256 and unpacks every signed
 #    bundle, so nothing runs before all of them are verified; each package then installs in
-#    its own layer from its own file, so the images of two chips share the toolkit's layer.
+#    its own layer from its own file.
 FROM os AS cann-files
 SHELL ["/bin/bash", "-o", "pipefail", "-c"]
 RUN --mount=type=secret,id=buildenv --mount=type=secret,id=ca \\
@@ -177,11 +177,18 @@ SHELL ["/bin/bash", "-o", "pipefail", "-c"]
 RUN --mount=type=bind,from=cann-files,source=/cann/Ascend-cann-toolkit_7.0.RC1_linux-x86_64.run,target=/tmp/cann/Ascend-cann-toolkit_7.0.RC1_linux-x86_64.run \\
     bash '/tmp/cann/Ascend-cann-toolkit_7.0.RC1_linux-x86_64.run' --quiet --install --install-for-all && \\
     rm -rf /root/.cache /root/ascend /var/log/ascend_seclog
+
+# CANN's set_env.sh as ENV, for non-interactive shells too.
+"""
+    assert expected in npu7
+    assert """\
+# 6. The 910b operator package.
 RUN --mount=type=bind,from=cann-files,source=/cann/Ascend-cann-kernels-910b_7.0.RC1_linux.run,target=/tmp/cann/Ascend-cann-kernels-910b_7.0.RC1_linux.run \\
     bash '/tmp/cann/Ascend-cann-kernels-910b_7.0.RC1_linux.run' --quiet --install --install-for-all && \\
     rm -rf /root/.cache /root/ascend /var/log/ascend_seclog
-"""
-    assert expected in npu7
+
+# 7. torch_npu, pinned by the lock: a bump rebuilds from here on.
+""" in npu7
     # every check and unpack is in the stage before the stage that runs any installer
     lines = npu7.splitlines()
     checks = [i for i, line in enumerate(lines) if "| sha256sum -c -" in line and "/cann/" in line]
@@ -278,7 +285,12 @@ RUN --mount=type=secret,id=buildenv --mount=type=secret,id=ca \\
     torch_index="${{TORCH_INDEX:-{plan.PYTORCH_CPU_INDEX}}}" && \\
     pip install --no-deps --find-links /wheelhouse ${{torch_index:+--extra-index-url "$torch_index"}} -r /tmp/lock.unverified.txt
 
-# 6. torch_npu, pinned by the lock: a bump rebuilds from here on.
+# 6. The 910b operator package.
+RUN --mount=type=bind,from=cann-files,source=/cann/Ascend-cann-kernels-910b_7.0.RC1_linux.run,target=/tmp/cann/Ascend-cann-kernels-910b_7.0.RC1_linux.run \\
+    bash '/tmp/cann/Ascend-cann-kernels-910b_7.0.RC1_linux.run' --quiet --install --install-for-all && \\
+    rm -rf /root/.cache /root/ascend /var/log/ascend_seclog
+
+# 7. torch_npu, pinned by the lock: a bump rebuilds from here on.
 RUN --mount=type=secret,id=buildenv --mount=type=secret,id=ca \\
     --mount=type=bind,from=wheelhouse,target=/wheelhouse \\
     --mount=type=bind,source=lock.torch_npu.txt,target=/tmp/lock.torch_npu.txt \\
@@ -288,7 +300,7 @@ RUN --mount=type=secret,id=buildenv --mount=type=secret,id=ca \\
         --compile-bytecode --no-cache --link-mode=copy --find-links /wheelhouse \\
         ${{PIP_INDEX_URL:+--index-url "$PIP_INDEX_URL"}} ${{PIP_NO_INDEX:+--no-index}} -r /tmp/lock.torch_npu.txt
 
-# 7. Defaults from the field guide; each can be overridden per cell (env_vars).
+# 8. Defaults from the field guide; each can be overridden per cell (env_vars).
 """ in npu7
 
 
@@ -337,11 +349,12 @@ def test_layer_order(npu7):
         "mkdir -p /cann",
         "\nFROM os\n",
         "bash '/tmp/cann/Ascend-cann-toolkit_7.0.RC1_linux-x86_64.run'",
-        "bash '/tmp/cann/Ascend-cann-kernels-910b_7.0.RC1_linux.run'",
         "ENV ASCEND_HOME_PATH=",
         "conda create -y -n ascend",
         "-r /tmp/lock.closure.txt",
         "-r /tmp/lock.unverified.txt",
+        # the chip's package on the whole environment: the 910b and A3 images share all below it
+        "bash '/tmp/cann/Ascend-cann-kernels-910b_7.0.RC1_linux.run'",
         "-r /tmp/lock.torch_npu.txt",
         'ENV HCCL_CONNECT_TIMEOUT="1800"',
         "COPY smoke.py parsers.py error_table.py versions.py vocabulary.py errors.json /opt/ascend-build/",
@@ -373,10 +386,11 @@ def test_a_torch_npu_bump_changes_nothing_below_its_layer(cell7, lock7, kb):
     files_before = render.render_cell(cell7, kb, lock7)
     files_after = render.render_cell(bumped, kb, relocked)
     before, after = files_before["Dockerfile"].decode(), files_after["Dockerfile"].decode()
-    step = "# 6. torch_npu"
+    step = "# 7. torch_npu"
     head_before, head_after = before[:before.index(step)], after[:after.index(step)]
     assert head_before == head_after
     assert "-r /tmp/lock.closure.txt" in head_before and "-r /tmp/lock.unverified.txt" in head_before
+    assert "bash '/tmp/cann/Ascend-cann-kernels-910b_7.0.RC1_linux.run'" in head_before  # the chip's too
     assert "torch-npu" not in head_before and "lock.torch_npu.txt" not in head_before
     # what those layers install is byte-identical too; only torch_npu's file moved
     for name in ("lock.closure.txt", "lock.unverified.txt"):
@@ -664,6 +678,9 @@ SHELL ["/bin/bash", "-o", "pipefail", "-c"]
 RUN --mount=type=bind,from=cann-files,source=/cann/Ascend-cann-toolkit_8.3.RC1_linux-aarch64.run,target=/tmp/cann/Ascend-cann-toolkit_8.3.RC1_linux-aarch64.run \\
     bash '/tmp/cann/Ascend-cann-toolkit_8.3.RC1_linux-aarch64.run' --quiet --install --install-for-all && \\
     rm -rf /root/.cache /root/ascend /var/log/ascend_seclog
+""" in text
+    assert f"""\
+# 5. The a3 operator package.
 RUN --mount=type=bind,from=cann-files,source=/cann/{kernels},target=/tmp/cann/{kernels} \\
     bash '/tmp/cann/{kernels}' --quiet --install --install-for-all && \\
     rm -rf /root/.cache /root/ascend /var/log/ascend_seclog
@@ -671,22 +688,27 @@ RUN --mount=type=bind,from=cann-files,source=/cann/{kernels},target=/tmp/cann/{k
 
 
 def test_nnal_installs_last_with_the_toolkits_environment(tmp_path):
-    """NNAL after the chip's package, in a layer of its own, with the toolkit's set_env.sh sourced
-    (as the official images do); its ENV names the ATB built for torch's C++ ABI: 1 for torch 2.12."""
+    """NNAL right after the chip's package (both on the Python closure), in a layer of its own, with
+    the toolkit's set_env.sh sourced (as the official images do); its ENV names the ATB built for
+    torch's C++ ABI: 1 for torch 2.12."""
     nnal = "Ascend-cann-nnal_9.1.0_linux-x86_64.run"
     cell = {"name": "n91", "os": "ubuntu22.04", "arch": "x86_64", "chip": "910b", "cann": "9.1.0", "python": "3.11",
             "torch_npu": "2.12.0", "nnal": "true"}
     path, _ = write_cells(tmp_path, cell)
     files = render.render_cell(matrix.load(path).cells[0])
     text = files["Dockerfile"].decode()
-    assert "# 2. CANN 9.1.0: toolkit, then the 910b operator package, then NNAL (ATB).\n" in text
+    assert "# 2. CANN 9.1.0's toolkit; the 910b operator package installs in step 5.\n" in text
     assert f"""\
+# 5. The 910b operator package, then NNAL (ATB), with the toolkit's environment.
+RUN --mount=type=bind,from=cann-files,source=/cann/Ascend-cann-910b-ops_9.1.0_linux-x86_64.run,target=/tmp/cann/Ascend-cann-910b-ops_9.1.0_linux-x86_64.run \\
+    bash '/tmp/cann/Ascend-cann-910b-ops_9.1.0_linux-x86_64.run' --quiet --install --install-for-all && \\
     rm -rf /root/.cache /root/ascend /var/log/ascend_seclog
 RUN --mount=type=bind,from=cann-files,source=/cann/{nnal},target=/tmp/cann/{nnal} \\
     . /usr/local/Ascend/ascend-toolkit/set_env.sh && \\
     bash '/tmp/cann/{nnal}' --quiet --install --install-for-all && \\
     rm -rf /root/.cache /root/ascend /var/log/ascend_seclog
-""" in text
+
+# 6. NOT VERIFIED: torch-npu. """ in text
     assert f"curl -fsSL --retry 3 -H 'Referer: https://www.hiascend.com/' -o '/cann/{nnal}'" in text
     assert """\
 ENV PATH="${PATH}:${ASCEND_TOOLKIT_HOME}/tools/profiler/bin:${ASCEND_TOOLKIT_HOME}/python/site-packages/bin"
@@ -739,13 +761,14 @@ def test_steps_are_numbered_one_by_one(rendered, unlocked, npu7, cpu7):
         assert numbers == list(range(1, len(numbers) + 1)), where
     assert re.findall(r"^# \d+\. .*", npu7, flags=re.M) == [
         "# 1. OS packages, at the versions of the base image's distribution.",
-        "# 2. CANN 7.0.RC1: toolkit, then the 910b operator package.",
+        "# 2. CANN 7.0.RC1's toolkit; the 910b operator package installs in step 6.",
         "# 3. Python 3.9 in a dedicated conda environment.",
         "# 4. The locked Python closure: every distribution pinned, its sha256 checked.",
         f"# 5. NOT VERIFIED: torch. {TORCH_7_REASON}.",
-        "# 6. torch_npu, pinned by the lock: a bump rebuilds from here on.",
-        "# 7. Defaults from the field guide; each can be overridden per cell (env_vars).",
-        "# 8. The smoke program and this image's manifest (the run record of the cell).",
+        "# 6. The 910b operator package.",
+        "# 7. torch_npu, pinned by the lock: a bump rebuilds from here on.",
+        "# 8. Defaults from the field guide; each can be overridden per cell (env_vars).",
+        "# 9. The smoke program and this image's manifest (the run record of the cell).",
     ]
     assert re.findall(r"^# \d+\. .*", cpu7, flags=re.M) == [
         "# 1. OS packages, at the versions of the base image's distribution.",
@@ -757,10 +780,11 @@ def test_steps_are_numbered_one_by_one(rendered, unlocked, npu7, cpu7):
     ]
     names = "attrs, cython, numpy, decorator, sympy, cffi, pyyaml, pathlib2, psutil, protobuf, scipy, requests, " \
             "absl-py, torch, pip, setuptools, wheel"
-    assert re.findall(r"^# \d+\. .*", unlocked[CELL_7_X86]["Dockerfile"].decode(), flags=re.M)[3:6] == [
+    assert re.findall(r"^# \d+\. .*", unlocked[CELL_7_X86]["Dockerfile"].decode(), flags=re.M)[3:7] == [
         f"# 4. NOT VERIFIED: {names}. The cell's lock is missing: run `ascend-build lock`.",
-        "# 5. NOT VERIFIED: torch-npu. The cell's lock is missing: run `ascend-build lock`.",
-        "# 6. Defaults from the field guide; each can be overridden per cell (env_vars).",
+        "# 5. The 910b operator package.",
+        "# 6. NOT VERIFIED: torch-npu. The cell's lock is missing: run `ascend-build lock`.",
+        "# 7. Defaults from the field guide; each can be overridden per cell (env_vars).",
     ]
 
 
