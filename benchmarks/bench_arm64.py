@@ -37,7 +37,7 @@ WHEELHOUSE = Path("/opt/wheels")
 MISSION = "cann7.0.rc1-910b-ubuntu22.04-py3.9-torch_npu2.1.0rc1-aarch64"
 RUNS = (("x86_64 native", "cann9.1.0-910b-debian12-py3.11-torch_npu2.13.0-x86_64", "local/debian:12", None),
         ("aarch64 qemu", MISSION, "local/debian:11-arm64", "debian11"),
-        ("aarch64 qemu, pip inside", MISSION, "local/debian:11-arm64", "debian11"))
+        ("aarch64 qemu, fetched inside", MISSION, "local/debian:11-arm64", "debian11"))
 
 
 def prune(engine: Engine) -> None:

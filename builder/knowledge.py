@@ -228,6 +228,9 @@ class KnowledgeBase:
             dv = versions.lenient("hdk", pair.get("driver"))
             if dv is not None:
                 self._pairs.append((dv, pair))
+        # every HDK (driver) release the data names, and the HDK lines release notes support ("25.2.X")
+        self._hdk_spelled, self._hdk_lines = _hdk_names(compat)
+        self._hdk_named = sorted(self._hdk_spelled)
         # official Python list per PyTorch line
         table = compat.get("pytorch_python_official", {}).get("table", {})
         self._python_official = {str(k): tuple(str(p) for p in v) for k, v in table.items()}
@@ -560,6 +563,26 @@ class KnowledgeBase:
         """
         return self.min_driver_reason(cann)[0]
 
+    def hdk_known(self, driver: str) -> Tuple[bool, Tuple[str, ...]]:
+        """Whether the data names that HDK (driver) release, and the nearest releases it names.
+
+        Named: the driver of an observed driver/firmware pair, an HDK some CANN release is
+        paired with, or a release inside an HDK line some CANN's release notes support
+        (``25.2.X`` names 25.2.0, 25.2.RC1 ...). A driver string that is no HDK version is unknown.
+
+        Example:
+            >>> load().hdk_known("25.2.1")[0], load().hdk_known("24.1.RC4")
+            (True, (False, ('24.1.RC3', '24.1.0')))
+        """
+        dv = versions.lenient("hdk", driver)
+        if dv is None:
+            return False, ()
+        if dv.release in self._hdk_lines or any(dv == v for v in self._hdk_named):
+            return True, ()
+        below = [self._hdk_spelled[v] for v in self._hdk_named if v < dv][-1:]
+        above = [self._hdk_spelled[v] for v in self._hdk_named if v > dv][:1]
+        return False, tuple(below + above)
+
     def supported_hdk_lines(self, cann: str) -> Tuple[str, ...]:
         """HDK lines the release notes mark supported for that CANN (``supported_hdk``); () when not stated.
 
@@ -748,6 +771,28 @@ def error_entries() -> Tuple[Dict[str, Any], ...]:
     return tuple({"id": str(e["id"]), "patterns": [str(p) for p in e["patterns"]],
                   "cause": " ".join(str(e["cause"]).split()), "fix": " ".join(str(e["fix"]).split()),
                   "source": str(e["source"])} for e in doc["errors"])
+
+
+def _hdk_names(compat: Mapping[str, Any]) -> Tuple[Dict[versions.AscendVersion, str], set]:
+    """(every HDK release the data names, as its data spells it; the (major, minor) of every HDK line "A.B.X")."""
+    texts: List[str] = []
+    for pair in compat["hdk_driver_firmware"]["observed_pairs"]:
+        texts += [str(pair.get("driver") or ""), str(pair.get("hdk") or "")]
+    for entry in compat["cann_hdk"]["releases"]:
+        for key, value in entry.items():
+            if "hdk" in key and key != "not_supported_hdk":
+                values = value.values() if isinstance(value, Mapping) else _tuple(value)
+                texts += [part for v in values for part in str(v).split("/")]
+    named, lines = {}, set()
+    for text in texts:
+        text = text.strip()
+        if text.upper().endswith(".X"):
+            line = versions.lenient("hdk", text[:-2] + ".0")
+            if line is not None:
+                lines.add(line.release)
+        elif versions.lenient("hdk", text) is not None:
+            named.setdefault(versions.hdk(text), re.sub(r"rc", "RC", text))
+    return named, lines
 
 
 @lru_cache(maxsize=None)

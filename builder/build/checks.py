@@ -217,6 +217,28 @@ def driver_supports_cann(cell: Cell, kb) -> Findings:
                        f"set driver: {needed} or newer (and upgrade the hosts' driver and firmware to match)")
 
 
+def driver_known(cell: Cell, kb) -> Findings:
+    """A driver no HDK release names is most often a typo (24.1.RC4 does not exist), and no
+    pairing or range can be checked against it: an error naming the nearest releases, unless
+    the cell says it is unlisted on purpose (then a warning)."""
+    if not cell.driver or versions.lenient("hdk", cell.driver) is None:  # driver-missing / version-syntax
+        return
+    known, nearest = kb.hdk_known(cell.driver)
+    if known:
+        return
+    near = f" (nearest: {', '.join(nearest)})" if nearest else ""
+    if cell.unlisted:
+        yield _finding(cell, "driver", "driver-unlisted",
+                       f"driver {cell.driver} is no HDK release the knowledge base knows{near}: unlisted on purpose, "
+                       "its firmware range is unchecked", "check it on an NPU host before relying on it",
+                       severity="warning")
+        return
+    yield _finding(cell, "driver", "driver-unknown",
+                   f"driver {cell.driver} is no HDK release the knowledge base knows{near}",
+                   "check the spelling (e.g. 24.1.RC3, 25.2.1: `npu-smi info` prints it), leave driver out to get "
+                   "the CANN release's minimum, or set unlisted: true")
+
+
 def firmware_in_range(cell: Cell, kb) -> Findings:
     """Driver and firmware ship together; the driver's version.info states the firmware range it accepts."""
     if not cell.firmware:
@@ -362,7 +384,7 @@ def nnal_published(cell: Cell, kb) -> Findings:
 
 RULES = (
     cann_known, torch_npu_published, torch_matches_pin, cann_paired, python_has_wheel, glibc_new_enough,
-    driver_supports_cann, firmware_in_range, chip_supported, venv_python_matches, installers_verifiable, tag_fits,
+    driver_supports_cann, driver_known, firmware_in_range, chip_supported, venv_python_matches, installers_verifiable, tag_fits,
     pins_within_cann_limits, env_vars_accepted, nnal_published,
 )
 

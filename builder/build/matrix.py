@@ -85,7 +85,7 @@ CELL_KEYS: Dict[str, str] = {
     "base_image": "override the OS base image, e.g. local/debian:12",
     "nnal": "true to install NNAL (the ATB library) after the chip's package, from CANN 8.0.RC3 on "
             "(with cann_source: {image: ...}: the base image ships it; the smoke test checks libatb.so)",
-    "unlisted": "true for a CANN release the knowledge base does not list yet (then give its installers' "
+    "unlisted": "true for a CANN release (or driver) the knowledge base does not list yet (then give its installers' "
                 "sha256 with cann_source: {local: DIR}, or cann_source: {image: REF@sha256:...})",
 }
 TOP_KEYS = ("image", "defaults", "cells")

@@ -29,7 +29,7 @@ from typing import Dict, Optional
 
 import pytest
 
-from builder.build import matrix, render, stage
+from builder.build import lock, matrix, render, stage
 from builder.engine import BuildFailed
 from helpers_cann import RAN, synthetic_nnal, synthetic_run
 from helpers_matrix import write_cells
@@ -247,3 +247,41 @@ def test_nnal_installs_last_in_its_own_layer_and_its_env_is_checked(engine, buil
     assert set_env_check(engine, image, nnal_env, before=old_abi)[1]["ATB_HOME_PATH"] == \
         f"is {atb}; set_env.sh sets {atb[:-1]}0"
     assert len(engine.client.images.get(image).attrs["RootFS"]["Layers"]) == 6  # base, OS, 3 packages, files
+
+
+WHEELHOUSE = Path("/opt/wheels")
+DEMO = "cann9.1.0-910b-debian12-py3.11-torch_npu2.13.0-x86_64"
+
+
+@pytest.mark.engine
+@pytest.mark.skipif(not any(WHEELHOUSE.glob("torch-2.13.0*cp311*x86_64.whl")),
+                    reason="needs the torch 2.13.0 cp311 wheel in /opt/wheels")
+def test_the_whole_images_of_two_chips_share_everything_below_the_chip_layer(engine, built, tmp_path):
+    """The demo cell's whole NPU image, from its lock, for 910b and A3 (CANN from synthetic
+    installers): identical up to the chip's package, which sits on the Python closure; above it
+    only torch_npu's layer and the files. What benchmarks/bench_chips.py weighs."""
+    home = "/usr/local/Ascend/cann-9.1.0"
+    folder = tmp_path / "installers"
+    folder.mkdir()
+    packages = {"910b": OPS_91, "a3": "Ascend-cann-A3-ops_9.1.0_linux-x86_64.run"}
+    runs = {name: synthetic_run(name, home, "9.1.0") for name in (TOOLKIT_91, *packages.values())}
+    for name, data in runs.items():
+        (folder / name).write_bytes(data)
+    demo = next(c for c in matrix.load(Path("matrix")).cells if c.id == DEMO)
+    made = lock.read(Path("dockerfiles") / DEMO)
+    steps = {}
+    for chip in packages:
+        cell = replace(demo, id=f"chips-{chip}", chip=chip, base_image=BASE, cann_source="local",
+                       cann_local=str(folder), sha256=tuple((n, sha256(d).hexdigest()) for n, d in runs.items()))
+        context = stage.context(render.render_cell(cell, lock=made), tmp_path / f"ctx-{chip}", WHEELHOUSE, folder)
+        with stage.secrets(cell, CA if CA.is_file() else None) as secrets:
+            image = engine.build(context, "Dockerfile", secrets=secrets, log_path=tmp_path / f"{chip}.log")
+        built.append(image)
+        steps[chip] = [(h["CreatedBy"], h["Size"]) for h in reversed(engine.client.images.get(image).history())]
+    a, b = steps["910b"], steps["a3"]
+    first = next(i for i, (x, y) in enumerate(zip(a, b)) if x != y)
+    assert packages["910b"] in a[first][0] and packages["a3"] in b[first][0]  # the first difference: the chip's layer
+    below = " ".join(created for created, _ in a[:first])
+    assert "lock.closure.txt" in below and f"/tmp/cann/{TOOLKIT_91}" in below  # the environment and the toolkit: shared
+    above = [created for created, size in a[first + 1:] if size]
+    assert len(above) == 4 and "lock.torch_npu.txt" in above[0], above  # then torch_npu and the three COPYs

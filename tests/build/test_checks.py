@@ -431,6 +431,26 @@ def test_an_unlisted_cann_must_be_verifiable(tmp_path):
     assert f.severity == "warning" and f.message.startswith("CANN 8.4.0 is unlisted on purpose")
 
 
+# --- driver_known ------------------------------------------------------------------------
+
+
+def test_a_driver_no_hdk_release_names_is_refused_naming_the_nearest(tmp_path):
+    findings, lines, _ = cell_findings(tmp_path, dict(VALID, driver="24.1.RC4"))
+    f = only(findings, "driver-unknown")
+    assert f.severity == "error" and (f.field, f.where.line) == ("cells[0].driver", lines[(0, "driver")])
+    assert f.message == "driver 24.1.RC4 is no HDK release the knowledge base knows (nearest: 24.1.RC3, 24.1.0)"
+    assert "unlisted: true" in f.fix
+    findings, _, _ = cell_findings(tmp_path, dict(VALID, driver="24.1.RC4", unlisted="true"))
+    assert only(findings, "driver-unlisted").severity == "warning" and by_rule(findings, "driver-unknown") == []
+
+
+@pytest.mark.parametrize("driver", ["24.1.RC3", "24.1.rc3", "25.2.1", "25.0.RC1.1"])
+def test_a_named_release_or_one_of_a_supported_line_is_known(tmp_path, driver):
+    """Named by an observed pair or a pairing (either spelling), or inside a line release notes support (25.2.X)."""
+    findings, _, _ = cell_findings(tmp_path, dict(VALID, driver=driver))
+    assert by_rule(findings, "driver-unknown") == []
+
+
 # --- nnal_published ----------------------------------------------------------------------
 
 
@@ -495,6 +515,7 @@ COVERED = {
     "glibc_new_enough": ("glibc-too-old",),
     "driver_supports_cann": ("driver-too-old", "driver-missing", "version-syntax"),
     "firmware_in_range": ("firmware-out-of-range", "version-syntax"),
+    "driver_known": ("driver-unknown", "driver-unlisted"),
     "chip_supported": ("chip-unsupported",),
     "venv_python_matches": ("venv-python-mismatch",),
     "installers_verifiable": ("installer-unknown", "cann-image-unpinned", "installer-sha256-unknown"),
