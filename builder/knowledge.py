@@ -623,6 +623,19 @@ class KnowledgeBase:
                     found.append((low, high))
         return found
 
+    def firmware_observed(self, firmware: str) -> bool:
+        """Whether that firmware was observed shipping with some driver (``observed_pairs``).
+
+        Example:
+            >>> load().firmware_observed("7.5.0.1.129"), load().firmware_observed("7.5.0.1.130")
+            (True, False)
+        """
+        fv = versions.lenient("firmware", firmware)
+        return fv is not None and any(
+            versions.lenient("firmware", str(f)) == fv for _, pair in self._pairs
+            for f in (pair["firmware"].values() if isinstance(pair.get("firmware"), Mapping) else [pair.get("firmware")])
+            if f)
+
     def paired_firmware(self, driver: Optional[str], chip: Optional[str]) -> Optional[str]:
         """Firmware observed shipping with that driver for that chip; None when unknown.
 

@@ -249,7 +249,16 @@ def firmware_in_range(cell: Cell, kb) -> Findings:
     if firmware is None or not cell.driver:
         return
     accepted = kb.firmware_ranges(cell.driver)
-    if not accepted or versions.firmware_in_ranges(cell.firmware, accepted) is not False:
+    if not accepted:  # no range of this driver is known: only having seen this firmware ship vouches for it
+        if not kb.firmware_observed(cell.firmware):
+            yield _finding(cell, "firmware", "firmware-unlisted" if cell.unlisted else "firmware-unknown",
+                           f"firmware {cell.firmware}: no range is known for driver {cell.driver}, and the knowledge "
+                           "base never saw this firmware ship", "check it on an NPU host before relying on it"
+                           if cell.unlisted else "leave firmware out (the image then states none), use a driver whose "
+                           "range is known (`ascend-build kb`), or set unlisted: true",
+                           severity="warning" if cell.unlisted else "error")
+        return
+    if versions.firmware_in_ranges(cell.firmware, accepted) is not False:
         return
     shown = ", ".join(f"[{low}, {high}]" for low, high in accepted)
     paired = kb.paired_firmware(cell.driver, cell.chip)

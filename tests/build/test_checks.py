@@ -451,6 +451,19 @@ def test_a_named_release_or_one_of_a_supported_line_is_known(tmp_path, driver):
     assert by_rule(findings, "driver-unknown") == []
 
 
+def test_a_firmware_nothing_vouches_for_is_refused(tmp_path):
+    """Driver 25.2.1 is known by its line, but no version.info range of it is: a firmware never
+    seen shipping is an error; one seen shipping passes; unlisted: true makes it a warning."""
+    findings, lines, _ = cell_findings(tmp_path, dict(VALID, driver="25.2.1", firmware="7.5.0.1.130"))
+    f = only(findings, "firmware-unknown")
+    assert f.severity == "error" and (f.field, f.where.line) == ("cells[0].firmware", lines[(0, "firmware")])
+    assert f.message.startswith("firmware 7.5.0.1.130: no range is known for driver 25.2.1")
+    findings, _, _ = cell_findings(tmp_path, dict(VALID, driver="25.2.1", firmware="7.5.0.1.129"))
+    assert by_rule(findings, "firmware-unknown") == []
+    findings, _, _ = cell_findings(tmp_path, dict(VALID, driver="25.2.1", firmware="7.5.0.1.130", unlisted="true"))
+    assert only(findings, "firmware-unlisted").severity == "warning"
+
+
 # --- nnal_published ----------------------------------------------------------------------
 
 
@@ -514,7 +527,7 @@ COVERED = {
     "python_has_wheel": ("python-no-wheel",),
     "glibc_new_enough": ("glibc-too-old",),
     "driver_supports_cann": ("driver-too-old", "driver-missing", "version-syntax"),
-    "firmware_in_range": ("firmware-out-of-range", "version-syntax"),
+    "firmware_in_range": ("firmware-out-of-range", "version-syntax", "firmware-unknown", "firmware-unlisted"),
     "driver_known": ("driver-unknown", "driver-unlisted"),
     "chip_supported": ("chip-unsupported",),
     "venv_python_matches": ("venv-python-mismatch",),
