@@ -27,7 +27,7 @@ import tempfile
 import time
 from dataclasses import replace
 from pathlib import Path
-from typing import Dict
+from typing import Dict, Optional
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -78,11 +78,14 @@ def cell_lock(cell: matrix.Cell) -> lock.Lock:
     return made
 
 
-def ascend_build(engine: Engine, cell: matrix.Cell, work: Path, log: str) -> tuple:
-    """Build as `ascend-build image` does: in the context folder of the cell's arch and variant."""
-    made = cell_lock(cell)
+def ascend_build(engine: Engine, cell: matrix.Cell, work: Path, log: str, made: Optional[lock.Lock] = None,
+                 installers: Optional[Path] = None) -> tuple:
+    """Build the NPU image as `ascend-build image` does, in the context folder of the cell's arch
+    and variant; ``made`` is its lock (default: `cell_lock`), ``installers`` a local CANN folder."""
+    made = made or cell_lock(cell)
     with stage.claim(work / "contexts", cell.arch, "npu") as folder:
-        context = stage.context(render.render_cell(cell, lock=made), folder, WHEELHOUSE if WHEELHOUSE.is_dir() else None)
+        context = stage.context(render.render_cell(cell, lock=made), folder, WHEELHOUSE if WHEELHOUSE.is_dir() else None,
+                                installers)
         with stage.secrets(cell, CA if CA.is_file() else None) as secrets:
             return timed_build(engine, context, "Dockerfile", work / f"{log}.log", secrets)
 

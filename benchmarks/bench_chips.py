@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import sys
 import tempfile
-import time
 from dataclasses import replace
 from hashlib import sha256
 from pathlib import Path
@@ -26,15 +25,13 @@ from typing import Dict
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tests"))
+sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from builder.build import lock, matrix, render, stage  # noqa: E402
+from bench_build import BASE, CELL_ID, ascend_build, shared_bytes, size  # noqa: E402
+from builder.build import lock, matrix  # noqa: E402
 from builder.engine import Engine  # noqa: E402
 from helpers_cann import synthetic_run  # noqa: E402
 
-BASE = "local/debian:12"
-CA = Path("/etc/ssl/certs/ca-certificates.crt")
-WHEELHOUSE = Path("/opt/wheels")
-CELL_ID = "cann9.1.0-910b-debian12-py3.11-torch_npu2.13.0-x86_64"
 HOME = "/usr/local/Ascend/cann-9.1.0"
 TOOLKIT_MB, CHIP_MB = 1024, 256
 PACKAGES = {"910b": "Ascend-cann-910b-ops_9.1.0_linux-x86_64.run", "a3": "Ascend-cann-A3-ops_9.1.0_linux-x86_64.run"}
@@ -51,31 +48,6 @@ def installers(folder: Path) -> Dict[str, str]:
     return {name: sha256(data).hexdigest() for name, data in made.items()}
 
 
-def build(engine: Engine, cell: matrix.Cell, made: lock.Lock, work: Path, folder: Path) -> tuple:
-    """Build as `ascend-build image` does, in the context folder of the cell's arch and variant."""
-    with stage.claim(work / "contexts", cell.arch, "npu") as context_folder:
-        context = stage.context(render.render_cell(cell, lock=made), context_folder,
-                                WHEELHOUSE if WHEELHOUSE.is_dir() else None, folder)
-        with stage.secrets(cell, CA if CA.is_file() else None) as secrets:
-            start = time.monotonic()
-            image = engine.build(context, "Dockerfile", secrets=secrets, log_path=work / f"{cell.chip}.log")
-            return image, time.monotonic() - start
-
-
-def layers(engine: Engine, image: str) -> list:
-    return [(h.get("CreatedBy"), h.get("Size", 0)) for h in reversed(engine.client.images.get(image).history())]
-
-
-def shared_bytes(engine: Engine, a: str, b: str) -> int:
-    """Bytes of the layers two images share: the common bottom of their histories."""
-    total = 0
-    for left, right in zip(layers(engine, a), layers(engine, b)):
-        if left != right:
-            break
-        total += left[1]
-    return total
-
-
 def main() -> Dict[str, str]:
     engine = Engine.connect()
     demo = next(c for c in matrix.load(ROOT / "matrix").cells if c.id == CELL_ID)
@@ -87,10 +59,10 @@ def main() -> Dict[str, str]:
         for chip in PACKAGES:
             cell = replace(demo, id=f"bench-chips-{chip}", chip=chip, base_image=BASE, cann_source="local",
                            cann_local=str(work / "installers"), sha256=tuple(sorted(sha.items())))
-            images[chip], seconds = build(engine, cell, made, work, work / "installers")
-            print(f"{chip:5} image built in {seconds:6.1f} s: {engine.client.images.get(images[chip]).attrs['Size'] / 1e6:,.0f} MB")
+            images[chip], seconds = ascend_build(engine, cell, work, chip, made, work / "installers")
+            print(f"{chip:5} image built in {seconds:6.1f} s: {size(engine, images[chip]) / 1e6:,.0f} MB")
         shared = shared_bytes(engine, images["910b"], images["a3"])
-        sizes = {chip: engine.client.images.get(image).attrs["Size"] for chip, image in images.items()}
+        sizes = {chip: size(engine, image) for chip, image in images.items()}
         share = shared / max(sizes.values())
         print(f"the 910b and A3 images share {shared / 1e6:,.0f} MB: {share:.0%} of the larger "
               f"({max(sizes.values()) / 1e6:,.0f} MB); each has {(sizes['a3'] - shared) / 1e6:,.0f} MB of its own")

@@ -175,6 +175,19 @@ def toolkit_package(kb: "KnowledgeBase", cann: str, arch: str) -> str:
     return f"Ascend-cann-toolkit_{kb.canonical_cann(cann)}_linux-{a}.run"
 
 
+KINDS = ("toolkit", "ops", "nnal")  # the CANN packages, in the order they install
+
+
+def kinds(nnal: bool) -> Tuple[str, ...]:
+    """The CANN packages a cell installs: toolkit and the chip's ops package, then NNAL if asked.
+
+    Example:
+        >>> kinds(False), kinds(True)[-1]
+        (('toolkit', 'ops'), 'nnal')
+    """
+    return KINDS if nnal else KINDS[:2]
+
+
 def nnal_package(kb: "KnowledgeBase", cann: str, arch: str) -> str:
     """The NNAL installer (``.run``) of that CANN release and arch, as the official images fetch it.
 
@@ -233,8 +246,8 @@ def cann_installers(kb: "KnowledgeBase", cann: str, chip: str, arch: str, nnal: 
             fname, f, _ = ops
             found["ops"] = Installer("ops", fname, f["url"], f["sha256"], fname[:-4] + ".run", source, ver, a)
     folder = kb.cann_release_folder(cann)
-    kinds = ("toolkit", "ops", "nnal") if nnal else ("toolkit", "ops")
-    for kind in kinds:
+    wanted = kinds(nnal)
+    for kind in wanted:
         if kind in found or folder is None:
             continue
         try:  # the .run the install guides fetch from the release's folder; its sha256 comes from the lock
@@ -243,7 +256,7 @@ def cann_installers(kb: "KnowledgeBase", cann: str, chip: str, arch: str, nnal: 
             continue
         found[kind] = Installer(kind, run, folder + run, None, run, "release folder (cann-downloads.yaml)",
                                 kb.canonical_cann(cann), a)
-    return [found[k] for k in kinds if k in found]
+    return [found[k] for k in wanted if k in found]
 
 
 def package(kb: "KnowledgeBase", kind: str, cann: str, chip: str, arch: str) -> str:
@@ -291,5 +304,5 @@ def conda_installer(kb: "KnowledgeBase", arch: str) -> Optional[Installer]:
     return kb.conda_installers().get(normalize_arch(arch) or "")
 
 
-__all__ = ["Installer", "cann_installers", "conda_installer", "nnal_package", "ops_package", "package", "read_conda",
+__all__ = ["KINDS", "Installer", "cann_installers", "conda_installer", "kinds", "nnal_package", "ops_package", "package", "read_conda",
            "toolkit_package"]

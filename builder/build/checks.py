@@ -305,7 +305,7 @@ def installers_verifiable(cell: Cell, kb) -> Findings:
     else:
         files = installers.cann_installers(kb, cell.cann, cell.chip, cell.arch, cell.nnal)
         kinds = {f.kind for f in files}
-        wanted = [k for k in ("toolkit", "ops", "nnal")[:2 + cell.nnal] if not (k == "nnal" and _nnal_too_early(cell, kb))]
+        wanted = [k for k in installers.kinds(cell.nnal) if not (k == "nnal" and _nnal_too_early(cell, kb))]
         if cell.cann_source == "installer" and not kinds.issuperset(wanted):
             # at cann_source when the matrix writes it, else at the CANN that has no installers
             yield _finding(cell, "cann_source" if "cann_source" in cell.fields else "cann", "installer-unknown",
@@ -315,7 +315,7 @@ def installers_verifiable(cell: Cell, kb) -> Findings:
             known = {f.filename for f in files}
             try:
                 names = tuple(installers.package(kb, kind, cell.cann, cell.chip, cell.arch)
-                              for kind in ("toolkit", "ops", "nnal")[:2 + cell.nnal])
+                              for kind in installers.kinds(cell.nnal))
             except UserError:  # no version, a chip or NNAL it predates: cann_known / chip_supported / nnal_published say so
                 names = ()
             for name in names:

@@ -311,10 +311,9 @@ def installer_files(cell: Cell, kb, lock: Optional[locking.Lock] = None) -> Tupl
     the sha256 that must match: the cell's own, else the knowledge base's, else the one the lock
     recorded on first fetch."""
     given = dict(cell.sha256)
-    kinds = ("toolkit", "ops", "nnal")[:2 + cell.nnal]
     known = {item.kind: item for item in kb.installers(cell.cann, cell.chip, cell.arch, cell.nnal)}
     files = []
-    for kind in kinds:  # a local folder supplies each package the knowledge base lacks
+    for kind in installer_names.kinds(cell.nnal):  # a local folder supplies each package the knowledge base lacks
         sources = TOOLKIT_SET_ENV if kind == "nnal" else ""
         item = known.get(kind)
         if item is not None:
@@ -538,8 +537,9 @@ def plan(cell: Cell, kb, variant: str, digest: str, lock: Optional[locking.Lock]
     base = cell.cann_image if from_image else (cell.base_image or os_info.image)
     state, python_steps = installs(cell, kb, variant, lock, closure_of)
     usable = state in ("ok", "incomplete")
-    uv = kb.uv_requirement(cell.arch) if any(step.verified for step in python_steps) else ""
-    if any(step.verified for step in python_steps) and not uv:
+    verified = any(step.verified for step in python_steps)
+    uv = kb.uv_requirement(cell.arch) if verified else ""
+    if verified and not uv:
         raise UserError(f"no uv for {cell.arch} in builder/data/uv.yaml", fix="add its wheel's sha256 there")
     installers = installer_files(cell, kb, lock) if npu and not from_image else ()
     python = tuple(i.step for i in python_steps)

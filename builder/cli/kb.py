@@ -25,6 +25,7 @@ from typing import Any, Dict, List, Optional
 import typer
 
 from builder import knowledge, versions
+from builder.installers import KINDS as installer_kinds
 from builder.cli.app import JsonOpt, kb_app
 from builder.errors import UserError
 from builder.knowledge import ARCHES, CHIPS, KnowledgeBase
@@ -133,7 +134,7 @@ def _installer_rows(kb: KnowledgeBase, version: str, arch: str) -> List[Dict[str
                 continue
             rows.append({"kind": inst.kind, "chip": chip if inst.kind == "ops" else None,
                          "filename": inst.filename, "run": inst.run, "sha256": inst.sha256, "url": inst.url})
-    return sorted(rows, key=lambda row: ("toolkit", "ops", "nnal").index(row["kind"]))
+    return sorted(rows, key=lambda row: installer_kinds.index(row["kind"]))
 
 
 def describe_cann(kb: KnowledgeBase, version: str) -> Dict[str, Any]:
