@@ -333,7 +333,11 @@ def _compile(uv: List[str], inputs: Inputs, requirements: Sequence[str], overrid
         argv = uv + ["pip", "compile", str(folder / "requirements.in"), "-c", str(folder / "constraints.txt"),
                      "--override", str(folder / "overrides.txt"), "-o", str(out),
                      "--python-version", inputs.python, "--python-platform", inputs.platform,
-                     "--generate-hashes", "--no-header", "--no-annotate", "--quiet", "--no-progress"]
+                     "--generate-hashes", "--no-header", "--no-annotate", "--quiet", "--no-progress",
+                     # With a cache, uv unpacks the wheelhouse's torch (700 MB) into it again
+                     # and again, never reclaimed: 37 copies, 26 GB, after a day of test runs
+                     # here. Resolving is as fast without it (benchmarks/bench_lock.py).
+                     "--no-cache"]
         for link in find_links:
             argv += ["--find-links", link]
         if index_url:

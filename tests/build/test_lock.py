@@ -139,8 +139,11 @@ def test_relock_writes_each_cell_and_a_failure_stops_no_other_with_a_stub_resolv
 
 @pytest.mark.index
 @needs_wheel
-def test_the_demo_cell_resolves_completely_from_the_index_and_the_wheelhouse():
+def test_the_demo_cell_resolves_completely_from_the_index_and_the_wheelhouse(tmp_path, monkeypatch):
+    monkeypatch.setenv("UV_CACHE_DIR", str(tmp_path / "uv-cache"))
     made = lock.resolve(lock_inputs(DEMO, KB), wheelhouse=WHEELHOUSE)
+    # uv would unpack the 700 MB torch into its cache on every resolve; nothing is left there
+    assert not [p for p in (tmp_path / "uv-cache").rglob("*") if p.is_file()]
     assert made.complete and made.inputs == lock_inputs(DEMO, KB).digest
     assert made.entry("torch").version == "2.13.0+cpu"
     assert made.entry("torch").hashes == (sha256(TORCH_WHEEL),)  # the wheel this machine holds, exactly
