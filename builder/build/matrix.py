@@ -122,6 +122,7 @@ class Cell:
     unlisted: bool = False                 # a CANN release the knowledge base does not list, on purpose
     nnal: bool = False                     # NNAL (ATB) installed after the chip's package
     where: Optional[Location] = None
+    path: str = field(default="", compare=False)  # where in the matrix (cells[3]): not part of what it is
     fields: Mapping[str, Tuple[str, Location]] = field(default_factory=dict, compare=False, hash=False)
 
     @property
@@ -134,8 +135,9 @@ class Cell:
         return f"{self.image}:{self.tag}"
 
     def locate(self, key: str) -> Tuple[str, Optional[Location]]:
-        """Field path and location of ``key`` (falls back to the cell itself)."""
-        return self.fields.get(key, (f"{self.id}.{key}", self.where))
+        """Field path and location of ``key``; a key the cell did not write is located
+        at the cell itself (``cells[3].driver`` at the cell's first line)."""
+        return self.fields.get(key, (f"{self.path or self.id}.{key}", self.where))
 
 
 @dataclass
@@ -504,7 +506,7 @@ def _expand(fields: Dict, image: str, where: Location, path: str, out: _Collecto
             cann_source=source[0], cann_image=source[1], cann_local=source[2],
             env=value.get("env", "conda"), pip=value.get("pip", ()), env_vars=value.get("env_vars", ()),
             mirrors=value.get("mirrors", ()), sha256=value.get("sha256", ()), base_image=value.get("base_image"),
-            unlisted=value.get("unlisted", False), nnal=value.get("nnal", False), where=where,
+            unlisted=value.get("unlisted", False), nnal=value.get("nnal", False), where=where, path=path,
             fields={k: (v[1], v[2]) for k, v in fields.items()},
         )
 

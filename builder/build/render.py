@@ -81,7 +81,7 @@ def content_hash(cell: Cell, lock: Optional[locking.Lock] = None) -> str:
     Mirrors are left out: they change where bytes come from, not which bytes.
     """
     # a shallow copy: dataclasses.asdict deep-copies every value and was most of render's time
-    data = {f.name: getattr(cell, f.name) for f in fields(cell) if f.name not in ("where", "fields", "mirrors")}
+    data = {f.name: getattr(cell, f.name) for f in fields(cell) if f.name not in ("where", "path", "fields", "mirrors")}
     blob = json.dumps(data, sort_keys=True, default=str) + _inputs_digest() + (lock.text() if lock else "")
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 

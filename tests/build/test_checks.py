@@ -8,6 +8,7 @@ with torch_npu 2.1.0rc1 and HDK 23.0.RC3; torch_npu 2.4.0 with CANN 8.0.RC3; etc
 from __future__ import annotations
 
 import doctest
+import re
 from pathlib import Path
 
 import pytest
@@ -206,7 +207,7 @@ def test_driver_missing_when_unknown(tmp_path):
     f = only(findings, "driver-missing")
     assert f.severity == "error"
     # no driver key in the cell: the finding points at the cell itself
-    assert f.field == "cann8.4.0-910b-ubuntu22.04-py3.10-torch_npu2.4.0-x86_64.driver"
+    assert f.field == "cells[0].driver"  # not written: located at the cell, named by its path
     assert f.where.line == lines[(0, "os")]
     assert f.message == "no minimum driver given and none known for CANN 8.4.0"
     assert f.fix.startswith("set driver: ")
@@ -630,3 +631,82 @@ def test_lock_states_become_warnings_on_the_cell():
     assert [(f.rule, f.severity) for f in found] == [("lock-missing", "warning"), ("lock-stale", "warning"),
                                                      ("lock-incomplete", "warning")]
     assert found[2].message.endswith(": torch: why") and "ascend-build lock" in found[0].fix
+
+
+# --- one shape for every finding ------------------------------------------------------------
+
+# One matrix per rule id (a one- or two-key change of VALID or CANN_7): each must produce that rule.
+A3_LOCAL = dict(VALID, arch="aarch64", chip="a3", cann="8.3.RC1", torch_npu="2.7.1", cann_source={"local": "/srv/cann"},
+                sha256={"unrelated.run": "0" * 64})
+SHAPE_CASES = {
+    "torch-npu-unpublished": [dict(CANN_7, torch_npu="2.1.0.post5")],
+    "torch-mismatch": [dict(CANN_7, torch="2.2.0")],
+    "cann-mismatch": [dict(CANN_7, torch_npu="2.4.0")],
+    "cann-adjacent": [dict(VALID, cann="8.5.1", python="3.11", torch_npu="2.9.0", driver="25.0.RC1")],
+    "cann-pairing-unknown": [dict(VALID, os="debian12", cann="9.1.0", python="3.11", torch_npu="2.13.0", env="venv")],
+    "cann-below-inferred": [dict(VALID, os="debian12", cann="9.0.0", python="3.11", torch_npu="2.13.0", env="venv")],
+    "cann-unknown": [dict(VALID, cann="8.4.0")],
+    "cann-unlisted-unverifiable": [dict(VALID, cann="8.4.0", unlisted=True)],
+    "cann-unlisted": [dict(VALID, cann="8.4.0", unlisted=True,
+                           cann_source={"image": "local/cann:8.4.0@sha256:" + "1" * 64})],
+    "cann-image-unpinned": [dict(VALID, cann_source={"image": "x:tag"})],
+    "installer-unknown": [dict(VALID, cann="8.4.0")],
+    "installer-sha256-unknown": [A3_LOCAL],
+    "driver-missing": [dict(VALID, cann="8.4.0")],
+    "driver-too-old": [dict(VALID, driver="23.0.3")],
+    "driver-unknown": [dict(VALID, driver="24.1.RC4")],
+    "driver-unlisted": [dict(VALID, driver="24.1.RC4", unlisted=True)],
+    "version-syntax": [dict(VALID, driver="24.1.xx")],
+    "firmware-out-of-range": [dict(CANN_7, driver="24.1.RC1", firmware="7.5.0.1.129")],
+    "firmware-unknown": [dict(VALID, driver="25.2.1", firmware="7.5.0.1.130")],
+    "firmware-unlisted": [dict(VALID, driver="25.2.1", firmware="7.5.0.1.130", unlisted=True)],
+    "chip-unsupported": [dict(VALID, arch="aarch64", chip="a3")],
+    "python-no-wheel": [dict(VALID, cann="8.0.RC2", python="3.11", torch_npu="2.3.1")],
+    "glibc-too-old": [dict(VALID, os="ubuntu18.04", cann="8.3.RC1", torch_npu="2.7.1")],
+    "venv-python-mismatch": [dict(VALID, os="debian12", env="venv")],
+    "nnal-unpublished": [dict(CANN_7, nnal=True)],
+    "tag-too-long": [dict(CANN_7, name="x" * 120)],
+    "duplicate-tag": [dict(VALID, name="same"), dict(CANN_7, name="same")],
+    "cann-python-constraint": [dict(CANN_7, pip=["numpy==2.0.2"])],
+    "env-var-rejected": [dict(CANN_7, env_vars={"PYTORCH_NPU_ALLOC_CONF": "expandable_segments:True"})],
+    "env-var-unverified": [dict(VALID, env_vars={"PYTORCH_NPU_ALLOC_CONF": "page_size:1g"})],
+    "schema-missing": [{k: v for k, v in VALID.items() if k != "python"}],
+    "schema-type": [dict(VALID, pip="numpy")],
+    "schema-unknown-key": [dict(VALID, torch_npu_version="2.4.0")],
+    "schema-value": [dict(VALID, arch="sparc")],
+}
+# file:line:column: severity: rule [field path]: message on one line, then the fix on its own line
+SHAPE = re.compile(r"(?P<file>/\S+\.yaml):[1-9]\d*:[1-9]\d*: (error|warning): (?P<rule>[a-z0-9]+(-[a-z0-9]+)+) "
+                   r"\[(?P<field>cells\[\d+\](\.[a-z0-9_]+)*)\]: \S[^\n]*\n  fix: \S[^\n]*")
+
+
+@pytest.mark.parametrize("rule", sorted(SHAPE_CASES))
+def test_every_finding_has_one_shape(tmp_path, rule):
+    findings, _, path = cell_findings(tmp_path, *SHAPE_CASES[rule])
+    assert by_rule(findings, rule), f"{rule} not produced: {[str(f) for f in findings]}"
+    for f in findings:
+        shape = SHAPE.fullmatch(str(f))
+        assert shape, f"not in the common shape: {str(f)!r}"
+        assert shape["file"] == path and shape["field"] == f.field
+
+
+def test_lock_and_installer_findings_have_the_same_shape(tmp_path):
+    path, _ = write_cells(tmp_path, VALID)
+    cell = matrix.load(path).cells[0]
+    made = checks.lock_findings([cell] * 3, {cell.id: ("missing", "")}) + checks.lock_findings(
+        [cell], {cell.id: ("incomplete", "torch")}) + checks.installer_findings([cell], {cell.id: ("X.run",)})
+    assert {f.rule for f in made} == {"lock-missing", "lock-incomplete", "installer-sha256-unrecorded"}
+    for f in made:
+        assert SHAPE.fullmatch(str(f)), str(f)
+
+
+def test_the_shape_cases_cover_every_rule_id():
+    """Every rule id the source can emit has a case above (found by reading the source)."""
+    source = "\n".join(p.read_text() for p in (Path(checks.__file__), Path(matrix.__file__)))
+    emitted = set(re.findall(r'_finding\(cell, "[a-z_]+"(?: if [^,]+ else "[a-z_]+")?, "([a-z0-9-]+)"', source))
+    emitted |= set(re.findall(r'"(firmware-unlisted)" if', source))
+    emitted |= set(re.findall(r'out\.(?:error|warning)\("([a-z0-9-]+)"', source))
+    emitted |= {rule for rule, _, _ in checks.LOCK_RULES.values()}
+    assert len(emitted) > 30
+    assert emitted - set(SHAPE_CASES) - {"lock-missing", "lock-stale", "lock-incomplete",
+                                          "installer-sha256-unrecorded"} == set()
