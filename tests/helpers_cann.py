@@ -83,3 +83,30 @@ def synthetic_nnal(name: str, version: str) -> bytes:
         f"echo '. {root}/latest/atb/set_env.sh \"$@\"' > {root}/set_env.sh",
     ]
     return ("\n".join(body) + "\n").encode()
+
+
+def synthetic_torch_npu_wheel(folder, version: str = "2.13.0", torch: str = "2.13.0", tag: str = "cp311-cp311",
+                              platform: str = "manylinux_2_17_x86_64", marker: str = "own build"):
+    """A wheel shaped like torch_npu's (METADATA pinning torch, a RECORD pip and uv accept)
+    whose module says ``OWN = marker``: a build of one's own that an image can be asked
+    to install instead of PyPI's. Returns its path."""
+    import base64
+    import hashlib
+    import zipfile
+    from pathlib import Path
+
+    info = f"torch_npu-{version}.dist-info"
+    files = {
+        "torch_npu/__init__.py": f"__version__ = {version!r}\nOWN = {marker!r}\n".encode(),
+        f"{info}/METADATA": (f"Metadata-Version: 2.1\nName: torch_npu\nVersion: {version}\n"
+                             f"Requires-Dist: torch=={torch}\n").encode(),
+        f"{info}/WHEEL": f"Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: false\nTag: {tag}-{platform}\n".encode(),
+    }
+    record = [f"{name},sha256={base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b'=').decode()},{len(data)}"
+              for name, data in files.items()] + [f"{info}/RECORD,,"]
+    files[f"{info}/RECORD"] = ("\n".join(record) + "\n").encode()
+    path = Path(folder) / f"torch_npu-{version}-{tag}-{platform}.whl"
+    with zipfile.ZipFile(path, "w") as wheel:
+        for name, data in files.items():
+            wheel.writestr(zipfile.ZipInfo(name, (2020, 1, 1, 0, 0, 0)), data)  # same bytes every time
+    return path

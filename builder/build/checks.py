@@ -23,6 +23,7 @@ from __future__ import annotations
 
 from collections import Counter
 from functools import lru_cache
+from pathlib import Path
 from typing import Callable, Iterator, List, Mapping, Optional, Tuple
 
 from packaging.utils import canonicalize_name
@@ -30,6 +31,7 @@ from packaging.utils import canonicalize_name
 from builder import installers, knowledge, python_env, versions
 from builder.errors import Finding, UserError
 from builder.vocabulary import CANDIDATE_SUFFIX
+from builder.build import own_wheel
 from builder.build.matrix import Cell
 
 Findings = Iterator[Finding]
@@ -65,8 +67,9 @@ def _suggest_torch_npu(kb, cell: Cell) -> str:
 
 
 def torch_npu_published(cell: Cell, kb) -> Findings:
-    """torch_npu must exist on PyPI: a made-up or unpublished version cannot be installed."""
-    if kb.torch_npu(cell.torch_npu) is not None:
+    """torch_npu must exist on PyPI (a made-up or unpublished version cannot be installed),
+    unless the cell brings its own wheel (`own_wheel_fits` checks that one)."""
+    if kb.torch_npu(cell.torch_npu) is not None or cell.torch_npu_wheel:
         return
     named = kb.unpublished(cell.torch_npu)
     why = ("is named in Huawei's tables but has no files on PyPI" if named
@@ -95,6 +98,11 @@ def cann_paired(cell: Cell, kb) -> Findings:
     """Each torch_npu release is built for one CANN release; another CANN breaks its symbols."""
     release = kb.torch_npu(cell.torch_npu)
     if release is None:
+        if cell.torch_npu_wheel:  # a build of the cell's own: nothing published to pair it with
+            yield _finding(cell, "torch_npu_wheel", "cann-pairing-unknown",
+                           f"torch_npu {cell.torch_npu} (the cell's own wheel) has no published CANN pairing; "
+                           f"CANN {cell.cann} is unconfirmed", "validate the image on an NPU host before relying on it",
+                           severity="warning")
         return
     if release.cann is None:
         floor = kb.cann_floor(cell.torch_npu)
@@ -391,10 +399,37 @@ def nnal_published(cell: Cell, kb) -> Findings:
                        f"use CANN >= {since}, or drop nnal: true")
 
 
+def own_wheel_fits(cell: Cell, kb) -> Findings:
+    """A wheel the cell brings must be torch_npu of the cell's version, Python and arch, hold
+    the bytes of its sha256 (checked when the file is on this machine; `image` always
+    checks), and name its torch when the knowledge base cannot."""
+    if not cell.torch_npu_wheel:
+        return
+    path, sha256 = cell.torch_npu_wheel
+    why = own_wheel.fits(Path(path).name, cell.torch_npu, cell.python, cell.arch)
+    if why:
+        yield _finding(cell, "torch_npu_wheel", "torch-npu-wheel-mismatch", f"{Path(path).name} {why}",
+                       f"name the wheel built for torch_npu {cell.torch_npu}, CPython {cell.python}, {cell.arch}")
+    found = own_wheel.mismatch(Path(path), sha256)
+    if found == "":
+        yield _finding(cell, "torch_npu_wheel", "torch-npu-wheel-absent",
+                       f"{path} is not on this machine: its sha256 is not checked here",
+                       "run validate where the file is (a relative path is read from the directory ascend-build "
+                       "runs in); `image` refuses any other bytes", severity="warning")
+    elif found:
+        yield _finding(cell, "torch_npu_wheel", "torch-npu-wheel-sha256",
+                       f"{path} has sha256 {found}, not the {sha256} the matrix gives",
+                       "use the file the matrix names, or write its sha256 there if this build is the one you mean")
+    if not cell.torch and kb.torch_npu(cell.torch_npu) is None:
+        yield _finding(cell, "torch_npu_wheel", "torch-unknown",
+                       f"torch_npu {cell.torch_npu} is not in the knowledge base: the torch it was built against "
+                       "cannot be inferred", "set torch: to the version its wheel requires (its METADATA's Requires-Dist)")
+
+
 RULES = (
     cann_known, torch_npu_published, torch_matches_pin, cann_paired, python_has_wheel, glibc_new_enough,
     driver_supports_cann, driver_known, firmware_in_range, chip_supported, venv_python_matches, installers_verifiable, tag_fits,
-    pins_within_cann_limits, env_vars_accepted, nnal_published,
+    pins_within_cann_limits, env_vars_accepted, nnal_published, own_wheel_fits,
 )
 
 LOCK_RULES = {

@@ -43,6 +43,7 @@ from typing import Callable, Dict, Iterable, List, Optional, Sequence, Tuple
 
 from packaging.utils import canonicalize_name, parse_wheel_filename
 
+from builder.build import own_wheel
 from builder.errors import UserError
 
 LOCK_FILE = "requirements.lock"
@@ -73,13 +74,16 @@ class Inputs:
     requirements: Tuple[str, ...]
     constraints: Tuple[str, ...]
     torch_index: str               # where torch==X+cpu is served; "" when PyPI serves torch
+    own_wheels: Tuple[Tuple[str, str], ...] = ()   # (path, sha256): wheels the cell brings (torch_npu's)
 
     @property
     def digest(self) -> str:
-        blob = json.dumps({"schema": SCHEMA, "python": self.python, "platform": self.platform,
-                           "requirements": sorted(self.requirements), "constraints": sorted(self.constraints),
-                           "torch_index": self.torch_index}, sort_keys=True)
-        return hashlib.sha256(blob.encode()).hexdigest()[:16]
+        data = {"schema": SCHEMA, "python": self.python, "platform": self.platform,
+                "requirements": sorted(self.requirements), "constraints": sorted(self.constraints),
+                "torch_index": self.torch_index}
+        if self.own_wheels:  # their bytes, not where they lie (and no key at all without them)
+            data["own_wheels"] = sorted(sha256 for _, sha256 in self.own_wheels)
+        return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:16]
 
 
 @dataclass(frozen=True)
@@ -355,10 +359,30 @@ def _compile(uv: List[str], inputs: Inputs, requirements: Sequence[str], overrid
         return _parse_uv(out.read_text())
 
 
-def resolve(inputs: Inputs, *, wheelhouse: Optional[Path] = None, index_url: Optional[str] = None,
-            previous: Optional[Lock] = None, uv: Optional[List[str]] = None,
-            is_reachable: Callable[[str], bool] = reachable, run: Callable = subprocess.run) -> Lock:
-    """Resolve ``inputs`` into a lock; nothing is installed or built.
+def resolve(inputs: Inputs, **options) -> Lock:
+    """Resolve ``inputs`` into a lock; nothing is installed or built (`_resolve` says how).
+
+    A wheel the cell brings (``inputs.own_wheels``) is checked against its sha256, offered
+    to uv from a folder of its own, and locked with exactly that sha256: no other file
+    of that name and version can be installed in its place.
+    """
+    if not inputs.own_wheels:
+        return _resolve(inputs, **options)
+    with tempfile.TemporaryDirectory(prefix="ascend-build-own-wheels-") as folder:
+        own = {}
+        for path, sha256 in inputs.own_wheels:
+            source = own_wheel.verified(path, sha256)
+            shutil.copyfile(source, Path(folder) / source.name)
+            own[canonicalize_name(parse_wheel_filename(source.name)[0])] = sha256
+        made = _resolve(inputs, own_links=(folder,), **options)
+    return replace(made, entries=tuple(replace(e, hashes=(own[e.name],)) if e.name in own else e
+                                       for e in made.entries))
+
+
+def _resolve(inputs: Inputs, *, wheelhouse: Optional[Path] = None, index_url: Optional[str] = None,
+             previous: Optional[Lock] = None, uv: Optional[List[str]] = None, own_links: Sequence[str] = (),
+             is_reachable: Callable[[str], bool] = reachable, run: Callable = subprocess.run) -> Lock:
+    """Resolve ``inputs`` into a lock, with ``own_links`` as extra wheel folders.
 
     torch==X+cpu (x86_64) is served by the PyTorch CPU index, not PyPI: its files are
     taken from the wheelhouse when it holds them, else from the index's torch page when
@@ -370,7 +394,7 @@ def resolve(inputs: Inputs, *, wheelhouse: Optional[Path] = None, index_url: Opt
     uv = uv or uv_command()
     torch_pin = next((r for r in inputs.requirements if canonicalize_name(r.split("==")[0]) == "torch"), "")
     torch_version = torch_pin.split("==", 1)[1] if "==" in torch_pin else ""
-    links = [str(wheelhouse)] if wheelhouse and Path(wheelhouse).is_dir() else []
+    links = [*own_links] + ([str(wheelhouse)] if wheelhouse and Path(wheelhouse).is_dir() else [])
     page = ""
     incomplete_torch = ""
     requirements, overrides = list(inputs.requirements), []

@@ -76,6 +76,8 @@ CELL_KEYS: Dict[str, str] = {
     "python": "Python version, e.g. \"3.10\" (quote it)",
     "torch": "PyTorch version, e.g. 2.4.0 (default: the one torch_npu pins)",
     "torch_npu": "torch_npu version as on PyPI, e.g. 2.4.0.post2",
+    "torch_npu_wheel": "a torch_npu wheel of your own instead of PyPI's: {path: FILE.whl, sha256: HEX} "
+                       "(its version is torch_npu's; give torch: when the knowledge base does not know that version)",
     "cann_source": "installer | {image: REF@sha256:...} | {local: DIR}",
     "env": "environment manager: conda (default) or venv",
     "pip": "extra pinned pip packages, a list of name==version",
@@ -121,6 +123,7 @@ class Cell:
     base_image: Optional[str] = None
     unlisted: bool = False                 # a CANN release the knowledge base does not list, on purpose
     nnal: bool = False                     # NNAL (ATB) installed after the chip's package
+    torch_npu_wheel: Optional[Tuple[str, str]] = None  # (path, sha256) of a wheel of the cell's own
     where: Optional[Location] = None
     path: str = field(default="", compare=False)  # where in the matrix (cells[3]): not part of what it is
     fields: Mapping[str, Tuple[str, Location]] = field(default_factory=dict, compare=False, hash=False)
@@ -366,6 +369,23 @@ def _cann_source(val: _Val, path: str, out: _Collector) -> Optional[Tuple[str, O
     return None if local is None else ("local", None, local)
 
 
+def _own_wheel(val: _Val, path: str, out: _Collector) -> Optional[Tuple[str, str]]:
+    pairs = _mapping(val, path, out)
+    if pairs is None:
+        return None
+    if sorted(pairs) != ["path", "sha256"]:
+        out.error("schema-value", f"{path} must have the keys path and sha256",
+                  "write {path: FILE.whl, sha256: HEX}", val.where, path)
+        return None
+    file = _check(pairs["path"], f"{path}.path", _PATH, "file path", out)
+    sha256 = _check(pairs["sha256"], f"{path}.sha256", _SHA256, "sha256 (64 lower-case hex digits)", out)
+    if file is not None and not file.endswith(".whl"):
+        out.error("schema-value", f"{path}.path = {file!r} is not a wheel", "name a .whl file",
+                  pairs["path"].where, f"{path}.path")
+        return None
+    return None if file is None or sha256 is None else (file, sha256)
+
+
 def _parse_fields(raw: Dict[str, _Val], path: str, out: _Collector) -> Dict[str, Tuple[object, str, Location]]:
     """Validate one mapping of cell keys; returns key -> (value, field path, location)."""
     parsed: Dict[str, Tuple[object, str, Location]] = {}
@@ -399,6 +419,8 @@ def _parse_fields(raw: Dict[str, _Val], path: str, out: _Collector) -> Dict[str,
             value = _check(val, sub, _IMAGE_REF, "image reference", out)
         elif key == "cann_source":
             value = _cann_source(val, sub, out)
+        elif key == "torch_npu_wheel":
+            value = _own_wheel(val, sub, out)
         elif key in ("unlisted", "nnal"):
             choice = _choice(val, sub, ("true", "false"), out)
             value = None if choice is None else choice == "true"
@@ -506,7 +528,8 @@ def _expand(fields: Dict, image: str, where: Location, path: str, out: _Collecto
             cann_source=source[0], cann_image=source[1], cann_local=source[2],
             env=value.get("env", "conda"), pip=value.get("pip", ()), env_vars=value.get("env_vars", ()),
             mirrors=value.get("mirrors", ()), sha256=value.get("sha256", ()), base_image=value.get("base_image"),
-            unlisted=value.get("unlisted", False), nnal=value.get("nnal", False), where=where, path=path,
+            unlisted=value.get("unlisted", False), nnal=value.get("nnal", False),
+            torch_npu_wheel=value.get("torch_npu_wheel"), where=where, path=path,
             fields={k: (v[1], v[2]) for k, v in fields.items()},
         )
 

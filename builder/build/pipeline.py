@@ -32,7 +32,7 @@ from builder import devices
 from builder import knowledge
 from builder.build import lock as locking
 from builder.build import plan as planning
-from builder.build import publish, render, stage, wheels
+from builder.build import own_wheel, publish, render, stage, wheels
 from builder.build.matrix import Cell
 from builder.engine import BuildFailed, Engine
 from builder.errors import UserError
@@ -279,11 +279,16 @@ def build_one(cell: Cell, variant: str, options: Options, engine: Engine, say: S
                        f"file's sha256 on first fetch), or add sha256: {{FILE: HEX}} to the cell")
         return out
     installers = Path(cell.cann_local) if (variant == NPU and cell.cann_source == "local") else None
+    try:  # the cell's own torch_npu wheel: its bytes checked before any build starts
+        own = [own_wheel.verified(*cell.torch_npu_wheel)] if (variant == NPU and cell.torch_npu_wheel) else []
+    except UserError as exc:
+        out.message = str(exc)
+        return out
     fetched = (_fetch_wheels(cell, options.locks_dir / (closure_of or cell).id / locking.LOCK_FILE,
                              state / "wheels" / name, name, say) if emulated and lock_state == "ok" else None)
     with stage.claim(state / "contexts", cell.arch, variant) as folder:
         context = stage.context(render.render_cell(cell, lock=lock, closure_of=closure_of), folder,
-                                options.wheelhouse, installers, fetched)
+                                options.wheelhouse, installers, fetched, own)
         log = state / "logs" / f"{name}.build.log"
         out.log = str(log)
         build_args = {planning.ALLOW_UNVERIFIED: "1"} if lock_state != "ok" else {}

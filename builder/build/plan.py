@@ -369,6 +369,7 @@ def lock_inputs(cell: Cell, kb) -> locking.Inputs:
         requirements=(*python_env.cann_packages(), requirement, f"torch-npu=={cell.torch_npu}", *cell.pip, *tools),
         constraints=tuple(c.requirement for c in python_env.constraints(cell.cann)),
         torch_index=index,
+        own_wheels=(cell.torch_npu_wheel,) if cell.torch_npu_wheel else (),
     )
 
 

@@ -78,10 +78,14 @@ def content_hash(cell: Cell, lock: Optional[locking.Lock] = None) -> str:
     program, error table): what the build context is made of. A changed lock changes it,
     so `ci-matrix` rebuilds exactly the cells whose lock moved.
 
-    Mirrors are left out: they change where bytes come from, not which bytes.
+    Mirrors are left out: they change where bytes come from, not which bytes (so is the
+    path of a cell's own torch_npu wheel: its sha256 stands for it).
     """
     # a shallow copy: dataclasses.asdict deep-copies every value and was most of render's time
-    data = {f.name: getattr(cell, f.name) for f in fields(cell) if f.name not in ("where", "path", "fields", "mirrors")}
+    data = {f.name: getattr(cell, f.name) for f in fields(cell)
+            if f.name not in ("where", "path", "fields", "mirrors", "torch_npu_wheel")}
+    if cell.torch_npu_wheel:  # its bytes, not where the file lies
+        data["torch_npu_wheel"] = cell.torch_npu_wheel[1]
     blob = json.dumps(data, sort_keys=True, default=str) + _inputs_digest() + (lock.text() if lock else "")
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 

@@ -27,7 +27,7 @@ import shlex
 import shutil
 import tempfile
 from pathlib import Path
-from typing import Dict, Iterator, Optional
+from typing import Dict, Iterator, Optional, Sequence
 
 from builder.errors import UserError
 from builder.build.matrix import Cell
@@ -60,17 +60,22 @@ def claim(contexts: Path, arch: str, variant: str) -> Iterator[Path]:
 
 
 def context(files: Dict[str, bytes], folder: Path, wheelhouse: Optional[Path] = None,
-            installers: Optional[Path] = None, fetched_wheels: Optional[Path] = None) -> Path:
+            installers: Optional[Path] = None, fetched_wheels: Optional[Path] = None,
+            own_wheels: Sequence[Path] = ()) -> Path:
     """Write a fresh build context into ``folder`` and return it.
 
     ``fetched_wheels`` (wheels downloaded for the target, see `wheels`) join the
-    user's wheelhouse in the same folder; the user's copy of a file wins.
+    user's wheelhouse in the same folder; the user's copy of a file wins, and a wheel the
+    cell brings (``own_wheels``, already checked: `own_wheel.verified`) wins over both.
     """
     if folder.exists():
         shutil.rmtree(folder)
     folder.mkdir(parents=True)
     for name, data in files.items():
         (folder / name).write_bytes(data)
+    for wheel in own_wheels:
+        (folder / WHEELHOUSE).mkdir(exist_ok=True)
+        _link(wheel, folder / WHEELHOUSE / wheel.name)
     for source in (wheelhouse, fetched_wheels):
         if source is not None:
             _link_tree(source, folder / WHEELHOUSE, "wheelhouse", "*.whl")
@@ -87,10 +92,14 @@ def _link_tree(source: Optional[Path], target: Path, what: str, pattern: str) ->
         raise UserError(f"{what} {source} is not a folder", fix="pass an existing folder")
     for item in sorted(source.glob(pattern)):
         if item.is_file() and not (target / item.name).exists():
-            try:
-                os.link(item, target / item.name)  # same file system: no copy of GBs
-            except OSError:
-                shutil.copy2(item, target / item.name)
+            _link(item, target / item.name)
+
+
+def _link(source: Path, target: Path) -> None:
+    try:
+        os.link(source, target)  # same file system: no copy of GBs
+    except OSError:
+        shutil.copy2(source, target)
 
 
 def buildenv(cell: Cell, with_ca: bool, offline_pip: bool = False) -> str:

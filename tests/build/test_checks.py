@@ -8,6 +8,7 @@ with torch_npu 2.1.0rc1 and HDK 23.0.RC3; torch_npu 2.4.0 with CANN 8.0.RC3; etc
 from __future__ import annotations
 
 import doctest
+import hashlib
 import re
 from pathlib import Path
 
@@ -16,6 +17,7 @@ from typer.testing import CliRunner
 
 from builder.build import checks, matrix, plan
 from builder import cli, installers, knowledge, versions
+from helpers_cann import synthetic_torch_npu_wheel
 from helpers_matrix import CANN_7, SHIPPED_MATRIX, VALID, all_findings, by_rule, write_cells
 
 
@@ -537,6 +539,8 @@ COVERED = {
     "pins_within_cann_limits": ("cann-python-constraint",),
     "env_vars_accepted": ("env-var-rejected", "env-var-unverified"),
     "nnal_published": ("nnal-unpublished",),
+    "own_wheel_fits": ("torch-npu-wheel-mismatch", "torch-npu-wheel-sha256", "torch-npu-wheel-absent",
+                       "torch-unknown"),  # tests/build/test_own_wheel.py
 }
 
 
@@ -674,6 +678,14 @@ SHAPE_CASES = {
     "schema-type": [dict(VALID, pip="numpy")],
     "schema-unknown-key": [dict(VALID, torch_npu_version="2.4.0")],
     "schema-value": [dict(VALID, arch="sparc")],
+    # OWN_WHEEL: a synthetic torch_npu 2.4.0 wheel for CPython 3.10 on x86_64 the test writes
+    "torch-npu-wheel-mismatch": [dict(VALID, torch_npu_wheel={"path": "OWN_WHEEL", "sha256": "OWN_SHA"},
+                                      python="3.11")],
+    "torch-npu-wheel-sha256": [dict(VALID, torch_npu_wheel={"path": "OWN_WHEEL", "sha256": "0" * 64})],
+    "torch-npu-wheel-absent": [dict(VALID, torch_npu_wheel={"path": "no/torch_npu-2.4.0-py3-none-any.whl",
+                                                            "sha256": "0" * 64})],
+    "torch-unknown": [dict(VALID, torch_npu="2.4.9", torch_npu_wheel={"path": "no/torch_npu-2.4.9-py3-none-any.whl",
+                                                                      "sha256": "0" * 64})],
 }
 # file:line:column: severity: rule [field path]: message on one line, then the fix on its own line
 SHAPE = re.compile(r"(?P<file>/\S+\.yaml):[1-9]\d*:[1-9]\d*: (error|warning): (?P<rule>[a-z0-9]+(-[a-z0-9]+)+) "
@@ -682,7 +694,12 @@ SHAPE = re.compile(r"(?P<file>/\S+\.yaml):[1-9]\d*:[1-9]\d*: (error|warning): (?
 
 @pytest.mark.parametrize("rule", sorted(SHAPE_CASES))
 def test_every_finding_has_one_shape(tmp_path, rule):
-    findings, _, path = cell_findings(tmp_path, *SHAPE_CASES[rule])
+    wheel = synthetic_torch_npu_wheel(tmp_path, version="2.4.0", torch="2.4.0", tag="cp310-cp310",
+                                      platform="manylinux_2_17_x86_64")
+    own = {"OWN_WHEEL": str(wheel), "OWN_SHA": hashlib.sha256(wheel.read_bytes()).hexdigest()}
+    cells = [dict(c, torch_npu_wheel={k: own.get(v, v) for k, v in c["torch_npu_wheel"].items()})
+             if "torch_npu_wheel" in c else c for c in SHAPE_CASES[rule]]
+    findings, _, path = cell_findings(tmp_path, *cells)
     assert by_rule(findings, rule), f"{rule} not produced: {[str(f) for f in findings]}"
     for f in findings:
         shape = SHAPE.fullmatch(str(f))

@@ -1,0 +1,74 @@
+"""A torch_npu wheel the matrix brings itself (a custom or pre-release build), named by
+path and sha256: ``torch_npu_wheel: {path: wheels/torch_npu-2.13.0-....whl, sha256: HEX}``.
+
+Three places read it, and each checks the bytes before trusting them: `validate` (when
+the file is on this machine), `lock` (which records exactly that sha256 for torch-npu)
+and `image` (which puts the file into the build context, where the install step checks
+the hash once more). A relative path is read from the directory ascend-build runs in,
+as ``cann_source: {local: DIR}`` is.
+
+Example:
+    >>> fits("torch_npu-2.13.0-cp311-cp311-manylinux_2_17_x86_64.whl", "2.13.0", "3.11", "x86_64")
+    ''
+    >>> fits("torch_npu-2.13.0-cp310-cp310-manylinux_2_17_aarch64.whl", "2.13.0", "3.11", "x86_64")
+    'is built for cp310 on manylinux_2_17_aarch64, not CPython 3.11 on x86_64'
+"""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+from typing import Optional
+
+from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
+from packaging.version import Version
+
+from builder.errors import UserError
+
+
+def fits(name: str, version: str, python: str, arch: str) -> str:
+    """Why the wheel file ``name`` cannot be torch_npu ``version`` for CPython ``python``
+    on ``arch`` ("" when it can): read from the file name alone, as installers do."""
+    try:
+        project, wheel_version, _, tags = parse_wheel_filename(name)
+    except InvalidWheelFilename:
+        return "is not a wheel file name (NAME-VERSION-PYTHON-ABI-PLATFORM.whl)"
+    if project != canonicalize_name("torch_npu"):
+        return f"is a wheel of {project}, not of torch_npu"
+    if wheel_version != Version(version):
+        return f"is torch_npu {wheel_version}, not {version}"
+    cp = "cp" + python.replace(".", "")
+    if not any(t.interpreter in (cp, "py3") and (t.platform == "any" or t.platform.endswith(arch)) for t in tags):
+        built = sorted({f"{t.interpreter} on {t.platform}" for t in tags})
+        return f"is built for {', '.join(built)}, not CPython {python} on {arch}"
+    return ""
+
+
+def sha256_of(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as stream:
+        for block in iter(lambda: stream.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def mismatch(path: Path, sha256: str) -> Optional[str]:
+    """None when ``path`` holds bytes of ``sha256``; else the sha256 it does hold ("" when
+    it is not a readable file)."""
+    try:
+        found = sha256_of(path) if path.is_file() else ""
+    except OSError:
+        found = ""
+    return None if found == sha256 else found
+
+
+def verified(path: str, sha256: str) -> Path:
+    """The wheel at ``path``, after checking its bytes against ``sha256``."""
+    found = mismatch(Path(path), sha256)
+    if found is None:
+        return Path(path)
+    if not found:
+        raise UserError(f"torch_npu wheel {path} is not a readable file",
+                        fix="check torch_npu_wheel.path (a relative path is read from the directory ascend-build runs in)")
+    raise UserError(f"torch_npu wheel {path} has sha256 {found}, not the {sha256} the matrix gives",
+                    fix="use the file the matrix names, or write its sha256 there if this build is the one you mean")
