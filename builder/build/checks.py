@@ -69,7 +69,7 @@ def _suggest_torch_npu(kb, cell: Cell) -> str:
 def torch_npu_published(cell: Cell, kb) -> Findings:
     """torch_npu must exist on PyPI (a made-up or unpublished version cannot be installed),
     unless the cell brings its own wheel (`own_wheel_fits` checks that one)."""
-    if kb.torch_npu(cell.torch_npu) is not None or cell.torch_npu_wheel:
+    if cell.cann_only or kb.torch_npu(cell.torch_npu) is not None or cell.torch_npu_wheel:
         return
     named = kb.unpublished(cell.torch_npu)
     why = ("is named in Huawei's tables but has no files on PyPI" if named

@@ -75,7 +75,8 @@ CELL_KEYS: Dict[str, str] = {
     "firmware": "minimum NPU firmware, five numbers, e.g. 7.5.0.1.129",
     "python": "Python version, e.g. \"3.10\" (quote it)",
     "torch": "PyTorch version, e.g. 2.4.0 (default: the one torch_npu pins)",
-    "torch_npu": "torch_npu version as on PyPI, e.g. 2.4.0.post2",
+    "torch_npu": "torch_npu version as on PyPI, e.g. 2.4.0.post2 (leave it out for a CANN-only image: CANN and "
+                 "Python, no PyTorch, as the official CANN images are)",
     "torch_npu_wheel": "a torch_npu wheel of your own instead of PyPI's: {path: FILE.whl, sha256: HEX} "
                        "(its version is torch_npu's; give torch: when the knowledge base does not know that version)",
     "cann_source": "installer | {image: REF@sha256:...} | {local: DIR}",
@@ -131,6 +132,11 @@ class Cell:
     @property
     def tag(self) -> str:
         return self.id
+
+    @property
+    def cann_only(self) -> bool:
+        """CANN and Python, no PyTorch: a cell without torch_npu."""
+        return not self.torch_npu
 
     @property
     def ref(self) -> str:
@@ -458,8 +464,11 @@ def derive_id(cann: str, chip: str, os_id: str, python: str, torch_npu: str, arc
 
     >>> derive_id("7.0.RC1", "910b", "ubuntu22.04", "3.9", "2.1.0rc1", "aarch64")
     'cann7.0.rc1-910b-ubuntu22.04-py3.9-torch_npu2.1.0rc1-aarch64'
+    >>> derive_id("8.5.0", "a3", "ubuntu22.04", "3.11", "", "x86_64")   # CANN-only
+    'cann8.5.0-a3-ubuntu22.04-py3.11-x86_64'
     """
-    return f"cann{cann}-{chip}-{os_id}-py{python}-torch_npu{torch_npu}-{arch}".lower().replace("+", "_")
+    framework = f"-torch_npu{torch_npu}" if torch_npu else ""
+    return f"cann{cann}-{chip}-{os_id}-py{python}{framework}-{arch}".lower().replace("+", "_")
 
 
 def _cells_of(doc: _Val, name: str, out: _Collector) -> Iterator[Cell]:
@@ -503,7 +512,9 @@ def _cells_of(doc: _Val, name: str, out: _Collector) -> Iterator[Cell]:
         yield from _expand(fields, image, item.where, path, out)
 
 
-REQUIRED = ("os", "arch", "chip", "cann", "python", "torch_npu")
+REQUIRED = ("os", "arch", "chip", "cann", "python")
+# What only a cell with torch_npu can have (a CANN-only cell has no PyTorch).
+NEEDS_TORCH_NPU = ("torch", "torch_npu_wheel")
 
 
 def _expand(fields: Dict, image: str, where: Location, path: str, out: _Collector) -> Iterator[Cell]:
@@ -513,6 +524,12 @@ def _expand(fields: Dict, image: str, where: Location, path: str, out: _Collecto
                   "give them in the cell or under 'defaults' (" + "; ".join(f"{k}: {CELL_KEYS[k]}" for k in missing) + ")",
                   where, path)
         return
+    orphans = [k for k in NEEDS_TORCH_NPU if k in fields and "torch_npu" not in fields]
+    if orphans:
+        key = orphans[0]
+        out.error("schema-value", f"{fields[key][1]} is given but torch_npu is not: a CANN-only cell has no PyTorch",
+                  f"add torch_npu: VERSION, or drop {', '.join(orphans)} for a CANN-only image", fields[key][2], fields[key][1])
+        return
     arches, chips = fields["arch"][0], fields["chip"][0]
     source = fields.get("cann_source", (("installer", None, None),))[0]
     for arch, chip in itertools.product(arches, chips):
@@ -520,11 +537,11 @@ def _expand(fields: Dict, image: str, where: Location, path: str, out: _Collecto
         if name and len(arches) * len(chips) > 1:
             name = f"{name}-{chip}-{arch}"
         value = {k: v[0] for k, v in fields.items()}
-        cell_id = name or derive_id(value["cann"], chip, value["os"], value["python"], value["torch_npu"], arch)
+        cell_id = name or derive_id(value["cann"], chip, value["os"], value["python"], value.get("torch_npu", ""), arch)
         yield Cell(
             id=cell_id, image=image, os=value["os"], arch=arch, chip=chip, cann=value["cann"],
             driver=value.get("driver", ""), firmware=value.get("firmware"), python=value["python"],
-            torch=value.get("torch", ""), torch_npu=value["torch_npu"],
+            torch=value.get("torch", ""), torch_npu=value.get("torch_npu", ""),
             cann_source=source[0], cann_image=source[1], cann_local=source[2],
             env=value.get("env", "conda"), pip=value.get("pip", ()), env_vars=value.get("env_vars", ()),
             mirrors=value.get("mirrors", ()), sha256=value.get("sha256", ()), base_image=value.get("base_image"),

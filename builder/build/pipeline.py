@@ -124,18 +124,21 @@ class _Progress:
             self.say(f"[{self.name}] step {match.group(1)} {text[:100]}")
 
 
-def _plan(variant: str, options: Options) -> Tuple[str, Tuple[str, ...], List[str], List[Tuple[str, str, bool]], bool]:
+def _plan(variant: str, options: Options, cann_only: bool = False
+          ) -> Tuple[str, Tuple[str, ...], List[str], List[Tuple[str, str, bool]], bool]:
     """(device, tiers, docker devices, mounts, final) for a smoke run of ``variant`` on this host.
 
     ``final`` says whether passing earns the release tag (True) or only ``-candidate``.
+    A CANN-only image has no torch tiers: its twin runs the versions tier, its NPU image
+    the static tiers, on an NPU host too (nothing in it runs on the device).
     """
     if variant == CPU:
-        return CPU, TIERS, [], [], True
+        return CPU, (STATIC_TIERS[:1] if cann_only else TIERS), [], [], True
     present = [] if options.no_device else devices.npu_devices(options.root)
     if not present:
         return NPU, STATIC_TIERS, [], devices.driver_mounts(options.root), False
     chosen = devices.choose(present, options.devices)
-    return (NPU, TIERS, devices.docker_devices(chosen, options.root),
+    return (NPU, STATIC_TIERS if cann_only else TIERS, devices.docker_devices(chosen, options.root),
             devices.driver_mounts(options.root), True)
 
 
@@ -307,7 +310,7 @@ def build_one(cell: Cell, variant: str, options: Options, engine: Engine, say: S
     out.build_seconds = time.monotonic() - start
     out.image_id = candidate
 
-    device, tiers, docker_devices, mounts, final = _plan(variant, options)
+    device, tiers, docker_devices, mounts, final = _plan(variant, options, cell.cann_only)
     say(f"[{name}] smoke test on {device}: {', '.join(tiers)}")
     report, out.smoke_seconds = smoke(engine, candidate, device, tiers, docker_devices, mounts,
                                       ("--steps", str(EMULATED_STEPS)) if emulated else ())

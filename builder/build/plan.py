@@ -348,7 +348,10 @@ def env_prefix(cell: Cell) -> str:
 def torch(cell: Cell, kb) -> Tuple[str, str]:
     """The torch requirement and the extra index that serves it: a CPU build on every arch
     (x86_64's is ``torch==X+cpu`` from the PyTorch CPU index; PyPI's x86_64 torch is the
-    multi-GB CUDA build), which also meets torch_npu's ``torch==X``/``torch==X.*`` pins."""
+    multi-GB CUDA build), which also meets torch_npu's ``torch==X``/``torch==X.*`` pins.
+    A CANN-only cell has none: ("", "")."""
+    if cell.cann_only:
+        return "", ""
     requirement, _ = kb.torch_requirement(cell.torch_npu, cell.arch)
     if not requirement:
         requirement = f"torch=={cell.torch}"
@@ -359,14 +362,16 @@ def torch(cell: Cell, kb) -> Tuple[str, str]:
 
 def lock_inputs(cell: Cell, kb) -> locking.Inputs:
     """What the cell's lock is resolved from: CANN's packages within CANN's limits, the CPU
-    torch torch_npu pins, torch_npu, the matrix's extra pins, and the installer itself
-    (pip; setuptools, which venvs of Python < 3.12 carry; wheel, which conda's env has)."""
+    torch torch_npu pins, torch_npu (neither for a CANN-only cell), the matrix's extra pins,
+    and the installer itself (pip; setuptools, which venvs of Python < 3.12 carry; wheel,
+    which conda's env has)."""
     os_info = kb.os_info(cell.os)
     requirement, index = torch(cell, kb)
+    framework = () if cell.cann_only else (requirement, f"torch-npu=={cell.torch_npu}")
     tools = ("pip", "setuptools") + (("wheel",) if cell.env == "conda" else ())
     return locking.Inputs(
         cell=cell.id, python=cell.python, platform=locking.python_platform(cell.arch, os_info.glibc),
-        requirements=(*python_env.cann_packages(), requirement, f"torch-npu=={cell.torch_npu}", *cell.pip, *tools),
+        requirements=(*python_env.cann_packages(), *framework, *cell.pip, *tools),
         constraints=tuple(c.requirement for c in python_env.constraints(cell.cann)),
         torch_index=index,
         own_wheels=(cell.torch_npu_wheel,) if cell.torch_npu_wheel else (),
@@ -414,7 +419,7 @@ def installs(cell: Cell, kb, variant: str, lock: Optional[locking.Lock],
         is_npu = [canonicalize_name(python_env.requirement(line).name) == "torch-npu" for line in lines]
         others = tuple(line for line, own in zip(lines, is_npu) if not own)
         steps = [Install("unverified", LOCK_STEPS["unverified"], others, False, True, reason)]
-        if npu:
+        if npu and any(is_npu):
             steps.append(Install("torch_npu", LOCK_STEPS["torch_npu"], tuple(line for line, own in zip(lines, is_npu) if own),
                                  False, True, reason))
         return state, tuple(steps)
@@ -447,8 +452,7 @@ def labels(cell: Cell, variant: str, digest: str, lock_state: str = "missing",
     Label = vocabulary.Label
     pairs = [
         (Label.OCI_TITLE, vocabulary.stand_in_tag(cell.ref, cell.os) if stand_in else vocabulary.release_tag(cell.ref, variant)),
-        (Label.OCI_DESCRIPTION, f"PyTorch {cell.torch} + torch_npu {cell.torch_npu} on CANN {cell.cann} for {cell.chip}"
-         if npu else f"CPU twin of {cell.id}: PyTorch {cell.torch} without CANN"),
+        (Label.OCI_DESCRIPTION, _description(cell, npu)),
         (Label.OCI_VERSION, vocabulary.stand_in_tag(cell.tag, cell.os) if stand_in else vocabulary.release_tag(cell.tag, variant)),
         (Label.CELL, cell.id),
         (Label.VARIANT, variant),
@@ -470,6 +474,14 @@ def labels(cell: Cell, variant: str, digest: str, lock_state: str = "missing",
     return tuple((k, _safe("text", v, k)) for k, v in pairs)
 
 
+def _description(cell: Cell, npu: bool) -> str:
+    if cell.cann_only:
+        return (f"CANN {cell.cann} for {cell.chip} with Python {cell.python} (no PyTorch)" if npu
+                else f"CPU twin of {cell.id}: Python {cell.python} and its locked packages without CANN")
+    return (f"PyTorch {cell.torch} + torch_npu {cell.torch_npu} on CANN {cell.cann} for {cell.chip}" if npu
+            else f"CPU twin of {cell.id}: PyTorch {cell.torch} without CANN")
+
+
 def manifest(cell: Cell, variant: str, digest: str, kb, lock: Optional[locking.Lock] = None,
              closure_of: Optional[Cell] = None) -> Dict[str, object]:
     """The run record of the field guide (section 7), describing what the image must contain.
@@ -483,7 +495,7 @@ def manifest(cell: Cell, variant: str, digest: str, kb, lock: Optional[locking.L
     entries = (lock.entries if npu else lock.without("torch-npu")) if usable else ()
     return {
         "schema": 1,
-        "framework": "pytorch",
+        "framework": None if cell.cann_only else "pytorch",  # None: CANN and Python only
         "cell": cell.id,
         "variant": variant,
         "image": vocabulary.stand_in_tag(cell.ref, cell.os) if closure_of else vocabulary.release_tag(cell.ref, variant),
@@ -491,8 +503,8 @@ def manifest(cell: Cell, variant: str, digest: str, kb, lock: Optional[locking.L
         "arch": cell.arch,
         "chip": cell.chip if npu else None,
         "python_version": cell.python,
-        "torch_version": cell.torch,
-        "torch_npu_version": cell.torch_npu if npu else None,
+        "torch_version": cell.torch or None,  # None: a CANN-only cell (no torch tiers)
+        "torch_npu_version": (cell.torch_npu or None) if npu else None,
         "cann_version": cell.cann if npu else None,
         "min_driver": cell.driver if npu else None,
         "min_firmware": cell.firmware if npu else None,
@@ -544,8 +556,8 @@ def plan(cell: Cell, kb, variant: str, digest: str, lock: Optional[locking.Lock]
         raise UserError(f"no uv for {cell.arch} in builder/data/uv.yaml", fix="add its wheel's sha256 there")
     installers = installer_files(cell, kb, lock) if npu and not from_image else ()
     python = tuple(i.step for i in python_steps)
-    if any(f.kind != "toolkit" for f in installers):  # the chip's layers: right below torch_npu's
-        python = (*python[:-1], "chip", python[-1])
+    if any(f.kind != "toolkit" for f in installers):  # the chip's layers: right below torch_npu's, else last
+        python = (*python[:-1], "chip", python[-1]) if python[-1:] == ("torch_npu",) else (*python, "chip")
     steps = ("os", *(("cann",) if npu else ()), "python", *python, "env", "files")
     return Plan(
         cell_id=cell.id, variant=variant, npu=npu, matrix_file=matrix_name(cell),

@@ -360,7 +360,10 @@ def tier_versions(ctx):
     if m.get("python_version") and not python_matches(m["python_version"], d["python"]):
         problems.append("python %s running, manifest declares %s" % (d["python"], m["python_version"]))
     d["torch"] = parsers.dist_version("torch")
-    if d["torch"] is None:
+    if cann_only(m):
+        if d["torch"] is not None:
+            problems.append("torch %s installed in a CANN-only image: the manifest declares none" % d["torch"])
+    elif d["torch"] is None:
         problems.append("torch not installed, manifest declares %s" % m.get("torch_version"))
     elif m.get("torch_version") and not dist_matches(m["torch_version"], d["torch"]):
         problems.append("torch %s installed, manifest declares %s" % (d["torch"], m["torch_version"]))
@@ -369,7 +372,10 @@ def tier_versions(ctx):
     d["cann_files"], d["cann_paths_looked_at"] = found, looked
     if ctx.variant == "npu":
         want = m.get("torch_npu_version")
-        if d["torch_npu"] is None:
+        if cann_only(m):
+            if d["torch_npu"] is not None:
+                problems.append("torch_npu %s installed in a CANN-only image" % d["torch_npu"])
+        elif d["torch_npu"] is None:
             problems.append("torch_npu missing, manifest declares %s" % want)
         elif want and not dist_matches(want, d["torch_npu"]):
             problems.append("torch_npu %s installed, manifest declares %s" % (d["torch_npu"], want))
@@ -418,11 +424,12 @@ def tier_versions(ctx):
             "%s=%r (expected %r)" % (k, v["actual"], v["expected"]) for k, v in diff.items()))
     if problems:
         return failed("; ".join(problems), **d)
-    return passed("python %s, torch %s, %s, %s, %d ENV values as declared" % (
-        d["python"], d["torch"],
+    return passed("python %s, %s, %s, %s, %d ENV values as declared" % (
+        d["python"], "no torch (CANN-only)" if cann_only(m) else "torch %s" % d["torch"],
         "%d distributions as locked, pip check clean" % len(installed) if lock.get("state") in ("ok", "incomplete")
         else "no lock (%s): the closure was resolved at build time" % (lock.get("state") or "none"),
-        "torch_npu %s, CANN %s" % (d["torch_npu"], ", ".join(str(f["version"]) for f in found))
+        ("CANN %s" if cann_only(m) else "torch_npu %s, CANN %%s" % d["torch_npu"])
+        % ", ".join(str(f["version"]) for f in found)
         if ctx.variant == "npu" else "no torch_npu/CANN (cpu twin)", len(d["env_checked"])), **d)
 
 
@@ -454,12 +461,41 @@ def _package_roots(package):
     return list(spec.submodule_search_locations or []) if spec else []
 
 
+def cann_only(manifest):
+    """A CANN-only image (no PyTorch): its manifest names no framework."""
+    return manifest.get("framework", "pytorch") is None
+
+
+# What a CANN-only image's libraries tier link-checks: the runtime every framework loads.
+CANN_RUNTIME = ("libascendcl.so", "libhccl.so")
+
+
+def cann_runtime_objects(environ):
+    """CANN_RUNTIME as found on LD_LIBRARY_PATH (the first folder holding each)."""
+    found = []
+    for name in CANN_RUNTIME:
+        for folder in environ.get("LD_LIBRARY_PATH", "").split(":"):
+            if folder and os.path.isfile(os.path.join(folder, name)):
+                found.append(os.path.join(folder, name))
+                break
+    return found
+
+
 def tier_libraries(ctx):
     """A static link check tells, with no NPU present, whether an image can ever
     import torch_npu: every DT_NEEDED library of its .so files must resolve with the
-    image's LD_LIBRARY_PATH. The cpu twin checks torch's own libraries instead."""
-    pkg = "torch_npu" if ctx.variant == "npu" else "torch"
-    objs = package_objects(pkg, ("lib/*.so*", "_C*.so"))
+    image's LD_LIBRARY_PATH. The cpu twin checks torch's own libraries instead; a
+    CANN-only image, CANN's runtime (CANN_RUNTIME), which must be there."""
+    if cann_only(ctx.manifest):
+        pkg = "CANN runtime"
+        objs = cann_runtime_objects(os.environ)
+        absent = [n for n in CANN_RUNTIME if not any(o.endswith("/" + n) for o in objs)]
+        if absent:
+            return failed("%s not found on LD_LIBRARY_PATH (%s): CANN is missing or its lib64 is not on it"
+                          % (", ".join(absent), os.environ.get("LD_LIBRARY_PATH", "")), package=pkg, missing=absent)
+    else:
+        pkg = "torch_npu" if ctx.variant == "npu" else "torch"
+        objs = package_objects(pkg, ("lib/*.so*", "_C*.so"))
     driver_mount = os.path.isdir(parsers.DRIVER_LIB64) and bool(os.listdir(parsers.DRIVER_LIB64))
     d = {"package": pkg, "objects": len(objs), "driver_mount": driver_mount,
          "ld_library_path": os.environ.get("LD_LIBRARY_PATH", "")}

@@ -706,3 +706,12 @@ def test_plan_cpu_twin_runs_every_tier_on_cpu_also_on_a_fake_npu_host(tmp_path):
     root = _fake_npu_root(tmp_path / "fake_npu")
     for options in (pipeline.Options(root=tmp_path), pipeline.Options(root=root)):
         assert pipeline._plan("cpu", options) == ("cpu", vocabulary.TIERS, [], [], True)
+
+
+def test_plan_cann_only_has_no_torch_tiers_on_any_host(tmp_path):
+    root = _fake_npu_root(tmp_path / "fake_npu")
+    assert pipeline._plan("cpu", pipeline.Options(root=tmp_path), cann_only=True) == ("cpu", ("versions",), [], [], True)
+    assert pipeline._plan("npu", pipeline.Options(root=tmp_path), cann_only=True)[1:] == (vocabulary.STATIC_TIERS, [], [],
+                                                                                          False)
+    device, tiers, devs, _, final = pipeline._plan("npu", pipeline.Options(root=root), cann_only=True)
+    assert (device, tiers, final) == ("npu", vocabulary.STATIC_TIERS, True) and devs
