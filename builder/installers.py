@@ -112,9 +112,9 @@ def ops_package(kb: "KnowledgeBase", chip: str, cann: str, arch: str) -> str:
     The exact name listed in cann-packages.json when there is one (same stem as the
     ``.zip``), else the naming rule of the CANN era:
 
-    - CANN >= 8.5: ``Ascend-cann-<chip>-ops_<ver>_linux-<arch>.run`` (``A3`` upper-case)
-    - a3, CANN 8.1.RC1..8.3: ``Atlas-A3-cann-kernels_<ver>_linux-<arch>.run``
-    - CANN 8.0.RC3..8.3: ``Ascend-cann-kernels-<chip>_<ver>_linux-<arch>.run``
+    - CANN >= 8.5.0: ``Ascend-cann-<chip>-ops_<ver>_linux-<arch>.run`` (``A3`` upper-case)
+    - a3, CANN 8.1.RC1 .. 8.5.0's alphas: ``Atlas-A3-cann-kernels_<ver>_linux-<arch>.run``
+    - CANN 8.0.RC3 .. 8.5.0's alphas: ``Ascend-cann-kernels-<chip>_<ver>_linux-<arch>.run``
     - before 8.0.RC3: ``Ascend-cann-kernels-<chip>_<ver>_linux.run`` (no arch; the
       data lists arch-less names up to 8.0.RC2)
 
@@ -142,7 +142,7 @@ def ops_package(kb: "KnowledgeBase", chip: str, cann: str, arch: str) -> str:
         )
     ver = kb.canonical_cann(cann)
     name = _CHIP_FILE_NAME[c]
-    if cv.release >= (8, 5):
+    if cv >= versions.cann("8.5.0"):  # its alphas still ship kernels packages (the official images install them)
         return f"Ascend-cann-{name}-ops_{ver}_linux-{a}.run"
     if c == "a3":
         return f"Atlas-A3-cann-kernels_{ver}_linux-{a}.run"

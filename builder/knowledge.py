@@ -251,6 +251,9 @@ class KnowledgeBase:
         self._downloads: Dict[str, Any] = dict(downloads_doc or {})
         # the installer of the locked steps (uv.yaml)
         self._uv: Dict[str, Any] = dict(uv_doc or {})
+        # torch_npu/CANN pairs a downstream project ships that the table does not publish
+        self._downstream = {(str(e["torch_npu"]), str(e["cann"])): str(e["evidence"])
+                            for e in (compat.get("downstream_pairings") or {}).get("pairs") or ()}
         # answers that scan every release, kept per release (one knowledge base per process)
         self._min_driver: Dict[str, Tuple[Optional[str], str]] = {}
         self._cann_floor: Dict[str, Optional[Tuple[str, str]]] = {}
@@ -690,6 +693,20 @@ class KnowledgeBase:
     def installers(self, cann: str, chip: str, arch: str, nnal: bool = False) -> List[Installer]:
         """:func:`builder.installers.cann_installers`: official CANN installers with URL and sha256."""
         return _installers.cann_installers(self, cann, chip, arch, nnal)
+
+    def downstream_evidence(self, torch_npu: str, cann: str) -> str:
+        """Where a well-known downstream project ships torch_npu on that CANN although Ascend's
+        table pairs it with another ("" when none does).
+
+        Example:
+            >>> load().downstream_evidence("2.9.0", "8.5.1")
+            'vllm-project/vllm-ascend@v0.16.0rc1:Dockerfile'
+        """
+        npu, wanted = versions.lenient("python_package", torch_npu), versions.lenient("cann", cann)
+        for (pair_npu, pair_cann), evidence in self._downstream.items():
+            if versions.lenient("python_package", pair_npu) == npu and versions.lenient("cann", pair_cann) == wanted:
+                return evidence
+        return ""
 
     def nnal_since(self) -> str:
         """The first CANN release the knowledge base knows an NNAL package for (``cann-downloads.yaml``).

@@ -139,6 +139,13 @@ def cann_paired(cell: Cell, kb) -> Findings:
                        "inferred compatible but not published",
                        f"validate the image on an NPU host, or set cann: {release.cann}", severity="warning")
         return
+    evidence = kb.downstream_evidence(cell.torch_npu, cell.cann)
+    if evidence:
+        yield _finding(cell, "cann", "cann-downstream",
+                       f"torch_npu {cell.torch_npu} is paired with CANN {release.cann} (published); CANN {cell.cann} "
+                       f"is not published for it, but a downstream project ships this pair ({evidence})",
+                       f"validate the image on an NPU host, or set cann: {release.cann}", severity="warning")
+        return
     yield _finding(cell, "torch_npu", "cann-mismatch",
                    f"torch_npu {cell.torch_npu} is paired with CANN {release.cann}, not CANN {cell.cann}",
                    f"set cann: {release.cann}, or {_suggest_torch_npu(kb, cell)}")

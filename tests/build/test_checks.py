@@ -419,7 +419,7 @@ def test_cann_unknown_is_an_error_naming_the_nearest_releases(tmp_path):
     f = only(findings, "cann-unknown")
     assert f.severity == "error"
     assert (f.field, f.where.line) == ("cells[0].cann", lines[(0, "cann")])
-    assert f.message == "CANN 8.4.0 is not a release the knowledge base knows (nearest: 8.3.RC1, 8.5.0.alpha001)"
+    assert f.message == "CANN 8.4.0 is not a release the knowledge base knows (nearest: 8.3.RC2, 8.5.0.alpha001)"
     assert "`ascend-build kb cann`" in f.fix and "unlisted: true" in f.fix
 
 
@@ -526,7 +526,7 @@ COVERED = {
     "cann_known": ("cann-unknown", "version-syntax", "cann-unlisted-unverifiable", "cann-unlisted"),
     "torch_npu_published": ("torch-npu-unpublished",),
     "torch_matches_pin": ("torch-mismatch",),
-    "cann_paired": ("cann-mismatch", "cann-pairing-unknown", "cann-below-inferred", "cann-adjacent"),
+    "cann_paired": ("cann-mismatch", "cann-pairing-unknown", "cann-below-inferred", "cann-adjacent", "cann-downstream"),
     "python_has_wheel": ("python-no-wheel",),
     "glibc_new_enough": ("glibc-too-old",),
     "driver_supports_cann": ("driver-too-old", "driver-missing", "version-syntax"),
@@ -647,6 +647,7 @@ SHAPE_CASES = {
     "torch-mismatch": [dict(CANN_7, torch="2.2.0")],
     "cann-mismatch": [dict(CANN_7, torch_npu="2.4.0")],
     "cann-adjacent": [dict(VALID, cann="8.5.1", python="3.11", torch_npu="2.9.0", driver="25.0.RC1")],
+    "cann-downstream": [dict(VALID, cann="8.0.0", torch_npu="2.5.1")],
     "cann-pairing-unknown": [dict(VALID, os="debian12", cann="9.1.0", python="3.11", torch_npu="2.13.0", env="venv")],
     "cann-below-inferred": [dict(VALID, os="debian12", cann="9.0.0", python="3.11", torch_npu="2.13.0", env="venv")],
     "cann-unknown": [dict(VALID, cann="8.4.0")],
@@ -727,3 +728,14 @@ def test_the_shape_cases_cover_every_rule_id():
     assert len(emitted) > 30
     assert emitted - set(SHAPE_CASES) - {"lock-missing", "lock-stale", "lock-incomplete",
                                           "installer-sha256-unrecorded"} == set()
+
+
+def test_a_pair_a_downstream_project_ships_is_a_warning_naming_it(tmp_path):
+    findings, lines, _ = cell_findings(tmp_path, dict(VALID, cann="8.0.0", torch_npu="2.5.1"))
+    f = only(findings, "cann-downstream")
+    assert f.severity == "warning" and (f.field, f.where.line) == ("cells[0].cann", lines[(0, "cann")])
+    assert f.message == ("torch_npu 2.5.1 is paired with CANN 8.1.RC1 (published); CANN 8.0.0 is not published for it, "
+                         "but a downstream project ships this pair (vllm-project/vllm-ascend@v0.8.4rc2:Dockerfile)")
+    assert not by_rule(findings, "cann-mismatch")
+    # one release further from the pair, with no such evidence: still refused
+    assert by_rule(cell_findings(tmp_path, dict(VALID, cann="8.0.RC3", torch_npu="2.5.1"))[0], "cann-mismatch")

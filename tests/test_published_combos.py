@@ -1,0 +1,147 @@
+"""What Ascend and its main downstream project publish, fed through `validate`.
+
+Fixtures (tests/fixtures/, each row with the commit or tag and file it was read from):
+
+- published-cann-images.yaml: every CANN/chip/OS/Python/arch the official CANN images'
+  build matrix ever listed (Ascend/cann-container-image, all refs). Those images are
+  CANN and Python without PyTorch, so each row is a CANN-only cell.
+- published-cann-image-packages.yaml: the .run files each of those images installs, per
+  CANN, chip and arch: the installer names the knowledge base derives must be these.
+- published-vllm-ascend.yaml: the CANN image, torch and torch_npu of every Dockerfile of
+  every vllm-ascend release. A torch_npu that PyPI does not serve (a dev build those
+  Dockerfiles download themselves) is written as a wheel of the cell's own, as a user would.
+
+The refusals that must stay are at the end.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+import yaml
+
+from builder import knowledge, versions
+from builder.build import checks, matrix
+
+FIXTURES = Path(__file__).parent / "fixtures"
+# chip spellings the image matrix used at times (the typo included), as the matrix writes them
+CHIP = {"atlas-a3": "a3", "altas-a3": "a3"}
+
+
+def fixture(name):
+    return yaml.safe_load((FIXTURES / name).read_text())
+
+
+def chip(text: str) -> str:
+    return CHIP.get(text.lower(), text.lower())
+
+
+def validate(tmp_path, cells):
+    """(errors by cell index, every finding) of `validate` over ``cells``."""
+    path = tmp_path / "published.yaml"
+    path.write_text(yaml.safe_dump({"image": "published/check", "cells": cells}))
+    loaded = matrix.load(path)
+    findings = loaded.findings + (checks.check(loaded.cells, knowledge.load()) if not loaded.findings else [])
+    errors = {}
+    for f in findings:
+        if f.severity == "error":
+            errors.setdefault(int(re.match(r"cells\[(\d+)\]", f.field).group(1)), []).append(str(f))
+    return errors, findings
+
+
+def test_every_official_cann_image_validates_as_a_cann_only_cell(tmp_path):
+    rows = fixture("published-cann-images.yaml")
+    cells = [{"name": f"image-{i}", "cann": r["cann"], "chip": chip(r["chip"]), "os": r["os"], "python": r["python"],
+              "arch": r["arch"]} for i, r in enumerate(rows)]
+    errors, _ = validate(tmp_path, cells)
+    assert errors == {}
+    assert len(cells) == 598
+    releases = {knowledge.load().canonical_cann(r["cann"]) for r in rows}
+    assert len(releases) == 25 and {"8.1.RC1.alpha001", "8.3.RC2", "9.1.0-beta.1"} <= releases
+
+
+def test_every_cann_release_since_7_0_in_the_image_matrix_is_known():
+    kb = knowledge.load()
+    known = {versions.cann(c) for c in kb.cann_releases()}
+    named = {versions.cann(r["cann"]) for r in fixture("published-cann-images.yaml")}
+    assert named <= known
+
+
+# (CANN, chip) whose images installed something else than the knowledge base names, and why
+KNOWN_DIFFERENCES = {
+    ("8.1.RC1.alpha001", "910b"): "that image installed NNAL 8.0.0, not its own release's",
+    ("8.1.RC1.alpha002", "910b"): "that image installed NNAL 8.0.0, not its own release's",
+    ("8.1.rc1", "a3"): "an early commit spelled it Ascend-cann-kernels-atlas-a3_8.1.rc1; cann-packages.json (and "
+                       "the later images) Atlas-A3-cann-kernels_8.1.RC1",
+    ("9.0.0", "a3"): "an early commit spelled it a3-ops; later ones A3-ops, as the knowledge base does",
+}
+
+
+def test_the_installers_the_official_images_install_are_the_ones_named_here():
+    kb = knowledge.load()
+    rows = fixture("published-cann-image-packages.yaml")
+    differ = {}
+    for r in rows:
+        ours = [i.run for i in kb.installers(r["cann"], chip(r["chip"]), r["arch"], nnal=True)]
+        if ours != r["files"]:
+            differ.setdefault((r["cann"], chip(r["chip"])), []).append((ours, r["files"], r["source"]))
+    assert set(differ) == set(KNOWN_DIFFERENCES), {k: v[0] for k, v in differ.items() if k not in KNOWN_DIFFERENCES}
+    assert len(rows) - sum(map(len, differ.values())) == 180 and len(rows) == 188
+    # the same image rows also list the spelling the knowledge base uses, at another commit
+    for cann, name in (("8.1.rc1", "a3"), ("9.0.0", "a3")):
+        assert any(r["files"] == [i.run for i in kb.installers(cann, name, r["arch"], nnal=True)]
+                   for r in rows if (r["cann"], chip(r["chip"])) == (cann, name))
+
+
+def vllm_cells(rows):
+    """One cell per Dockerfile and arch; a torch_npu PyPI does not serve as the cell's own wheel."""
+    kb = knowledge.load()
+    cells = []
+    for r in rows:
+        for arch in (("x86_64", "aarch64") if r["arch"] == "both" else (r["arch"],)):
+            cell = {"name": f"vllm-{len(cells)}", "cann": r["cann"], "chip": chip(r["chip"]), "os": r["os"],
+                    "python": r["python"], "arch": arch, "torch_npu": r["torch_npu"]}
+            pinned = str(r.get("torch", ""))
+            if kb.torch_npu(r["torch_npu"]) is None:  # downloaded by the Dockerfile: a wheel of one's own
+                cp = "cp" + r["python"].replace(".", "")
+                cell["torch_npu_wheel"] = {"path": f"wheels/torch_npu-{r['torch_npu']}-{cp}-{cp}-manylinux_2_17_{arch}.whl",
+                                           "sha256": "0" * 64}
+                # torch_npu X.Y.Z.* is built against torch X.Y.Z; where the tag only says torch>=, that one
+                cell["torch"] = pinned if pinned[:1].isdigit() else versions.python_package(r["torch_npu"]).base_version[:5]
+            elif pinned[:1].isdigit():
+                cell["torch"] = pinned
+            cells.append(cell)
+    return cells
+
+
+def test_every_vllm_ascend_image_validates(tmp_path):
+    rows = fixture("published-vllm-ascend.yaml")
+    cells = vllm_cells(rows)
+    errors, findings = validate(tmp_path, cells)
+    assert errors == {}
+    assert len(cells) == 408 and sum("torch_npu_wheel" in c for c in cells) == 108
+    downstream = {f.message.split(" is paired")[0] + " on " + f.message.split("; CANN ")[1].split(" is not")[0]
+                  for f in findings if f.rule == "cann-downstream"}
+    # pairs the table does not publish: a warning naming vllm-ascend's Dockerfile, or, for a later
+    # release of the paired CANN line, the inference that allows it
+    assert downstream == {"torch_npu 2.5.1 on 8.0.0", "torch_npu 2.10.0 on 9.1.0-beta.1",
+                          "torch_npu 2.10.0.post2 on 9.1.0-beta.1"}
+    assert all("vllm-project/vllm-ascend@v" in f.message for f in findings if f.rule == "cann-downstream")
+    adjacent = {f.message.split(" is paired")[0] + " on " + f.message.split("; CANN ")[1].split(" is a")[0]
+                for f in findings if f.rule == "cann-adjacent"}
+    assert {"torch_npu 2.9.0 on 8.5.1", "torch_npu 2.7.1 on 8.3.rc2"} <= adjacent  # spelled as the image tags do
+
+
+@pytest.mark.parametrize("cell, rule", [
+    ({"torch_npu": "2.12.0", "cann": "9.0.0"}, "cann-mismatch"),         # older than the CANN the table pairs
+    ({"torch_npu": "2.4.0", "cann": "9.0.0"}, "cann-mismatch"),
+    ({"torch_npu": "2.4.0", "cann": "6.3.0"}, "cann-unknown"),           # a CANN that does not exist
+    ({"cann": "8.4.0"}, "cann-unknown"),                                 # the same, CANN-only
+    ({"torch_npu": "2.5.1.dev20250218", "cann": "8.0.0"}, "torch-npu-unpublished"),  # a dev build without its wheel
+])
+def test_what_nobody_publishes_stays_refused(tmp_path, cell, rule):
+    base = {"name": "refused", "os": "ubuntu22.04", "arch": "x86_64", "chip": "910b", "python": "3.10"}
+    errors, findings = validate(tmp_path, [dict(base, **cell)])
+    assert rule in {f.rule for f in findings if f.severity == "error"}, errors
