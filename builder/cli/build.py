@@ -364,3 +364,32 @@ def releases_check_command(
         text = releases.propose(result)
         typer.echo(f"proposed {text.count('- cann:')} cell(s) in {releases.default_proposal_path()}" if text
                    else "nothing to propose", err=True)
+
+
+@releases_app.command("cann")
+def releases_cann_command(
+    table: str = typer.Option(..., "--table", envvar="ASCEND_BUILD_COMPAT_TABLE",
+                              help="Ascend/pytorch's COMPATIBILITY.en.md: a URL or a file."),
+    images: Optional[str] = typer.Option(None, "--images", envvar="ASCEND_BUILD_IMAGE_MATRIX",
+                                         help="The official CANN images' build_cann_arg.json: a URL or a file."),
+    out: Optional[Path] = typer.Option(None, "--out", help="Also write the proposal to this file."),
+) -> None:
+    """Propose what Ascend's compatibility table and the official CANN images name and the knowledge
+    base lacks (CANN releases, torch_npu pairings, chips, OSes), with the source of each. Nothing is
+    applied: edit builder/data/ascend-compat.yaml after checking the sources.
+
+    Example: ascend-build releases cann --table COMPATIBILITY.en.md --images build_cann_arg.json
+    """
+    from builder import knowledge
+    from builder.build.releases import cann_watch
+
+    rows = cann_watch.table_rows(cann_watch.read(table))
+    if not rows:
+        raise UserError(f"{table} has no row of the compatibility table (| torch_npu | ... | PyTorch | CANN X |)",
+                        fix="pass Ascend/pytorch's COMPATIBILITY.en.md", exit_code=1)
+    tags = cann_watch.image_tags(cann_watch.read(images), images) if images else []
+    text = cann_watch.to_yaml(cann_watch.propose(knowledge.load(), rows, tags, table, images or ""))
+    typer.echo(text, nl=False)
+    if out:
+        out.write_text(text)
+        typer.echo(f"wrote {out}", err=True)

@@ -1,0 +1,130 @@
+"""The release watcher's CANN side: what Ascend's own publications name that the knowledge
+base lacks, proposed with its source, never written into the knowledge base.
+
+Two publications are read:
+
+- Ascend/pytorch's compatibility table (``COMPATIBILITY.en.md``): rows of torch_npu,
+  PyTorch and CANN. A CANN release the knowledge base does not know, a torch_npu it does
+  not know, and a torch_npu whose CANN pairing it lacks or holds otherwise are proposed.
+- The official CANN images' build matrix (``build_cann_arg.json`` of
+  Ascend/cann-container-image): its image tags ``<cann>-<chip>-<os><ver>-py<X.Y>``. A CANN
+  release, chip or OS the knowledge base does not know is proposed.
+
+`propose` returns the proposal as a mapping (``to_yaml`` prints it): a human reads the
+sources and edits ``builder/data/ascend-compat.yaml``; the watch workflow opens a pull
+request with the proposal file, nothing more.
+
+Example:
+    >>> rows = table_rows("| 2.99.0 | Python3.10.x | 2.99.0 | CANN 99.0.0 | ... |")
+    >>> rows
+    [('2.99.0', '2.99.0', '99.0.0')]
+    >>> from builder import knowledge
+    >>> propose(knowledge.load(), rows, [], "table.md", "")["cann_releases"]
+    [{'version': '99.0.0', 'named_by': ['table.md: torch_npu 2.99.0']}]
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Dict, List, Sequence, Tuple
+
+import yaml
+
+from builder import versions
+from builder.errors import UserError
+from builder.vocabulary import CHIPS
+
+# | torch_npu [(beta)] | Python ... | PyTorch | CANN X | ... (the table's column order)
+_ROW = re.compile(r"^\|\s*(\d[\w.]*)(?: \(beta\))?\s*\|\s*[^|]+\|\s*([\d.]+)\s*\|\s*CANN ([\w.-]+)\s*\|", re.M)
+_TAG = re.compile(r"^(?P<cann>\d[\w.-]*?)-(?P<chip>[A-Za-z0-9-]+?)-(?P<os>[a-z]+)(?P<osver>\d[\d.]*)-py(?P<py>\d\.\d+)$")
+
+
+def table_rows(text: str) -> List[Tuple[str, str, str]]:
+    """(torch_npu, PyTorch, CANN) of every row of the compatibility table, as it spells them."""
+    return _ROW.findall(text)
+
+
+def image_tags(text: str, where: str) -> List[Dict[str, str]]:
+    """cann, chip, os, python of every image tag in the build matrix (``{"cann": [{"tags": [...]}]}``)."""
+    try:
+        doc = json.loads(text)
+        items = doc["cann"]
+        tags = [t for item in items for t in item["tags"]]
+    except (ValueError, KeyError, TypeError):
+        raise UserError(f"{where} is not the image build matrix ({{\"cann\": [{{\"tags\": [...]}}]}})",
+                        fix="pass the build_cann_arg.json of Ascend/cann-container-image", exit_code=1) from None
+    out = []
+    for tag in tags:
+        match = _TAG.match(str(tag))
+        if match:
+            out.append({"cann": match["cann"], "chip": match["chip"].lower(), "os": match["os"] + match["osver"],
+                        "python": match["py"], "tag": str(tag)})
+    return out
+
+
+def read(source: str, timeout: float = 60.0) -> str:
+    """The text at ``source``: an http(s) URL (read within a size limit and a deadline) or a file."""
+    if source.startswith(("http://", "https://")):
+        from builder.build.releases.http_client import Http
+
+        return Http(timeout).get(source)[2].decode("utf-8", errors="replace")
+    try:
+        with open(source, encoding="utf-8", errors="replace") as stream:
+            return stream.read(64 << 20)
+    except OSError as exc:
+        raise UserError(f"{source}: cannot be read ({exc.strerror or exc})",
+                        fix="pass a URL or an existing file", exit_code=1) from None
+
+
+def _known(kb, cann: str) -> bool:
+    wanted = versions.lenient("cann", cann)
+    return wanted is not None and any(versions.lenient("cann", k) == wanted for k in kb.cann_releases())
+
+
+def propose(kb, rows: Sequence[Tuple[str, str, str]], tags: Sequence[Dict[str, str]],
+            table_source: str, images_source: str) -> Dict[str, List[Dict]]:
+    """What the publications name and the knowledge base lacks, each with where it was read."""
+    releases: Dict[str, List[str]] = {}
+    unknown_npu, pairings = [], []
+    oldest = versions.cann(kb.cann_releases()[0])  # the knowledge base's scope begins there
+    for npu, torch, cann in rows:
+        parsed = versions.lenient("cann", cann)
+        if parsed is not None and parsed < oldest:
+            continue
+        if not _known(kb, cann):
+            releases.setdefault(cann, []).append(f"{table_source}: torch_npu {npu}")
+        release = kb.torch_npu(npu)
+        if release is None:
+            if not kb.unpublished(npu):
+                unknown_npu.append({"torch_npu": npu, "torch": torch, "cann": cann, "source": table_source})
+        elif release.cann is None or versions.lenient("cann", release.cann) != versions.lenient("cann", cann):
+            pairings.append({"torch_npu": npu, "cann": cann, "knowledge_base": release.cann, "source": table_source})
+    chips, systems = {}, {}
+    for tag in tags:
+        if not _known(kb, tag["cann"]):
+            releases.setdefault(tag["cann"], []).append(f"{images_source}: {tag['tag']}")
+        if tag["chip"] not in CHIPS:
+            chips.setdefault(tag["chip"], f"{images_source}: {tag['tag']}")
+        if kb.os_info(tag["os"]) is None:
+            systems.setdefault(tag["os"], f"{images_source}: {tag['tag']}")
+    return {
+        "cann_releases": [{"version": v, "named_by": sorted(set(by))[:5]} for v, by in sorted(releases.items(), key=_order)],
+        "torch_npu_unknown": unknown_npu,
+        "torch_npu_pairings": pairings,
+        "chips": [{"chip": c, "named_by": by} for c, by in chips.items()],
+        "os": [{"os": o, "named_by": by} for o, by in systems.items()],
+    }
+
+
+def _order(item):
+    parsed = versions.lenient("cann", item[0])
+    return (parsed is None, parsed or versions.cann("0.0.0"), item[0])
+
+
+def to_yaml(proposal: Dict[str, List[Dict]]) -> str:
+    """The proposal as the file a reviewer reads (empty sections left out)."""
+    kept = {k: v for k, v in proposal.items() if v}
+    head = ("# Proposed by `ascend-build releases cann`: what Ascend's publications name and the knowledge\n"
+            "# base lacks. Nothing here is applied: check each source, then edit builder/data/ascend-compat.yaml.\n")
+    return head + (yaml.safe_dump(kept, sort_keys=False, allow_unicode=True) if kept else "{}  # nothing new\n")

@@ -1,0 +1,92 @@
+"""The release watcher's CANN side against Ascend's publications served on loopback: the
+compatibility table (tests/fixtures, a verbatim copy, plus rows a future release would
+add) and an image build matrix in the shape of build_cann_arg.json. It proposes, with
+sources, what the knowledge base lacks, and never touches the knowledge base."""
+
+from __future__ import annotations
+
+import doctest
+import functools
+import hashlib
+import http.server
+import json
+import threading
+from pathlib import Path
+
+import pytest
+import yaml
+
+from builder import knowledge
+from builder.build.releases import cann_watch
+from helpers_matrix import REPO, run_cli
+
+TABLE = Path(__file__).parent.parent / "fixtures" / "ascend-pytorch-COMPATIBILITY.en.md"
+KB_FILE = REPO / "builder" / "data" / "ascend-compat.yaml"
+# rows a future table would add: torch_npu 2.14.0 (on PyPI, its CANN unknown here) and a 2.99.0 nobody knows
+NEW_ROWS = ("|                2.99.0                 | v2.99.0-27.0.0 |     2.99.0      |  CANN 9.3.0  |\n"
+            "|                2.14.0                 | v2.14.0-27.0.0 |     2.14.0      |  CANN 9.3.0  |\n")
+
+
+def matrix_json(*tags: str) -> str:
+    return json.dumps({"cann": [{"cann_version": t.split("-")[0], "tags": [t]} for t in tags]})
+
+
+@pytest.fixture
+def served(tmp_path):
+    """A loopback server of tmp_path; yields (folder, base URL)."""
+    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(tmp_path))
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield tmp_path, f"http://127.0.0.1:{server.server_port}"
+    server.shutdown()
+
+
+def test_module_examples_hold():
+    assert doctest.testmod(cann_watch).failed == 0
+
+
+def test_the_published_table_since_the_knowledge_bases_scope_is_all_known_but_old_gaps():
+    proposal = cann_watch.propose(knowledge.load(), cann_watch.table_rows(TABLE.read_text()), [], "table", "")
+    assert {r["version"] for r in proposal["cann_releases"]} == {"6.3.RC3", "6.3.RC3.1"}  # older than 7.0
+    assert proposal["torch_npu_pairings"] == [] and proposal["chips"] == [] and proposal["os"] == []
+
+
+def test_new_releases_chips_and_pairings_are_proposed_with_their_source_and_nothing_is_applied(served):
+    folder, base = served
+    table = TABLE.read_text().replace("|  CANN 9.1.0  |\n", "|  CANN 9.1.0  |\n" + NEW_ROWS, 1)
+    table = table.replace("|     2.12.0      |  CANN 9.1.0  |", "|     2.12.0      |  CANN 9.2.0  |", 1)
+    (folder / "COMPATIBILITY.en.md").write_text(table)
+    (folder / "build_cann_arg.json").write_text(matrix_json("9.3.0-910c-ubuntu26.04-py3.13", "9.1.0-910b-ubuntu22.04-py3.11"))
+    before = hashlib.sha256(KB_FILE.read_bytes()).hexdigest()
+    out = run_cli("releases", "cann", "--table", f"{base}/COMPATIBILITY.en.md", "--images", f"{base}/build_cann_arg.json",
+                  "--out", folder / "proposal.yaml")
+    assert out.returncode == 0, out.stderr
+    proposal = yaml.safe_load((folder / "proposal.yaml").read_text())
+    assert proposal == yaml.safe_load(out.stdout)
+    assert [r["version"] for r in proposal["cann_releases"][:2]] == ["6.3.RC3", "6.3.RC3.1"]  # the old gaps, as above
+    assert proposal["cann_releases"][2:] == [{"version": "9.3.0", "named_by": [
+        f"{base}/COMPATIBILITY.en.md: torch_npu 2.14.0", f"{base}/COMPATIBILITY.en.md: torch_npu 2.99.0",
+        f"{base}/build_cann_arg.json: 9.3.0-910c-ubuntu26.04-py3.13"]}]
+    unknown = proposal["torch_npu_unknown"]
+    assert {"torch_npu": "2.99.0", "torch": "2.99.0", "cann": "9.3.0", "source": f"{base}/COMPATIBILITY.en.md"} in unknown
+    already = cann_watch.propose(knowledge.load(), cann_watch.table_rows(TABLE.read_text()), [], "t", "")["torch_npu_unknown"]
+    assert sorted(u["torch_npu"] for u in unknown) == sorted(["2.99.0"] + [u["torch_npu"] for u in already])
+    assert proposal["torch_npu_pairings"] == [  # a pairing the knowledge base lacks, and one it holds otherwise
+        {"torch_npu": "2.12.0", "cann": "9.2.0", "knowledge_base": "9.1.0", "source": f"{base}/COMPATIBILITY.en.md"},
+        {"torch_npu": "2.14.0", "cann": "9.3.0", "knowledge_base": None, "source": f"{base}/COMPATIBILITY.en.md"}]
+    assert proposal["chips"] == [{"chip": "910c", "named_by": f"{base}/build_cann_arg.json: 9.3.0-910c-ubuntu26.04-py3.13"}]
+    assert proposal["os"] == [{"os": "ubuntu26.04", "named_by": f"{base}/build_cann_arg.json: 9.3.0-910c-ubuntu26.04-py3.13"}]
+    assert hashlib.sha256(KB_FILE.read_bytes()).hexdigest() == before  # proposed, never applied
+
+
+@pytest.mark.parametrize("name, body, message", [
+    ("build_cann_arg.json", "{\"versions\": []}", "is not the image build matrix"),
+    ("missing.json", None, "HTTP 404"),
+])
+def test_a_wrong_or_missing_publication_is_a_clear_error(served, name, body, message):
+    folder, base = served
+    (folder / "COMPATIBILITY.en.md").write_text(TABLE.read_text())
+    if body is not None:
+        (folder / name).write_text(body)
+    out = run_cli("releases", "cann", "--table", f"{base}/COMPATIBILITY.en.md", "--images", f"{base}/{name}")
+    assert out.returncode == 1 and message in out.stderr and "Traceback" not in out.stderr
