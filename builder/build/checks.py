@@ -424,9 +424,7 @@ def own_wheel_fits(cell: Cell, kb) -> Findings:
                        "run validate where the file is (a relative path is read from the directory ascend-build "
                        "runs in); `image` refuses any other bytes", severity="warning")
     elif found:
-        yield _finding(cell, "torch_npu_wheel", "torch-npu-wheel-sha256",
-                       f"{path} has sha256 {found}, not the {sha256} the matrix gives",
-                       "use the file the matrix names, or write its sha256 there if this build is the one you mean")
+        yield _finding(cell, "torch_npu_wheel", "torch-npu-wheel-sha256", *own_wheel.other_bytes(path, found, sha256))
     if not cell.torch and kb.torch_npu(cell.torch_npu) is None:
         yield _finding(cell, "torch_npu_wheel", "torch-unknown",
                        f"torch_npu {cell.torch_npu} is not in the knowledge base: the torch it was built against "

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import hashlib
 from pathlib import Path
-from typing import Optional
+from typing import Optional, Tuple
 
 from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
 from packaging.version import Version
@@ -62,6 +62,12 @@ def mismatch(path: Path, sha256: str) -> Optional[str]:
     return None if found == sha256 else found
 
 
+def other_bytes(path: str, found: str, sha256: str) -> Tuple[str, str]:
+    """(message, fix) for a wheel whose bytes are not those of its sha256: validate and image say the same."""
+    return (f"{path} has sha256 {found}, not the {sha256} the matrix gives",
+            "use the file the matrix names, or write its sha256 there if this build is the one you mean")
+
+
 def verified(path: str, sha256: str) -> Path:
     """The wheel at ``path``, after checking its bytes against ``sha256``."""
     found = mismatch(Path(path), sha256)
@@ -70,5 +76,5 @@ def verified(path: str, sha256: str) -> Path:
     if not found:
         raise UserError(f"torch_npu wheel {path} is not a readable file",
                         fix="check torch_npu_wheel.path (a relative path is read from the directory ascend-build runs in)")
-    raise UserError(f"torch_npu wheel {path} has sha256 {found}, not the {sha256} the matrix gives",
-                    fix="use the file the matrix names, or write its sha256 there if this build is the one you mean")
+    message, fix = other_bytes(path, found, sha256)
+    raise UserError(f"torch_npu wheel {message}", fix=fix)

@@ -31,7 +31,7 @@ import pytest
 
 from builder.build import lock, matrix, render, stage
 from builder.engine import BuildFailed
-from helpers_cann import RAN, synthetic_nnal, synthetic_run
+from helpers_cann import RAN, installers_91, synthetic_nnal, synthetic_run
 from helpers_matrix import write_cells
 
 BASE = "local/debian:12"
@@ -112,13 +112,8 @@ def built(engine, base_image):
 
 @pytest.mark.engine
 def test_plain_run_files_install_and_the_env_matches_set_env_sh(engine, built, tmp_path):
-    home = "/usr/local/Ascend/cann-9.1.0"
-    folder = tmp_path / "installers"
-    folder.mkdir()
-    runs = {TOOLKIT_91: synthetic_run(TOOLKIT_91, home, "9.1.0"), OPS_91: synthetic_run(OPS_91, home, "9.1.0")}
-    for name, data in runs.items():
-        (folder / name).write_bytes(data)
-    image = build_cann_step(engine, tmp_path, CELL_91, folder, {n: sha256(d).hexdigest() for n, d in runs.items()})
+    home, folder = "/usr/local/Ascend/cann-9.1.0", tmp_path / "installers"
+    image = build_cann_step(engine, tmp_path, CELL_91, folder, installers_91(folder, OPS_91, fresh=True))
     built.append(image)
     log = (tmp_path / "build.log").read_text()
     assert f"{RAN} {TOOLKIT_91}" in log and f"{RAN} {OPS_91}" in log

@@ -11,7 +11,6 @@ through the real CLI and the real engine: `lock`, then `image`.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import uuid
 from pathlib import Path
@@ -19,13 +18,12 @@ from pathlib import Path
 import pytest
 import yaml
 
-from helpers_cann import synthetic_run
+from helpers_cann import installers_91
 from helpers_matrix import run_cli
 
 WHEELHOUSE = Path("/opt/wheels")
 CELL = {"cann": "9.1.0", "chip": "910b", "os": "debian12", "env": "venv", "arch": "x86_64", "python": "3.11"}
 CELL_ID = "cann9.1.0-910b-debian12-py3.11-x86_64"
-TOOLKIT, OPS = "Ascend-cann-toolkit_9.1.0_linux-x86_64.run", "Ascend-cann-910b-ops_9.1.0_linux-x86_64.run"
 
 
 def tiers_of(state: Path, name: str) -> dict:
@@ -38,12 +36,7 @@ def tiers_of(state: Path, name: str) -> dict:
 def test_a_cann_only_cell_builds_its_twin_without_torch_tiers_and_its_npu_image_needs_cann_runtime(
         engine, base_image, tmp_path):
     installers = tmp_path / "installers"
-    installers.mkdir()
-    home, sha = "/usr/local/Ascend/cann-9.1.0", {}
-    for name in (TOOLKIT, OPS):
-        data = synthetic_run(name, home, "9.1.0")
-        (installers / name).write_bytes(data)
-        sha[name] = hashlib.sha256(data).hexdigest()
+    sha = installers_91(installers)
     image = f"ascend-build-test/cann-only-{uuid.uuid4().hex[:8]}"
     (tmp_path / "m.yaml").write_text(yaml.safe_dump({"image": image, "cells": [
         dict(CELL, cann_source={"local": str(installers)}, sha256=sha)]}))

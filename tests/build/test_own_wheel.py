@@ -149,21 +149,15 @@ def test_an_npu_image_installs_the_own_wheel_and_refuses_other_bytes_of_its_name
 
     from builder.build import render
     from builder.engine import BuildFailed
-    from helpers_cann import synthetic_run
+    from helpers_cann import installers_91
 
     wheelhouse, CA = Path("/opt/wheels"), Path("/etc/ssl/certs/ca-certificates.crt")
     if not list(wheelhouse.glob("torch-2.13.0+cpu-cp311-*.whl")):
         pytest.skip("no torch 2.13.0+cpu wheel in /opt/wheels")
     installers, mine, theirs = (tmp_path / "installers", tmp_path / "mine", tmp_path / "theirs")
-    for folder in (installers, mine, theirs):
-        folder.mkdir()
-    home, runs = "/usr/local/Ascend/cann-9.1.0", {}
-    for name in ("Ascend-cann-toolkit_9.1.0_linux-x86_64.run", "Ascend-cann-910b-ops_9.1.0_linux-x86_64.run"):
-        runs[name] = synthetic_run(name, home, "9.1.0")
-        (installers / name).write_bytes(runs[name])
+    mine.mkdir(), theirs.mkdir()
     wheel, impostor = synthetic_torch_npu_wheel(mine), synthetic_torch_npu_wheel(theirs, marker="someone else's")
-    path, _ = write_cells(tmp_path, dict(CELL, cann_source={"local": str(installers)},
-                                         sha256={n: hashlib.sha256(d).hexdigest() for n, d in runs.items()},
+    path, _ = write_cells(tmp_path, dict(CELL, cann_source={"local": str(installers)}, sha256=installers_91(installers),
                                          torch_npu_wheel={"path": str(wheel), "sha256": sha256(wheel)}))
     cell = replace(matrix.load(path).cells[0], base_image=base_image)
     made = lock.resolve(plan.lock_inputs(cell, knowledge.load()), wheelhouse=wheelhouse)
