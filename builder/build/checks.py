@@ -413,11 +413,13 @@ def own_wheel_fits(cell: Cell, kb) -> Findings:
     if not cell.torch_npu_wheel:
         return
     path, sha256 = cell.torch_npu_wheel
-    why = own_wheel.fits(Path(path).name, cell.torch_npu, cell.python, cell.arch)
+    name = own_wheel.file_name(path)
+    why = own_wheel.fits(name, cell.torch_npu, cell.python, cell.arch)
     if why:
-        yield _finding(cell, "torch_npu_wheel", "torch-npu-wheel-mismatch", f"{Path(path).name} {why}",
+        yield _finding(cell, "torch_npu_wheel", "torch-npu-wheel-mismatch", f"{name} {why}",
                        f"name the wheel built for torch_npu {cell.torch_npu}, CPython {cell.python}, {cell.arch}")
-    found = own_wheel.mismatch(Path(path), sha256)
+    # a URL is not fetched here: `lock` and `image` download it and check its bytes
+    found = None if own_wheel.is_url(path) else own_wheel.mismatch(Path(path), sha256)
     if found == "":
         yield _finding(cell, "torch_npu_wheel", "torch-npu-wheel-absent",
                        f"{path} is not on this machine: its sha256 is not checked here",

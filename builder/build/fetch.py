@@ -1,5 +1,6 @@
 """Hash a published file by streaming it once: how `lock` records the sha256 of a CANN
-installer that was published without one.
+installer that was published without one; and download one whose sha256 is known (a
+torch_npu wheel a cell names by URL), keeping it only when the bytes match.
 
 The download sends the Referer the install guides send (``cann-downloads.yaml``), reads
 in chunks with a timeout per read and an overall deadline, and never keeps the file:
@@ -17,7 +18,8 @@ import hashlib
 import time
 import urllib.error
 import urllib.request
-from typing import Tuple
+from pathlib import Path
+from typing import BinaryIO, Optional, Tuple
 
 from builder import bounded
 from builder.errors import UserError
@@ -30,6 +32,46 @@ LIMIT = 16 << 30           # no CANN installer comes near this
 def sha256_of_url(url: str, *, referer: str, read_timeout: float = READ_TIMEOUT, deadline: float = DEADLINE,
                   limit: int = LIMIT) -> Tuple[str, int]:
     """(sha256 hex, size in bytes) of what ``url`` serves; UserError when it cannot be had whole."""
+    return _stream(url, referer, None, read_timeout, deadline, limit, _LOCK_FIXES)
+
+
+def download(url: str, target: Path, sha256: str, *, referer: str = "", read_timeout: float = READ_TIMEOUT,
+             deadline: float = DEADLINE, limit: int = LIMIT) -> Path:
+    """``url`` saved at ``target`` only if its bytes are those of ``sha256`` (a file already
+    there with those bytes is kept, not fetched again); UserError otherwise, and nothing is left."""
+    if target.is_file() and _file_sha256(target) == sha256:
+        return target
+    target.parent.mkdir(parents=True, exist_ok=True)
+    part = target.with_name(target.name + ".part")
+    try:
+        with open(part, "wb") as sink:
+            found, _ = _stream(url, referer, sink, read_timeout, deadline, limit, _DOWNLOAD_FIXES)
+        if found != sha256:
+            raise UserError(f"{url}: its sha256 is {found}, not the {sha256} the matrix gives", exit_code=1,
+                            fix="check the URL, or write the sha256 of the file you mean")
+        part.replace(target)
+    finally:
+        part.unlink(missing_ok=True)
+    return target
+
+
+def _file_sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as stream:
+        for block in iter(lambda: stream.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+# what to do when (the server answers an error, it cannot be reached, the bytes come short)
+_LOCK_FIXES = ("check that the release folder holds this file", "run `ascend-build lock` where the download server answers",
+               "run `ascend-build lock` again")
+_DOWNLOAD_FIXES = ("check that the URL names a file the server holds", "run it again where the server answers",
+                   "run it again")
+
+
+def _stream(url: str, referer: str, sink: Optional[BinaryIO], read_timeout: float, deadline: float,
+            limit: int, fixes: Tuple[str, str, str]) -> Tuple[str, int]:
     request = urllib.request.Request(url, headers={"Referer": referer} if referer else {})
     digest, size = hashlib.sha256(), 0
     try:
@@ -38,16 +80,15 @@ def sha256_of_url(url: str, *, referer: str, read_timeout: float = READ_TIMEOUT,
             for chunk in bounded.chunks(response, limit=limit, deadline=time.monotonic() + deadline):
                 size += len(chunk)
                 digest.update(chunk)
+                if sink is not None:
+                    sink.write(chunk)
     except bounded.Cut as cut:
         raise UserError(f"{url}: {cut}; not recorded", exit_code=1,
                         fix="fetch it where the download server is faster, or record it from a copy") from None
     except urllib.error.HTTPError as exc:
-        raise UserError(f"{url}: the server answered HTTP {exc.code}", exit_code=1,
-                        fix="check that the release folder holds this file") from None
+        raise UserError(f"{url}: the server answered HTTP {exc.code}", exit_code=1, fix=fixes[0]) from None
     except (urllib.error.URLError, OSError) as exc:
-        raise UserError(f"{url}: cannot be fetched: {getattr(exc, 'reason', exc)}", exit_code=1,
-                        fix="run `ascend-build lock` where the download server answers") from None
+        raise UserError(f"{url}: cannot be fetched: {getattr(exc, 'reason', exc)}", exit_code=1, fix=fixes[1]) from None
     if announced and announced.isdigit() and int(announced) != size:
-        raise UserError(f"{url}: {size} bytes arrived of the {announced} announced", exit_code=1,
-                        fix="run `ascend-build lock` again")
+        raise UserError(f"{url}: {size} bytes arrived of the {announced} announced", exit_code=1, fix=fixes[2])
     return digest.hexdigest(), size

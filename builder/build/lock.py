@@ -371,7 +371,7 @@ def resolve(inputs: Inputs, **options) -> Lock:
     with tempfile.TemporaryDirectory(prefix="ascend-build-own-wheels-") as folder:
         own = {}
         for path, sha256 in inputs.own_wheels:
-            source = own_wheel.verified(path, sha256)
+            source = own_wheel.verified(path, sha256, downloads=Path(folder) / "downloads")
             shutil.copyfile(source, Path(folder) / source.name)
             own[canonicalize_name(parse_wheel_filename(source.name)[0])] = sha256
         made = _resolve(inputs, own_links=(folder,), **options)

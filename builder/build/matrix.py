@@ -35,6 +35,7 @@ from typing import Dict, Iterator, List, Mapping, Optional, Tuple
 
 import yaml
 
+from builder.build import own_wheel
 from builder.errors import Finding, Location, UserError
 from builder.vocabulary import ARCHS, CHIPS, DEFAULT_IMAGE
 
@@ -77,7 +78,7 @@ CELL_KEYS: Dict[str, str] = {
     "torch": "PyTorch version, e.g. 2.4.0 (default: the one torch_npu pins)",
     "torch_npu": "torch_npu version as on PyPI, e.g. 2.4.0.post2 (leave it out for a CANN-only image: CANN and "
                  "Python, no PyTorch, as the official CANN images are)",
-    "torch_npu_wheel": "a torch_npu wheel of your own instead of PyPI's: {path: FILE.whl, sha256: HEX} "
+    "torch_npu_wheel": "a torch_npu wheel of your own instead of PyPI's: {path: FILE.whl, sha256: HEX} or {url: URL, sha256: HEX} "
                        "(its version is torch_npu's; give torch: when the knowledge base does not know that version)",
     "cann_source": "installer | {image: REF@sha256:...} | {local: DIR}",
     "env": "environment manager: conda (default) or venv",
@@ -379,15 +380,17 @@ def _own_wheel(val: _Val, path: str, out: _Collector) -> Optional[Tuple[str, str
     pairs = _mapping(val, path, out)
     if pairs is None:
         return None
-    if sorted(pairs) != ["path", "sha256"]:
-        out.error("schema-value", f"{path} must have the keys path and sha256",
-                  "write {path: FILE.whl, sha256: HEX}", val.where, path)
+    if sorted(pairs) not in (["path", "sha256"], ["sha256", "url"]):
+        out.error("schema-value", f"{path} must have the keys path (or url) and sha256",
+                  "write {path: FILE.whl, sha256: HEX} or {url: https://.../FILE.whl, sha256: HEX}", val.where, path)
         return None
-    file = _check(pairs["path"], f"{path}.path", _PATH, "file path", out)
+    key = "url" if "url" in pairs else "path"
+    file = _check(pairs[key], f"{path}.{key}", _URL if key == "url" else _PATH,
+                  "http(s) URL" if key == "url" else "file path", out)
     sha256 = _check(pairs["sha256"], f"{path}.sha256", _SHA256, "sha256 (64 lower-case hex digits)", out)
-    if file is not None and not file.endswith(".whl"):
-        out.error("schema-value", f"{path}.path = {file!r} is not a wheel", "name a .whl file",
-                  pairs["path"].where, f"{path}.path")
+    if file is not None and not own_wheel.file_name(file).endswith(".whl"):
+        out.error("schema-value", f"{path}.{key} = {file!r} is not a wheel", "name a .whl file",
+                  pairs[key].where, f"{path}.{key}")
         return None
     return None if file is None or sha256 is None else (file, sha256)
 

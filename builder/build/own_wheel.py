@@ -1,11 +1,14 @@
 """A torch_npu wheel the matrix brings itself (a custom or pre-release build), named by
-path and sha256: ``torch_npu_wheel: {path: wheels/torch_npu-2.13.0-....whl, sha256: HEX}``.
+path or URL and sha256: ``torch_npu_wheel: {path: wheels/torch_npu-2.13.0-....whl, sha256: HEX}``
+or ``{url: https://.../torch_npu-....whl, sha256: HEX}``.
 
 Three places read it, and each checks the bytes before trusting them: `validate` (when
-the file is on this machine), `lock` (which records exactly that sha256 for torch-npu)
-and `image` (which puts the file into the build context, where the install step checks
-the hash once more). A relative path is read from the directory ascend-build runs in,
-as ``cann_source: {local: DIR}`` is.
+the file is on this machine; a URL is not fetched there), `lock` (which records exactly
+that sha256 for torch-npu) and `image` (which puts the file into the build context, where
+the install step checks the hash once more). A relative path is read from the directory
+ascend-build runs in, as ``cann_source: {local: DIR}`` is; a URL is downloaded (to a
+temporary folder for `lock`, to the state folder for `image`) and kept only when its
+bytes match.
 
 Example:
     >>> fits("torch_npu-2.13.0-cp311-cp311-manylinux_2_17_x86_64.whl", "2.13.0", "3.11", "x86_64")
@@ -17,6 +20,7 @@ Example:
 from __future__ import annotations
 
 import hashlib
+import urllib.parse
 from pathlib import Path
 from typing import Optional, Tuple
 
@@ -44,6 +48,21 @@ def fits(name: str, version: str, python: str, arch: str) -> str:
     return ""
 
 
+def is_url(location: str) -> bool:
+    return location.startswith(("http://", "https://"))
+
+
+def file_name(location: str) -> str:
+    """The wheel's file name, from a path or from a URL's path (``%2B`` read as ``+``).
+
+    >>> file_name("https://example.invalid/whl/torch_npu-2.9.0.post1%2Bgitdc51c2d-cp311-cp311-linux_x86_64.whl")
+    'torch_npu-2.9.0.post1+gitdc51c2d-cp311-cp311-linux_x86_64.whl'
+    """
+    if is_url(location):
+        return urllib.parse.unquote(urllib.parse.urlsplit(location).path.rsplit("/", 1)[-1])
+    return Path(location).name
+
+
 def sha256_of(path: Path) -> str:
     digest = hashlib.sha256()
     with open(path, "rb") as stream:
@@ -68,8 +87,15 @@ def other_bytes(path: str, found: str, sha256: str) -> Tuple[str, str]:
             "use the file the matrix names, or write its sha256 there if this build is the one you mean")
 
 
-def verified(path: str, sha256: str) -> Path:
-    """The wheel at ``path``, after checking its bytes against ``sha256``."""
+def verified(path: str, sha256: str, downloads: Optional[Path] = None) -> Path:
+    """The wheel at ``path`` (a URL: downloaded into ``downloads``), after checking its bytes
+    against ``sha256``."""
+    if is_url(path):
+        if downloads is None:
+            raise ValueError("a wheel named by URL needs a folder to download it into")
+        from builder.build import fetch
+
+        return fetch.download(path, downloads / sha256[:16] / file_name(path), sha256)
     found = mismatch(Path(path), sha256)
     if found is None:
         return Path(path)

@@ -283,7 +283,8 @@ def build_one(cell: Cell, variant: str, options: Options, engine: Engine, say: S
         return out
     installers = Path(cell.cann_local) if (variant == NPU and cell.cann_source == "local") else None
     try:  # the cell's own torch_npu wheel: its bytes checked before any build starts
-        own = [own_wheel.verified(*cell.torch_npu_wheel)] if (variant == NPU and cell.torch_npu_wheel) else []
+        own = ([own_wheel.verified(*cell.torch_npu_wheel, downloads=state / "own-wheels")]
+               if (variant == NPU and cell.torch_npu_wheel) else [])
     except UserError as exc:
         out.message = str(exc)
         return out

@@ -9,6 +9,7 @@ import hashlib
 from dataclasses import replace
 
 import pytest
+import yaml
 
 from builder import knowledge
 from builder.build import lock, own_wheel, plan, render, stage
@@ -89,7 +90,7 @@ def test_an_unpublished_version_needs_its_torch_and_is_only_warned_about(tmp_pat
 
 
 @pytest.mark.parametrize("value, message", [
-    ({"path": "a.whl"}, "cells[0].torch_npu_wheel must have the keys path and sha256"),
+    ({"path": "a.whl"}, "cells[0].torch_npu_wheel must have the keys path (or url) and sha256"),
     ({"path": "a.tar.gz", "sha256": "0" * 64}, "cells[0].torch_npu_wheel.path = 'a.tar.gz' is not a wheel"),
     ({"path": "a.whl", "sha256": "XYZ"}, "cells[0].torch_npu_wheel.sha256 = 'XYZ' is not a valid sha256"),
 ])
@@ -179,3 +180,98 @@ def test_an_npu_image_installs_the_own_wheel_and_refuses_other_bytes_of_its_name
     finally:
         for image in images:
             engine.remove(image, force=True)
+
+
+# --- a wheel named by URL -------------------------------------------------------------------
+
+@pytest.fixture
+def wheel_server(tmp_path):
+    """A loopback server of tmp_path/served; yields (folder, base URL)."""
+    import functools
+    import http.server
+    import threading
+
+    folder = tmp_path / "served"
+    folder.mkdir()
+    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(folder))
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield folder, f"http://127.0.0.1:{server.server_port}"
+    server.shutdown()
+
+
+def test_a_url_is_validated_by_its_file_name_and_not_fetched(tmp_path):
+    url = "http://127.0.0.1:9/whl/torch_npu-2.13.0-cp311-cp311-manylinux_2_17_x86_64.whl"  # nothing listens there
+    findings, _ = findings_of(tmp_path, torch_npu_wheel={"url": url, "sha256": "0" * 64})
+    assert [f.rule for f in findings if f.rule.startswith("torch-npu-wheel") or f.severity == "error"] == []
+    findings, _ = findings_of(tmp_path, torch_npu_wheel={"url": url.replace("cp311", "cp310"), "sha256": "0" * 64})
+    assert [f.rule for f in findings if f.severity == "error"] == ["torch-npu-wheel-mismatch"]
+    findings, _ = findings_of(tmp_path, torch_npu_wheel={"url": "ftp://x/torch_npu-2.13.0-py3-none-any.whl",
+                                                         "sha256": "0" * 64})
+    assert [f.field for f in findings if f.rule == "schema-value"] == ["cells[0].torch_npu_wheel.url"]
+
+
+def test_a_url_is_downloaded_only_when_its_bytes_match(tmp_path, wheel_server):
+    folder, base = wheel_server
+    wheel = synthetic_torch_npu_wheel(folder)
+    url = f"{base}/{wheel.name.replace('+', '%2B')}"
+    got = own_wheel.verified(url, sha256(wheel), downloads=tmp_path / "downloads")
+    assert got.name == wheel.name and sha256(got) == sha256(wheel)
+    wheel.unlink()  # the server no longer has it: the file already downloaded is used, not fetched again
+    assert own_wheel.verified(url, sha256(got), downloads=tmp_path / "downloads") == got
+    other = synthetic_torch_npu_wheel(folder, marker="other")
+    with pytest.raises(UserError) as caught:
+        own_wheel.verified(url, "1" * 64, downloads=tmp_path / "elsewhere")
+    assert caught.value.message == f"{url}: its sha256 is {sha256(other)}, not the {'1' * 64} the matrix gives"
+    assert not [p for p in (tmp_path / "elsewhere").rglob("*") if p.is_file()]  # nothing kept of other bytes
+
+
+@pytest.mark.index
+def test_the_lock_downloads_a_url_wheel_and_records_its_sha256(tmp_path, wheel_server):
+    from pathlib import Path
+
+    wheelhouse = Path("/opt/wheels")
+    if not list(wheelhouse.glob("torch-2.13.0+cpu-cp311-*.whl")):
+        pytest.skip("no torch 2.13.0+cpu wheel in /opt/wheels")
+    folder, base = wheel_server
+    wheel = synthetic_torch_npu_wheel(folder)
+    cell = replace(DEMO, torch_npu_wheel=(f"{base}/{wheel.name}", sha256(wheel)))
+    made = lock.resolve(plan.lock_inputs(cell, knowledge.load()), wheelhouse=wheelhouse)
+    assert made.entry("torch-npu").hashes == (sha256(wheel),) and made.complete
+
+
+@pytest.mark.engine
+@pytest.mark.index
+def test_the_cli_builds_an_npu_image_with_a_wheel_named_by_url(engine, base_image, tmp_path, wheel_server):
+    """`lock` and `image` through the real CLI: the wheel is downloaded from its URL, its bytes
+    checked, and the image holds it. (The synthetic wheel has no shared objects, so the
+    libraries tier fails and nothing is tagged: the untagged candidate is what is looked into.)"""
+    import json
+    from pathlib import Path
+
+    from helpers_cann import installers_91
+    from helpers_matrix import run_cli
+
+    folder, base = wheel_server
+    wheel = synthetic_torch_npu_wheel(folder)
+    installers = tmp_path / "installers"
+    image = f"ascend-build-test/own-wheel-{tmp_path.name[-8:]}"
+    (tmp_path / "m.yaml").write_text(yaml.safe_dump({"image": image, "cells": [dict(
+        CELL, cann_source={"local": str(installers)}, sha256=installers_91(installers),
+        torch_npu_wheel={"url": f"{base}/{wheel.name}", "sha256": sha256(wheel)})]}))
+    common = ["-m", tmp_path / "m.yaml", "-o", tmp_path / "out"]
+    locked = run_cli("lock", *common, "--wheelhouse", "/opt/wheels", timeout=600)
+    assert locked.returncode == 0, locked.stdout + locked.stderr
+    built = run_cli("image", *common, "--variant", "npu", "--no-device", "--base-image", base_image, "--wheelhouse",
+                    "/opt/wheels", "--state-dir", tmp_path / "state", "--json", timeout=1200)
+    (row,) = json.loads(built.stdout)
+    try:
+        tiers = {t["name"]: t for t in row["tiers"]}
+        assert tiers["versions"]["status"] == "passed" and "torch_npu 2.13.0" in tiers["versions"]["summary"]
+        assert tiers["libraries"]["summary"].startswith("torch_npu is not installed (no shared objects found)")
+        assert row["status"] == "failed" and engine.image_id(f"{image}:{row['cell']}-candidate") is None
+        shown = engine.run(row["image_id"], ["python", "-c", "import torch_npu; print(torch_npu.OWN)"], timeout=120)
+        assert shown.stdout.strip().splitlines()[-1] == "own build"
+        assert [p.name for p in Path(tmp_path / "state" / "own-wheels").rglob("*.whl")] == [wheel.name]
+    finally:
+        engine.remove(row["image_id"], force=True)
