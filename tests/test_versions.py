@@ -666,3 +666,16 @@ def test_packaging_gets_these_wrong_and_we_do_not():
     for text in ["8.0.RC2.alpha003", "8.0.RC2.beta1", "6.3.RC3.1", "24.1.rc2.2", "25.0.rc1.1", "8.0.T6"]:
         with pytest.raises(Exception):
             Version(text)
+
+
+def test_a_version_with_thousands_of_digits_is_a_version_error_not_a_crash():
+    versions = versions_module
+    """Python refuses int() of 4,300+ digits (ValueError); no part of a real version has more than 9."""
+    huge = "9" * 5000
+    for kind, text in (("cann", f"{huge}.0.RC1"), ("cann", f"8.0.RC{huge}"), ("hdk", f"24.1.{huge}"),
+                       ("firmware", f"7.5.0.1.{huge}")):
+        with pytest.raises(versions.VersionError):
+            getattr(versions, kind)(text)
+        assert versions.lenient(kind, text) is None
+    assert versions.firmware_in_ranges("7.5.0.1.129", [("7.0.0", f"7.{huge}.0")]) is None
+    assert versions.cann("8.0.RC123456789").key > versions.cann("8.0.RC1").key  # 9 digits still read

@@ -10,6 +10,7 @@ import sys
 import typer
 
 from builder.cli import build, kb, node  # noqa: F401  (importing registers their commands)
+from builder.cli import safe_output
 from builder.cli.app import app
 from builder.errors import UserError
 
@@ -17,7 +18,9 @@ __all__ = ["app", "main"]
 
 
 def main() -> None:
-    """Entry point: run the app, turning every UserError into a message and its exit code."""
+    """Entry point: run the app, turning every UserError into a message and its exit code.
+    All it prints goes through `safe_output` (no terminal sequence, no forged CI annotation)."""
+    safe_output.install()
     try:
         app()
     except UserError as exc:

@@ -94,7 +94,7 @@ class VersionError(UserError):
 # --- grammars -----------------------------------------------------------------
 # [0-9] (not \d, which also matches non-ASCII digits) and fullmatch (not `$`,
 # which also matches before a trailing newline).
-_N = r"[0-9]+"
+_N = r"[0-9]{1,9}"  # no part of a real version has more digits; Python refuses int() of 4300+
 
 _CANN_RE = re.compile(
     rf"(?P<major>{_N})\.(?P<minor>{_N})\."
@@ -483,7 +483,7 @@ def firmware_in_ranges(firmware_text: Any, ranges: Any) -> Optional[bool]:
         return None
     decided = False
     for low, high in ranges:
-        bounds = [tuple(int(p) for p in str(b).strip().rstrip(".").split(".")) if re.fullmatch(r"[0-9]+(\.[0-9]+)*\.?", str(b).strip()) else None
+        bounds = [tuple(int(p) for p in str(b).strip().rstrip(".").split(".")) if re.fullmatch(rf"{_N}(\.{_N})*\.?", str(b).strip()) else None
                   for b in (low, high)]
         if None in bounds:
             continue
