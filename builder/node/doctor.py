@@ -170,7 +170,10 @@ def _size(n: int) -> str:
 
 
 def _smi_error(host: HostInfo) -> Optional[str]:
-    return next((p for p in host.problems if p.startswith("npu-smi") and "failed" in p), None)
+    """What went wrong with npu-smi (it failed, hung, printed without end, cannot run, is no
+    executable file); None when it answered or is simply not installed."""
+    return next((p for p in host.problems if p.startswith("npu-smi ")
+                 and not p.startswith(("npu-smi not found", "npu-smi info listed no NPU"))), None)
 
 
 def run_host_checks(host: HostInfo, environ: Mapping[str, str]) -> List[Check]:
@@ -192,7 +195,9 @@ def run_host_checks(host: HostInfo, environ: Mapping[str, str]) -> List[Check]:
     err = _smi_error(host)
     if err:
         found = explain.explain(err, host)
-        out.append(Check("npu-smi", FAIL, err, found[0].fix if found else "run npu-smi info as root and read its error"))
+        fix = (found[0].fix if found else "put the driver's npu-smi there (an executable file), or mount it"
+               if "not an executable file" in err or "cannot run" in err else "run npu-smi info as root and read its error")
+        out.append(Check("npu-smi", FAIL, err, fix))
     elif host.npu_smi:
         out.append(Check("npu-smi", OK, f"{host.npu_smi}: NPU {', '.join(map(str, host.npu_ids)) or 'none'}"))
     else:

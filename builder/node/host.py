@@ -42,10 +42,12 @@ Example:
 from __future__ import annotations
 
 import os
+import posixpath
 import platform
 import re
 import selectors
 import signal
+import stat
 import subprocess
 import time
 from dataclasses import asdict, dataclass, field
@@ -113,15 +115,20 @@ class HostInfo:
 
 
 def _under(root: Path, path: str) -> Path:
-    return root / path.lstrip("/")
+    """``path`` inside ``root``: ``..`` cannot climb out of it (``/../..`` is ``root`` itself)."""
+    return root / posixpath.normpath("/" + path).lstrip("/")
 
 
 def _read(root: Path, path: str, problems: List[str], missing_ok: bool = False) -> Optional[str]:
-    """Text of ``path`` under ``root``, or None with a note (missing, unreadable, not text)."""
+    """Text of ``path`` under ``root``, or None with a note (missing, unreadable, not text, not a
+    regular file: a FIFO would block forever; a symlink leading out of ``root``: not this host's)."""
     full = _under(root, path)
+    inside = os.path.realpath(root)
+    if inside != os.sep and not os.path.realpath(full).startswith(inside + os.sep):
+        problems.append(f"{path} leads out of {root} (a symlink): not read")
+        return None
     try:
-        with open(full, "rb") as fh:
-            data = fh.read(MAX_READ)
+        fd = os.open(full, os.O_RDONLY | os.O_NONBLOCK)  # a FIFO opens without a writer, then is refused
     except FileNotFoundError:
         if not missing_ok:
             problems.append(f"{path} not found")
@@ -129,6 +136,17 @@ def _read(root: Path, path: str, problems: List[str], missing_ok: bool = False) 
     except OSError as exc:
         problems.append(f"cannot read {path}: {exc.strerror or exc}")
         return None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            problems.append(f"{path} is not a regular file: not read")
+            return None
+        with os.fdopen(fd, "rb", closefd=False) as fh:
+            data = fh.read(MAX_READ)
+    except OSError as exc:
+        problems.append(f"cannot read {path}: {exc.strerror or exc}")
+        return None
+    finally:
+        os.close(fd)
     if b"\0" in data:
         problems.append(f"{path} is not a text file")
         return None
@@ -306,7 +324,7 @@ def _run_smi(exe: Path, args: List[str], problems: List[str]) -> Optional[str]:
         proc = subprocess.Popen([str(exe), *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                 stdin=subprocess.DEVNULL, start_new_session=True)
     except OSError as exc:
-        problems.append(f"cannot run {exe}: {exc.strerror or exc}")
+        problems.append(f"{what} cannot run: {exc.strerror or exc}")
         return None
     try:
         raw_out, raw_err, why = _read_bounded(proc)
@@ -338,8 +356,8 @@ def _run_smi(exe: Path, args: List[str], problems: List[str]) -> Optional[str]:
 def _install_root(install: Mapping[str, str], key: str) -> List[str]:
     """Install roots to try for the driver/firmware: the registry's, then the default."""
     roots = []
-    if install.get(key):
-        roots.append(install[key].rstrip("/") or "/")
+    if install.get(key):  # as a path inside the root: /../.. is /
+        roots.append(posixpath.normpath("/" + install[key].lstrip("/")).rstrip("/") or "/")
     if DEFAULT_INSTALL_ROOT not in roots:
         roots.append(DEFAULT_INSTALL_ROOT)
     return roots
@@ -424,9 +442,12 @@ def _shm_bytes(root: Path, problems: List[str]) -> Optional[int]:
 
 
 def _probe_smi(info: HostInfo, root: Path) -> None:
-    exe = next((_under(root, p) for p in NPU_SMI_PATHS if os.access(_under(root, p), os.X_OK)), None)
+    places = [_under(root, p) for p in NPU_SMI_PATHS]
+    exe = next((p for p in places if p.is_file() and os.access(p, os.X_OK)), None)
     if exe is None:
-        info.problems.append("npu-smi not found in /usr/local/bin or /usr/local/sbin")
+        odd = next((p for p in places if os.path.lexists(p)), None)
+        info.problems.append(f"npu-smi at /{odd.relative_to(root)} is not an executable file" if odd
+                             else "npu-smi not found in /usr/local/bin or /usr/local/sbin")
         return
     info.npu_smi = "/" + str(exe.relative_to(root))
     table = _run_smi(exe, ["info"], info.problems)

@@ -20,7 +20,7 @@ from builder import knowledge, versions
 from builder.node.doctor import FAIL, OK, WARN, Check
 from builder.engine import RunResult
 from builder.node.host import HostInfo, probe
-from helpers_node import (DRIVER_INFO, FIRMWARE_INFO, SMI_910B3, TABLE_910B3, board, make_node)
+from helpers_node import (DRIVER_INFO, FIRMWARE_INFO, SMI_910B3, TABLE_910B3, board, make_node, write)
 
 GOOD_ENV = {"HCCL_CONNECT_TIMEOUT": "1800", "ASCEND_GLOBAL_LOG_LEVEL": "3",
             "PYTORCH_NPU_ALLOC_CONF": "expandable_segments:True"}
@@ -51,6 +51,20 @@ def test_matching_node_is_all_ok(tmp_path):
         "firmware 7.5.0.1.129 accepts driver 24.1.rc3")
     assert statuses["npu-smi"] == WARN and statuses["chip"] == WARN  # no npu-smi in this tree
     assert doctor.exit_code(checks) == 0
+
+
+@pytest.mark.parametrize("make_smi, detail", [
+    (lambda p: p.mkdir(parents=True), "npu-smi at /usr/local/bin/npu-smi is not an executable file"),
+    (lambda p: write(p, "#!/bin/sh\necho x\n", 0o644), "npu-smi at /usr/local/bin/npu-smi is not an executable file"),
+    (lambda p: write(p, "not a program at all", 0o755), "npu-smi info cannot run: Exec format error"),
+    (lambda p: write(p, "#!/bin/sh\nexec yes\n", 0o755), f"npu-smi info printed more than {4 << 20} bytes; stopped"),
+])
+def test_an_npu_smi_that_cannot_answer_fails_the_check_naming_why(tmp_path, make_smi, detail):
+    """Not "OK npu-smi ... NPU none": whatever sits at npu-smi's place and cannot answer is a failure."""
+    make_node(tmp_path)
+    make_smi(tmp_path / "usr/local/bin/npu-smi")
+    check = by_name(doctor.run_host_checks(probe(tmp_path), GOOD_ENV), "npu-smi")
+    assert (check.status, check.detail) == (FAIL, detail)
 
 
 def test_mismatched_firmware_fails_with_the_fix(tmp_path):

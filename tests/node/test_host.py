@@ -101,20 +101,28 @@ def test_unreadable_file_chmod_000(tmp_path):
     try:
         if os.access(path, os.R_OK):
             pytest.skip("running as root: chmod 000 does not stop root from reading "
-                        "(the unreadable branch is covered by test_unreadable_file_is_a_directory)")
+                        "(the unreadable branch is covered by test_a_file_where_a_folder_goes_cannot_be_read)")
         info = probe(tmp_path, run_npu_smi=False)
         assert info.driver is None and any("cannot read" in p for p in info.problems)
     finally:
         path.chmod(0o644)
 
 
+def test_a_file_where_a_folder_goes_cannot_be_read(tmp_path):
+    """open() fails with an OSError (not a directory) even for root: the branch a chmod 000 file takes."""
+    make_node(tmp_path, install=None)
+    write(tmp_path / "etc", "a file, not the folder /etc")
+    info = probe(tmp_path, run_npu_smi=False)
+    assert "cannot read /etc/ascend_install.info: Not a directory" in info.problems
+
+
 def test_unreadable_file_is_a_directory(tmp_path):
-    """open() fails with an OSError even for root: the same branch as a chmod 000 file."""
+    """A directory where a file goes is refused like a FIFO: no regular file, nothing read."""
     make_node(tmp_path, driver=None)
     (tmp_path / "usr/local/Ascend/driver/version.info").mkdir(parents=True)
     info = probe(tmp_path, run_npu_smi=False)
     assert info.driver is None
-    assert any(p.startswith("cannot read /usr/local/Ascend/driver/version.info") for p in info.problems)
+    assert "/usr/local/Ascend/driver/version.info is not a regular file: not read" in info.problems
 
 
 @pytest.mark.parametrize("observed, cann", [
@@ -326,3 +334,37 @@ def test_fake_npu_smi_leaving_a_child_holding_the_pipe_stops_at_the_timeout(tmp_
     info = probe(tmp_path)
     assert "npu-smi info did not answer within 1 s" in info.problems
     assert time.monotonic() - started < 20  # one timeout, not one per npu-smi call or the child's 60 s
+
+
+# --- a hostile root: nothing outside it is read, nothing blocks ---------------------------------
+
+
+def test_a_fifo_where_a_host_file_goes_is_refused_not_waited_on(tmp_path):
+    make_node(tmp_path, install=None)
+    (tmp_path / "etc").mkdir(exist_ok=True)
+    os.mkfifo(tmp_path / "etc/ascend_install.info")
+    (tmp_path / "proc/sys/kernel/arch").unlink()
+    os.mkfifo(tmp_path / "proc/sys/kernel/arch")
+    info = probe(tmp_path, run_npu_smi=False)  # returns: a FIFO without a writer would block a plain open()
+    assert "/etc/ascend_install.info is not a regular file: not read" in info.problems
+    assert info.driver == "24.1.rc3"  # the rest is still read
+
+
+def test_an_install_path_climbing_out_of_root_stays_inside_it(tmp_path):
+    root = tmp_path / "root"
+    make_node(root, install="Driver_Install_Path_Param=/../..\n", driver=None)
+    write(tmp_path / "driver/version.info", "Version=99.9.rc9\n")  # outside --root: must not be read
+    write(root / "driver/version.info", "Version=24.1.rc2\n")       # /../.. inside the root is the root
+    info = probe(root, run_npu_smi=False)
+    assert info.driver == "24.1.rc2" and info.driver_file == "/driver/version.info"
+
+
+def test_a_symlink_leading_out_of_root_is_not_followed(tmp_path):
+    root = tmp_path / "root"
+    make_node(root, driver=None)
+    write(tmp_path / "elsewhere/version.info", "Version=99.9.rc9\n")
+    (root / "usr/local/Ascend/driver").mkdir(parents=True, exist_ok=True)
+    (root / "usr/local/Ascend/driver/version.info").symlink_to(tmp_path / "elsewhere/version.info")
+    info = probe(root, run_npu_smi=False)
+    assert info.driver is None
+    assert f"/usr/local/Ascend/driver/version.info leads out of {root} (a symlink): not read" in info.problems
