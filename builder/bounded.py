@@ -17,6 +17,9 @@ Example:
 
 from __future__ import annotations
 
+import errno
+import os
+import stat
 import time
 from typing import Any, Iterator
 
@@ -46,3 +49,20 @@ def chunks(response: Any, *, limit: int, deadline: float) -> Iterator[bytes]:
         if size > limit:
             raise Cut(f"more than {limit} bytes", too_large=True)
         yield chunk
+
+
+class NotRegular(OSError):
+    """A path that is no regular file (a FIFO, a device, a folder): reading it could block or never end."""
+
+
+def read_file(path: Any, limit: int) -> bytes:
+    """At most ``limit`` bytes of the regular file ``path``; raises NotRegular for anything else
+    (opened without blocking, so a FIFO with no writer is refused, not waited on) and OSError."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise NotRegular(errno.EINVAL, "not a regular file", str(path))
+        with os.fdopen(fd, "rb", closefd=False) as stream:
+            return stream.read(limit)
+    finally:
+        os.close(fd)

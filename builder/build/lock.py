@@ -198,12 +198,23 @@ def _incomplete_note(text: str) -> Tuple[str, str]:
     return str(canonicalize_name(pin.split("==")[0])), note
 
 
+MAX_LOCK_BYTES = 16 << 20  # a lock of a thousand distributions is a few hundred KB
+
+
 def read(folder: Path) -> Optional[Lock]:
-    """The lock in ``folder`` (a cell's folder of dockerfiles/), None when there is none."""
+    """The lock in ``folder`` (a cell's folder of dockerfiles/), None when there is none; a
+    file too large to be a lock, or not UTF-8 text, is refused naming it."""
     path = Path(folder) / LOCK_FILE
     if not path.is_file():
         return None
-    return Lock.parse(path.read_text(encoding="utf-8"), where=str(path))
+    fix = "run `ascend-build lock` to make it again (or restore it from version control)"
+    if path.stat().st_size > MAX_LOCK_BYTES:
+        raise UserError(f"{path} has {path.stat().st_size} bytes: no lock is that large", fix=fix, exit_code=1)
+    try:
+        text = path.read_bytes().decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise UserError(f"{path} is not UTF-8 text (byte {exc.start}): not a lock", fix=fix, exit_code=1) from None
+    return Lock.parse(text, where=str(path))
 
 
 def read_all(folder: Path, cell_ids: Iterable[str]) -> Dict[str, Lock]:

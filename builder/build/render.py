@@ -25,7 +25,8 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import shutil
+import re
+import stat
 from dataclasses import fields
 from functools import lru_cache
 from pathlib import Path
@@ -154,9 +155,37 @@ def _present(out: Path) -> set:
     return {p.name for p in out.iterdir() if _is_cell_folder(p)} if out.is_dir() else set()
 
 
+# What render writes in a cell folder, and so may remove when it no longer writes it. The lock
+# is `lock`'s, and anything else (a user's notes, folders) is nobody's to remove: both stay.
+_RENDERED_NAME = re.compile(r"Dockerfile(\.cpu)?|manifest(\.cpu)?\.json|lock\.[a-z_]+\.txt|uv\.txt|"
+                            + "|".join(re.escape(n) for n in (*vocabulary.SHIPPED_FILES, UNPACK_SCRIPT)))
+
+
+def _renders(path: Path) -> bool:
+    """Whether ``path`` (in a cell folder) is a file render writes: render may remove it."""
+    return bool(_RENDERED_NAME.fullmatch(path.name)) and path.is_file() and not path.is_symlink()
+
+
+def _same(path: Path, data: bytes) -> bool:
+    """Whether ``path`` holds exactly ``data``: read only when it is a regular file of that size
+    (a FIFO, a device or a 4 GiB file is "different" without a read that would block or fill memory)."""
+    try:
+        st = path.lstat()
+    except OSError:
+        return False
+    if not stat.S_ISREG(st.st_mode) or st.st_size != len(data):
+        return False
+    with open(path, "rb") as fh:
+        return fh.read(len(data) + 1) == data
+
+
+KEEP = b"\0keep"  # a change only reported: a file render did not write is never removed
+
+
 def _differences(rendered: Dict[str, Dict[str, bytes]], out: Path) -> Iterator[Tuple[Path, str, Optional[bytes]]]:
-    """(path, why, bytes to write or None to delete) for everything under ``out`` that
-    differs from a fresh render; each existing file is read once."""
+    """(path, why, bytes to write, None to delete, or KEEP) for everything under ``out``
+    that differs from a fresh render; each existing file is read once. Only what render
+    writes is ever deleted: a file someone else put in a cell folder is reported, and kept."""
     for cell_id in sorted(_present(out) - set(rendered)):
         yield out / cell_id, "no longer in the matrix", None
     for cell_id, files in rendered.items():
@@ -164,13 +193,27 @@ def _differences(rendered: Dict[str, Dict[str, bytes]], out: Path) -> Iterator[T
         present = {p.name for p in folder.iterdir() if not (p.name in INPUT_FOLDERS and p.is_dir())} \
             if folder.is_dir() else set()
         for name in sorted(present - set(files)):
-            yield folder / name, "not rendered", None
+            ours = _renders(folder / name)
+            yield folder / name, "not rendered" if ours else "not rendered, not ascend-build's: kept", None if ours else KEEP
         for name, data in sorted(files.items()):
             path = folder / name
             if name not in present:
                 yield path, "missing", data
-            elif path.read_bytes() != data:
+            elif not _same(path, data):
                 yield path, "differs", data
+
+
+def _remove_cell(folder: Path) -> str:
+    """Remove what render wrote in a cell folder gone from the matrix; the folder goes too
+    when nothing else is left in it. Returns what was kept ("" when nothing)."""
+    for path in folder.iterdir():
+        if _renders(path):
+            path.unlink()
+    left = sorted(p.name for p in folder.iterdir())
+    if not left:
+        folder.rmdir()
+        return ""
+    return f"{folder}/ kept {', '.join(left)}: not written by render (a lock is `lock`'s; delete it yourself if the cell is gone for good)"
 
 
 def _line(path: Path, why: str) -> str:
@@ -198,6 +241,10 @@ def _refuse(out: Path, rendered: Dict[str, Dict[str, bytes]], changes: List[Tupl
         if (out / cell_id).exists() and not (out / cell_id).is_dir():
             raise UserError(f"{out / cell_id} is a file where cell {cell_id}'s folder goes; nothing was written",
                             fix="move the file away and render again", exit_code=1)
+    for path, _, data in changes:
+        if data not in (None, KEEP) and path.exists() and not path.is_file():
+            raise UserError(f"{path} is not a regular file (a folder, a FIFO, a device) where render writes one; "
+                            "nothing was written", fix="move it away and render again", exit_code=1)
     if not rendered and any(data is None for _, _, data in changes):
         raise UserError(f"the matrix has no cells: rendering it would remove every cell folder in {out} "
                         "(their locks with them); nothing was removed",
@@ -216,8 +263,12 @@ def write(rendered: Dict[str, Dict[str, bytes]], out: Path) -> List[str]:
     try:
         for path, why, data in changes:
             changed.append(_line(path, why))
+            if data is KEEP:
+                continue
             if data is None and path.is_dir():
-                shutil.rmtree(path)
+                kept = _remove_cell(path)
+                if kept:
+                    changed.append(kept)
             elif data is None:
                 path.unlink()
             else:
@@ -226,6 +277,6 @@ def write(rendered: Dict[str, Dict[str, bytes]], out: Path) -> List[str]:
                 tmp.write_bytes(data)
                 os.replace(tmp, path)
     except OSError as exc:
-        raise UserError(f"cannot write {exc.filename or out}: {exc.strerror}", exit_code=1,
+        raise UserError(f"cannot write {exc.filename or out}: {exc.strerror or exc}", exit_code=1,
                         fix="check that --out is a writable folder on a regular file system") from None
     return changed

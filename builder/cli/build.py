@@ -96,6 +96,9 @@ def render_command(
         typer.echo(f"{out} is up to date ({len(rendered)} cells)")
         return
     changed = render.write(rendered, out)
+    for line in changed:  # what went away, or stayed though render did not write it, is said by name
+        if "(no longer in the matrix)" in line or "kept" in line:
+            typer.echo(line, err=True)
     typer.echo(f"rendered {len(rendered)} cells into {out} ({len(changed)} path(s) changed)")
 
 

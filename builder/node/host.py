@@ -47,14 +47,13 @@ import platform
 import re
 import selectors
 import signal
-import stat
 import subprocess
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Dict, List, Mapping, Optional, Tuple
 
-from builder import devices, knowledge, versions
+from builder import bounded, devices, knowledge, versions
 from builder.smoke import parsers
 from builder.vocabulary import normalize_arch
 
@@ -128,25 +127,17 @@ def _read(root: Path, path: str, problems: List[str], missing_ok: bool = False) 
         problems.append(f"{path} leads out of {root} (a symlink): not read")
         return None
     try:
-        fd = os.open(full, os.O_RDONLY | os.O_NONBLOCK)  # a FIFO opens without a writer, then is refused
+        data = bounded.read_file(full, MAX_READ)
     except FileNotFoundError:
         if not missing_ok:
             problems.append(f"{path} not found")
         return None
+    except bounded.NotRegular:
+        problems.append(f"{path} is not a regular file: not read")
+        return None
     except OSError as exc:
         problems.append(f"cannot read {path}: {exc.strerror or exc}")
         return None
-    try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            problems.append(f"{path} is not a regular file: not read")
-            return None
-        with os.fdopen(fd, "rb", closefd=False) as fh:
-            data = fh.read(MAX_READ)
-    except OSError as exc:
-        problems.append(f"cannot read {path}: {exc.strerror or exc}")
-        return None
-    finally:
-        os.close(fd)
     if b"\0" in data:
         problems.append(f"{path} is not a text file")
         return None

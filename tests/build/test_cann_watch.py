@@ -90,3 +90,11 @@ def test_a_wrong_or_missing_publication_is_a_clear_error(served, name, body, mes
         (folder / name).write_text(body)
     out = run_cli("releases", "cann", "--table", f"{base}/COMPATIBILITY.en.md", "--images", f"{base}/{name}")
     assert out.returncode == 1 and message in out.stderr and "Traceback" not in out.stderr
+
+
+def test_a_fifo_as_the_table_is_refused_not_waited_on(tmp_path):
+    import os
+
+    os.mkfifo(tmp_path / "table.md")
+    out = run_cli("releases", "cann", "--table", tmp_path / "table.md", timeout=20)
+    assert out.returncode == 1 and "cannot be read (not a regular file)" in out.stderr

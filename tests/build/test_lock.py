@@ -203,3 +203,19 @@ def test_a_pin_outside_cann_limits_cannot_resolve():
         lock.resolve(lock_inputs(replace(seven, pip=("numpy==2.0.2",)), KB))
     assert caught.value.message.startswith(f"uv could not resolve cell {seven.id} for aarch64-manylinux_2_35")
     assert "numpy" in caught.value.message
+
+
+@pytest.mark.parametrize("content, message", [
+    (b"numpy==1.26.4 \\\n    --hash=sha256:\xff\xfe\n", "is not UTF-8 text (byte 34): not a lock"),
+    (None, "bytes: no lock is that large"),
+])
+def test_a_lock_file_that_cannot_be_a_lock_is_refused_by_name(tmp_path, content, message):
+    path = tmp_path / lock.LOCK_FILE
+    if content is None:
+        with open(path, "wb") as fh:
+            fh.truncate(4 << 30)  # sparse: 4 GiB announced, nothing on disk
+    else:
+        path.write_bytes(content)
+    with pytest.raises(UserError) as caught:
+        lock.read(tmp_path)
+    assert caught.value.message.startswith(str(path)) and message in caught.value.message

@@ -955,10 +955,14 @@ def test_render_check_fails_on_missing_and_extra_files(copy):
     result = _check(args)
     assert result.exit_code == 1
     assert f"stale: {out / CELL_7_ARM / 'smoke.py'} (missing)" in result.output
-    assert f"stale: {out / CELL_7_X86 / 'notes.txt'} (not rendered)" in result.output
-    assert f"stale: {out / CELL_7_X86 / 'notes'} (not rendered)" in result.output
-    assert CliRunner().invoke(cli.app, ["render", *args]).exit_code == 0  # removes both again
-    assert not (out / CELL_7_X86 / "notes").exists() and _check(args).exit_code == 0
+    assert f"stale: {out / CELL_7_X86 / 'notes.txt'} (not rendered, not ascend-build's: kept)" in result.output
+    assert f"stale: {out / CELL_7_X86 / 'notes'} (not rendered, not ascend-build's: kept)" in result.output
+    assert CliRunner().invoke(cli.app, ["render", *args]).exit_code == 0  # writes smoke.py, deletes nothing of theirs
+    assert (out / CELL_7_ARM / "smoke.py").is_file()
+    assert (out / CELL_7_X86 / "notes.txt").read_text() == "mine\n" and (out / CELL_7_X86 / "notes").is_dir()
+    assert _check(args).exit_code == 1  # still drift for CI, until their owner moves them
+    (out / CELL_7_X86 / "notes.txt").unlink(), (out / CELL_7_X86 / "notes").rmdir()
+    assert _check(args).exit_code == 0
 
 
 def test_inputs_of_a_build_by_hand_are_not_stale(copy):
@@ -972,7 +976,7 @@ def test_inputs_of_a_build_by_hand_are_not_stale(copy):
     assert CliRunner().invoke(cli.app, ["render", *args]).exit_code == 0
     assert (out / CELL_7_X86 / "wheelhouse" / "some.whl").is_file()
     (out / CELL_7_X86 / "wheelhouse.txt").write_text("not a folder of inputs\n")
-    assert f"stale: {out / CELL_7_X86 / 'wheelhouse.txt'} (not rendered)" in _check(args).output
+    assert f"stale: {out / CELL_7_X86 / 'wheelhouse.txt'} (not rendered, not ascend-build's: kept)" in _check(args).output
 
 
 def test_render_check_writes_nothing(tmp_path):
@@ -1093,3 +1097,53 @@ def test_a_committed_cell_folder_builds_by_hand(engine, base_image, tmp_path):
         assert engine.labels(tag)[vocabulary.Label.VARIANT] == vocabulary.CPU
     finally:
         engine.untag(tag)
+
+
+# --- hostile trees: nothing of anyone else's is removed, nothing blocks or fills memory -----------
+
+
+def test_a_cell_gone_from_the_matrix_keeps_its_lock_and_what_others_put_there(copy):
+    out, args = copy
+    gone = out / "old-cell"
+    shutil.copytree(out / CELL_7_X86, gone)
+    (gone / "requirements.lock").write_text("# a lock `lock` made\n")
+    (gone / "wheelhouse").mkdir()
+    (gone / "wheelhouse" / "my.whl").write_text("wheel\n")
+    result = CliRunner().invoke(cli.app, ["render", *args])
+    assert result.exit_code == 0, result.output
+    assert f"{gone}/ (no longer in the matrix)" in result.output
+    assert f"{gone}/ kept requirements.lock, wheelhouse: not written by render" in result.output
+    assert sorted(p.name for p in gone.iterdir()) == ["requirements.lock", "wheelhouse"]  # render's files went
+    assert (gone / "wheelhouse" / "my.whl").read_text() == "wheel\n"
+
+
+def test_a_fifo_where_a_rendered_file_goes_neither_blocks_check_nor_is_written_through(copy):
+    out, args = copy
+    fifo = out / CELL_7_X86 / "errors.json"
+    fifo.unlink()
+    os.mkfifo(fifo)
+    result = _check(args)  # returns: a FIFO is "differs" without a read that would wait for a writer
+    assert result.exit_code == 1 and f"stale: {fifo} (differs)" in result.output
+    result = CliRunner().invoke(cli.app, ["render", *args])
+    assert isinstance(result.exception, UserError) and result.exception.message == (
+        f"{fifo} is not a regular file (a folder, a FIFO, a device) where render writes one; nothing was written")
+
+
+def test_a_folder_where_a_rendered_file_goes_is_refused(copy):
+    out, args = copy
+    target = out / CELL_7_X86 / "errors.json"
+    target.unlink()
+    target.mkdir()
+    (target / "mine").write_text("kept\n")
+    result = CliRunner().invoke(cli.app, ["render", *args])
+    assert isinstance(result.exception, UserError) and "is not a regular file" in result.exception.message
+    assert (target / "mine").read_text() == "kept\n"
+
+
+def test_a_huge_file_where_a_rendered_file_goes_is_not_read_whole(copy):
+    out, args = copy
+    target = out / CELL_7_X86 / "errors.json"
+    with open(target, "r+b") as fh:
+        fh.truncate(4 << 30)  # sparse: 4 GiB announced, nothing on disk
+    result = _check(args)
+    assert result.exit_code == 1 and f"stale: {target} (differs)" in result.output

@@ -31,7 +31,7 @@ from typing import Dict, List, Sequence, Tuple
 
 import yaml
 
-from builder import versions
+from builder import bounded, versions
 from builder.errors import UserError
 from builder.vocabulary import CHIPS
 
@@ -70,8 +70,7 @@ def read(source: str, timeout: float = 60.0) -> str:
 
         return Http(timeout).get(source)[2].decode("utf-8", errors="replace")
     try:
-        with open(source, encoding="utf-8", errors="replace") as stream:
-            return stream.read(64 << 20)
+        return bounded.read_file(source, 64 << 20).decode("utf-8", errors="replace")
     except OSError as exc:
         raise UserError(f"{source}: cannot be read ({exc.strerror or exc})",
                         fix="pass a URL or an existing file", exit_code=1) from None
