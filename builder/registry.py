@@ -71,6 +71,10 @@ TAG_PAGE = 1000
 TAG_PAGES = 1000           # a million tags; an endless Link chain stops here
 DEADLINE = 120.0           # seconds for one request, however slowly the server trickles
 _DIGEST = re.compile(r"^sha256:[0-9a-f]{64}$")
+# host[:port] as Docker reads a registry name: a DNS name, an IPv4 address or a bracketed IPv6 one
+_HOST = re.compile(r"(?:[A-Za-z0-9](?:[A-Za-z0-9-]{0,62}[A-Za-z0-9])?(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]{0,62}[A-Za-z0-9])?)*"
+                   r"|\[[0-9A-Fa-f:.]+\])(?::[0-9]{1,5})?")
+_TAG = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}")  # the distribution spec's tag grammar
 _HELPER = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 
 
@@ -99,7 +103,10 @@ class Manifest:
 
 
 def is_loopback(host: str) -> bool:
-    """True for ``localhost``, ``127.x.y.z`` and ``[::1]`` (with or without a port), nothing else."""
+    """True for ``localhost``, ``127.x.y.z`` and ``[::1]`` (with or without a port), nothing else
+    (``127.0.0.1:80@192.0.2.2`` is no host at all)."""
+    if not _HOST.fullmatch(host):
+        return False
     name = host.split("]")[0].lstrip("[") if host.startswith("[") else host.rsplit(":", 1)[0]
     if name == "localhost":
         return True
@@ -213,6 +220,9 @@ class Registry:
     def __init__(self, host: str, username: Optional[str] = None, password: Optional[str] = None,
                  timeout: float = 20, deadline: float = DEADLINE, page_size: int = TAG_PAGE):
         self.name = host.rstrip("/")                     # as the user wrote it (messages, credentials)
+        if not _HOST.fullmatch(self.name):
+            raise UserError(f"{self.name!r} is not a registry host", exit_code=2,
+                            fix="give host[:port], e.g. registry.example.com or 127.0.0.1:5000 (no scheme, user or path)")
         self.host = api_name(self.name, "x")[0]          # where the API answers
         self.base = f"{'http' if is_loopback(self.host) else 'https'}://{self.host}"
         self.timeout, self.deadline, self.page_size = timeout, deadline, page_size
@@ -296,7 +306,8 @@ class Registry:
         params = dict(re.findall(r'(\w+)="([^"]*)"', challenge))
         realm = params.get("realm", "")
         parts = urllib.parse.urlsplit(realm)
-        if not (parts.scheme == "https" or (parts.scheme == "http" and is_loopback(parts.netloc))) or not parts.netloc:
+        if (not (parts.scheme == "https" or (parts.scheme == "http" and is_loopback(parts.netloc)))
+                or not _HOST.fullmatch(parts.netloc)):  # no user@ part: "127.0.0.1:80@elsewhere" is elsewhere
             raise self._fail(f"its token realm {realm!r} is not an HTTPS address; no credentials were sent there",
                              "the registry's token service must be served over HTTPS")
         query = {"service": params.get("service", ""), "scope": scope}
@@ -311,7 +322,7 @@ class Registry:
             who = "the credentials given" if self._credentials else "an anonymous token"
             raise self._fail(f"its token service refused {who} (HTTP {exc.code})",
                              f"check the credentials (ASCEND_BUILD_REGISTRY_USER/_PASSWORD or `docker login {self.name}`)")
-        except (urllib.error.URLError, OSError, ValueError) as exc:
+        except (urllib.error.URLError, OSError, ValueError, RecursionError) as exc:
             raise self._fail(f"getting a token failed: {getattr(exc, 'reason', exc)}",
                              "check the token service named by the registry's challenge")
         token = body.get("token") or body.get("access_token") if isinstance(body, dict) else None
@@ -322,7 +333,7 @@ class Registry:
     def _json(self, body: bytes, what: str) -> dict:
         try:
             data = json.loads(body)
-        except ValueError:
+        except (ValueError, RecursionError):  # RecursionError: nesting deeper than Python's stack
             data = None
         if not isinstance(data, dict):
             raise self._fail(f"sent something other than a JSON object for {what}")
@@ -343,7 +354,7 @@ class Registry:
             tags = self._json(body, f"the tags of {repository}").get("tags") or []
             if not isinstance(tags, list) or not all(isinstance(t, str) for t in tags):
                 raise self._fail(f"sent a malformed tag list for {repository}")
-            found.update(tags)
+            found.update(t for t in tags if _TAG.fullmatch(t))  # no image of ours has another
             match = re.match(r'\s*<([^>]*)>\s*;\s*rel="?next"?', headers.get("link", ""))
             if not match:
                 return sorted(found)
@@ -391,7 +402,8 @@ class Registry:
             chosen = top
             if top.is_index:
                 wanted = ARCH_TO_PLATFORM.get(arch, arch)
-                entries = [m for m in top.data.get("manifests") or [] if isinstance(m, dict)]
+                listed = top.data.get("manifests")
+                entries = [m for m in listed if isinstance(m, dict)] if isinstance(listed, list) else []
                 platforms = [m.get("platform") if isinstance(m.get("platform"), dict) else {} for m in entries]
                 match = next((m for m, p in zip(entries, platforms) if p.get("architecture") == wanted), None)
                 if match is None:

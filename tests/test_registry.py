@@ -9,6 +9,7 @@ this machine (``fake_npu``).
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
@@ -24,7 +25,7 @@ import pytest
 import helpers_registry as hr
 from builder.build import matrix, plan, render
 from builder.errors import UserError
-from builder.registry import Registry, credentials, docker_config_credentials
+from builder.registry import Registry, credentials, docker_config_credentials, is_loopback
 from helpers_node import SMI_910B3, make_node
 
 CLI = str(Path(sys.executable).with_name("ascend-build"))
@@ -210,7 +211,8 @@ def test_credentials_never_follow_a_redirect_to_another_host(no_credentials):
     assert other_seen.seen == [("/tags", None)]             # the other host did not
 
 
-@pytest.mark.parametrize("realm", ["file:///etc/passwd", "http://token.example/token", "ftp://127.0.0.1/t", "/token"])
+@pytest.mark.parametrize("realm", ["file:///etc/passwd", "http://token.example/token", "ftp://127.0.0.1/t", "/token",
+                                   "http://127.0.0.1:80@192.0.2.2/token"])  # user@host: the host is 192.0.2.2
 def test_a_token_realm_that_is_not_https_gets_nothing(realm, no_credentials):
     server, port, handler = recorder({"/v2/r/tags/list": (401, {"WWW-Authenticate": f'Bearer realm="{realm}"'}, b"")})
     try:
@@ -332,3 +334,44 @@ def test_a_redirect_from_https_down_to_http_is_refused():
                                             "https://registry.example/v2/r/tags/list?last=a")
     other = _SameHostAuth().redirect_request(request, io.BytesIO(), 302, "Found", Message(), "https://cdn.example/blob")
     assert same.get_header("Authorization") == "Bearer t" and other.get_header("Authorization") is None
+
+
+# --- hostile registries: malformed answers are refused, never a traceback -----------------------
+
+
+def test_a_registry_name_with_a_user_part_is_no_host():
+    assert not is_loopback("127.0.0.1:80@192.0.2.2")
+    with pytest.raises(UserError) as refused:
+        Registry("127.0.0.1:80@192.0.2.2")
+    assert refused.value.message == "'127.0.0.1:80@192.0.2.2' is not a registry host"
+
+
+def test_nesting_deeper_than_pythons_stack_is_a_malformed_answer(no_credentials):
+    deep = b"[" * 100000 + b"]" * 100000
+    server, port, _ = recorder({"/v2/r/tags/list": (200, {}, b'{"tags": ' + deep + b"}")})
+    try:
+        with pytest.raises(UserError) as refused:
+            Registry(f"127.0.0.1:{port}").tags("r")
+    finally:
+        server.shutdown()
+    assert refused.value.message.endswith("sent something other than a JSON object for the tags of r")
+
+
+def test_tags_no_image_can_have_are_left_out(no_credentials):
+    body = json.dumps({"tags": ["good-1.0", "bad\n::error::x", "../etc", "-dash", "ok_2"]}).encode()
+    server, port, _ = recorder({"/v2/r/tags/list": (200, {}, body)})
+    try:
+        assert Registry(f"127.0.0.1:{port}").tags("r") == ["good-1.0", "ok_2"]
+    finally:
+        server.shutdown()
+
+
+def test_an_index_whose_manifests_are_not_a_list_names_no_arch(no_credentials):
+    body = json.dumps({"schemaVersion": 2, "mediaType": "application/vnd.oci.image.index.v1+json", "manifests": 5}).encode()
+    digest = "sha256:" + hashlib.sha256(body).hexdigest()
+    server, port, _ = recorder({"/v2/r/manifests/t": (200, {"Docker-Content-Digest": digest}, body)})
+    try:
+        info = Registry(f"127.0.0.1:{port}").inspect("r", "t", "x86_64")
+    finally:
+        server.shutdown()
+    assert info is not None and info.labels == {} and info.architecture == "none of: "
