@@ -817,3 +817,42 @@ def test_a_mistyped_json_project_page_is_read_or_refused_never_a_traceback(body,
         return
     _, files = index.parse_json_page(body, url)
     assert [(f.filename, f.hashes, f.requires_python, f.upload_time) for f in files] == outcome
+
+
+# --- hostile indexes ----------------------------------------------------------------------------
+
+
+def test_a_file_url_listed_by_an_index_is_never_opened(serve, compat_copy):
+    page = json.dumps({"meta": {"api-version": "1.1"}, "files": [
+        {"filename": "torch_npu-2.99.0-cp311-cp311-manylinux_2_28_x86_64.whl", "hashes": {},
+         "url": "file:///etc/passwd", "core-metadata": True}]}).encode()
+    index = serve(mode=("application/vnd.pypi.simple.v1+json", page))
+    with pytest.raises(UserError) as err:
+        check_then_write(index.url, compat_copy)
+    assert err.value.message.startswith("file:///etc/passwd") and "is not an http(s) URL; not fetched" in err.value.message
+
+
+def test_digits_of_other_scripts_are_no_python_or_glibc_version():
+    """'cp٣١١' and 'manylinux_٢_٢٨' match \\d but name nothing: they never reach the knowledge base."""
+    arabic = releases.parse_wheel_filename("torch_npu-2.99.0-cp٣١١-cp٣١١-manylinux_٢_٢٨_x86_64.whl")
+    assert arabic.pythons == () and arabic.arch is None and arabic.manylinux is None
+    plain = releases.parse_wheel_filename("torch_npu-2.99.0-cp311-cp311-manylinux_2_28_x86_64.whl")
+    assert plain.pythons == ("3.11",) and plain.arch == "x86_64"
+
+
+def test_a_non_ascii_url_is_fetched_percent_encoded(tmp_path):
+    import functools
+    import http.server
+    import threading
+
+    from builder.build.releases.http_client import Http
+
+    (tmp_path / "wheel-ä٣.txt").write_bytes(b"found")
+    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(tmp_path))
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        status, _, body, _ = Http(5).get(f"http://127.0.0.1:{server.server_port}/wheel-ä٣.txt")
+    finally:
+        server.shutdown()
+    assert (status, body) == (200, b"found")

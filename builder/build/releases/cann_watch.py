@@ -36,8 +36,8 @@ from builder.errors import UserError
 from builder.vocabulary import CHIPS
 
 # | torch_npu [(beta)] | Python ... | PyTorch | CANN X | ... (the table's column order)
-_ROW = re.compile(r"^\|\s*(\d[\w.]*)(?: \(beta\))?\s*\|\s*[^|]+\|\s*([\d.]+)\s*\|\s*CANN ([\w.-]+)\s*\|", re.M)
-_TAG = re.compile(r"^(?P<cann>\d[\w.-]*?)-(?P<chip>[A-Za-z0-9-]+?)-(?P<os>[a-z]+)(?P<osver>\d[\d.]*)-py(?P<py>\d\.\d+)$")
+_ROW = re.compile(r"^\|\s*(\d[\w.]*)(?: \(beta\))?\s*\|\s*[^|]+\|\s*([\d.]+)\s*\|\s*CANN ([\w.-]+)\s*\|", re.M | re.ASCII)
+_TAG = re.compile(r"^(?P<cann>\d[\w.-]*?)-(?P<chip>[A-Za-z0-9-]+?)-(?P<os>[a-z]+)(?P<osver>\d[\d.]*)-py(?P<py>\d\.\d+)$", re.ASCII)
 
 
 def table_rows(text: str) -> List[Tuple[str, str, str]]:

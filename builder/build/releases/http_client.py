@@ -12,6 +12,7 @@ import re
 import socket
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 from typing import Any, Mapping, Optional, Sequence, Tuple
 
@@ -62,6 +63,10 @@ class Http:
 
         When ``ok`` is ``(206,)`` (a Range request), a 200 or 416 raises NoRanges instead.
         """
+        if urllib.parse.urlsplit(url).scheme not in ("http", "https"):  # an index may list file:// links
+            raise url_error(url, "is not an http(s) URL; not fetched", "a package index serves files over http(s) only")
+        # non-ASCII in a URL (a path, a digit) is sent percent-encoded, as browsers do
+        url = urllib.parse.quote(url, safe=":/?#[]@!$&'()*+,;=%~")
         request = urllib.request.Request(url, headers={"User-Agent": "ascend-build", **(headers or {})})
         try:
             with urllib.request.urlopen(request, timeout=self.timeout) as response:
@@ -173,7 +178,7 @@ class RangeFile:
     def _fetch(self, spec: str) -> Tuple[int, bytes]:
         """(first byte's offset, bytes) of one ``Range: bytes=SPEC`` request; learns the file's size."""
         _, headers, body, _ = self.http.get(self.url, {"Range": f"bytes={spec}"}, ok=(206,))
-        m = re.match(r"^\s*bytes\s+(\d+)-(\d+)/(\d+)\s*$", headers.get("Content-Range", "") or "")
+        m = re.match(r"^\s*bytes\s+(\d+)-(\d+)/(\d+)\s*$", headers.get("Content-Range", "") or "", re.ASCII)
         if not m or int(m.group(2)) - int(m.group(1)) + 1 != len(body):
             raise NoRanges(self.url)  # no usable Content-Range: treat as no range support
         self.size = int(m.group(3))

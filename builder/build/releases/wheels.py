@@ -12,8 +12,9 @@ from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
 _MANYLINUX_LEGACY = {"manylinux1": "2_5", "manylinux2010": "2_12", "manylinux2014": "2_17"}
-_PLATFORM = re.compile(r"^(?:(manylinux_(\d+)_(\d+))|(manylinux1|manylinux2010|manylinux2014)|linux)_(x86_64|aarch64)$")
-_CPYTHON = re.compile(r"^cp(\d)(\d+)$")
+# [0-9], not \d: \d also matches other scripts' digits ('cp٣١١'), which no real tag has
+_PLATFORM = re.compile(r"^(?:(manylinux_([0-9]+)_([0-9]+))|(manylinux1|manylinux2010|manylinux2014)|linux)_(x86_64|aarch64)$")
+_CPYTHON = re.compile(r"^cp([0-9])([0-9]+)$")
 
 
 @dataclass(frozen=True)
