@@ -186,6 +186,9 @@ def run_host_checks(host: HostInfo, environ: Mapping[str, str]) -> List[Check]:
     out: List[Check] = []
     if host.driver:
         out.append(Check("driver", OK, f"{host.driver} ({host.driver_file or 'npu-smi'})"))
+    elif host.driver_file:  # there, but what it says is no version
+        why = next((p for p in host.problems if host.driver_file in p), f"{host.driver_file}: unreadable")
+        out.append(Check("driver", FAIL, why, "reinstall the Ascend HDK driver: its version.info is damaged"))
     else:
         out.append(Check("driver", FAIL, "no readable driver version.info: no NPU driver here",
                          "install the Ascend HDK driver on the host (npu-driver .run --full, then firmware); "

@@ -367,7 +367,8 @@ def _version_info(root: Path, bases: List[str], sub: str, kind: str, problems: L
         raw = kv.get("Version") or kv.get("version")
         value = _parse(kind, raw)
         if value is None:
-            problems.append(f"{path}: " + (f"Version={raw!r} is not a valid {sub} version" if raw
+            shown = raw if raw is None or len(raw) <= 40 else raw[:37] + "..."
+            problems.append(f"{path}: " + (f"Version={shown!r} is not a valid {sub} version" if raw
                                            else "no Version= line"))
         return value, kv, path
     problems.append(f"no {sub} version.info under {', '.join(bases)}")

@@ -344,3 +344,12 @@ def test_doctor_image_without_python_is_one_clear_failure(engine, base_image):
     assert probe_check.status == FAIL and "python3" in probe_check.detail and "python3" in probe_check.fix
     assert by_name(checks, "image: built by ascend-build").status == WARN
     assert [c.name for c in checks if c.status == FAIL] == ["image: probe"]
+
+
+@pytest.mark.parametrize("version, shown", [("9" * 5000 + ".1.rc3", "Version='" + "9" * 37 + "...'"),
+                                            ("24.1.rc²", "Version='24.1.rc²'")])
+def test_a_driver_version_info_that_holds_no_version_fails_saying_so(tmp_path, version, shown):
+    make_node(tmp_path, driver=DRIVER_INFO.replace("Version=24.1.rc3", f"Version={version}"))
+    check = by_name(doctor.run_host_checks(probe(tmp_path, run_npu_smi=False), GOOD_ENV), "driver")
+    assert (check.status, check.detail) == (
+        FAIL, f"/usr/local/Ascend/driver/version.info: {shown} is not a valid driver version")
