@@ -254,13 +254,36 @@ def _refuse(out: Path, rendered: Dict[str, Dict[str, bytes]], changes: List[Tupl
 def write(rendered: Dict[str, Dict[str, bytes]], out: Path) -> List[str]:
     """Bring ``out`` in line with a fresh render; returns what `stale` would have reported.
 
-    Checked first, written after (see `_refuse`); each file is written to a temporary name
-    and renamed, so an interruption leaves every file either old or new, never half.
+    Checked first (see `_refuse`), then in two steps: every new file is written beside its
+    target under a temporary name and every file to be replaced or removed is opened for
+    writing (an immutable or read-only one fails here); only when all of that worked are
+    the files renamed into place and the leftovers removed. A failure in the first step
+    leaves ``out`` as it was; the second only renames and unlinks.
     """
     changes = list(_differences(rendered, out))
     _refuse(out, rendered, changes)
+    staged: List[Tuple[Path, Path]] = []
+    try:
+        for path, _, data in changes:
+            if data is KEEP:
+                continue
+            targets = [p for p in path.iterdir() if _renders(p)] if data is None and path.is_dir() else [path]
+            for target in targets:
+                if target.exists():
+                    os.close(os.open(target, os.O_WRONLY | os.O_APPEND))  # writable? (changes nothing)
+            if data is not None:
+                path.parent.mkdir(parents=True, exist_ok=True)
+                tmp = path.with_name(f".{path.name}.ascend-build-tmp")
+                staged.append((tmp, path))
+                tmp.write_bytes(data)
+    except OSError as exc:
+        for tmp, _ in staged:
+            tmp.unlink(missing_ok=True)
+        raise UserError(f"cannot write {exc.filename or out}: {exc.strerror or exc}; nothing was changed", exit_code=1,
+                        fix="check that --out is a writable folder on a regular file system") from None
     changed = []
     try:
+        targets = dict((target, tmp) for tmp, target in staged)
         for path, why, data in changes:
             changed.append(_line(path, why))
             if data is KEEP:
@@ -272,10 +295,7 @@ def write(rendered: Dict[str, Dict[str, bytes]], out: Path) -> List[str]:
             elif data is None:
                 path.unlink()
             else:
-                path.parent.mkdir(parents=True, exist_ok=True)
-                tmp = path.with_name(f".{path.name}.ascend-build-tmp")
-                tmp.write_bytes(data)
-                os.replace(tmp, path)
+                os.replace(targets[path], path)
     except OSError as exc:
         raise UserError(f"cannot write {exc.filename or out}: {exc.strerror or exc}", exit_code=1,
                         fix="check that --out is a writable folder on a regular file system") from None

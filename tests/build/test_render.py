@@ -1147,3 +1147,23 @@ def test_a_huge_file_where_a_rendered_file_goes_is_not_read_whole(copy):
         fh.truncate(4 << 30)  # sparse: 4 GiB announced, nothing on disk
     result = _check(args)
     assert result.exit_code == 1 and f"stale: {target} (differs)" in result.output
+
+
+def test_a_render_that_cannot_write_one_file_changes_none(copy):
+    """An immutable file in the last cell stops render before the first cell is touched."""
+    import subprocess
+
+    out, args = copy
+    first, last = out / CELL_7_ARM / "smoke.py", out / sorted(p.name for p in out.iterdir() if p.is_dir())[-1] / "smoke.py"
+    first.write_text("edited\n")
+    last.write_text("edited too\n")
+    if subprocess.run(["chattr", "+i", str(last)], capture_output=True).returncode != 0:
+        pytest.skip("this file system cannot make a file immutable (chattr +i)")
+    try:
+        result = CliRunner().invoke(cli.app, ["render", *args])
+        assert isinstance(result.exception, UserError)
+        assert result.exception.message.startswith(f"cannot write {last}") and "nothing was changed" in result.exception.message
+        assert first.read_text() == "edited\n"  # not rewritten: the tree is as it was
+        assert not list(out.rglob("*.ascend-build-tmp"))
+    finally:
+        subprocess.run(["chattr", "-i", str(last)], check=True)
