@@ -39,7 +39,7 @@ def download(url: str, target: Path, sha256: str, *, referer: str = "", read_tim
              deadline: float = DEADLINE, limit: int = LIMIT) -> Path:
     """``url`` saved at ``target`` only if its bytes are those of ``sha256`` (a file already
     there with those bytes is kept, not fetched again); UserError otherwise, and nothing is left."""
-    if target.is_file() and _file_sha256(target) == sha256:
+    if target.is_file() and file_sha256(target) == sha256:
         return target
     target.parent.mkdir(parents=True, exist_ok=True)
     part = target.with_name(target.name + ".part")
@@ -55,7 +55,8 @@ def download(url: str, target: Path, sha256: str, *, referer: str = "", read_tim
     return target
 
 
-def _file_sha256(path: Path) -> str:
+def file_sha256(path: Path) -> str:
+    """The sha256 of a file on disk, read a MiB at a time."""
     digest = hashlib.sha256()
     with open(path, "rb") as stream:
         for block in iter(lambda: stream.read(1 << 20), b""):

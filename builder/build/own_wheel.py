@@ -19,7 +19,6 @@ Example:
 
 from __future__ import annotations
 
-import hashlib
 import urllib.parse
 from pathlib import Path
 from typing import Optional, Tuple
@@ -27,6 +26,7 @@ from typing import Optional, Tuple
 from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
 from packaging.version import Version
 
+from builder.build import fetch
 from builder.errors import UserError
 
 
@@ -63,19 +63,11 @@ def file_name(location: str) -> str:
     return Path(location).name
 
 
-def sha256_of(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as stream:
-        for block in iter(lambda: stream.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
 def mismatch(path: Path, sha256: str) -> Optional[str]:
     """None when ``path`` holds bytes of ``sha256``; else the sha256 it does hold ("" when
     it is not a readable file)."""
     try:
-        found = sha256_of(path) if path.is_file() else ""
+        found = fetch.file_sha256(path) if path.is_file() else ""
     except OSError:
         found = ""
     return None if found == sha256 else found
@@ -93,8 +85,6 @@ def verified(path: str, sha256: str, downloads: Optional[Path] = None) -> Path:
     if is_url(path):
         if downloads is None:
             raise ValueError("a wheel named by URL needs a folder to download it into")
-        from builder.build import fetch
-
         return fetch.download(path, downloads / sha256[:16] / file_name(path), sha256)
     found = mismatch(Path(path), sha256)
     if found is None:
