@@ -146,3 +146,25 @@ def token_registry(tmp_path_factory):
     finally:
         _stop(proc)
         server.shutdown()
+
+
+@pytest.fixture
+def serve_folder():
+    """serve_folder(folder) -> "http://127.0.0.1:PORT": a loopback web server of that folder
+    (a release folder, a wheel server, a published file), stopped at the test's end."""
+    import functools
+    import http.server
+    import threading
+
+    servers = []
+
+    def start(folder: Path) -> str:
+        handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(folder))
+        server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        servers.append(server)
+        return f"http://127.0.0.1:{server.server_port}"
+
+    yield start
+    for server in servers:
+        server.shutdown()

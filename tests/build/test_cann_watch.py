@@ -6,11 +6,8 @@ sources, what the knowledge base lacks, and never touches the knowledge base."""
 from __future__ import annotations
 
 import doctest
-import functools
 import hashlib
-import http.server
 import json
-import threading
 from pathlib import Path
 
 import pytest
@@ -32,13 +29,9 @@ def matrix_json(*tags: str) -> str:
 
 
 @pytest.fixture
-def served(tmp_path):
-    """A loopback server of tmp_path; yields (folder, base URL)."""
-    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(tmp_path))
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    yield tmp_path, f"http://127.0.0.1:{server.server_port}"
-    server.shutdown()
+def served(tmp_path, serve_folder):
+    """(folder, base URL) of a loopback server of tmp_path."""
+    return tmp_path, serve_folder(tmp_path)
 
 
 def test_module_examples_hold():

@@ -8,10 +8,7 @@ from __future__ import annotations
 
 from packaging.version import Version
 
-import functools
 import hashlib
-import http.server
-import threading
 from dataclasses import replace
 from pathlib import Path
 
@@ -167,21 +164,14 @@ def test_an_unreachable_torch_index_leaves_torch_incomplete_and_no_cuda_package(
 
 @pytest.mark.index
 @needs_wheel
-def test_a_reachable_torch_index_page_completes_torch(tmp_path):
+def test_a_reachable_torch_index_page_completes_torch(tmp_path, serve_folder):
     """A loopback page in the PyTorch CPU index's shape (one project page, #sha256 fragments)."""
     (tmp_path / "torch").mkdir()
     (tmp_path / "torch" / TORCH_WHEEL.name).symlink_to(TORCH_WHEEL)
     href = TORCH_WHEEL.name.replace("+", "%2B")
     (tmp_path / "torch" / "index.html").write_text(
         f'<html><body><a href="{href}#sha256={sha256(TORCH_WHEEL)}">{TORCH_WHEEL.name}</a></body></html>')
-    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(tmp_path))
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    try:
-        inputs = replace(lock_inputs(DEMO, KB), torch_index=f"http://127.0.0.1:{server.server_port}")
-        made = lock.resolve(inputs)
-    finally:
-        server.shutdown()
+    made = lock.resolve(replace(lock_inputs(DEMO, KB), torch_index=serve_folder(tmp_path)))
     assert made.complete and made.entry("torch").hashes == (sha256(TORCH_WHEEL),)
 
 

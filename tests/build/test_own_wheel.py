@@ -185,19 +185,10 @@ def test_an_npu_image_installs_the_own_wheel_and_refuses_other_bytes_of_its_name
 # --- a wheel named by URL -------------------------------------------------------------------
 
 @pytest.fixture
-def wheel_server(tmp_path):
-    """A loopback server of tmp_path/served; yields (folder, base URL)."""
-    import functools
-    import http.server
-    import threading
-
-    folder = tmp_path / "served"
-    folder.mkdir()
-    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(folder))
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    yield folder, f"http://127.0.0.1:{server.server_port}"
-    server.shutdown()
+def wheel_server(tmp_path, serve_folder):
+    """(folder, base URL) of a loopback server of tmp_path/served."""
+    (tmp_path / "served").mkdir()
+    return tmp_path / "served", serve_folder(tmp_path / "served")
 
 
 def test_a_url_is_validated_by_its_file_name_and_not_fetched(tmp_path):

@@ -840,19 +840,9 @@ def test_digits_of_other_scripts_are_no_python_or_glibc_version():
     assert plain.pythons == ("3.11",) and plain.arch == "x86_64"
 
 
-def test_a_non_ascii_url_is_fetched_percent_encoded(tmp_path):
-    import functools
-    import http.server
-    import threading
-
+def test_a_non_ascii_url_is_fetched_percent_encoded(tmp_path, serve_folder):
     from builder.build.releases.http_client import Http
 
     (tmp_path / "wheel-ä٣.txt").write_bytes(b"found")
-    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(tmp_path))
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    try:
-        status, _, body, _ = Http(5).get(f"http://127.0.0.1:{server.server_port}/wheel-ä٣.txt")
-    finally:
-        server.shutdown()
+    status, _, body, _ = Http(5).get(f"{serve_folder(tmp_path)}/wheel-ä٣.txt")
     assert (status, body) == (200, b"found")
