@@ -96,10 +96,11 @@ def render_command(
         typer.echo(f"{out} is up to date ({len(rendered)} cells)")
         return
     changed = render.write(rendered, out)
+    kept = [line for line in changed if "kept" in line]
     for line in changed:  # what went away, or stayed though render did not write it, is said by name
-        if "(no longer in the matrix)" in line or "kept" in line:
+        if "(no longer in the matrix)" in line or line in kept:
             typer.echo(line, err=True)
-    typer.echo(f"rendered {len(rendered)} cells into {out} ({len(changed)} path(s) changed)")
+    typer.echo(f"rendered {len(rendered)} cells into {out} ({len(changed) - len(kept)} path(s) changed)")
 
 
 @app.command("lock")

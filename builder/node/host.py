@@ -492,15 +492,17 @@ def probe(root: Path = Path("/"), run_npu_smi: bool = True,
     if not info.devices:
         problems.append("no /dev/davinciN device")
 
+    arch_problems: List[str] = []
     if str(root) == "/":
         info.arch = normalize_arch(platform.machine())
     else:
-        info.arch = normalize_arch(_read(root, "/proc/sys/kernel/arch", [], missing_ok=True))
+        info.arch = normalize_arch(_read(root, "/proc/sys/kernel/arch", arch_problems, missing_ok=True))
     info.cann, info.cann_file, cann_arch = _find_cann(root, info.arch, environ, problems)
     if info.arch is None:
         info.arch = cann_arch
         if info.arch is None:
-            problems.append(f"arch unknown: {root} has no proc/sys/kernel/arch and no toolkit install info")
+            why = "; ".join(arch_problems) or "no proc/sys/kernel/arch"
+            problems.append(f"arch unknown: {root}: {why}, and no toolkit install info")
 
     info.shm_bytes = _shm_bytes(root, problems)
 

@@ -832,6 +832,15 @@ def test_a_file_url_listed_by_an_index_is_never_opened(serve, compat_copy):
     assert err.value.message.startswith("file:///etc/passwd") and "is not an http(s) URL; not fetched" in err.value.message
 
 
+def test_a_wheel_without_a_cpython_tag_is_skipped_not_recorded(serve):
+    odd = "torch_npu-2.99.0-cp٣١١-cp٣١١-manylinux_2_28_x86_64.whl"
+    page = json.dumps({"meta": {"api-version": "1.1"}, "files": [
+        {"filename": odd, "url": f"../../files/{odd}", "hashes": {}}]}).encode()
+    index = serve(mode=("application/vnd.pypi.simple.v1+json", page))
+    result = releases.check(index.url)
+    assert result.new == [] and result.skipped == [f"{odd}: no CPython tag (cpXY)"]
+
+
 def test_digits_of_other_scripts_are_no_python_or_glibc_version():
     """'cp٣١١' and 'manylinux_٢_٢٨' match \\d but name nothing: they never reach the knowledge base."""
     arabic = releases.parse_wheel_filename("torch_npu-2.99.0-cp٣١١-cp٣١١-manylinux_٢_٢٨_x86_64.whl")

@@ -139,6 +139,8 @@ def _group_wheels(files: Sequence[IndexFile], project: str,
             result.skipped.append(f"{file.filename}: another project")
         elif wheel.arch is None:
             result.skipped.append(f"{file.filename}: no Linux x86_64/aarch64 platform tag")
+        elif not wheel.pythons:
+            result.skipped.append(f"{file.filename}: no CPython tag (cpXY)")
         else:
             result.wheels += 1
             out.setdefault(wheel.version, []).append((file, wheel))
