@@ -12,6 +12,7 @@
 #   ASCEND_BUILD_SETUP_BASE_IMAGE  name of the base image to make (default local/debian:12)
 #   DEBIAN_MIRROR                  debootstrap mirror (default: debootstrap's own)
 #   ASCEND_BUILD_SETUP_ARM64       0 skips the arm64 part (qemu, arm64 base images); default 1
+#   ASCEND_BUILD_CACHE_KEEP        BuildKit cache kept by a dockerd this script starts (default 20GB)
 set -euo pipefail
 
 STATE=${ASCEND_BUILD_STATE:-.state}
@@ -59,8 +60,12 @@ else
     if [ -n "${DOCKER_HOST:-}" ] && [ "$DOCKER_HOST" != "$DEFAULT_HOST" ]; then
         fail "no engine answers at DOCKER_HOST=$DOCKER_HOST; start that engine or unset DOCKER_HOST"
     fi
+    # The build cache is capped: each test session's synthetic installers are new bytes, so
+    # their layers are never reused, and an uncapped cache filled this machine's disk.
+    printf '{"builder": {"gc": {"enabled": true, "defaultKeepStorage": "%s"}}}\n' \
+        "${ASCEND_BUILD_CACHE_KEEP:-20GB}" >"$STATE/daemon.json"
     # setsid: the daemon must outlive this script and its terminal.
-    setsid dockerd >>"$STATE/dockerd.log" 2>&1 </dev/null &
+    setsid dockerd --config-file "$STATE/daemon.json" >>"$STATE/dockerd.log" 2>&1 </dev/null &
     pid=$!
     for _ in $(seq 60); do
         "$DOCKER" info >/dev/null 2>&1 && break
