@@ -197,9 +197,11 @@ def run_host_checks(host: HostInfo, environ: Mapping[str, str]) -> List[Check]:
 
     err = _smi_error(host)
     if err:
-        found = explain.explain(err, host)
-        fix = (found[0].fix if found else "put the driver's npu-smi there (an executable file), or mount it"
-               if "not an executable file" in err or "cannot run" in err else "run npu-smi info as root and read its error")
+        if "not an executable file" in err or "cannot run" in err:  # the host's program itself, not an image
+            fix = "put the driver's npu-smi there (an executable file for this host), or mount it"
+        else:
+            found = explain.explain(err, host)
+            fix = found[0].fix if found else "run npu-smi info as root and read its error"
         out.append(Check("npu-smi", FAIL, err, fix))
     elif host.npu_smi:
         out.append(Check("npu-smi", OK, f"{host.npu_smi}: NPU {', '.join(map(str, host.npu_ids)) or 'none'}"))

@@ -65,6 +65,8 @@ def test_an_npu_smi_that_cannot_answer_fails_the_check_naming_why(tmp_path, make
     make_smi(tmp_path / "usr/local/bin/npu-smi")
     check = by_name(doctor.run_host_checks(probe(tmp_path), GOOD_ENV), "npu-smi")
     assert (check.status, check.detail) == (FAIL, detail)
+    if "cannot run" in detail or "not an executable" in detail:  # about this host's npu-smi, not an image's arch
+        assert check.fix == "put the driver's npu-smi there (an executable file for this host), or mount it"
 
 
 def test_mismatched_firmware_fails_with_the_fix(tmp_path):
