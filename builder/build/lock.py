@@ -383,7 +383,7 @@ def resolve(inputs: Inputs, **options) -> Lock:
         own = {}
         for path, sha256 in inputs.own_wheels:
             source = own_wheel.verified(path, sha256, downloads=Path(folder) / "downloads")
-            shutil.copyfile(source, Path(folder) / source.name)
+            (Path(folder) / source.name).symlink_to(source.resolve())  # uv reads it through the link
             own[canonicalize_name(parse_wheel_filename(source.name)[0])] = sha256
         made = _resolve(inputs, own_links=(folder,), **options)
     return replace(made, entries=tuple(replace(e, hashes=(own[e.name],)) if e.name in own else e

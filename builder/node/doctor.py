@@ -169,13 +169,6 @@ def _size(n: int) -> str:
     return f"{n / 2**30:.1f} GiB" if n >= 2**30 else f"{n / 2**20:.0f} MiB"
 
 
-def _smi_error(host: HostInfo) -> Optional[str]:
-    """What went wrong with npu-smi (it failed, hung, printed without end, cannot run, is no
-    executable file); None when it answered or is simply not installed."""
-    return next((p for p in host.problems if p.startswith("npu-smi ")
-                 and not p.startswith(("npu-smi not found", "npu-smi info listed no NPU"))), None)
-
-
 def run_host_checks(host: HostInfo, environ: Mapping[str, str]) -> List[Check]:
     """The checklist on this node: driver, pairing, npu-smi, chip, devices, /dev/shm, environment.
 
@@ -195,7 +188,7 @@ def run_host_checks(host: HostInfo, environ: Mapping[str, str]) -> List[Check]:
                          "in a container mount -v /usr/local/Ascend/driver/version.info and driver/lib64"))
     out.append(check_pairing(host))
 
-    err = _smi_error(host)
+    err = host.smi_error
     if err:
         if "not an executable file" in err or "cannot run" in err:  # the host's program itself, not an image
             fix = "put the driver's npu-smi there (an executable file for this host), or mount it"

@@ -89,6 +89,7 @@ class HostInfo:
     devices: List[int] = field(default_factory=list)
     npu_smi: Optional[str] = None
     npu_ids: List[int] = field(default_factory=list)
+    smi_error: Optional[str] = None  # why npu-smi gave no answer (failed, hung, cannot run); None: answered or absent
     smi_driver: Optional[str] = None
     smi_firmware: Optional[str] = None
     compatibility: Optional[str] = None
@@ -507,10 +508,13 @@ def probe(root: Path = Path("/"), run_npu_smi: bool = True,
     info.shm_bytes = _shm_bytes(root, problems)
 
     if run_npu_smi:
+        before = len(problems)
         try:
             _probe_smi(info, root)
         except _SmiTimeout:
             pass
+        info.smi_error = next((p for p in problems[before:] if p.startswith("npu-smi ") and not p.startswith(
+            ("npu-smi not found", "npu-smi info listed no NPU"))), None)
         _reconcile(info)
     return info
 

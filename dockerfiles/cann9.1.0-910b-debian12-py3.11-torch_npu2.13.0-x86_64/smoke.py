@@ -506,7 +506,8 @@ def tier_libraries(ctx):
     # At run time `import torch` has loaded torch's own libraries (libc10.so,
     # libtorch*.so) before torch_npu asks for them, and torch_npu's RPATH does not
     # name torch/lib: give ldd the same view by putting both lib folders first.
-    preloaded = [os.path.join(root, "lib") for name in ("torch", pkg) for root in _package_roots(name)]
+    preloaded = [] if cann_only(ctx.manifest) else [
+        os.path.join(root, "lib") for name in ("torch", pkg) for root in _package_roots(name)]
     env = dict(os.environ, LD_LIBRARY_PATH=":".join(preloaded + [os.environ.get("LD_LIBRARY_PATH", "")]).strip(":"))
     d["preloaded_dirs"] = preloaded
     needed_by, from_driver = {}, set()
