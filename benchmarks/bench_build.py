@@ -27,7 +27,8 @@ import tempfile
 import time
 from dataclasses import replace
 from pathlib import Path
-from typing import Dict, Optional
+from collections import Counter
+from typing import Dict, List, Optional, Tuple
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -100,16 +101,42 @@ def hand_written(engine: Engine, torch_npu: str, folder: Path) -> tuple:
     return timed_build(engine, folder, "Dockerfile", folder.with_suffix(".log"), secrets)
 
 
+def layers(engine: Engine, image: str) -> List[Tuple[str, int]]:
+    """(diffID, bytes) of each layer of ``image``, bottom first. The history entries with bytes
+    are its layers, in order (an empty layer would break that, hence the check)."""
+    found = engine.client.images.get(image)
+    sizes = [h["Size"] for h in reversed(found.history()) if h["Size"]]
+    ids = found.attrs["RootFS"]["Layers"]
+    if len(sizes) != len(ids):
+        raise SystemExit(f"{image}: {len(ids)} layers but {len(sizes)} history entries with bytes")
+    return list(zip(ids, sizes))
+
+
 def shared_bytes(engine: Engine, a: str, b: str) -> int:
-    """Bytes of the layers two images share: the common bottom of their histories."""
-    def layers(image):
-        return [(h.get("CreatedBy"), h.get("Size", 0)) for h in reversed(engine.client.images.get(image).history())]
+    """Bytes of the layers ``b`` has byte for byte in ``a`` too (same diffID): a registry, or a
+    node's containerd content store, keeps each such layer once."""
+    theirs = Counter(layer for layer, _ in layers(engine, a))
     total = 0
-    for left, right in zip(layers(a), layers(b)):
-        if left != right:
-            break
-        total += left[1]
+    for layer, size in layers(engine, b):
+        if theirs[layer]:
+            theirs[layer] -= 1
+            total += size
     return total
+
+
+def step_seconds(log: Path) -> Dict[str, float]:
+    """What the bump's build spent where, from BuildKit's plain log: the torch_npu step (uv
+    fetches, unpacks and byte-compiles one wheel) and the export of the image's layers."""
+    titles, done = {}, {}
+    for line in log.read_text().splitlines():
+        step, _, rest = line.partition(" ")
+        if rest.startswith("[") or rest == "exporting to image":
+            titles[step] = rest
+        elif rest.startswith("DONE "):
+            done[step] = float(rest[5:].rstrip("s"))
+    def seconds(marker):
+        return sum(done.get(step, 0.0) for step, title in titles.items() if marker in title)
+    return {"torch_npu step": seconds("lock.torch_npu.txt"), "export": seconds("exporting to image")}
 
 
 def size(engine: Engine, image: str) -> int:
@@ -141,11 +168,17 @@ def main() -> Dict[str, str]:
         hand_shared = shared_bytes(engine, hand_cold_id, hand_bump_id)
         print(f"hand-written variants share {hand_shared / 1e6:.0f} MB of {size(engine, hand_bump_id) / 1e6:.0f} MB")
         print(f"rebuild speed-up of the layer plan over the single stage: {hand_bump / ours_bump:.1f}x")
+        spent = step_seconds(work / "ours-bumped.log")
+        floor = sum(spent.values())
+        print(f"the bump's {ours_bump:.1f} s: torch_npu step {spent['torch_npu step']:.1f} s (uv fetches, unpacks "
+              f"and byte-compiles one wheel), export {spent['export']:.1f} s, the rest {ours_bump - floor:.1f} s; "
+              f"those two alone are {floor / ours_cold:.0%} of this cold build")
         ours_size = size(engine, ours_bump_id)
         for image in (ours_cold_id, ours_bump_id, hand_cold_id, hand_bump_id):
             engine.remove(image, force=True)
     return {
-        "torch_npu bump / cold, ascend-build": f"{ours_bump:.1f} s / {ours_cold:.1f} s = {ours_bump / ours_cold:.0%} (goal <= 5%)",
+        "torch_npu bump / cold, ascend-build": f"{ours_bump:.1f} s / {ours_cold:.1f} s = {ours_bump / ours_cold:.0%} "
+                                               f"(goal <= 5%; torch_npu step + export alone {floor / ours_cold:.0%})",
         "torch_npu bump / cold, hand-written": f"{hand_bump:.1f} s / {hand_cold:.1f} s = {hand_bump / hand_cold:.0%}",
         "torch_npu variants share": f"{shared / ours_size:.0%} ({shared / 1e6:,.0f} of {ours_size / 1e6:,.0f} MB)",
     }

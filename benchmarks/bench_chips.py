@@ -6,7 +6,7 @@ installers of the vendor's shape (tests/helpers_cann.py): no CANN installer can 
 downloaded here, so what they weigh is a stand-in, printed beside the result (a toolkit of
 TOOLKIT_MB and a chip package of CHIP_MB of random bytes, which no layer compresses away).
 
-Prints each image's size, the bytes the two share (the common bottom of their layers), what
+Prints each image's size, the bytes the two share (their layers of the same diffID), what
 each has of its own, and the share. The layer order decides it: everything but the chip's
 package and torch_npu (above it, so a torch_npu bump rebuilds one layer) is shared.
 

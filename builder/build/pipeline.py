@@ -37,9 +37,9 @@ from builder.build.matrix import Cell
 from builder.engine import BuildFailed, Engine
 from builder.errors import UserError
 from builder.registry import Registry
-from builder.vocabulary import (ARCHS, CANDIDATE_SUFFIX, CPU, NPU, SMOKE_PROGRAM, STATIC_TIERS, TIERS, VALIDATION_REPORT,
+from builder.vocabulary import (ARCHS, CANDIDATE_SUFFIX, CPU, NPU, SMOKE_PROGRAM, STATIC_TIERS, VALIDATION_REPORT,
                                 VARIANTS, Label, dockerfile_name, normalize_arch, platform_of, release_tag,
-                                stand_in_tag)
+                                required_tiers, stand_in_tag)
 
 Say = Callable[[str], None]
 
@@ -133,12 +133,12 @@ def _plan(variant: str, options: Options, cann_only: bool = False
     the static tiers, on an NPU host too (nothing in it runs on the device).
     """
     if variant == CPU:
-        return CPU, (STATIC_TIERS[:1] if cann_only else TIERS), [], [], True
+        return CPU, required_tiers(CPU, cann_only), [], [], True
     present = [] if options.no_device else devices.npu_devices(options.root)
     if not present:
         return NPU, STATIC_TIERS, [], devices.driver_mounts(options.root), False
     chosen = devices.choose(present, options.devices)
-    return (NPU, STATIC_TIERS if cann_only else TIERS, devices.docker_devices(chosen, options.root),
+    return (NPU, required_tiers(NPU, cann_only), devices.docker_devices(chosen, options.root),
             devices.driver_mounts(options.root), True)
 
 
@@ -452,9 +452,10 @@ def promote(ref: str, options: Options, engine: Engine, say: Say) -> Outcome:
     chosen = devices.choose(present, options.devices)
     out = Outcome(cell_id, NPU, image_id=engine.image_id(ref) or "")
     say(f"[{cell_id}] device tiers on npu {chosen}")
-    report, out.smoke_seconds = smoke(engine, ref, NPU, TIERS, devices.docker_devices(chosen, options.root),
+    tiers = required_tiers(NPU, cann_only=not labels.get(Label.TORCH))
+    report, out.smoke_seconds = smoke(engine, ref, NPU, tiers, devices.docker_devices(chosen, options.root),
                                       devices.driver_mounts(options.root))
     release = ref[: -len(CANDIDATE_SUFFIX)] if ref.endswith(CANDIDATE_SUFFIX) else ref
     if options.push:  # the registry prefix is added again by _conclude
         release = release.split("/", 1)[-1] if release.startswith(options.push.rstrip("/") + "/") else release
-    return _conclude(out, engine, report, TIERS, True, release, cell_id, options)
+    return _conclude(out, engine, report, tiers, True, release, cell_id, options)

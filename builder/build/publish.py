@@ -7,7 +7,7 @@ so one reference pulls the right image on an x86_64 or an aarch64 node.
 
 Each entry is re-read from the registry, not taken from the build's memory: its
 manifest and config are hashed against their digests, and its labels must show that
-it passed every tier (``Label.VALIDATED`` and all of ``TIERS``), is of that arch in
+it passed every tier it owes (``Label.VALIDATED`` and ``vocabulary.required_tiers``), is of that arch in
 both its label and its config, is not a stand-in, and agrees with the other arches
 on everything but the arch. An arch that failed, was never pushed, or was pushed
 without passing stops the index: none is written, and what is there stays.
@@ -28,7 +28,7 @@ from typing import Dict, List, Optional, Tuple
 from builder.errors import UserError
 from builder.registry import (ARCH_TO_PLATFORM, DOCKER_LIST, DOCKER_MANIFEST, IMAGE_TYPES, OCI_INDEX, Registry,
                               config_labels)
-from builder.vocabulary import ARCHS, CPU, NPU, TIERS, Label, release_tag
+from builder.vocabulary import ARCHS, CPU, NPU, Label, release_tag, required_tiers
 
 # Labels every arch of one cell shares; the arch's own labels (and seal details) may differ.
 SHARED_LABELS = (Label.VARIANT, Label.OS, Label.PYTHON, Label.TORCH, Label.CANN, Label.CHIP, Label.TORCH_NPU,
@@ -73,8 +73,9 @@ def why_not(image: ArchImage, family: str, variant: str, architecture: str) -> L
     if labels.get(Label.VARIANT) != variant:
         reasons.append(f"it is a {labels.get(Label.VARIANT) or 'unlabelled'} image, not {variant}")
     passed = set((labels.get(Label.VALIDATED_TIERS) or "").split(","))
-    if labels.get(Label.VALIDATED) != "true" or not set(TIERS) <= passed:
-        missing = [t for t in TIERS if t not in passed]
+    required = required_tiers(variant, cann_only=not labels.get(Label.TORCH))
+    if labels.get(Label.VALIDATED) != "true" or not set(required) <= passed:
+        missing = [t for t in required if t not in passed]
         reasons.append("it did not pass every tier (not validated" + (f": {', '.join(missing)} missing)" if missing else ")"))
     if labels.get(Label.STAND_IN):
         reasons.append(f"it is a stand-in ({labels[Label.STAND_IN]}), not the cell's own image")

@@ -18,6 +18,8 @@ Example:
 
 from __future__ import annotations
 
+from typing import Tuple
+
 # ------------------------------------------------------------------ image labels
 LABEL_PREFIX = "io.ascend-build."
 OCI_PREFIX = "org.opencontainers.image."
@@ -102,6 +104,22 @@ def manifest_name(variant: str) -> str:
 # ------------------------------------------------------------------ smoke tiers
 STATIC_TIERS = ("versions", "libraries")  # need no device: run on any build machine
 TIERS = STATIC_TIERS + ("import", "device", "train", "collective")
+
+
+def required_tiers(variant: str, cann_only: bool) -> Tuple[str, ...]:
+    """The tiers an image must pass to be validated: all of them, but a CANN-only image has no
+    torch to import, run or train, so its NPU image owes the static tiers and its twin the
+    versions tier (its twin has no CANN to link).
+
+    Examples:
+        >>> required_tiers(NPU, cann_only=True)
+        ('versions', 'libraries')
+        >>> required_tiers(CPU, cann_only=True)
+        ('versions',)
+    """
+    if not cann_only:
+        return TIERS
+    return STATIC_TIERS if variant == NPU else STATIC_TIERS[:1]
 
 # ------------------------------------------------------------------ hardware words
 ARCHS = ("aarch64", "x86_64")

@@ -22,7 +22,7 @@ from builder.build import matrix, pipeline, plan, publish, render
 from builder.node.pull import listing
 from builder.errors import UserError
 from builder.registry import DOCKER_LIST, Registry
-from builder.vocabulary import TIERS
+from builder.vocabulary import STATIC_TIERS, TIERS
 from helpers_node import SMI_910B3, make_node
 
 CLI = str(Path(sys.executable).with_name("ascend-build"))
@@ -35,11 +35,11 @@ def cell_of(arch: str, **over) -> matrix.Cell:
     return replace(x86, arch=arch, id=x86.id[: -len("x86_64")] + arch, **over)
 
 
-def labels_of(cell: matrix.Cell, validated: bool = True) -> dict:
+def labels_of(cell: matrix.Cell, validated: bool = True, tiers=TIERS) -> dict:
     labels = dict(plan.labels(cell, "npu", render.content_hash(cell)))
     if validated:
         labels.update({"io.ascend-build.validated": "true", "io.ascend-build.validated-device": "npu",
-                       "io.ascend-build.validated-tiers": ",".join(TIERS)})
+                       "io.ascend-build.validated-tiers": ",".join(tiers)})
     return labels
 
 
@@ -51,13 +51,13 @@ def arch_images(engine, registry, tmp_path):
     repository = f"ascend-build-test/index-{uuid.uuid4().hex[:8]}"
     refs = []
 
-    def push(arch: str, validated: bool = True, **over) -> str:
+    def push(arch: str, validated: bool = True, tiers=TIERS, **over) -> str:
         cell = cell_of(arch, **over)
         folder = tmp_path / f"ctx-{arch}-{uuid.uuid4().hex[:6]}"
         folder.mkdir()
         base, platform = BASES[arch]
         (folder / "Dockerfile").write_text(f"FROM {base}\n")
-        image = engine.build(folder, labels=labels_of(cell, validated), log_path=folder / "build.log",
+        image = engine.build(folder, labels=labels_of(cell, validated, tiers), log_path=folder / "build.log",
                              platform=platform)
         ref = f"{registry.host}/{repository}:{cell.id}"
         engine.tag(image, ref)
@@ -117,6 +117,24 @@ def test_an_index_of_two_validated_arches_resolves_per_arch_on_pull_fake_npu(arc
     engine.pull(by_index, username=registry.username, password=registry.password)
     assert engine.architecture(by_index) == "amd64" and engine.labels(by_index)["io.ascend-build.arch"] == "x86_64"
     engine.untag(by_index)
+
+
+@pytest.mark.engine
+def test_a_cann_only_cell_is_indexed_on_the_tiers_it_owes_fake_npu(arch_images, registry, creds):
+    """A CANN-only image (no torch) is sealed on the static tiers: it has nothing to import or
+    train. Those are all it owes, so both arches index; the same labels with torch are refused."""
+    repository, push = arch_images
+    digests = {arch: push(arch, tiers=STATIC_TIERS, torch="", torch_npu="") for arch in ("x86_64", "aarch64")}
+    done = subprocess.run([CLI, "index", f"{registry.host}/{repository}:{family()}", "--json"],
+                          capture_output=True, text=True, timeout=300, env={**os.environ, **creds})
+    assert done.returncode == 0, done.stderr
+    [out] = json.loads(done.stdout)
+    assert out["status"] == "passed" and out["arches"] == digests
+
+    push("x86_64", tiers=STATIC_TIERS)  # with torch: import, device, train and collective are owed
+    refused = subprocess.run([CLI, "index", f"{registry.host}/{repository}:{family()}"],
+                             capture_output=True, text=True, timeout=300, env={**os.environ, **creds})
+    assert refused.returncode == 1 and "import, device, train, collective missing" in refused.stderr
 
 
 @pytest.mark.engine

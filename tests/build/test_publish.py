@@ -11,7 +11,7 @@ FAMILY = "cann7.0.rc1-910b-ubuntu22.04-py3.9-torch_npu2.1.0rc1"
 
 def image(arch="aarch64", media_type=DOCKER_MANIFEST, **labels):
     base = {"io.ascend-build.cell": f"{FAMILY}-{arch}", "io.ascend-build.variant": "npu",
-            "io.ascend-build.arch": arch, "io.ascend-build.validated": "true",
+            "io.ascend-build.arch": arch, "io.ascend-build.validated": "true", "io.ascend-build.torch": "2.1.0",
             "io.ascend-build.validated-tiers": ",".join(TIERS)}
     base.update(labels)
     return ArchImage(arch, f"{FAMILY}-{arch}", "sha256:" + ("a" if arch == "aarch64" else "b") * 64, media_type, 428,
@@ -45,6 +45,19 @@ def test_a_validated_image_of_its_arch_may_enter():
 ])
 def test_each_reason_to_keep_an_image_out_is_named(labels, architecture, reason):
     assert why_not(image(**labels), FAMILY, "npu", architecture) == [reason]
+
+
+@pytest.mark.parametrize("variant, tiers, reason", [
+    ("npu", "versions,libraries", None),
+    ("npu", "versions", "it did not pass every tier (not validated: libraries missing)"),
+    ("cpu", "versions", None),
+    ("cpu", "", "it did not pass every tier (not validated: versions missing)"),
+])
+def test_a_cann_only_image_owes_only_the_tiers_it_can_run(variant, tiers, reason):
+    """No torch label: CANN-only. Its NPU image owes the static tiers, its twin the versions tier."""
+    cann_only = image(**{"io.ascend-build.torch": "", "io.ascend-build.variant": variant,
+                         "io.ascend-build.validated-tiers": tiers})
+    assert why_not(cann_only, FAMILY, variant, "arm64") == ([reason] if reason else [])
 
 
 def test_index_bytes_are_a_docker_list_over_docker_manifests_sorted_by_arch():

@@ -32,6 +32,13 @@ def test_newest_torch_wins_then_torch_npu():
     assert best.tag == "newest" and rejected == []
 
 
+def test_a_cann_only_image_is_taken_only_when_no_image_with_pytorch_fits():
+    cann_only = image("cann-only", torch="", torch_npu="")
+    with_torch = image("with-torch", torch="2.1.0", torch_npu="2.1.0.post8")
+    assert choose([cann_only, with_torch], NODE, Wanted(cann="8.0.RC3"))[0].tag == "with-torch"
+    assert choose([cann_only, image("other-cann", cann="8.1.RC1")], NODE, Wanted(cann="8.0.RC3"))[0].tag == "cann-only"
+
+
 def test_cann_spellings_are_compared_as_versions():
     assert why_not(image("a", cann="8.0.RC3"), NODE, Wanted(cann="8.0.rc3")) == []
 
