@@ -6,12 +6,14 @@ or forge a CI annotation.
   colour sequences (``ESC[...m``) a table may carry: a title-setting OSC or a
   screen-clearing CSI from a file never reaches the terminal.
 - A line that would start with ``::`` (a GitHub Actions workflow command such as
-  ``::error file=x::``) gets its first colon escaped: ascend-build prints no such line
-  of its own, so one can only come from a value with a newline in it.
+  ``::error file=x::``) gets its second colon escaped: ascend-build prints no such line
+  of its own, so one can only come from a value with a newline in it. `SafeStream`
+  remembers how the current line began, so a line cut across writes (``print`` writes
+  its arguments one by one) is caught too.
 
 Example:
     >>> safe("ok\\n::error::forged\\x1b]0;title\\x07 \\x1b[31mred\\x1b[0m", at_line_start=True)
-    'ok\\n\\\\x3a:error::forged\\\\x1b]0;title\\\\x07 \\x1b[31mred\\x1b[0m'
+    'ok\\n:\\\\x3aerror::forged\\\\x1b]0;title\\\\x07 \\x1b[31mred\\x1b[0m'
 """
 
 from __future__ import annotations
@@ -22,7 +24,8 @@ from typing import TextIO
 
 # a colour sequence is kept; any other control character is escaped
 _UNSAFE = re.compile(r"\x1b\[[0-9;]*m|[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
-_COMMAND = re.compile(r"(\n[ \t]*):(?=:)")  # a line starting with "::"
+_COMMAND = re.compile(r"(\n[ \t]*:):")  # a line starting with "::"
+_OPEN_HEAD = re.compile(r"[ \t]*:?")  # how a line may begin and still become one
 
 
 def _escape(match: "re.Match[str]") -> str:
@@ -38,18 +41,27 @@ def safe(text: str, at_line_start: bool) -> str:
 
 
 class SafeStream:
-    """A text stream that writes ``safe`` text to the one it wraps."""
+    """A text stream that writes ``safe`` text to the one it wraps.
+
+    ``_head`` is the current line so far while it could still become a command (blanks and
+    at most one colon), else None: that colon was written already, so the next one is
+    the one escaped.
+    """
 
     def __init__(self, stream: TextIO) -> None:
         self._stream = stream
-        self._at_line_start = True
+        self._head = ""
 
     def write(self, text: str) -> int:
         if not isinstance(text, str):
             return self._stream.write(text)
-        cleaned = safe(text, self._at_line_start)
-        if text:
-            self._at_line_start = text.endswith("\n")
+        head = self._head
+        if head is None:
+            cleaned = safe(text, at_line_start=False)
+        else:  # the head holds only blanks and a colon, which neither rule changes
+            cleaned = safe(head + text, at_line_start=True)[len(head):]
+        line = text.rsplit("\n", 1)[-1] if "\n" in text else (None if head is None else head + text)
+        self._head = line if line is not None and _OPEN_HEAD.fullmatch(line) else None
         self._stream.write(cleaned)
         return len(text)
 
