@@ -27,7 +27,7 @@ import json
 import os
 import re
 import stat
-from dataclasses import fields
+from dataclasses import dataclass, fields
 from functools import lru_cache
 from pathlib import Path
 from typing import Dict, Iterator, List, Mapping, Optional, Tuple
@@ -251,8 +251,18 @@ def _refuse(out: Path, rendered: Dict[str, Dict[str, bytes]], changes: List[Tupl
                         fix="check the matrix; to drop cells, remove them from a matrix that keeps others", exit_code=1)
 
 
-def write(rendered: Dict[str, Dict[str, bytes]], out: Path) -> List[str]:
-    """Bring ``out`` in line with a fresh render; returns what `stale` would have reported.
+@dataclass(frozen=True)
+class Written:
+    """What `write` did. ``changed``: the paths it changed, as `stale` reports them; ``said``:
+    what to say by name, in order: a cell folder removed, and what render left because it
+    did not write it (a file in a cell folder, a removed cell's lock)."""
+
+    changed: List[str]
+    said: List[str]
+
+
+def write(rendered: Dict[str, Dict[str, bytes]], out: Path) -> Written:
+    """Bring ``out`` in line with a fresh render.
 
     Checked first (see `_refuse`), then in two steps: every new file is written beside its
     target under a temporary name and every file to be replaced or removed is opened for
@@ -262,7 +272,7 @@ def write(rendered: Dict[str, Dict[str, bytes]], out: Path) -> List[str]:
     """
     changes = list(_differences(rendered, out))
     _refuse(out, rendered, changes)
-    staged: List[Tuple[Path, Path]] = []
+    staged: Dict[Path, Path] = {}  # target -> its new bytes under a temporary name
     try:
         for path, _, data in changes:
             if data is KEEP:
@@ -273,30 +283,31 @@ def write(rendered: Dict[str, Dict[str, bytes]], out: Path) -> List[str]:
                     os.close(os.open(target, os.O_WRONLY | os.O_APPEND))  # writable? (changes nothing)
             if data is not None:
                 path.parent.mkdir(parents=True, exist_ok=True)
-                tmp = path.with_name(f".{path.name}.ascend-build-tmp")
-                staged.append((tmp, path))
-                tmp.write_bytes(data)
+                staged[path] = path.with_name(f".{path.name}.ascend-build-tmp")
+                staged[path].write_bytes(data)
     except OSError as exc:
-        for tmp, _ in staged:
+        for tmp in staged.values():
             tmp.unlink(missing_ok=True)
         raise UserError(f"cannot write {exc.filename or out}: {exc.strerror or exc}; nothing was changed", exit_code=1,
                         fix="check that --out is a writable folder on a regular file system") from None
-    changed = []
+    written = Written([], [])
     try:
-        targets = dict((target, tmp) for tmp, target in staged)
         for path, why, data in changes:
-            changed.append(_line(path, why))
+            line = _line(path, why)
             if data is KEEP:
+                written.said.append(line)
                 continue
+            written.changed.append(line)
             if data is None and path.is_dir():
+                written.said.append(line)
                 kept = _remove_cell(path)
                 if kept:
-                    changed.append(kept)
+                    written.said.append(kept)
             elif data is None:
                 path.unlink()
             else:
-                os.replace(targets[path], path)
+                os.replace(staged[path], path)
     except OSError as exc:
         raise UserError(f"cannot write {exc.filename or out}: {exc.strerror or exc}", exit_code=1,
                         fix="check that --out is a writable folder on a regular file system") from None
-    return changed
+    return written

@@ -95,12 +95,10 @@ def render_command(
             raise typer.Exit(1)
         typer.echo(f"{out} is up to date ({len(rendered)} cells)")
         return
-    changed = render.write(rendered, out)
-    kept = [line for line in changed if "kept" in line]
-    for line in changed:  # what went away, or stayed though render did not write it, is said by name
-        if "(no longer in the matrix)" in line or line in kept:
-            typer.echo(line, err=True)
-    typer.echo(f"rendered {len(rendered)} cells into {out} ({len(changed) - len(kept)} path(s) changed)")
+    written = render.write(rendered, out)
+    for line in written.said:  # what went away, or stayed though render did not write it
+        typer.echo(line, err=True)
+    typer.echo(f"rendered {len(rendered)} cells into {out} ({len(written.changed)} path(s) changed)")
 
 
 @app.command("lock")
@@ -138,8 +136,8 @@ def lock_command(
     incomplete = sum(r.state == "incomplete" for r in rows)
     summary = f"{len(rows) - len(bad) - incomplete} complete, {incomplete} incomplete, {len(bad)} missing/stale/failed"
     if not check:
-        changed = render.write(render.render_all(loaded.cells, kb, lock.read_all(out, (c.id for c in loaded.cells))), out)
-        summary += f"; rendered {len(loaded.cells)} cells into {out} ({len(changed)} path(s) changed)"
+        written = render.write(render.render_all(loaded.cells, kb, lock.read_all(out, (c.id for c in loaded.cells))), out)
+        summary += f"; rendered {len(loaded.cells)} cells into {out} ({len(written.changed)} path(s) changed)"
     typer.echo(summary, err=bool(bad))
     if bad:
         typer.echo("fix: run `ascend-build lock` (without --check) and commit dockerfiles/", err=True)

@@ -190,7 +190,7 @@ def run_host_checks(host: HostInfo, environ: Mapping[str, str]) -> List[Check]:
 
     err = host.smi_error
     if err:
-        if "not an executable file" in err or "cannot run" in err:  # the host's program itself, not an image
+        if host.smi_cannot_run:  # the host's program itself, not an image
             fix = "put the driver's npu-smi there (an executable file for this host), or mount it"
         else:
             found = explain.explain(err, host)

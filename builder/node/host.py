@@ -90,6 +90,7 @@ class HostInfo:
     npu_smi: Optional[str] = None
     npu_ids: List[int] = field(default_factory=list)
     smi_error: Optional[str] = None  # why npu-smi gave no answer (failed, hung, cannot run); None: answered or absent
+    smi_cannot_run: bool = False     # npu-smi is there, but this host cannot start it (not an executable, exec failed)
     smi_driver: Optional[str] = None
     smi_firmware: Optional[str] = None
     compatibility: Optional[str] = None
@@ -305,7 +306,14 @@ def _read_bounded(proc: subprocess.Popen) -> Tuple[bytes, bytes, str]:
     return b"".join(got[proc.stdout.fileno()]), b"".join(got[proc.stderr.fileno()]), ""
 
 
-def _run_smi(exe: Path, args: List[str], problems: List[str]) -> Optional[str]:
+def _smi_failed(info: HostInfo, message: str, cannot_run: bool = False) -> None:
+    """Note why npu-smi gave no answer; the first reason is the one doctor reports."""
+    info.problems.append(message)
+    if info.smi_error is None:
+        info.smi_error, info.smi_cannot_run = message, cannot_run
+
+
+def _run_smi(exe: Path, args: List[str], info: HostInfo) -> Optional[str]:
     """stdout of one npu-smi call, or None with a note (exit code, dcmi error).
 
     npu-smi runs in its own process group, killed whole on timeout, so a hung driver
@@ -316,7 +324,7 @@ def _run_smi(exe: Path, args: List[str], problems: List[str]) -> Optional[str]:
         proc = subprocess.Popen([str(exe), *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                 stdin=subprocess.DEVNULL, start_new_session=True)
     except OSError as exc:
-        problems.append(f"{what} cannot run: {exc.strerror or exc}")
+        _smi_failed(info, f"{what} cannot run: {exc.strerror or exc}", cannot_run=True)
         return None
     try:
         raw_out, raw_err, why = _read_bounded(proc)
@@ -329,14 +337,14 @@ def _run_smi(exe: Path, args: List[str], problems: List[str]) -> Optional[str]:
         except OSError:
             pass
         proc.wait()
-        problems.append(f"{what} {why}")
+        _smi_failed(info, f"{what} {why}")
         raise _SmiTimeout()
     proc.wait()
     stdout = raw_out.decode("utf-8", "replace")
     out = stdout + raw_err.decode("utf-8", "replace")
     if proc.returncode != 0 or "initialize failed" in out or "initialized failed" in out:
         tail = " / ".join(line.strip() for line in out.strip().splitlines()[-2:]) or "no output"
-        problems.append(f"{what} failed (exit {proc.returncode}): {tail}")
+        _smi_failed(info, f"{what} failed (exit {proc.returncode}): {tail}")
         return None
     return stdout
 
@@ -439,11 +447,13 @@ def _probe_smi(info: HostInfo, root: Path) -> None:
     exe = next((p for p in places if p.is_file() and os.access(p, os.X_OK)), None)
     if exe is None:
         odd = next((p for p in places if os.path.lexists(p)), None)
-        info.problems.append(f"npu-smi at /{odd.relative_to(root)} is not an executable file" if odd
-                             else "npu-smi not found in /usr/local/bin or /usr/local/sbin")
+        if odd:
+            _smi_failed(info, f"npu-smi at /{odd.relative_to(root)} is not an executable file", cannot_run=True)
+        else:
+            info.problems.append("npu-smi not found in /usr/local/bin or /usr/local/sbin")
         return
     info.npu_smi = "/" + str(exe.relative_to(root))
-    table = _run_smi(exe, ["info"], info.problems)
+    table = _run_smi(exe, ["info"], info)
     names: Dict[int, str] = {}
     if table is not None:
         header_driver, rows = parse_smi_table(table)
@@ -453,14 +463,14 @@ def _probe_smi(info: HostInfo, root: Path) -> None:
         if not rows:
             info.problems.append("npu-smi info listed no NPU")
     first = info.npu_ids[0] if info.npu_ids else 0
-    board_text = _run_smi(exe, ["info", "-t", "board", "-i", str(first)], info.problems)
+    board_text = _run_smi(exe, ["info", "-t", "board", "-i", str(first)], info)
     board = parse_board(board_text or "")
     info.smi_driver = board.get("Software Version") or info.smi_driver
     info.smi_firmware = board.get("Firmware Version")
     info.compatibility = board.get("Compatibility")
     soc = soc_from_board(board) or soc_name(names.get(first))
     if soc is None or soc == "Ascend910":
-        chip_text = _run_smi(exe, ["info", "-t", "board", "-i", str(first), "-c", "0"], info.problems)
+        chip_text = _run_smi(exe, ["info", "-t", "board", "-i", str(first), "-c", "0"], info)
         soc = soc_from_board(parse_board(chip_text or "")) or soc
     info.soc = soc
 
@@ -508,13 +518,10 @@ def probe(root: Path = Path("/"), run_npu_smi: bool = True,
     info.shm_bytes = _shm_bytes(root, problems)
 
     if run_npu_smi:
-        before = len(problems)
         try:
             _probe_smi(info, root)
         except _SmiTimeout:
             pass
-        info.smi_error = next((p for p in problems[before:] if p.startswith("npu-smi ") and not p.startswith(
-            ("npu-smi not found", "npu-smi info listed no NPU"))), None)
         _reconcile(info)
     return info
 

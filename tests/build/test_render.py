@@ -990,17 +990,17 @@ def test_render_check_writes_nothing(tmp_path):
 
 def test_write_reports_what_it_changed(tmp_path, rendered):
     out = tmp_path / "out"
-    first = render.write(rendered, out)
+    first = render.write(rendered, out).changed
     assert len(first) == sum(len(files) for files in rendered.values())
     assert sorted(p.name for p in out.iterdir()) == sorted(rendered)  # no shared folder: each cell is complete
     assert (out / CELL_7_X86 / "smoke.py").read_bytes() == render.SMOKE_FILES["smoke.py"].read_bytes()
     assert all(line.endswith(" (missing)") for line in first)
-    assert render.write(rendered, out) == []
+    assert render.write(rendered, out).changed == []
     target = out / CELL_7_X86 / "Dockerfile"
     target.write_text("edited\n")
     (out / "gone").mkdir()
     (out / "gone" / "Dockerfile").write_bytes(render.GENERATED + b" from old.yaml\n")
-    assert render.write(rendered, out) == [f"{out / 'gone'}/ (no longer in the matrix)", f"{target} (differs)"]
+    assert render.write(rendered, out).changed == [f"{out / 'gone'}/ (no longer in the matrix)", f"{target} (differs)"]
     assert target.read_bytes() == rendered[CELL_7_X86]["Dockerfile"]
     assert render.stale(rendered, out) == []
 
