@@ -880,6 +880,17 @@ def _check(args):
     return CliRunner().invoke(cli.app, ["render", "--check", *args])
 
 
+def test_render_counts_what_it_wrote_whatever_the_out_folder_is_called(tmp_path):
+    """What render says by name comes from what it did, not from words in its lines: an --out
+    whose path holds 'kept' was counted as 0 paths changed, every line said as kept."""
+    out = tmp_path / "kept-out"
+    result = CliRunner().invoke(cli.app, ["render", "--matrix", str(SHIPPED_MATRIX), "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    files = sum(1 for p in out.rglob("*") if p.is_file())
+    assert f"rendered 13 cells into {out} ({files} path(s) changed)" in result.output
+    assert "(missing)" not in result.output  # a new file is counted, not said by name
+
+
 def test_render_check_on_a_fresh_render(copy):
     out, args = copy
     result = _check(args)
