@@ -369,6 +369,20 @@ class Engine:
         except docker.errors.ImageNotFound:
             return False
 
+    def remove_if_unnamed(self, image_id: str) -> bool:
+        """Delete ``image_id`` if nothing names it (no tag, no digest) and nothing uses it: a
+        sealed build's candidate, whose layers the sealed image holds; False if kept."""
+        try:
+            image = self.client.images.get(image_id)
+            if image.tags or image.attrs.get("RepoDigests"):
+                return False
+            self.client.images.remove(image.id)
+            return True
+        except docker.errors.ImageNotFound:
+            return False
+        except docker.errors.APIError:  # in use by a container, or an image built on it classically
+            return False
+
     def remove(self, ref_or_id: str, force: bool = False) -> bool:
         """Delete an image (all its names with ``force``); False if absent."""
         try:

@@ -371,6 +371,8 @@ def _conclude(out: Outcome, engine: Engine, report: Dict, tiers: Tuple[str, ...]
         ref, image_id = ref + CANDIDATE_SUFFIX, out.image_id
     refs = [ref] + ([_registry_ref(options.push, ref)] if options.push else [])
     _apply_tags(engine, image_id, refs)
+    if image_id != out.image_id:  # sealed: the candidate's layers live on in the sealed image
+        engine.remove_if_unnamed(out.image_id)
     out.image_id, out.tags = image_id, refs
     if options.push:
         try:

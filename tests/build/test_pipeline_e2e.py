@@ -258,6 +258,7 @@ def test_cpu_twin_passes_is_sealed_tagged_pushed_and_pulled_by_digest(engine, re
     report = json.loads(report_bytes)
     assert report["passed"] is True and report["exit_code"] == 0 and report["cell"] == CELL_ID
     assert report["candidate"] != sealed  # the seal is a new image on top of the candidate
+    assert engine.image_id(report["candidate"]) is None  # and the unnamed candidate is gone, not left dangling
     assert not temp_tags(engine) & {f"{TEMP_TAG_REPO}:{report['candidate'].split(':')[-1][:20]}"}
 
     # Pushed: the digest the run reports is the one the engine recorded for the registry name.
