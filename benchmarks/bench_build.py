@@ -102,10 +102,12 @@ def hand_written(engine: Engine, torch_npu: str, folder: Path) -> tuple:
 
 
 def layers(engine: Engine, image: str) -> List[Tuple[str, int]]:
-    """(diffID, bytes) of each layer of ``image``, bottom first. The history entries with bytes
-    are its layers, in order (an empty layer would break that, hence the check)."""
+    """(diffID, bytes) of each layer of ``image``, bottom first. Its layers are the history
+    entries with bytes, and its COPYs (one of empty files has none), in order; the check says
+    when that rule misses."""
     found = engine.client.images.get(image)
-    sizes = [h["Size"] for h in reversed(found.history()) if h["Size"]]
+    sizes = [h["Size"] for h in reversed(found.history())
+             if h["Size"] or h["CreatedBy"].startswith(("COPY ", "ADD "))]
     ids = found.attrs["RootFS"]["Layers"]
     if len(sizes) != len(ids):
         raise SystemExit(f"{image}: {len(ids)} layers but {len(sizes)} history entries with bytes")

@@ -147,6 +147,11 @@ class Install:
         return ("\n".join(self.lines) + "\n").encode()
 
 
+# The file time of everything torch_npu's step writes (1980-01-01, as reproducible builds use):
+# its layer then depends on the bytes installed, not on when or on which chip it was built.
+FIXED_MTIME = 315532800
+
+
 @dataclass(frozen=True)
 class Plan:
     """Every fact the Dockerfile of one cell and variant is made of; the template formats it.
@@ -216,6 +221,17 @@ class Plan:
     def chip_installers(self) -> Tuple[InstallerFile, ...]:
         """The chip's package (and NNAL): installed above the Python closure, below torch_npu."""
         return tuple(f for f in self.installers if f.kind != "toolkit")
+
+    @property
+    def same_torch_npu_on_every_chip(self) -> bool:
+        """Whether torch_npu's layer, above the chip's, is built to be the same bytes on every
+        chip (see the template: mount points laid down below it, fixed file times in it)."""
+        return bool(self.chip_installers) and any(i.step == "torch_npu" and i.verified for i in self.installs)
+
+    @property
+    def fixed_mtime(self) -> int:
+        """The file time of what torch_npu's step writes (see FIXED_MTIME)."""
+        return FIXED_MTIME
 
     @property
     def uv_file(self) -> str:

@@ -206,10 +206,10 @@ def test_two_chips_of_one_cann_differ_only_in_the_chip_layer(engine, built, tmp_
         built.append(image)
         layers[chip] = engine.client.images.get(image).attrs["RootFS"]["Layers"]
     a, b = layers["910b"], layers["a3"]
-    # base, OS packages, toolkit, chip package, then this test's COPY of the smoke files (whose
-    # files are written afresh per build, so their times differ): shared up to the chip layer
-    shared = next(i for i, (x, y) in enumerate(zip(a, b)) if x != y)
-    assert len(a) == len(b) == 5 and shared == 3, (a, b)
+    # base, OS packages, toolkit, the mount points, chip package, then this test's COPY of the smoke
+    # files (whose folder COPY makes with the time of the build): shared up to the chip layer
+    assert len(a) == len(b) == 6, (a, b)
+    assert [i for i, (x, y) in enumerate(zip(a, b)) if x != y] == [4, 5], (a, b)
 
 
 @pytest.mark.engine
@@ -241,7 +241,8 @@ def test_nnal_installs_last_in_its_own_layer_and_its_env_is_checked(engine, buil
                "> /tmp/fake/torch/__init__.py && export PYTHONPATH=/tmp/fake:$PYTHONPATH &&")
     assert set_env_check(engine, image, nnal_env, before=old_abi)[1]["ATB_HOME_PATH"] == \
         f"is {atb}; set_env.sh sets {atb[:-1]}0"
-    assert len(engine.client.images.get(image).attrs["RootFS"]["Layers"]) == 6  # base, OS, 3 packages, files
+    # base, OS, the mount points, 3 packages, files
+    assert len(engine.client.images.get(image).attrs["RootFS"]["Layers"]) == 7
 
 
 WHEELHOUSE = Path("/opt/wheels")
@@ -254,7 +255,8 @@ DEMO = "cann9.1.0-910b-debian12-py3.11-torch_npu2.13.0-x86_64"
 def test_the_whole_images_of_two_chips_share_everything_below_the_chip_layer(engine, built, tmp_path):
     """The demo cell's whole NPU image, from its lock, for 910b and A3 (CANN from synthetic
     installers): identical up to the chip's package, which sits on the Python closure; above it
-    only torch_npu's layer and the files. What benchmarks/bench_chips.py weighs."""
+    torch_npu's layer and the files, and of all the layers only the chip's and the manifest's
+    differ. What benchmarks/bench_chips.py weighs."""
     home = "/usr/local/Ascend/cann-9.1.0"
     folder = tmp_path / "installers"
     folder.mkdir()
@@ -264,7 +266,7 @@ def test_the_whole_images_of_two_chips_share_everything_below_the_chip_layer(eng
         (folder / name).write_bytes(data)
     demo = next(c for c in matrix.load(Path("matrix")).cells if c.id == DEMO)
     made = lock.read(Path("dockerfiles") / DEMO)
-    steps = {}
+    steps, layers = {}, {}
     for chip in packages:
         cell = replace(demo, id=f"chips-{chip}", chip=chip, base_image=BASE, cann_source="local",
                        cann_local=str(folder), sha256=tuple((n, sha256(d).hexdigest()) for n, d in runs.items()))
@@ -273,6 +275,7 @@ def test_the_whole_images_of_two_chips_share_everything_below_the_chip_layer(eng
             image = engine.build(context, "Dockerfile", secrets=secrets, log_path=tmp_path / f"{chip}.log")
         built.append(image)
         steps[chip] = [(h["CreatedBy"], h["Size"]) for h in reversed(engine.client.images.get(image).history())]
+        layers[chip] = engine.client.images.get(image).attrs["RootFS"]["Layers"]
         # uv installed the locked steps from its own stage, mounted while they ran: it does not ship
         # (what stays is the empty mount point /opt/uv)
         shipped = engine.run(image, ["sh", "-c", "ls -A /opt/uv; ls -d /uv 2>/dev/null; command -v uv; "
@@ -285,3 +288,10 @@ def test_the_whole_images_of_two_chips_share_everything_below_the_chip_layer(eng
     assert "lock.closure.txt" in below and f"/tmp/cann/{TOOLKIT_91}" in below  # the environment and the toolkit: shared
     above = [created for created, size in a[first + 1:] if size]
     assert len(above) == 4 and "lock.torch_npu.txt" in above[0], above  # then torch_npu and the three COPYs
+    # torch_npu's layer, on the two chips' layers, is the same bytes (fixed file times, no mount
+    # point made in it); above it only the COPYs differ (their folders get the time of the build)
+    a, b = layers["910b"], layers["a3"]
+    assert len(a) == len(b)
+    differ = [i for i, (x, y) in enumerate(zip(a, b)) if x != y]
+    assert differ == [differ[0], *range(len(a) - 3, len(a))], differ  # the chip's, then the three COPYs
+    assert a[differ[0] + 1] == b[differ[0] + 1]  # torch_npu's

@@ -393,8 +393,10 @@ def _dockerfile(cell, kb, variant, lock) -> str:
 
 
 def _pip_lines(text: str):
-    """Each install command, its continuation lines joined (uv's and pip's)."""
-    commands = (" ".join(part.split()) for line in text.replace("\\\n", " ").splitlines() for part in line.split(" && "))
+    """Each install command, its continuation lines joined (uv's and pip's), without the
+    variables set for it alone (torch_npu's SOURCE_DATE_EPOCH)."""
+    commands = (re.sub(r"^(?:[A-Z_]+=\S+ )+", "", " ".join(part.split()))
+                for line in text.replace("\\\n", " ").splitlines() for part in line.split(" && "))
     return [c for c in commands if c.startswith(("pip install", "/opt/uv/bin/uv pip install"))]
 
 

@@ -172,6 +172,9 @@ RUN --mount=type=secret,id=buildenv --mount=type=secret,id=ca \\
     sh /tmp/unpack-cann.sh '/cann/Ascend-cann-kernels-910b_7.0.RC1_linux.zip' 'Ascend-cann-kernels-910b_7.0.RC1_linux.run' /cann && rm '/cann/Ascend-cann-kernels-910b_7.0.RC1_linux.zip' && \\
     ls -l /cann
 
+FROM os AS mount-points
+RUN mkdir /mount-points && touch /mount-points/hosts /mount-points/hostname /mount-points/resolv.conf
+
 FROM os
 SHELL ["/bin/bash", "-o", "pipefail", "-c"]
 RUN --mount=type=bind,from=cann-files,source=/cann/Ascend-cann-toolkit_7.0.RC1_linux-x86_64.run,target=/tmp/cann/Ascend-cann-toolkit_7.0.RC1_linux-x86_64.run \\
@@ -183,6 +186,7 @@ RUN --mount=type=bind,from=cann-files,source=/cann/Ascend-cann-toolkit_7.0.RC1_l
     assert expected in npu7
     assert """\
 # 6. The 910b operator package.
+COPY --from=mount-points /mount-points/ /etc/
 RUN --mount=type=bind,from=cann-files,source=/cann/Ascend-cann-kernels-910b_7.0.RC1_linux.run,target=/tmp/cann/Ascend-cann-kernels-910b_7.0.RC1_linux.run \\
     bash '/tmp/cann/Ascend-cann-kernels-910b_7.0.RC1_linux.run' --quiet --install --install-for-all && \\
     rm -rf /root/.cache /root/ascend /var/log/ascend_seclog
@@ -286,19 +290,25 @@ RUN --mount=type=secret,id=buildenv --mount=type=secret,id=ca \\
     pip install --no-deps --find-links /wheelhouse ${{torch_index:+--extra-index-url "$torch_index"}} -r /tmp/lock.unverified.txt
 
 # 6. The 910b operator package.
+COPY --from=mount-points /mount-points/ /etc/
 RUN --mount=type=bind,from=cann-files,source=/cann/Ascend-cann-kernels-910b_7.0.RC1_linux.run,target=/tmp/cann/Ascend-cann-kernels-910b_7.0.RC1_linux.run \\
     bash '/tmp/cann/Ascend-cann-kernels-910b_7.0.RC1_linux.run' --quiet --install --install-for-all && \\
     rm -rf /root/.cache /root/ascend /var/log/ascend_seclog
 
 # 7. torch_npu, pinned by the lock: a bump rebuilds from here on.
-RUN --mount=type=secret,id=buildenv --mount=type=secret,id=ca \\
+RUN --mount=type=tmpfs,target=/tmp --mount=type=tmpfs,target=/run/secrets \\
+    --mount=type=secret,id=buildenv --mount=type=secret,id=ca \\
     --mount=type=bind,from=wheelhouse,target=/wheelhouse \\
     --mount=type=bind,source=lock.torch_npu.txt,target=/tmp/lock.torch_npu.txt \\
     --mount=type=bind,from=uv,source=/uv,target=/opt/uv \\
     if [ -s /run/secrets/buildenv ]; then . /run/secrets/buildenv; fi && \\
+    touch /opt/conda/envs/ascend/.step-start && \\
+    SOURCE_DATE_EPOCH=315532800 \\
     /opt/uv/bin/uv pip install --python /opt/conda/envs/ascend/bin/python --require-hashes --no-deps \\
         --compile-bytecode --no-cache --link-mode=copy --find-links /wheelhouse \\
-        ${{PIP_INDEX_URL:+--index-url "$PIP_INDEX_URL"}} ${{PIP_NO_INDEX:+--no-index}} -r /tmp/lock.torch_npu.txt
+        ${{PIP_INDEX_URL:+--index-url "$PIP_INDEX_URL"}} ${{PIP_NO_INDEX:+--no-index}} -r /tmp/lock.torch_npu.txt && \\
+    find /opt/conda/envs/ascend -newer /opt/conda/envs/ascend/.step-start -exec touch -h -d @315532800 {{}} + && \\
+    rm /opt/conda/envs/ascend/.step-start && touch -d @315532800 /opt/conda/envs/ascend
 
 # 8. Defaults from the field guide; each can be overridden per cell (env_vars).
 """ in npu7
@@ -347,6 +357,7 @@ def test_layer_order(npu7):
         "--target /uv -r /tmp/uv.txt",
         "\nFROM os AS cann-files\n",
         "mkdir -p /cann",
+        "\nFROM os AS mount-points\n",
         "\nFROM os\n",
         "bash '/tmp/cann/Ascend-cann-toolkit_7.0.RC1_linux-x86_64.run'",
         "ENV ASCEND_HOME_PATH=",
@@ -354,6 +365,7 @@ def test_layer_order(npu7):
         "-r /tmp/lock.closure.txt",
         "-r /tmp/lock.unverified.txt",
         # the chip's package on the whole environment: the 910b and A3 images share all below it
+        "COPY --from=mount-points /mount-points/ /etc/",
         "bash '/tmp/cann/Ascend-cann-kernels-910b_7.0.RC1_linux.run'",
         "-r /tmp/lock.torch_npu.txt",
         'ENV HCCL_CONNECT_TIMEOUT="1800"',
@@ -365,7 +377,7 @@ def test_layer_order(npu7):
     ]
     positions = [_index(npu7, needle) for needle in order]
     assert positions == sorted(positions)
-    assert npu7.count("\nFROM ") == 5  # the optional wheelhouse, the OS, uv, CANN's files, then the image
+    assert npu7.count("\nFROM ") == 6  # the optional wheelhouse, the OS, uv, CANN's files, mount points, the image
 
 
 def test_a_torch_npu_bump_changes_nothing_below_its_layer(cell7, lock7, kb):
@@ -815,7 +827,7 @@ def test_every_cell_folder_is_a_complete_build_context(rendered, unlocked):
     contexts = _contexts(rendered, unlocked)
     for where, text in _dockerfiles(contexts):
         cell_id = where.split("/")[0]
-        copies = re.findall(r"^COPY (.+) \S+$", text, flags=re.M)
+        copies = re.findall(r"^COPY (?!--from=)(.+) \S+$", text, flags=re.M)  # --from: a stage's files
         assert copies[0] == "wheelhous[e]"
         sources = [name for line in copies[1:] for name in line.split()]
         assert sources and all(name in contexts[cell_id] for name in sources), where
