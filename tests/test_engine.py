@@ -212,6 +212,21 @@ def test_push_refused_auth_is_a_user_error(engine, registry, tiny_image, passwor
     engine.untag(ref)
 
 
+@pytest.mark.engine
+def test_remove_if_unnamed_keeps_a_named_image_and_removes_an_unnamed_one(engine, tiny_image, tmp_path):
+    """What a sealed build's candidate gets: removed when nothing names it, kept otherwise
+    (a promoted candidate has its -candidate tag, and a user may have tagged it)."""
+    ref = f"ascend-build-test/unnamed:{TOKEN[:12]}"
+    engine.tag(tiny_image, ref)
+    assert engine.remove_if_unnamed(tiny_image) is False and engine.image_id(ref) == tiny_image
+    engine.untag(ref)
+    unnamed = engine.build(_write(tmp_path / "unnamed", "FROM scratch\nCOPY a.txt /a.txt\n",
+                                  **{"a.txt": f"unnamed {uuid.uuid4().hex}\n"}), log_path=tmp_path / "unnamed.log")
+    assert engine.client.images.get(unnamed).tags == []
+    assert engine.remove_if_unnamed(unnamed) is True and engine.image_id(unnamed) is None
+    assert engine.remove_if_unnamed(unnamed) is False  # already gone
+
+
 # --- run ------------------------------------------------------------------------------
 
 

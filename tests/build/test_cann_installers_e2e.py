@@ -255,8 +255,8 @@ DEMO = "cann9.1.0-910b-debian12-py3.11-torch_npu2.13.0-x86_64"
 def test_the_whole_images_of_two_chips_share_everything_below_the_chip_layer(engine, built, tmp_path):
     """The demo cell's whole NPU image, from its lock, for 910b and A3 (CANN from synthetic
     installers): identical up to the chip's package, which sits on the Python closure; above it
-    torch_npu's layer and the files, and of all the layers only the chip's and the manifest's
-    differ. What benchmarks/bench_chips.py weighs."""
+    torch_npu's layer, the same bytes on both, then the files. What benchmarks/bench_chips.py
+    weighs."""
     home = "/usr/local/Ascend/cann-9.1.0"
     folder = tmp_path / "installers"
     folder.mkdir()
@@ -288,8 +288,9 @@ def test_the_whole_images_of_two_chips_share_everything_below_the_chip_layer(eng
     assert "lock.closure.txt" in below and f"/tmp/cann/{TOOLKIT_91}" in below  # the environment and the toolkit: shared
     above = [created for created, size in a[first + 1:] if size]
     assert len(above) == 4 and "lock.torch_npu.txt" in above[0], above  # then torch_npu and the three COPYs
-    # torch_npu's layer, on the two chips' layers, is the same bytes (fixed file times, no mount
-    # point made in it); above it only the COPYs differ (their folders get the time of the build)
+    # torch_npu's layer, though built on each chip's own, is the same bytes (fixed file times, no
+    # mount point made in it); only the three COPYs above it differ (COPY gives their folders the
+    # time of the build)
     a, b = layers["910b"], layers["a3"]
     assert len(a) == len(b)
     differ = [i for i, (x, y) in enumerate(zip(a, b)) if x != y]
