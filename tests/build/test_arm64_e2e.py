@@ -140,3 +140,4 @@ def test_an_arm64_npu_image_without_cann_fails_its_libraries_tier_and_gets_no_ta
     assert json.loads(Path(out["report"]).read_text())["emulated"] == "qemu-user: aarch64 on an x86_64 host"
     for suffix in ("", "-candidate"):
         assert engine.image_id(f"{repo}:{cell_id}{suffix}") is None
+    assert engine.remove_if_unnamed(out["image_id"])  # the failed image is kept, unnamed, for a look: drop it

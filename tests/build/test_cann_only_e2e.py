@@ -71,3 +71,5 @@ def test_a_cann_only_cell_builds_its_twin_without_torch_tiers_and_its_npu_image_
     finally:
         for ref in (f"{image}:{CELL_ID}-cpu", f"{image}:{CELL_ID}", f"{image}:{CELL_ID}-candidate"):
             engine.remove(ref, force=True)
+        for report in (state / "reports").glob("*.json"):  # a failed image is kept, unnamed, for a look
+            engine.remove_if_unnamed(json.loads(report.read_text())["candidate"])
