@@ -25,7 +25,6 @@ Run: .venv/bin/python benchmarks/bench_build.py   (needs `make engine` first; pr
 from __future__ import annotations
 
 import subprocess
-from hashlib import sha256
 import sys
 import tempfile
 import time
@@ -43,14 +42,12 @@ from builder.build import lock, matrix, render  # noqa: E402
 from builder.build import stage  # noqa: E402
 from builder.build.plan import lock_inputs  # noqa: E402
 from builder.engine import Engine  # noqa: E402
-from helpers_cann import synthetic_run  # noqa: E402
+from helpers_cann import installers_91  # noqa: E402
 
 BASE = "local/debian:12"
 CA = Path("/etc/ssl/certs/ca-certificates.crt")
 WHEELHOUSE = Path("/opt/wheels")
 CELL_ID = "cann9.1.0-910b-debian12-py3.11-torch_npu2.13.0-x86_64"
-HOME = "/usr/local/Ascend/cann-9.1.0"
-TOOLKIT = "Ascend-cann-toolkit_9.1.0_linux-x86_64.run"
 CHIP_PACKAGES = {"910b": "Ascend-cann-910b-ops_9.1.0_linux-x86_64.run", "a3": "Ascend-cann-A3-ops_9.1.0_linux-x86_64.run"}
 
 HAND_WRITTEN = """\
@@ -64,16 +61,6 @@ RUN --mount=type=secret,id=ca \\
         protobuf scipy requests absl-py
 ENV PATH=/opt/env/bin:$PATH
 """
-
-
-def installers(folder: Path, weights: Dict[str, int]) -> Dict[str, str]:
-    """Synthetic CANN installers in ``folder``, ``weights`` MiB of random bytes each (no layer
-    compresses them away) by file name; their sha256 by name."""
-    folder.mkdir(parents=True, exist_ok=True)
-    made = {name: synthetic_run(name, HOME, "9.1.0", payload_mb=mb) for name, mb in weights.items()}
-    for name, data in made.items():
-        (folder / name).write_bytes(data)
-    return {name: sha256(data).hexdigest() for name, data in made.items()}
 
 
 def on_installers(cell: matrix.Cell, chip: str, folder: Path, sha: Dict[str, str]) -> matrix.Cell:
@@ -181,7 +168,7 @@ def main() -> Dict[str, str]:
     with tempfile.TemporaryDirectory(prefix="ascend-bench-") as tmp:
         work = Path(tmp)
         folder = work / "installers"
-        cell = on_installers(cell, "910b", folder, installers(folder, {TOOLKIT: 0, CHIP_PACKAGES["910b"]: 0}))
+        cell = on_installers(cell, "910b", folder, installers_91(folder, CHIP_PACKAGES["910b"]))
         bumped = replace(cell, torch_npu="2.13.0rc1")
         prune(engine)
         ours_cold_id, ours_cold = ascend_build(engine, cell, work, "ours", installers=folder)

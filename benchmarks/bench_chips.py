@@ -26,10 +26,10 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tests"))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from bench_build import (CELL_ID, CHIP_PACKAGES, TOOLKIT, ascend_build, installers, on_installers,  # noqa: E402
-                         shared_bytes, size)
+from bench_build import CELL_ID, CHIP_PACKAGES, ascend_build, on_installers, shared_bytes, size  # noqa: E402
 from builder.build import lock, matrix  # noqa: E402
 from builder.engine import Engine  # noqa: E402
+from helpers_cann import installers_91  # noqa: E402
 
 TOOLKIT_MB, CHIP_MB = 1024, 256
 
@@ -41,7 +41,7 @@ def main() -> Dict[str, str]:
     with tempfile.TemporaryDirectory(prefix="ascend-bench-chips-") as tmp:
         work = Path(tmp)
         folder = work / "installers"
-        sha = installers(folder, {TOOLKIT: TOOLKIT_MB, **{name: CHIP_MB for name in CHIP_PACKAGES.values()}})
+        sha = installers_91(folder, *CHIP_PACKAGES.values(), toolkit_mb=TOOLKIT_MB, chip_mb=CHIP_MB)
         images = {}
         for chip in CHIP_PACKAGES:
             cell = on_installers(replace(demo, id=f"bench-chips-{chip}"), chip, folder, sha)

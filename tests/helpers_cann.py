@@ -112,19 +112,22 @@ def synthetic_torch_npu_wheel(folder, version: str = "2.13.0", torch: str = "2.1
     return path
 
 
-def installers_91(folder, chip_package: str = "Ascend-cann-910b-ops_9.1.0_linux-x86_64.run", fresh: bool = False):
-    """CANN 9.1.0's toolkit and a chip's package (910b's on x86_64 unless named), synthetic,
+def installers_91(folder, *chip_packages: str, fresh: bool = False, toolkit_mb: int = 0, chip_mb: int = 0):
+    """CANN 9.1.0's toolkit and chips' packages (910b's on x86_64 unless named), synthetic,
     written into ``folder`` (made if missing) as a `cann_source: {local: ...}` folder holds them.
     Returns each file's sha256 by name, as the cell's ``sha256:`` gives them. ``fresh``: bytes
-    no other build of the session has (BuildKit then cannot reuse a layer: the installers run)."""
+    no other build of the session has (BuildKit then cannot reuse a layer: the installers run).
+    ``toolkit_mb``, ``chip_mb``: what each weighs installed, in MiB of random bytes."""
     import hashlib
     from pathlib import Path
 
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     sha = {}
-    for name in ("Ascend-cann-toolkit_9.1.0_linux-x86_64.run", chip_package):
-        data = synthetic_run(name, "/usr/local/Ascend/cann-9.1.0", "9.1.0") + (
+    toolkit = "Ascend-cann-toolkit_9.1.0_linux-x86_64.run"
+    for name in (toolkit, *(chip_packages or ("Ascend-cann-910b-ops_9.1.0_linux-x86_64.run",))):
+        data = synthetic_run(name, "/usr/local/Ascend/cann-9.1.0", "9.1.0",
+                             payload_mb=toolkit_mb if name == toolkit else chip_mb) + (
             f"# {uuid.uuid4().hex}\n".encode() if fresh else b"")
         (folder / name).write_bytes(data)
         sha[name] = hashlib.sha256(data).hexdigest()
