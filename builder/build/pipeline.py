@@ -21,46 +21,24 @@ Example:
 from __future__ import annotations
 
 import json
-import platform
 import re
 import time
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Dict, List, Optional, Tuple
 
 from builder import devices
-from builder import knowledge
-from builder.build import lock as locking
 from builder.build import plan as planning
 from builder.build import own_wheel, publish, render, stage, wheels
+from builder.build.job import Job, Options, host_arch, prepare
 from builder.build.matrix import Cell
 from builder.engine import BuildFailed, Engine
 from builder.errors import UserError
 from builder.registry import Registry
-from builder.vocabulary import (ARCHS, CANDIDATE_SUFFIX, CPU, NPU, SMOKE_PROGRAM, STATIC_TIERS, VALIDATION_REPORT,
-                                VARIANTS, Label, dockerfile_name, normalize_arch, platform_of, release_tag,
-                                required_tiers, stand_in_tag)
+from builder.vocabulary import (ARCHS, CANDIDATE_SUFFIX, CPU, NPU, SMOKE_PROGRAM, VALIDATION_REPORT, VARIANTS, Label,
+                                platform_of, release_tag, required_tiers)
 
 Say = Callable[[str], None]
-
-
-@dataclass
-class Options:
-    """How to build: which variants, where state goes, what the host offers."""
-
-    variants: Tuple[str, ...] = VARIANTS
-    state_dir: Path = Path(".state")
-    no_device: bool = False
-    devices: Optional[str] = None          # "0,1"; None = every NPU of the host
-    push: Optional[str] = None             # registry host[:port][/namespace]
-    base_image: Optional[str] = None       # overrides every cell's OS base image
-    wheelhouse: Optional[Path] = None
-    ca_bundle: Optional[Path] = None
-    root: Path = Path("/")                 # where to look for /dev and the driver (tests)
-    quiet: bool = False
-    locks_dir: Path = Path("dockerfiles")  # where each cell's lock is: <locks_dir>/<cell>/requirements.lock
-    twin_os: Optional[str] = None          # build CPU twins on this OS instead (a stand-in; same closure)
-    allow_incomplete_lock: bool = False    # build a cell whose lock is not complete (entries unverified)
 
 
 @dataclass
@@ -94,18 +72,28 @@ def variants_for(choice: str, has_npu: bool) -> Tuple[str, ...]:
     return table[choice]
 
 
-def image_name(cell: Cell, variant: str) -> str:
-    """File-system name of an image (state files): the cell id, ``-cpu`` for the twin."""
-    return release_tag(cell.id, variant)
+def run(cells: List[Cell], options: Options, engine: Engine, say: Say) -> List[Outcome]:
+    """Every (cell, variant) in order; one failure does not stop the others. With a push,
+    each cell whose every arch is now in the registry gets its index (see `indexes`)."""
+    outcomes = []
+    for cell in cells:
+        for variant in options.variants:
+            try:
+                outcomes.append(build_one(cell, variant, options, engine, say))
+            except UserError as exc:  # e.g. a refused push: report it, keep the local image
+                outcomes.append(Outcome(cell.id, variant, status="error", message=str(exc)))
+    return outcomes + (indexes(outcomes, options.push, say) if options.push else [])
 
 
-def release_ref(cell: Cell, variant: str) -> str:
-    """``image:tag`` of the NPU image, ``image:tag-cpu`` of its CPU twin."""
-    return f"{cell.image}:{release_tag(cell.tag, variant)}"
-
-
-def _registry_ref(registry: Optional[str], ref: str) -> Optional[str]:
-    return f"{registry.rstrip('/')}/{ref}" if registry else None
+def build_one(cell: Cell, variant: str, options: Options, engine: Engine, say: Say) -> Outcome:
+    """Prepare, build, smoke-test and conclude (seal, tag, push) one image; a refusal
+    before the build is a `UserError`, a failed build or tier an outcome."""
+    job = prepare(cell, variant, options)
+    out = Outcome(job.plan.cell_id, variant)
+    if not build(job, options, engine, say, out):
+        return out
+    report = smoke_test(job, engine, say, out)
+    return conclude(out, engine, report, job.smoke.tiers, job.smoke.final, job.ref, job.name, options)
 
 
 class _Progress:
@@ -122,24 +110,6 @@ class _Progress:
             self.last = match.group(1)
             text = " ".join(match.group(2).split())
             self.say(f"[{self.name}] step {match.group(1)} {text[:100]}")
-
-
-def _plan(variant: str, options: Options, cann_only: bool = False
-          ) -> Tuple[str, Tuple[str, ...], List[str], List[Tuple[str, str, bool]], bool]:
-    """(device, tiers, docker devices, mounts, final) for a smoke run of ``variant`` on this host.
-
-    ``final`` says whether passing earns the release tag (True) or only ``-candidate``.
-    A CANN-only image has no torch tiers: its twin runs the versions tier, its NPU image
-    the static tiers, on an NPU host too (nothing in it runs on the device).
-    """
-    if variant == CPU:
-        return CPU, required_tiers(CPU, cann_only), [], [], True
-    present = [] if options.no_device else devices.npu_devices(options.root)
-    if not present:
-        return NPU, STATIC_TIERS, [], devices.driver_mounts(options.root), False
-    chosen = devices.choose(present, options.devices)
-    return (NPU, required_tiers(NPU, cann_only), devices.docker_devices(chosen, options.root),
-            devices.driver_mounts(options.root), True)
 
 
 # Under qemu a training step of the smoke model takes about 23 s (its backward pass is
@@ -238,107 +208,62 @@ def _apply_tags(engine: Engine, image_id: str, refs: List[str]) -> None:
         raise
 
 
-def host_arch() -> str:
-    """This machine's arch in the matrix's words."""
-    return normalize_arch(platform.machine()) or platform.machine()
-
-
-def build_one(cell: Cell, variant: str, options: Options, engine: Engine, say: Say) -> Outcome:
-    """Build, smoke-test and (if it passed) seal, tag and push one image.
-
-    A cell of another arch than this host's is built and smoke-tested under qemu (the
-    report and the seal say so). With ``options.twin_os`` the CPU twin is built on that
-    OS's base (venv, its own python3) with the cell's locked closure: a stand-in, tagged
-    and labelled as one, never as the cell's own twin.
-    """
-    out = Outcome(cell.id, variant)
-    state = options.state_dir
-    closure_of = None
-    if variant == CPU and options.twin_os and options.twin_os != cell.os:
-        stand_in = knowledge.load().os_info(options.twin_os)
-        if stand_in is None or stand_in.python != cell.python:
-            raise UserError(f"--twin-os {options.twin_os}: its python3 is {stand_in.python if stand_in else 'unknown'}, "
-                            f"cell {cell.id} needs Python {cell.python}",
-                            fix="pick an OS of builder/data/os.yaml whose python3 is the cell's (debian11: 3.9, debian12: 3.11)")
-        closure_of, cell = cell, replace(cell, os=options.twin_os, env="venv")
-    name = image_name(cell, variant) + (f"-on-{cell.os}" if closure_of else "")
-    if options.base_image:
-        cell = replace(cell, base_image=options.base_image)
-    emulated = cell.arch != host_arch()
-    dockerfile = dockerfile_name(variant)
-    lock = locking.read(options.locks_dir / (closure_of or cell).id)
-    lock_state = locking.status(lock, planning.lock_inputs(closure_of or cell, knowledge.load()))
-    if lock_state != "ok" and not options.allow_incomplete_lock:
-        why = {"missing": "has no lock", "stale": "has a lock made from other inputs",
-               "incomplete": "has a lock with entries lacking a sha256 (" + ", ".join(
-                   f"{e.name}=={e.version}" for e in (lock.incomplete if lock else ())) + ")"}[lock_state]
-        out.message = (f"{cell.id} {why} in {options.locks_dir}: its image would install unverified packages\n"
-                       f"  fix: run `ascend-build lock` (where every source is reachable), or pass --allow-incomplete-lock")
-        return out
-    unrecorded = planning.unrecorded_installers(cell, knowledge.load(), lock) if variant == NPU else ()
-    if unrecorded:  # the Dockerfile refuses too; saying it here spares a build that cannot succeed
-        out.message = (f"{cell.id}: no sha256 known for {', '.join(unrecorded)}: no installer runs unverified\n"
-                       f"  fix: run `ascend-build lock` where the download server answers (it records each "
-                       f"file's sha256 on first fetch), or add sha256: {{FILE: HEX}} to the cell")
-        return out
-    installers = Path(cell.cann_local) if (variant == NPU and cell.cann_source == "local") else None
-    try:  # the cell's own torch_npu wheel: its bytes checked before any build starts
-        own = ([own_wheel.verified(*cell.torch_npu_wheel, downloads=state / "own-wheels")]
-               if (variant == NPU and cell.torch_npu_wheel) else [])
-    except UserError as exc:
-        out.message = str(exc)
-        return out
-    fetched = (_fetch_wheels(cell, options.locks_dir / (closure_of or cell).id / locking.LOCK_FILE,
-                             state / "wheels" / name, name, say) if emulated and lock_state == "ok" else None)
-    with stage.claim(state / "contexts", cell.arch, variant) as folder:
-        context = stage.context(render.render_cell(cell, lock=lock, closure_of=closure_of), folder,
-                                options.wheelhouse, installers, fetched, own)
-        log = state / "logs" / f"{name}.build.log"
-        out.log = str(log)
-        build_args = {planning.ALLOW_UNVERIFIED: "1"} if lock_state != "ok" else {}
-
-        say(f"[{name}] building {variant} image" + (f" for {cell.arch} under qemu" if emulated else ""))
+def build(job: Job, options: Options, engine: Engine, say: Say, out: Outcome) -> bool:
+    """Stage the job's context (its own wheel checked, the lock's wheels fetched natively for
+    an emulated arch) and build it: the candidate's ID in ``out``, or why it failed."""
+    plan, state = job.plan, options.state_dir
+    # the cell's own torch_npu wheel: its bytes checked before any build starts
+    own = ([own_wheel.verified(*plan.own_wheel, downloads=state / "own-wheels")]
+           if job.npu and plan.own_wheel else [])
+    fetched = _fetch_wheels(job, state / "wheels" / job.name, say) if job.emulated and plan.lock_state == "ok" else None
+    installers = Path(plan.installers_dir) if job.npu and plan.installers_dir else None
+    out.log = str(state / "logs" / f"{job.name}.build.log")
+    with stage.claim(state / "contexts", plan.arch, job.variant) as folder:
+        context = stage.context(render.files(plan), folder, options.wheelhouse, installers, fetched, own)
+        say(f"[{job.name}] building {job.variant} image" + (f" for {plan.arch} under qemu" if job.emulated else ""))
         start = time.monotonic()
         try:
-            with stage.secrets(cell, options.ca_bundle, offline_pip=fetched is not None) as secret_files:
-                candidate = engine.build(context, dockerfile, secrets=secret_files, log_path=log, build_args=build_args,
-                                         on_line=_Progress(name, say, options.quiet),
-                                         platform=platform_of(cell.arch) if emulated else None)
+            with stage.secrets(plan, options.ca_bundle, offline_pip=fetched is not None) as secret_files:
+                out.image_id = engine.build(
+                    context, job.image.dockerfile, secrets=secret_files, log_path=Path(out.log),
+                    build_args={planning.ALLOW_UNVERIFIED: "1"} if plan.lock_state != "ok" else {},
+                    on_line=_Progress(job.name, say, options.quiet),
+                    platform=platform_of(plan.arch) if job.emulated else None)
         except BuildFailed as exc:
-            out.build_seconds = time.monotonic() - start
             out.status, out.message = "failed", str(exc)
-            return out
-    out.build_seconds = time.monotonic() - start
-    out.image_id = candidate
-
-    device, tiers, docker_devices, mounts, final = _plan(variant, options, cell.cann_only)
-    say(f"[{name}] smoke test on {device}: {', '.join(tiers)}")
-    report, out.smoke_seconds = smoke(engine, candidate, device, tiers, docker_devices, mounts,
-                                      ("--steps", str(EMULATED_STEPS)) if emulated else ())
-    report["content_hash"] = render.content_hash(cell, lock)
-    report["lock"] = lock_state
-    report["emulated"] = f"qemu-user: {cell.arch} on an {host_arch()} host" if emulated else None
-    report["stand_in"] = planning.stand_in_reason(cell, closure_of) if closure_of else None
-    base = (cell.cann_image if variant == NPU and cell.cann_source == "image"
-            else cell.base_image or knowledge.load().os_info(cell.os).image)
-    report["base_image"] = {"ref": base, "id": engine.image_id(base), "digests": engine.repo_digests(base)}
-    ref = f"{cell.image}:{stand_in_tag(closure_of.tag, cell.os)}" if closure_of else release_ref(cell, variant)
-    return _conclude(out, engine, report, tiers, final, ref, name, options)
+            return False
+        finally:
+            out.build_seconds = time.monotonic() - start
+    return True
 
 
-def _fetch_wheels(cell: Cell, lock_file: Path, folder: Path, name: str, say: Say) -> Optional[Path]:
-    """The lock's wheels for ``cell``'s platform, downloaded natively (see `wheels`); None if not."""
-    start = time.monotonic()
-    kb = knowledge.load()
+def smoke_test(job: Job, engine: Engine, say: Say, out: Outcome) -> Dict:
+    """Run the job's tiers in its candidate; the report, with what the image was built from."""
+    plan, tiers = job.plan, job.smoke.tiers
+    say(f"[{job.name}] smoke test on {job.smoke.device}: {', '.join(tiers)}")
+    report, out.smoke_seconds = smoke(engine, out.image_id, job.smoke.device, tiers, job.smoke.docker_devices,
+                                      job.smoke.mounts, ("--steps", str(EMULATED_STEPS)) if job.emulated else ())
+    base = job.image.base_image
+    report.update({
+        "content_hash": plan.content_hash, "lock": plan.lock_state,
+        "emulated": f"qemu-user: {plan.arch} on an {host_arch()} host" if job.emulated else None,
+        "stand_in": plan.stand_in or None,
+        "base_image": {"ref": base, "id": engine.image_id(base), "digests": engine.repo_digests(base)},
+    })
+    return report
+
+
+def _fetch_wheels(job: Job, folder: Path, say: Say) -> Optional[Path]:
+    """The lock's wheels for the job's platform, downloaded natively (see `wheels`); None if not."""
+    start, plan = time.monotonic(), job.plan
     uv = folder.with_name(f"{folder.name}.uv.txt")  # the installer the build uses comes offline too
     folder.parent.mkdir(parents=True, exist_ok=True)
-    uv.write_text(kb.uv_requirement(cell.arch) + "\n")
-    why_not = wheels.download((lock_file, uv), folder, python=cell.python, arch=cell.arch,
-                              glibc=kb.os_info(cell.os).glibc)
+    uv.write_text(plan.uv + "\n")
+    why_not = wheels.download((job.lock_file, uv), folder, python=plan.python, arch=plan.arch, glibc=plan.glibc)
     if why_not:
-        say(f"[{name}] wheels will be fetched inside the emulated build: {why_not}")
+        say(f"[{job.name}] wheels will be fetched inside the emulated build: {why_not}")
         return None
-    say(f"[{name}] {len(list(folder.glob('*.whl')))} wheels of the lock fetched natively for {cell.arch} "
+    say(f"[{job.name}] {len(list(folder.glob('*.whl')))} wheels of the lock fetched natively for {plan.arch} "
         f"in {time.monotonic() - start:.1f} s; the build installs them offline")
     return folder
 
@@ -355,7 +280,7 @@ def _keep_report(out: Outcome, report: Dict, tiers: Tuple[str, ...], name: str, 
     return report_bytes
 
 
-def _conclude(out: Outcome, engine: Engine, report: Dict, tiers: Tuple[str, ...], final: bool, ref: str,
+def conclude(out: Outcome, engine: Engine, report: Dict, tiers: Tuple[str, ...], final: bool, ref: str,
               name: str, options: Options) -> Outcome:
     """Keep the report, judge it; a pass is sealed (when final) and tagged, then pushed."""
     state = options.state_dir
@@ -369,31 +294,19 @@ def _conclude(out: Outcome, engine: Engine, report: Dict, tiers: Tuple[str, ...]
                         state / "logs" / f"{name}.seal.log")
     else:
         ref, image_id = ref + CANDIDATE_SUFFIX, out.image_id
-    refs = [ref] + ([_registry_ref(options.push, ref)] if options.push else [])
+    pushed = f"{options.push.rstrip('/')}/{ref}" if options.push else ""
+    refs = [ref] + ([pushed] if pushed else [])
     _apply_tags(engine, image_id, refs)
     if image_id != out.image_id:  # sealed: the candidate's layers live on in the sealed image
         engine.remove_if_unnamed(out.image_id)
     out.image_id, out.tags = image_id, refs
-    if options.push:
+    if pushed:
         try:
-            out.digests[refs[1]] = engine.push(refs[1])
+            out.digests[pushed] = engine.push(pushed)
         except UserError as exc:  # e.g. refused credentials: keep the outcome (id, tags, report) and the image
             out.status = "error"
             out.message = f"{exc.message} (kept locally as {', '.join(refs)})" + (f"\n  fix: {exc.fix}" if exc.fix else "")
     return out
-
-
-def run(cells: List[Cell], options: Options, engine: Engine, say: Say) -> List[Outcome]:
-    """Every (cell, variant) in order; one failure does not stop the others. With a push,
-    each cell whose every arch is now in the registry gets its index (see `indexes`)."""
-    outcomes = []
-    for cell in cells:
-        for variant in options.variants:
-            try:
-                outcomes.append(build_one(cell, variant, options, engine, say))
-            except UserError as exc:  # e.g. a refused push: report it, keep the local image
-                outcomes.append(Outcome(cell.id, variant, status="error", message=str(exc)))
-    return outcomes + (indexes(outcomes, options.push, say) if options.push else [])
 
 
 def index_outcome(registry: Registry, repository: str, family: str, variant: str) -> Outcome:
@@ -460,4 +373,4 @@ def promote(ref: str, options: Options, engine: Engine, say: Say) -> Outcome:
     release = ref[: -len(CANDIDATE_SUFFIX)] if ref.endswith(CANDIDATE_SUFFIX) else ref
     if options.push:  # the registry prefix is added again by _conclude
         release = release.split("/", 1)[-1] if release.startswith(options.push.rstrip("/") + "/") else release
-    return _conclude(out, engine, report, tiers, True, release, cell_id, options)
+    return conclude(out, engine, report, tiers, True, release, cell_id, options)

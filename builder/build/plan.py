@@ -1,17 +1,20 @@
-"""What goes into one image: every decision of a cell's Dockerfile, made once, as a typed value.
+"""What goes into one cell's images: every decision, made once, as typed values.
 
-`plan(cell, kb, variant, digest)` asks the knowledge base and the vocabulary everything
-an image of ``variant`` (the NPU image or its CPU twin) needs: base image, OS packages,
-CANN installers and environment, Python environment, pins, files, labels, and the
-numbers of its steps. The template (``builder/templates/Dockerfile.j2``) only formats a
-`Plan`; `render` writes it out. Values from the knowledge base are re-checked against
-strict patterns here, exactly like the matrix's own values, so none can change a
-Dockerfile's structure.
+`resolve(cell, kb, digest, lock)` asks the knowledge base and the vocabulary, once,
+everything both images of a cell (the NPU image and its CPU twin) need: base image, OS
+packages, CANN installers and environment, Python environment from the lock and the
+lock's state, pins, files, labels, manifests, tags. It returns a `CellPlan` holding a
+`Plan` per variant (the facts of its Dockerfile) and what the pipeline needs beside them.
+The template (``builder/templates/Dockerfile.j2``) only formats a `Plan`; `render`
+writes the files; the pipeline's steps take the `CellPlan` (see `builder.build.job`).
+Values from the knowledge base are re-checked against strict patterns here, exactly like
+the matrix's own values, so none can change a Dockerfile's structure.
 
 Example:
-    >>> p = plan(cell, knowledge.load(), vocabulary.CPU, "0123456789abcdef")   # doctest: +SKIP
-    >>> p.base_image, p.steps, p.number("torch")                                # doctest: +SKIP
-    ('debian:bookworm-slim', ('os', 'python', 'torch', 'env', 'files'), 3)
+    >>> resolved = resolve(cell, knowledge.load(), "0123456789abcdef", lock)        # doctest: +SKIP
+    >>> p = resolved.plans[vocabulary.CPU]                                          # doctest: +SKIP
+    >>> p.base_image, p.steps, p.number("closure")                                  # doctest: +SKIP
+    ('debian:bookworm-slim', ('os', 'python', 'closure', 'env', 'files'), 3)
 """
 
 from __future__ import annotations
@@ -21,7 +24,7 @@ import re
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
-from typing import Dict, Optional, Tuple
+from typing import Dict, Mapping, Optional, Tuple
 
 from packaging.utils import canonicalize_name
 
@@ -31,6 +34,7 @@ from builder.build import lock as locking
 from builder.build import stage
 from builder.build.matrix import Cell
 from builder.errors import UserError
+from builder.knowledge import KnowledgeBase, OsInfo
 
 # The PyTorch project's index of CPU-only torch wheels. x86_64 torch_npu up to
 # 2.11 pins torch==X+cpu, which exists only there; later releases still want a
@@ -141,7 +145,7 @@ class Install:
 
     @property
     def names(self) -> Tuple[str, ...]:
-        return tuple(re.split(r"[=<>!~;\[ ]", line, 1)[0] for line in self.lines if not line.startswith((" ", "#")))
+        return tuple(re.split(r"[=<>!~;\[ ]", line, maxsplit=1)[0] for line in self.lines if not line.startswith((" ", "#")))
 
     def text(self) -> bytes:
         return ("\n".join(self.lines) + "\n").encode()
@@ -404,55 +408,17 @@ def lock_unpinned(cell: Cell, kb) -> Tuple[str, ...]:
             f"the distribution's updates)",)
 
 
-def _unlocked_lines(cell: Cell, kb) -> Tuple[str, ...]:
+def _unlocked_lines(inputs: locking.Inputs, cann: str) -> Tuple[str, ...]:
     """Without a usable lock: the top-level requirements, CANN's limits on the packages they bound."""
     limits: Dict[str, str] = {}
-    for c in python_env.constraints(cell.cann):
+    for c in python_env.constraints(cann):
         limits[c.name] = ",".join(filter(None, [limits.get(c.name), str(python_env.requirement(c.requirement).specifier)]))
     lines = []
-    for requirement in lock_inputs(cell, kb).requirements:
+    for requirement in inputs.requirements:
         req = python_env.requirement(requirement)
         name = canonicalize_name(req.name)
         lines.append(f"{name}{limits[name]}" if name in limits and not req.specifier else requirement)
     return tuple(lines)
-
-
-def installs(cell: Cell, kb, variant: str, lock: Optional[locking.Lock],
-             closure_of: Optional[Cell] = None) -> Tuple[str, Tuple[Install, ...]]:
-    """(lock state, the Python steps of ``variant``): the verified closure, then what the
-    lock could not verify, then torch_npu (NPU image only). The twin's steps are the same
-    minus torch_npu: the same closure.
-
-    Without a usable lock (missing, or made from other inputs), every requirement is
-    unverified and pip resolves: refused unless the build is asked.
-    """
-    owner = closure_of or cell  # a stand-in twin installs the closure of the cell it stands in for
-    state = locking.status(lock, lock_inputs(owner, kb))
-    npu = variant == vocabulary.NPU
-    if state in ("missing", "stale"):
-        lines = _unlocked_lines(owner, kb)
-        reason = f"The cell's lock is {state}: run `ascend-build lock`"
-        is_npu = [canonicalize_name(python_env.requirement(line).name) == "torch-npu" for line in lines]
-        others = tuple(line for line, own in zip(lines, is_npu) if not own)
-        steps = [Install("unverified", LOCK_STEPS["unverified"], others, False, True, reason)]
-        if npu and any(is_npu):
-            steps.append(Install("torch_npu", LOCK_STEPS["torch_npu"], tuple(line for line, own in zip(lines, is_npu) if own),
-                                 False, True, reason))
-        return state, tuple(steps)
-    assert lock is not None
-    tnpu = lock.entry("torch-npu")
-    rest = lock.without("torch-npu")
-    steps = []
-    verified = tuple(line for e in rest if e.complete for line in e.lines())
-    if verified:
-        steps.append(Install("closure", LOCK_STEPS["closure"], verified, True))
-    missing = tuple(e for e in rest if not e.complete)
-    if missing:
-        steps.append(Install("unverified", LOCK_STEPS["unverified"], tuple(line for e in missing for line in e.lines()), False,
-                             False, "; ".join(f"{e.name}: {e.note}" for e in missing)))
-    if npu and tnpu is not None:
-        steps.append(Install("torch_npu", LOCK_STEPS["torch_npu"], tuple(tnpu.lines()), tnpu.complete, False, tnpu.note))
-    return state, tuple(steps)
 
 
 def stand_in_reason(cell: Cell, closure_of: Cell) -> str:
@@ -469,7 +435,7 @@ def labels(cell: Cell, variant: str, digest: str, lock_state: str = "missing",
     pairs = [
         (Label.OCI_TITLE, vocabulary.stand_in_tag(cell.ref, cell.os) if stand_in else vocabulary.release_tag(cell.ref, variant)),
         (Label.OCI_DESCRIPTION, _description(cell, npu)),
-        (Label.OCI_VERSION, vocabulary.stand_in_tag(cell.tag, cell.os) if stand_in else vocabulary.release_tag(cell.tag, variant)),
+        (Label.OCI_VERSION, _tag(cell, variant, stand_in)),
         (Label.CELL, cell.id),
         (Label.VARIANT, variant),
         (Label.OS, cell.os),
@@ -490,50 +456,17 @@ def labels(cell: Cell, variant: str, digest: str, lock_state: str = "missing",
     return tuple((k, _safe("text", v, k)) for k, v in pairs)
 
 
+def _tag(cell: Cell, variant: str, stand_in: str) -> str:
+    """The image's tag: the release tag of ``variant``, or a stand-in's own tag (never the twin's)."""
+    return vocabulary.stand_in_tag(cell.tag, cell.os) if stand_in else vocabulary.release_tag(cell.tag, variant)
+
+
 def _description(cell: Cell, npu: bool) -> str:
     if cell.cann_only:
         return (f"CANN {cell.cann} for {cell.chip} with Python {cell.python} (no PyTorch)" if npu
                 else f"CPU twin of {cell.id}: Python {cell.python} and its locked packages without CANN")
     return (f"PyTorch {cell.torch} + torch_npu {cell.torch_npu} on CANN {cell.cann} for {cell.chip}" if npu
             else f"CPU twin of {cell.id}: PyTorch {cell.torch} without CANN")
-
-
-def manifest(cell: Cell, variant: str, digest: str, kb, lock: Optional[locking.Lock] = None,
-             closure_of: Optional[Cell] = None) -> Dict[str, object]:
-    """The run record of the field guide (section 7), describing what the image must contain.
-
-    ``lock`` lists every distribution the environment must hold, at its locked version
-    (the twin's: all but torch_npu); the smoke program checks the image against it.
-    """
-    npu = variant == vocabulary.NPU
-    state = locking.status(lock, lock_inputs(closure_of or cell, kb))
-    usable = lock is not None and state in ("ok", "incomplete")
-    entries = (lock.entries if npu else lock.without("torch-npu")) if usable else ()
-    return {
-        "schema": 1,
-        "framework": None if cell.cann_only else "pytorch",  # None: CANN and Python only
-        "cell": cell.id,
-        "variant": variant,
-        "image": vocabulary.stand_in_tag(cell.ref, cell.os) if closure_of else vocabulary.release_tag(cell.ref, variant),
-        "os": cell.os,
-        "arch": cell.arch,
-        "chip": cell.chip if npu else None,
-        "python_version": cell.python,
-        "torch_version": cell.torch or None,  # None: a CANN-only cell (no torch tiers)
-        "torch_npu_version": (cell.torch_npu or None) if npu else None,
-        "cann_version": cell.cann if npu else None,
-        "min_driver": cell.driver if npu else None,
-        "min_firmware": cell.firmware if npu else None,
-        "env_manager": cell.env,
-        "pip": list(cell.pip),
-        "env": final_env(cell, variant, kb),
-        "content_hash": digest,
-        "lock": {"state": state, "file": vocabulary.LOCK if usable else None,
-                 "distributions": {e.name: e.version for e in entries},
-                 "unverified": sorted(e.name for e in entries if not e.complete)},
-        **({"nnal": True} if npu and cell.nnal else {}),  # the libraries tier then requires libatb.so
-        **({"stand_in": stand_in_reason(cell, closure_of)} if closure_of else {}),
-    }
 
 
 def matrix_name(cell: Cell) -> str:
@@ -551,28 +484,124 @@ def _display_path(file: str) -> str:
     return f"{path.parent.name}/{path.name}" if path.parent.name else path.name
 
 
-def plan(cell: Cell, kb, variant: str, digest: str, lock: Optional[locking.Lock] = None,
-         closure_of: Optional[Cell] = None) -> Plan:
-    """Decide everything about the image of ``cell`` in ``variant``; ``digest`` is its content hash,
-    ``lock`` the cell's lock (None: none yet)."""
+# --- one cell, resolved once ---------------------------------------------------------------
+
+@dataclass(frozen=True)
+class _Facts:
+    """What both images of a cell are decided from, each looked up once (see `resolve`)."""
+
+    cell: Cell
+    kb: KnowledgeBase
+    os_info: OsInfo
+    digest: str
+    lock: Optional[locking.Lock]
+    closure_of: Optional[Cell]   # the cell whose closure a stand-in twin installs
+    inputs: locking.Inputs       # what the lock is resolved from (the closure's owner's)
+    state: str                   # the lock's state (locking.status)
+    torch_index: str
+    stand_in: str                # why a stand-in twin runs on another OS ("" if not one)
+
+
+def _facts(cell: Cell, kb, digest: str, lock: Optional[locking.Lock] = None,
+           closure_of: Optional[Cell] = None) -> _Facts:
+    os_info = kb.os_info(cell.os)
+    if os_info is None:  # `checks` refuses such a cell first; a knowledge base edited since may not have it
+        raise UserError(f"{cell.id}: OS {cell.os!r} is not in builder/data/os.yaml", fix="pick an OS listed there")
+    inputs = lock_inputs(closure_of or cell, kb)
+    return _Facts(cell, kb, os_info, digest, lock, closure_of, inputs, locking.status(lock, inputs), inputs.torch_index,
+                  stand_in_reason(cell, closure_of) if closure_of else "")
+
+
+def _installs(f: _Facts, variant: str) -> Tuple[Install, ...]:
+    """The Python steps of ``variant``: the verified closure, then what the lock could not
+    verify, then torch_npu (NPU image only). The twin's steps are the same minus torch_npu:
+    the same closure.
+
+    Without a usable lock (missing, or made from other inputs), every requirement is
+    unverified and pip resolves: refused unless the build is asked.
+    """
+    npu = variant == vocabulary.NPU
+    if f.state in ("missing", "stale"):
+        lines = _unlocked_lines(f.inputs, f.cell.cann)
+        reason = f"The cell's lock is {f.state}: run `ascend-build lock`"
+        is_npu = [canonicalize_name(python_env.requirement(line).name) == "torch-npu" for line in lines]
+        others = tuple(line for line, own in zip(lines, is_npu) if not own)
+        steps = [Install("unverified", LOCK_STEPS["unverified"], others, False, True, reason)]
+        if npu and any(is_npu):
+            steps.append(Install("torch_npu", LOCK_STEPS["torch_npu"], tuple(line for line, own in zip(lines, is_npu) if own),
+                                 False, True, reason))
+        return tuple(steps)
+    lock = f.lock
+    assert lock is not None  # "ok" and "incomplete" are states of a lock that exists
+    tnpu = lock.entry("torch-npu")
+    rest = lock.without("torch-npu")
+    steps = []
+    verified = tuple(line for e in rest if e.complete for line in e.lines())
+    if verified:
+        steps.append(Install("closure", LOCK_STEPS["closure"], verified, True))
+    missing = tuple(e for e in rest if not e.complete)
+    if missing:
+        steps.append(Install("unverified", LOCK_STEPS["unverified"], tuple(line for e in missing for line in e.lines()), False,
+                             False, "; ".join(f"{e.name}: {e.note}" for e in missing)))
+    if npu and tnpu is not None:
+        steps.append(Install("torch_npu", LOCK_STEPS["torch_npu"], tuple(tnpu.lines()), tnpu.complete, False, tnpu.note))
+    return tuple(steps)
+
+
+def _manifest(f: _Facts, variant: str) -> Dict[str, object]:
+    """The run record of the field guide (section 7), describing what the image must contain.
+
+    The lock lists every distribution the environment must hold, at its locked version
+    (the twin's: all but torch_npu); the smoke program checks the image against it.
+    """
+    cell, lock, npu = f.cell, f.lock, variant == vocabulary.NPU
+    usable = lock is not None and f.state in ("ok", "incomplete")
+    entries = (lock.entries if npu else lock.without("torch-npu")) if lock is not None and usable else ()
+    return {
+        "schema": 1,
+        "framework": None if cell.cann_only else "pytorch",  # None: CANN and Python only
+        "cell": cell.id,
+        "variant": variant,
+        "image": vocabulary.stand_in_tag(cell.ref, cell.os) if f.stand_in else vocabulary.release_tag(cell.ref, variant),
+        "os": cell.os,
+        "arch": cell.arch,
+        "chip": cell.chip if npu else None,
+        "python_version": cell.python,
+        "torch_version": cell.torch or None,  # None: a CANN-only cell (no torch tiers)
+        "torch_npu_version": (cell.torch_npu or None) if npu else None,
+        "cann_version": cell.cann if npu else None,
+        "min_driver": cell.driver if npu else None,
+        "min_firmware": cell.firmware if npu else None,
+        "env_manager": cell.env,
+        "pip": list(cell.pip),
+        "env": final_env(cell, variant, f.kb),
+        "content_hash": f.digest,
+        "lock": {"state": f.state, "file": vocabulary.LOCK if usable else None,
+                 "distributions": {e.name: e.version for e in entries},
+                 "unverified": sorted(e.name for e in entries if not e.complete)},
+        **({"nnal": True} if npu and cell.nnal else {}),  # the libraries tier then requires libatb.so
+        **({"stand_in": f.stand_in} if f.stand_in else {}),
+    }
+
+
+def _plan(f: _Facts, variant: str) -> Plan:
+    """Every fact of the Dockerfile of ``variant``, from the facts looked up once."""
     if variant not in vocabulary.VARIANTS:
         raise ValueError(f"unknown variant {variant!r}")
-    npu = variant == vocabulary.NPU
-    os_info = kb.os_info(cell.os)
-    _, torch_index = torch(cell, kb)
+    cell, kb, os_info, npu = f.cell, f.kb, f.os_info, variant == vocabulary.NPU
     conda = kb.conda_installer(cell.arch) if cell.env == "conda" else None
     conda_sha = dict(cell.sha256).get(conda.filename, conda.sha256) if conda else ""
     from_image = npu and cell.cann_source == "image"
     base = cell.cann_image if from_image else (cell.base_image or os_info.image)
-    state, python_steps = installs(cell, kb, variant, lock, closure_of)
-    usable = state in ("ok", "incomplete")
+    python_steps = _installs(f, variant)
+    usable = f.state in ("ok", "incomplete")
     verified = any(step.verified for step in python_steps)
     uv = kb.uv_requirement(cell.arch) if verified else ""
     if verified and not uv:
         raise UserError(f"no uv for {cell.arch} in builder/data/uv.yaml", fix="add its wheel's sha256 there")
-    installers = installer_files(cell, kb, lock) if npu and not from_image else ()
+    installers = installer_files(cell, kb, f.lock) if npu and not from_image else ()
     python = tuple(i.step for i in python_steps)
-    if any(f.kind != "toolkit" for f in installers):  # the chip's layers: right below torch_npu's, else last
+    if any(i.kind != "toolkit" for i in installers):  # the chip's layers: right below torch_npu's, else last
         python = (*python[:-1], "chip", python[-1]) if python[-1:] == ("torch_npu",) else (*python, "chip")
     steps = ("os", *(("cann",) if npu else ()), "python", *python, "env", "files")
     return Plan(
@@ -589,12 +618,87 @@ def plan(cell: Cell, kb, variant: str, digest: str, lock: Optional[locking.Lock]
         python=cell.python, env_manager=cell.env, env_prefix=env_prefix(cell),
         conda_url=_safe("url", conda.url, "conda installer URL") if conda else "",
         conda_sha256=_safe("sha256", conda_sha, "conda sha256") if conda else "",
-        lock_state=state, installs=python_steps, torch_index=torch_index,
+        lock_state=f.state, installs=python_steps, torch_index=f.torch_index,
         torch_npu=cell.torch_npu if npu else "", uv=uv, env_vars=env_vars(cell),
         tool_dir=vocabulary.TOOL_DIR, shipped_files=vocabulary.SHIPPED_FILES,
         manifest_file=vocabulary.manifest_name(variant), manifest_path=vocabulary.MANIFEST,
         lock_file=locking.LOCK_FILE if usable else "", lock_path=vocabulary.LOCK,
-        labels=labels(cell, variant, digest, state, stand_in_reason(cell, closure_of) if closure_of else ""),
+        labels=labels(cell, variant, f.digest, f.state, f.stand_in),
         steps=steps,
     )
 
+
+def plan(cell: Cell, kb, variant: str, digest: str, lock: Optional[locking.Lock] = None,
+         closure_of: Optional[Cell] = None) -> Plan:
+    """Decide everything about the Dockerfile of ``cell`` in ``variant``; ``digest`` is its content
+    hash, ``lock`` the cell's lock (None: none yet). `resolve` decides both images at once."""
+    return _plan(_facts(cell, kb, digest, lock, closure_of), variant)
+
+
+def manifest(cell: Cell, variant: str, digest: str, kb, lock: Optional[locking.Lock] = None,
+             closure_of: Optional[Cell] = None) -> Dict[str, object]:
+    """The run record of ``cell``'s image of ``variant`` (see `_manifest`)."""
+    return _manifest(_facts(cell, kb, digest, lock, closure_of), variant)
+
+
+@dataclass(frozen=True)
+class CellPlan:
+    """A cell resolved once: every fact both of its images need, from the build context to
+    the report. `render` formats it; the pipeline's steps take it (with the host's
+    choices, see `builder.build.job`); neither goes back to the cell or the knowledge base.
+
+    ``plans`` and ``manifests`` are by variant (`vocabulary.VARIANTS`).
+    """
+
+    cell_id: str
+    arch: str
+    python: str
+    glibc: Tuple[int, int]                # the OS's, for wheels fetched natively for ``arch``
+    uv: str                               # uv's requirement line for ``arch`` (the build's installer)
+    repository: str                       # where the release tags go (the matrix's image name)
+    tags: Mapping[str, str]               # the release tag of each variant (a stand-in's own tag)
+    names: Mapping[str, str]              # each image's name in the state folder (logs, reports)
+    lock: Optional[locking.Lock]
+    lock_owner: str                       # the cell whose lock it is (a stand-in's: the cell it stands in for)
+    lock_state: str                       # ok | incomplete | missing | stale
+    content_hash: str
+    stand_in: str                         # why a stand-in twin runs on another OS ("" if not one)
+    unrecorded: Tuple[str, ...]           # NPU image's CANN installers with no sha256 anywhere yet
+    installers_dir: str                   # a local-CANN cell's installer folder ("" otherwise)
+    own_wheel: Optional[Tuple[str, str]]  # the cell's own torch_npu wheel (path, sha256)
+    mirrors: Tuple[Tuple[str, str], ...]  # build-time settings (a secret at build time, never in a layer)
+    cann_only: bool
+    plans: Mapping[str, Plan]
+    manifests: Mapping[str, Mapping[str, object]]
+
+    def ref(self, variant: str) -> str:
+        """``image:tag`` of ``variant``'s release."""
+        return f"{self.repository}:{self.tags[variant]}"
+
+
+def resolve(cell: Cell, kb, digest: str, lock: Optional[locking.Lock] = None,
+            closure_of: Optional[Cell] = None) -> CellPlan:
+    """Decide everything about both images of ``cell``: each fact is looked up once. ``digest``
+    is the cell's content hash, ``lock`` its lock (None: none yet), ``closure_of`` the cell a
+    stand-in twin installs the closure of.
+
+    Example:
+        >>> resolved = resolve(cell, knowledge.load(), "0123456789abcdef", lock)     # doctest: +SKIP
+        >>> resolved.lock_state, resolved.plans["cpu"].steps                         # doctest: +SKIP
+        ('ok', ('os', 'python', 'closure', 'env', 'files'))
+    """
+    f = _facts(cell, kb, digest, lock, closure_of)
+    plans = {variant: _plan(f, variant) for variant in vocabulary.VARIANTS}
+    npu = plans[vocabulary.NPU]
+    suffix = f"-on-{cell.os}" if closure_of else ""
+    return CellPlan(
+        cell_id=cell.id, arch=cell.arch, python=cell.python, glibc=f.os_info.glibc,
+        uv=kb.uv_requirement(cell.arch), repository=cell.image,
+        tags={v: _tag(cell, v, f.stand_in) for v in vocabulary.VARIANTS},
+        names={v: vocabulary.release_tag(cell.id, v) + suffix for v in vocabulary.VARIANTS},
+        lock=lock, lock_owner=(closure_of or cell).id, lock_state=f.state, content_hash=digest, stand_in=f.stand_in,
+        unrecorded=(tuple(i.filename for i in npu.installers if not i.sha256) if cell.cann_source == "installer" else ()),
+        installers_dir=(cell.cann_local or "") if cell.cann_source == "local" else "",
+        own_wheel=cell.torch_npu_wheel, mirrors=cell.mirrors, cann_only=cell.cann_only,
+        plans=plans, manifests={variant: _manifest(f, variant) for variant in vocabulary.VARIANTS},
+    )

@@ -99,27 +99,36 @@ def dockerfile(p: planning.Plan) -> bytes:
     return _environment().get_template("Dockerfile.j2").render(plan=p).encode()
 
 
+def resolve(cell: Cell, kb=None, lock: Optional[locking.Lock] = None,
+            closure_of: Optional[Cell] = None) -> planning.CellPlan:
+    """``cell`` resolved once (`plan.resolve`), with the content hash of what its context is made of."""
+    return planning.resolve(cell, kb or knowledge.load(), content_hash(cell, lock), lock, closure_of)
+
+
+def files(resolved: planning.CellPlan) -> Dict[str, bytes]:
+    """Every file of a cell's build context, as bytes, keyed by file name: formatted from
+    its plan alone. The lock's file is part of the context; without one the steps are unverified."""
+    out: Dict[str, bytes] = {}
+    for variant in vocabulary.VARIANTS:
+        p = resolved.plans[variant]
+        out[p.dockerfile] = dockerfile(p)
+        out[p.manifest_file] = _json(resolved.manifests[variant])
+        out.update({step.file: step.text() for step in p.installs})
+        if p.uv:
+            out[p.uv_file] = (p.uv + "\n").encode()
+        if any(f.bundle for f in p.installers):
+            out[UNPACK_SCRIPT] = (TEMPLATES / UNPACK_SCRIPT).read_bytes()
+    if resolved.lock is not None:
+        out[locking.LOCK_FILE] = resolved.lock.text().encode()
+    out.update(_smoke_files())
+    return out
+
+
 def render_cell(cell: Cell, kb=None, lock: Optional[locking.Lock] = None,
                 closure_of: Optional[Cell] = None) -> Dict[str, bytes]:
-    """Every file of a cell's build context, as bytes, keyed by file name. ``lock`` is the
-    cell's lock (its file is part of the context); without one the steps are unverified.
+    """Every file of a cell's build context (see `files`). ``lock`` is the cell's lock;
     ``closure_of``: the cell whose lock this is, when ``cell`` is a stand-in for it."""
-    kb = kb or knowledge.load()
-    digest = content_hash(cell, lock)
-    files: Dict[str, bytes] = {}
-    for variant in vocabulary.VARIANTS:
-        p = planning.plan(cell, kb, variant, digest, lock, closure_of)
-        files[p.dockerfile] = dockerfile(p)
-        files[p.manifest_file] = _json(planning.manifest(cell, variant, digest, kb, lock, closure_of))
-        files.update({step.file: step.text() for step in p.installs})
-        if p.uv:
-            files[p.uv_file] = (p.uv + "\n").encode()
-        if any(f.bundle for f in p.installers):
-            files[UNPACK_SCRIPT] = (TEMPLATES / UNPACK_SCRIPT).read_bytes()
-    if lock is not None:
-        files[locking.LOCK_FILE] = lock.text().encode()
-    files.update(_smoke_files())
-    return files
+    return files(resolve(cell, kb, lock, closure_of))
 
 
 @lru_cache(maxsize=1)

@@ -27,10 +27,17 @@ import shlex
 import shutil
 import tempfile
 from pathlib import Path
-from typing import Dict, Iterator, Optional, Sequence
+from typing import Dict, Iterator, Optional, Protocol, Sequence, Tuple
 
 from builder.errors import UserError
-from builder.build.matrix import Cell
+
+
+class Settings(Protocol):
+    """What the build-time settings come from: a cell, or its plan."""
+
+    @property
+    def mirrors(self) -> Tuple[Tuple[str, str], ...]: ...
+
 
 # mirror key in the matrix -> variable the Dockerfile's steps read
 MIRROR_VARIABLES = {
@@ -102,12 +109,12 @@ def _link(source: Path, target: Path) -> None:
         shutil.copy2(source, target)
 
 
-def buildenv(cell: Cell, with_ca: bool, offline_pip: bool = False) -> str:
+def buildenv(settings: Settings, with_ca: bool, offline_pip: bool = False) -> str:
     """The shell file the Dockerfile's network steps source: mirrors and CA settings, and
     ``PIP_NO_INDEX=1`` when the context's wheelhouse holds the whole lock (pip then installs
     from it alone, hashes still checked)."""
     lines = ["# ascend-build build-time settings (a BuildKit secret; never stored in the image)"]
-    for key, value in cell.mirrors:
+    for key, value in settings.mirrors:
         lines.append(f"export {MIRROR_VARIABLES[key]}={shlex.quote(value)}")
     if with_ca:
         lines.append("export " + " ".join(f"{v}={CA_IN_BUILD}" for v in CA_VARIABLES))
@@ -117,14 +124,14 @@ def buildenv(cell: Cell, with_ca: bool, offline_pip: bool = False) -> str:
 
 
 @contextlib.contextmanager
-def secrets(cell: Cell, ca_bundle: Optional[Path], offline_pip: bool = False) -> Iterator[Dict[str, Path]]:
+def secrets(settings: Settings, ca_bundle: Optional[Path], offline_pip: bool = False) -> Iterator[Dict[str, Path]]:
     """Secret files for one build, removed afterwards whatever happens."""
     if ca_bundle is not None and not ca_bundle.is_file():
         raise UserError(f"CA bundle {ca_bundle} is not a file",
                         fix="pass --ca-bundle with a PEM file, e.g. /etc/ssl/certs/ca-certificates.crt")
     with tempfile.TemporaryDirectory(prefix="ascend-build-secrets-") as tmp:
         env_file = Path(tmp) / "buildenv"
-        env_file.write_text(buildenv(cell, ca_bundle is not None, offline_pip))
+        env_file.write_text(buildenv(settings, ca_bundle is not None, offline_pip))
         env_file.chmod(0o600)
         files = {"buildenv": env_file}
         if ca_bundle is not None:

@@ -43,6 +43,7 @@ from typing import Dict, Iterable, List, Optional, Set
 
 import pytest
 
+from builder.build.job import smoke_plan
 from builder.build import lock, matrix, pipeline, render, stage
 from builder import vocabulary
 from builder.errors import UserError
@@ -393,14 +394,14 @@ def test_image_broken_after_install_fails_smoke_and_gets_no_tag(engine, base_ima
     (the render step is patched to append one RUN). Only the smoke test can catch it."""
     repo = f"{REPO}-broken"
     [cell] = matrix.load(write_matrix(tmp_path, repo)).cells
-    real_render = render.render_cell
+    real_render = render.files
 
     def broken(*args, **kwargs):
         files = dict(real_render(*args, **kwargs))
         files["Dockerfile.cpu"] += b"\n# test only: a pinned package removed after install\nRUN pip uninstall -y torch\n"
         return files
 
-    monkeypatch.setattr(render, "render_cell", broken)
+    monkeypatch.setattr(render, "files", broken)
     said: List[str] = []
     before = temp_tags(engine)
     options = pipeline.Options(variants=("cpu",), state_dir=tmp_path / "state", base_image=base_image,
@@ -449,7 +450,7 @@ def test_a_different_numpy_in_the_twin_fails_the_smoke_naming_numpy_and_gets_no_
     [cell] = matrix.load(write_matrix(tmp_path, repo)).cells
     locked = lock.read(Path("dockerfiles") / cell.id).entry("numpy").version
     other = "2.3.5" if locked != "2.3.5" else "2.3.4"
-    real_render = render.render_cell
+    real_render = render.files
 
     def swapped(*args, **kwargs):
         files = dict(real_render(*args, **kwargs))
@@ -460,7 +461,7 @@ def test_a_different_numpy_in_the_twin_fails_the_smoke_naming_numpy_and_gets_no_
             f"pip install --no-deps numpy=={other}\n").encode()
         return files
 
-    monkeypatch.setattr(render, "render_cell", swapped)
+    monkeypatch.setattr(render, "files", swapped)
     out = _run_twin(engine, cell, tmp_path, base_image)
     assert out.status == "failed" and out.tags == [], out.message
     versions_tier = next(t for t in out.tiers if t["name"] == "versions")
@@ -677,7 +678,7 @@ def _fake_npu_root(root: Path, davinci=(0,)) -> Path:
 
 def test_plan_fake_npu_host_runs_every_tier_with_devices_and_mounts(tmp_path):
     root = _fake_npu_root(tmp_path)
-    device, tiers, devs, mounts, final = pipeline._plan("npu", pipeline.Options(root=root))
+    device, tiers, devs, mounts, final = smoke_plan("npu", pipeline.Options(root=root))
     assert (device, tiers, final) == ("npu", vocabulary.TIERS, True)
     assert devs == ["/dev/davinci0", "/dev/davinci_manager"]  # only control devices that exist
     assert mounts == [("/usr/local/Ascend/driver/lib64", "/usr/local/Ascend/driver/lib64", True)]
@@ -685,34 +686,34 @@ def test_plan_fake_npu_host_runs_every_tier_with_devices_and_mounts(tmp_path):
 
 def test_plan_fake_npu_host_devices_option_picks_and_refuses(tmp_path):
     root = _fake_npu_root(tmp_path, davinci=(0, 1, 3))
-    _, _, devs, _, final = pipeline._plan("npu", pipeline.Options(root=root, devices="3,1"))
+    _, _, devs, _, final = smoke_plan("npu", pipeline.Options(root=root, devices="3,1"))
     assert devs == ["/dev/davinci3", "/dev/davinci1", "/dev/davinci_manager"] and final
     with pytest.raises(UserError, match=r"\[2\] not present"):
-        pipeline._plan("npu", pipeline.Options(root=root, devices="2"))
+        smoke_plan("npu", pipeline.Options(root=root, devices="2"))
 
 
 def test_plan_fake_npu_host_with_no_device_runs_static_tiers_only(tmp_path):
     root = _fake_npu_root(tmp_path)
-    device, tiers, devs, mounts, final = pipeline._plan("npu", pipeline.Options(root=root, no_device=True))
+    device, tiers, devs, mounts, final = smoke_plan("npu", pipeline.Options(root=root, no_device=True))
     assert (device, tiers, devs, final) == ("npu", vocabulary.STATIC_TIERS, [], False)
     assert mounts == [("/usr/local/Ascend/driver/lib64", "/usr/local/Ascend/driver/lib64", True)]
 
 
 def test_plan_without_npu_runs_static_tiers_and_is_not_final(tmp_path):
-    device, tiers, devs, mounts, final = pipeline._plan("npu", pipeline.Options(root=tmp_path))
+    device, tiers, devs, mounts, final = smoke_plan("npu", pipeline.Options(root=tmp_path))
     assert (device, tiers, devs, mounts, final) == ("npu", vocabulary.STATIC_TIERS, [], [], False)
 
 
 def test_plan_cpu_twin_runs_every_tier_on_cpu_also_on_a_fake_npu_host(tmp_path):
     root = _fake_npu_root(tmp_path / "fake_npu")
     for options in (pipeline.Options(root=tmp_path), pipeline.Options(root=root)):
-        assert pipeline._plan("cpu", options) == ("cpu", vocabulary.TIERS, [], [], True)
+        assert smoke_plan("cpu", options) == ("cpu", vocabulary.TIERS, [], [], True)
 
 
 def test_plan_cann_only_has_no_torch_tiers_on_any_host(tmp_path):
     root = _fake_npu_root(tmp_path / "fake_npu")
-    assert pipeline._plan("cpu", pipeline.Options(root=tmp_path), cann_only=True) == ("cpu", ("versions",), [], [], True)
-    assert pipeline._plan("npu", pipeline.Options(root=tmp_path), cann_only=True)[1:] == (vocabulary.STATIC_TIERS, [], [],
+    assert smoke_plan("cpu", pipeline.Options(root=tmp_path), cann_only=True) == ("cpu", ("versions",), [], [], True)
+    assert smoke_plan("npu", pipeline.Options(root=tmp_path), cann_only=True)[1:] == (vocabulary.STATIC_TIERS, [], [],
                                                                                           False)
-    device, tiers, devs, _, final = pipeline._plan("npu", pipeline.Options(root=root), cann_only=True)
+    device, tiers, devs, _, final = smoke_plan("npu", pipeline.Options(root=root), cann_only=True)
     assert (device, tiers, final) == ("npu", vocabulary.STATIC_TIERS, True) and devs

@@ -1,0 +1,121 @@
+"""Which of builder's modules one cell's path goes through, traced (not a timing).
+
+Runs `pipeline.run` on the demo cell's CPU twin through the real engine (as `make demo`
+does; the BuildKit cache may be warm) under `sys.setprofile`, and records each call made
+from one builder module into another. Prints, for that one cell:
+
+    the distinct cross-module calls (caller -> callee function), the stops they make (the
+    modules they enter, in order, one module entered twice in a row counted once), the
+    modules, how many stops return to a module the path had already been in, and the
+    stops per module.
+
+Run: .venv/bin/python benchmarks/trace_cell_path.py   (needs `make engine`)
+"""
+
+from __future__ import annotations
+
+import collections
+import sys
+import tempfile
+from pathlib import Path
+from typing import Dict, List, Tuple
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from builder.build import matrix, pipeline  # noqa: E402
+from builder.engine import Engine  # noqa: E402
+
+CELL_ID = "cann9.1.0-910b-debian12-py3.11-torch_npu2.13.0-x86_64"
+PACKAGE = str(ROOT / "builder")
+# the smoke program runs inside the image; its modules are not the builder's path
+OUTSIDE = ("builder/smoke/",)
+
+
+def _module(filename: str) -> str:
+    if not filename.startswith(PACKAGE) or any(part in filename for part in OUTSIDE):
+        return ""
+    return filename[len(str(ROOT)) + 1:-3].replace("/", ".")
+
+
+# Where a cell's facts come from: the knowledge base, the plan's resolution, the raw cell.
+SOURCES = ("builder.knowledge", "builder.build.plan", "builder.build.matrix")
+
+
+class Trace:
+    """What ``run()`` called, from one builder module into another (see `record`)."""
+
+    def __init__(self) -> None:
+        self.unique: Dict[Tuple[str, str, str, str], None] = {}  # first occurrence of each, in order
+        self.counts: collections.Counter = collections.Counter()  # module.function -> calls (any caller)
+        self.after_build: collections.Counter = collections.Counter()  # into SOURCES once the build started
+        self.building = False
+
+    def record(self, run) -> None:
+        def profile(frame, event, arg):
+            if event != "call":
+                return
+            callee = _module(frame.f_code.co_filename)
+            caller_frame = frame.f_back
+            caller = _module(caller_frame.f_code.co_filename) if caller_frame else ""
+            name = f"{callee}.{frame.f_code.co_name}"
+            if callee:
+                self.counts[name] += 1
+            if not (callee and caller and callee != caller):
+                return
+            self.unique.setdefault((caller, caller_frame.f_code.co_name, callee, frame.f_code.co_name), None)
+            if name == "builder.engine.build":
+                self.building = True
+            if self.building and callee.startswith(SOURCES):
+                self.after_build[name] += 1
+
+        sys.setprofile(profile)
+        try:
+            run()
+        finally:
+            sys.setprofile(None)
+
+
+def summary(calls: List[Tuple[str, str, str, str]]) -> Dict[str, object]:
+    """Stops: the modules the unique calls enter, in order, a module entered twice in a row
+    counted once; returns: stops at a module an earlier stop already was."""
+    stops: List[str] = []
+    for _, _, callee, _ in calls:
+        if not stops or stops[-1] != callee:
+            stops.append(callee)
+    returns = sum(1 for i, module in enumerate(stops) if module in stops[:i])
+    modules = {m for c in calls for m in (c[0], c[2])}
+    return {"modules": len(modules), "calls": len(calls), "stops": len(stops), "returns": returns,
+            "entered": collections.Counter(stops)}
+
+
+def main() -> Dict[str, str]:
+    engine = Engine.connect()
+    cell = next(c for c in matrix.load(ROOT / "matrix").cells if c.id == CELL_ID)
+    with tempfile.TemporaryDirectory(prefix="ascend-trace-") as tmp:
+        options = pipeline.Options(variants=("cpu",), state_dir=Path(tmp), base_image="local/debian:12",
+                                   wheelhouse=Path("/opt/wheels") if Path("/opt/wheels").is_dir() else None,
+                                   ca_bundle=Path("/etc/ssl/certs/ca-certificates.crt"), quiet=True,
+                                   locks_dir=ROOT / "dockerfiles")
+        outcomes: list = []
+        traced = Trace()
+        traced.record(lambda: outcomes.extend(pipeline.run([cell], options, engine, lambda line: None)))
+    if [o.status for o in outcomes] != ["passed"]:
+        raise SystemExit(f"the twin did not pass: {[(o.status, o.message) for o in outcomes]}")
+    found = summary(list(traced.unique))
+    print(f"one cell's path ({CELL_ID}, cpu): {found['calls']} distinct cross-module calls, "
+          f"{found['stops']} stops in {found['modules']} modules, {found['returns']} returns to a module it had left")
+    for module, count in sorted(found["entered"].items(), key=lambda kv: (-kv[1], kv[0])):
+        print(f"  {module:40s} {count} stop(s)")
+    asked = sum(n for name, n in traced.counts.items() if name.startswith("builder.knowledge."))
+    print(f"calls of the knowledge base's functions: {asked}; lock inputs derived {traced.counts['builder.build.plan.lock_inputs']} "
+          f"time(s), the lock's state {traced.counts['builder.build.lock.status']} time(s)")
+    later = ", ".join(f"{name} x{n}" for name, n in sorted(traced.after_build.items())) or "none"
+    print(f"once the build started, calls into the knowledge base, the plan or the cell: {later}")
+    return {"one cell's path (traced)": f"{found['stops']} stops in {found['modules']} modules, "
+                                        f"{found['returns']} returns; after the build started, "
+                                        f"{sum(traced.after_build.values())} calls back into knowledge/plan/cell"}
+
+
+if __name__ == "__main__":
+    main()
