@@ -25,7 +25,7 @@ import time
 from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import docker
 import docker.errors
@@ -204,8 +204,8 @@ class Engine:
     # --- build ---------------------------------------------------------------
 
     def build(self, context: Path, dockerfile: str = "Dockerfile", *, tag: Optional[str] = None,
-              build_args: Dict[str, str] = {}, secrets: Dict[str, Path] = {},
-              labels: Dict[str, str] = {}, log_path: Path,
+              build_args: Mapping[str, str] = {}, secrets: Mapping[str, Path] = {},
+              labels: Mapping[str, str] = {}, log_path: Path,
               on_line: Optional[Callable[[str], None]] = None,
               target: Optional[str] = None, platform: Optional[str] = None) -> str:
         """Build with BuildKit; return the image ID ("sha256:...").
@@ -273,8 +273,8 @@ class Engine:
 
     # --- run -----------------------------------------------------------------
 
-    def run(self, image: str, command: List[str], *, devices: List[str] = [],
-            mounts: List[Tuple[str, str, bool]] = [], env: Dict[str, str] = {},
+    def run(self, image: str, command: List[str], *, devices: Sequence[str] = (),
+            mounts: Sequence[Tuple[str, str, bool]] = (), env: Mapping[str, str] = {},
             shm_size: Optional[str] = None, ipc_mode: Optional[str] = None,
             timeout: float = 900, name: Optional[str] = None) -> RunResult:
         """Run ``command`` in a fresh container and return its result.

@@ -277,13 +277,13 @@ class Registry:
                     who = "refused the credentials given" if self._credentials else "refused anonymous access"
                     raise self._fail(f"{who} for {what}",
                                      "check the repository name; set ASCEND_BUILD_REGISTRY_USER/_PASSWORD or run "
-                                     f"`docker login {self.name}` with an account that may read it")
+                                     f"`docker login {self.name}` with an account that may read it") from exc
                 if exc.code == 404:
-                    raise LookupError(what)
-                raise self._fail(f"answered HTTP {exc.code} for {method} {what}")
+                    raise LookupError(what) from None
+                raise self._fail(f"answered HTTP {exc.code} for {method} {what}") from exc
             except (urllib.error.URLError, OSError) as exc:
                 raise self._fail(f"cannot be reached: {getattr(exc, 'reason', exc)}",
-                                 "check the address and port, and that the registry is running")
+                                 "check the address and port, and that the registry is running") from exc
         raise AssertionError("unreachable")
 
     def _basic(self) -> Optional[str]:
@@ -321,10 +321,10 @@ class Registry:
         except urllib.error.HTTPError as exc:
             who = "the credentials given" if self._credentials else "an anonymous token"
             raise self._fail(f"its token service refused {who} (HTTP {exc.code})",
-                             f"check the credentials (ASCEND_BUILD_REGISTRY_USER/_PASSWORD or `docker login {self.name}`)")
+                             f"check the credentials (ASCEND_BUILD_REGISTRY_USER/_PASSWORD or `docker login {self.name}`)") from exc
         except (urllib.error.URLError, OSError, ValueError, RecursionError) as exc:
             raise self._fail(f"getting a token failed: {getattr(exc, 'reason', exc)}",
-                             "check the token service named by the registry's challenge")
+                             "check the token service named by the registry's challenge") from exc
         token = body.get("token") or body.get("access_token") if isinstance(body, dict) else None
         if not isinstance(token, str) or not token:
             raise self._fail("its token service answered without a token")

@@ -179,10 +179,10 @@ def _read(path: Path) -> str:
         size = info.st_size
     except FileNotFoundError:
         raise UserError(f"matrix file not found: {path}",
-                        fix="pass an existing file or folder with --matrix PATH")
+                        fix="pass an existing file or folder with --matrix PATH") from None
     except OSError as exc:
         raise UserError(f"cannot read matrix file {path}: {exc.strerror}",
-                        fix="check the path and its permissions")
+                        fix="check the path and its permissions") from exc
     if not stat.S_ISREG(info.st_mode):  # a FIFO would block forever, /dev/zero never end
         raise UserError(f"matrix file {path} is not a regular file", fix="pass a .yaml file or a folder of them")
     if size > MAX_BYTES:
@@ -196,10 +196,10 @@ def _read(path: Path) -> str:
                             fix="split the matrix into several files in one folder")
         return data.decode("utf-8")
     except UnicodeDecodeError:
-        raise UserError(f"matrix file {path} is not UTF-8 text", fix="save it as UTF-8")
+        raise UserError(f"matrix file {path} is not UTF-8 text", fix="save it as UTF-8") from None
     except OSError as exc:
         raise UserError(f"cannot read matrix file {path}: {exc.strerror}",
-                        fix="check the path and its permissions")
+                        fix="check the path and its permissions") from exc
 
 
 def _compose(text: str, name: str) -> Optional[_Val]:
@@ -210,9 +210,9 @@ def _compose(text: str, name: str) -> Optional[_Val]:
         mark = exc.problem_mark or exc.context_mark
         where = Location(name, mark.line + 1, mark.column + 1) if mark else None
         raise UserError(f"YAML syntax error: {exc.problem or exc.context}", where=where,
-                        fix="fix the YAML at that position (indentation, a missing ':' or quote)")
+                        fix="fix the YAML at that position (indentation, a missing ':' or quote)") from exc
     except yaml.YAMLError as exc:
-        raise UserError(f"cannot parse {name}: {exc}", fix="fix the YAML syntax")
+        raise UserError(f"cannot parse {name}: {exc}", fix="fix the YAML syntax") from exc
     finally:
         loader.dispose()
     if node is None:

@@ -886,7 +886,7 @@ def load_manifest(path):
         with open(path) as fh:
             m = json.load(fh)
     except (OSError, ValueError) as exc:
-        raise UsageError("cannot read manifest %s: %s" % (path, exc))
+        raise UsageError("cannot read manifest %s: %s" % (path, exc)) from exc
     if not isinstance(m, dict) or m.get("schema") != SCHEMA:
         raise UsageError("manifest %s: expected a JSON object with schema %d" % (path, SCHEMA))
     return m
