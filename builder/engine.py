@@ -246,6 +246,7 @@ class Engine:
                 proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                         stdin=subprocess.DEVNULL, env={**os.environ, **cli.env},
                                         text=True, errors="replace", bufsize=1)
+                assert proc.stdout is not None, "started with stdout=PIPE"
                 try:
                     for raw in proc.stdout:
                         line = raw.rstrip("\n")

@@ -47,7 +47,7 @@ import urllib.parse
 import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Dict, List, Optional, Tuple
+from typing import Dict, List, Optional, Set, Tuple
 
 from builder import bounded
 from builder.errors import UserError
@@ -154,7 +154,7 @@ def docker_config_credentials(host: str) -> Optional[Tuple[str, str]]:
     hub = host.lower() in DOCKER_HUB_NAMES
     server = DOCKER_HUB_CONFIG_KEY if hub else host
     wanted = "index.docker.io" if hub else host.lower()
-    helpers = config.get("credHelpers") if isinstance(config.get("credHelpers"), dict) else {}
+    helpers = config["credHelpers"] if isinstance(config.get("credHelpers"), dict) else {}
     helper = helpers.get(server) or helpers.get(host)
     if isinstance(helper, str):
         return _from_helper(helper, server)
@@ -162,7 +162,7 @@ def docker_config_credentials(host: str) -> Optional[Tuple[str, str]]:
         found = _from_helper(config["credsStore"], server)
         if found:
             return found
-    auths = config.get("auths") if isinstance(config.get("auths"), dict) else {}
+    auths = config["auths"] if isinstance(config.get("auths"), dict) else {}
     for key, entry in auths.items():
         if _hostname(str(key)) == wanted and isinstance(entry, dict) and isinstance(entry.get("auth"), str):
             try:
@@ -296,10 +296,11 @@ class Registry:
         """Answer a 401: basic credentials, or a bearer token from the challenge's realm."""
         kind = challenge.split(" ", 1)[0].lower()
         if kind == "basic":
-            if self._basic() is None:
+            basic = self._basic()
+            if basic is None:
                 raise self._fail("requires authentication",
                                  f"set ASCEND_BUILD_REGISTRY_USER/_PASSWORD or run `docker login {self.name}`")
-            self._auth[scope] = self._basic()
+            self._auth[scope] = basic
             return
         if kind != "bearer":
             raise self._fail(f"asked for an authentication scheme this tool does not speak: {kind or 'none given'}")
@@ -312,8 +313,9 @@ class Registry:
                              "the registry's token service must be served over HTTPS")
         query = {"service": params.get("service", ""), "scope": scope}
         request = urllib.request.Request(realm + ("&" if parts.query else "?") + urllib.parse.urlencode(query))
-        if self._credentials:
-            request.add_header("Authorization", self._basic())
+        basic = self._basic()  # None without credentials
+        if basic is not None:
+            request.add_header("Authorization", basic)
         started = time.monotonic()
         try:
             with self._opener.open(request, timeout=self.timeout) as response:
@@ -345,7 +347,8 @@ class Registry:
         """Every tag of ``repository``, across every page (empty when the repository does not exist)."""
         repository = self.repository(repository)
         scope = f"repository:{repository}:pull"
-        url, found = f"/v2/{repository}/tags/list?n={self.page_size}", set()
+        url = f"/v2/{repository}/tags/list?n={self.page_size}"
+        found: Set[str] = set()
         for _ in range(TAG_PAGES):
             try:
                 body, headers = self._send("GET", url, scope)
@@ -404,7 +407,7 @@ class Registry:
                 wanted = ARCH_TO_PLATFORM.get(arch, arch)
                 listed = top.data.get("manifests")
                 entries = [m for m in listed if isinstance(m, dict)] if isinstance(listed, list) else []
-                platforms = [m.get("platform") if isinstance(m.get("platform"), dict) else {} for m in entries]
+                platforms = [m["platform"] if isinstance(m.get("platform"), dict) else {} for m in entries]
                 match = next((m for m, p in zip(entries, platforms) if p.get("architecture") == wanted), None)
                 if match is None:
                     return ImageInfo(tag, top.digest, {}, "none of: " + ", ".join(

@@ -31,7 +31,7 @@ import re
 import stat
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Dict, Iterator, List, Mapping, Optional, Tuple
+from typing import Any, Dict, Iterator, List, Mapping, Optional, Tuple
 
 import yaml
 
@@ -412,7 +412,7 @@ def _parse_fields(raw: Dict[str, _Val], path: str, out: _Collector) -> Dict[str,
                 out.error("schema-value", f"{sub} is an empty list", f"give at least one of: {', '.join(choices)}", val.where, sub)
                 continue
             value = tuple(_choice(v, sub if v is val else f"{sub}[{i}]", choices, out) for i, v in enumerate(items))
-            if None in value:  # type: ignore[operator]
+            if None in value:
                 continue
         elif key == "os":
             value = _choice(val, sub, OS_IDS, out)
@@ -455,7 +455,7 @@ def _merge(defaults: Dict, cell: Dict) -> Dict:
     for key, item in cell.items():
         if key in _MERGED and key in defaults:
             combined = dict(defaults[key][0])
-            combined.update(dict(item[0]))  # type: ignore[arg-type]
+            combined.update(dict(item[0]))
             merged[key] = (tuple(sorted(combined.items())), item[1], item[2])
         else:
             merged[key] = item
@@ -598,7 +598,7 @@ def complete(cell: Cell) -> Cell:
     from builder import knowledge
 
     kb = knowledge.load()
-    updates = {}
+    updates: Dict[str, Any] = {}  # Any: replace(**updates) cannot tell which field each key is
     if not cell.torch:
         release = kb.torch_npu(cell.torch_npu)
         if release is not None:
