@@ -110,18 +110,19 @@ def find_build_cli() -> BuildCli:
     names = [override] if override else ["docker", "/usr/bin/docker"]
     env = {"DOCKER_HOST": os.environ.get("DOCKER_HOST") or DEFAULT_HOST}
     tried: List[str] = []
+
+    def probe(cli: str, *args: str) -> subprocess.CompletedProcess:
+        return subprocess.run([cli, *args], capture_output=True, text=True,
+                              timeout=20, env={**os.environ, **env})
+
     for path in (shutil.which(n) for n in names):
         if not path or path in tried:
             continue
         tried.append(path)
-
-        def probe(*args: str, cli: str = path) -> subprocess.CompletedProcess:
-            return subprocess.run([cli, *args], capture_output=True, text=True,
-                                  timeout=20, env={**os.environ, **env})
         try:
-            if probe("buildx", "version").returncode == 0:
+            if probe(path, "buildx", "version").returncode == 0:
                 return BuildCli((path, "buildx", "build", "--load"), env)
-            m = re.search(r"version (\d+)\.", probe("--version").stdout)
+            m = re.search(r"version (\d+)\.", probe(path, "--version").stdout)
         except (OSError, subprocess.SubprocessError):
             continue
         if m and int(m.group(1)) < 23:
@@ -377,7 +378,7 @@ class Engine:
             image = self.client.images.get(image_id)
             if image.tags or image.attrs.get("RepoDigests"):
                 return False
-            self.client.images.remove(image.id)
+            self.client.images.remove(image.id or image_id)  # get() gave it an id; the SDK types it Optional
             return True
         except docker.errors.ImageNotFound:
             return False
