@@ -1,6 +1,6 @@
 # The two commands of the README's quick start, and the pieces they are made of.
 #   make demo   set up, then run the main job on the shipped matrix
-#   make test   set up, then pass the whole test suite (what .ci/run calls)
+#   make test   set up, then pass the lint checks and the whole test suite (what .ci/run calls)
 
 VENV        ?= .venv
 BIN         := $(VENV)/bin
@@ -17,7 +17,7 @@ WHEELHOUSE  ?= $(wildcard /opt/wheels)
 # A host Python with torch runs the smoke program's own tests outside images.
 TORCH_VENV  ?= .venv-torch
 
-.PHONY: setup engine demo test test-fast bench torch-venv
+.PHONY: setup engine demo lint test test-fast bench torch-venv
 
 $(BIN)/ascend-build: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -42,11 +42,16 @@ $(TORCH_VENV)/bin/python:
 
 torch-venv: $(TORCH_VENV)/bin/python
 
-test: setup engine torch-venv
+# ruff (pyflakes, bugbear) and mypy over builder/, configured in pyproject.toml; both must find nothing.
+lint: setup
+	$(BIN)/ruff check
+	$(BIN)/mypy
+
+test: setup lint engine torch-venv
 	ASCEND_BUILD_TORCH_PYTHON=$(TORCH_VENV)/bin/python $(BIN)/pytest
 
 # Everything that needs no Docker Engine (seconds, not minutes).
-test-fast: setup
+test-fast: setup lint
 	$(BIN)/pytest -m 'not engine'
 
 bench: setup engine

@@ -48,7 +48,7 @@ def choose(available: Sequence[int], wanted: Optional[str]) -> List[int]:
     try:
         chosen = [int(x) for x in wanted.split(",") if x.strip()]
     except ValueError:
-        raise UserError(f"--devices {wanted!r} is not a list of numbers", fix="write e.g. --devices 0,1")
+        raise UserError(f"--devices {wanted!r} is not a list of numbers", fix="write e.g. --devices 0,1") from None
     missing = [n for n in chosen if n not in available]
     if missing:
         raise UserError(f"NPU device(s) {missing} not present on this host (have {list(available) or 'none'})",

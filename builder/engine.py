@@ -25,7 +25,7 @@ import time
 from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import docker
 import docker.errors
@@ -110,18 +110,19 @@ def find_build_cli() -> BuildCli:
     names = [override] if override else ["docker", "/usr/bin/docker"]
     env = {"DOCKER_HOST": os.environ.get("DOCKER_HOST") or DEFAULT_HOST}
     tried: List[str] = []
+
+    def probe(cli: str, *args: str) -> subprocess.CompletedProcess:
+        return subprocess.run([cli, *args], capture_output=True, text=True,
+                              timeout=20, env={**os.environ, **env})
+
     for path in (shutil.which(n) for n in names):
         if not path or path in tried:
             continue
         tried.append(path)
-
-        def probe(*args: str, cli: str = path) -> subprocess.CompletedProcess:
-            return subprocess.run([cli, *args], capture_output=True, text=True,
-                                  timeout=20, env={**os.environ, **env})
         try:
-            if probe("buildx", "version").returncode == 0:
+            if probe(path, "buildx", "version").returncode == 0:
                 return BuildCli((path, "buildx", "build", "--load"), env)
-            m = re.search(r"version (\d+)\.", probe("--version").stdout)
+            m = re.search(r"version (\d+)\.", probe(path, "--version").stdout)
         except (OSError, subprocess.SubprocessError):
             continue
         if m and int(m.group(1)) < 23:
@@ -204,8 +205,8 @@ class Engine:
     # --- build ---------------------------------------------------------------
 
     def build(self, context: Path, dockerfile: str = "Dockerfile", *, tag: Optional[str] = None,
-              build_args: Dict[str, str] = {}, secrets: Dict[str, Path] = {},
-              labels: Dict[str, str] = {}, log_path: Path,
+              build_args: Mapping[str, str] = {}, secrets: Mapping[str, Path] = {},
+              labels: Mapping[str, str] = {}, log_path: Path,
               on_line: Optional[Callable[[str], None]] = None,
               target: Optional[str] = None, platform: Optional[str] = None) -> str:
         """Build with BuildKit; return the image ID ("sha256:...").
@@ -246,6 +247,7 @@ class Engine:
                 proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                         stdin=subprocess.DEVNULL, env={**os.environ, **cli.env},
                                         text=True, errors="replace", bufsize=1)
+                assert proc.stdout is not None, "started with stdout=PIPE"
                 try:
                     for raw in proc.stdout:
                         line = raw.rstrip("\n")
@@ -273,8 +275,8 @@ class Engine:
 
     # --- run -----------------------------------------------------------------
 
-    def run(self, image: str, command: List[str], *, devices: List[str] = [],
-            mounts: List[Tuple[str, str, bool]] = [], env: Dict[str, str] = {},
+    def run(self, image: str, command: List[str], *, devices: Sequence[str] = (),
+            mounts: Sequence[Tuple[str, str, bool]] = (), env: Mapping[str, str] = {},
             shm_size: Optional[str] = None, ipc_mode: Optional[str] = None,
             timeout: float = 900, name: Optional[str] = None) -> RunResult:
         """Run ``command`` in a fresh container and return its result.
@@ -376,7 +378,7 @@ class Engine:
             image = self.client.images.get(image_id)
             if image.tags or image.attrs.get("RepoDigests"):
                 return False
-            self.client.images.remove(image.id)
+            self.client.images.remove(image.id or image_id)  # get() gave it an id; the SDK types it Optional
             return True
         except docker.errors.ImageNotFound:
             return False

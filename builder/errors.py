@@ -90,7 +90,7 @@ class Finding:
     field: str = ""
 
     def __str__(self) -> str:
-        head = f"{printable(self.where)}: " if self.where else ""
+        head = f"{printable(str(self.where))}: " if self.where else ""
         field = f" [{printable(self.field)}]" if self.field else ""
         tail = f"\n  fix: {printable(self.fix)}" if self.fix else ""
         return f"{head}{self.severity}: {self.rule}{field}: {printable(self.message)}{tail}"

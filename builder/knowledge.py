@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any, Dict, List, Mapping, Optional, Tuple
+from typing import Any, Dict, List, Mapping, Optional, Set, Tuple
 
 import yaml
 from packaging.version import Version
@@ -352,13 +352,14 @@ class KnowledgeBase:
         if not key.is_prerelease:
             firsts: Dict[Tuple[int, int], TorchNpu] = {}
             for r in paired:
-                if not r.prerelease and not versions.lenient("python_package", r.version).is_prerelease:
+                if not r.prerelease and not versions.python_package(r.version).is_prerelease:
                     firsts.setdefault(_line(r), r)
             evidence += [r for ln, r in firsts.items() if ln < line]
         known = [r for r in evidence if versions.lenient("cann", r.cann) is not None]
         if not known:
             return None
-        best = max(known, key=lambda r: (versions.cann(r.cann), versions.lenient("python_package", r.version)))
+        best = max(known, key=lambda r: (versions.lenient("cann", r.cann), versions.lenient("python_package", r.version)))
+        assert best.cann is not None  # known holds only releases with a readable CANN
         return best.cann, best.version
 
     def torch_requirement(self, torch_npu: str, arch: str) -> Tuple[str, str]:
@@ -803,7 +804,7 @@ def error_entries() -> Tuple[Dict[str, Any], ...]:
                   "source": str(e["source"])} for e in doc["errors"])
 
 
-def _hdk_names(compat: Mapping[str, Any]) -> Tuple[Dict[versions.AscendVersion, str], set]:
+def _hdk_names(compat: Mapping[str, Any]) -> Tuple[Dict[versions.AscendVersion, str], Set[Tuple[int, int]]]:
     """(every HDK release the data names, as its data spells it; the (major, minor) of every HDK line "A.B.X")."""
     texts: List[str] = []
     for pair in compat["hdk_driver_firmware"]["observed_pairs"]:
@@ -813,7 +814,8 @@ def _hdk_names(compat: Mapping[str, Any]) -> Tuple[Dict[versions.AscendVersion, 
             if "hdk" in key and key != "not_supported_hdk":
                 values = value.values() if isinstance(value, Mapping) else _tuple(value)
                 texts += [part for v in values for part in str(v).split("/")]
-    named, lines = {}, set()
+    named: Dict[versions.AscendVersion, str] = {}
+    lines: Set[Tuple[int, int]] = set()
     for text in texts:
         text = text.strip()
         if text.upper().endswith(".X"):

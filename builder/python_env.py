@@ -89,9 +89,9 @@ def _line_first(entry: Mapping[str, Any], torch_npu: str) -> Optional[bool]:
     version = versions.lenient("python_package", torch_npu)
     if version is None:
         return None
-    lines = {versions.lenient("python_package", k): versions.lenient("python_package", str(v))
-             for k, v in entry.get("lines", {}).items()}
-    base = versions.lenient("python_package", version.base_version)
+    # versions from the shipped data, all valid PEP 440
+    lines = {versions.python_package(k): versions.python_package(str(v)) for k, v in entry.get("lines", {}).items()}
+    base = versions.python_package(version.base_version)
     if base in lines:
         return version >= lines[base]
     return bool(entry.get("later")) and all(base > line for line in lines)
@@ -117,7 +117,7 @@ def first_accepting(variable: str, key: str) -> Optional[str]:
     """The first torch_npu release the data knows to accept ``key`` (None when none is known)."""
     keys = _doc()["torch_npu_env"].get(variable, {}).get("keys", {})
     firsts = [str(v) for v in keys.get(key, {}).get("lines", {}).values()]
-    return min(firsts, key=lambda v: versions.lenient("python_package", v)) if firsts else None
+    return min(firsts, key=versions.python_package) if firsts else None
 
 
 def known_keys(variable: str) -> Tuple[str, ...]:

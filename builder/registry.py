@@ -47,7 +47,7 @@ import urllib.parse
 import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Dict, List, Optional, Tuple
+from typing import Dict, List, Optional, Set, Tuple
 
 from builder import bounded
 from builder.errors import UserError
@@ -154,7 +154,7 @@ def docker_config_credentials(host: str) -> Optional[Tuple[str, str]]:
     hub = host.lower() in DOCKER_HUB_NAMES
     server = DOCKER_HUB_CONFIG_KEY if hub else host
     wanted = "index.docker.io" if hub else host.lower()
-    helpers = config.get("credHelpers") if isinstance(config.get("credHelpers"), dict) else {}
+    helpers = config["credHelpers"] if isinstance(config.get("credHelpers"), dict) else {}
     helper = helpers.get(server) or helpers.get(host)
     if isinstance(helper, str):
         return _from_helper(helper, server)
@@ -162,7 +162,7 @@ def docker_config_credentials(host: str) -> Optional[Tuple[str, str]]:
         found = _from_helper(config["credsStore"], server)
         if found:
             return found
-    auths = config.get("auths") if isinstance(config.get("auths"), dict) else {}
+    auths = config["auths"] if isinstance(config.get("auths"), dict) else {}
     for key, entry in auths.items():
         if _hostname(str(key)) == wanted and isinstance(entry, dict) and isinstance(entry.get("auth"), str):
             try:
@@ -277,13 +277,13 @@ class Registry:
                     who = "refused the credentials given" if self._credentials else "refused anonymous access"
                     raise self._fail(f"{who} for {what}",
                                      "check the repository name; set ASCEND_BUILD_REGISTRY_USER/_PASSWORD or run "
-                                     f"`docker login {self.name}` with an account that may read it")
+                                     f"`docker login {self.name}` with an account that may read it") from exc
                 if exc.code == 404:
-                    raise LookupError(what)
-                raise self._fail(f"answered HTTP {exc.code} for {method} {what}")
+                    raise LookupError(what) from None
+                raise self._fail(f"answered HTTP {exc.code} for {method} {what}") from exc
             except (urllib.error.URLError, OSError) as exc:
                 raise self._fail(f"cannot be reached: {getattr(exc, 'reason', exc)}",
-                                 "check the address and port, and that the registry is running")
+                                 "check the address and port, and that the registry is running") from exc
         raise AssertionError("unreachable")
 
     def _basic(self) -> Optional[str]:
@@ -296,10 +296,11 @@ class Registry:
         """Answer a 401: basic credentials, or a bearer token from the challenge's realm."""
         kind = challenge.split(" ", 1)[0].lower()
         if kind == "basic":
-            if self._basic() is None:
+            basic = self._basic()
+            if basic is None:
                 raise self._fail("requires authentication",
                                  f"set ASCEND_BUILD_REGISTRY_USER/_PASSWORD or run `docker login {self.name}`")
-            self._auth[scope] = self._basic()
+            self._auth[scope] = basic
             return
         if kind != "bearer":
             raise self._fail(f"asked for an authentication scheme this tool does not speak: {kind or 'none given'}")
@@ -312,8 +313,9 @@ class Registry:
                              "the registry's token service must be served over HTTPS")
         query = {"service": params.get("service", ""), "scope": scope}
         request = urllib.request.Request(realm + ("&" if parts.query else "?") + urllib.parse.urlencode(query))
-        if self._credentials:
-            request.add_header("Authorization", self._basic())
+        basic = self._basic()  # None without credentials
+        if basic is not None:
+            request.add_header("Authorization", basic)
         started = time.monotonic()
         try:
             with self._opener.open(request, timeout=self.timeout) as response:
@@ -321,10 +323,10 @@ class Registry:
         except urllib.error.HTTPError as exc:
             who = "the credentials given" if self._credentials else "an anonymous token"
             raise self._fail(f"its token service refused {who} (HTTP {exc.code})",
-                             f"check the credentials (ASCEND_BUILD_REGISTRY_USER/_PASSWORD or `docker login {self.name}`)")
+                             f"check the credentials (ASCEND_BUILD_REGISTRY_USER/_PASSWORD or `docker login {self.name}`)") from exc
         except (urllib.error.URLError, OSError, ValueError, RecursionError) as exc:
             raise self._fail(f"getting a token failed: {getattr(exc, 'reason', exc)}",
-                             "check the token service named by the registry's challenge")
+                             "check the token service named by the registry's challenge") from exc
         token = body.get("token") or body.get("access_token") if isinstance(body, dict) else None
         if not isinstance(token, str) or not token:
             raise self._fail("its token service answered without a token")
@@ -345,7 +347,8 @@ class Registry:
         """Every tag of ``repository``, across every page (empty when the repository does not exist)."""
         repository = self.repository(repository)
         scope = f"repository:{repository}:pull"
-        url, found = f"/v2/{repository}/tags/list?n={self.page_size}", set()
+        url = f"/v2/{repository}/tags/list?n={self.page_size}"
+        found: Set[str] = set()
         for _ in range(TAG_PAGES):
             try:
                 body, headers = self._send("GET", url, scope)
@@ -404,7 +407,7 @@ class Registry:
                 wanted = ARCH_TO_PLATFORM.get(arch, arch)
                 listed = top.data.get("manifests")
                 entries = [m for m in listed if isinstance(m, dict)] if isinstance(listed, list) else []
-                platforms = [m.get("platform") if isinstance(m.get("platform"), dict) else {} for m in entries]
+                platforms = [m["platform"] if isinstance(m.get("platform"), dict) else {} for m in entries]
                 match = next((m for m, p in zip(entries, platforms) if p.get("architecture") == wanted), None)
                 if match is None:
                     return ImageInfo(tag, top.digest, {}, "none of: " + ", ".join(

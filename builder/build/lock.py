@@ -150,7 +150,8 @@ class Lock:
         """Read a lock's text; UserError naming ``where`` and the line when it is no lock."""
         meta: Dict[str, List[str]] = {}
         entries: List[Entry] = []
-        name = version = None
+        name: Optional[str] = None
+        version = ""  # the pin's, once there is a name
         hashes: List[str] = []
         for number, line in enumerate(text.splitlines(), 1):
             header, pin, digest = _HEADER.match(line), _PIN.match(line), _HASH.match(line)
@@ -381,7 +382,7 @@ def resolve(inputs: Inputs, **options) -> Lock:
     if not inputs.own_wheels:
         return _resolve(inputs, **options)
     with tempfile.TemporaryDirectory(prefix="ascend-build-own-wheels-") as folder:
-        own = {}
+        own: Dict[str, str] = {}  # canonical name: sha256
         for path, sha256 in inputs.own_wheels:
             source = own_wheel.verified(path, sha256, downloads=Path(folder) / "downloads")
             (Path(folder) / source.name).symlink_to(source.resolve())  # uv reads it through the link

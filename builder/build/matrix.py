@@ -31,7 +31,7 @@ import re
 import stat
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Dict, Iterator, List, Mapping, Optional, Tuple
+from typing import Any, Dict, Iterator, List, Mapping, Optional, Tuple
 
 import yaml
 
@@ -179,10 +179,10 @@ def _read(path: Path) -> str:
         size = info.st_size
     except FileNotFoundError:
         raise UserError(f"matrix file not found: {path}",
-                        fix="pass an existing file or folder with --matrix PATH")
+                        fix="pass an existing file or folder with --matrix PATH") from None
     except OSError as exc:
         raise UserError(f"cannot read matrix file {path}: {exc.strerror}",
-                        fix="check the path and its permissions")
+                        fix="check the path and its permissions") from exc
     if not stat.S_ISREG(info.st_mode):  # a FIFO would block forever, /dev/zero never end
         raise UserError(f"matrix file {path} is not a regular file", fix="pass a .yaml file or a folder of them")
     if size > MAX_BYTES:
@@ -196,10 +196,10 @@ def _read(path: Path) -> str:
                             fix="split the matrix into several files in one folder")
         return data.decode("utf-8")
     except UnicodeDecodeError:
-        raise UserError(f"matrix file {path} is not UTF-8 text", fix="save it as UTF-8")
+        raise UserError(f"matrix file {path} is not UTF-8 text", fix="save it as UTF-8") from None
     except OSError as exc:
         raise UserError(f"cannot read matrix file {path}: {exc.strerror}",
-                        fix="check the path and its permissions")
+                        fix="check the path and its permissions") from exc
 
 
 def _compose(text: str, name: str) -> Optional[_Val]:
@@ -210,9 +210,9 @@ def _compose(text: str, name: str) -> Optional[_Val]:
         mark = exc.problem_mark or exc.context_mark
         where = Location(name, mark.line + 1, mark.column + 1) if mark else None
         raise UserError(f"YAML syntax error: {exc.problem or exc.context}", where=where,
-                        fix="fix the YAML at that position (indentation, a missing ':' or quote)")
+                        fix="fix the YAML at that position (indentation, a missing ':' or quote)") from exc
     except yaml.YAMLError as exc:
-        raise UserError(f"cannot parse {name}: {exc}", fix="fix the YAML syntax")
+        raise UserError(f"cannot parse {name}: {exc}", fix="fix the YAML syntax") from exc
     finally:
         loader.dispose()
     if node is None:
@@ -412,7 +412,7 @@ def _parse_fields(raw: Dict[str, _Val], path: str, out: _Collector) -> Dict[str,
                 out.error("schema-value", f"{sub} is an empty list", f"give at least one of: {', '.join(choices)}", val.where, sub)
                 continue
             value = tuple(_choice(v, sub if v is val else f"{sub}[{i}]", choices, out) for i, v in enumerate(items))
-            if None in value:  # type: ignore[operator]
+            if None in value:
                 continue
         elif key == "os":
             value = _choice(val, sub, OS_IDS, out)
@@ -455,7 +455,7 @@ def _merge(defaults: Dict, cell: Dict) -> Dict:
     for key, item in cell.items():
         if key in _MERGED and key in defaults:
             combined = dict(defaults[key][0])
-            combined.update(dict(item[0]))  # type: ignore[arg-type]
+            combined.update(dict(item[0]))
             merged[key] = (tuple(sorted(combined.items())), item[1], item[2])
         else:
             merged[key] = item
@@ -598,7 +598,7 @@ def complete(cell: Cell) -> Cell:
     from builder import knowledge
 
     kb = knowledge.load()
-    updates = {}
+    updates: Dict[str, Any] = {}  # Any: replace(**updates) cannot tell which field each key is
     if not cell.torch:
         release = kb.torch_npu(cell.torch_npu)
         if release is not None:

@@ -91,7 +91,7 @@ def run(cells: Sequence[Cell], kb, out: Path, *, wheelhouse: Optional[Path] = No
         folder = Path(out) / cell.id
         previous = locking.read(folder)
         inputs = lock_inputs(cell, kb)
-        if locking.status(previous, inputs) == "ok":  # nothing to resolve; its notes may be new
+        if previous is not None and locking.status(previous, inputs) == "ok":  # nothing to resolve; its notes may be new
             made = replace(previous, unpinned=lock_unpinned(cell, kb))
         else:
             say(f"[{cell.id}] resolving for {inputs.platform}, Python {inputs.python}")

@@ -287,9 +287,10 @@ def index_command(
         raise UserError(f"{ref!r} is not REGISTRY/REPOSITORY:TAG", exit_code=2,
                         fix="write e.g. 127.0.0.1:5000/ascend-build/pytorch:cann7.0.rc1-910b-ubuntu22.04-py3.9-torch_npu2.1.0rc1")
     family, variant = publish.split_variant(tag)
-    if publish.family_of(tag) is not None:
+    one_arch = publish.family_of(tag)
+    if one_arch is not None:
         raise UserError(f"{tag!r} names one arch; the index goes under the cell's tag without its arch", exit_code=2,
-                        fix=f"drop the arch: {host}/{repository}:{publish.index_tag(*publish.family_of(tag))}")
+                        fix=f"drop the arch: {host}/{repository}:{publish.index_tag(*one_arch)}")
     outcome = pipeline.index_outcome(Registry(host), repository, family, variant)
     _summary([outcome], as_json)
     if not outcome.ok:

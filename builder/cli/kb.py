@@ -119,7 +119,7 @@ def _nearby_hint(kb: KnowledgeBase, version: str) -> str:
     if wanted is None:
         return "write a torch_npu version like 2.4.0 or 2.1.0.post3"
     line = wanted.base_version
-    same = [v for v in kb.torch_npu_versions() if versions.lenient("python_package", v).base_version == line]
+    same = [v for v in kb.torch_npu_versions() if versions.python_package(v).base_version == line]
     if same:
         return f"releases of torch_npu on torch {line}: {', '.join(same)}"
     return "see `ascend-build kb` for the known releases"

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import re
 import sys
-from typing import TextIO
+from typing import Optional, TextIO
 
 # a colour sequence is kept; any other control character is escaped
 _UNSAFE = re.compile(r"\x1b\[[0-9;]*m|[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
@@ -50,7 +50,7 @@ class SafeStream:
 
     def __init__(self, stream: TextIO) -> None:
         self._stream = stream
-        self._head = ""
+        self._head: Optional[str] = ""
 
     def write(self, text: str) -> int:
         if not isinstance(text, str):
@@ -72,6 +72,6 @@ class SafeStream:
 def install() -> None:
     """Wrap this process's stdout and stderr (the entry point does, once)."""
     if not isinstance(sys.stdout, SafeStream):
-        sys.stdout = SafeStream(sys.stdout)  # type: ignore[assignment]
+        sys.stdout = SafeStream(sys.stdout)
     if not isinstance(sys.stderr, SafeStream):
-        sys.stderr = SafeStream(sys.stderr)  # type: ignore[assignment]
+        sys.stderr = SafeStream(sys.stderr)

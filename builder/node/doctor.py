@@ -258,13 +258,14 @@ def env_checks(environ: Mapping[str, str], host: Optional[HostInfo] = None, pref
     hccl = {k: v for k, v in sorted(environ.items()) if k.startswith("HCCL_") or k == "ASCEND_RT_VISIBLE_DEVICES"}
     shown = ", ".join(f"{k}={v}" for k, v in hccl.items()) or "none set"
     visible = environ.get("ASCEND_RT_VISIBLE_DEVICES")
+    devices = host.devices if host is not None else []
     bad = []
-    if visible and host is not None and host.devices:
+    if visible and devices:
         ids = [v.strip() for v in visible.split(",") if v.strip()]
-        bad = [v for v in ids if not v.isdigit() or int(v) >= len(host.devices)]
+        bad = [v for v in ids if not v.isdigit() or int(v) >= len(devices)]
     if bad:
         out.append(Check(name, FAIL, f"ASCEND_RT_VISIBLE_DEVICES names {', '.join(bad)}, only "
-                                     f"{len(host.devices)} device(s) visible",
+                                     f"{len(devices)} device(s) visible",
                          explain.fix_for("no-valid-device", host)))
     elif str(environ.get("HCCL_DETERMINISTIC", "")).lower() == "true":
         out.append(Check(name, WARN, shown + " (deterministic collectives are slower)",

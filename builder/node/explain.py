@@ -127,16 +127,19 @@ def context(host: Optional[HostInfo] = None, labels: Optional[Mapping[str, str]]
         if _platform_arch(ctx.get(group)):
             ctx[key] = _platform_arch(ctx.get(group))
     # what the knowledge base adds
-    if ctx.get("image_cann"):
-        ctx.setdefault("image_min_driver", kb.min_driver(ctx["image_cann"]))
-        paired = [r.version for r in kb.torch_npu_for_cann(ctx["image_cann"])]
+    image_cann = ctx.get("image_cann")
+    if image_cann:
+        ctx.setdefault("image_min_driver", kb.min_driver(image_cann))
+        paired = [r.version for r in kb.torch_npu_for_cann(image_cann)]
         if paired:
             ctx.setdefault("paired_torch_npu", "torch_npu " + " or ".join(paired))
-    if ctx.get("image_torch_npu"):
-        rel = kb.torch_npu(ctx["image_torch_npu"])
+    image_torch_npu = ctx.get("image_torch_npu")
+    if image_torch_npu:
+        rel = kb.torch_npu(image_torch_npu)
         ctx.setdefault("paired_cann", rel.cann if rel else None)
-    if ctx.get("host_driver") and not ctx.get("driver_fw_range"):
-        rng = kb.firmware_range(ctx["host_driver"])
+    host_driver = ctx.get("host_driver")
+    if host_driver and not ctx.get("driver_fw_range"):
+        rng = kb.firmware_range(host_driver)
         ctx["driver_fw_range"] = f"[{rng[0]},{rng[1]}]" if rng else None
     defaults = {"devices": "--device /dev/davinciN", "paired_torch_npu": "see `ascend-build kb cann <version>`"}
     return {k: (ctx.get(k) or defaults.get(k) or UNKNOWN) for k in set(PLACEHOLDERS) | set(ctx)}

@@ -285,10 +285,12 @@ def _read_bounded(proc: subprocess.Popen) -> Tuple[bytes, bytes, str]:
     """npu-smi's stdout and stderr until both close, or why it was cut: past NPU_SMI_TIMEOUT (a
     hung driver call, or a child left holding a pipe) or past NPU_SMI_MAX_BYTES (printing forever)."""
     deadline = time.monotonic() + NPU_SMI_TIMEOUT
-    got: Dict[int, List[bytes]] = {proc.stdout.fileno(): [], proc.stderr.fileno(): []}
+    stdout, stderr = proc.stdout, proc.stderr
+    assert stdout is not None and stderr is not None, "npu-smi runs with stdout and stderr piped"
+    got: Dict[int, List[bytes]] = {stdout.fileno(): [], stderr.fileno(): []}
     size = 0
     with selectors.DefaultSelector() as selector:
-        for stream in (proc.stdout, proc.stderr):
+        for stream in (stdout, stderr):
             selector.register(stream, selectors.EVENT_READ)
         while selector.get_map():
             left = deadline - time.monotonic()
@@ -303,7 +305,7 @@ def _read_bounded(proc: subprocess.Popen) -> Tuple[bytes, bytes, str]:
                 size += len(chunk)
                 if size > NPU_SMI_MAX_BYTES:
                     return b"", b"", f"printed more than {NPU_SMI_MAX_BYTES} bytes; stopped"
-    return b"".join(got[proc.stdout.fileno()]), b"".join(got[proc.stderr.fileno()]), ""
+    return b"".join(got[stdout.fileno()]), b"".join(got[stderr.fileno()]), ""
 
 
 def _smi_failed(info: HostInfo, message: str, cannot_run: bool = False) -> None:
@@ -326,6 +328,7 @@ def _run_smi(exe: Path, args: List[str], info: HostInfo) -> Optional[str]:
     except OSError as exc:
         _smi_failed(info, f"{what} cannot run: {exc.strerror or exc}", cannot_run=True)
         return None
+    assert proc.stdout is not None and proc.stderr is not None, "both piped above"
     try:
         raw_out, raw_err, why = _read_bounded(proc)
     finally:

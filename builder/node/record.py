@@ -114,7 +114,7 @@ def _read_json(root: Path, path: str, problems: List[str]) -> Optional[Dict[str,
 
 
 def _validation_summary(report: Mapping[str, Any]) -> Dict[str, Any]:
-    tiers = report.get("tiers") if isinstance(report.get("tiers"), list) else []
+    tiers = report["tiers"] if isinstance(report.get("tiers"), list) else []
     return {
         "passed": report.get("passed"),
         "device": report.get("device"),

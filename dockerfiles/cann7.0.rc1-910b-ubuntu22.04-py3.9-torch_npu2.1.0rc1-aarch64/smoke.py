@@ -43,9 +43,9 @@ except ImportError:  # in an image: the files shipped beside this one
     # (loaded from a checkout without the package installed: vocabulary.py is one folder up)
     _HERE = os.path.dirname(os.path.abspath(__file__))
     sys.path.extend([_HERE, os.path.dirname(_HERE)])
-    import error_table
-    import parsers
-    import vocabulary
+    import error_table  # type: ignore[import-not-found,no-redef]  # found on sys.path only in an image
+    import parsers  # type: ignore[import-not-found,no-redef]
+    import vocabulary  # type: ignore[import-not-found,no-redef]
 
 SCHEMA = 1
 DRIVER_LIBS = ("libascend_hal.so", "libdrvdsmi_host.so", "libdcmi.so")
@@ -55,7 +55,7 @@ RESULT_MARK = "SMOKE_COLLECTIVE_RESULT "
 
 # Known error strings -> cause and fix: the table of `ascend-build explain`, shipped
 # into the image as errors.json beside this file (the repository's copy in tests).
-_TABLE = []  # cache: [table]
+_TABLE: list = []  # cache: [table]
 
 
 def known_errors():
@@ -92,7 +92,7 @@ def log(msg):
 
 
 # ---------------------------------------------------------------- versions.py
-_VERSIONS = []  # cache: [(module or None, note)]
+_VERSIONS: list = []  # cache: [(module or None, note)]
 
 
 def versions_module():
@@ -107,6 +107,7 @@ def versions_module():
             continue
         try:
             spec = importlib.util.spec_from_file_location("versions", path)
+            assert spec is not None and spec.loader is not None, "a .py file has a loader"
             mod = importlib.util.module_from_spec(spec)
             spec.loader.exec_module(mod)
             if all(hasattr(mod, k) for k in ("cann", "hdk", "firmware", "meets_minimum")):
@@ -497,7 +498,7 @@ def tier_libraries(ctx):
         pkg = "torch_npu" if ctx.variant == "npu" else "torch"
         objs = package_objects(pkg, ("lib/*.so*", "_C*.so"))
     driver_mount = os.path.isdir(parsers.DRIVER_LIB64) and bool(os.listdir(parsers.DRIVER_LIB64))
-    d = {"package": pkg, "objects": len(objs), "driver_mount": driver_mount,
+    d: dict = {"package": pkg, "objects": len(objs), "driver_mount": driver_mount,
          "ld_library_path": os.environ.get("LD_LIBRARY_PATH", "")}
     if not objs:
         return failed("%s is not installed (no shared objects found): nothing to link-check" % pkg, **d)
@@ -510,7 +511,7 @@ def tier_libraries(ctx):
         os.path.join(root, "lib") for name in ("torch", pkg) for root in _package_roots(name)]
     env = dict(os.environ, LD_LIBRARY_PATH=":".join(preloaded + [os.environ.get("LD_LIBRARY_PATH", "")]).strip(":"))
     d["preloaded_dirs"] = preloaded
-    needed_by, from_driver = {}, set()
+    needed_by, from_driver = {}, set()  # type: dict[str, list[str]], set[str]
     for obj in objs:
         proc = subprocess.run(["ldd", obj], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                               universal_newlines=True, timeout=60, env=env)
@@ -636,7 +637,7 @@ def make_model(torch, vocab, d_model=128, seq_len=32):
     """The field guide's minimal reproduction: 2 layers, hidden 128, ff 512, 8 heads."""
     nn = torch.nn
 
-    class Tiny(nn.Module):
+    class Tiny(nn.Module):  # type: ignore[name-defined]  # torch is the module passed in
         def __init__(self):
             super(Tiny, self).__init__()
             self.emb = nn.Embedding(vocab, d_model)
@@ -828,7 +829,7 @@ def tier_collective(ctx):
                 q.kill()
             outputs.append(p.communicate()[0])
     expected = float(world * (world + 1) // 2)
-    d = {"backend": "hccl" if ctx.device == "npu" else "gloo", "world_size": world,
+    d: dict = {"backend": "hccl" if ctx.device == "npu" else "gloo", "world_size": world,
          "expected": expected, "results": [], "returncodes": [p.returncode for p in procs]}
     for out in outputs:
         res = [json.loads(line[len(RESULT_MARK):]) for line in out.splitlines() if line.startswith(RESULT_MARK)]
@@ -886,7 +887,7 @@ def load_manifest(path):
         with open(path) as fh:
             m = json.load(fh)
     except (OSError, ValueError) as exc:
-        raise UsageError("cannot read manifest %s: %s" % (path, exc))
+        raise UsageError("cannot read manifest %s: %s" % (path, exc)) from exc
     if not isinstance(m, dict) or m.get("schema") != SCHEMA:
         raise UsageError("manifest %s: expected a JSON object with schema %d" % (path, SCHEMA))
     return m
@@ -925,7 +926,7 @@ def main(argv=None):
     sys.stdout.flush()
     real_stdout = os.dup(1)
     os.dup2(2, 1)  # everything printed by libraries (also from C) lands on stderr
-    report = {"schema": SCHEMA, "passed": False, "python": platform.python_version(),
+    report: dict = {"schema": SCHEMA, "passed": False, "python": platform.python_version(),
               "started": datetime.datetime.now(datetime.timezone.utc).isoformat()}
     try:
         args = parse_args(argv)

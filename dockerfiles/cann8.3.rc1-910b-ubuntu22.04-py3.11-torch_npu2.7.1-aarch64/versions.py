@@ -145,10 +145,15 @@ def _fail(text: Any, kind: str) -> VersionError:
     return VersionError(what, "write it in one of these forms: " + _FORMS[kind], text=text, kind=kind)
 
 
+def _numbers(m: "re.Match[str]") -> Dict[str, int]:
+    """The match's groups (all numeric) that took part in it; one that did not is absent."""
+    return {k: int(v) for k, v in m.groupdict().items() if v is not None}
+
+
 def _cann_key(m: "re.Match[str]") -> Key:
-    g = {k: (int(v) if v is not None else None) for k, v in m.groupdict().items()}
+    g = _numbers(m)
     line = (g["major"], g["minor"])
-    if g["t"] is not None:
+    if "t" in g:
         # Internal test builds (8.0.T6, 8.0.T63) sort before every RC of their line,
         # by number. torch_npu's VersionToNum means the same (Tn gets 100*n, RCn gets
         # 5000+100*n) but its packing overflows from T51 on: it gives 8.0.T63 the
@@ -157,31 +162,31 @@ def _cann_key(m: "re.Match[str]") -> Key:
         # below RC1 is the conservative choice: a test build never satisfies a
         # ">= X.Y.RCn" requirement.
         return line + (_T, g["t"], _RELEASE, 0, 0)
-    if g["rc"] is not None:
-        if g["rc_alpha"] is not None:
+    if "rc" in g:
+        if "rc_alpha" in g:
             # alphaNNN shipped before its release (facts doc; torch_npu's VersionToNum
             # puts RCn.alphaNNN just after RCn, the facts doc wins).
             return line + (_RC, g["rc"], _ALPHA, g["rc_alpha"], 0)
         # RCn.betaN is the community name of the commercial RCn: same key.
-        return line + (_RC, g["rc"], _RELEASE, 0, g["rc_patch"] or 0)
-    if g["z_alpha"] is not None:
+        return line + (_RC, g["rc"], _RELEASE, 0, g.get("rc_patch", 0))
+    if "z_alpha" in g:
         return line + (_FINAL, g["z"], _ALPHA, g["z_alpha"], 0)
-    if g["z_pre"] is not None:
+    if "z_pre" in g:
         return line + (_FINAL, g["z"], _BETA_PRE, g["z_pre"], 0)
     # X.Y.Z.betaN == X.Y.Z (community edition name), unlike the pre-release X.Y.Z-beta.N.
     return line + (_FINAL, g["z"], _RELEASE, 0, 0)
 
 
 def _hdk_key(m: "re.Match[str]") -> Key:
-    g = {k: (int(v) if v is not None else None) for k, v in m.groupdict().items()}
+    g = _numbers(m)
     line = (g["major"], g["minor"])
-    if g["t"] is not None:
+    if "t" in g:
         return line + (_T, g["t"], 0, 0)  # as for CANN: before RC1 of the line
-    stage, number = (_RC, g["rc"]) if g["rc"] is not None else (_FINAL, g["z"])
+    stage, number = (_RC, g["rc"]) if "rc" in g else (_FINAL, g["z"])
     # A .bNNN build comes after its release and before the release's first .k patch.
     # torch_npu's packed integer adds a build number and a patch number to the same
     # low digits, which would tie 26.1.0.b001 with 26.1.0.1: we keep them apart.
-    return line + (stage, number, g["patch"] or 0, g["build"] or 0)
+    return line + (stage, number, g.get("patch", 0), g.get("build", 0))
 
 
 def _firmware_key(m: "re.Match[str]") -> Key:
@@ -485,10 +490,10 @@ def firmware_in_ranges(firmware_text: Any, ranges: Any) -> Optional[bool]:
     for low, high in ranges:
         bounds = [tuple(int(p) for p in str(b).strip().rstrip(".").split(".")) if re.fullmatch(rf"{_N}(\.{_N})*\.?", str(b).strip()) else None
                   for b in (low, high)]
-        if None in bounds:
+        lo, hi = bounds
+        if lo is None or hi is None:
             continue
         decided = True
-        lo, hi = bounds
         if lo <= parsed.key[:len(lo)] and parsed.key[:len(hi)] <= hi:
             return True
     return False if decided else None

@@ -28,7 +28,7 @@ FIRMWARE_INFO = "/usr/local/Ascend/firmware/version.info"
 
 def parse_kv(text):
     """`key=value` lines (Ascend .info/.cfg files) -> dict; first occurrence wins."""
-    out = {}
+    out: dict = {}
     for line in text.splitlines():
         line = line.strip()
         if not line or line.startswith("#") or "=" not in line:
@@ -126,7 +126,7 @@ def canonical(name):
 def environment_distributions(prefix):
     """{canonical name: version} of the distributions installed under ``prefix`` (the
     environment's own site-packages; CANN's packages on PYTHONPATH are not its own)."""
-    found = {}
+    found: dict = {}
     root = os.path.realpath(prefix) + os.sep
     for dist in importlib.metadata.distributions():
         try:

@@ -99,7 +99,8 @@ def propose(kb, rows: Sequence[Tuple[str, str, str]], tags: Sequence[Dict[str, s
                 unknown_npu.append({"torch_npu": npu, "torch": torch, "cann": cann, "source": table_source})
         elif release.cann is None or versions.lenient("cann", release.cann) != versions.lenient("cann", cann):
             pairings.append({"torch_npu": npu, "cann": cann, "knowledge_base": release.cann, "source": table_source})
-    chips, systems = {}, {}
+    chips: Dict[str, str] = {}
+    systems: Dict[str, str] = {}
     for tag in tags:
         if not _known(kb, tag["cann"]):
             releases.setdefault(tag["cann"], []).append(f"{images_source}: {tag['tag']}")

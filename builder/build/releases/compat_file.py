@@ -79,7 +79,7 @@ def _items_layout(text: str, path: Path) -> Tuple[List[Tuple[Optional[Version], 
     try:
         root = yaml.compose(text, Loader=LOADER)
     except yaml.YAMLError as exc:
-        raise UserError(f"{path}: not valid YAML ({exc})", fix="repair the file before adding releases", exit_code=1)
+        raise UserError(f"{path}: not valid YAML ({exc})", fix="repair the file before adding releases", exit_code=1) from exc
     seq = node_at(root, ("torch_npu_releases", "items"))
     if not isinstance(seq, yaml.SequenceNode) or seq.flow_style:
         raise UserError(f"{path}: torch_npu_releases.items is not a block list", exit_code=1,
@@ -162,7 +162,7 @@ def _parse(text: str, path: Path) -> Dict[str, Any]:
     try:
         doc = yaml.load(text, Loader=LOADER)
     except yaml.YAMLError as exc:
-        raise UserError(f"{path}: not valid YAML ({exc})", fix="repair the file before adding releases", exit_code=1)
+        raise UserError(f"{path}: not valid YAML ({exc})", fix="repair the file before adding releases", exit_code=1) from exc
     if not isinstance(doc, dict) or not isinstance((doc.get("torch_npu_releases") or {}).get("items"), list):
         raise UserError(f"{path}: no torch_npu_releases.items list", exit_code=1,
                         fix="point at builder/data/ascend-compat.yaml or a copy of it")

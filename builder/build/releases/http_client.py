@@ -80,7 +80,7 @@ class Http:
                 return status, response.headers, body, response.geturl()
         except urllib.error.HTTPError as exc:
             if exc.code == 416 and 206 in ok:
-                raise NoRanges(url)
+                raise NoRanges(url) from None
             raise url_error(url, f"HTTP {exc.code} {exc.reason}", _http_fix(exc.code)) from None
         except urllib.error.URLError as exc:
             raise url_error(url, _reason(exc.reason)) from None

@@ -143,7 +143,7 @@ def parse_json_page(body: bytes, url: str) -> Tuple[str, List[IndexFile]]:
         raise url_error(url, "malformed project page: JSON nested too deep") from None
     if not isinstance(doc, dict) or not isinstance(doc.get("files"), list):
         raise url_error(url, "malformed project page: JSON without a 'files' list")
-    meta = doc.get("meta") if isinstance(doc.get("meta"), dict) else {}
+    meta = doc["meta"] if isinstance(doc.get("meta"), dict) else {}
     version = str(meta.get("api-version", ""))
     _check_api_version(version, url)
     files = []

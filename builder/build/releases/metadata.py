@@ -8,7 +8,7 @@ import struct
 import zipfile
 import zlib
 from dataclasses import dataclass
-from typing import BinaryIO, Mapping, Tuple
+from typing import Mapping, Protocol, Tuple
 
 from packaging.utils import canonicalize_name
 
@@ -74,7 +74,17 @@ def read_metadata(http: Http, file: IndexFile, wheel: WheelName) -> MetadataRead
     )
 
 
-def metadata_of_zip(fileobj: BinaryIO, wheel: WheelName, url: str) -> bytes:
+class ZipSource(Protocol):
+    """What zipfile reads an archive from: an open file, a BytesIO, a RangeFile."""
+
+    def seek(self, offset: int, whence: int = 0, /) -> int: ...
+
+    def read(self, n: int = -1, /) -> bytes: ...
+
+    def tell(self) -> int: ...
+
+
+def metadata_of_zip(fileobj: ZipSource, wheel: WheelName, url: str) -> bytes:
     """The wheel's ``.dist-info/METADATA`` member: inflated, CRC-checked, at most METADATA_MAX bytes.
 
     zipfile reads only the zip's directory and that member, so over a RangeFile the

@@ -84,7 +84,7 @@ def _proposal_layout(text: str, path: Path) -> Tuple[set, int]:
     try:
         root = yaml.compose(text, Loader=LOADER)
     except yaml.YAMLError as exc:
-        raise UserError(f"{path}: not valid YAML ({exc})", fix="repair or move the proposal file", exit_code=1)
+        raise UserError(f"{path}: not valid YAML ({exc})", fix="repair or move the proposal file", exit_code=1) from exc
     keys = [k.value for k, _ in root.value] if isinstance(root, yaml.MappingNode) else []
     cells = node_at(root, ("cells",))
     if not isinstance(cells, yaml.SequenceNode) or cells.flow_style or keys[-1:] != ["cells"]:

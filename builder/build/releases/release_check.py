@@ -154,7 +154,7 @@ def _new_release(http: Http, version: str, pairs: List[Tuple[IndexFile, WheelNam
         if read.note:
             result.warnings.append(f"{read.filename}: {read.note}")
     entry = build_entry(version, [w for _, w in pairs], [f for f, _ in pairs], reads, kb)
-    torches = {torch_of_pin(r.torch_pin) for r in reads if r.torch_pin}
+    torches = {torch_of_pin(r.torch_pin) or r.torch_pin for r in reads if r.torch_pin}  # a range as written
     if len(torches) > 1:
         result.warnings.append(f"torch_npu {version}: the arches pin different torch releases ({', '.join(sorted(torches))})")
     return NewRelease(version=version, entry=entry, wheels=tuple(f.filename for f, _ in pairs), metadata=reads)

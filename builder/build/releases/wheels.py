@@ -65,7 +65,7 @@ def parse_wheel_filename(filename: str) -> WheelName:
     except InvalidVersion:
         raise ValueError(f"version {version_text!r} is not PEP 440") from None
     arches = {m.group(5) for m in map(_PLATFORM.match, plat) if m}
-    floors = [_glibc_of(m) for m in map(_PLATFORM.match, plat) if m and _glibc_of(m)]
+    floors = [f for f in (_glibc_of(m) for m in map(_PLATFORM.match, plat) if m) if f]
     pythons = tuple(sorted({f"{m.group(1)}.{m.group(2)}" for m in map(_CPYTHON.match, py) if m}, key=python_key))
     return WheelName(
         filename=filename, name=name, version=version, build=build, python_tags=py, abi_tags=abi,

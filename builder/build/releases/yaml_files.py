@@ -36,7 +36,7 @@ def read_bytes(path: Path) -> bytes:
     try:
         return path.read_bytes()
     except OSError as exc:
-        raise UserError(f"cannot read {path}: {exc.strerror}", fix="check the path and its permissions", exit_code=1)
+        raise UserError(f"cannot read {path}: {exc.strerror}", fix="check the path and its permissions", exit_code=1) from exc
 
 
 def replace_file(path: Path, data: bytes, expect: Optional[bytes], check: bool = True) -> None:
@@ -62,4 +62,4 @@ def replace_file(path: Path, data: bytes, expect: Optional[bytes], check: bool =
         if os.path.exists(tmp):
             os.unlink(tmp)
         raise UserError(f"cannot write {path}: {exc.strerror}", fix="check the folder's permissions and free space",
-                        exit_code=1)
+                        exit_code=1) from exc
