@@ -99,6 +99,7 @@ _SAFE = {
     "text": re.compile(r"^[A-Za-z0-9 _./:,=+@%()-]*$"),
 }
 _REFERENCE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
+_NAME_END = re.compile(r"[=<>!~;\[ ]")  # where a requirement line's name ends
 
 
 def _safe(kind: str, value: Optional[str], what: str) -> str:
@@ -145,7 +146,7 @@ class Install:
 
     @property
     def names(self) -> Tuple[str, ...]:
-        return tuple(re.split(r"[=<>!~;\[ ]", line, maxsplit=1)[0] for line in self.lines if not line.startswith((" ", "#")))
+        return tuple(_NAME_END.split(line, maxsplit=1)[0] for line in self.lines if not line.startswith((" ", "#")))
 
     def text(self) -> bytes:
         return ("\n".join(self.lines) + "\n").encode()
@@ -316,13 +317,17 @@ def final_env(cell: Cell, variant: str, kb) -> Dict[str, str]:
     """The ENV values the finished image has, literal, as Docker expands them: CANN's first,
     then the cell's env_vars (written later, so they win). A value referring to a variable
     this plan does not set (PATH: the Python step prepends to it again) is left out."""
+    return _expand(cann_env(cell, kb) if variant == vocabulary.NPU else (), env_vars(cell))
+
+
+def _expand(cann: Tuple[Tuple[str, str], ...], own: Tuple[Tuple[str, str], ...]) -> Dict[str, str]:
     env: Dict[str, str] = {}
-    for name, value in cann_env(cell, kb) if variant == vocabulary.NPU else ():
+    for name, value in cann:
         if all(ref in env for ref in _REFERENCE.findall(value)):
             env[name] = _REFERENCE.sub(lambda m: env[m.group(1)], value)
         else:
             env.pop(name, None)
-    env.update(env_vars(cell))
+    env.update(own)
     return env
 
 
@@ -500,6 +505,9 @@ class _Facts:
     state: str                   # the lock's state (locking.status)
     torch_index: str
     stand_in: str                # why a stand-in twin runs on another OS ("" if not one)
+    cann_env: Tuple[Tuple[str, str], ...]  # the NPU image's ENV from CANN
+    env_vars: Tuple[Tuple[str, str], ...]  # the field guide's and the cell's
+    unlocked: Tuple[str, ...]    # the requirements when the lock is not usable (else ())
 
 
 def _facts(cell: Cell, kb, digest: str, lock: Optional[locking.Lock] = None,
@@ -508,8 +516,10 @@ def _facts(cell: Cell, kb, digest: str, lock: Optional[locking.Lock] = None,
     if os_info is None:  # `checks` refuses such a cell first; a knowledge base edited since may not have it
         raise UserError(f"{cell.id}: OS {cell.os!r} is not in builder/data/os.yaml", fix="pick an OS listed there")
     inputs = lock_inputs(closure_of or cell, kb)
-    return _Facts(cell, kb, os_info, digest, lock, closure_of, inputs, locking.status(lock, inputs), inputs.torch_index,
-                  stand_in_reason(cell, closure_of) if closure_of else "")
+    state = locking.status(lock, inputs)
+    return _Facts(cell, kb, os_info, digest, lock, closure_of, inputs, state, inputs.torch_index,
+                  stand_in_reason(cell, closure_of) if closure_of else "", cann_env(cell, kb), env_vars(cell),
+                  _unlocked_lines(inputs, cell.cann) if state in ("missing", "stale") else ())
 
 
 def _installs(f: _Facts, variant: str) -> Tuple[Install, ...]:
@@ -522,7 +532,7 @@ def _installs(f: _Facts, variant: str) -> Tuple[Install, ...]:
     """
     npu = variant == vocabulary.NPU
     if f.state in ("missing", "stale"):
-        lines = _unlocked_lines(f.inputs, f.cell.cann)
+        lines = f.unlocked
         reason = f"The cell's lock is {f.state}: run `ascend-build lock`"
         is_npu = [canonicalize_name(python_env.requirement(line).name) == "torch-npu" for line in lines]
         others = tuple(line for line, own in zip(lines, is_npu) if not own)
@@ -574,7 +584,7 @@ def _manifest(f: _Facts, variant: str) -> Dict[str, object]:
         "min_firmware": cell.firmware if npu else None,
         "env_manager": cell.env,
         "pip": list(cell.pip),
-        "env": final_env(cell, variant, f.kb),
+        "env": _expand(f.cann_env if npu else (), f.env_vars),
         "content_hash": f.digest,
         "lock": {"state": f.state, "file": vocabulary.LOCK if usable else None,
                  "distributions": {e.name: e.version for e in entries},
@@ -614,12 +624,12 @@ def _plan(f: _Facts, variant: str) -> Plan:
         cann=cell.cann if npu else "", chip=cell.chip if npu else "", cann_source=cell.cann_source if npu else "",
         installers=installers,
         download_referer=_safe("url", kb.download_referer(), "download referer") if npu else "",
-        cann_env=cann_env(cell, kb) if npu else (),
+        cann_env=f.cann_env if npu else (),
         python=cell.python, env_manager=cell.env, env_prefix=env_prefix(cell),
         conda_url=_safe("url", conda.url, "conda installer URL") if conda else "",
         conda_sha256=_safe("sha256", conda_sha, "conda sha256") if conda else "",
         lock_state=f.state, installs=python_steps, torch_index=f.torch_index,
-        torch_npu=cell.torch_npu if npu else "", uv=uv, env_vars=env_vars(cell),
+        torch_npu=cell.torch_npu if npu else "", uv=uv, env_vars=f.env_vars,
         tool_dir=vocabulary.TOOL_DIR, shipped_files=vocabulary.SHIPPED_FILES,
         manifest_file=vocabulary.manifest_name(variant), manifest_path=vocabulary.MANIFEST,
         lock_file=locking.LOCK_FILE if usable else "", lock_path=vocabulary.LOCK,
