@@ -371,6 +371,6 @@ def promote(ref: str, options: Options, engine: Engine, say: Say) -> Outcome:
     report, out.smoke_seconds = smoke(engine, ref, NPU, tiers, devices.docker_devices(chosen, options.root),
                                       devices.driver_mounts(options.root))
     release = ref[: -len(CANDIDATE_SUFFIX)] if ref.endswith(CANDIDATE_SUFFIX) else ref
-    if options.push:  # the registry prefix is added again by _conclude
+    if options.push:  # the registry prefix is added again by conclude
         release = release.split("/", 1)[-1] if release.startswith(options.push.rstrip("/") + "/") else release
     return conclude(out, engine, report, tiers, True, release, cell_id, options)
