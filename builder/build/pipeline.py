@@ -153,15 +153,20 @@ def verdict(report: Dict, tiers: Tuple[str, ...], final: bool) -> Verdict:
     """Decide from the report alone: every required tier passed (or was skipped with a
     reason), the program said it passed and exited 0. ``final`` runs earn the seal.
 
+    The seal says what happened: ``Label.VALIDATED_TIERS`` lists only the tiers that
+    passed, ``Label.SKIPPED_TIERS`` the ones skipped (their reasons are in the report and
+    the signed validation statement), e.g. the all-reduce with one NPU visible.
+
     Example:
         >>> ok = {"passed": True, "exit_code": 0, "device": "cpu", "host": {},
-        ...       "tiers": [{"name": "versions", "status": "passed"}]}
+        ...       "tiers": [{"name": "versions", "status": "passed"}, {"name": "import", "status": "skipped"}]}
         >>> verdict(ok, ("versions",), final=False).status
         'candidate'
         >>> verdict(ok, ("versions", "train"), final=True).status
         'failed'
-        >>> verdict(ok, ("versions",), final=True).seal_labels[Label.VALIDATED_TIERS]
-        'versions'
+        >>> sealed = verdict(ok, ("versions", "import"), final=True).seal_labels
+        >>> sealed[Label.VALIDATED_TIERS], sealed[Label.SKIPPED_TIERS]
+        ('versions', 'import')
     """
     by_name = {t.get("name"): t.get("status") for t in report.get("tiers", [])}
     required_ok = all(by_name.get(t) in ("passed", "skipped") for t in tiers)
@@ -173,9 +178,12 @@ def verdict(report: Dict, tiers: Tuple[str, ...], final: bool) -> Verdict:
     if not final:
         return Verdict("candidate")
     host = report.get("host") or {}
+    skipped = [t for t in tiers if by_name.get(t) == "skipped"]
     return Verdict("passed", seal_labels={
         Label.VALIDATED: "true", Label.VALIDATED_DEVICE: report.get("device", ""),
-        Label.VALIDATED_TIERS: ",".join(tiers), Label.VALIDATED_DRIVER: str(host.get("driver") or ""),
+        Label.VALIDATED_TIERS: ",".join(t for t in tiers if by_name.get(t) == "passed"),
+        **({Label.SKIPPED_TIERS: ",".join(skipped)} if skipped else {}),
+        Label.VALIDATED_DRIVER: str(host.get("driver") or ""),
         Label.VALIDATED_FIRMWARE: str(host.get("firmware") or ""),
         Label.VALIDATED_UNDER: str(report.get("emulated") or "native")})
 
