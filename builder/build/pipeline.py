@@ -29,7 +29,7 @@ from typing import Callable, Dict, List, Optional, Tuple
 
 from builder import devices
 from builder.build import plan as planning
-from builder.build import own_wheel, publish, render, stage, wheels
+from builder.build import attest, own_wheel, publish, render, stage, wheels
 from builder.build.job import Job, Options, host_arch, prepare
 from builder.build.matrix import Cell
 from builder.engine import BuildFailed, Engine
@@ -58,6 +58,7 @@ class Outcome:
     log: str = ""
     report: str = ""
     arches: Dict[str, str] = field(default_factory=dict)  # an index's entries: arch -> digest
+    attested: Dict[str, str] = field(default_factory=dict)  # pushed ref -> its statements' .att manifest digest
 
     @property
     def ok(self) -> bool:
@@ -90,10 +91,12 @@ def build_one(cell: Cell, variant: str, options: Options, engine: Engine, say: S
     before the build is a `UserError`, a failed build or tier an outcome."""
     job = prepare(cell, variant, options)
     out = Outcome(job.plan.cell_id, variant)
+    proof = attest.evidence(job) if options.sign_key else None  # the inputs as the build reads them
     if not build(job, options, engine, say, out):
         return out
     report = smoke_test(job, engine, say, out)
-    return conclude(out, engine, report, job.smoke.tiers, job.smoke.final, job.ref, job.name, options)
+    out = conclude(out, engine, report, job.smoke.tiers, job.smoke.final, job.ref, job.name, options)
+    return attest_pushed(out, report, job.smoke.tiers, job.plan.content_hash, proof, options, say)
 
 
 class _Progress:
@@ -317,6 +320,35 @@ def conclude(out: Outcome, engine: Engine, report: Dict, tiers: Tuple[str, ...],
     return out
 
 
+def attest_pushed(out: Outcome, report: Dict, tiers: Tuple[str, ...], content_hash: str,
+                  proof: Optional[attest.Evidence], options: Options, say: Say) -> Outcome:
+    """After the push, with a signing key: attach the signed validation statement (and the
+    provenance, when ``proof`` knows the build's inputs) to every pushed digest.
+
+    Push and attach are one operation to the user: when attaching fails, the outcome fails
+    and says what is published without its statements.
+    """
+    if options.sign_key is None or not out.digests:
+        return out
+    if out.status != "passed":
+        if out.status == "candidate":
+            say(f"[{out.cell}] not attested: a {CANDIDATE_SUFFIX} image is not validated yet")
+        return out
+    statements = attest.statements_for(report, tiers, out.cell, out.variant, content_hash, proof)
+    for ref, digest in out.digests.items():
+        start = time.monotonic()
+        try:
+            out.attested[ref] = attest.attest(ref, digest, statements, options.sign_key)
+        except UserError as exc:
+            out.status = "error"
+            out.message = (f"{ref} ({digest}) is published WITHOUT its signed statements: {exc.message}; "
+                           "`ascend-build verify` refuses it" + (f"\n  fix: {exc.fix}; then push again" if exc.fix else ""))
+            return out
+        say(f"[{out.cell}] attested {ref}@{digest}: {', '.join(kind for kind, _ in statements)} "
+            f"({time.monotonic() - start:.2f} s)")
+    return out
+
+
 def index_outcome(registry: Registry, repository: str, family: str, variant: str) -> Outcome:
     """Publish one index, as an outcome of its own (``arches``: what it points at)."""
     ref = f"{registry.name}/{repository}:{publish.index_tag(family, variant)}"
@@ -381,4 +413,5 @@ def promote(ref: str, options: Options, engine: Engine, say: Say) -> Outcome:
     release = ref[: -len(CANDIDATE_SUFFIX)] if ref.endswith(CANDIDATE_SUFFIX) else ref
     if options.push:  # the registry prefix is added again by _conclude
         release = release.split("/", 1)[-1] if release.startswith(options.push.rstrip("/") + "/") else release
-    return conclude(out, engine, report, tiers, True, release, cell_id, options)
+    out = conclude(out, engine, report, tiers, True, release, cell_id, options)
+    return attest_pushed(out, report, tiers, labels.get(Label.CONTENT_HASH, ""), None, options, say)
