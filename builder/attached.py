@@ -190,9 +190,10 @@ def verify(registry: Registry, repository: str, reference: str, key: PublicKey) 
     tag = attestation_tag(image.digest)
     there = _existing(registry, repository, image.digest)
     if there is None:
+        why = ("it is an image index, and statements are attached to each arch's image: verify the arch's tag"
+               if image.is_index else "pushed without --sign-key, or by someone without the key")
         return Verification(reference, image.digest, tag,
-                            missing=f"no statement is attached: {registry.name}/{repository} has no tag {tag} "
-                                    "(pushed without --sign-key, or by someone without the key)")
+                            missing=f"no statement is attached: {registry.name}/{repository} has no tag {tag} ({why})")
     found = []
     for layer in there.data.get("layers") or []:
         if not isinstance(layer, dict) or not isinstance(layer.get("digest"), str):

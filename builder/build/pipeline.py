@@ -1,4 +1,4 @@
-"""Build -> smoke -> seal -> tag -> push, one cell and variant at a time.
+"""Build -> smoke -> seal -> tag -> push (-> attest), one cell and variant at a time.
 
 The rule this module exists to keep: **only an image that passed its smoke test
 gets a release tag.** A build yields a candidate (an image ID, no tag). The
@@ -7,6 +7,9 @@ is the candidate sealed (a tiny ``FROM`` step adding the report at
 ``vocabulary.VALIDATION_REPORT`` and the ``Label.VALIDATED*`` labels)
 and tagged. A failed build or tier, or Ctrl-C, leaves no release tag; the build
 log and the report stay under the state directory.
+
+With a signing key, each pushed image that passed then gets its signed validation
+statement and provenance attached to its digest (`attest_pushed`, `builder.build.attest`).
 
 Without NPUs (``--no-device``, or no ``/dev/davinci*``) an NPU image can only run
 its static tiers and earns at most a ``-candidate`` tag; `promote` later runs the
