@@ -432,3 +432,53 @@ class Registry:
         if stored != digest:
             raise self._fail(f"stored the manifest for {repository}:{tag} as {stored}, not {digest}")
         return digest
+
+    # --- blobs (attestations: see `builder.attached`) ---------------------------
+
+    def blob(self, repository: str, digest: str, limit: int = CONFIG_LIMIT) -> bytes:
+        """The blob ``digest`` of ``repository``, at most ``limit`` bytes, checked against its digest;
+        LookupError when the registry has none."""
+        repository = self.repository(repository)
+        if not _DIGEST.match(digest):
+            raise self._fail(f"{digest!r} is not a sha256 digest")
+        body, _ = self._send("GET", f"/v2/{repository}/blobs/{digest}", f"repository:{repository}:pull", limit=limit)
+        if "sha256:" + hashlib.sha256(body).hexdigest() != digest:
+            raise self._fail(f"the blob {digest} of {repository} does not hash to its digest",
+                             "the registry served bytes other than the ones named; nothing was used")
+        return body
+
+    def has_blob(self, repository: str, digest: str) -> bool:
+        """Whether ``repository`` holds the blob ``digest`` (a HEAD request: nothing is read)."""
+        repository = self.repository(repository)
+        try:
+            self._send("HEAD", f"/v2/{repository}/blobs/{digest}", f"repository:{repository}:pull,push")
+        except LookupError:
+            return False
+        return True
+
+    def put_blob(self, repository: str, data: bytes) -> str:
+        """Upload ``data`` as a blob of ``repository`` (unless it is there already); its digest.
+
+        The distribution API's two-step monolithic upload: POST opens an upload session, whose
+        ``Location`` must stay on this registry's host (credentials go there), then one PUT with
+        the bytes and their digest, which the registry checks.
+        """
+        digest = "sha256:" + hashlib.sha256(data).hexdigest()
+        if self.has_blob(repository, digest):
+            return digest
+        repository = self.repository(repository)
+        scope = f"repository:{repository}:pull,push"
+        try:
+            _, headers = self._send("POST", f"/v2/{repository}/blobs/uploads/", scope, data=b"")
+        except LookupError:
+            raise self._fail(f"refused to start a blob upload in {repository} (404)") from None
+        location = urllib.parse.urljoin(self.base + "/", headers.get("location", ""))
+        if not headers.get("location") or _host_of(location) != _host_of(self.base):
+            raise self._fail(f"sent an upload location on another host ({_host_of(location) or 'none'})")
+        separator = "&" if urllib.parse.urlsplit(location).query else "?"
+        try:
+            self._send("PUT", location + separator + urllib.parse.urlencode({"digest": digest}), scope, data=data,
+                       content_type="application/octet-stream")
+        except LookupError:
+            raise self._fail(f"lost the upload session of {digest} in {repository} (404)") from None
+        return digest

@@ -43,7 +43,8 @@ class Label:
     MIN_FIRMWARE = LABEL_PREFIX + "min-firmware"
     # added by the seal step, only to images whose required tiers passed
     VALIDATED = LABEL_PREFIX + "validated"
-    VALIDATED_TIERS = LABEL_PREFIX + "validated-tiers"
+    VALIDATED_TIERS = LABEL_PREFIX + "validated-tiers"  # the required tiers that passed, nothing else
+    SKIPPED_TIERS = LABEL_PREFIX + "skipped-tiers"  # required tiers skipped with a reason (in the report)
     VALIDATED_DEVICE = LABEL_PREFIX + "validated-device"
     VALIDATED_DRIVER = LABEL_PREFIX + "validated-driver"
     VALIDATED_FIRMWARE = LABEL_PREFIX + "validated-firmware"

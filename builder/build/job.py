@@ -26,6 +26,7 @@ from builder.build import render
 from builder.build.matrix import Cell
 from builder.build.plan import CellPlan, Plan
 from builder.errors import UserError
+from builder.signing import PrivateKey
 from builder.vocabulary import CPU, NPU, STATIC_TIERS, VARIANTS, normalize_arch, required_tiers
 
 
@@ -46,6 +47,7 @@ class Options:
     locks_dir: Path = Path("dockerfiles")  # where each cell's lock is: <locks_dir>/<cell>/requirements.lock
     twin_os: Optional[str] = None          # build CPU twins on this OS instead (a stand-in; same closure)
     allow_incomplete_lock: bool = False    # build a cell whose lock is not complete (entries unverified)
+    sign_key: Optional[PrivateKey] = None  # the team's key: what is pushed and passed gets signed statements
 
 
 class SmokePlan(NamedTuple):
@@ -70,6 +72,7 @@ class Job:
     emulated: bool             # another arch than this host's: built and run under qemu
     lock_file: Path            # the lock the build installs from, on disk
     smoke: SmokePlan
+    matrix_path: str = ""      # the matrix file the cell was read from (the provenance names it)
 
     @property
     def image(self) -> Plan:
@@ -146,4 +149,5 @@ def prepare(cell: Cell, variant: str, options: Options) -> Job:
     _refuse_unusable(resolved, variant, options)
     return Job(variant=variant, plan=resolved, name=resolved.names[variant], ref=resolved.ref(variant),
                emulated=resolved.arch != host_arch(), lock_file=options.locks_dir / owner / locking.LOCK_FILE,
-               smoke=smoke_plan(variant, options, resolved.cann_only))
+               smoke=smoke_plan(variant, options, resolved.cann_only),
+               matrix_path=(closure_of or cell).where.file if (closure_of or cell).where else "")

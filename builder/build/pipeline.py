@@ -1,4 +1,4 @@
-"""Build -> smoke -> seal -> tag -> push, one cell and variant at a time.
+"""Build -> smoke -> seal -> tag -> push (-> attest), one cell and variant at a time.
 
 The rule this module exists to keep: **only an image that passed its smoke test
 gets a release tag.** A build yields a candidate (an image ID, no tag). The
@@ -7,6 +7,9 @@ is the candidate sealed (a tiny ``FROM`` step adding the report at
 ``vocabulary.VALIDATION_REPORT`` and the ``Label.VALIDATED*`` labels)
 and tagged. A failed build or tier, or Ctrl-C, leaves no release tag; the build
 log and the report stay under the state directory.
+
+With a signing key, each pushed image that passed then gets its signed validation
+statement and provenance attached to its digest (`attest_pushed`, `builder.build.attest`).
 
 Without NPUs (``--no-device``, or no ``/dev/davinci*``) an NPU image can only run
 its static tiers and earns at most a ``-candidate`` tag; `promote` later runs the
@@ -29,7 +32,7 @@ from typing import Callable, Dict, List, Optional, Tuple
 
 from builder import devices
 from builder.build import plan as planning
-from builder.build import own_wheel, publish, render, stage, wheels
+from builder.build import attest, own_wheel, publish, render, stage, wheels
 from builder.build.job import Job, Options, host_arch, prepare
 from builder.build.matrix import Cell
 from builder.engine import BuildFailed, Engine
@@ -58,6 +61,7 @@ class Outcome:
     log: str = ""
     report: str = ""
     arches: Dict[str, str] = field(default_factory=dict)  # an index's entries: arch -> digest
+    attested: Dict[str, str] = field(default_factory=dict)  # pushed ref -> its statements' .att manifest digest
 
     @property
     def ok(self) -> bool:
@@ -90,10 +94,12 @@ def build_one(cell: Cell, variant: str, options: Options, engine: Engine, say: S
     before the build is a `UserError`, a failed build or tier an outcome."""
     job = prepare(cell, variant, options)
     out = Outcome(job.plan.cell_id, variant)
+    proof = attest.evidence(job) if options.sign_key else None  # the inputs as the build reads them
     if not build(job, options, engine, say, out):
         return out
     report = smoke_test(job, engine, say, out)
-    return conclude(out, engine, report, job.smoke.tiers, job.smoke.final, job.ref, job.name, options)
+    out = conclude(out, engine, report, job.smoke.tiers, job.smoke.final, job.ref, job.name, options)
+    return attest_pushed(out, report, job.smoke.tiers, job.plan.content_hash, proof, options, say)
 
 
 class _Progress:
@@ -153,15 +159,20 @@ def verdict(report: Dict, tiers: Tuple[str, ...], final: bool) -> Verdict:
     """Decide from the report alone: every required tier passed (or was skipped with a
     reason), the program said it passed and exited 0. ``final`` runs earn the seal.
 
+    The seal says what happened: ``Label.VALIDATED_TIERS`` lists only the tiers that
+    passed, ``Label.SKIPPED_TIERS`` the ones skipped (their reasons are in the report and
+    the signed validation statement), e.g. the all-reduce with one NPU visible.
+
     Example:
         >>> ok = {"passed": True, "exit_code": 0, "device": "cpu", "host": {},
-        ...       "tiers": [{"name": "versions", "status": "passed"}]}
+        ...       "tiers": [{"name": "versions", "status": "passed"}, {"name": "import", "status": "skipped"}]}
         >>> verdict(ok, ("versions",), final=False).status
         'candidate'
         >>> verdict(ok, ("versions", "train"), final=True).status
         'failed'
-        >>> verdict(ok, ("versions",), final=True).seal_labels[Label.VALIDATED_TIERS]
-        'versions'
+        >>> sealed = verdict(ok, ("versions", "import"), final=True).seal_labels
+        >>> sealed[Label.VALIDATED_TIERS], sealed[Label.SKIPPED_TIERS]
+        ('versions', 'import')
     """
     by_name = {t.get("name"): t.get("status") for t in report.get("tiers", [])}
     required_ok = all(by_name.get(t) in ("passed", "skipped") for t in tiers)
@@ -173,9 +184,12 @@ def verdict(report: Dict, tiers: Tuple[str, ...], final: bool) -> Verdict:
     if not final:
         return Verdict("candidate")
     host = report.get("host") or {}
+    skipped = [t for t in tiers if by_name.get(t) == "skipped"]
     return Verdict("passed", seal_labels={
         Label.VALIDATED: "true", Label.VALIDATED_DEVICE: report.get("device", ""),
-        Label.VALIDATED_TIERS: ",".join(tiers), Label.VALIDATED_DRIVER: str(host.get("driver") or ""),
+        Label.VALIDATED_TIERS: ",".join(t for t in tiers if by_name.get(t) == "passed"),
+        **({Label.SKIPPED_TIERS: ",".join(skipped)} if skipped else {}),
+        Label.VALIDATED_DRIVER: str(host.get("driver") or ""),
         Label.VALIDATED_FIRMWARE: str(host.get("firmware") or ""),
         Label.VALIDATED_UNDER: str(report.get("emulated") or "native")})
 
@@ -309,6 +323,35 @@ def conclude(out: Outcome, engine: Engine, report: Dict, tiers: Tuple[str, ...],
     return out
 
 
+def attest_pushed(out: Outcome, report: Dict, tiers: Tuple[str, ...], content_hash: str,
+                  proof: Optional[attest.Evidence], options: Options, say: Say) -> Outcome:
+    """After the push, with a signing key: attach the signed validation statement (and the
+    provenance, when ``proof`` knows the build's inputs) to every pushed digest.
+
+    Push and attach are one operation to the user: when attaching fails, the outcome fails
+    and says what is published without its statements.
+    """
+    if options.sign_key is None or not out.digests:
+        return out
+    if out.status != "passed":
+        if out.status == "candidate":
+            say(f"[{out.cell}] not attested: a {CANDIDATE_SUFFIX} image is not validated yet")
+        return out
+    statements = attest.statements_for(report, tiers, out.cell, out.variant, content_hash, proof)
+    for ref, digest in out.digests.items():
+        start = time.monotonic()
+        try:
+            out.attested[ref] = attest.attest(ref, digest, statements, options.sign_key)
+        except UserError as exc:
+            out.status = "error"
+            out.message = (f"{ref} ({digest}) is published WITHOUT its signed statements: {exc.message}; "
+                           "`ascend-build verify` refuses it" + (f"\n  fix: {exc.fix}; then push again" if exc.fix else ""))
+            return out
+        say(f"[{out.cell}] attested {ref}@{digest}: {', '.join(kind for kind, _ in statements)} "
+            f"({time.monotonic() - start:.2f} s)")
+    return out
+
+
 def index_outcome(registry: Registry, repository: str, family: str, variant: str) -> Outcome:
     """Publish one index, as an outcome of its own (``arches``: what it points at)."""
     ref = f"{registry.name}/{repository}:{publish.index_tag(family, variant)}"
@@ -373,4 +416,5 @@ def promote(ref: str, options: Options, engine: Engine, say: Say) -> Outcome:
     release = ref[: -len(CANDIDATE_SUFFIX)] if ref.endswith(CANDIDATE_SUFFIX) else ref
     if options.push:  # the registry prefix is added again by conclude
         release = release.split("/", 1)[-1] if release.startswith(options.push.rstrip("/") + "/") else release
-    return conclude(out, engine, report, tiers, True, release, cell_id, options)
+    out = conclude(out, engine, report, tiers, True, release, cell_id, options)
+    return attest_pushed(out, report, tiers, labels.get(Label.CONTENT_HASH, ""), None, options, say)

@@ -181,6 +181,23 @@ def _progress(quiet: bool):
         yield say
 
 
+SignKeyOpt = typer.Option(None, "--sign-key", metavar="FILE",
+                          help="The team's private key (ascend-build keys generate; its passphrase in "
+                               "ASCEND_BUILD_KEY_PASSPHRASE): sign and attach statements to what is pushed.")
+
+
+def _signing_key(path: Optional[Path], push: Optional[str]):
+    """The private key, read before anything is built (a wrong passphrase fails now, not after the build)."""
+    if path is None:
+        return None
+    if not push:
+        raise UserError("--sign-key signs what is pushed, and nothing is pushed", exit_code=2,
+                        fix="add --push REGISTRY, or drop --sign-key")
+    from builder import signing
+
+    return signing.load_private(path)
+
+
 @app.command("image")
 def image_command(
     cann: Optional[str] = typer.Option(None, "--cann", help="Only cells of this CANN release, e.g. 7.0.RC1."),
@@ -192,6 +209,7 @@ def image_command(
     no_device: bool = typer.Option(False, "--no-device", help="Run only the static tiers; NPU images get a -candidate tag."),
     devices_opt: Optional[str] = typer.Option(None, "--devices", help="NPU devices for the smoke test, e.g. 0,1."),
     push: Optional[str] = typer.Option(None, "--push", help="Push sealed images to this registry, e.g. 127.0.0.1:5000."),
+    sign_key: Optional[Path] = SignKeyOpt,
     base_image: Optional[str] = typer.Option(None, "--base-image", help="Override the OS base image of every cell."),
     twin_os: Optional[str] = typer.Option(None, "--twin-os",
                                           help="Build the CPU twins on this OS (venv, its python3) when the cell's own OS "
@@ -211,9 +229,11 @@ def image_command(
 ) -> None:
     """Build, smoke-test, and tag (and push) the images of the selected cells, each from its lock.
 
-    Only an image whose smoke test passed gets a release tag.
+    Only an image whose smoke test passed gets a release tag. With --sign-key, each pushed image
+    that passed gets a signed validation statement and SLSA provenance attached to its digest
+    (cosign's .att tag); if attaching fails, the image counts as failed.
 
-    Example: ascend-build image --cann 7.0.RC1 --push registry.example:5000
+    Example: ascend-build image --cann 7.0.RC1 --push registry.example:5000 --sign-key keys/team.key
     """
     from builder import devices
     from builder.build import pipeline
@@ -232,7 +252,8 @@ def image_command(
     options = pipeline.Options(variants=variants, state_dir=state_dir, no_device=no_device, devices=devices_opt,
                                push=push, base_image=base_image, wheelhouse=wheelhouse, ca_bundle=ca_bundle,
                                quiet=quiet, locks_dir=out or _default("dockerfiles"),
-                               allow_incomplete_lock=allow_incomplete_lock, twin_os=twin_os)
+                               allow_incomplete_lock=allow_incomplete_lock, twin_os=twin_os,
+                               sign_key=_signing_key(sign_key, push))
     with interruptible(), _progress(quiet) as say:
         outcomes = pipeline.run(cells, options, Engine.connect(), say)
     _summary(outcomes, as_json)
@@ -245,6 +266,7 @@ def promote_command(
     ref: str = typer.Argument(..., help="A -candidate image, e.g. ascend-build/pytorch:<cell>-candidate."),
     devices_opt: Optional[str] = typer.Option(None, "--devices", help="NPU devices to use, e.g. 0,1."),
     push: Optional[str] = typer.Option(None, "--push", help="Push the sealed image to this registry."),
+    sign_key: Optional[Path] = SignKeyOpt,
     state_dir: Path = typer.Option(Path(".state"), "--state-dir"),
     as_json: bool = JsonOpt,
 ) -> None:
@@ -255,7 +277,7 @@ def promote_command(
     from builder.build import pipeline
     from builder.engine import Engine
 
-    options = pipeline.Options(state_dir=state_dir, devices=devices_opt, push=push)
+    options = pipeline.Options(state_dir=state_dir, devices=devices_opt, push=push, sign_key=_signing_key(sign_key, push))
     with interruptible():
         outcome = pipeline.promote(ref, options, Engine.connect(), lambda line: typer.echo(line, err=True))
     _summary([outcome], as_json)

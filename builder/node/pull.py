@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import Dict, List, Optional, Tuple
 
 from builder import versions
+from builder.attached import is_attached_tag
 from builder.errors import UserError
 from builder.registry import ImageInfo, Registry
 from builder.vocabulary import CANDIDATE_SUFFIX, NPU, Label
@@ -141,8 +142,10 @@ def verify_pulled(expected: Dict[str, str], actual: Dict[str, str], ref: str) ->
 
 
 def listing(registry: Registry, repository: str, arch: str) -> List[ImageInfo]:
-    """Every tag of ``repository`` with its digest and labels for ``arch`` (no image is pulled)."""
-    return [info for info in (registry.inspect(repository, tag, arch) for tag in registry.tags(repository)) if info]
+    """Every tag of ``repository`` with its digest and labels for ``arch`` (no image is pulled);
+    cosign's ``sha256-<hex>.att``/``.sig`` tags hold statements, not images, and are left out."""
+    tags = [tag for tag in registry.tags(repository) if not is_attached_tag(tag)]
+    return [info for info in (registry.inspect(repository, tag, arch) for tag in tags) if info]
 
 
 def fetch(engine, registry: Registry, repository: str, best: ImageInfo, arch: str) -> Tuple[str, Optional[str]]:

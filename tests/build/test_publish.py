@@ -92,3 +92,10 @@ def test_index_bytes_are_a_docker_list_over_docker_manifests_sorted_by_arch():
 
 def test_an_oci_manifest_among_them_makes_an_oci_index():
     assert index_body([image("x86_64"), image("aarch64", OCI_MANIFEST)])[1] == OCI_INDEX
+
+
+def test_a_tier_skipped_with_a_reason_keeps_no_image_out():
+    """The seal names a skipped tier apart (io.ascend-build.skipped-tiers); it did not fail."""
+    skipped = image(**{"io.ascend-build.validated-tiers": ",".join(t for t in TIERS if t != "collective"),
+                       "io.ascend-build.skipped-tiers": "collective"})
+    assert why_not(skipped, FAMILY, "npu", "arm64") == []

@@ -41,3 +41,12 @@ def test_a_skipped_tier_with_a_reason_still_passes():
 def test_anything_short_of_every_required_tier_fails_with_the_reason(statuses, kwargs, expected):
     judged = verdict(report(statuses, **kwargs), TIERS, final=True)
     assert judged.status == "failed" and expected in judged.message and judged.seal_labels == {}
+
+
+def test_the_seal_lists_only_the_tiers_that_passed_and_names_the_skipped_apart():
+    """A tier skipped with a reason (the all-reduce with one NPU visible) earns the seal, but the
+    validated-tiers label no longer lists it: the skipped-tiers label does."""
+    judged = verdict(report(dict(ALL_PASSED, collective="skipped")), TIERS, final=True)
+    assert judged.seal_labels[Label.VALIDATED_TIERS] == ",".join(t for t in TIERS if t != "collective")
+    assert judged.seal_labels[Label.SKIPPED_TIERS] == "collective"
+    assert Label.SKIPPED_TIERS not in verdict(report(ALL_PASSED), TIERS, final=True).seal_labels

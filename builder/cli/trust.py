@@ -1,0 +1,133 @@
+"""The trust commands: `keys generate` (the team's signing pair) and `verify` (an image's statements).
+
+Each parses its options, calls `builder.signing` / `builder.attached` and prints; no logic of its own.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Dict, List, Tuple
+
+import typer
+
+from builder import attached, attestation, signing
+from builder.cli.app import JsonOpt, app
+from builder.errors import UserError
+
+keys_app = typer.Typer(no_args_is_help=True, help="The team's signing keys (ECDSA P-256, plain PEM).")
+app.add_typer(keys_app, name="keys")
+
+
+@keys_app.command("generate")
+def keys_generate_command(
+    folder: Path = typer.Argument(..., metavar="DIR", help="Folder of the new pair (made if missing)."),
+    name: str = typer.Option("ascend-build", "--name", help="The pair's file name: DIR/NAME.key and DIR/NAME.pub."),
+) -> None:
+    """Make an ECDSA P-256 key pair: DIR/NAME.key (PKCS#8 PEM, mode 0600) signs, DIR/NAME.pub
+    (PEM public key) verifies; hand out the .pub. An existing file is never overwritten.
+
+    The private key is encrypted with the passphrase in the environment variable
+    ASCEND_BUILD_KEY_PASSPHRASE when it is set (then every command signing with it needs it
+    too), stored unencrypted otherwise.
+
+    Example: ascend-build keys generate keys/ --name team-2026   (export ASCEND_BUILD_KEY_PASSPHRASE first to encrypt)
+    """
+    key_path, pub_path = signing.generate(folder, name)
+    encrypted = (f"encrypted with ${signing.PASSPHRASE_ENV}" if signing.encrypting()
+                 else f"NOT encrypted: {signing.PASSPHRASE_ENV} is not set")
+    typer.echo(f"private key: {key_path} (mode 0600, {encrypted}): keep it where images are signed")
+    typer.echo(f"public key:  {pub_path}: give it to whoever verifies (ascend-build verify --key, cosign --key)")
+    typer.echo(f"keyid:       {signing.fingerprint(signing.load_public(pub_path))}")
+
+
+def split_reference(ref: str) -> Tuple[str, str, str]:
+    """``host/repository:tag`` or ``host/repository@sha256:...`` -> (host, repository, tag or digest).
+
+    Example:
+        >>> split_reference("127.0.0.1:5000/team/img:v1")
+        ('127.0.0.1:5000', 'team/img', 'v1')
+    """
+    host, _, rest = ref.partition("/")
+    if "@" in rest:
+        repository, _, reference = rest.partition("@")
+    else:
+        head, _, last = rest.rpartition("/")
+        name, _, reference = last.partition(":")
+        repository = f"{head}/{name}" if head else name
+    if not host or not repository or not reference:
+        raise UserError(f"{ref!r} is not REGISTRY/REPOSITORY:TAG or REGISTRY/REPOSITORY@sha256:DIGEST", exit_code=2,
+                        fix="write e.g. 127.0.0.1:5000/ascend-build/pytorch:<cell>-x86_64-cpu")
+    return host, repository, reference
+
+
+def _tiers(predicate: Dict) -> str:
+    """A validation predicate's tiers in one line: ``versions passed, collective skipped (why)``."""
+    skipped = {t.get("name"): t.get("reason") for t in predicate.get("skippedTiers") or [] if isinstance(t, dict)}
+    parts: List[str] = []
+    for tier in predicate.get("tiers") or []:
+        if isinstance(tier, dict):
+            reason = skipped.get(tier.get("name"))
+            parts.append(f"{tier.get('name')} {tier.get('status')}" + (f" ({reason})" if reason else ""))
+    return ", ".join(parts) or "no tiers"
+
+
+def _says(found: attached.Found) -> str:
+    """What a verified statement says, in one line."""
+    predicate = found.checked.predicate
+    if found.predicate_type == attestation.VALIDATION_V1:
+        ran = predicate.get("ranOn") or {}
+        where = ran.get("kind", "?") + (f" ({ran['emulated']})" if ran.get("emulated") else "") + (
+            f" (stand-in: {ran['standIn']})" if ran.get("standIn") else "")
+        npu = ran.get("npuHost") or {}
+        if npu:
+            where += f", chip {npu.get('chip')}, driver {npu.get('driver')}, firmware {npu.get('firmware')}"
+        return (f"{predicate.get('verdict')}: cell {predicate.get('cell')} ({predicate.get('variant')}), "
+                f"content hash {predicate.get('contentHash')}, on {where}\n         tiers: {_tiers(predicate)}")
+    if found.predicate_type == attestation.SLSA_PROVENANCE_V1:
+        build = predicate.get("buildDefinition") or {}
+        builder = (predicate.get("runDetails") or {}).get("builder") or {}
+        params = build.get("externalParameters") or {}
+        version = ", ".join(f"{k} {v}" for k, v in (builder.get("version") or {}).items())
+        return (f"built by {builder.get('id')} ({version}) from {params.get('matrix')}, cell {params.get('cell')}; "
+                f"{len(build.get('resolvedDependencies') or [])} resolved dependencies")
+    return "a statement of a type this tool does not read"
+
+
+@app.command("verify")
+def verify_command(
+    ref: str = typer.Argument(..., metavar="REGISTRY/REPOSITORY:TAG",
+                              help="The image, by tag or @sha256: digest, e.g. 127.0.0.1:5000/ascend-build/pytorch:<cell>-x86_64-cpu"),
+    key: Path = typer.Option(..., "--key", help="The team's public key (the .pub of `ascend-build keys generate`)."),
+    as_json: bool = JsonOpt,
+) -> None:
+    """Check the signed statements attached to an image (cosign's sha256-<digest>.att tag): which
+    verify with KEY and are about this very digest, what they say (the smoke test tier by tier,
+    the provenance), and why any does not (another key, changed after signing, another image's
+    statement, none attached). Exits 1 unless a validation statement verifies and says passed.
+
+    Example: ascend-build verify 127.0.0.1:5000/ascend-build/pytorch:cann9.1.0-910b-debian12-py3.11-torch_npu2.13.0-x86_64-cpu --key team.pub
+    """
+    from builder.registry import Registry
+
+    public = signing.load_public(key)
+    host, repository, reference = split_reference(ref)
+    result = attached.verify(Registry(host), repository, reference, public)
+    why = result.why_not_validated()
+    if as_json:
+        typer.echo(json.dumps({
+            "reference": ref, "digest": result.digest, "tag": result.tag, "key": signing.fingerprint(public),
+            "validated": result.validated, "why_not": why,
+            "statements": [{"layer": f.layer, "predicateType": f.predicate_type, "verified": f.checked.ok,
+                            "reason": f.checked.reason, "predicate": f.checked.predicate if f.checked.ok else None}
+                           for f in result.found]}, indent=2))
+    else:
+        typer.echo(f"{ref}\n  digest {result.digest}\n  key    {key} (keyid {signing.fingerprint(public)[:16]})")
+        typer.echo(f"  {len(result.found)} statement(s) in {result.tag}" if not result.missing else f"  {result.missing}")
+        for f in result.found:
+            typer.echo(f"  {'OK  ' if f.checked.ok else 'FAIL'} {f.predicate_type or '(no predicate type)'}")
+            typer.echo(f"         {_says(f) if f.checked.ok else f.checked.reason}")
+        typer.echo("verified: a validation statement about this digest, signed by this key, says passed" if not why
+                   else f"NOT verified: {why}", err=bool(why))
+    if why:
+        raise typer.Exit(1)
