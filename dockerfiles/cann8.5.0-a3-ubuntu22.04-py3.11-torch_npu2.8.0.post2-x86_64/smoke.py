@@ -696,7 +696,8 @@ def cpu_has_native_bf16():
 # loadavg 3 to 7 from other jobs) this tier took 2.0 to 3.7 s with one thread against 7.1 to
 # 27 s with torch's default of two (medians of 3 to 5 runs per setting, side by side), with
 # the same losses; two threads used 4 to 5 times the CPU time of one, and 2.3 s with
-# OMP_WAIT_POLICY=passive: the time went to OpenMP threads spinning while waiting.
+# OMP_WAIT_POLICY=passive: the time went to OpenMP threads spinning while waiting. In the
+# quieter runs (loadavg 3.5 to 4.1) two threads took 1.5 to 1.6 s, one thread 1.9 to 2.0 s.
 TRAIN_CPU_THREADS = 1
 
 
