@@ -97,6 +97,8 @@ def test_cpu_manifest_all_tiers_pass(tmp_path, torch_python):
     train = tiers(report)["train"]["details"]
     assert len(train["losses"]) == 10 and train["logits_dtype"] == "torch.bfloat16"
     assert "GradScaler" in train["grad_scaler"]
+    assert train["cpu_threads"] == 1 and train["cpu_threads_default"] >= 1
+    assert train["cpus_usable"] >= 1 and train["cpu_capability"] and isinstance(train["cpu_bf16_onednn"], bool)
     assert tiers(report)["collective"]["details"]["backend"] == "gloo"
 
 
@@ -138,6 +140,56 @@ def test_train_detects_a_model_that_does_not_learn(tmp_path, torch_python):
     assert code == 1
     train = tiers(report)["train"]
     assert train["status"] == "failed" and "loss did not decrease" in train["summary"]
+
+
+class _Threads:
+    """A torch stand-in with only what the train tier's thread handling uses."""
+
+    def __init__(self, count):
+        self.count, self.backends, self.ops = count, None, None
+
+    def get_num_threads(self):
+        return self.count
+
+    def set_num_threads(self, count):
+        self.count = count
+
+
+@pytest.mark.parametrize("device, during", [("cpu", 1), ("npu", 4)])
+@pytest.mark.parametrize("fails", [False, True])
+def test_train_runs_with_one_cpu_thread_and_restores_torchs_count(smoke, monkeypatch, device, during, fails):
+    torch, seen = _Threads(4), []
+
+    def train(ctx, cpu):
+        seen.append((torch.get_num_threads(), cpu.get("cpu_threads"), cpu.get("cpu_threads_default")))
+        if fails:
+            raise RuntimeError("a broken step")
+        return smoke.passed("ok")
+
+    monkeypatch.setattr(smoke, "train", train)
+    ctx = smoke.Ctx(None, {"variant": device}, device)
+    ctx.torch = torch
+    if fails:
+        with pytest.raises(RuntimeError):
+            smoke.tier_train(ctx)
+    else:
+        assert smoke.tier_train(ctx).status == "passed"
+    assert seen == [(during, 1, 4) if device == "cpu" else (during, None, None)]
+    assert torch.get_num_threads() == 4
+
+
+@pytest.mark.parametrize("files, cpus", [
+    ({"cpu.max": "150000 100000\n"}, 1.5),
+    ({"cpu.max": "max 100000\n"}, None),
+    ({"cpu/cpu.cfs_quota_us": "200000\n", "cpu/cpu.cfs_period_us": "100000\n"}, 2.0),
+    ({"cpu/cpu.cfs_quota_us": "-1\n", "cpu/cpu.cfs_period_us": "100000\n"}, None),
+    ({}, None),
+])
+def test_cpu_quota_reads_cgroup_v2_and_v1(smoke, tmp_path, files, cpus):
+    for name, text in files.items():
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text(text)
+    assert smoke.cpu_quota(str(tmp_path)) == cpus
 
 
 def test_device_detects_wrong_results_mocked_device(tmp_path, torch_python):

@@ -693,13 +693,64 @@ def cpu_has_native_bf16():
     return bool(flags & {"avx512_bf16", "amx_bf16"})
 
 
+# Intra-op threads of the train tier on the CPU. On the 2-core build machine (AMD EPYC,
+# loadavg 3 to 7 from other jobs) this tier took 2.0 to 3.7 s with one thread against 7.1 to
+# 27 s with torch's default of two (medians of 3 to 5 runs per setting, side by side), with
+# the same losses; two threads used 4 to 5 times the CPU time of one, and 2.3 s with
+# OMP_WAIT_POLICY=passive: the time went to OpenMP threads spinning while waiting. In the
+# quieter runs (loadavg 3.5 to 4.1) two threads took 1.5 to 1.6 s, one thread 1.9 to 2.0 s.
+TRAIN_CPU_THREADS = 1
+
+
+def cpu_quota(root="/sys/fs/cgroup"):
+    """CPUs the cgroup's CFS quota allows (v2 cpu.max, v1 cpu.cfs_quota_us), None when none is set."""
+    for names in (("cpu.max",), ("cpu/cpu.cfs_quota_us", "cpu/cpu.cfs_period_us")):
+        fields = []
+        try:
+            for name in names:
+                with open(os.path.join(root, name)) as fh:
+                    fields += fh.read().split()
+            quota, period = fields[0], float(fields[1])
+        except (OSError, IndexError, ValueError):
+            continue
+        return None if quota in ("max", "-1") else round(int(quota) / period, 2)
+    return None
+
+
+def cpu_seen(torch):
+    """What the CPU twin's torch sees of the CPU: usable CPUs, quota, threads, kernels."""
+    d = {"cpu_count": os.cpu_count(), "cpu_quota": cpu_quota(), "cpu_threads_default": torch.get_num_threads()}
+    if hasattr(os, "sched_getaffinity"):
+        d["cpus_usable"] = len(os.sched_getaffinity(0))
+    capability = getattr(getattr(torch.backends, "cpu", None), "get_cpu_capability", None)
+    d["cpu_capability"] = capability() if capability else None
+    try:  # whether bf16 matmuls go to oneDNN (else to a fallback: 10x slower per matmul here)
+        d["cpu_bf16_onednn"] = bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
+    except Exception:
+        d["cpu_bf16_onednn"] = None
+    return d
+
+
 def tier_train(ctx):
     """A tiny transformer must learn a synthetic task (next token = token + 1 mod
     vocab) under bf16 autocast with the GradScaler in the right order; NaN or a flat
-    loss means broken operators, precision setup or optimizer, not the model."""
+    loss means broken operators, precision setup or optimizer, not the model. On the
+    CPU it runs with TRAIN_CPU_THREADS intra-op threads, torch's count restored after."""
     skip = needs_import(ctx)
     if skip:
         return skip
+    if ctx.device != "cpu":
+        return train(ctx, {})
+    seen = cpu_seen(ctx.torch)
+    ctx.torch.set_num_threads(TRAIN_CPU_THREADS)
+    try:
+        return train(ctx, dict(seen, cpu_threads=ctx.torch.get_num_threads()))
+    finally:
+        ctx.torch.set_num_threads(seen["cpu_threads_default"])
+
+
+def train(ctx, cpu):
+    """The train tier's steps and checks; ``cpu``: what cpu_seen saw, for the details."""
     torch, steps, vocab, batch, seq = ctx.torch, ctx.args.steps, 64, 16, 32
     dev = device_name(ctx)
     if ctx.device == "npu":
@@ -738,6 +789,7 @@ def tier_train(ctx):
          "mean_step_ms": round(1000.0 * sum(times) / max(len(times), 1), 2)}
     if ctx.device == "cpu":  # without these, bf16 matmuls are emulated: slow, still correct
         d["cpu_native_bf16"] = cpu_has_native_bf16()
+    d.update(cpu)
     if not all(math.isfinite(v) for v in losses):
         return failed("non-finite loss during training (check GradScaler order / bf16 ops)", **d)
     if losses[-1] > 0.7 * losses[0]:
