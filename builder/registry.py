@@ -37,7 +37,6 @@ from __future__ import annotations
 import base64
 import hashlib
 import ipaddress
-import json
 import os
 import re
 import subprocess
@@ -49,7 +48,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Dict, List, Optional, Set, Tuple
 
-from builder import bounded
+from builder import bounded, documents
 from builder.errors import UserError
 
 OCI_INDEX = "application/vnd.oci.image.index.v1+json"
@@ -135,7 +134,7 @@ def _from_helper(helper: str, server: str) -> Optional[Tuple[str, str]]:
     try:
         done = subprocess.run([f"docker-credential-{helper}", "get"], input=server, capture_output=True,
                               text=True, timeout=15)
-        found = json.loads(done.stdout) if done.returncode == 0 else {}
+        found = documents.load_json(done.stdout, f"docker-credential-{helper}'s answer") if done.returncode == 0 else {}
     except (OSError, subprocess.TimeoutExpired, ValueError):
         return None
     user, secret = (found.get("Username"), found.get("Secret")) if isinstance(found, dict) else (None, None)
@@ -146,7 +145,9 @@ def docker_config_credentials(host: str) -> Optional[Tuple[str, str]]:
     """What ``docker login`` stored for ``host``: credHelpers, then credsStore, then auths."""
     path = Path(os.environ.get("DOCKER_CONFIG", Path.home() / ".docker")) / "config.json"
     try:
-        config = json.loads(path.read_text()) if path.stat().st_size < (1 << 20) else {}
+        config = documents.load_json(path.read_text(), str(path)) if path.stat().st_size < (1 << 20) else {}
+    except documents.TooDeep:
+        raise
     except (OSError, ValueError):
         return None
     if not isinstance(config, dict):
@@ -319,12 +320,12 @@ class Registry:
         started = time.monotonic()
         try:
             with self._opener.open(request, timeout=self.timeout) as response:
-                body = json.loads(self._read(response, 1 << 20, "the token", started))
+                body = documents.load_json(self._read(response, 1 << 20, "the token", started), "the token")
         except urllib.error.HTTPError as exc:
             who = "the credentials given" if self._credentials else "an anonymous token"
             raise self._fail(f"its token service refused {who} (HTTP {exc.code})",
                              f"check the credentials (ASCEND_BUILD_REGISTRY_USER/_PASSWORD or `docker login {self.name}`)") from exc
-        except (urllib.error.URLError, OSError, ValueError, RecursionError) as exc:
+        except (urllib.error.URLError, OSError, ValueError) as exc:  # ValueError: no JSON, or documents.TooDeep
             raise self._fail(f"getting a token failed: {getattr(exc, 'reason', exc)}",
                              "check the token service named by the registry's challenge") from exc
         token = body.get("token") or body.get("access_token") if isinstance(body, dict) else None
@@ -334,8 +335,8 @@ class Registry:
 
     def _json(self, body: bytes, what: str) -> dict:
         try:
-            data = json.loads(body)
-        except (ValueError, RecursionError):  # RecursionError: nesting deeper than Python's stack
+            data = documents.load_json(body, what)
+        except ValueError:  # no JSON, or nested past documents.MAX_DEPTH
             data = None
         if not isinstance(data, dict):
             raise self._fail(f"sent something other than a JSON object for {what}")

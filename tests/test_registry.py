@@ -375,3 +375,11 @@ def test_an_index_whose_manifests_are_not_a_list_names_no_arch(no_credentials):
     finally:
         server.shutdown()
     assert info is not None and info.labels == {} and info.architecture == "none of: "
+
+
+def test_a_docker_config_nested_past_any_need_is_a_clear_error(docker_config, tmp_path):
+    (tmp_path / "docker" / "config.json").write_text('{"auths": ' + "[" * 100000 + "]" * 100000 + "}")
+    with pytest.raises(UserError) as refused:
+        docker_config_credentials("reg.example")
+    assert str(tmp_path / "docker" / "config.json") in refused.value.message
+    assert "nested deeper than 64 levels" in refused.value.message

@@ -31,14 +31,13 @@ Example:
 
 from __future__ import annotations
 
-import json
 import os
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Dict, List, Mapping, Optional, Sequence
 
 from builder.node import explain
-from builder import knowledge, versions, vocabulary
+from builder import documents, knowledge, versions, vocabulary
 from builder.vocabulary import CANDIDATE_SUFFIX, CONTROL_DEVICES, CPU, NPU, Label, normalize_arch
 from builder.errors import UserError
 from builder.node.host import HostInfo, probe
@@ -331,8 +330,8 @@ def parse_probe(stdout: str) -> Optional[Dict[str, Any]]:
     for line in reversed(stdout.splitlines()):
         if line.startswith(MARK):
             try:
-                data = json.loads(line[len(MARK):])
-            except ValueError:
+                data = documents.load_json(line[len(MARK):], "the probe's answer")
+            except ValueError:  # no JSON, or nested past documents.MAX_DEPTH
                 return None
             return data if isinstance(data, dict) else None
     return None

@@ -91,3 +91,12 @@ def test_a_fifo_as_the_table_is_refused_not_waited_on(tmp_path):
     os.mkfifo(tmp_path / "table.md")
     out = run_cli("releases", "cann", "--table", tmp_path / "table.md", timeout=20)
     assert out.returncode == 1 and "cannot be read (not a regular file)" in out.stderr
+
+
+def test_an_image_matrix_nested_past_any_need_is_a_clear_error(served):
+    folder, base = served
+    (folder / "COMPATIBILITY.en.md").write_text(TABLE.read_text())
+    (folder / "build_cann_arg.json").write_text('{"cann": ' + "[" * 100000 + "]" * 100000 + "}")
+    out = run_cli("releases", "cann", "--table", f"{base}/COMPATIBILITY.en.md", "--images", f"{base}/build_cann_arg.json")
+    assert out.returncode == 1 and "Traceback" not in out.stderr
+    assert "build_cann_arg.json" in out.stderr and "nested deeper than 64 levels" in out.stderr

@@ -855,3 +855,27 @@ def test_a_non_ascii_url_is_fetched_percent_encoded(tmp_path, serve_folder):
     (tmp_path / "wheel-ä٣.txt").write_bytes(b"found")
     status, _, body, _ = Http(5).get(f"{serve_folder(tmp_path)}/wheel-ä٣.txt")
     assert (status, body) == (200, b"found")
+
+
+# --- nesting: files the watcher edits ------------------------------------------------------------
+
+
+def test_a_knowledge_base_copy_nested_past_any_need_is_refused_and_left_as_it_was(serve, compat_copy):
+    compat_copy.write_text(compat_copy.read_text() + "deep: " + "[" * 900 + "]" * 900 + "\n")
+    before = compat_copy.read_bytes()
+    result = releases.check(serve().url, timeout=5)
+    with pytest.raises(UserError) as refused:
+        releases.write(result, compat_copy)
+    assert str(compat_copy) in refused.value.message and "nested deeper than 64 levels" in refused.value.message
+    assert compat_copy.read_bytes() == before
+
+
+def test_a_proposal_file_nested_past_any_need_is_refused_and_left_as_it_was(serve, tmp_path):
+    path = tmp_path / "proposed.yaml"
+    path.write_text("image: ascend-build/pytorch\ncells:\n  - cann: " + "[" * 900 + "]" * 900 + "\n")
+    before = path.read_bytes()
+    result = releases.check(serve().url, timeout=5)
+    with pytest.raises(UserError) as refused:
+        releases.propose(result, path)
+    assert str(path) in refused.value.message and "nested deeper than 64 levels" in refused.value.message
+    assert path.read_bytes() == before

@@ -355,3 +355,8 @@ def test_a_driver_version_info_that_holds_no_version_fails_saying_so(tmp_path, v
     check = by_name(doctor.run_host_checks(probe(tmp_path, run_npu_smi=False), GOOD_ENV), "driver")
     assert (check.status, check.detail) == (
         FAIL, f"/usr/local/Ascend/driver/version.info: {shown} is not a valid driver version")
+
+
+def test_probe_output_nested_past_any_need_is_no_facts():
+    assert doctor.parse_probe(doctor.MARK + "[" * 100000 + "]" * 100000 + "\n") is None
+    assert doctor.parse_probe(doctor.MARK + '{"a": ' + "[" * 100 + "]" * 100 + "}\n") is None
