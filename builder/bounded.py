@@ -21,9 +21,30 @@ import errno
 import os
 import stat
 import time
-from typing import Any, Iterator
+from typing import Any, Iterator, Optional
 
 CHUNK = 1 << 16
+DIGITS = 18         # a size, a count, an id of ours never has more: int() of 4300+ digits is refused
+HUGE = 10 ** DIGITS  # what a number of more digits stands for
+
+
+def whole_number(text: Any) -> Optional[int]:
+    """``text`` as an int when it is ASCII digits (spaces around allowed), capped at HUGE; None
+    for anything else. Why: ``int()`` takes other scripts' digits and refuses 4300+ digits.
+
+    Example:
+        >>> whole_number(" 42 "), whole_number("9" * 5000) == HUGE, whole_number("\u0663"), whole_number("-1")
+        (42, True, None, None)
+    """
+    digits = str(text or "").strip()
+    if not (digits.isascii() and digits.isdigit()):
+        return None
+    return int(digits) if len(digits) <= DIGITS else HUGE
+
+
+def told(number: int) -> str:
+    """A `whole_number` as text: HUGE stands for more digits than were read."""
+    return str(number) if number < HUGE else f"over {HUGE - 1}"
 
 
 class Cut(Exception):

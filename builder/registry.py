@@ -146,7 +146,7 @@ def docker_config_credentials(host: str) -> Optional[Tuple[str, str]]:
     path = Path(os.environ.get("DOCKER_CONFIG", Path.home() / ".docker")) / "config.json"
     try:
         config = documents.load_json(path.read_text(), str(path)) if path.stat().st_size < (1 << 20) else {}
-    except documents.TooDeep:
+    except documents.Refused:
         raise
     except (OSError, ValueError):
         return None
@@ -243,9 +243,9 @@ class Registry:
 
     def _read(self, response, limit: int, what: str, started: float) -> bytes:
         """At most ``limit`` bytes, within the deadline, however the server sends them."""
-        announced = response.headers.get("Content-Length")
-        if announced and announced.isascii() and announced.isdigit() and int(announced) > limit:
-            raise self._fail(f"{what} is announced as {int(announced)} bytes, more than the {limit} allowed")
+        announced = bounded.whole_number(response.headers.get("Content-Length"))
+        if announced is not None and announced > limit:
+            raise self._fail(f"{what} is announced as {bounded.told(announced)} bytes, more than the {limit} allowed")
         try:
             return b"".join(bounded.chunks(response, limit=limit, deadline=started + self.deadline))
         except bounded.Cut as cut:
@@ -325,7 +325,7 @@ class Registry:
             who = "the credentials given" if self._credentials else "an anonymous token"
             raise self._fail(f"its token service refused {who} (HTTP {exc.code})",
                              f"check the credentials (ASCEND_BUILD_REGISTRY_USER/_PASSWORD or `docker login {self.name}`)") from exc
-        except (urllib.error.URLError, OSError, ValueError) as exc:  # ValueError: no JSON, or documents.TooDeep
+        except (urllib.error.URLError, OSError, ValueError) as exc:  # ValueError: no JSON, or documents.Refused
             raise self._fail(f"getting a token failed: {getattr(exc, 'reason', exc)}",
                              "check the token service named by the registry's challenge") from exc
         token = body.get("token") or body.get("access_token") if isinstance(body, dict) else None
@@ -336,7 +336,7 @@ class Registry:
     def _json(self, body: bytes, what: str) -> dict:
         try:
             data = documents.load_json(body, what)
-        except ValueError:  # no JSON, or nested past documents.MAX_DEPTH
+        except ValueError:  # no JSON, or documents.Refused
             data = None
         if not isinstance(data, dict):
             raise self._fail(f"sent something other than a JSON object for {what}")

@@ -145,3 +145,18 @@ class Trickle(BaseHTTPRequestHandler):
                 time.sleep(0.2)
         except OSError:
             pass
+
+
+def answering(status: int, headers: dict, body: bytes = b""):
+    """A handler answering every GET with exactly these headers (no Content-Length of its own) and body."""
+    class Answer(BaseHTTPRequestHandler):
+        def log_message(self, *args):
+            pass
+
+        def do_GET(self):
+            self.send_response(status)
+            for key, value in headers.items():
+                self.send_header(key, value)
+            self.end_headers()
+            self.wfile.write(body)
+    return Answer

@@ -9,7 +9,7 @@ import pytest
 import yaml
 
 from builder import documents
-from builder.documents import MAX_DEPTH, TooDeep
+from builder.documents import MAX_DEPTH, MAX_DIGITS, TooDeep
 from builder.errors import UserError
 
 
@@ -78,3 +78,23 @@ def test_syntax_errors_stay_yaml_and_json_errors():
         documents.load_json("{", "f.json")
     assert not isinstance(bad.value, TooDeep)
     assert documents.compose_yaml("", "empty.yaml") is None and documents.load_yaml("", "empty.yaml") is None
+
+
+@pytest.mark.parametrize("text", ["9" * (MAX_DIGITS + 1), "-" + "9" * 5000, '{"size": ' + "1" * 100000 + "}"])
+def test_a_json_number_of_any_length_is_refused_not_converted(text):
+    with pytest.raises(documents.NumberTooLong) as refused:
+        documents.load_json(text, "answer.json")
+    assert refused.value.message == "answer.json holds a number of more than 100 digits"
+    assert documents.load_json("1" * MAX_DIGITS, "a.json") == int("1" * MAX_DIGITS)
+    assert documents.load_json('"' + "1" * 5000 + '"', "a.json") == "1" * 5000  # text stays text
+
+
+@pytest.mark.parametrize("loader", [documents.LOADER, yaml.SafeLoader], ids=["libyaml", "python"])
+def test_a_yaml_integer_of_any_length_is_refused_with_its_place(loader):
+    text = "a:\n  b: " + "1" * 5000 + "\n"
+    for read in (documents.compose_yaml, documents.load_yaml):
+        with pytest.raises(documents.NumberTooLong) as refused:
+            read(text, "f.yaml", loader=loader)
+        assert refused.value.where is not None and (refused.value.where.line, refused.value.where.column) == (2, 6)
+    assert documents.load_yaml("a: '" + "1" * 5000 + "'\n", "f.yaml") == {"a": "1" * 5000}
+    assert documents.load_yaml("a: 1" + "0" * 5000 + ".5\n", "f.yaml") == {"a": float("inf")}  # a float is bounded

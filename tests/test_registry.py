@@ -383,3 +383,13 @@ def test_a_docker_config_nested_past_any_need_is_a_clear_error(docker_config, tm
         docker_config_credentials("reg.example")
     assert str(tmp_path / "docker" / "config.json") in refused.value.message
     assert "nested deeper than 64 levels" in refused.value.message
+
+
+def test_a_content_length_of_absurd_length_is_refused_not_converted(no_credentials):
+    server, port = hr.serve(hr.answering(200, {"Content-Length": "9" * 5000}, b"{}"))
+    try:
+        with pytest.raises(UserError) as refused:
+            Registry(f"127.0.0.1:{port}").tags("r")
+    finally:
+        server.shutdown()
+    assert "is announced as over 999999999999999999 bytes, more than the 4194304 allowed" in refused.value.message

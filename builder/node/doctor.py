@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import Any, Dict, List, Mapping, Optional, Sequence
 
 from builder.node import explain
-from builder import documents, knowledge, versions, vocabulary
+from builder import bounded, documents, knowledge, versions, vocabulary
 from builder.vocabulary import CANDIDATE_SUFFIX, CONTROL_DEVICES, CPU, NPU, Label, normalize_arch
 from builder.errors import UserError
 from builder.node.host import HostInfo, probe
@@ -247,7 +247,7 @@ def env_checks(environ: Mapping[str, str], host: Optional[HostInfo] = None, pref
     if raw is None or raw == "":
         out.append(Check(name, WARN, f"unset: HCCL waits {lo} s for peers, short for multi-node start-up",
                          "export HCCL_CONNECT_TIMEOUT=1800 (the field guide's value for multi-node jobs)"))
-    elif not raw.strip().isdigit() or not lo <= int(raw) <= hi:
+    elif not lo <= (bounded.whole_number(raw) or 0) <= hi:  # ASCII digits only, as HCCL reads them
         out.append(Check(name, FAIL, f"{raw!r} is not an integer in [{lo}, {hi}] seconds",
                          "export HCCL_CONNECT_TIMEOUT=1800"))
     else:
@@ -261,7 +261,8 @@ def env_checks(environ: Mapping[str, str], host: Optional[HostInfo] = None, pref
     bad = []
     if visible and devices:
         ids = [v.strip() for v in visible.split(",") if v.strip()]
-        bad = [v for v in ids if not v.isdigit() or int(v) >= len(devices)]
+        numbers = [(v, bounded.whole_number(v)) for v in ids]
+        bad = [v for v, n in numbers if n is None or n >= len(devices)]
     if bad:
         out.append(Check(name, FAIL, f"ASCEND_RT_VISIBLE_DEVICES names {', '.join(bad)}, only "
                                      f"{len(devices)} device(s) visible",
@@ -331,7 +332,7 @@ def parse_probe(stdout: str) -> Optional[Dict[str, Any]]:
         if line.startswith(MARK):
             try:
                 data = documents.load_json(line[len(MARK):], "the probe's answer")
-            except ValueError:  # no JSON, or nested past documents.MAX_DEPTH
+            except ValueError:  # no JSON, or documents.Refused
                 return None
             return data if isinstance(data, dict) else None
     return None

@@ -66,6 +66,7 @@ MAX_READ = 256 * 1024  # version files are a few hundred bytes; never slurp a hu
 
 _RANGE = re.compile(r"\[\s*([^,\[\]\s]+)\s*,\s*([^\[\]\s]*)\s*\]")  # no '[' inside: linear on "[[[["
 _HEALTH = re.compile(r"[A-Za-z][A-Za-z ]*")
+_NPU_ID = r"[0-9]{1,9}"  # a row with a longer number is no NPU row (and int() refuses 4300+ digits)
 
 
 @dataclass
@@ -249,10 +250,10 @@ def parse_smi_table(text: str) -> Tuple[Optional[str], List[Tuple[int, str]]]:
         cells = [c.strip() for c in line.strip("|").split("|")]
         if len(cells) < 3:
             continue
-        both = re.fullmatch(r"(\d+)\s+([A-Za-z0-9][\w.\-]*)", cells[0])
+        both = re.fullmatch(rf"({_NPU_ID})\s+([A-Za-z0-9][\w.\-]*)", cells[0])
         if both and re.search(r"[A-Za-z]", both.group(2)) and _HEALTH.fullmatch(cells[1]):
             npu, name = int(both.group(1)), both.group(2)
-        elif re.fullmatch(r"\d+", cells[0]) and re.fullmatch(r"[A-Za-z][\w.\-]*", cells[1]) \
+        elif re.fullmatch(_NPU_ID, cells[0]) and re.fullmatch(r"[A-Za-z][\w.\-]*", cells[1]) \
                 and _HEALTH.fullmatch(cells[2]):
             npu, name = int(cells[0]), cells[1]
         else:

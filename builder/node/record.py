@@ -105,7 +105,7 @@ def _read_json(root: Path, path: str, problems: List[str]) -> Optional[Dict[str,
     try:
         with open(full, "rb") as fh:
             data = documents.load_json(fh.read(), path)
-    except documents.TooDeep as exc:
+    except documents.Refused as exc:
         problems.append(exc.message)
         return None
     except (OSError, ValueError) as exc:

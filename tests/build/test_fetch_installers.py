@@ -96,3 +96,13 @@ def test_a_cell_with_nnal_records_its_installer_too(release_folder):
         lambda _: None)
     assert missing == () and dict(made.installers) == {n: hashlib.sha256(b).hexdigest() for n, b in {**FILES, **NNAL}.items()}
     assert plan.unrecorded_installers(cell, kb, made) == () != plan.unrecorded_installers(cell, kb, lock)
+
+
+def test_a_content_length_of_absurd_length_is_a_clear_error():
+    server, port = hr.serve(hr.answering(200, {"Content-Length": "9" * 5000}, b"x"))
+    try:
+        with pytest.raises(UserError) as refused:
+            fetch.sha256_of_url(f"http://127.0.0.1:{port}/a.run", referer="")
+    finally:
+        server.shutdown()
+    assert "bytes arrived of the" in refused.value.message or "announced" in refused.value.message

@@ -879,3 +879,29 @@ def test_a_proposal_file_nested_past_any_need_is_refused_and_left_as_it_was(serv
         releases.propose(result, path)
     assert str(path) in refused.value.message and "nested deeper than 64 levels" in refused.value.message
     assert path.read_bytes() == before
+
+
+def test_a_content_range_of_absurd_length_means_no_ranges():
+    import helpers_registry as hr
+    huge = "9" * 5000
+    server, port = hr.serve(hr.answering(206, {"Content-Range": f"bytes 0-1/{huge}", "Content-Length": "2"}, b"PK"))
+    try:
+        with pytest.raises(http_client.NoRanges):
+            http_client.RangeFile(http_client.Http(5), f"http://127.0.0.1:{port}/files/t.whl")
+    finally:
+        server.shutdown()
+
+
+@pytest.mark.parametrize("version, why", [("1" * 5000, "holds a number of more than 100 digits"),
+                                          ("'" + "1" * 5000 + "'", "is not a PEP 440 version")])
+def test_a_knowledge_base_copy_with_an_absurdly_long_version_is_refused_and_left_as_it_was(serve, compat_copy,
+                                                                                           version, why):
+    text = compat_copy.read_text()
+    first = re.search(r"^  - version: (\S+)$", text, re.M)
+    compat_copy.write_text(text.replace(first.group(0), "  - version: " + version, 1))
+    before = compat_copy.read_bytes()
+    result = releases.check(serve().url, timeout=5)
+    with pytest.raises(UserError) as refused:
+        releases.write(result, compat_copy)
+    assert str(compat_copy) in refused.value.message and why in refused.value.message
+    assert refused.value.exit_code == 1 and compat_copy.read_bytes() == before

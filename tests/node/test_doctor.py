@@ -360,3 +360,16 @@ def test_a_driver_version_info_that_holds_no_version_fails_saying_so(tmp_path, v
 def test_probe_output_nested_past_any_need_is_no_facts():
     assert doctor.parse_probe(doctor.MARK + "[" * 100000 + "]" * 100000 + "\n") is None
     assert doctor.parse_probe(doctor.MARK + '{"a": ' + "[" * 100 + "]" * 100 + "}\n") is None
+
+
+@pytest.mark.parametrize("value", ["9" * 5000, "\u00b2", "\u0663\u0660\u0660"])  # 5000 digits, '²', Arabic-Indic 300
+def test_an_hccl_timeout_of_any_length_or_script_fails_the_check_without_error(value):
+    c = by_name(doctor.env_checks(dict(GOOD_ENV, HCCL_CONNECT_TIMEOUT=value)), "HCCL_CONNECT_TIMEOUT")
+    assert c.status == FAIL and "is not an integer in [120, 7200] seconds" in c.detail
+
+
+@pytest.mark.parametrize("value", ["9" * 5000, "\u00b2", "0,\u0663"])
+def test_visible_devices_of_any_length_or_script_fail_the_check_without_error(value):
+    host = HostInfo(devices=[0, 1])
+    c = by_name(doctor.env_checks(dict(GOOD_ENV, ASCEND_RT_VISIBLE_DEVICES=value), host), "HCCL variables")
+    assert c.status == FAIL and "ASCEND_RT_VISIBLE_DEVICES names" in c.detail

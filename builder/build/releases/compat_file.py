@@ -11,12 +11,12 @@ from pathlib import Path
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import yaml
-from packaging.version import InvalidVersion, Version
+from packaging.version import Version
 
 from builder import documents, knowledge
 from builder.errors import UserError
 from builder.build.releases.release_check import ReleaseCheck
-from builder.build.releases.wheels import normal_version
+from builder.build.releases.wheels import normal_version, pep440
 from builder.build.releases.yaml_files import node_at, read_bytes, replace_file
 
 
@@ -108,10 +108,7 @@ def _above_comments(lines: List[str], line: int) -> int:
 
 def _node_version(node: Any) -> Optional[Version]:
     value = node_at(node, ("version",))
-    try:
-        return Version(str(value.value)) if isinstance(value, yaml.ScalarNode) else None
-    except InvalidVersion:
-        return None
+    return pep440(str(value.value)) if isinstance(value, yaml.ScalarNode) else None
 
 
 def _dump_item(entry: Mapping[str, Any], dash: int, newline: str) -> str:
@@ -164,4 +161,9 @@ def _parse(text: str, path: Path) -> Dict[str, Any]:
     if not isinstance(doc, dict) or not isinstance((doc.get("torch_npu_releases") or {}).get("items"), list):
         raise UserError(f"{path}: no torch_npu_releases.items list", exit_code=1,
                         fix="point at builder/data/ascend-compat.yaml or a copy of it")
+    for i, item in enumerate(doc["torch_npu_releases"]["items"]):  # they are ordered and compared by version
+        version = str(item.get("version") if isinstance(item, dict) else item)
+        if pep440(version) is None:
+            raise UserError(f"{path}: torch_npu_releases.items[{i}].version {version[:40]!r} is not a PEP 440 version",
+                            exit_code=1, fix="correct that entry before adding releases")
     return doc

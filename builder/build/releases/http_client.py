@@ -178,7 +178,7 @@ class RangeFile:
     def _fetch(self, spec: str) -> Tuple[int, bytes]:
         """(first byte's offset, bytes) of one ``Range: bytes=SPEC`` request; learns the file's size."""
         _, headers, body, _ = self.http.get(self.url, {"Range": f"bytes={spec}"}, ok=(206,))
-        m = re.match(r"^\s*bytes\s+(\d+)-(\d+)/(\d+)\s*$", headers.get("Content-Range", "") or "", re.ASCII)
+        m = re.match(r"^\s*bytes\s+([0-9]{1,18})-([0-9]{1,18})/([0-9]{1,18})\s*$", headers.get("Content-Range", "") or "", re.ASCII)
         if not m or int(m.group(2)) - int(m.group(1)) + 1 != len(body):
             raise NoRanges(self.url)  # no usable Content-Range: treat as no range support
         self.size = int(m.group(3))

@@ -139,8 +139,8 @@ def parse_json_page(body: bytes, url: str) -> Tuple[str, List[IndexFile]]:
         doc = documents.load_json(body.decode("utf-8"), url)
     except documents.TooDeep:
         raise url_error(url, "malformed project page: JSON nested too deep") from None
-    except (UnicodeDecodeError, ValueError) as exc:
-        raise url_error(url, f"malformed project page: not JSON ({exc})") from None
+    except (UnicodeDecodeError, ValueError) as exc:  # documents.Refused is a ValueError too
+        raise url_error(url, f"malformed project page: not JSON ({getattr(exc, 'message', exc)})") from None
     if not isinstance(doc, dict) or not isinstance(doc.get("files"), list):
         raise url_error(url, "malformed project page: JSON without a 'files' list")
     meta = doc["meta"] if isinstance(doc.get("meta"), dict) else {}
