@@ -40,7 +40,7 @@ from builder.node import explain
 from builder import bounded, documents, knowledge, versions, vocabulary
 from builder.vocabulary import CANDIDATE_SUFFIX, CONTROL_DEVICES, CPU, NPU, Label, normalize_arch
 from builder.errors import UserError
-from builder.node.host import HostInfo, probe
+from builder.node.host import HostInfo, devices_text, probe
 from builder.smoke import doctor_probe, parsers
 from builder.smoke.doctor_probe import MARK
 
@@ -195,8 +195,16 @@ def run_host_checks(host: HostInfo, environ: Mapping[str, str]) -> List[Check]:
             found = explain.explain(err, host)
             fix = found[0].fix if found else "run npu-smi info as root and read its error"
         out.append(Check("npu-smi", FAIL, err, fix))
-    elif host.npu_smi:
-        out.append(Check("npu-smi", OK, f"{host.npu_smi}: NPU {', '.join(map(str, host.npu_ids)) or 'none'}"))
+    elif host.npu_smi and host.npu_ids:
+        out.append(Check("npu-smi", OK, f"{host.npu_smi}: NPU {', '.join(map(str, host.npu_ids))}"))
+    elif host.npu_smi:  # it answered, but with no NPU: a driver that sees no chip, or not the driver's npu-smi
+        listed = f"{host.npu_smi}: npu-smi info listed no NPU"
+        if host.devices:
+            out.append(Check("npu-smi", FAIL, f"{listed}, though {devices_text(host.devices)} exist",
+                             "run `npu-smi info` as root and read what it prints; if it lists no NPU either, reinstall "
+                             "the Ascend HDK driver that matches the firmware and reboot"))
+        else:
+            out.append(Check("npu-smi", WARN, listed, "no /dev/davinciN either: see the devices check"))
     else:
         out.append(Check("npu-smi", WARN, "npu-smi not found (no chip name, no Compatibility flag)",
                          "install the driver's npu-smi or mount /usr/local/bin/npu-smi (or /usr/local/sbin/npu-smi)"))

@@ -561,7 +561,8 @@ def _ranges_text(rs: List[List[str]]) -> str:
     return ", ".join(f"{a}*" if b == a + "." else f"{a}..{b}" for a, b in rs)
 
 
-def _devices_text(devs: List[int]) -> str:
+def devices_text(devs: List[int]) -> str:
+    """``/dev/davinci0..7 (8)`` for a run, else each device."""
     if not devs:
         return "none"
     if devs == list(range(devs[0], devs[-1] + 1)) and len(devs) > 2:
@@ -596,7 +597,7 @@ def format_host(info: HostInfo) -> str:
     if info.soc:
         chip += f" ({info.soc})"
     lines.append(f"{'chip':<10} {chip}")
-    lines.append(f"{'devices':<10} {_devices_text(info.devices)}")
+    lines.append(f"{'devices':<10} {devices_text(info.devices)}")
     cann = info.cann or "none found"
     if info.cann_file:
         cann += f"  {info.cann_file}"
@@ -609,4 +610,4 @@ def format_host(info: HostInfo) -> str:
 
 
 __all__ = ["HostInfo", "probe", "format_host", "soc_name", "soc_from_board", "chip_of_soc",
-           "parse_smi_table", "parse_board", "ranges"]
+           "parse_smi_table", "parse_board", "ranges", "devices_text"]
