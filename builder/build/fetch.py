@@ -75,10 +75,11 @@ def _stream(url: str, referer: str, sink: Optional[BinaryIO], read_timeout: floa
             limit: int, fixes: Tuple[str, str, str]) -> Tuple[str, int]:
     request = urllib.request.Request(url, headers={"Referer": referer} if referer else {})
     digest, size = hashlib.sha256(), 0
+    until = time.monotonic() + deadline
     try:
-        with urllib.request.urlopen(request, timeout=read_timeout) as response:
+        with bounded.opened(request, timeout=read_timeout, deadline=until) as response:
             announced = bounded.whole_number(response.headers.get("Content-Length"))
-            for chunk in bounded.chunks(response, limit=limit, deadline=time.monotonic() + deadline):
+            for chunk in bounded.chunks(response, limit=limit, deadline=until):
                 size += len(chunk)
                 digest.update(chunk)
                 if sink is not None:

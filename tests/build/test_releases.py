@@ -905,3 +905,48 @@ def test_a_knowledge_base_copy_with_an_absurdly_long_version_is_refused_and_left
         releases.write(result, compat_copy)
     assert str(compat_copy) in refused.value.message and why in refused.value.message
     assert refused.value.exit_code == 1 and compat_copy.read_bytes() == before
+
+
+# --- deadlines: per answer (head included) and per command ---------------------------------------
+
+
+def test_an_index_trickling_its_status_line_and_headers_is_cut_off_at_the_deadline(monkeypatch):
+    import time as _time
+    import helpers_registry as hr
+
+    server, port = hr.serve(hr.TrickleHead)
+    monkeypatch.setattr(http_client, "DEADLINE", 1.0)
+    started = _time.monotonic()
+    try:
+        with pytest.raises(UserError) as cut:
+            http_client.Http(timeout=5).get(f"http://127.0.0.1:{port}/simple/torch-npu/")
+    finally:
+        server.shutdown()
+    assert "did not arrive within 1 s" in cut.value.message
+    assert _time.monotonic() - started < 10  # not the 25 s the head takes
+
+
+@pytest.mark.parametrize("how", ["option", "environment"])
+def test_releases_check_against_a_slow_drip_index_stops_at_the_commands_deadline(how):
+    """The page trickles for 200 s, within the 300 s an answer may take: only the command's deadline stops it."""
+    import os
+    import subprocess
+    import time as _time
+    import helpers_registry as hr
+    from helpers_matrix import cli_exe
+
+    server, port = hr.serve(hr.Trickle)
+    env = dict(os.environ, NO_PROXY="127.0.0.1", no_proxy="127.0.0.1")
+    args = [*cli_exe(), "releases", "check", "--index-url", f"http://127.0.0.1:{port}/simple/"]
+    if how == "option":
+        args += ["--deadline", "2"]
+    else:
+        env["ASCEND_BUILD_DEADLINE"] = "2"
+    started = _time.monotonic()
+    try:
+        done = subprocess.run(args, capture_output=True, text=True, env=env, timeout=60)
+    finally:
+        server.shutdown()
+    assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr
+    assert "the command's deadline of 2 s passed" in done.stderr and "ASCEND_BUILD_DEADLINE" in done.stderr
+    assert _time.monotonic() - started < 15
