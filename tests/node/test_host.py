@@ -390,3 +390,28 @@ def test_fake_npu_smi_printing_absurdly_long_numbers_is_read_without_error(tmp_p
     assert info.npu_ids == [1] and info.chip == "910b" and info.devices == list(range(8))
     out = run_cli("host", "--root", tmp_path)
     assert out.returncode == 0 and "Traceback" not in out.stderr
+
+
+def test_an_npu_smi_that_is_a_symlink_out_of_root_is_not_run(tmp_path):
+    root = tmp_path / "root"
+    make_node(root)
+    ran = tmp_path / "ran"
+    outside = write(tmp_path / "elsewhere/npu-smi", f"#!/bin/sh\ntouch {ran}\ncat <<'EOF'\n{TABLE_910B3}EOF\n", 0o755)
+    (root / "usr/local/bin").mkdir(parents=True, exist_ok=True)
+    (root / "usr/local/bin/npu-smi").symlink_to(outside)
+    info = probe(root)
+    assert not ran.exists()  # nothing outside --root ran
+    assert info.chip is None and info.npu_ids == []
+    assert f"npu-smi at /usr/local/bin/npu-smi leads out of {root} (a symlink): not run" in info.problems
+    assert info.smi_error == f"npu-smi at /usr/local/bin/npu-smi leads out of {root} (a symlink): not run"
+
+
+def test_an_npu_smi_that_is_a_symlink_inside_root_runs(tmp_path):
+    """The driver installs /usr/local/bin/npu-smi as a link to driver/tools/npu-smi: inside the tree, it runs."""
+    make_node(tmp_path, smi=SMI_910B3)
+    tools = tmp_path / "usr/local/Ascend/driver/tools"
+    tools.mkdir(parents=True)
+    (tmp_path / "usr/local/bin/npu-smi").rename(tools / "npu-smi")
+    (tmp_path / "usr/local/bin/npu-smi").symlink_to("../Ascend/driver/tools/npu-smi")
+    info = probe(tmp_path)
+    assert info.chip == "910b" and info.npu_smi == "/usr/local/bin/npu-smi"
