@@ -441,3 +441,18 @@ def test_pull_from_a_slow_drip_registry_stops_at_the_commands_deadline(tmp_path,
     assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr
     assert "the command's deadline of 3 s passed" in done.stderr and "--deadline" in done.stderr
     assert time.monotonic() - started < 15
+
+
+def test_index_against_a_trickling_registry_stops_at_the_commands_deadline(no_credentials):
+    import time
+    server, port = hr.serve(hr.Trickle)
+    env = {**os.environ, **no_credentials, "NO_PROXY": "127.0.0.1", "no_proxy": "127.0.0.1"}
+    started = time.monotonic()
+    try:
+        done = subprocess.run([CLI, "index", f"127.0.0.1:{port}/r:cann7.0.rc1-910b-ubuntu22.04-py3.9-torch_npu2.1.0rc1",
+                               "--deadline", "2"], capture_output=True, text=True, env=env, timeout=60)
+    finally:
+        server.shutdown()
+    assert done.returncode == 1 and "Traceback" not in done.stdout + done.stderr
+    assert "the command's deadline of 2 s passed" in done.stderr
+    assert time.monotonic() - started < 15

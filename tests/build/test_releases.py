@@ -950,3 +950,11 @@ def test_releases_check_against_a_slow_drip_index_stops_at_the_commands_deadline
     assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr
     assert "the command's deadline of 2 s passed" in done.stderr and "ASCEND_BUILD_DEADLINE" in done.stderr
     assert _time.monotonic() - started < 15
+
+
+def test_wheel_tags_with_numbers_of_any_length_name_no_python_or_glibc():
+    huge = "9" * 5000
+    wheel = releases.parse_wheel_filename(f"torch_npu-2.99.0-cp3{huge}-cp3{huge}-manylinux_2_{huge}_x86_64.whl")
+    assert wheel.pythons == () and wheel.manylinux is None and wheel.arch is None
+    with pytest.raises(ValueError, match="is not PEP 440"):
+        releases.parse_wheel_filename(f"torch_npu-{huge}-cp311-cp311-linux_x86_64.whl")
