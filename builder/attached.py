@@ -38,7 +38,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
-from builder import attestation
+from builder import attestation, documents
 from builder.errors import UserError
 from builder.registry import OCI_MANIFEST, Manifest, Registry
 from builder.signing import PublicKey
@@ -99,7 +99,7 @@ def _existing(registry: Registry, repository: str, digest: str) -> Optional[Mani
 def _config_of(registry: Registry, repository: str, manifest: Manifest) -> Optional[dict]:
     """The config of the .att manifest there, as JSON; None when it cannot be read."""
     try:
-        config = json.loads(registry.blob(repository, manifest.data["config"]["digest"]))
+        config = documents.load_json(registry.blob(repository, manifest.data["config"]["digest"]), "an .att config")
     except (KeyError, TypeError, ValueError, LookupError, UserError):
         return None
     return config if isinstance(config, dict) else None

@@ -43,6 +43,7 @@ from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.asymmetric import ec
 
+from builder import documents
 from builder.signing import PrivateKey, PublicKey, fingerprint
 
 STATEMENT_V1 = "https://in-toto.io/Statement/v1"
@@ -129,8 +130,8 @@ def _signed_by(key: PublicKey, message: bytes, signatures: List[Dict[str, Any]])
 def check(envelope: bytes, key: PublicKey, digest: str) -> Checked:
     """Whether ``envelope`` is a statement about ``digest`` signed by ``key``; if not, why."""
     try:
-        data = json.loads(envelope)
-    except (ValueError, RecursionError):
+        data = documents.load_json(envelope, "a DSSE envelope")
+    except ValueError:  # documents.Refused is one too
         data = None
     if not isinstance(data, dict) or not isinstance(data.get("signatures"), list):
         return Checked(False, "not a DSSE envelope (no JSON object with signatures)")
@@ -156,8 +157,8 @@ def check(envelope: bytes, key: PublicKey, digest: str) -> Checked:
             why = "its signature does not verify with this key (signed by another key, or changed after signing)"
         return Checked(False, why, keyids=keyids)
     try:
-        body = json.loads(payload)
-    except (ValueError, RecursionError):
+        body = documents.load_json(payload, "a statement")
+    except ValueError:
         body = None
     if not isinstance(body, dict) or body.get("_type") != STATEMENT_V1:
         return Checked(False, f"signed, but its payload is not an in-toto Statement v1 ({STATEMENT_V1})", keyids=keyids)

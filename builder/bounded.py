@@ -1,8 +1,14 @@
-"""Read an HTTP answer within a size limit and a deadline, however the server sends it.
+"""Read an HTTP answer within a size limit and a deadline, however the server sends it; and
+the deadline of a whole networked command.
 
 Why: a per-read timeout alone lets a server that sends a byte every few seconds go on
-forever, and reading "everything" lets one that never stops fill memory. The registry
-client, the release checks and `lock`'s installer hashing all read through `chunks`.
+forever, and reading "everything" lets one that never stops fill memory. So every
+answer is read through `opened` and `chunks`: from the connection on, a watchdog shuts
+the socket at the answer's deadline, so a status line and headers trickled a byte at a
+time are cut there as a trickled body is (http.client reads the head with nothing but
+the per-read timeout). And a command asks many questions, each within its own deadline
+but together without end, so a networked command runs inside `command_deadline`: no
+answer is read, and no helper program waited for, past it.
 
 Example:
     >>> import io, time
@@ -17,13 +23,44 @@ Example:
 
 from __future__ import annotations
 
+import contextlib
 import errno
+import http.client
 import os
+import socket
 import stat
+import threading
 import time
-from typing import Any, Iterator
+import urllib.request
+from typing import Any, Iterator, List, Optional, Sequence, Tuple
+
+from builder.errors import UserError
 
 CHUNK = 1 << 16
+DIGITS = 18         # a size, a count, an id of ours never has more: int() of 4300+ digits is refused
+HUGE = 10 ** DIGITS  # what a number of more digits stands for
+
+
+def whole_number(text: Any) -> Optional[int]:
+    """``text`` as an int when it is ASCII digits (spaces around allowed), capped at HUGE; None
+    for anything else. Why: ``int()`` takes other scripts' digits and refuses 4300+ digits.
+
+    Example:
+        >>> whole_number(" 42 "), whole_number("9" * 5000) == HUGE, whole_number("\u0663"), whole_number("-1")
+        (42, True, None, None)
+    """
+    digits = str(text or "").strip()
+    if not (digits.isascii() and digits.isdigit()):
+        return None
+    return int(digits) if len(digits) <= DIGITS else HUGE
+
+
+def told(number: int) -> str:
+    """A `whole_number` as text: HUGE stands for more digits than were read."""
+    return str(number) if number < HUGE else f"over {HUGE - 1}"
+
+
+DEADLINE_ENV = "ASCEND_BUILD_DEADLINE"
 
 
 class Cut(Exception):
@@ -34,12 +71,66 @@ class Cut(Exception):
         self.too_large = too_large
 
 
+class DeadlinePassed(UserError):
+    """The whole command's deadline passed (`command_deadline`): whatever it was waiting on is given up."""
+
+    def __init__(self, seconds: float, waiting_on: str) -> None:
+        super().__init__(f"the command's deadline of {seconds:g} s passed, waiting on {waiting_on}", exit_code=1,
+                         fix="check that the server answers promptly, or allow more time with --deadline SECONDS "
+                             f"(or {DEADLINE_ENV}=SECONDS; 0 for none)")
+
+
+_command: Optional[Tuple[float, float]] = None  # (monotonic instant it ends, its seconds) of the running command
+
+
+@contextlib.contextmanager
+def command_deadline(seconds: Optional[float]) -> Iterator[None]:
+    """Within this block, every answer read here and every wait on `remaining` ends by ``seconds``
+    from now (None or 0: no deadline but each answer's own); DeadlinePassed past it."""
+    global _command
+    outer = _command
+    _command = (time.monotonic() + seconds, seconds) if seconds else None
+    try:
+        yield
+    finally:
+        _command = outer
+
+
+@contextlib.contextmanager
+def not_counted() -> Iterator[None]:
+    """Time spent in this block does not count against the command's deadline (a transfer
+    Docker Engine makes, bounded by its own limits)."""
+    global _command
+    started = time.monotonic()
+    try:
+        yield
+    finally:
+        if _command is not None:
+            _command = (_command[0] + time.monotonic() - started, _command[1])
+
+
+def check_deadline(waiting_on: str) -> None:
+    """DeadlinePassed when the command's deadline has passed."""
+    if _command is not None and time.monotonic() >= _command[0]:
+        raise DeadlinePassed(_command[1], waiting_on)
+
+
+def remaining(cap: float, waiting_on: str) -> float:
+    """Seconds a wait on ``waiting_on`` may take: ``cap``, or less when the command's deadline is
+    nearer; DeadlinePassed when none is left."""
+    check_deadline(waiting_on)
+    return cap if _command is None else min(cap, _command[0] - time.monotonic())
+
+
 def chunks(response: Any, *, limit: int, deadline: float) -> Iterator[bytes]:
     """The answer's bytes as they arrive (``read1``: what is there, not a full chunk's wait);
-    raises Cut past ``limit`` bytes or past ``deadline`` (a ``time.monotonic()`` instant)."""
+    raises Cut past ``limit`` bytes or past ``deadline`` (a ``time.monotonic()`` instant), and
+    DeadlinePassed past the command's."""
     size = 0
     read = response.read1 if hasattr(response, "read1") else response.read
+    waiting_on = getattr(response, "url", None) or "an answer"
     while True:
+        check_deadline(waiting_on)
         if time.monotonic() > deadline:
             raise Cut("not there within the deadline", too_large=False)
         chunk = read(min(CHUNK, limit + 1 - size))
@@ -49,6 +140,106 @@ def chunks(response: Any, *, limit: int, deadline: float) -> Iterator[bytes]:
         if size > limit:
             raise Cut(f"more than {limit} bytes", too_large=True)
         yield chunk
+
+
+class _Watch:
+    """Shuts every socket registered with it at ``until`` (a monotonic instant): a read blocked
+    on it, or made after, returns at once. Each socket is watched through a duplicate of its
+    descriptor, so the watch outlives TLS wrapping it (which detaches the original object)."""
+
+    def __init__(self, until: float) -> None:
+        self.fired = False
+        self._sockets: List[socket.socket] = []
+        self._lock = threading.Lock()
+        self._timer = threading.Timer(max(0.0, until - time.monotonic()), self._fire)
+        self._timer.daemon = True
+        self._timer.start()
+
+    def watched(self, connect: Any) -> Any:
+        """``connect`` (socket.create_connection) with its socket registered as soon as it is connected."""
+        def connect_watched(*args: Any, **kwargs: Any) -> socket.socket:
+            sock = connect(*args, **kwargs)
+            with self._lock:
+                self._sockets.append(sock.dup())
+                if self.fired:
+                    self._shut(self._sockets[-1])
+            return sock
+        return connect_watched
+
+    def _fire(self) -> None:
+        with self._lock:
+            self.fired = True
+            for sock in self._sockets:
+                self._shut(sock)
+
+    @staticmethod
+    def _shut(sock: socket.socket) -> None:
+        try:
+            sock.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass  # already closed by the peer
+
+    def stop(self) -> None:
+        self._timer.cancel()
+        with self._lock:
+            for sock in self._sockets:
+                sock.close()
+            self._sockets.clear()
+
+
+def _watched_connection(kind: Any, watch: _Watch) -> Any:
+    """A factory of ``kind`` (an http.client connection class) whose socket ``watch`` shuts at its deadline."""
+    def connection(host: str, **options: Any) -> http.client.HTTPConnection:
+        made = kind(host, **options)
+        made._create_connection = watch.watched(made._create_connection)  # the plain TCP connect, before any TLS
+        return made
+    return connection
+
+
+class _HTTPHandler(urllib.request.HTTPHandler):
+    def __init__(self, watch: _Watch) -> None:
+        super().__init__()
+        self.watch = watch
+
+    def http_open(self, req: Any) -> Any:
+        return self.do_open(_watched_connection(http.client.HTTPConnection, self.watch), req)
+
+
+class _HTTPSHandler(urllib.request.HTTPSHandler):
+    def __init__(self, watch: _Watch) -> None:
+        super().__init__()
+        self.watch = watch
+
+    def https_open(self, req: Any) -> Any:  # context None: http.client's default, certificates checked
+        return self.do_open(_watched_connection(http.client.HTTPSConnection, self.watch), req)
+
+
+@contextlib.contextmanager
+def opened(request: Any, *, timeout: float, deadline: float,
+           handlers: Sequence[urllib.request.BaseHandler] = ()) -> Iterator[Any]:
+    """``urllib``'s answer to ``request`` (a Request or URL; ``handlers`` added to the opener),
+    all of it, from the connection to the last byte, bounded by ``deadline`` (a monotonic
+    instant): Cut past it, DeadlinePassed past the command's when that comes first.
+    ``timeout`` still bounds each read. Read the body with `chunks`."""
+    url = request.full_url if isinstance(request, urllib.request.Request) else str(request)
+    check_deadline(url)
+    until = deadline if _command is None else min(deadline, _command[0])
+    if time.monotonic() >= until:
+        raise Cut("not there within the deadline", too_large=False)
+    watch = _Watch(until)
+    opener = urllib.request.build_opener(*handlers, _HTTPHandler(watch), _HTTPSHandler(watch))
+    try:
+        try:
+            with opener.open(request, timeout=max(0.001, min(timeout, until - time.monotonic()))) as response:
+                yield response
+        except (OSError, http.client.HTTPException):
+            if not watch.fired:
+                raise
+        if watch.fired:  # shut at the deadline: whatever was read may be short
+            check_deadline(url)
+            raise Cut("not there within the deadline", too_large=False)
+    finally:
+        watch.stop()
 
 
 class NotRegular(OSError):

@@ -122,7 +122,7 @@ def find_build_cli() -> BuildCli:
         try:
             if probe(path, "buildx", "version").returncode == 0:
                 return BuildCli((path, "buildx", "build", "--load"), env)
-            m = re.search(r"version (\d+)\.", probe(path, "--version").stdout)
+            m = re.search(r"version ([0-9]{1,9})\.", probe(path, "--version").stdout)
         except (OSError, subprocess.SubprocessError):
             continue
         if m and int(m.group(1)) < 23:

@@ -26,7 +26,6 @@ Example:
 from __future__ import annotations
 
 import copy
-import json
 import re
 from dataclasses import dataclass, field
 from functools import lru_cache
@@ -34,10 +33,9 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Dict, List, Mapping, Optional, Set, Tuple
 
-import yaml
 from packaging.version import Version
 
-from builder import installers as _installers, versions
+from builder import documents, installers as _installers, versions
 from builder.errors import UserError
 from builder.installers import Installer
 from builder.vocabulary import CHIPS, normalize_arch
@@ -57,7 +55,6 @@ _CHIP_MIN_CANN = {"a3": "8.1.RC1", "950": "9.0.0"}
 # every release below 2.12 (torch_npu_releases.note, ascend-facts.md "Compatibility rules").
 _CPU_PIN_BEFORE = Version("2.12")
 
-_YAML_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 _RANGE = re.compile(r"\[\s*([0-9][0-9A-Za-z.]*)\s*,\s*([0-9][0-9A-Za-z.]*)\s*\]")
 _TORCH_REQ = re.compile(r"^torch\s*(?:[=<>!~;\[(]|$)")
 
@@ -781,8 +778,7 @@ class KnowledgeBase:
 
 
 def _read_yaml(path: Path) -> Dict[str, Any]:
-    with open(path, "rb") as fh:
-        return yaml.load(fh, Loader=_YAML_LOADER) or {}
+    return documents.load_yaml(path.read_text(encoding="utf-8"), str(path)) or {}
 
 
 ERRORS_FILE = DATA_DIR / "errors.yaml"
@@ -835,8 +831,8 @@ def load() -> KnowledgeBase:
         >>> load() is load()
         True
     """
-    with open(DATA_DIR / "cann-packages.json", "rb") as fh:
-        packages = json.load(fh)
+    packages_file = DATA_DIR / "cann-packages.json"
+    packages = documents.load_json(packages_file.read_text(encoding="utf-8"), str(packages_file))
     return KnowledgeBase(
         compat=_read_yaml(DATA_DIR / "ascend-compat.yaml"),
         packages=packages,

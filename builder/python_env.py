@@ -22,11 +22,10 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any, Dict, Mapping, Optional, Tuple
 
-import yaml
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
-from builder import knowledge, versions
+from builder import documents, knowledge, versions
 
 DATA = knowledge.DATA_DIR / "python-env.yaml"
 
@@ -61,8 +60,7 @@ class Constraint:
 
 @lru_cache(maxsize=1)
 def _doc() -> Dict[str, Any]:
-    with open(DATA, "rb") as fh:
-        return yaml.safe_load(fh)
+    return documents.load_yaml(DATA.read_text(encoding="utf-8"), str(DATA))
 
 
 def cann_packages() -> Tuple[str, ...]:

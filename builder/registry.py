@@ -37,7 +37,6 @@ from __future__ import annotations
 import base64
 import hashlib
 import ipaddress
-import json
 import os
 import re
 import subprocess
@@ -49,7 +48,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Dict, List, Optional, Set, Tuple
 
-from builder import bounded
+from builder import bounded, documents
 from builder.errors import UserError
 
 OCI_INDEX = "application/vnd.oci.image.index.v1+json"
@@ -135,7 +134,7 @@ def _from_helper(helper: str, server: str) -> Optional[Tuple[str, str]]:
     try:
         done = subprocess.run([f"docker-credential-{helper}", "get"], input=server, capture_output=True,
                               text=True, timeout=15)
-        found = json.loads(done.stdout) if done.returncode == 0 else {}
+        found = documents.load_json(done.stdout, f"docker-credential-{helper}'s answer") if done.returncode == 0 else {}
     except (OSError, subprocess.TimeoutExpired, ValueError):
         return None
     user, secret = (found.get("Username"), found.get("Secret")) if isinstance(found, dict) else (None, None)
@@ -146,7 +145,9 @@ def docker_config_credentials(host: str) -> Optional[Tuple[str, str]]:
     """What ``docker login`` stored for ``host``: credHelpers, then credsStore, then auths."""
     path = Path(os.environ.get("DOCKER_CONFIG", Path.home() / ".docker")) / "config.json"
     try:
-        config = json.loads(path.read_text()) if path.stat().st_size < (1 << 20) else {}
+        config = documents.load_json(path.read_text(), str(path)) if path.stat().st_size < (1 << 20) else {}
+    except documents.Refused:
+        raise
     except (OSError, ValueError):
         return None
     if not isinstance(config, dict):
@@ -228,7 +229,6 @@ class Registry:
         self.timeout, self.deadline, self.page_size = timeout, deadline, page_size
         self._credentials = credentials(self.name, username, password)
         self._auth: Dict[str, str] = {}  # scope -> Authorization header value
-        self._opener = urllib.request.build_opener(_SameHostAuth())
 
     def repository(self, repository: str) -> str:
         """The repository name the API uses (``library/`` added on Docker Hub)."""
@@ -240,23 +240,27 @@ class Registry:
         return UserError(f"registry {self.name}: {message}", exit_code=1,
                          fix=fix or "check the registry address, and that it speaks the distribution API (/v2/)")
 
-    def _read(self, response, limit: int, what: str, started: float) -> bytes:
-        """At most ``limit`` bytes, within the deadline, however the server sends them."""
-        announced = response.headers.get("Content-Length")
-        if announced and announced.isascii() and announced.isdigit() and int(announced) > limit:
-            raise self._fail(f"{what} is announced as {int(announced)} bytes, more than the {limit} allowed")
-        try:
-            return b"".join(bounded.chunks(response, limit=limit, deadline=started + self.deadline))
-        except bounded.Cut as cut:
-            raise self._fail(f"{what}: {cut} (limit {limit} bytes, {self.deadline:.0f} s)",
-                             "check the registry's health") from None
+    def _open(self, request: urllib.request.Request, deadline: float):
+        """The answer, its head and body bounded by ``deadline`` (`bounded.opened`); redirects followed
+        by `_SameHostAuth` (one per request: a handler belongs to one opener)."""
+        return bounded.opened(request, timeout=self.timeout, deadline=deadline, handlers=(_SameHostAuth(),))
+
+    def _read(self, response, limit: int, what: str, deadline: float) -> bytes:
+        """At most ``limit`` bytes, by ``deadline``, however the server sends them."""
+        announced = bounded.whole_number(response.headers.get("Content-Length"))
+        if announced is not None and announced > limit:
+            raise self._fail(f"{what} is announced as {bounded.told(announced)} bytes, more than the {limit} allowed")
+        return b"".join(bounded.chunks(response, limit=limit, deadline=deadline))
+
+    def _cut(self, cut: bounded.Cut, what: str, limit: int) -> UserError:
+        return self._fail(f"{what}: {cut} (limit {limit} bytes, {self.deadline:.0f} s)", "check the registry's health")
 
     def _send(self, method: str, path_or_url: str, scope: str, *, accept: str = "", data: Optional[bytes] = None,
               content_type: str = "", limit: int = MANIFEST_LIMIT) -> Tuple[bytes, Dict[str, str]]:
         """One request, answering one 401 challenge; 404 raises LookupError."""
         url = path_or_url if "://" in path_or_url else self.base + path_or_url
         what = urllib.parse.urlsplit(url).path
-        started = time.monotonic()
+        deadline = time.monotonic() + self.deadline  # both attempts, from the connection to the last byte
         for attempt in range(2):
             request = urllib.request.Request(url, data=data, method=method)
             if accept:
@@ -266,9 +270,11 @@ class Registry:
             if scope in self._auth:
                 request.add_header("Authorization", self._auth[scope])
             try:
-                with self._opener.open(request, timeout=self.timeout) as response:
-                    body = self._read(response, limit, what, started)
+                with self._open(request, deadline) as response:
+                    body = self._read(response, limit, what, deadline)
                     return body, {k.lower(): v for k, v in response.headers.items()}
+            except bounded.Cut as cut:
+                raise self._cut(cut, what, limit) from None
             except urllib.error.HTTPError as exc:
                 if exc.code == 401 and attempt == 0:
                     self._authorize(str(exc.headers.get("WWW-Authenticate", ""))[:4096], scope)
@@ -316,15 +322,17 @@ class Registry:
         basic = self._basic()  # None without credentials
         if basic is not None:
             request.add_header("Authorization", basic)
-        started = time.monotonic()
+        deadline = time.monotonic() + self.deadline
         try:
-            with self._opener.open(request, timeout=self.timeout) as response:
-                body = json.loads(self._read(response, 1 << 20, "the token", started))
+            with self._open(request, deadline) as response:
+                body = documents.load_json(self._read(response, 1 << 20, "the token", deadline), "the token")
+        except bounded.Cut as cut:
+            raise self._cut(cut, "the token", 1 << 20) from None
         except urllib.error.HTTPError as exc:
             who = "the credentials given" if self._credentials else "an anonymous token"
             raise self._fail(f"its token service refused {who} (HTTP {exc.code})",
                              f"check the credentials (ASCEND_BUILD_REGISTRY_USER/_PASSWORD or `docker login {self.name}`)") from exc
-        except (urllib.error.URLError, OSError, ValueError, RecursionError) as exc:
+        except (urllib.error.URLError, OSError, ValueError) as exc:  # ValueError: no JSON, or documents.Refused
             raise self._fail(f"getting a token failed: {getattr(exc, 'reason', exc)}",
                              "check the token service named by the registry's challenge") from exc
         token = body.get("token") or body.get("access_token") if isinstance(body, dict) else None
@@ -334,8 +342,8 @@ class Registry:
 
     def _json(self, body: bytes, what: str) -> dict:
         try:
-            data = json.loads(body)
-        except (ValueError, RecursionError):  # RecursionError: nesting deeper than Python's stack
+            data = documents.load_json(body, what)
+        except ValueError:  # no JSON, or documents.Refused
             data = None
         if not isinstance(data, dict):
             raise self._fail(f"sent something other than a JSON object for {what}")

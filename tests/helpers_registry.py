@@ -145,3 +145,64 @@ class Trickle(BaseHTTPRequestHandler):
                 time.sleep(0.2)
         except OSError:
             pass
+
+
+def answering(status: int, headers: dict, body: bytes = b""):
+    """A handler answering every GET with exactly these headers (no Content-Length of its own) and body."""
+    class Answer(BaseHTTPRequestHandler):
+        def log_message(self, *args):
+            pass
+
+        def do_GET(self):
+            self.send_response(status)
+            for key, value in headers.items():
+                self.send_header(key, value)
+            self.end_headers()
+            self.wfile.write(body)
+    return Answer
+
+
+class TrickleHead(BaseHTTPRequestHandler):
+    """Sends its status line and headers a byte every 0.1 s (about 25 s in all), then a short
+    body: no single read times out, and the body, once it comes, comes at once. Only a
+    deadline that covers the whole answer, head included, stops it in time."""
+
+    HEAD = b"HTTP/1.1 200 OK\r\nX-Padding: " + b"a" * 200 + b"\r\nContent-Length: 2\r\nConnection: close\r\n\r\n"
+
+    def log_message(self, *args):
+        pass
+
+    def do_GET(self):
+        try:
+            for byte in self.HEAD:
+                self.wfile.write(bytes([byte]))
+                self.wfile.flush()
+                time.sleep(0.1)
+            self.wfile.write(b"{}")
+        except OSError:
+            pass
+
+
+def slow_answers(routes: dict, per_answer: float):
+    """A handler answering GET path -> body (404 for any other path), every body sent in ten
+    pieces over ``per_answer`` seconds: each answer keeps well within any per-request deadline,
+    a command that asks many questions takes their sum."""
+    class Slow(BaseHTTPRequestHandler):
+        def log_message(self, *args):
+            pass
+
+        def do_GET(self):
+            body = routes.get(self.path.split("?")[0])
+            self.send_response(200 if body is not None else 404)
+            self.send_header("Content-Length", str(len(body or b"")))
+            self.end_headers()
+            body = body or b""
+            step = max(1, -(-len(body) // 10))
+            try:
+                for at in range(0, len(body), step):
+                    time.sleep(per_answer / 10)
+                    self.wfile.write(body[at:at + step])
+                    self.wfile.flush()
+            except OSError:
+                pass
+    return Slow

@@ -375,3 +375,84 @@ def test_an_index_whose_manifests_are_not_a_list_names_no_arch(no_credentials):
     finally:
         server.shutdown()
     assert info is not None and info.labels == {} and info.architecture == "none of: "
+
+
+def test_a_docker_config_nested_past_any_need_is_a_clear_error(docker_config, tmp_path):
+    (tmp_path / "docker" / "config.json").write_text('{"auths": ' + "[" * 100000 + "]" * 100000 + "}")
+    with pytest.raises(UserError) as refused:
+        docker_config_credentials("reg.example")
+    assert str(tmp_path / "docker" / "config.json") in refused.value.message
+    assert "nested deeper than 64 levels" in refused.value.message
+
+
+def test_a_content_length_of_absurd_length_is_refused_not_converted(no_credentials):
+    server, port = hr.serve(hr.answering(200, {"Content-Length": "9" * 5000}, b"{}"))
+    try:
+        with pytest.raises(UserError) as refused:
+            Registry(f"127.0.0.1:{port}").tags("r")
+    finally:
+        server.shutdown()
+    assert "is announced as over 999999999999999999 bytes, more than the 4194304 allowed" in refused.value.message
+
+
+# --- deadlines: per answer (head included) and per command ---------------------------------------
+
+
+def test_a_registry_trickling_its_status_line_and_headers_is_cut_off_at_the_deadline(no_credentials):
+    import time
+    server, port = hr.serve(hr.TrickleHead)
+    started = time.monotonic()
+    try:
+        with pytest.raises(UserError) as cut:
+            Registry(f"127.0.0.1:{port}", timeout=5, deadline=1.0).tags("r")
+    finally:
+        server.shutdown()
+    assert "not there within the deadline" in cut.value.message
+    assert time.monotonic() - started < 10  # not the 25 s the head takes: no read ever waits 5 s
+
+
+def slow_registry(tags: int, per_answer: float):
+    """A registry of ``tags`` tags of one image, every answer dripping over ``per_answer`` seconds."""
+    config = json.dumps({"architecture": "arm64", "config": {"Labels": {}}}).encode()
+    config_digest = "sha256:" + hashlib.sha256(config).hexdigest()
+    manifest = json.dumps({"schemaVersion": 2, "mediaType": "application/vnd.oci.image.manifest.v1+json",
+                           "config": {"digest": config_digest, "size": len(config)}, "layers": []}).encode()
+    routes = {"/v2/r/tags/list": json.dumps({"tags": [f"t{i}" for i in range(tags)]}).encode(),
+              f"/v2/r/blobs/{config_digest}": config, **{f"/v2/r/manifests/t{i}": manifest for i in range(tags)}}
+    return hr.serve(hr.slow_answers(routes, per_answer))
+
+
+@pytest.mark.parametrize("how", ["option", "environment"])
+def test_pull_from_a_slow_drip_registry_stops_at_the_commands_deadline(tmp_path, no_credentials, how):
+    """40 tags, each answer 0.5 s: no request comes near its own deadline, the whole listing takes 40 s."""
+    import time
+    server, port = slow_registry(40, 0.5)
+    env = {**os.environ, **no_credentials, "NO_PROXY": "127.0.0.1", "no_proxy": "127.0.0.1"}
+    args = [CLI, "pull", "--registry", f"127.0.0.1:{port}/r", "--root", str(tmp_path)]
+    if how == "option":
+        args += ["--deadline", "3"]
+    else:
+        env["ASCEND_BUILD_DEADLINE"] = "3"
+    started = time.monotonic()
+    try:
+        done = subprocess.run(args, capture_output=True, text=True, env=env, timeout=120)
+    finally:
+        server.shutdown()
+    assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr
+    assert "the command's deadline of 3 s passed" in done.stderr and "--deadline" in done.stderr
+    assert time.monotonic() - started < 15
+
+
+def test_index_against_a_trickling_registry_stops_at_the_commands_deadline(no_credentials):
+    import time
+    server, port = hr.serve(hr.Trickle)
+    env = {**os.environ, **no_credentials, "NO_PROXY": "127.0.0.1", "no_proxy": "127.0.0.1"}
+    started = time.monotonic()
+    try:
+        done = subprocess.run([CLI, "index", f"127.0.0.1:{port}/r:cann7.0.rc1-910b-ubuntu22.04-py3.9-torch_npu2.1.0rc1",
+                               "--deadline", "2"], capture_output=True, text=True, env=env, timeout=60)
+    finally:
+        server.shutdown()
+    assert done.returncode == 1 and "Traceback" not in done.stdout + done.stderr
+    assert "the command's deadline of 2 s passed" in done.stderr
+    assert time.monotonic() - started < 15

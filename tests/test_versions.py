@@ -679,3 +679,10 @@ def test_a_version_with_thousands_of_digits_is_a_version_error_not_a_crash():
         assert versions.lenient(kind, text) is None
     assert versions.firmware_in_ranges("7.5.0.1.129", [("7.0.0", f"7.{huge}.0")]) is None
     assert versions.cann("8.0.RC123456789").key > versions.cann("8.0.RC1").key  # 9 digits still read
+
+
+def test_a_python_package_version_of_any_length_is_a_version_error():
+    with pytest.raises(UserError) as refused:
+        versions_module.python_package("1" * 5000)
+    assert "is not a valid Python package version" in refused.value.message
+    assert versions_module.lenient("python_package", "1" * 5000) is None

@@ -144,3 +144,29 @@ def test_actions_are_pinned_and_credentials_not_persisted():
             for step in job.get("steps", []):
                 if str(step.get("uses", "")).startswith("actions/checkout@"):
                     assert step.get("with", {}).get("persist-credentials") is False, f"{workflow.name}:{job_id}"
+
+
+def expressions_in_run_steps(workflow: dict) -> List[str]:
+    """Every step whose ``run:`` holds a ``${{ ... }}`` expression: GitHub pastes its value into
+    the script before the shell reads it, so a branch name or an issue title becomes code.
+    Values reach a script through ``env:`` instead, as shell variables."""
+    found = []
+    for job_id, job in (workflow.get("jobs") or {}).items():
+        for number, step in enumerate(job.get("steps") or [], 1):
+            if isinstance(step, dict) and "${{" in str(step.get("run", "")):
+                found.append(f"{job_id} step {number} ({step.get('name', 'unnamed')})")
+    return found
+
+
+def test_no_run_step_holds_an_expression():
+    import yaml
+
+    found = [f"{workflow.name}: {where}" for workflow in WORKFLOWS
+             for where in expressions_in_run_steps(yaml.safe_load(workflow.read_text()))]
+    assert found == [], "pass the value through the step's env: and use it as a shell variable"
+
+
+def test_the_run_step_check_catches_an_expression():
+    import yaml
+
+    assert expressions_in_run_steps(yaml.safe_load(BAD_WORKFLOW)) == ["greet step 2 (unnamed)"]

@@ -66,6 +66,7 @@ from typing import Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, Uni
 
 import yaml
 
+from builder import documents
 from builder.build import render
 from builder.errors import UserError
 from builder.build.matrix import Cell
@@ -146,7 +147,7 @@ def load_runners(path: Path) -> Dict[str, Dict[str, RunsOn]]:
             raw = fh.read(RUNNERS_MAX_BYTES + 1)
         if len(raw) > RUNNERS_MAX_BYTES:
             raise UserError(f"runners file {path} is over {RUNNERS_MAX_BYTES} bytes", fix="a runners file is a few labels")
-        data = yaml.load(raw.decode("utf-8"), Loader=_NoAliases)
+        data = documents.load_yaml(raw.decode("utf-8"), f"runners file {path}", loader=_NoAliases)
     except UnicodeDecodeError:
         raise UserError(f"runners file {path} is not UTF-8 text", fix="save it as UTF-8") from None
     except OSError as exc:

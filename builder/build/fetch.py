@@ -75,10 +75,11 @@ def _stream(url: str, referer: str, sink: Optional[BinaryIO], read_timeout: floa
             limit: int, fixes: Tuple[str, str, str]) -> Tuple[str, int]:
     request = urllib.request.Request(url, headers={"Referer": referer} if referer else {})
     digest, size = hashlib.sha256(), 0
+    until = time.monotonic() + deadline
     try:
-        with urllib.request.urlopen(request, timeout=read_timeout) as response:
-            announced = response.headers.get("Content-Length")
-            for chunk in bounded.chunks(response, limit=limit, deadline=time.monotonic() + deadline):
+        with bounded.opened(request, timeout=read_timeout, deadline=until) as response:
+            announced = bounded.whole_number(response.headers.get("Content-Length"))
+            for chunk in bounded.chunks(response, limit=limit, deadline=until):
                 size += len(chunk)
                 digest.update(chunk)
                 if sink is not None:
@@ -90,6 +91,6 @@ def _stream(url: str, referer: str, sink: Optional[BinaryIO], read_timeout: floa
         raise UserError(f"{url}: the server answered HTTP {exc.code}", exit_code=1, fix=fixes[0]) from None
     except (urllib.error.URLError, OSError) as exc:
         raise UserError(f"{url}: cannot be fetched: {getattr(exc, 'reason', exc)}", exit_code=1, fix=fixes[1]) from None
-    if announced and announced.isdigit() and int(announced) != size:
-        raise UserError(f"{url}: {size} bytes arrived of the {announced} announced", exit_code=1, fix=fixes[2])
+    if announced is not None and announced != size:
+        raise UserError(f"{url}: {size} bytes arrived of the {bounded.told(announced)} announced", exit_code=1, fix=fixes[2])
     return digest.hexdigest(), size

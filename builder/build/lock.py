@@ -34,6 +34,7 @@ import re
 import shutil
 import subprocess
 import tempfile
+import time
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -43,6 +44,7 @@ from typing import Callable, Dict, Iterable, List, Optional, Sequence, Tuple
 
 from packaging.utils import canonicalize_name, parse_wheel_filename
 
+from builder import bounded
 from builder.build import own_wheel
 from builder.errors import UserError
 
@@ -56,6 +58,7 @@ _HEADER = re.compile(r"^# ([a-z-]+): (.*)$")
 _PIN = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]*)==([A-Za-z0-9.+!_-]+)\s*(\\)?\s*$")
 _HASH = re.compile(r"^\s+--hash=sha256:([0-9a-f]{64})\s*(\\)?\s*$")
 REACH_TIMEOUT = 10.0
+PAGE_DEADLINE = 300.0  # a torch index page is a few MB: it comes whole well within this
 
 
 @dataclass(frozen=True)
@@ -280,11 +283,12 @@ def _uv_version(uv: List[str]) -> str:
 def reachable(url: str, timeout: float = REACH_TIMEOUT) -> bool:
     """Whether an index page answers at all (any HTTP answer below 500 counts)."""
     try:
-        with urllib.request.urlopen(urllib.request.Request(url, method="GET"), timeout=timeout) as r:
+        with bounded.opened(urllib.request.Request(url, method="GET"), timeout=timeout,
+                            deadline=time.monotonic() + timeout) as r:
             return r.status < 500
     except urllib.error.HTTPError as exc:
         return exc.code < 500
-    except (OSError, ValueError):
+    except (OSError, ValueError, bounded.Cut):
         return False
 
 
@@ -307,14 +311,20 @@ _ANCHOR = re.compile(r"""<a\s[^>]*href=["']([^"'#]+)#sha256=([0-9a-f]{64})["']""
 
 
 def page_hashes(page: str, name: str, version: str, python: str, arch: str, *, timeout: float = 60.0,
-                max_bytes: int = 8 << 20) -> Tuple[str, ...]:
+                deadline: float = PAGE_DEADLINE, max_bytes: int = 8 << 20) -> Tuple[str, ...]:
     """The sha256 a simple-index project page gives for the wheels of ``name==version``
-    that run on CPython ``python`` (X.Y) and ``arch`` (read from its ``#sha256=`` links)."""
+    that run on CPython ``python`` (X.Y) and ``arch`` (read from its ``#sha256=`` links; of a
+    page longer than ``max_bytes``, its first ``max_bytes``)."""
+    got, until = bytearray(), time.monotonic() + deadline
     try:
-        with urllib.request.urlopen(page, timeout=timeout) as answer:
-            html = answer.read(max_bytes).decode("utf-8", errors="replace")
-    except (OSError, ValueError):
+        with bounded.opened(page, timeout=timeout, deadline=until) as answer:
+            for chunk in bounded.chunks(answer, limit=max_bytes + bounded.CHUNK, deadline=until):
+                got += chunk
+                if len(got) >= max_bytes:
+                    break
+    except (OSError, ValueError, bounded.Cut):
         return ()
+    html = bytes(got[:max_bytes]).decode("utf-8", errors="replace")
     wanted = "cp" + python.replace(".", "")
     found = []
     for href, digest in _ANCHOR.findall(html):
@@ -359,9 +369,11 @@ def _compile(uv: List[str], inputs: Inputs, requirements: Sequence[str], overrid
             argv += ["--find-links", link]
         if index_url:
             argv += ["--index-url", index_url]
+        waiting_on = f"uv resolving cell {inputs.cell}"
         try:
-            result = run(argv, capture_output=True, text=True, timeout=900)
+            result = run(argv, capture_output=True, text=True, timeout=bounded.remaining(900, waiting_on))
         except subprocess.TimeoutExpired:
+            bounded.check_deadline(waiting_on)  # the command's deadline came first: say that
             raise UserError(f"uv did not resolve cell {inputs.cell} within 15 minutes", exit_code=1,
                             fix="check the network to the package index, then run `ascend-build lock` again") from None
         if result.returncode != 0:

@@ -35,6 +35,7 @@ from typing import Any, Dict, Iterator, List, Mapping, Optional, Tuple
 
 import yaml
 
+from builder import documents
 from builder.build import own_wheel
 from builder.errors import Finding, Location, UserError
 from builder.vocabulary import ARCHS, CHIPS, DEFAULT_IMAGE
@@ -161,8 +162,6 @@ class Matrix:
 
 # --- YAML with positions ------------------------------------------------------
 
-_Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
-
 
 @dataclass
 class _Val:
@@ -203,9 +202,8 @@ def _read(path: Path) -> str:
 
 
 def _compose(text: str, name: str) -> Optional[_Val]:
-    loader = _Loader(text)
     try:
-        node = loader.get_single_node()
+        node = documents.compose_yaml(text, name)  # depth checked: `_convert` recurses once per level
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
         where = Location(name, mark.line + 1, mark.column + 1) if mark else None
@@ -213,8 +211,6 @@ def _compose(text: str, name: str) -> Optional[_Val]:
                         fix="fix the YAML at that position (indentation, a missing ':' or quote)") from exc
     except yaml.YAMLError as exc:
         raise UserError(f"cannot parse {name}: {exc}", fix="fix the YAML syntax") from exc
-    finally:
-        loader.dispose()
     if node is None:
         return None
     return _convert(node, name, set())

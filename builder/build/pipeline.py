@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Dict, List, Optional, Tuple
 
-from builder import devices
+from builder import devices, documents
 from builder.build import plan as planning
 from builder.build import attest, own_wheel, publish, render, stage, wheels
 from builder.build.job import Job, Options, host_arch, prepare
@@ -132,7 +132,7 @@ def smoke(engine: Engine, image: str, device: str, tiers: Tuple[str, ...], docke
                         ipc_mode="host" if docker_devices else None, timeout=1800)
     lines = [ln for ln in result.stdout.splitlines() if ln.strip()]
     try:
-        report = json.loads(lines[-1])
+        report = documents.load_json(lines[-1], "the smoke report")
         if not isinstance(report, dict) or "tiers" not in report:
             raise ValueError("no tiers in the report")
     except (IndexError, ValueError) as exc:

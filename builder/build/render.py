@@ -260,6 +260,39 @@ def _refuse(out: Path, rendered: Dict[str, Dict[str, bytes]], changes: List[Tupl
                         fix="check the matrix; to drop cells, remove them from a matrix that keeps others", exit_code=1)
 
 
+def _make_folders(folder: Path) -> List[Path]:
+    """Make ``folder`` and the folders above it that are missing; the ones made, outermost first."""
+    missing = []
+    while not os.path.lexists(folder):
+        missing.append(folder)
+        folder = folder.parent
+    for one in reversed(missing):
+        one.mkdir()
+    return missing[::-1]
+
+
+def _stage(path: Path, data: bytes) -> Path:
+    """``data`` in a file of its own beside ``path``, under the temporary name; returns that name.
+
+    Whatever is at that name already is removed first (a render killed midway leaves its
+    file there; unlink removes a link, never what it points at), then the file is created
+    exclusively: a link or file put there meanwhile makes the open fail, never redirects it.
+    """
+    tmp = path.with_name(f".{path.name}.ascend-build-tmp")
+    try:
+        tmp.unlink()
+    except FileNotFoundError:
+        pass
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o666)
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+    except OSError:
+        tmp.unlink(missing_ok=True)
+        raise
+    return tmp
+
+
 @dataclass(frozen=True)
 class Written:
     """What `write` did. ``changed``: the paths it changed, as `stale` reports them; ``said``:
@@ -274,14 +307,16 @@ def write(rendered: Dict[str, Dict[str, bytes]], out: Path) -> Written:
     """Bring ``out`` in line with a fresh render.
 
     Checked first (see `_refuse`), then in two steps: every new file is written beside its
-    target under a temporary name and every file to be replaced or removed is opened for
-    writing (an immutable or read-only one fails here); only when all of that worked are
-    the files renamed into place and the leftovers removed. A failure in the first step
-    leaves ``out`` as it was; the second only renames and unlinks.
+    target under a temporary name, created exclusively (`_stage`), and every file to be
+    replaced or removed is opened for writing (an immutable or read-only one fails here);
+    only when all of that worked are the files renamed into place and the leftovers
+    removed. A failure in the first step leaves ``out`` as it was (the staged files and
+    the folders made for them removed again); the second only renames and unlinks.
     """
     changes = list(_differences(rendered, out))
     _refuse(out, rendered, changes)
     staged: Dict[Path, Path] = {}  # target -> its new bytes under a temporary name
+    made: List[Path] = []  # folders made for them, outermost first
     try:
         for path, _, data in changes:
             if data is KEEP:
@@ -291,12 +326,16 @@ def write(rendered: Dict[str, Dict[str, bytes]], out: Path) -> Written:
                 if target.exists():
                     os.close(os.open(target, os.O_WRONLY | os.O_APPEND))  # writable? (changes nothing)
             if data is not None:
-                path.parent.mkdir(parents=True, exist_ok=True)
-                staged[path] = path.with_name(f".{path.name}.ascend-build-tmp")
-                staged[path].write_bytes(data)
+                made += _make_folders(path.parent)
+                staged[path] = _stage(path, data)
     except OSError as exc:
         for tmp in staged.values():
             tmp.unlink(missing_ok=True)
+        for folder in reversed(made):
+            try:
+                folder.rmdir()  # empty again, its staged files gone (unless someone else wrote there)
+            except OSError:
+                pass
         raise UserError(f"cannot write {exc.filename or out}: {exc.strerror or exc}; nothing was changed", exit_code=1,
                         fix="check that --out is a writable folder on a regular file system") from None
     written = Written([], [])

@@ -15,7 +15,7 @@ import typer
 
 from builder import knowledge
 from builder.build import checks, lock, matrix, relock, render
-from builder.cli.app import JsonOpt, app, host_arch, interruptible, releases_app
+from builder.cli.app import LOCK_DEADLINE, DeadlineOpt, JsonOpt, app, host_arch, interruptible, releases_app, within
 from builder.errors import Finding, UserError
 from builder.vocabulary import release_tag
 
@@ -111,6 +111,7 @@ def lock_command(
     wheelhouse: Optional[Path] = typer.Option(None, "--wheelhouse", help="Folder of wheels the lock may take files from."),
     index_url: Optional[str] = typer.Option(None, "--index-url", help="Package index to resolve from (default: uv's)."),
     jobs: int = typer.Option(relock.JOBS, "--jobs", "-j", help="Cells resolved at once."),
+    deadline: Optional[float] = DeadlineOpt,
 ) -> None:
     """Resolve each cell's whole Python closure for its arch, Python and glibc (uv, nothing built) into
     dockerfiles/<cell>/requirements.lock with every file's sha256, then render the cells again.
@@ -127,7 +128,7 @@ def lock_command(
     if check:
         rows = relock.check(cells, kb, out)
     else:
-        with interruptible():
+        with interruptible(), within(deadline, LOCK_DEADLINE):
             rows = relock.run(cells, kb, out, wheelhouse=wheelhouse, index_url=index_url, jobs=jobs,
                               say=lambda line: typer.echo(line, err=True))
     for row in rows:
@@ -291,6 +292,7 @@ def index_command(
                               help="The cell's tag without its arch (add -cpu for the twins), e.g. "
                                    "127.0.0.1:5000/ascend-build/pytorch:cann7.0.rc1-910b-ubuntu22.04-py3.9-torch_npu2.1.0rc1"),
     as_json: bool = JsonOpt,
+    deadline: Optional[float] = DeadlineOpt,
 ) -> None:
     """Put a cell's validated x86_64 and aarch64 images under one tag (an image index).
 
@@ -313,7 +315,8 @@ def index_command(
     if one_arch is not None:
         raise UserError(f"{tag!r} names one arch; the index goes under the cell's tag without its arch", exit_code=2,
                         fix=f"drop the arch: {host}/{repository}:{publish.index_tag(*one_arch)}")
-    outcome = pipeline.index_outcome(Registry(host), repository, family, variant)
+    with within(deadline):
+        outcome = pipeline.index_outcome(Registry(host), repository, family, variant)
     _summary([outcome], as_json)
     if not outcome.ok:
         raise typer.Exit(1)
@@ -373,6 +376,7 @@ def releases_check_command(
     write: bool = typer.Option(False, "--write", help="Add new releases to the knowledge base (CANN pairing unknown)."),
     propose: bool = typer.Option(False, "--propose", help="Draft matrix cells for them in matrix/proposed/."),
     as_json: bool = JsonOpt,
+    deadline: Optional[float] = DeadlineOpt,
 ) -> None:
     """Find torch_npu releases the knowledge base does not know yet.
 
@@ -380,7 +384,8 @@ def releases_check_command(
     """
     from builder.build import releases
 
-    result = releases.check(index_url or releases.default_index_url())
+    with within(deadline):
+        result = releases.check(index_url or releases.default_index_url())
     typer.echo(json.dumps(result.to_dict(), indent=2) if as_json else releases.format_check(result))
     if write:
         for path in releases.write(result):
@@ -398,6 +403,7 @@ def releases_cann_command(
     images: Optional[str] = typer.Option(None, "--images", envvar="ASCEND_BUILD_IMAGE_MATRIX",
                                          help="The official CANN images' build_cann_arg.json: a URL or a file."),
     out: Optional[Path] = typer.Option(None, "--out", help="Also write the proposal to this file."),
+    deadline: Optional[float] = DeadlineOpt,
 ) -> None:
     """Propose what Ascend's compatibility table and the official CANN images name and the knowledge
     base lacks (CANN releases, torch_npu pairings, chips, OSes), with the source of each. Nothing is
@@ -408,11 +414,12 @@ def releases_cann_command(
     from builder import knowledge
     from builder.build.releases import cann_watch
 
-    rows = cann_watch.table_rows(cann_watch.read(table))
-    if not rows:
-        raise UserError(f"{table} has no row of the compatibility table (| torch_npu | ... | PyTorch | CANN X |)",
-                        fix="pass Ascend/pytorch's COMPATIBILITY.en.md", exit_code=1)
-    tags = cann_watch.image_tags(cann_watch.read(images), images) if images else []
+    with within(deadline):
+        rows = cann_watch.table_rows(cann_watch.read(table))
+        if not rows:
+            raise UserError(f"{table} has no row of the compatibility table (| torch_npu | ... | PyTorch | CANN X |)",
+                            fix="pass Ascend/pytorch's COMPATIBILITY.en.md", exit_code=1)
+        tags = cann_watch.image_tags(cann_watch.read(images), images) if images else []
     text = cann_watch.to_yaml(cann_watch.propose(knowledge.load(), rows, tags, table, images or ""))
     typer.echo(text, nl=False)
     if out:

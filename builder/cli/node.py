@@ -12,7 +12,7 @@ from typing import List, Optional
 
 import typer
 
-from builder.cli.app import JsonOpt, app, host_arch
+from builder.cli.app import DeadlineOpt, JsonOpt, app, host_arch, within
 from builder.errors import UserError
 from builder.vocabulary import DEFAULT_IMAGE, Label
 
@@ -40,8 +40,11 @@ def pull_command(
     python: Optional[str] = typer.Option(None, "--python", help="Pin Python, e.g. 3.10."),
     root: Path = RootOpt,
     as_json: bool = JsonOpt,
+    deadline: Optional[float] = DeadlineOpt,
 ) -> None:
     """Pull the validated image that fits this node's arch, chip, driver and firmware, by digest.
+
+    The deadline counts what ascend-build asks the registry, not Docker Engine's own pull of the layers.
 
     Example: ascend-build pull --cann 8.0.RC3 --registry registry.example:5000
     """
@@ -55,16 +58,17 @@ def pull_command(
     wanted = chooser.Wanted(cann=cann, torch=torch, python=python)
     address, repository = chooser.split_registry(registry, DEFAULT_IMAGE)
     reg = Registry(address)
-    best, rejected = chooser.choose(chooser.listing(reg, repository, node.arch), node, wanted)
-    if best is None:
-        typer.echo(f"no image in {address}/{repository} fits this node "
-                   f"(arch {node.arch}, chip {node.chip or 'unknown'}, driver {node.driver or 'unknown'}, "
-                   f"firmware {node.firmware or 'unknown'}):", err=True)
-        typer.echo(chooser.format_rejections(rejected) or "  (no tags)", err=True)
-        for tip in chooser.suggestions(rejected, node, wanted):
-            typer.echo(f"  fix: {tip}", err=True)
-        raise typer.Exit(1)
-    ref, moved = chooser.fetch(Engine.connect(), reg, repository, best, node.arch)
+    with within(deadline):
+        best, rejected = chooser.choose(chooser.listing(reg, repository, node.arch), node, wanted)
+        if best is None:
+            typer.echo(f"no image in {address}/{repository} fits this node "
+                       f"(arch {node.arch}, chip {node.chip or 'unknown'}, driver {node.driver or 'unknown'}, "
+                       f"firmware {node.firmware or 'unknown'}):", err=True)
+            typer.echo(chooser.format_rejections(rejected) or "  (no tags)", err=True)
+            for tip in chooser.suggestions(rejected, node, wanted):
+                typer.echo(f"  fix: {tip}", err=True)
+            raise typer.Exit(1)
+        ref, moved = chooser.fetch(Engine.connect(), reg, repository, best, node.arch)
     if as_json:
         typer.echo(json.dumps({"ref": ref, "tag": best.tag, "digest": best.digest, "labels": best.labels}, indent=2))
     else:

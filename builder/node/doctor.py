@@ -31,17 +31,16 @@ Example:
 
 from __future__ import annotations
 
-import json
 import os
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Dict, List, Mapping, Optional, Sequence
 
 from builder.node import explain
-from builder import knowledge, versions, vocabulary
+from builder import bounded, documents, knowledge, versions, vocabulary
 from builder.vocabulary import CANDIDATE_SUFFIX, CONTROL_DEVICES, CPU, NPU, Label, normalize_arch
 from builder.errors import UserError
-from builder.node.host import HostInfo, probe
+from builder.node.host import HostInfo, devices_text, probe
 from builder.smoke import doctor_probe, parsers
 from builder.smoke.doctor_probe import MARK
 
@@ -196,8 +195,16 @@ def run_host_checks(host: HostInfo, environ: Mapping[str, str]) -> List[Check]:
             found = explain.explain(err, host)
             fix = found[0].fix if found else "run npu-smi info as root and read its error"
         out.append(Check("npu-smi", FAIL, err, fix))
-    elif host.npu_smi:
-        out.append(Check("npu-smi", OK, f"{host.npu_smi}: NPU {', '.join(map(str, host.npu_ids)) or 'none'}"))
+    elif host.npu_smi and host.npu_ids:
+        out.append(Check("npu-smi", OK, f"{host.npu_smi}: NPU {', '.join(map(str, host.npu_ids))}"))
+    elif host.npu_smi:  # it answered, but with no NPU: a driver that sees no chip, or not the driver's npu-smi
+        listed = f"{host.npu_smi}: npu-smi info listed no NPU"
+        if host.devices:
+            out.append(Check("npu-smi", FAIL, f"{listed}, though {devices_text(host.devices)} exist",
+                             "run `npu-smi info` as root and read what it prints; if it lists no NPU either, reinstall "
+                             "the Ascend HDK driver that matches the firmware and reboot"))
+        else:
+            out.append(Check("npu-smi", WARN, listed, "no /dev/davinciN either: see the devices check"))
     else:
         out.append(Check("npu-smi", WARN, "npu-smi not found (no chip name, no Compatibility flag)",
                          "install the driver's npu-smi or mount /usr/local/bin/npu-smi (or /usr/local/sbin/npu-smi)"))
@@ -248,7 +255,7 @@ def env_checks(environ: Mapping[str, str], host: Optional[HostInfo] = None, pref
     if raw is None or raw == "":
         out.append(Check(name, WARN, f"unset: HCCL waits {lo} s for peers, short for multi-node start-up",
                          "export HCCL_CONNECT_TIMEOUT=1800 (the field guide's value for multi-node jobs)"))
-    elif not raw.strip().isdigit() or not lo <= int(raw) <= hi:
+    elif not lo <= (bounded.whole_number(raw) or 0) <= hi:  # ASCII digits only, as HCCL reads them
         out.append(Check(name, FAIL, f"{raw!r} is not an integer in [{lo}, {hi}] seconds",
                          "export HCCL_CONNECT_TIMEOUT=1800"))
     else:
@@ -262,7 +269,8 @@ def env_checks(environ: Mapping[str, str], host: Optional[HostInfo] = None, pref
     bad = []
     if visible and devices:
         ids = [v.strip() for v in visible.split(",") if v.strip()]
-        bad = [v for v in ids if not v.isdigit() or int(v) >= len(devices)]
+        numbers = [(v, bounded.whole_number(v)) for v in ids]
+        bad = [v for v, n in numbers if n is None or n >= len(devices)]
     if bad:
         out.append(Check(name, FAIL, f"ASCEND_RT_VISIBLE_DEVICES names {', '.join(bad)}, only "
                                      f"{len(devices)} device(s) visible",
@@ -331,8 +339,8 @@ def parse_probe(stdout: str) -> Optional[Dict[str, Any]]:
     for line in reversed(stdout.splitlines()):
         if line.startswith(MARK):
             try:
-                data = json.loads(line[len(MARK):])
-            except ValueError:
+                data = documents.load_json(line[len(MARK):], "the probe's answer")
+            except ValueError:  # no JSON, or documents.Refused
                 return None
             return data if isinstance(data, dict) else None
     return None

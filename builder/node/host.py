@@ -66,6 +66,7 @@ MAX_READ = 256 * 1024  # version files are a few hundred bytes; never slurp a hu
 
 _RANGE = re.compile(r"\[\s*([^,\[\]\s]+)\s*,\s*([^\[\]\s]*)\s*\]")  # no '[' inside: linear on "[[[["
 _HEALTH = re.compile(r"[A-Za-z][A-Za-z ]*")
+_NPU_ID = r"[0-9]{1,9}"  # a row with a longer number is no NPU row (and int() refuses 4300+ digits)
 
 
 @dataclass
@@ -120,12 +121,18 @@ def _under(root: Path, path: str) -> Path:
     return root / posixpath.normpath("/" + path).lstrip("/")
 
 
+def _resolved_inside(root: Path, full: Path) -> Optional[str]:
+    """``full`` with every symlink resolved, when that stays inside ``root``; None when a link
+    leads out of it (then it is not this host's file)."""
+    inside, real = os.path.realpath(root), os.path.realpath(full)
+    return real if inside == os.sep or real.startswith(inside + os.sep) else None
+
+
 def _read(root: Path, path: str, problems: List[str], missing_ok: bool = False) -> Optional[str]:
     """Text of ``path`` under ``root``, or None with a note (missing, unreadable, not text, not a
     regular file: a FIFO would block forever; a symlink leading out of ``root``: not this host's)."""
     full = _under(root, path)
-    inside = os.path.realpath(root)
-    if inside != os.sep and not os.path.realpath(full).startswith(inside + os.sep):
+    if _resolved_inside(root, full) is None:
         problems.append(f"{path} leads out of {root} (a symlink): not read")
         return None
     try:
@@ -249,10 +256,10 @@ def parse_smi_table(text: str) -> Tuple[Optional[str], List[Tuple[int, str]]]:
         cells = [c.strip() for c in line.strip("|").split("|")]
         if len(cells) < 3:
             continue
-        both = re.fullmatch(r"(\d+)\s+([A-Za-z0-9][\w.\-]*)", cells[0])
+        both = re.fullmatch(rf"({_NPU_ID})\s+([A-Za-z0-9][\w.\-]*)", cells[0])
         if both and re.search(r"[A-Za-z]", both.group(2)) and _HEALTH.fullmatch(cells[1]):
             npu, name = int(both.group(1)), both.group(2)
-        elif re.fullmatch(r"\d+", cells[0]) and re.fullmatch(r"[A-Za-z][\w.\-]*", cells[1]) \
+        elif re.fullmatch(_NPU_ID, cells[0]) and re.fullmatch(r"[A-Za-z][\w.\-]*", cells[1]) \
                 and _HEALTH.fullmatch(cells[2]):
             npu, name = int(cells[0]), cells[1]
         else:
@@ -315,15 +322,17 @@ def _smi_failed(info: HostInfo, message: str, cannot_run: bool = False) -> None:
         info.smi_error, info.smi_cannot_run = message, cannot_run
 
 
-def _run_smi(exe: Path, args: List[str], info: HostInfo) -> Optional[str]:
+def _run_smi(exe: Path, real: str, args: List[str], info: HostInfo) -> Optional[str]:
     """stdout of one npu-smi call, or None with a note (exit code, dcmi error).
 
+    ``real`` is the program ``exe`` resolves to, checked to lie inside the root: that file is
+    run (under the name ``exe``), so a link swapped after the check does not lead elsewhere.
     npu-smi runs in its own process group, killed whole on timeout, so a hung driver
     call (or a child holding the pipe) cannot hang the probe; raises _SmiTimeout then.
     """
     what = "npu-smi " + " ".join(args)
     try:
-        proc = subprocess.Popen([str(exe), *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        proc = subprocess.Popen([str(exe), *args], executable=real, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                 stdin=subprocess.DEVNULL, start_new_session=True)
     except OSError as exc:
         _smi_failed(info, f"{what} cannot run: {exc.strerror or exc}", cannot_run=True)
@@ -455,8 +464,13 @@ def _probe_smi(info: HostInfo, root: Path) -> None:
         else:
             info.problems.append("npu-smi not found in /usr/local/bin or /usr/local/sbin")
         return
-    info.npu_smi = "/" + str(exe.relative_to(root))
-    table = _run_smi(exe, ["info"], info)
+    shown = "/" + str(exe.relative_to(root))
+    real = _resolved_inside(root, exe)
+    if real is None:  # --root is a boundary for what runs too
+        _smi_failed(info, f"npu-smi at {shown} leads out of {root} (a symlink): not run", cannot_run=True)
+        return
+    info.npu_smi = shown
+    table = _run_smi(exe, real, ["info"], info)
     names: Dict[int, str] = {}
     if table is not None:
         header_driver, rows = parse_smi_table(table)
@@ -466,14 +480,14 @@ def _probe_smi(info: HostInfo, root: Path) -> None:
         if not rows:
             info.problems.append("npu-smi info listed no NPU")
     first = info.npu_ids[0] if info.npu_ids else 0
-    board_text = _run_smi(exe, ["info", "-t", "board", "-i", str(first)], info)
+    board_text = _run_smi(exe, real, ["info", "-t", "board", "-i", str(first)], info)
     board = parse_board(board_text or "")
     info.smi_driver = board.get("Software Version") or info.smi_driver
     info.smi_firmware = board.get("Firmware Version")
     info.compatibility = board.get("Compatibility")
     soc = soc_from_board(board) or soc_name(names.get(first))
     if soc is None or soc == "Ascend910":
-        chip_text = _run_smi(exe, ["info", "-t", "board", "-i", str(first), "-c", "0"], info)
+        chip_text = _run_smi(exe, real, ["info", "-t", "board", "-i", str(first), "-c", "0"], info)
         soc = soc_from_board(parse_board(chip_text or "")) or soc
     info.soc = soc
 
@@ -560,7 +574,8 @@ def _ranges_text(rs: List[List[str]]) -> str:
     return ", ".join(f"{a}*" if b == a + "." else f"{a}..{b}" for a, b in rs)
 
 
-def _devices_text(devs: List[int]) -> str:
+def devices_text(devs: List[int]) -> str:
+    """``/dev/davinci0..7 (8)`` for a run, else each device."""
     if not devs:
         return "none"
     if devs == list(range(devs[0], devs[-1] + 1)) and len(devs) > 2:
@@ -595,7 +610,7 @@ def format_host(info: HostInfo) -> str:
     if info.soc:
         chip += f" ({info.soc})"
     lines.append(f"{'chip':<10} {chip}")
-    lines.append(f"{'devices':<10} {_devices_text(info.devices)}")
+    lines.append(f"{'devices':<10} {devices_text(info.devices)}")
     cann = info.cann or "none found"
     if info.cann_file:
         cann += f"  {info.cann_file}"
@@ -608,4 +623,4 @@ def format_host(info: HostInfo) -> str:
 
 
 __all__ = ["HostInfo", "probe", "format_host", "soc_name", "soc_from_board", "chip_of_soc",
-           "parse_smi_table", "parse_board", "ranges"]
+           "parse_smi_table", "parse_board", "ranges", "devices_text"]

@@ -42,6 +42,7 @@ import sys
 from pathlib import Path
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
+from builder import documents
 from builder.errors import UserError
 from builder.node.host import HostInfo, probe
 from builder.smoke import parsers
@@ -103,7 +104,10 @@ def _read_json(root: Path, path: str, problems: List[str]) -> Optional[Dict[str,
         return None
     try:
         with open(full, "rb") as fh:
-            data = json.load(fh)
+            data = documents.load_json(fh.read(), path)
+    except documents.Refused as exc:
+        problems.append(exc.message)
+        return None
     except (OSError, ValueError) as exc:
         problems.append(f"cannot read {path}: {getattr(exc, 'strerror', None) or exc}")
         return None

@@ -512,7 +512,7 @@ def python_package(text: str) -> Any:
     True
     """
     try:
-        from packaging.version import InvalidVersion, Version
+        from packaging.version import Version
     except ImportError:
         raise UserError(
             f"cannot parse python package version {text!r}: the 'packaging' module is not installed",
@@ -522,5 +522,5 @@ def python_package(text: str) -> Any:
         raise _fail(text, "python_package")
     try:
         return Version(text)
-    except InvalidVersion:
+    except ValueError:  # InvalidVersion, or a part of 4300+ digits that int() refuses
         raise _fail(text, "python_package") from None

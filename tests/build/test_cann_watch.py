@@ -91,3 +91,32 @@ def test_a_fifo_as_the_table_is_refused_not_waited_on(tmp_path):
     os.mkfifo(tmp_path / "table.md")
     out = run_cli("releases", "cann", "--table", tmp_path / "table.md", timeout=20)
     assert out.returncode == 1 and "cannot be read (not a regular file)" in out.stderr
+
+
+def test_an_image_matrix_nested_past_any_need_is_a_clear_error(served):
+    folder, base = served
+    (folder / "COMPATIBILITY.en.md").write_text(TABLE.read_text())
+    (folder / "build_cann_arg.json").write_text('{"cann": ' + "[" * 100000 + "]" * 100000 + "}")
+    out = run_cli("releases", "cann", "--table", f"{base}/COMPATIBILITY.en.md", "--images", f"{base}/build_cann_arg.json")
+    assert out.returncode == 1 and "Traceback" not in out.stderr
+    assert "build_cann_arg.json" in out.stderr and "nested deeper than 64 levels" in out.stderr
+
+
+def test_a_slow_drip_table_stops_at_the_commands_deadline():
+    import os
+    import subprocess
+    import time
+    import helpers_registry as hr
+    from helpers_matrix import cli_exe
+
+    server, port = hr.serve(hr.Trickle)
+    env = dict(os.environ, NO_PROXY="127.0.0.1", no_proxy="127.0.0.1", ASCEND_BUILD_DEADLINE="2")
+    started = time.monotonic()
+    try:
+        done = subprocess.run([*cli_exe(), "releases", "cann", "--table", f"http://127.0.0.1:{port}/COMPATIBILITY.en.md"],
+                              capture_output=True, text=True, env=env, timeout=60)
+    finally:
+        server.shutdown()
+    assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr
+    assert "the command's deadline of 2 s passed" in done.stderr
+    assert time.monotonic() - started < 15

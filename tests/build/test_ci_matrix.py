@@ -330,3 +330,13 @@ def test_a_runners_file_with_an_alias_bomb_or_no_file_is_refused_at_once(tmp_pat
         ci_matrix.load_runners(bomb)
     with pytest.raises(UserError, match="is not a regular file"):
         ci_matrix.load_runners(Path("/dev/zero"))
+
+
+@pytest.mark.parametrize("text", ["build: " + "[" * 3000 + "]" * 3000 + "\n",
+                                  "{" * 800 + "}" * 800 + "\n"])
+def test_a_runners_file_nested_past_any_need_is_refused_clearly(tmp_path, text):
+    deep = tmp_path / "runners.yaml"
+    deep.write_text(text)
+    with pytest.raises(UserError) as refused:
+        ci_matrix.load_runners(deep)
+    assert str(deep) in refused.value.message and "nested deeper than 64 levels" in refused.value.message

@@ -96,3 +96,41 @@ def test_a_cell_with_nnal_records_its_installer_too(release_folder):
         lambda _: None)
     assert missing == () and dict(made.installers) == {n: hashlib.sha256(b).hexdigest() for n, b in {**FILES, **NNAL}.items()}
     assert plan.unrecorded_installers(cell, kb, made) == () != plan.unrecorded_installers(cell, kb, lock)
+
+
+def test_a_content_length_of_absurd_length_is_a_clear_error():
+    server, port = hr.serve(hr.answering(200, {"Content-Length": "9" * 5000}, b"x"))
+    try:
+        with pytest.raises(UserError) as refused:
+            fetch.sha256_of_url(f"http://127.0.0.1:{port}/a.run", referer="")
+    finally:
+        server.shutdown()
+    assert "bytes arrived of the" in refused.value.message or "announced" in refused.value.message
+
+
+def test_a_server_trickling_its_status_line_and_headers_is_cut_off_at_the_deadline():
+    import time
+    server, port = hr.serve(hr.TrickleHead)
+    started = time.monotonic()
+    try:
+        with pytest.raises(UserError) as cut:
+            fetch.sha256_of_url(f"http://127.0.0.1:{port}/a.run", referer="", read_timeout=5, deadline=1.0)
+    finally:
+        server.shutdown()
+    assert "not there within the deadline" in cut.value.message
+    assert time.monotonic() - started < 10  # not the 25 s the head takes
+
+
+def test_an_index_page_that_trickles_stops_at_the_commands_deadline():
+    """`lock` reads the torch index page for its hashes: the command's deadline bounds that read too."""
+    import time
+    from builder import bounded
+    server, port = hr.serve(hr.Trickle)
+    started = time.monotonic()
+    try:
+        with bounded.command_deadline(2), pytest.raises(UserError) as late:
+            locking.page_hashes(f"http://127.0.0.1:{port}/torch/", "torch", "2.1.0+cpu", "3.9", "x86_64", timeout=5)
+    finally:
+        server.shutdown()
+    assert "the command's deadline of 2 s passed" in late.value.message
+    assert time.monotonic() - started < 10

@@ -209,3 +209,23 @@ def test_a_lock_file_that_cannot_be_a_lock_is_refused_by_name(tmp_path, content,
     with pytest.raises(UserError) as caught:
         lock.read(tmp_path)
     assert caught.value.message.startswith(str(path)) and message in caught.value.message
+
+
+def test_a_resolver_that_outlasts_the_commands_deadline_is_stopped_there():
+    """`lock` waits on uv up to 15 minutes a cell, and never past the command's deadline."""
+    import subprocess
+    import time
+
+    from builder import bounded
+    from builder.build import lock as locking
+
+    inputs = locking.Inputs(cell="c", python="3.11", platform="x86_64-manylinux_2_35", requirements=("six==1.16.0",),
+                            constraints=(), torch_index="")
+
+    def slow_uv(argv, **options):  # a real process that takes as long as a resolver stuck on the network
+        return subprocess.run(["sleep", "30"], **options)
+    started = time.monotonic()
+    with bounded.command_deadline(1), pytest.raises(bounded.DeadlinePassed) as late:
+        locking._compile(["uv"], inputs, list(inputs.requirements), [], [], None, None, run=slow_uv)
+    assert "waiting on uv resolving cell c" in late.value.message
+    assert time.monotonic() - started < 10

@@ -474,3 +474,29 @@ def test_a_key_with_a_newline_cannot_forge_an_output_line(tmp_path):
     shown = "\n".join(str(f) for f in matrix.load(path).findings)
     assert "::error::forged" in shown and "\n::error" not in shown  # on the finding's own line, escaped
     assert "\x1b" not in shown and "\\x1b[31mred" in shown
+
+
+# --- nesting: any depth is a clear error, never a RecursionError ---------------------------------
+
+
+@pytest.mark.parametrize("levels", [70, 500, 990, 5000])
+@pytest.mark.parametrize("style", ["flow", "block"])
+def test_nesting_of_any_depth_is_a_clear_error(tmp_path, levels, style):
+    """Lists in lists: under libyaml's own limit of 1000 it was a RecursionError (Python's stack)."""
+    if style == "flow":
+        text = "cells: " + "[" * levels + "]" * levels + "\n"
+    else:
+        text = "cells:\n  " + "- " * levels + "x\n"  # "- - x" is a list in a list, in block style
+    with pytest.raises(UserError) as info:
+        load_text(tmp_path, text)
+    assert "nested deeper than" in info.value.message or "maximum nesting depth" in info.value.message
+    assert str(tmp_path / "matrix.yaml") in str(info.value)
+    assert info.value.fix
+
+
+def test_a_deep_matrix_through_the_cli_says_so_without_a_traceback(tmp_path):
+    (tmp_path / "deep.yaml").write_text("cells: " + "[" * 600 + "]" * 600 + "\n")
+    from helpers_matrix import run_cli
+    out = run_cli("validate", "--matrix", tmp_path / "deep.yaml")
+    assert out.returncode == 2 and "Traceback" not in out.stderr
+    assert f"{tmp_path / 'deep.yaml'}:1:" in out.stderr and "nested deeper than 64 levels" in out.stderr

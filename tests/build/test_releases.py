@@ -855,3 +855,106 @@ def test_a_non_ascii_url_is_fetched_percent_encoded(tmp_path, serve_folder):
     (tmp_path / "wheel-ä٣.txt").write_bytes(b"found")
     status, _, body, _ = Http(5).get(f"{serve_folder(tmp_path)}/wheel-ä٣.txt")
     assert (status, body) == (200, b"found")
+
+
+# --- nesting: files the watcher edits ------------------------------------------------------------
+
+
+def test_a_knowledge_base_copy_nested_past_any_need_is_refused_and_left_as_it_was(serve, compat_copy):
+    compat_copy.write_text(compat_copy.read_text() + "deep: " + "[" * 900 + "]" * 900 + "\n")
+    before = compat_copy.read_bytes()
+    result = releases.check(serve().url, timeout=5)
+    with pytest.raises(UserError) as refused:
+        releases.write(result, compat_copy)
+    assert str(compat_copy) in refused.value.message and "nested deeper than 64 levels" in refused.value.message
+    assert compat_copy.read_bytes() == before
+
+
+def test_a_proposal_file_nested_past_any_need_is_refused_and_left_as_it_was(serve, tmp_path):
+    path = tmp_path / "proposed.yaml"
+    path.write_text("image: ascend-build/pytorch\ncells:\n  - cann: " + "[" * 900 + "]" * 900 + "\n")
+    before = path.read_bytes()
+    result = releases.check(serve().url, timeout=5)
+    with pytest.raises(UserError) as refused:
+        releases.propose(result, path)
+    assert str(path) in refused.value.message and "nested deeper than 64 levels" in refused.value.message
+    assert path.read_bytes() == before
+
+
+def test_a_content_range_of_absurd_length_means_no_ranges():
+    import helpers_registry as hr
+    huge = "9" * 5000
+    server, port = hr.serve(hr.answering(206, {"Content-Range": f"bytes 0-1/{huge}", "Content-Length": "2"}, b"PK"))
+    try:
+        with pytest.raises(http_client.NoRanges):
+            http_client.RangeFile(http_client.Http(5), f"http://127.0.0.1:{port}/files/t.whl")
+    finally:
+        server.shutdown()
+
+
+@pytest.mark.parametrize("version, why", [("1" * 5000, "holds a number of more than 100 digits"),
+                                          ("'" + "1" * 5000 + "'", "is not a PEP 440 version")])
+def test_a_knowledge_base_copy_with_an_absurdly_long_version_is_refused_and_left_as_it_was(serve, compat_copy,
+                                                                                           version, why):
+    text = compat_copy.read_text()
+    first = re.search(r"^  - version: (\S+)$", text, re.M)
+    compat_copy.write_text(text.replace(first.group(0), "  - version: " + version, 1))
+    before = compat_copy.read_bytes()
+    result = releases.check(serve().url, timeout=5)
+    with pytest.raises(UserError) as refused:
+        releases.write(result, compat_copy)
+    assert str(compat_copy) in refused.value.message and why in refused.value.message
+    assert refused.value.exit_code == 1 and compat_copy.read_bytes() == before
+
+
+# --- deadlines: per answer (head included) and per command ---------------------------------------
+
+
+def test_an_index_trickling_its_status_line_and_headers_is_cut_off_at_the_deadline(monkeypatch):
+    import time as _time
+    import helpers_registry as hr
+
+    server, port = hr.serve(hr.TrickleHead)
+    monkeypatch.setattr(http_client, "DEADLINE", 1.0)
+    started = _time.monotonic()
+    try:
+        with pytest.raises(UserError) as cut:
+            http_client.Http(timeout=5).get(f"http://127.0.0.1:{port}/simple/torch-npu/")
+    finally:
+        server.shutdown()
+    assert "did not arrive within 1 s" in cut.value.message
+    assert _time.monotonic() - started < 10  # not the 25 s the head takes
+
+
+@pytest.mark.parametrize("how", ["option", "environment"])
+def test_releases_check_against_a_slow_drip_index_stops_at_the_commands_deadline(how):
+    """The page trickles for 200 s, within the 300 s an answer may take: only the command's deadline stops it."""
+    import os
+    import subprocess
+    import time as _time
+    import helpers_registry as hr
+    from helpers_matrix import cli_exe
+
+    server, port = hr.serve(hr.Trickle)
+    env = dict(os.environ, NO_PROXY="127.0.0.1", no_proxy="127.0.0.1")
+    args = [*cli_exe(), "releases", "check", "--index-url", f"http://127.0.0.1:{port}/simple/"]
+    if how == "option":
+        args += ["--deadline", "2"]
+    else:
+        env["ASCEND_BUILD_DEADLINE"] = "2"
+    started = _time.monotonic()
+    try:
+        done = subprocess.run(args, capture_output=True, text=True, env=env, timeout=60)
+    finally:
+        server.shutdown()
+    assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr
+    assert "the command's deadline of 2 s passed" in done.stderr and "ASCEND_BUILD_DEADLINE" in done.stderr
+    assert _time.monotonic() - started < 15
+
+
+def test_wheel_tags_with_numbers_of_any_length_name_no_python_or_glibc():
+    huge = "9" * 5000
+    wheel = releases.parse_wheel_filename(f"torch_npu-2.99.0-cp3{huge}-cp3{huge}-manylinux_2_{huge}_x86_64.whl")
+    assert wheel.pythons == () and wheel.manylinux is None and wheel.arch is None
+    with pytest.raises(ValueError, match="is not PEP 440"):
+        releases.parse_wheel_filename(f"torch_npu-{huge}-cp311-cp311-linux_x86_64.whl")

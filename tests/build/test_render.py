@@ -1190,3 +1190,44 @@ def test_a_render_that_cannot_write_one_file_changes_none(copy):
         assert not list(out.rglob("*.ascend-build-tmp"))
     finally:
         subprocess.run(["chattr", "-i", str(last)], check=True)
+
+
+def test_a_symlink_planted_at_the_temporary_name_is_never_written_through(copy, tmp_path, monkeypatch):
+    """render stages each file as .<name>.ascend-build-tmp beside it. A link planted there before
+    render looks is refused (`_refuse`); one planted after it looked and before it writes (another
+    process on the same tree) must neither carry the new bytes outside --out nor be renamed into place."""
+    out, args = copy
+    outside = tmp_path / "outside.txt"
+    outside.write_text("precious\n")
+    target = out / CELL_7_X86 / "Dockerfile"
+    rendered = target.read_bytes()
+    target.write_text("edited\n")  # so render writes it again
+    checked = render._refuse
+
+    def check_then_plant(*a, **k):
+        checked(*a, **k)
+        (out / CELL_7_X86 / ".Dockerfile.ascend-build-tmp").symlink_to(outside)
+    monkeypatch.setattr(render, "_refuse", check_then_plant)
+    result = CliRunner().invoke(cli.app, ["render", *args])
+    assert outside.read_text() == "precious\n"
+    assert not target.is_symlink() and target.read_bytes() == rendered, result.output
+    assert not list(out.rglob("*.ascend-build-tmp"))
+
+def test_a_render_that_cannot_write_one_file_leaves_no_new_cell_folder(copy):
+    """'nothing was changed' holds for folders too: the cell folders made for the new files are gone again."""
+    import subprocess
+
+    out, args = copy
+    gone = sorted(p.name for p in out.iterdir() if p.is_dir())
+    shutil.rmtree(out / gone[0])  # a new cell folder to make, before...
+    last = out / gone[-1] / "smoke.py"
+    last.write_text("edited\n")  # ...a file render cannot write
+    if subprocess.run(["chattr", "+i", str(last)], capture_output=True).returncode != 0:
+        pytest.skip("this file system cannot make a file immutable (chattr +i)")
+    try:
+        result = CliRunner().invoke(cli.app, ["render", *args])
+        assert isinstance(result.exception, UserError) and "nothing was changed" in result.exception.message
+        assert sorted(p.name for p in out.iterdir()) == gone[1:]
+    finally:
+        subprocess.run(["chattr", "-i", str(last)], check=True)
+

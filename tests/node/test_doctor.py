@@ -355,3 +355,41 @@ def test_a_driver_version_info_that_holds_no_version_fails_saying_so(tmp_path, v
     check = by_name(doctor.run_host_checks(probe(tmp_path, run_npu_smi=False), GOOD_ENV), "driver")
     assert (check.status, check.detail) == (
         FAIL, f"/usr/local/Ascend/driver/version.info: {shown} is not a valid driver version")
+
+
+def test_probe_output_nested_past_any_need_is_no_facts():
+    assert doctor.parse_probe(doctor.MARK + "[" * 100000 + "]" * 100000 + "\n") is None
+    assert doctor.parse_probe(doctor.MARK + '{"a": ' + "[" * 100 + "]" * 100 + "}\n") is None
+
+
+@pytest.mark.parametrize("value", ["9" * 5000, "\u00b2", "\u0663\u0660\u0660"])  # 5000 digits, '²', Arabic-Indic 300
+def test_an_hccl_timeout_of_any_length_or_script_fails_the_check_without_error(value):
+    c = by_name(doctor.env_checks(dict(GOOD_ENV, HCCL_CONNECT_TIMEOUT=value)), "HCCL_CONNECT_TIMEOUT")
+    assert c.status == FAIL and "is not an integer in [120, 7200] seconds" in c.detail
+
+
+@pytest.mark.parametrize("value", ["9" * 5000, "\u00b2", "0,\u0663"])
+def test_visible_devices_of_any_length_or_script_fail_the_check_without_error(value):
+    host = HostInfo(devices=[0, 1])
+    c = by_name(doctor.env_checks(dict(GOOD_ENV, ASCEND_RT_VISIBLE_DEVICES=value), host), "HCCL variables")
+    assert c.status == FAIL and "ASCEND_RT_VISIBLE_DEVICES names" in c.detail
+
+
+@pytest.mark.parametrize("table", ["", "garbage\n", "| npu-smi 24.1.rc3   Version: 24.1.rc3 |\n"])
+def test_fake_npu_smi_that_answers_but_lists_no_npu_fails_where_devices_exist(tmp_path, table):
+    """Not "OK ... NPU none": npu-smi exits 0 listing nothing while /dev/davinci0..7 are there."""
+    from helpers_node import fake_npu_smi
+    make_node(tmp_path)
+    fake_npu_smi(tmp_path, {"info": table, "info -t board -i 0": table, "info -t board -i 0 -c 0": table})
+    c = by_name(doctor.run_host_checks(probe(tmp_path), GOOD_ENV), "npu-smi")
+    assert c.status == FAIL
+    assert c.detail == "/usr/local/bin/npu-smi: npu-smi info listed no NPU, though /dev/davinci0..7 (8) exist"
+    assert "npu-smi info" in c.fix
+
+
+def test_fake_npu_smi_listing_no_npu_on_a_node_without_devices_warns(tmp_path):
+    from helpers_node import fake_npu_smi
+    make_node(tmp_path, devices=0)
+    fake_npu_smi(tmp_path, {"info": "", "info -t board -i 0": "", "info -t board -i 0 -c 0": ""})
+    c = by_name(doctor.run_host_checks(probe(tmp_path), GOOD_ENV), "npu-smi")
+    assert c.status == WARN and c.detail == "/usr/local/bin/npu-smi: npu-smi info listed no NPU"

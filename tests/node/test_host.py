@@ -368,3 +368,50 @@ def test_a_symlink_leading_out_of_root_is_not_followed(tmp_path):
     info = probe(root, run_npu_smi=False)
     assert info.driver is None
     assert f"/usr/local/Ascend/driver/version.info leads out of {root} (a symlink): not read" in info.problems
+
+
+# --- numbers of any length: skipped or refused, never an int() error ------------------------------
+
+HUGE = "9" * 5000  # Python refuses int() of more than 4300 digits
+
+
+def test_parse_smi_table_skips_an_npu_id_of_any_length():
+    table = TABLE_910B3.replace("| 1     910B3 ", f"| {HUGE}     910B3 ")
+    assert hostmod.parse_smi_table(table)[1] == [(0, "910B3")]
+    assert hostmod.parse_smi_table(TABLE_950.replace("| 0      | Ascend950PR", f"| {HUGE} | Ascend950PR"))[1] == []
+
+
+def test_fake_npu_smi_printing_absurdly_long_numbers_is_read_without_error(tmp_path):
+    from helpers_matrix import run_cli
+    make_node(tmp_path, smi={"info": TABLE_910B3.replace("| 0     910B3 ", f"| {HUGE}     910B3 "),
+                             "info -t board -i 1": board("24.1.rc3", "7.5.0.1.129")})
+    write(tmp_path / f"dev/davinci{HUGE[:200]}", "")  # a device name with too many digits is no device
+    info = probe(tmp_path)
+    assert info.npu_ids == [1] and info.chip == "910b" and info.devices == list(range(8))
+    out = run_cli("host", "--root", tmp_path)
+    assert out.returncode == 0 and "Traceback" not in out.stderr
+
+
+def test_an_npu_smi_that_is_a_symlink_out_of_root_is_not_run(tmp_path):
+    root = tmp_path / "root"
+    make_node(root)
+    ran = tmp_path / "ran"
+    outside = write(tmp_path / "elsewhere/npu-smi", f"#!/bin/sh\ntouch {ran}\ncat <<'EOF'\n{TABLE_910B3}EOF\n", 0o755)
+    (root / "usr/local/bin").mkdir(parents=True, exist_ok=True)
+    (root / "usr/local/bin/npu-smi").symlink_to(outside)
+    info = probe(root)
+    assert not ran.exists()  # nothing outside --root ran
+    assert info.chip is None and info.npu_ids == []
+    assert f"npu-smi at /usr/local/bin/npu-smi leads out of {root} (a symlink): not run" in info.problems
+    assert info.smi_error == f"npu-smi at /usr/local/bin/npu-smi leads out of {root} (a symlink): not run"
+
+
+def test_an_npu_smi_that_is_a_symlink_inside_root_runs(tmp_path):
+    """The driver installs /usr/local/bin/npu-smi as a link to driver/tools/npu-smi: inside the tree, it runs."""
+    make_node(tmp_path, smi=SMI_910B3)
+    tools = tmp_path / "usr/local/Ascend/driver/tools"
+    tools.mkdir(parents=True)
+    (tmp_path / "usr/local/bin/npu-smi").rename(tools / "npu-smi")
+    (tmp_path / "usr/local/bin/npu-smi").symlink_to("../Ascend/driver/tools/npu-smi")
+    info = probe(tmp_path)
+    assert info.chip == "910b" and info.npu_smi == "/usr/local/bin/npu-smi"

@@ -172,3 +172,10 @@ def test_hostile_values_and_folders_are_clear_errors_or_kept_as_text(tmp_path, n
         rec.write_record(dangling, {}, HostInfo(), {}, root=tmp_path)
     with pytest.raises(UserError, match="File name too long"):
         rec.write_record(tmp_path / ("a" * 300), {}, HostInfo(), {}, root=tmp_path)
+
+
+def test_a_manifest_nested_past_any_need_is_a_note(tmp_path, no_torch):
+    write(tmp_path / "etc/ascend-build/manifest.json", "[" * 100000 + "]" * 100000)
+    data = json.loads(rec.write_record(tmp_path / "o", {}, HostInfo(), {}, root=tmp_path).read_text())
+    assert data["image"] is None
+    assert any("/etc/ascend-build/manifest.json" in p and "nested deeper than 64 levels" in p for p in data["problems"])

@@ -25,13 +25,12 @@ Example:
 
 from __future__ import annotations
 
-import json
 import re
 from typing import Dict, List, Sequence, Tuple
 
 import yaml
 
-from builder import bounded, versions
+from builder import bounded, documents, versions
 from builder.errors import UserError
 from builder.vocabulary import CHIPS
 
@@ -47,8 +46,8 @@ def table_rows(text: str) -> List[Tuple[str, str, str]]:
 
 def image_tags(text: str, where: str) -> List[Dict[str, str]]:
     """cann, chip, os, python of every image tag in the build matrix (``{"cann": [{"tags": [...]}]}``)."""
+    doc = documents.load_json(text, where, exit_code=1)
     try:
-        doc = json.loads(text)
         items = doc["cann"]
         tags = [t for item in items for t in item["tags"]]
     except (ValueError, KeyError, TypeError):

@@ -7,18 +7,17 @@ comments and hand-kept layout.
 from __future__ import annotations
 
 import copy
-import json
 from pathlib import Path
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import yaml
-from packaging.version import InvalidVersion, Version
+from packaging.version import Version
 
-from builder import knowledge
+from builder import documents, knowledge
 from builder.errors import UserError
 from builder.build.releases.release_check import ReleaseCheck
-from builder.build.releases.wheels import normal_version
-from builder.build.releases.yaml_files import LOADER, node_at, read_bytes, replace_file
+from builder.build.releases.wheels import normal_version, pep440
+from builder.build.releases.yaml_files import node_at, read_bytes, replace_file
 
 
 def write(result: ReleaseCheck, data_path: Optional[Path] = None) -> List[str]:
@@ -77,7 +76,7 @@ def insert_entries(text: str, entries: Sequence[Mapping[str, Any]], path: Path) 
 def _items_layout(text: str, path: Path) -> Tuple[List[Tuple[Optional[Version], int, int]], int]:
     """Per existing item (version, line its ``- `` sits on, its column); and the line after the last item."""
     try:
-        root = yaml.compose(text, Loader=LOADER)
+        root = documents.compose_yaml(text, str(path), exit_code=1)
     except yaml.YAMLError as exc:
         raise UserError(f"{path}: not valid YAML ({exc})", fix="repair the file before adding releases", exit_code=1) from exc
     seq = node_at(root, ("torch_npu_releases", "items"))
@@ -109,10 +108,7 @@ def _above_comments(lines: List[str], line: int) -> int:
 
 def _node_version(node: Any) -> Optional[Version]:
     value = node_at(node, ("version",))
-    try:
-        return Version(str(value.value)) if isinstance(value, yaml.ScalarNode) else None
-    except InvalidVersion:
-        return None
+    return pep440(str(value.value)) if isinstance(value, yaml.ScalarNode) else None
 
 
 def _dump_item(entry: Mapping[str, Any], dash: int, newline: str) -> str:
@@ -150,9 +146,8 @@ def _kb_from(compat: Mapping[str, Any], folder: Path) -> knowledge.KnowledgeBase
     """A KnowledgeBase built like ``knowledge.load()``, from the sibling data files when present."""
     def doc(name: str) -> Dict[str, Any]:
         path = folder / name if (folder / name).exists() else knowledge.DATA_DIR / name
-        if name.endswith(".json"):
-            return json.loads(path.read_text(encoding="utf-8"))
-        return yaml.load(path.read_text(encoding="utf-8"), Loader=LOADER) or {}
+        read = documents.load_json if name.endswith(".json") else documents.load_yaml
+        return read(path.read_text(encoding="utf-8"), str(path), exit_code=1) or {}
     return knowledge.KnowledgeBase(compat=compat, packages=doc("cann-packages.json"),
                                    os_doc=doc("os.yaml"), conda_doc=doc("conda.yaml"),
                                    downloads_doc=doc("cann-downloads.yaml"))
@@ -160,10 +155,15 @@ def _kb_from(compat: Mapping[str, Any], folder: Path) -> knowledge.KnowledgeBase
 
 def _parse(text: str, path: Path) -> Dict[str, Any]:
     try:
-        doc = yaml.load(text, Loader=LOADER)
+        doc = documents.load_yaml(text, str(path), exit_code=1)
     except yaml.YAMLError as exc:
         raise UserError(f"{path}: not valid YAML ({exc})", fix="repair the file before adding releases", exit_code=1) from exc
     if not isinstance(doc, dict) or not isinstance((doc.get("torch_npu_releases") or {}).get("items"), list):
         raise UserError(f"{path}: no torch_npu_releases.items list", exit_code=1,
                         fix="point at builder/data/ascend-compat.yaml or a copy of it")
+    for i, item in enumerate(doc["torch_npu_releases"]["items"]):  # they are ordered and compared by version
+        version = str(item.get("version") if isinstance(item, dict) else item)
+        if pep440(version) is None:
+            raise UserError(f"{path}: torch_npu_releases.items[{i}].version {version[:40]!r} is not a PEP 440 version",
+                            exit_code=1, fix="correct that entry before adding releases")
     return doc

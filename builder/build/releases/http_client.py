@@ -68,16 +68,23 @@ class Http:
         # non-ASCII in a URL (a path, a digit) is sent percent-encoded, as browsers do
         url = urllib.parse.quote(url, safe=":/?#[]@!$&'()*+,;=%~")
         request = urllib.request.Request(url, headers={"User-Agent": "ascend-build", **(headers or {})})
+        deadline = time.monotonic() + DEADLINE
         try:
-            with urllib.request.urlopen(request, timeout=self.timeout) as response:
+            with bounded.opened(request, timeout=self.timeout, deadline=deadline) as response:
                 status = response.status
                 if status not in ok:
                     if status == 200 and 206 in ok:
                         raise NoRanges(url)
                     raise url_error(url, f"unexpected HTTP {status} {response.reason}")
-                body = self._read(response, url)
+                body = b"".join(bounded.chunks(response, limit=MAX_BODY, deadline=deadline))
                 self.bytes_fetched += len(body)
                 return status, response.headers, body, response.geturl()
+        except bounded.Cut as cut:
+            if cut.too_large:
+                raise url_error(url, f"the answer is larger than {MAX_BODY} bytes; refused",
+                                "check --index-url: a package index serves no file that large") from None
+            raise url_error(url, f"the answer did not arrive within {DEADLINE:g} s; refused",
+                            "check the index's health, or use another with --index-url") from None
         except urllib.error.HTTPError as exc:
             if exc.code == 416 and 206 in ok:
                 raise NoRanges(url) from None
@@ -89,17 +96,6 @@ class Http:
         except (http.client.HTTPException, OSError) as exc:
             raise url_error(url, f"connection broken: {exc or type(exc).__name__}") from None
 
-
-    def _read(self, response: Any, url: str) -> bytes:
-        """At most MAX_BODY + 1 bytes, within DEADLINE however slowly they come (`bounded`)."""
-        try:
-            return b"".join(bounded.chunks(response, limit=MAX_BODY, deadline=time.monotonic() + DEADLINE))
-        except bounded.Cut as cut:
-            if cut.too_large:
-                raise url_error(url, f"the answer is larger than {MAX_BODY} bytes; refused",
-                                "check --index-url: a package index serves no file that large") from None
-            raise url_error(url, f"the answer did not arrive within {DEADLINE:g} s; refused",
-                            "check the index's health, or use another with --index-url") from None
 
 
 def _reason(reason: Any) -> str:
@@ -178,7 +174,7 @@ class RangeFile:
     def _fetch(self, spec: str) -> Tuple[int, bytes]:
         """(first byte's offset, bytes) of one ``Range: bytes=SPEC`` request; learns the file's size."""
         _, headers, body, _ = self.http.get(self.url, {"Range": f"bytes={spec}"}, ok=(206,))
-        m = re.match(r"^\s*bytes\s+(\d+)-(\d+)/(\d+)\s*$", headers.get("Content-Range", "") or "", re.ASCII)
+        m = re.match(r"^\s*bytes\s+([0-9]{1,18})-([0-9]{1,18})/([0-9]{1,18})\s*$", headers.get("Content-Range", "") or "", re.ASCII)
         if not m or int(m.group(2)) - int(m.group(1)) + 1 != len(body):
             raise NoRanges(self.url)  # no usable Content-Range: treat as no range support
         self.size = int(m.group(3))

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import html.parser
-import json
 import os
 import subprocess
 import sys
@@ -13,6 +12,7 @@ from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 from packaging.utils import canonicalize_name
 
+from builder import documents
 from builder.errors import UserError
 from builder.build.releases.http_client import Http, url_error
 
@@ -136,11 +136,11 @@ def parse_json_page(body: bytes, url: str) -> Tuple[str, List[IndexFile]]:
         ('http://127.0.0.1/f/t.whl', 'broken', {'sha256': 'ab'})
     """
     try:
-        doc = json.loads(body.decode("utf-8"))
-    except (UnicodeDecodeError, ValueError) as exc:
-        raise url_error(url, f"malformed project page: not JSON ({exc})") from None
-    except RecursionError:
+        doc = documents.load_json(body.decode("utf-8"), url)
+    except documents.TooDeep:
         raise url_error(url, "malformed project page: JSON nested too deep") from None
+    except (UnicodeDecodeError, ValueError) as exc:  # documents.Refused is a ValueError too
+        raise url_error(url, f"malformed project page: not JSON ({getattr(exc, 'message', exc)})") from None
     if not isinstance(doc, dict) or not isinstance(doc.get("files"), list):
         raise url_error(url, "malformed project page: JSON without a 'files' list")
     meta = doc["meta"] if isinstance(doc.get("meta"), dict) else {}

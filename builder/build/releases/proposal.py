@@ -8,11 +8,11 @@ from typing import Mapping, Optional, Sequence, Tuple
 import yaml
 from packaging.version import Version
 
-from builder import knowledge, versions
+from builder import documents, knowledge, versions
 from builder.errors import UserError
 from builder.build.releases.release_check import NewRelease, ReleaseCheck
 from builder.build.releases.wheels import glibc_key, normal_version, python_key
-from builder.build.releases.yaml_files import LOADER, node_at, read_bytes, replace_file
+from builder.build.releases.yaml_files import node_at, read_bytes, replace_file
 
 # In a subfolder: matrix/*.yaml is the live matrix, and a draft cell with an
 # unconfirmed CANN pairing must not be built until a human moves it there.
@@ -82,7 +82,7 @@ def _proposal_layout(text: str, path: Path) -> Tuple[set, int]:
     if not text.strip():
         return set(), 2
     try:
-        root = yaml.compose(text, Loader=LOADER)
+        root = documents.compose_yaml(text, str(path), exit_code=1)
     except yaml.YAMLError as exc:
         raise UserError(f"{path}: not valid YAML ({exc})", fix="repair or move the proposal file", exit_code=1) from exc
     keys = [k.value for k, _ in root.value] if isinstance(root, yaml.MappingNode) else []
@@ -106,7 +106,7 @@ def _proposal_layout(text: str, path: Path) -> Tuple[set, int]:
 def _check_proposal(old_text: str, new_text: str, added: int, path: Path) -> None:
     """The appended text must parse as exactly ``added`` more cells, or nothing is written."""
     def count(text: str) -> int:
-        doc = yaml.load(text, Loader=LOADER) if text.strip() else {}
+        doc = documents.load_yaml(text, str(path), exit_code=1) if text.strip() else {}
         return len(doc.get("cells") or []) if isinstance(doc, dict) else -1
     try:
         ok = count(new_text) == count(old_text) + added

@@ -9,12 +9,14 @@ from typing import Optional, Sequence, Tuple
 
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
-from packaging.version import InvalidVersion, Version
+from packaging.version import Version
 
 _MANYLINUX_LEGACY = {"manylinux1": "2_5", "manylinux2010": "2_12", "manylinux2014": "2_17"}
 # [0-9], not \d: \d also matches other scripts' digits ('cp٣١١'), which no real tag has
-_PLATFORM = re.compile(r"^(?:(manylinux_([0-9]+)_([0-9]+))|(manylinux1|manylinux2010|manylinux2014)|linux)_(x86_64|aarch64)$")
-_CPYTHON = re.compile(r"^cp([0-9])([0-9]+)$")
+# and {1,9}: int() of a longer number is slow, and refused from 4300 digits on
+_PLATFORM = re.compile(r"^(?:(manylinux_([0-9]{1,9})_([0-9]{1,9}))|(manylinux1|manylinux2010|manylinux2014)|linux)"
+                       r"_(x86_64|aarch64)$")
+_CPYTHON = re.compile(r"^cp([0-9])([0-9]{1,9})$")
 
 
 @dataclass(frozen=True)
@@ -60,15 +62,14 @@ def parse_wheel_filename(filename: str) -> WheelName:
     name, version_text = parts[0], parts[1]
     build = parts[2] if len(parts) == 6 else ""
     py, abi, plat = (tuple(p.split(".")) for p in parts[-3:])
-    try:
-        version = str(Version(version_text))
-    except InvalidVersion:
-        raise ValueError(f"version {version_text!r} is not PEP 440") from None
+    parsed = pep440(version_text)
+    if parsed is None:
+        raise ValueError(f"version {version_text[:40]!r} is not PEP 440")
     arches = {m.group(5) for m in map(_PLATFORM.match, plat) if m}
     floors = [f for f in (_glibc_of(m) for m in map(_PLATFORM.match, plat) if m) if f]
     pythons = tuple(sorted({f"{m.group(1)}.{m.group(2)}" for m in map(_CPYTHON.match, py) if m}, key=python_key))
     return WheelName(
-        filename=filename, name=name, version=version, build=build, python_tags=py, abi_tags=abi,
+        filename=filename, name=name, version=str(parsed), build=build, python_tags=py, abi_tags=abi,
         platform_tags=plat, arch=(arches.pop() if len(arches) == 1 else None), pythons=pythons,
         manylinux=(min(floors, key=glibc_key) if floors else None),
     )
@@ -147,10 +148,8 @@ def torch_of_pin(pin: str) -> Optional[str]:
     for spec in specs:
         if spec.operator in ("==", "==="):
             text = spec.version[:-2] if spec.version.endswith(".*") else spec.version
-            try:
-                return Version(text).base_version
-            except InvalidVersion:
-                return None
+            found = pep440(text)
+            return found.base_version if found is not None else None
     return None
 
 
@@ -161,7 +160,19 @@ def normal_version(text: str) -> str:
         >>> normal_version("2.1.0-post3"), normal_version("not a version")
         ('2.1.0.post3', 'not a version')
     """
+    found = pep440(text)
+    return str(found) if found is not None else text
+
+
+def pep440(text: str) -> Optional[Version]:
+    """``text`` as a PEP 440 version, None when it is none (of any length: packaging's int() of a
+    4300-digit part raises a plain ValueError, not InvalidVersion).
+
+    Example:
+        >>> pep440("2.1.0-post3"), pep440("1" * 5000)
+        (<Version('2.1.0.post3')>, None)
+    """
     try:
-        return str(Version(text))
-    except InvalidVersion:
-        return text
+        return Version(text)
+    except ValueError:
+        return None

@@ -11,17 +11,16 @@ import yaml
 
 from builder.errors import UserError
 
-LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
-
 
 def node_at(node: Any, keys: Sequence[str]) -> Any:
-    """The node under ``keys`` in a composed YAML tree (``yaml.compose``), else None.
+    """The node under ``keys`` in a composed YAML tree (``documents.compose_yaml``), else None.
 
     Why nodes and not the loaded data: nodes carry line numbers, so new text can be
     inserted at the right place without re-dumping (and reformatting) the file.
 
     Example:
-        >>> node_at(yaml.compose("a:\\n  b: [1, 2]\\n", Loader=LOADER), ("a", "b")).start_mark.line
+        >>> from builder.documents import compose_yaml
+        >>> node_at(compose_yaml("a:\\n  b: [1, 2]\\n", "f.yaml"), ("a", "b")).start_mark.line
         1
     """
     for key in keys:
