@@ -229,13 +229,16 @@ def opened(request: Any, *, timeout: float, deadline: float,
     watch = _Watch(until)
     opener = urllib.request.build_opener(*handlers, _HTTPHandler(watch), _HTTPSHandler(watch))
     try:
+        ended = False
         try:
             with opener.open(request, timeout=max(0.001, min(timeout, until - time.monotonic()))) as response:
                 yield response
         except (OSError, http.client.HTTPException):
-            if not watch.fired:
+            # the read timeout, capped at the deadline, can end a read a moment before the watch fires
+            ended = watch.fired or time.monotonic() >= until
+            if not ended:
                 raise
-        if watch.fired:  # shut at the deadline: whatever was read may be short
+        if ended or watch.fired:  # shut at the deadline: whatever was read may be short
             check_deadline(url)
             raise Cut("not there within the deadline", too_large=False)
     finally:
