@@ -80,7 +80,8 @@ def test_pull_trust_key_chooses_the_attested_twin(genuine, creds, keys, registry
     assert result["ref"] == f"{registry.host}/{REPO}@{genuine['x86_64']}"
     # the key from the environment, text output
     by_env = pull(creds, registry, tmp_path, env={"ASCEND_BUILD_TRUST_KEY": str(keys["team"][1])})
-    print(f"\n$ ascend-build pull --registry {registry.host}/{REPO} --variant cpu --cann 9.1.0 --trust-key team.pub\n"
+    print(f"\n$ ASCEND_BUILD_TRUST_KEY=team.pub ascend-build pull --registry {registry.host}/{REPO} --variant cpu "
+          "--cann 9.1.0\n"
           + by_env.stdout + by_env.stderr)
     assert by_env.returncode == 0, by_env.stderr
     assert f"pulled {registry.host}/{REPO}@{genuine['x86_64']}" in by_env.stdout

@@ -138,8 +138,8 @@ def publish(registry: Registry, repository: str, family: str, variant: str,
     if problems:
         raise UserError(f"no index for {repository}:{index_tag(family, variant)}: every arch must have passed\n  "
                         + "\n  ".join(problems), exit_code=1,
-                        fix="build, test and push each arch (`ascend-build image --arch ARCH --push ...`"
-                            + (" --sign-key with the key whose .pub is the --trust-key" if trust is not None else "")
+                        fix="build, test and push each arch (`ascend-build image --arch ARCH --push ..."
+                            + (" --sign-key KEY`, KEY the private half of --trust-key" if trust is not None else "`")
                             + "), then index again")
     body, media_type = index_body(images)
     digest = registry.put_manifest(repository, index_tag(family, variant), body, media_type)
