@@ -22,90 +22,26 @@ import base64
 import json
 import os
 import subprocess
-import sys
 import time
 import uuid
 from pathlib import Path
 
 import pytest
 
+import helpers_trust as ht
 from builder import attached, attestation, signing
-from builder.build import attest, matrix, pipeline, plan, render
+from builder.build import attest, pipeline
 from builder.build.job import Options
 from builder.node.pull import listing
 from builder.registry import OCI_MANIFEST, Registry
 from builder.vocabulary import CPU, TIERS, Label
+from helpers_trust import CELL_ID, CLI, ROOT, TAG, creds, images, keys, report  # noqa: F401  (fixtures)
 
-ROOT = Path(__file__).resolve().parents[1]
-CLI = str(Path(sys.executable).with_name("ascend-build"))
-CELL_ID = "cann9.1.0-910b-debian12-py3.11-torch_npu2.13.0-x86_64"
 REPO = f"ascend-build-test/trust-{uuid.uuid4().hex[:8]}"
-TAG = CELL_ID + "-cpu"
-
-
-def sealed_twin_labels() -> dict:
-    """The labels `image` gives the sealed twin of the shipped Debian 12 cell."""
-    cell = next(c for c in matrix.load(ROOT / "matrix").cells if c.id == CELL_ID)
-    labels = dict(plan.labels(cell, CPU, render.content_hash(cell)))
-    labels.update(pipeline.verdict(report(), TIERS, final=True).seal_labels)
-    return labels
-
-
-def report() -> dict:
-    return {"schema": 1, "passed": True, "exit_code": 0, "device": CPU, "python": "3.11.2",
-            "started": "2026-12-01T10:00:00+00:00", "content_hash": "0123456789abcdef", "lock": "ok", "host": {},
-            "tiers": [{"name": t, "status": "passed", "summary": f"{t} ok"} for t in TIERS],
-            "base_image": {"ref": "local/debian:12", "id": "sha256:" + "11" * 32, "digests": []}}
-
-
-@pytest.fixture(scope="module")
-def creds(registry):
-    env = {"ASCEND_BUILD_REGISTRY_USER": registry.username, "ASCEND_BUILD_REGISTRY_PASSWORD": registry.password}
-    saved = {k: os.environ.get(k) for k in env}
-    os.environ.update(env)
-    yield env
-    for k, v in saved.items():
-        if v is None:
-            os.environ.pop(k, None)
-        else:
-            os.environ[k] = v
-
-
-@pytest.fixture(scope="module")
-def keys(tmp_path_factory):
-    folder = tmp_path_factory.mktemp("keys")
-    saved = os.environ.pop(signing.PASSPHRASE_ENV, None)
-    try:
-        pairs = {name: signing.generate(folder, name) for name in ("team", "team-2027", "stranger")}
-    finally:
-        if saved is not None:
-            os.environ[signing.PASSPHRASE_ENV] = saved
-    return pairs
-
-
-@pytest.fixture(scope="module")
-def images(engine, base_image, tmp_path_factory):
-    """build(marker) -> image id: FROM the base with the sealed twin's labels (+ one of its own)."""
-    made, labels = [], sealed_twin_labels()
-
-    def build(marker: str) -> str:
-        folder = tmp_path_factory.mktemp("ctx")
-        (folder / "Dockerfile").write_text(f"FROM {base_image}\n")
-        image = engine.build(folder, labels={**labels, "test.marker": marker}, log_path=folder / "build.log")
-        made.append(image)
-        return image
-    yield build
-    for image in made:
-        engine.remove(image, force=True)
 
 
 def push(engine, registry, image: str, tag: str = TAG) -> str:
-    ref = f"{registry.host}/{REPO}:{tag}"
-    engine.tag(image, ref)
-    try:
-        return engine.push(ref)
-    finally:
-        engine.untag(ref)
+    return ht.push(engine, registry, image, REPO, tag)
 
 
 def verify(ref: str, pub: Path, creds: dict, *extra: str) -> subprocess.CompletedProcess:
@@ -201,35 +137,23 @@ def test_forgeries_are_refused_by_verify_naming_why(attested, keys, creds, regis
         return result.stdout + result.stderr
 
     # 1. same labels, same tag, no statement
-    forged = push(engine, registry, images("forged-unsigned"))
-    assert forged != genuine
+    forged = ht.forge("unsigned", engine, registry, images, REPO, genuine, keys)
     assert reg.inspect(REPO, TAG, "x86_64").labels[Label.VALIDATED] == "true"  # the labels alone would pass
     out = refused("same labels, same tag, no statement")
     assert f"digest {forged}" in out and "no statement is attached" in out and attached.attestation_tag(forged) in out
 
     # 2. the genuine image's statements copied to the forgery
-    forged = push(engine, registry, images("forged-copied"))
-    real = reg.manifest(REPO, attached.attestation_tag(genuine))
-    reg.put_manifest(REPO, attached.attestation_tag(forged), real.body, real.media_type)
+    forged = ht.forge("copied", engine, registry, images, REPO, genuine, keys)
     out = refused("statements copied from another digest")
     assert f"its subject is {genuine}, not this image ({forged}): a statement about another image" in out
 
     # 3. an edited predicate (the forger names its own digest and claims an NPU host; signature kept)
-    forged = push(engine, registry, images("forged-edited"))
-    layer = real.data["layers"][0]
-    envelope = json.loads(reg.blob(REPO, layer["digest"]))
-    body = json.loads(base64.b64decode(envelope["payload"]))
-    body["subject"][0]["digest"]["sha256"] = forged.split(":")[1]
-    body["predicate"]["ranOn"]["kind"] = "npu-host"
-    envelope["payload"] = base64.b64encode(json.dumps(body).encode()).decode()
-    attached.attach(reg, REPO, reg.manifest(REPO, forged), [(json.dumps(envelope).encode(), attestation.VALIDATION_V1)])
+    ht.forge("edited", engine, registry, images, REPO, genuine, keys)
     out = refused("edited predicate, signature kept")
     assert "changed after signing" in out
 
     # 4. statements made properly, but signed by another key
-    forged = push(engine, registry, images("forged-stranger"))
-    statements = attest.statements_for(report(), TIERS, CELL_ID, CPU, "0123456789abcdef", None)
-    attest.attest(f"{registry.host}/{REPO}:{TAG}", forged, statements, signing.load_private(keys["stranger"][0]))
+    ht.forge("stranger", engine, registry, images, REPO, genuine, keys)
     out = refused("signed by another key")
     assert "signed by another key" in out
     # ... which verifies with the stranger's own key: the key is what is trusted, not the layout

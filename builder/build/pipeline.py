@@ -352,12 +352,14 @@ def attest_pushed(out: Outcome, report: Dict, tiers: Tuple[str, ...], content_ha
     return out
 
 
-def index_outcome(registry: Registry, repository: str, family: str, variant: str) -> Outcome:
-    """Publish one index, as an outcome of its own (``arches``: what it points at)."""
+def index_outcome(registry: Registry, repository: str, family: str, variant: str,
+                  trust: Optional[publish.Trust] = None) -> Outcome:
+    """Publish one index, as an outcome of its own (``arches``: what it points at); with ``trust``,
+    only over arch images whose signed validation statement it trusts."""
     ref = f"{registry.name}/{repository}:{publish.index_tag(family, variant)}"
     out = Outcome(family, variant, tags=[ref])
     try:
-        digest, out.arches = publish.publish(registry, repository, family, variant)
+        digest, out.arches = publish.publish(registry, repository, family, variant, trust=trust)
     except UserError as exc:
         out.message = str(exc)
         return out

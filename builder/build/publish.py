@@ -23,12 +23,15 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from typing import Dict, List, Optional, Tuple
+from typing import Callable, Dict, List, Optional, Tuple
 
 from builder.errors import UserError
 from builder.registry import (ARCH_TO_PLATFORM, DOCKER_LIST, DOCKER_MANIFEST, IMAGE_TYPES, OCI_INDEX, Registry,
                               config_labels)
 from builder.vocabulary import ARCHS, CPU, NPU, Label, release_tag, required_tiers
+
+# ArchImage -> "" when its signed validation statement is trusted, else why not (`builder.policy.trusted`)
+Trust = Callable[["ArchImage"], str]
 
 # Labels every arch of one cell shares; the arch's own labels (and seal details) may differ.
 SHARED_LABELS = (Label.VARIANT, Label.OS, Label.PYTHON, Label.TORCH, Label.CANN, Label.CHIP, Label.TORCH_NPU,
@@ -113,14 +116,18 @@ def index_body(images: List[ArchImage]) -> Tuple[bytes, str]:
 
 
 def publish(registry: Registry, repository: str, family: str, variant: str,
-            archs: Tuple[str, ...] = ARCHS) -> Tuple[str, Dict[str, str]]:
+            archs: Tuple[str, ...] = ARCHS, trust: Optional[Trust] = None) -> Tuple[str, Dict[str, str]]:
     """Write the index of ``family``'s ``archs`` under its tag; (index digest, arch -> digest).
 
-    Raises UserError naming every arch that may not enter; then nothing is written.
+    With ``trust``, an arch image whose labels let it in must also have its signed validation
+    statement trusted. Raises UserError naming every arch that may not enter; then nothing is written.
     """
     images, problems = [], []
     for arch in archs:
         image, reasons = read_arch(registry, repository, family, variant, arch)
+        if image is not None and not reasons and trust is not None:
+            refused = trust(image)
+            reasons = [f"{image.tag} ({image.digest}): signed validation refused: {refused}"] if refused else []
         problems += reasons
         if image is not None:
             images.append(image)
@@ -131,7 +138,9 @@ def publish(registry: Registry, repository: str, family: str, variant: str,
     if problems:
         raise UserError(f"no index for {repository}:{index_tag(family, variant)}: every arch must have passed\n  "
                         + "\n  ".join(problems), exit_code=1,
-                        fix="build, test and push each arch (`ascend-build image --arch ARCH --push ...`), then index again")
+                        fix="build, test and push each arch (`ascend-build image --arch ARCH --push ..."
+                            + (" --sign-key KEY`, KEY the private half of --trust-key" if trust is not None else "`")
+                            + "), then index again")
     body, media_type = index_body(images)
     digest = registry.put_manifest(repository, index_tag(family, variant), body, media_type)
     return digest, {i.arch: i.digest for i in images}

@@ -291,14 +291,22 @@ def index_command(
     ref: str = typer.Argument(..., metavar="REGISTRY/REPOSITORY:CELL",
                               help="The cell's tag without its arch (add -cpu for the twins), e.g. "
                                    "127.0.0.1:5000/ascend-build/pytorch:cann7.0.rc1-910b-ubuntu22.04-py3.9-torch_npu2.1.0rc1"),
+    trust_key: Optional[Path] = typer.Option(
+        None, "--trust-key", envvar="ASCEND_BUILD_TRUST_KEY", metavar="FILE",
+        help="The team's public key (.pub): each arch's image must carry a validation statement that verifies with it."),
+    require: str = typer.Option("any", "--require", metavar="any|npu-host",
+                                help="What each arch's verified statement must say of where the smoke test ran: any "
+                                     "(default) or npu-host."),
     as_json: bool = JsonOpt,
     deadline: Optional[float] = DeadlineOpt,
 ) -> None:
     """Put a cell's validated x86_64 and aarch64 images under one tag (an image index).
 
     Each arch must already be in the registry under <cell>-<arch> and have passed every
-    tier; otherwise nothing is written. `image --push` does this by itself once the
-    last arch is pushed; this command is for arches built on separate machines.
+    tier; otherwise nothing is written. With --trust-key (or $ASCEND_BUILD_TRUST_KEY), each
+    arch's validation statement must also verify with the key, as `pull --trust-key` checks;
+    the index itself is not signed. `image --push` does this by itself once the
+    last arch is pushed (without checking statements); this command is for arches built on separate machines.
 
     Example: ascend-build index 127.0.0.1:5000/ascend-build/pytorch:cann7.0.rc1-910b-ubuntu22.04-py3.9-torch_npu2.1.0rc1
     """
@@ -315,8 +323,17 @@ def index_command(
     if one_arch is not None:
         raise UserError(f"{tag!r} names one arch; the index goes under the cell's tag without its arch", exit_code=2,
                         fix=f"drop the arch: {host}/{repository}:{publish.index_tag(*one_arch)}")
+    from builder import policy, signing
+
+    policy.check_requirement(require)
+    key = signing.load_public(trust_key) if trust_key is not None and str(trust_key) not in ("", ".") else None
+    registry = Registry(host)
+
+    def trust(image) -> str:
+        return policy.trusted(registry, repository, image.digest, image.labels, key, require)
+
     with within(deadline):
-        outcome = pipeline.index_outcome(Registry(host), repository, family, variant)
+        outcome = pipeline.index_outcome(registry, repository, family, variant, trust if key is not None else None)
     _summary([outcome], as_json)
     if not outcome.ok:
         raise typer.Exit(1)

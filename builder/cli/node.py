@@ -14,10 +14,22 @@ import typer
 
 from builder.cli.app import DeadlineOpt, JsonOpt, app, host_arch, within
 from builder.errors import UserError
-from builder.vocabulary import DEFAULT_IMAGE, Label
+from builder.policy import ANY, REQUIRE_HELP, TRUST_KEY_ENV
+from builder.vocabulary import DEFAULT_IMAGE, NPU, VARIANTS, Label
 
 
 RootOpt = typer.Option(Path("/"), "--root", help="Read the host's files under this folder (a fixture tree).")
+TrustKeyOpt = typer.Option(None, "--trust-key", envvar=TRUST_KEY_ENV, metavar="FILE",
+                           help="The team's public key (.pub): only images whose signed validation statement "
+                                f"verifies with it are trusted (also ${TRUST_KEY_ENV}).")
+RequireOpt = typer.Option(ANY, "--require", metavar="any|npu-host", help=REQUIRE_HELP)
+
+
+def _trust_key(path: Optional[Path]):
+    """The public key of --trust-key / $ASCEND_BUILD_TRUST_KEY; None when neither is set (or it is empty)."""
+    from builder import signing
+
+    return signing.load_public(path) if path is not None and str(path) not in ("", ".") else None
 
 
 @app.command("host")
@@ -38,28 +50,47 @@ def pull_command(
     registry: str = typer.Option(..., "--registry", help="HOST[:PORT][/REPOSITORY] to pull from."),
     torch: Optional[str] = typer.Option(None, "--torch", help="Pin torch, e.g. 2.4.0 (default: the newest that fits)."),
     python: Optional[str] = typer.Option(None, "--python", help="Pin Python, e.g. 3.10."),
+    variant: str = typer.Option(NPU, "--variant", metavar="npu|cpu",
+                                help="The NPU image (default), or its CPU twin (a numerical reference; no NPU needed)."),
+    trust_key: Optional[Path] = TrustKeyOpt,
+    require: str = RequireOpt,
     root: Path = RootOpt,
     as_json: bool = JsonOpt,
     deadline: Optional[float] = DeadlineOpt,
 ) -> None:
     """Pull the validated image that fits this node's arch, chip, driver and firmware, by digest.
 
+    With --trust-key (or $ASCEND_BUILD_TRUST_KEY), an image is a candidate only when a validation
+    statement attached to its digest verifies with the key and says every required tier passed
+    (--require npu-host: on an NPU host); each refused image is named with the reason.
+
     The deadline counts what ascend-build asks the registry, not Docker Engine's own pull of the layers.
 
-    Example: ascend-build pull --cann 8.0.RC3 --registry registry.example:5000
+    Example: ascend-build pull --cann 8.0.RC3 --registry registry.example:5000 --trust-key team.pub
     """
+    from builder import policy
     from builder.node import host as host_probe
     from builder.node import pull as chooser
     from builder.engine import Engine
     from builder.registry import Registry
 
+    if variant not in VARIANTS:
+        raise UserError(f"--variant {variant!r} is none of {', '.join(VARIANTS)}", exit_code=2,
+                        fix="--variant npu (the NPU image) or --variant cpu (its CPU twin)")
+    policy.check_requirement(require)
+    key = _trust_key(trust_key)
     info = host_probe.probe(root=root, run_npu_smi=True)
     node = chooser.Node(arch=info.arch or host_arch(), chip=info.chip, driver=info.driver, firmware=info.firmware)
-    wanted = chooser.Wanted(cann=cann, torch=torch, python=python)
+    wanted = chooser.Wanted(cann=cann, torch=torch, python=python, variant=variant)
     address, repository = chooser.split_registry(registry, DEFAULT_IMAGE)
     reg = Registry(address)
+
+    def trust(image) -> str:
+        return policy.trusted(reg, repository, image.digest, image.labels, key, require)
+
     with within(deadline):
-        best, rejected = chooser.choose(chooser.listing(reg, repository, node.arch), node, wanted)
+        best, rejected = chooser.choose(chooser.listing(reg, repository, node.arch), node, wanted,
+                                        trust if key is not None else None)
         if best is None:
             typer.echo(f"no image in {address}/{repository} fits this node "
                        f"(arch {node.arch}, chip {node.chip or 'unknown'}, driver {node.driver or 'unknown'}, "
@@ -69,10 +100,15 @@ def pull_command(
                 typer.echo(f"  fix: {tip}", err=True)
             raise typer.Exit(1)
         ref, moved = chooser.fetch(Engine.connect(), reg, repository, best, node.arch)
+    verified = (f"its validation statement verifies with {trust_key} (--require {require})" if key is not None
+                else "chosen on its labels alone: no --trust-key, no statement checked")
     if as_json:
-        typer.echo(json.dumps({"ref": ref, "tag": best.tag, "digest": best.digest, "labels": best.labels}, indent=2))
+        typer.echo(json.dumps({"ref": ref, "tag": best.tag, "digest": best.digest, "labels": best.labels,
+                               "verified": key is not None, "require": require if key is not None else None},
+                              indent=2))
     else:
-        typer.echo(f"pulled {ref}\n  tag {best.tag}\n  run it: ascend-build run {ref}")
+        run_it = f"ascend-build run {ref}" + (f" --trust-key {trust_key}" if key is not None else "")
+        typer.echo(f"pulled {ref}\n  tag {best.tag}\n  {verified}\n  run it: {run_it}")
     if moved:
         typer.echo(f"note: tag {best.tag} moved to {moved} after it was chosen; pulled the validated {best.digest}",
                    err=True)
@@ -85,16 +121,31 @@ def run_command(
     devices_opt: Optional[str] = typer.Option(None, "--devices", help="NPU devices to pass in, e.g. 0,1 (default: all)."),
     print_only: bool = typer.Option(False, "--print", help="Print the docker run line instead of running it."),
     force: bool = typer.Option(False, "--force", help="Start even if the image needs a newer driver than this node's."),
+    trust_key: Optional[Path] = TrustKeyOpt,
+    require: str = RequireOpt,
+    insecure: bool = typer.Option(False, "--insecure",
+                                  help="With --trust-key: start IMAGE even when its statement does not verify "
+                                       "(said loudly, with the reason)."),
     root: Path = RootOpt,
 ) -> None:
     """Start IMAGE with the NPU devices and driver mounts of this node (`-- CMD...` after the image).
 
-    Example: ascend-build run --devices 0,1 --print ascend-build/pytorch:TAG -- python train.py
+    With --trust-key (or $ASCEND_BUILD_TRUST_KEY), IMAGE must be REGISTRY/REPOSITORY:TAG or @sha256:
+    whose validation statement verifies with the key (as `pull --trust-key` checks); it is then
+    started by that verified digest. An image whose statement does not verify is refused unless
+    --insecure is given.
+
+    Example: ascend-build run --devices 0,1 --print --trust-key team.pub REGISTRY/ascend-build/pytorch@sha256:... -- python train.py
     """
     from builder import devices, versions
     from builder.node import host as host_probe
     from builder.engine import Engine
 
+    policy_key = _trust_key(trust_key)
+    if policy_key is not None:
+        image_ref = _verified_ref(image_ref, policy_key, trust_key, require, insecure, root)
+    elif insecure:
+        typer.echo("note: --insecure skips nothing without --trust-key: no statement is checked", err=True)
     chosen = devices.choose(devices.npu_devices(root), devices_opt)
     argv = devices.run_argv(image_ref, chosen, list(ctx.args), root=root, interactive=sys.stdin.isatty() and not print_only)
     if not chosen:
@@ -115,6 +166,44 @@ def run_command(
         typer.echo(devices.format_argv(argv))
         return
     engine.exec_cli(argv)
+
+
+def _verified_ref(image_ref: str, key, key_path: Optional[Path], require: str, insecure: bool, root: Path) -> str:
+    """``image_ref`` as ``REGISTRY/REPOSITORY@sha256:...`` when its validation statement is trusted; refused
+    (UserError) when it is not, unless ``insecure`` (then said loudly, and ``image_ref`` is started as given)."""
+    from builder import policy
+    from builder.cli.trust import split_reference
+    from builder.node import host as host_probe
+    from builder.registry import Registry
+
+    policy.check_requirement(require)
+    first = image_ref.partition("/")[0]
+    if "/" not in image_ref or not ("." in first or ":" in first or first == "localhost"):
+        why = "it names no registry, so no statement can be looked up (a local name says nothing signed)"
+    else:
+        host, repository, reference = split_reference(image_ref)
+        arch = host_probe.probe(root=root, run_npu_smi=False).arch or host_arch()
+        registry = Registry(host)
+        info = registry.inspect(repository, reference, arch)
+        if info is None:
+            raise UserError(f"{image_ref} is not in the registry {host}", exit_code=1,
+                            fix="check the reference (`ascend-build pull` prints the one to run)")
+        if not info.labels and info.architecture.startswith("none of"):
+            why = f"it has no image for this node's arch {arch} ({info.architecture})"
+        else:
+            why = policy.trusted(registry, repository, info.digest, info.labels, key, require)
+        if not why:
+            verified = f"{host}/{repository}@{info.digest}"
+            typer.echo(f"verified: {verified}: its validation statement verifies with {key_path} "
+                       f"(--require {require}); starting it by that digest", err=True)
+            return verified
+    if not insecure:
+        raise UserError(f"{image_ref}: signed validation refused: {why}", exit_code=1,
+                        fix="run an image `ascend-build pull --trust-key` chose (the REGISTRY/REPOSITORY@sha256 "
+                            "reference it prints), or pass --insecure to start it unverified")
+    typer.echo(f"WARNING: --insecure: {image_ref} is NOT verified ({why}); starting it anyway: nothing signed "
+               f"says it passed the smoke test, nor that it is the image that was tested", err=True)
+    return image_ref
 
 
 @app.command("doctor")

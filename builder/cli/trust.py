@@ -1,6 +1,7 @@
-"""The trust commands: `keys generate` (the team's signing pair) and `verify` (an image's statements).
+"""The trust commands: `keys generate` (the team's signing pair), `verify` (an image's statements)
+and `policy kyverno` (the same check as a Kyverno admission policy).
 
-Each parses its options, calls `builder.signing` / `builder.attached` and prints; no logic of its own.
+Each parses its options, calls `builder.signing` / `builder.attached` / `builder.policy` and prints; no logic of its own.
 """
 
 from __future__ import annotations
@@ -131,3 +132,40 @@ def verify_command(
                    else f"NOT verified: {why}", err=bool(why))
     if why:
         raise typer.Exit(1)
+
+
+policy_app = typer.Typer(no_args_is_help=True, help="Admission policies that check the signed statements in a cluster.")
+app.add_typer(policy_app, name="policy")
+
+
+@policy_app.command("kyverno")
+def policy_kyverno_command(
+    key: Path = typer.Option(..., "--key", help="The team's public key (the .pub of `ascend-build keys generate`)."),
+    images: List[str] = typer.Option(..., "--images", metavar="PATTERN",
+                                     help="Image references the policy covers, e.g. 'registry.example/ascend-build/*' "
+                                          "(repeatable)."),
+    require: str = typer.Option("any", "--require", metavar="any|npu-host",
+                                help="What the statement must say of where the smoke test ran: any (default) or npu-host."),
+    name: str = typer.Option("ascend-build-validated", "--name", help="The ClusterPolicy's name."),
+) -> None:
+    """Print a Kyverno ClusterPolicy (kyverno.io/v1, verifyImages) admitting a Pod's images only when
+    their validation statement verifies with KEY and says every required tier passed (or was skipped
+    with a reason); --require npu-host: on an NPU host. Apply it with `kubectl apply -f -`.
+
+    Example: ascend-build policy kyverno --key team.pub --images 'registry.example:5000/ascend-build/*' > policy.yaml
+    """
+    import yaml
+    from cryptography.hazmat.primitives import serialization
+
+    from builder import policy
+
+    public = signing.load_public(key)
+    pem = public.public_bytes(serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo).decode()
+    document = policy.kyverno(pem, images, require, name)
+    typer.echo(f"# made by ascend-build policy kyverno; key {key} (keyid {signing.fingerprint(public)[:16]})")
+    class Dumper(yaml.SafeDumper):
+        """Multi-line strings (the PEM key) as literal blocks, as one writes them by hand."""
+
+    Dumper.add_representer(str, lambda dumper, text: dumper.represent_scalar(
+        "tag:yaml.org,2002:str", text, style="|" if "\n" in text else None))
+    typer.echo(yaml.dump(document, Dumper=Dumper, sort_keys=False, width=1000), nl=False)

@@ -16,13 +16,17 @@ Example:
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Dict, List, Optional, Tuple
+from typing import Callable, Dict, List, Optional, Tuple
 
 from builder import bounded, versions
 from builder.attached import is_attached_tag
 from builder.errors import UserError
 from builder.registry import ImageInfo, Registry
-from builder.vocabulary import CANDIDATE_SUFFIX, NPU, Label
+from builder.vocabulary import CANDIDATE_SUFFIX, CPU, NPU, Label
+
+# ImageInfo -> "" when its signed validation statement is trusted, else why not (`builder.policy.trusted`)
+Trust = Callable[[ImageInfo], str]
+TRUST_REFUSED = "signed validation refused: "
 
 
 @dataclass(frozen=True)
@@ -37,11 +41,13 @@ class Node:
 
 @dataclass(frozen=True)
 class Wanted:
-    """What the user asked for: a CANN release, optionally a torch and a Python."""
+    """What the user asked for: a CANN release, optionally a torch and a Python; the NPU image, or
+    its CPU twin (``variant``)."""
 
     cann: Optional[str] = None
     torch: Optional[str] = None
     python: Optional[str] = None
+    variant: str = NPU
 
 
 def why_not(info: ImageInfo, node: Node, wanted: Wanted) -> List[str]:
@@ -50,8 +56,8 @@ def why_not(info: ImageInfo, node: Node, wanted: Wanted) -> List[str]:
     if not labels.get(Label.CELL):
         return ["not built by ascend-build (no io.ascend-build labels)"]
     reasons = []
-    if labels.get(Label.VARIANT) != NPU:
-        reasons.append("CPU twin, not an NPU image")
+    if labels.get(Label.VARIANT) != wanted.variant:
+        reasons.append("CPU twin, not an NPU image" if wanted.variant == NPU else "NPU image, not a CPU twin")
     if labels.get(Label.VALIDATED) != "true":
         reasons.append(f"not validated (a {CANDIDATE_SUFFIX}: run `ascend-build promote` on an NPU host)")
     if labels.get(Label.ARCH) != node.arch:
@@ -59,7 +65,7 @@ def why_not(info: ImageInfo, node: Node, wanted: Wanted) -> List[str]:
     chip = labels.get(Label.CHIP)
     if chip and chip != node.chip:
         reasons.append(f"chip {chip} is not this node's ({node.chip or 'unknown'})")
-    cann = labels.get(Label.CANN, "")
+    cann = labels.get(Label.CANN) or (_cann_of_cell(labels[Label.CELL]) if wanted.variant == CPU else "")
     if wanted.cann and not _same_cann(cann, wanted.cann):
         reasons.append(f"CANN {cann or 'unknown'}, not {wanted.cann}")
     if wanted.torch and labels.get(Label.TORCH) != wanted.torch:
@@ -77,10 +83,15 @@ def why_not(info: ImageInfo, node: Node, wanted: Wanted) -> List[str]:
     return reasons
 
 
+def _cann_of_cell(cell: str) -> str:
+    """A twin carries no CANN label: its cell's id names it (``cann9.1.0-910b-...`` -> ``9.1.0``)."""
+    return cell.split("-", 1)[0][len("cann"):] if cell.startswith("cann") else ""
+
+
 def _same_cann(a: str, b: str) -> bool:
     """Equal under CANN's rules (8.0.RC2.beta1 == 8.0.RC2); unreadable ones as text."""
     parsed = versions.lenient("cann", a), versions.lenient("cann", b)
-    return parsed[0] == parsed[1] if None not in parsed else a == b
+    return parsed[0] == parsed[1] if None not in parsed else a.lower() == b.lower()
 
 
 def _newest_first(info: ImageInfo) -> Tuple:
@@ -89,11 +100,18 @@ def _newest_first(info: ImageInfo) -> Tuple:
     return (key(Label.TORCH), key(Label.TORCH_NPU), info.tag)
 
 
-def choose(infos: List[ImageInfo], node: Node, wanted: Wanted) -> Tuple[Optional[ImageInfo], List[Tuple[ImageInfo, List[str]]]]:
-    """The best fitting image (newest torch, then torch_npu) and every rejected one with its reasons."""
+def choose(infos: List[ImageInfo], node: Node, wanted: Wanted,
+           trust: Optional[Trust] = None) -> Tuple[Optional[ImageInfo], List[Tuple[ImageInfo, List[str]]]]:
+    """The best fitting image (newest torch, then torch_npu) and every rejected one with its reasons.
+
+    With ``trust``, an image that fits on its labels is a candidate only when its signed
+    validation statement is trusted (asked only of those: each asks the registry)."""
     fitting, rejected = [], []
     for info in infos:
         reasons = why_not(info, node, wanted)
+        if not reasons and trust is not None:
+            refused = trust(info)
+            reasons = [TRUST_REFUSED + refused] if refused else []
         (rejected.append((info, reasons)) if reasons else fitting.append(info))
     best = max(fitting, key=_newest_first) if fitting else None
     return best, rejected
@@ -112,8 +130,9 @@ def suggestions(rejected: List[Tuple[ImageInfo, List[str]]], node: Node, wanted:
             line += f" and its firmware to {firmwares[0]} or newer (same Ascend HDK release)"
         out.append(line)
     if wanted.cann:
-        other = Wanted(cann=None, torch=wanted.torch, python=wanted.python)
-        fits = sorted({i.labels.get(Label.CANN, "") for i, _ in rejected if not why_not(i, node, other)} - {""},
+        other = Wanted(cann=None, torch=wanted.torch, python=wanted.python, variant=wanted.variant)
+        fits = sorted({i.labels.get(Label.CANN, "") for i, reasons in rejected
+                       if not why_not(i, node, other) and not any(r.startswith(TRUST_REFUSED) for r in reasons)} - {""},
                       key=versions.cann)
         if fits:
             out.append("another CANN fits this node: " + ", ".join(fits)
