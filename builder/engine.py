@@ -66,12 +66,12 @@ class RunResult:
 
 
 class RunTimeout(UserError):
-    """The container outlived ``timeout``; it was killed and removed. ``result``
+    """The container outlived ``timeout`` s; it was killed and removed. ``result``
     holds what it printed until then (exit_code -1)."""
 
-    def __init__(self, message: str, result: RunResult):
-        super().__init__(message, fix="raise the timeout or look at the output above", exit_code=1)
-        self.result = result
+    def __init__(self, message: str, result: RunResult, timeout: float = 0.0):
+        super().__init__(message, fix="look at what the command printed until then (the run's result)", exit_code=1)
+        self.result, self.timeout = result, timeout
 
 
 @dataclass(frozen=True)
@@ -278,18 +278,22 @@ class Engine:
     def run(self, image: str, command: List[str], *, devices: Sequence[str] = (),
             mounts: Sequence[Tuple[str, str, bool]] = (), env: Mapping[str, str] = {},
             shm_size: Optional[str] = None, ipc_mode: Optional[str] = None,
-            timeout: float = 900, name: Optional[str] = None) -> RunResult:
+            timeout: float = 900, name: Optional[str] = None, init: bool = True) -> RunResult:
         """Run ``command`` in a fresh container and return its result.
 
         ``devices`` are Docker device strings ("/dev/davinci0[:/dev/davinci0[:rwm]]"),
         ``mounts`` are bind mounts (host, container, read_only). The container is
         removed in every case: a smoke run must leave nothing behind, also on
         Ctrl-C or timeout (then it is killed first and RunTimeout is raised).
+
+        With ``init`` (the default; ``docker run --init``) Docker's init is PID 1 and ``command``
+        its child: a crashed process's children are reaped, and SIGTERM reaches ``command``
+        with its default action (PID 1 ignores signals it has no handler for).
         """
         try:
             ctr = self.client.containers.create(
                 image, command, devices=list(devices), environment=dict(env), shm_size=shm_size,
-                ipc_mode=ipc_mode, name=name, labels={"ascend-build.run": "1"},
+                ipc_mode=ipc_mode, name=name, labels={"ascend-build.run": "1"}, init=init,
                 mounts=[Mount(c, h, type="bind", read_only=ro) for h, c, ro in mounts])
         except docker.errors.ImageNotFound:
             raise UserError(f"image {image} not found in the Docker Engine", exit_code=1) from None
@@ -310,7 +314,7 @@ class Engine:
                     pass
                 secs = time.monotonic() - start
                 raise RunTimeout(f"{' '.join(command)} in {image} did not finish within {timeout:g} s",
-                                 RunResult(-1, *self._output(ctr), secs)) from None
+                                 RunResult(-1, *self._output(ctr), secs), timeout) from None
             secs = time.monotonic() - start
             return RunResult(code, *self._output(ctr), secs)
         finally:

@@ -35,7 +35,9 @@ Example:
 from __future__ import annotations
 
 import base64
+import email.utils
 import hashlib
+import http.client
 import ipaddress
 import os
 import re
@@ -69,12 +71,48 @@ CONFIG_LIMIT = 16 << 20    # an image config is a few KB; a label-heavy one well
 TAG_PAGE = 1000
 TAG_PAGES = 1000           # a million tags; an endless Link chain stops here
 DEADLINE = 120.0           # seconds for one request, however slowly the server trickles
+# Retries where retrying is safe (GET and HEAD; PUT of a manifest, the same bytes again; a blob's
+# whole upload, by its digest): after HTTP 429, 500, 502, 503, 504 or a connection reset.
+RETRIES = 4                # so 5 tries in all
+BACKOFF = 0.5              # seconds before the first retry, doubled each time, at most BACKOFF_CAP
+BACKOFF_CAP = 8.0
+RETRY_AFTER_MAX = 60.0     # a Retry-After longer than this (or than the command's deadline) is not waited for
+TRANSIENT_STATUS = (429, 500, 502, 503, 504)
 _DIGEST = re.compile(r"^sha256:[0-9a-f]{64}$")
 # host[:port] as Docker reads a registry name: a DNS name, an IPv4 address or a bracketed IPv6 one
 _HOST = re.compile(r"(?:[A-Za-z0-9](?:[A-Za-z0-9-]{0,62}[A-Za-z0-9])?(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]{0,62}[A-Za-z0-9])?)*"
                    r"|\[[0-9A-Fa-f:.]+\])(?::[0-9]{1,5})?")
 _TAG = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}")  # the distribution spec's tag grammar
 _HELPER = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+
+
+class Transient(UserError):
+    """A failure that may pass: HTTP 429 or 5xx, or the connection reset; ``retry_after`` is the
+    seconds the registry asked for (None when it named none)."""
+
+    def __init__(self, message: str, retry_after: Optional[float] = None):
+        super().__init__(message, exit_code=1, fix="the registry is failing or throttling: try again later")
+        self.retry_after = retry_after
+
+
+def retry_after(value: Optional[str]) -> Optional[float]:
+    """Seconds a ``Retry-After`` header asks for (a number of seconds or an HTTP date); None if none.
+
+    Example:
+        >>> retry_after("2"), retry_after(None), retry_after("soon"), retry_after("Mon, 01 Jan 1990 00:00:00 GMT")
+        (2.0, None, None, 0.0)
+    """
+    text = str(value or "").strip()
+    seconds = bounded.whole_number(text)
+    if seconds is not None:
+        return float(seconds)
+    try:
+        when = email.utils.parsedate_to_datetime(text)
+    except (TypeError, ValueError, IndexError):
+        return None
+    if when is None or when.tzinfo is None:
+        return None
+    return max(0.0, when.timestamp() - time.time())
 
 
 @dataclass(frozen=True)
@@ -256,8 +294,40 @@ class Registry:
         return self._fail(f"{what}: {cut} (limit {limit} bytes, {self.deadline:.0f} s)", "check the registry's health")
 
     def _send(self, method: str, path_or_url: str, scope: str, *, accept: str = "", data: Optional[bytes] = None,
-              content_type: str = "", limit: int = MANIFEST_LIMIT) -> Tuple[bytes, Dict[str, str]]:
-        """One request, answering one 401 challenge; 404 raises LookupError."""
+              content_type: str = "", limit: int = MANIFEST_LIMIT, retry: Optional[bool] = None) -> Tuple[bytes, Dict[str, str]]:
+        """One request, answering one 401 challenge; 404 raises LookupError. Retried (``retry``,
+        by default for GET and HEAD) after a transient failure (`Transient`), `RETRIES` times with
+        backoff; without ``retry`` a transient failure is raised as `Transient`."""
+        retry = method in ("GET", "HEAD") if retry is None else retry
+        what = urllib.parse.urlsplit(path_or_url).path
+        started, attempt = time.monotonic(), 0
+        while True:
+            try:
+                return self._send_once(method, path_or_url, scope, accept=accept, data=data,
+                                       content_type=content_type, limit=limit)
+            except Transient as failure:
+                if not retry:
+                    raise
+                attempt += 1
+                self._pause(failure, attempt, f"{method} {what}", started)
+
+    def _pause(self, failure: Transient, attempt: int, what: str, started: float) -> None:
+        """Wait before try ``attempt + 1``, or raise: after `RETRIES` retries, or when the wait the
+        registry asks for is longer than `RETRY_AFTER_MAX` or than the command's deadline allows."""
+        tries = f"{attempt} tr{'y' if attempt == 1 else 'ies'} in {time.monotonic() - started:.1f} s"
+        if attempt > RETRIES:
+            raise self._fail(f"{failure.message} ({tries})", "the registry is failing or throttling: try again later")
+        wait = failure.retry_after if failure.retry_after is not None else min(BACKOFF_CAP, BACKOFF * 2 ** (attempt - 1))
+        if wait > RETRY_AFTER_MAX:
+            raise self._fail(f"{failure.message} and asked to retry after {wait:g} s, more than the {RETRY_AFTER_MAX:g} s "
+                             f"waited for ({tries})", "try again later, when the registry accepts requests")
+        if bounded.remaining(wait, what) < wait:
+            raise self._fail(f"{failure.message} and asked to retry after {wait:g} s, past the command's deadline "
+                             f"({tries})", "try again later, or allow more time with --deadline SECONDS")
+        time.sleep(wait)
+
+    def _send_once(self, method: str, path_or_url: str, scope: str, *, accept: str, data: Optional[bytes],
+                   content_type: str, limit: int) -> Tuple[bytes, Dict[str, str]]:
         url = path_or_url if "://" in path_or_url else self.base + path_or_url
         what = urllib.parse.urlsplit(url).path
         deadline = time.monotonic() + self.deadline  # both attempts, from the connection to the last byte
@@ -286,9 +356,19 @@ class Registry:
                                      f"`docker login {self.name}` with an account that may read it") from exc
                 if exc.code == 404:
                     raise LookupError(what) from None
+                if exc.code in TRANSIENT_STATUS:
+                    raise Transient(f"answered HTTP {exc.code} for {method} {what}",
+                                    retry_after(exc.headers.get("Retry-After"))) from None
                 raise self._fail(f"answered HTTP {exc.code} for {method} {what}") from exc
+            except (ConnectionResetError, ConnectionAbortedError, BrokenPipeError, http.client.HTTPException) as exc:
+                raise Transient(f"the connection broke during {method} {what} "
+                                f"({type(exc).__name__})") from None
             except (urllib.error.URLError, OSError) as exc:
-                raise self._fail(f"cannot be reached: {getattr(exc, 'reason', exc)}",
+                reason = getattr(exc, "reason", None)
+                if isinstance(reason, (ConnectionResetError, ConnectionAbortedError, BrokenPipeError)):
+                    raise Transient(f"the connection broke during {method} {what} "
+                                    f"({type(reason).__name__})") from None
+                raise self._fail(f"cannot be reached: {reason or exc}",
                                  "check the address and port, and that the registry is running") from exc
         raise AssertionError("unreachable")
 
@@ -434,7 +514,7 @@ class Registry:
         """Store a manifest (or index) under ``tag``; returns its digest, as the registry confirmed it."""
         repository = self.repository(repository)
         _, headers = self._send("PUT", f"/v2/{repository}/manifests/{tag}", f"repository:{repository}:pull,push",
-                                data=body, content_type=media_type)
+                                data=body, content_type=media_type, retry=True)  # the same bytes again: safe
         digest = "sha256:" + hashlib.sha256(body).hexdigest()
         stored = headers.get("docker-content-digest", digest)
         if stored != digest:
@@ -472,6 +552,15 @@ class Registry:
         the bytes and their digest, which the registry checks.
         """
         digest = "sha256:" + hashlib.sha256(data).hexdigest()
+        started, attempt = time.monotonic(), 0
+        while True:  # the whole upload again after a transient failure: a blob is named by its digest
+            try:
+                return self._put_blob_once(repository, data, digest)
+            except Transient as failure:
+                attempt += 1
+                self._pause(failure, attempt, f"the upload of {digest}", started)
+
+    def _put_blob_once(self, repository: str, data: bytes, digest: str) -> str:
         if self.has_blob(repository, digest):
             return digest
         repository = self.repository(repository)

@@ -341,3 +341,15 @@ def test_push_gives_up_on_permanent_errors_without_retrying(monkeypatch):
     with pytest.raises(UserError, match="name invalid") as e:
         Engine(client, "unix:///fake").push("reg.local:5000/a/b:1")
     assert e.value.exit_code == 1 and len(client.api.calls) == 1
+
+
+@pytest.mark.engine
+def test_run_puts_an_init_at_pid_1(engine, base_image):
+    """`docker run --init`: the command is not PID 1, so its crashed children are reaped and
+    SIGTERM reaches it with its default action."""
+    res = engine.run(base_image, ["sh", "-c", "cat /proc/1/comm; echo $$"])
+    assert res.exit_code == 0, res.stderr
+    comm, pid = res.stdout.split()
+    assert comm == "docker-init" and pid != "1"
+    bare = engine.run(base_image, ["sh", "-c", "echo $$"], init=False)
+    assert bare.stdout.strip() == "1"

@@ -12,9 +12,11 @@ import ast
 import importlib.util
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -445,3 +447,138 @@ def test_set_env_sh_names_each_variable_the_env_lacks(smoke, tmp_path):
     environ["ASCEND_OPP_PATH"] = "/elsewhere"
     assert smoke.set_env_differences(str(home / "set_env.sh"), environ)["ASCEND_OPP_PATH"] == \
         f"is /elsewhere; set_env.sh sets {home}/opp"
+
+
+# ---------------------------------------------------------------- deadlines: a tier that hangs for real
+HANG_HOOK = "ASCEND_BUILD_SMOKE_TEST_HANG"  # smoke.HANG_HOOK: the test-only hook
+ALL_TIERS = ["versions", "libraries", "import", "device", "train", "collective"]
+# What a hung tier may take past its deadline: faulthandler's dump (read once it stops
+# growing) and SIGTERM to its process group; measured about 0.4 s here.
+MARGIN = 8.0
+
+
+def _running(pid: int) -> bool:
+    """True while ``pid`` runs; a zombie (dead, not yet reaped) does not."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[-1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return False
+
+
+def _survivors(pids, wait=5.0):
+    """The ``pids`` still running after up to ``wait`` s (their new parent reaps them)."""
+    deadline = time.monotonic() + wait
+    while any(_running(p) for p in pids) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    return [p for p in pids if _running(p)]
+
+
+@pytest.mark.parametrize("tier, where", [
+    ("collective", "the main thread blocked in C holding the GIL, the workers waiting for their port"),
+    ("train", "a training step that sleeps"),
+])
+def test_a_hung_tier_fails_at_its_deadline_naming_where_it_hung(tmp_path, torch_python, tier, where):
+    """The tier really hangs (HANG_HOOK); its deadline (5 s here) fails it with the stack of the
+    hung thread, the workers are stopped, and the report keeps every tier before it."""
+    path = manifest(tmp_path, torch_python)
+    deadline = 5
+    start = time.monotonic()
+    code, report, err = run(torch_python["exe"], "--manifest", path, "--device", "cpu", "--steps", "5",
+                            "--tier-seconds", f"{tier}={deadline}", env={HANG_HOOK: tier}, timeout=240)
+    wall = time.monotonic() - start
+    assert code == 1 and report["passed"] is False, err
+    assert [t["name"] for t in report["tiers"]] == ALL_TIERS
+    t = tiers(report)
+    before = ALL_TIERS[:ALL_TIERS.index(tier)]
+    for name in before:  # the tiers before it are in the report, as they ran
+        assert t[name]["status"] == "passed", t[name]
+    hung = t[tier]
+    print(f"{tier} ({where}): failed after {hung['seconds']} s, deadline {deadline} s, whole run {wall:.1f} s")
+    assert hung["status"] == "failed"
+    assert hung["summary"].startswith(f"{tier} did not finish within {deadline} s (its deadline): hung in "
+                                      f"hang_for_tests (smoke.py line ")
+    assert f"<- tier_{tier} (smoke.py line " in hung["summary"] and "\n" not in hung["summary"]
+    assert deadline <= hung["seconds"] <= deadline + MARGIN
+    assert wall <= sum(t[name]["seconds"] for name in before) + deadline + MARGIN + 15  # + interpreter start
+    # the stack of the hung thread, from faulthandler
+    details = hung["details"]
+    assert details["deadline_seconds"] == deadline
+    assert details["hung_in"][0].startswith("hang_for_tests ")
+    assert any(frame.startswith(f"tier_{tier} ") for frame in details["hung_in"][1:3]), details["hung_in"]
+    assert f"in tier_{tier}" in details["stacks"] and "in run_tier" in details["stacks"]
+    assert details["tier_process"] in ("killed by signal 15 (SIGTERM)", "killed by signal 9 (SIGKILL)")
+    for name in ALL_TIERS[ALL_TIERS.index(tier) + 1:]:
+        assert t[name]["status"] == "skipped" and t[name]["summary"] == f"skipped: not run, the {tier} tier did not finish"
+    # the two all-reduce workers were started, and none survives
+    workers = details["workers"]
+    assert len(workers["pids"]) == 2 and workers["still_running"] == []
+    assert _survivors(workers["pids"]) == []
+    assert "hanging on purpose" in err and f"in tier_{tier}" in err  # the stacks in the log too
+
+
+def test_a_tier_process_that_crashes_fails_its_tier_with_the_crash_stack(tmp_path, torch_python):
+    """A segmentation fault in the train tier (a real one: a read of address 0): the tier fails
+    naming the signal and faulthandler's stack, the tiers before it stand, no worker survives."""
+    path = manifest(tmp_path, torch_python)
+    crash = tmp_path / "crashing_train.py"
+    crash.write_text(
+        "import ctypes, runpy, sys, torch\n"
+        "torch.nn.functional.cross_entropy = lambda *a, **k: ctypes.string_at(0)\n"
+        f"sys.argv = [{str(SMOKE)!r}] + sys.argv[1:]\n"
+        f"runpy.run_path({str(SMOKE)!r}, run_name='__main__')\n")
+    proc = subprocess.run([torch_python["exe"], str(crash), "--manifest", str(path), "--device", "cpu", "--steps", "5"],
+                          capture_output=True, text=True, timeout=240, env=dict(os.environ, ASCEND_BUILD_SMOKE_TEST="1"))
+    assert len(proc.stdout.splitlines()) == 1, proc.stderr
+    report = json.loads(proc.stdout)
+    assert proc.returncode == 1 and report["passed"] is False
+    t = tiers(report)
+    assert [t[n]["status"] for n in ALL_TIERS] == ["passed"] * 4 + ["failed", "skipped"]
+    train = t["train"]
+    assert train["summary"].startswith("train ended with its tier process, killed by signal 11 (SIGSEGV): hung in ")
+    assert "Segmentation fault" in train["details"]["stacks"] and "in train" in train["details"]["stacks"]
+    assert _survivors(train["details"]["workers"]["pids"]) == []
+
+
+def test_sigterm_stops_the_tier_process_and_still_prints_a_report(tmp_path, torch_python):
+    """`docker stop` sends SIGTERM: the program stops its tier process and workers, and says so."""
+    path = manifest(tmp_path, torch_python)
+    proc = subprocess.Popen([torch_python["exe"], str(SMOKE), "--manifest", str(path), "--device", "cpu",
+                             "--tiers", "versions,collective"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, env=dict(os.environ, ASCEND_BUILD_SMOKE_TEST="1", **{HANG_HOOK: "collective"}))
+    try:
+        deadline = time.monotonic() + 120
+        seen = ""
+        while "hanging on purpose" not in seen:  # stderr line by line until the tier hangs
+            assert time.monotonic() < deadline and proc.poll() is None, seen
+            seen += proc.stderr.readline()
+        proc.send_signal(15)
+        out, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    report = json.loads(out)
+    assert proc.returncode == 1 and report["error"] == "stopped by signal 15"
+    assert tiers(report)["versions"]["status"] == "passed"
+    [pids] = re.findall(r"the all-reduce workers wait for their port: pids (\d+) (\d+)", seen)
+    assert _survivors([int(p) for p in pids]) == []
+
+
+@pytest.mark.parametrize("args", [["--timeout-scale", "0"], ["--tier-seconds", "train"], ["--tier-seconds", "bogus=3"],
+                                  ["--tier-seconds", "train=-1"]])
+def test_bad_deadlines_exit_2(tmp_path, args):
+    path = manifest(tmp_path, {"python": "3.11.7", "torch": "2.13.0"})
+    code, report, err = run(sys.executable, "--manifest", path, *args)
+    assert code == 2 and report["passed"] is False and report["error"]
+
+
+def test_hung_frames_finds_the_thread_that_ran_the_tiers(smoke):
+    dump = ('Thread 0x00007f01 (most recent call first):\n'
+            '  File "/usr/lib/python3.11/threading.py", line 320 in wait\n'
+            'Current thread 0x00007f02 (most recent call first):\n'
+            '  File "/opt/ascend-build/smoke.py", line 12 in probe\n'
+            '  File "/opt/ascend-build/smoke.py", line 34 in tier_import\n'
+            '  File "/opt/ascend-build/smoke.py", line 56 in run_tier\n')
+    assert smoke.hung_frames(dump) == ["probe (smoke.py line 12)", "tier_import (smoke.py line 34)",
+                                       "run_tier (smoke.py line 56)"]
+    assert smoke.hung_frames("Fatal Python error: Segmentation fault\n") == []

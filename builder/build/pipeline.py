@@ -24,6 +24,7 @@ Example:
 from __future__ import annotations
 
 import json
+import os
 import re
 import time
 from dataclasses import dataclass, field
@@ -35,11 +36,11 @@ from builder.build import plan as planning
 from builder.build import attest, own_wheel, publish, render, stage, wheels
 from builder.build.job import Job, Options, host_arch, prepare
 from builder.build.matrix import Cell
-from builder.engine import BuildFailed, Engine
+from builder.engine import BuildFailed, Engine, RunTimeout
 from builder.errors import UserError
 from builder.registry import Registry
-from builder.vocabulary import (ARCHS, CANDIDATE_SUFFIX, CPU, NPU, SMOKE_PROGRAM, VALIDATION_REPORT, VARIANTS, Label,
-                                platform_of, release_tag, required_tiers)
+from builder.vocabulary import (ARCHS, CANDIDATE_SUFFIX, CPU, NPU, SMOKE_PROGRAM, SMOKE_STARTUP_SECONDS, TIER_SECONDS,
+                                VALIDATION_REPORT, VARIANTS, Label, platform_of, release_tag, required_tiers)
 
 Say = Callable[[str], None]
 
@@ -124,12 +125,75 @@ class _Progress:
 EMULATED_STEPS = 4
 
 
+# Every tier's deadline is multiplied by this under qemu (the smoke program's --timeout-scale):
+# the emulated smoke test took 141 s against 17 s natively, its training steps 4 x 25 s.
+EMULATED_SCALE = 4.0
+# Multiplies every tier's deadline and the engine's limit once more (a slow machine), e.g. 2.
+SCALE_ENV = "ASCEND_BUILD_SMOKE_TIMEOUT_SCALE"
+# The engine's limit over the smoke program's own: its start, and stopping a hung tier.
+ENGINE_MARGIN_SECONDS = 120
+
+
+def smoke_scale(emulated: bool) -> float:
+    """The factor of every tier's deadline: ``EMULATED_SCALE`` under qemu, times ``SCALE_ENV``."""
+    text = os.environ.get(SCALE_ENV, "").strip()
+    try:
+        factor = float(text) if text else 1.0
+    except ValueError:
+        factor = -1.0
+    if not 0 < factor <= 100:
+        raise UserError(f"{SCALE_ENV}={text[:40]!r} is not a factor between 0 and 100", exit_code=2,
+                        fix=f"e.g. {SCALE_ENV}=2 doubles every smoke tier's deadline, or unset it")
+    return factor * (EMULATED_SCALE if emulated else 1.0)
+
+
+def engine_timeout(tiers: Tuple[str, ...], scale: float) -> float:
+    """The engine's limit on a smoke container: every tier's deadline and the gaps around them,
+    scaled, plus a margin. The smoke program ends a hung tier itself long before it."""
+    return (sum(TIER_SECONDS[t] for t in tiers) + 2 * SMOKE_STARTUP_SECONDS) * scale + ENGINE_MARGIN_SECONDS
+
+
+_LOGGED_TIER = re.compile(r"^\[smoke\] (\w+) (passed|failed|skipped) \((\d{1,9}(?:\.\d{1,3})?) s\): (.*)$")
+
+
+def _tiers_logged(stderr: str, tiers: Tuple[str, ...]) -> List[Dict]:
+    """The tiers that ended before the container was killed, as the smoke program logged them
+    (``[smoke] NAME STATUS (S s): SUMMARY``): the report it could not print."""
+    found: Dict[str, Dict] = {}
+    for line in stderr.splitlines():
+        m = _LOGGED_TIER.match(line.strip())
+        if m and m.group(1) in tiers and m.group(1) not in found:
+            found[m.group(1)] = {"name": m.group(1), "status": m.group(2), "seconds": float(m.group(3)),
+                                 "summary": m.group(4)[:2000],
+                                 "details": {"from": "the smoke program's log: it was killed before its report"}}
+    return [found[t] for t in tiers if t in found]
+
+
 def smoke(engine: Engine, image: str, device: str, tiers: Tuple[str, ...], docker_devices: List[str],
-          mounts: List[Tuple[str, str, bool]], extra: Tuple[str, ...] = ()) -> Tuple[Dict, float]:
-    """Run the smoke program inside ``image``; return its JSON report and the seconds it took."""
+          mounts: List[Tuple[str, str, bool]], extra: Tuple[str, ...] = (), scale: float = 1.0) -> Tuple[Dict, float]:
+    """Run the smoke program inside ``image``; return its JSON report and the seconds it took.
+
+    Each tier has its own deadline (``TIER_SECONDS`` times ``scale``), kept by the smoke
+    program; the container runs under an init, and the engine kills it after
+    `engine_timeout`: then the report is a failed one that says so, with the output's tail.
+    """
     command = ["python", SMOKE_PROGRAM, "--device", device, "--tiers", ",".join(tiers), *extra]
-    result = engine.run(image, command, devices=docker_devices, mounts=mounts, shm_size="1g",
-                        ipc_mode="host" if docker_devices else None, timeout=1800)
+    if scale != 1.0:  # only then: a -candidate image built before the option existed still runs
+        command += ["--timeout-scale", f"{scale:g}"]
+    limit = engine_timeout(tiers, scale)
+    try:
+        result = engine.run(image, command, devices=docker_devices, mounts=mounts, shm_size="1g",
+                            ipc_mode="host" if docker_devices else None, timeout=limit)
+    except RunTimeout as exc:
+        result, limit = exc.result, exc.timeout or limit
+        tail = "\n    ".join(result.stderr.strip().splitlines()[-30:])
+        report = {"schema": 1, "passed": False, "device": device, "tiers": [*_tiers_logged(result.stderr, tiers), {
+            "name": "smoke", "status": "failed", "seconds": round(result.seconds, 3),
+            "summary": f"the smoke program did not finish within {limit:g} s, the engine's limit over every "
+                       f"tier's own deadline, and its container was killed: the program itself stopped "
+                       f"answering (its output's tail is in details); {SCALE_ENV}=2 doubles every deadline",
+            "details": {"stderr_tail": tail, "timeout_seconds": limit}}], "exit_code": result.exit_code}
+        return report, result.seconds
     lines = [ln for ln in result.stdout.splitlines() if ln.strip()]
     try:
         report = documents.load_json(lines[-1], "the smoke report")
@@ -256,7 +320,8 @@ def smoke_test(job: Job, engine: Engine, say: Say, out: Outcome) -> Dict:
     plan, tiers = job.plan, job.smoke.tiers
     say(f"[{job.name}] smoke test on {job.smoke.device}: {', '.join(tiers)}")
     report, out.smoke_seconds = smoke(engine, out.image_id, job.smoke.device, tiers, job.smoke.docker_devices,
-                                      job.smoke.mounts, ("--steps", str(EMULATED_STEPS)) if job.emulated else ())
+                                      job.smoke.mounts, ("--steps", str(EMULATED_STEPS)) if job.emulated else (),
+                                      smoke_scale(job.emulated))
     base = job.image.base_image
     report.update({
         "content_hash": plan.content_hash, "lock": plan.lock_state,
@@ -414,7 +479,7 @@ def promote(ref: str, options: Options, engine: Engine, say: Say) -> Outcome:
     say(f"[{cell_id}] device tiers on npu {chosen}")
     tiers = required_tiers(NPU, cann_only=not labels.get(Label.TORCH))
     report, out.smoke_seconds = smoke(engine, ref, NPU, tiers, devices.docker_devices(chosen, options.root),
-                                      devices.driver_mounts(options.root))
+                                      devices.driver_mounts(options.root), scale=smoke_scale(False))
     release = ref[: -len(CANDIDATE_SUFFIX)] if ref.endswith(CANDIDATE_SUFFIX) else ref
     if options.push:  # the registry prefix is added again by conclude
         release = release.split("/", 1)[-1] if release.startswith(options.push.rstrip("/") + "/") else release

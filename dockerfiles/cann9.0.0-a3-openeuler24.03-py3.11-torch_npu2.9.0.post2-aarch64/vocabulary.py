@@ -105,6 +105,14 @@ def manifest_name(variant: str) -> str:
 # ------------------------------------------------------------------ smoke tiers
 STATIC_TIERS = ("versions", "libraries")  # need no device: run on any build machine
 TIERS = STATIC_TIERS + ("import", "device", "train", "collective")
+# Each tier's deadline in seconds on native hardware (the smoke program's --timeout-scale
+# multiplies them: under qemu the pipeline passes 4). Natively every tier takes seconds; the
+# versions tier's `pip check` alone may take 120 s, the collective tier's own all-reduce
+# timeout is 60 s. When a deadline passes, that tier fails with the stacks of every thread.
+TIER_SECONDS = {"versions": 240, "libraries": 240, "import": 180, "device": 120, "train": 180, "collective": 150}
+# Before the first tier (the tier process up, the manifest read, the all-reduce workers started)
+# and between two tiers; also scaled.
+SMOKE_STARTUP_SECONDS = 60
 
 
 def required_tiers(variant: str, cann_only: bool) -> Tuple[str, ...]:

@@ -6,12 +6,21 @@ beside it (parsers, the error table, versions, vocabulary). Standalone: Python 3
 stdlib + torch (+ torch_npu when present), no other deps.
 
     python smoke.py [--device auto|npu|cpu] [--tiers NAME,...] [--manifest PATH]
-        [--steps 30] [--lr 3e-3]
+        [--steps 30] [--lr 3e-3] [--timeout-scale 1] [--tier-seconds NAME=SECONDS,...]
 
 Tiers are ``vocabulary.TIERS``, all by default; the manifest defaults to
 ``vocabulary.MANIFEST``. stdout carries exactly one line: the JSON report (library
 noise is sent to stderr). Progress goes to stderr. Exit 0: every selected tier passed
 or was skipped with a reason; 1: a tier failed; 2: bad usage or unreadable manifest.
+
+No tier can hang the verdict: the tiers run in a forked tier process, and this process
+(stdlib only, no threads) holds each tier to its deadline (``vocabulary.TIER_SECONDS``
+times ``--timeout-scale``, or ``--tier-seconds``). When one passes, the tier process writes
+the Python stack of every thread (faulthandler, on SIGUSR1: it needs no GIL, so a thread
+stuck in C code holding it is dumped too), its process group (the all-reduce workers
+included) gets SIGTERM, then SIGKILL, and the report holds the tiers before it, that tier
+failed with the stacks, and the rest skipped. A tier process that dies (a crash) fails its
+tier the same way, with faulthandler's dump of the crash.
 
 The same code runs on `npu` and on `cpu` (the CPU twin image has no CANN and no
 torch_npu), so nearly every line an NPU run executes is exercised on any machine.
@@ -21,6 +30,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import datetime
+import faulthandler
 import glob
 import importlib.metadata
 import importlib.util
@@ -29,10 +39,13 @@ import math
 import os
 import platform
 import re
+import select
 import shutil
+import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 import traceback
 
@@ -51,6 +64,11 @@ SCHEMA = 1
 DRIVER_LIBS = ("libascend_hal.so", "libdrvdsmi_host.so", "libdcmi.so")
 COLLECTIVE_TIMEOUT = 60.0
 WORKER_FLAG = "--collective-worker"
+DUMP_SECONDS = 5.0   # for a hung tier process to write its stacks (scaled)
+STOP_SECONDS = 5.0   # from SIGTERM to SIGKILL of the tier process and its workers (scaled)
+# Test only (tests/test_smoke.py): the tier this names hangs for real (see hang_for_tests).
+# Nothing sets it in an image.
+HANG_HOOK = "ASCEND_BUILD_SMOKE_TEST_HANG"
 RESULT_MARK = "SMOKE_COLLECTIVE_RESULT "
 
 # Known error strings -> cause and fix: the table of `ascend-build explain`, shipped
@@ -321,6 +339,7 @@ class Ctx(object):
         self.import_failed = None
         self.torch = None
         self.workers = None  # the collective tier's processes, started early (start_workers)
+        self.collective_timeout = COLLECTIVE_TIMEOUT * (args.timeout_scale if args else 1.0)
 
 
 def import_stack(ctx):
@@ -765,6 +784,7 @@ def train(ctx, cpu):
     gen = torch.Generator().manual_seed(0)
     losses, times, logits_dtype = [], [], None
     for _ in range(steps):
+        hang_for_tests(tier_train)  # test only: a training step that never ends
         x = torch.randint(0, vocab, (batch, seq), generator=gen)
         y = ((x + 1) % vocab).to(dev)
         x = x.to(dev)
@@ -812,6 +832,7 @@ def collective_worker(argv):
     """Child process: wait for the port on stdin (it starts before the parent has threads),
     init the process group, all-reduce rank+1, print the result. "stop" ends it unused."""
     rank, world, device = int(argv[0]), int(argv[1]), argv[2]
+    timeout = float(argv[3]) if len(argv) > 3 else COLLECTIVE_TIMEOUT
     line = sys.stdin.readline().strip()
     if not line.isdigit():
         return 0
@@ -823,7 +844,7 @@ def collective_worker(argv):
         torch.npu.set_device(rank)
     backend = "hccl" if device == "npu" else "gloo"
     dist.init_process_group(backend, init_method="tcp://127.0.0.1:%d" % port, rank=rank,
-                            world_size=world, timeout=datetime.timedelta(seconds=COLLECTIVE_TIMEOUT))
+                            world_size=world, timeout=datetime.timedelta(seconds=timeout))
     t = torch.full((4,), float(rank + 1), device="npu:%d" % rank if device == "npu" else "cpu")
     dist.all_reduce(t)
     values = t.cpu().tolist()
@@ -832,14 +853,15 @@ def collective_worker(argv):
     return 0
 
 
-def start_workers(world, device):
+def start_workers(world, device, timeout=COLLECTIVE_TIMEOUT):
     """The all-reduce's worker processes, waiting for their port. They are started when the
     program starts, before torch brings threads into it: forking a process that has threads
     can hang the child before it runs anything (seen under qemu-user)."""
     env = dict(os.environ)
     if device == "cpu":
         env.setdefault("GLOO_SOCKET_IFNAME", "lo")
-    return [subprocess.Popen([sys.executable, os.path.abspath(__file__), WORKER_FLAG, str(rank), str(world), device],
+    return [subprocess.Popen([sys.executable, os.path.abspath(__file__), WORKER_FLAG, str(rank), str(world), device,
+                              "%g" % timeout],
                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                              universal_newlines=True, env=env) for rank in range(world)]
 
@@ -850,7 +872,7 @@ def stop_workers(procs):
         try:
             p.stdin.write("stop\n")
             p.stdin.close()
-            p.wait(timeout=30)
+            p.wait(timeout=10)
         except (OSError, ValueError, subprocess.TimeoutExpired):
             p.kill()
 
@@ -866,12 +888,13 @@ def tier_collective(ctx):
         count = int(ctx.torch.npu.device_count())
         if count < 2:
             return skipped("skipped: %d NPU visible, hccl all-reduce needs >= 2" % count, device_count=count)
-    procs, ctx.workers = ctx.workers or start_workers(world, ctx.device), None
+    procs, ctx.workers = ctx.workers or start_workers(world, ctx.device, ctx.collective_timeout), None
+    hang_for_tests(tier_collective)  # test only: the workers then wait for their port forever
     port = free_port()
     for p in procs:  # communicate() below closes their stdin
         p.stdin.write("%d\n" % port)
         p.stdin.flush()
-    deadline, outputs, timed_out = time.time() + COLLECTIVE_TIMEOUT, [], False
+    deadline, outputs, timed_out = time.time() + ctx.collective_timeout, [], False
     for p in procs:
         try:
             outputs.append(p.communicate(timeout=max(1.0, deadline - time.time()))[0])
@@ -890,7 +913,7 @@ def tier_collective(ctx):
             d.setdefault("output_tail", []).append(out[-2000:])
     if timed_out:
         return failed("all-reduce timed out after %d s (%s): check HCCL_CONNECT_TIMEOUT, devices, ports"
-                      % (COLLECTIVE_TIMEOUT, d["backend"]), **d)
+                      % (ctx.collective_timeout, d["backend"]), **d)
     ok = len(d["results"]) == world and all(all(v == expected for v in r["values"]) for r in d["results"])
     if not ok or any(d["returncodes"]):
         tail = " ".join(d.get("output_tail", [""])).strip().splitlines()
@@ -923,7 +946,23 @@ def parse_args(argv):
     p.add_argument("--manifest", default=vocabulary.MANIFEST)
     p.add_argument("--steps", type=int, default=30)
     p.add_argument("--lr", type=float, default=3e-3, help="AdamW learning rate (0 proves the check bites)")
+    p.add_argument("--timeout-scale", type=float, default=1.0,
+                   help="multiplies every default deadline (the pipeline passes 4 under qemu)")
+    p.add_argument("--tier-seconds", default="", metavar="NAME=SECONDS,...",
+                   help="a tier's deadline in seconds, not scaled (default: vocabulary.TIER_SECONDS)")
     args = p.parse_args(argv)
+    if not (0 < args.timeout_scale < 1000):
+        raise UsageError("--timeout-scale must be > 0 and < 1000")
+    args.deadlines = {}
+    for item in [i.strip() for i in args.tier_seconds.split(",") if i.strip()]:
+        name, _, secs = item.partition("=")
+        try:
+            value = float(secs)
+        except ValueError:
+            value = -1.0
+        if name.strip() not in TIERS or not (0 < value < 1e6):
+            raise UsageError("--tier-seconds %s: expected NAME=SECONDS with NAME one of %s" % (item, ",".join(TIERS)))
+        args.deadlines[name.strip()] = value
     names = [t.strip() for t in args.tiers.split(",") if t.strip()]
     unknown = [t for t in names if t not in TIERS]
     if unknown or not names:
@@ -953,6 +992,25 @@ def resolve_device(choice, manifest):
     return "npu" if parsers.dist_version("torch_npu", "torch-npu") else "cpu"
 
 
+def hang_for_tests(tier):
+    """Test only: with ASCEND_BUILD_SMOKE_TEST_HANG=<name> (``HANG_HOOK``) set, the tier of that
+    name (``tier`` is its function) hangs for real, so the tests can prove its deadline holds.
+    The collective tier then blocks in a C call that holds the GIL (libc's pause through
+    ctypes.PyDLL), as a C call inside torch can, with its workers still waiting for their port;
+    the train tier sleeps in a step. Without the variable (as in every image) this returns at once."""
+    name = next(n for n, f in TIERS.items() if f is tier)
+    if os.environ.get(HANG_HOOK) != name:
+        return
+    log("%s: hanging on purpose (%s=%s, a test)" % (name, HANG_HOOK, name))
+    if tier is tier_collective:
+        import ctypes
+        pause = ctypes.PyDLL(None).pause  # PyDLL: the GIL stays held during the call
+        while True:
+            pause()
+    while True:
+        time.sleep(1.0)
+
+
 def run_tier(name, ctx):
     log("%s ..." % name)
     t0 = time.time()
@@ -971,6 +1029,258 @@ def run_tier(name, ctx):
     return entry
 
 
+# ---------------------------------------------------------------- deadlines
+def deadline_of(name, args):
+    """Seconds the tier ``name`` may take: --tier-seconds, else its default times the scale."""
+    if name in args.deadlines:
+        return args.deadlines[name]
+    return vocabulary.TIER_SECONDS[name] * args.timeout_scale
+
+
+def _send(fd, event):
+    data = (json.dumps(event) + "\n").encode("utf-8")
+    while data:
+        data = data[os.write(fd, data):]
+
+
+def tier_process(ctx, events_fd, dump_fd):
+    """The forked child that runs the tiers; tells the parent on ``events_fd`` (JSON lines)
+    when each starts and what it gave. faulthandler writes every thread's stack to
+    ``dump_fd`` on SIGUSR1 (a deadline passed) and on a fatal signal (a crash)."""
+    faulthandler.enable(file=dump_fd, all_threads=True)
+    faulthandler.register(signal.SIGUSR1, file=dump_fd, all_threads=True)
+    if any(TIERS[n] is tier_collective for n in ctx.args.tiers):
+        ctx.workers = start_workers(2, ctx.device, ctx.collective_timeout)
+        _send(events_fd, {"event": "workers", "pids": [p.pid for p in ctx.workers]})
+    for name in ctx.args.tiers:
+        _send(events_fd, {"event": "start", "tier": name})
+        _send(events_fd, {"event": "done", "entry": run_tier(name, ctx)})
+    stop_workers(ctx.workers)
+    _send(events_fd, {"event": "end"})
+    return 0
+
+
+class Events(object):
+    """The tier process's JSON lines, each awaited until a deadline (select: no thread)."""
+
+    def __init__(self, fd):
+        self.fd, self.buf, self.eof = fd, b"", False
+
+    def next(self, until):
+        """("event", dict), ("eof", None) or ("timeout", None) once time.monotonic() >= until."""
+        while True:
+            if b"\n" in self.buf:
+                line, self.buf = self.buf.split(b"\n", 1)
+                try:
+                    return "event", json.loads(line.decode("utf-8", "replace"))
+                except ValueError:
+                    continue
+            if self.eof:
+                return "eof", None
+            left = until - time.monotonic()
+            if left <= 0:
+                return "timeout", None
+            if select.select([self.fd], [], [], left)[0]:
+                chunk = os.read(self.fd, 1 << 16)
+                self.buf += chunk
+                self.eof = not chunk
+
+
+def running(pid):
+    """True while ``pid`` runs (a zombie, waiting to be reaped, does not)."""
+    try:
+        with open("/proc/%d/stat" % pid) as fh:
+            return fh.read().rsplit(")", 1)[-1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return False
+
+
+def _reap(pid, until):
+    """The tier process's wait status once it ended, None if it still runs at ``until``."""
+    while True:
+        try:
+            done, status = os.waitpid(pid, os.WNOHANG)
+        except ChildProcessError:
+            return 0
+        if done:
+            return status
+        if time.monotonic() >= until:
+            return None
+        time.sleep(0.05)
+
+
+def stop_group(pid, workers, grace):
+    """SIGTERM the tier process's group (its workers are in it), SIGKILL what is left after
+    ``grace`` s; -> (the tier process's wait status, worker pids still running)."""
+    status = None
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        for target in [pid] + list(workers):
+            try:
+                (os.killpg if target == pid else os.kill)(target, sig)
+            except OSError:
+                pass
+            if target == pid:
+                try:
+                    os.kill(pid, sig)  # before its setsid() the group is not there yet
+                except OSError:
+                    pass
+        until = time.monotonic() + grace
+        if status is None:
+            status = _reap(pid, until)
+        while any(running(w) for w in workers) and time.monotonic() < until:
+            time.sleep(0.05)
+        if status is not None and not any(running(w) for w in workers):
+            return status, []
+    return status, [w for w in workers if running(w)]
+
+
+def read_dump(fd, wait):
+    """What faulthandler wrote to ``fd``, waiting up to ``wait`` s for it to stop growing."""
+    until, size, since = time.monotonic() + wait, -1, time.monotonic()
+    while time.monotonic() < until:
+        now = os.fstat(fd).st_size
+        if now != size:
+            size, since = now, time.monotonic()
+        elif size > 0 and time.monotonic() - since > 0.3:
+            break
+        time.sleep(0.05)
+    return os.pread(fd, max(os.fstat(fd).st_size, 0), 0).decode("utf-8", "replace") if hasattr(os, "pread") else ""
+
+
+FRAME = re.compile(r'^\s*File "([^"]*)", line (\d+) in (\S+)')
+
+
+def hung_frames(stacks):
+    """The frames (innermost first) of the thread that ran the tiers (``run_tier`` in its
+    stack) in faulthandler's dump; [] when none has it."""
+    for block in re.split(r"\n(?=(?:Current thread|Thread) 0x)", stacks):
+        frames = [m.groups() for m in (FRAME.match(line) for line in block.splitlines()) if m]
+        if any(f[2] == "run_tier" for f in frames):
+            return ["%s (%s line %s)" % (f[2], os.path.basename(f[0]), f[1]) for f in frames]
+    return []
+
+
+def signal_name(status):
+    if status is None:
+        return "still running after SIGKILL"
+    if os.WIFSIGNALED(status):
+        num = os.WTERMSIG(status)
+        try:
+            return "killed by signal %d (%s)" % (num, signal.Signals(num).name)
+        except ValueError:
+            return "killed by signal %d" % num
+    return "exit code %d" % os.WEXITSTATUS(status)
+
+
+def supervise(ctx, report, keep_fds):
+    """Run the tiers in a forked tier process, each within its deadline; fill report["tiers"].
+
+    On a deadline, or when the tier process dies, the tier under way fails with the stacks
+    of every thread, the tier process and its workers are stopped, and the tiers after it
+    are skipped: the report of the tiers before it stands."""
+    args = ctx.args
+    scale = args.timeout_scale
+    read_fd, write_fd = os.pipe()
+    dump_fd, dump_path = tempfile.mkstemp(prefix="ascend-build-smoke-stacks-")
+    os.unlink(dump_path)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    pid = os.fork()
+    if pid == 0:  # the tier process: never returns into the caller
+        code = 70
+        try:
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
+            os.setsid()  # its own process group: the workers it starts are in it
+            os.close(read_fd)
+            for fd in keep_fds:
+                os.close(fd)
+            code = tier_process(ctx, write_fd, dump_fd)
+        except BaseException:
+            traceback.print_exc()
+        finally:
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(code)
+    os.close(write_fd)
+    events, workers, current, begun = Events(read_fd), [], None, time.monotonic()
+    until = begun + vocabulary.SMOKE_STARTUP_SECONDS * scale
+    done = False
+    try:
+        while True:
+            kind, event = events.next(until)
+            if kind == "event":
+                now = time.monotonic()
+                if event.get("event") == "workers":
+                    workers = [int(w) for w in event.get("pids", [])]
+                    log("the all-reduce workers wait for their port: pids %s" % " ".join(map(str, workers)))
+                elif event.get("event") == "start":
+                    current, begun = event.get("tier"), now
+                    until = now + deadline_of(current, args)
+                elif event.get("event") == "done":
+                    report["tiers"].append(event["entry"])
+                    current, until = None, now + vocabulary.SMOKE_STARTUP_SECONDS * scale
+                elif event.get("event") == "end":
+                    done = True
+                    break
+                continue
+            ran = [t["name"] for t in report["tiers"]]
+            name = current or next((t for t in args.tiers if t not in ran), None)
+            if kind == "timeout":
+                limit = deadline_of(current, args) if current else vocabulary.SMOKE_STARTUP_SECONDS * scale
+                try:
+                    os.kill(pid, signal.SIGUSR1)  # faulthandler: every thread's stack into dump_fd
+                except OSError:
+                    pass
+                stacks = read_dump(dump_fd, DUMP_SECONDS * scale)
+            status, left = stop_group(pid, workers, STOP_SECONDS * scale)
+            if kind == "eof":
+                stacks = read_dump(dump_fd, 1.0)
+            if name is None:  # every tier reported: only the clean-up hung or ended oddly
+                log("the tier process was stopped after the last tier (%s)" % signal_name(status))
+                done = True
+                break
+            seconds = round(time.monotonic() - begun, 3)
+            frames = hung_frames(stacks)
+            where = ("hung in %s" % " <- ".join(frames[:3])) if frames else (
+                "its stacks: see details" if stacks.strip() else "no stack dump came")
+            if kind == "timeout":
+                what = "did not finish within %g s (its deadline%s)" % (
+                    limit, "" if current else ": the tier process never started it")
+            else:
+                what = "ended with its tier process, %s" % signal_name(status)
+            summary = "%s %s: %s; the tier process and its workers were stopped%s" % (
+                name, what, where, "" if not left else ", except pids %s" % left)
+            report["tiers"].append({"name": name, "status": "failed", "seconds": seconds, "summary": summary,
+                                    "details": {"deadline_seconds": deadline_of(name, args), "hung_in": frames,
+                                                "stacks": stacks[-16000:], "tier_process": signal_name(status),
+                                                "workers": {"pids": workers, "still_running": left}}})
+            log(summary)
+            if stacks.strip():
+                sys.stderr.write(stacks[-16000:])
+            for rest in args.tiers[args.tiers.index(name) + 1:]:
+                report["tiers"].append({"name": rest, "status": "skipped", "seconds": 0.0,
+                                        "summary": "skipped: not run, the %s tier did not finish" % name,
+                                        "details": {}})
+            break
+        if done:
+            status = _reap(pid, time.monotonic() + STOP_SECONDS * scale)
+            if status is None or any(running(w) for w in workers):
+                stop_group(pid, workers, STOP_SECONDS * scale)
+    finally:  # also on SIGTERM or Ctrl-C of this process: nothing of the tier process lives on
+        if _reap(pid, time.monotonic()) is None:
+            stop_group(pid, workers, STOP_SECONDS * scale)
+        os.close(read_fd)
+        os.close(dump_fd)
+
+
+class Stopped(Exception):
+    pass
+
+
+def _stopped(signum, frame):
+    raise Stopped("stopped by signal %d" % signum)
+
+
 def main(argv=None):
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == [WORKER_FLAG]:
@@ -980,21 +1290,24 @@ def main(argv=None):
     os.dup2(2, 1)  # everything printed by libraries (also from C) lands on stderr
     report: dict = {"schema": SCHEMA, "passed": False, "python": platform.python_version(),
               "started": datetime.datetime.now(datetime.timezone.utc).isoformat()}
+    previous = signal.signal(signal.SIGTERM, _stopped)  # docker stop: the tier process is stopped too
     try:
         args = parse_args(argv)
         manifest = load_manifest(args.manifest)
         ctx = Ctx(args, manifest, resolve_device(args.device, manifest))
-        ctx.workers = start_workers(2, ctx.device) if any(TIERS[n] is tier_collective for n in args.tiers) else None
         report.update(cell=manifest.get("cell"), variant=ctx.variant, device=ctx.device, tiers=[],
                       host={"driver": parsers.read_version_info(parsers.DRIVER_INFO), "firmware": parsers.read_version_info(parsers.FIRMWARE_INFO)})
-        for name in args.tiers:
-            report["tiers"].append(run_tier(name, ctx))
+        supervise(ctx, report, (real_stdout,))
         report["passed"] = all(t["status"] != "failed" for t in report["tiers"])
         code = 0 if report["passed"] else 1
-        stop_workers(ctx.workers)
     except UsageError as exc:
         log("usage: %s" % exc)
         report["error"], code = str(exc), 2
+    except Stopped as exc:
+        log(str(exc))
+        report["error"], code = str(exc), 1
+    finally:
+        signal.signal(signal.SIGTERM, previous)
     sys.stdout.flush()
     sys.stderr.flush()
     with os.fdopen(real_stdout, "w") as out:

@@ -717,3 +717,83 @@ def test_plan_cann_only_has_no_torch_tiers_on_any_host(tmp_path):
                                                                                           False)
     device, tiers, devs, _, final = smoke_plan("npu", pipeline.Options(root=root), cann_only=True)
     assert (device, tiers, final) == ("npu", vocabulary.STATIC_TIERS, True) and devs
+
+
+# --- 6. a smoke test that hangs -----------------------------------------------------------
+
+
+class _HangingSmoke:
+    """The real engine, except that smoke containers run with the smoke program's test-only hang
+    hook set (``ASCEND_BUILD_SMOKE_TEST_HANG``: the named tier really hangs inside the container),
+    ``extra`` arguments added and, with ``limit``, that engine limit instead of the pipeline's."""
+
+    def __init__(self, engine, tier: str, extra=(), limit: Optional[float] = None):
+        self._engine, self.tier, self.extra, self.limit = engine, tier, list(extra), limit
+        self.limits: List[float] = []
+
+    def __getattr__(self, name):
+        return getattr(self._engine, name)
+
+    def run(self, image, command, **kwargs):
+        if vocabulary.SMOKE_PROGRAM in command:
+            kwargs["env"] = {**kwargs.get("env", {}), "ASCEND_BUILD_SMOKE_TEST_HANG": self.tier}
+            command = list(command) + self.extra
+            kwargs["timeout"] = self.limit or kwargs["timeout"]
+            self.limits.append(kwargs["timeout"])
+        return self._engine.run(image, command, **kwargs)
+
+
+@pytest.mark.engine
+@needs_build
+@pytest.mark.parametrize("ended_by", ["its tier's deadline", "the engine's limit"])
+def test_a_hung_smoke_fails_the_image_keeping_seconds_and_report_and_tags_nothing(engine, base_image, session_images,
+                                                                                 tmp_path, ended_by):
+    """The twin's collective tier hangs for real inside its container (the main thread blocked in C
+    holding the GIL, the workers waiting for their port). Its own deadline (10 s here) fails it
+    with the stacks; or, with a deadline beyond the engine's limit (25 s here), the engine kills
+    the container. Either way: failed, build and smoke seconds kept, the report kept, no tag."""
+    repo = f"{REPO}-hung"
+    release = f"{repo}:{CELL_ID}-cpu"
+    [cell] = matrix.load(write_matrix(tmp_path, repo)).cells
+    by_deadline = ended_by == "its tier's deadline"
+    hanging = _HangingSmoke(engine, "collective", extra=("--tier-seconds", "collective=10") if by_deadline else (),
+                            limit=None if by_deadline else 25)
+    opts = pipeline.Options(variants=("cpu",), state_dir=tmp_path / "state", base_image=base_image,
+                            wheelhouse=WHEELHOUSE, ca_bundle=CA_BUNDLE if CA_BUNDLE.is_file() else None, quiet=True)
+    [out] = pipeline.run([cell], opts, hanging, lambda line: None)
+    print(f"{ended_by}: build {out.build_seconds:.1f} s, smoke {out.smoke_seconds:.1f} s; {out.message}")
+
+    assert out.status == "failed" and out.tags == [] and out.digests == {}, out.message
+    assert out.build_seconds > 0 and out.smoke_seconds > 0 and out.image_id.startswith("sha256:")
+    report = json.loads(Path(out.report).read_text())  # kept, whatever ended it
+    assert report["passed"] is False and report["candidate"] == out.image_id
+    tiers = {t["name"]: t for t in report["tiers"]}
+    if by_deadline:
+        assert hanging.limits == [pipeline.engine_timeout(vocabulary.TIERS, 1.0)]
+        assert 10 <= out.smoke_seconds < hanging.limits[0]
+        assert [tiers[n]["status"] for n in vocabulary.TIERS] == ["passed"] * 5 + ["failed"]
+        hung = tiers["collective"]
+        assert hung["summary"].startswith("collective did not finish within 10 s (its deadline): hung in hang_for_tests")
+        assert 10 <= hung["seconds"] <= 18 and "in tier_collective" in hung["details"]["stacks"]
+        assert hung["details"]["workers"]["still_running"] == [] and report["exit_code"] == 1
+        assert "collective did not finish within 10 s" in out.message
+    else:
+        assert 25 <= out.smoke_seconds < 60
+        # the tiers that ended before, from the program's log; then the failure
+        assert [t["name"] for t in report["tiers"]] == list(vocabulary.TIERS[:5]) + ["smoke"]
+        assert all(tiers[n]["status"] == "passed" for n in vocabulary.TIERS[:5])
+        smoke_tier = tiers["smoke"]
+        assert smoke_tier["status"] == "failed" and report["exit_code"] == -1
+        assert smoke_tier["summary"].startswith("the smoke program did not finish within 25 s, the engine's limit")
+        assert "ASCEND_BUILD_SMOKE_TIMEOUT_SCALE=2" in smoke_tier["summary"]
+        assert "collective: hanging on purpose" in smoke_tier["details"]["stderr_tail"]
+        assert "train passed" in smoke_tier["details"]["stderr_tail"]  # the tiers before it, in the log
+        assert "did not finish within 25 s" in out.message and "collective: not run" in out.message
+    for ref in all_refs(repo):
+        assert engine.image_id(ref) is None, f"{ref} was tagged"
+    assert smoke_containers(engine, release) == []
+    # As after any failed smoke test, the candidate is kept, nameless, for a look; named by the
+    # outcome and the report, it is the only nameless image of the run.
+    titled = engine.client.images.list(filters={"dangling": True, "label": f"org.opencontainers.image.title={release}"})
+    assert [img.id for img in titled] == [out.image_id]
+    assert engine.remove_if_unnamed(out.image_id)

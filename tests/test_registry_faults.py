@@ -1,0 +1,383 @@
+"""Registries that fail: 5xx, 429 with and without Retry-After, a connection reset mid-push and
+mid-pull. A real HTTP proxy on loopback (`FaultProxy`, a thread) forwards every request to a real
+docker-registry (the ``registry`` fixture) and injects the faults planned for the Nth request of
+a method and path; it counts every request, so the tests see each retry. No Docker Engine needed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import http.client
+import http.server
+import json
+import os
+import re
+import socket
+import struct
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from collections import Counter
+from pathlib import Path
+from typing import Dict, List, Tuple
+
+import pytest
+
+from builder import bounded, registry as reg_module
+from builder.errors import UserError
+from builder.registry import OCI_MANIFEST, Registry
+
+REAL_BACKOFF = reg_module.BACKOFF
+HOP = {"connection", "keep-alive", "transfer-encoding", "proxy-connection", "content-length"}
+
+
+class FaultProxy:
+    """Forwards to ``upstream`` ("127.0.0.1:PORT"). ``plan(method, pattern, faults)``: the Nth
+    request whose method is ``method`` and whose path matches ``pattern`` gets ``faults[N-1]``
+    ("500", "503", "429", "429:SECONDS" with Retry-After, "reset" (half the request read, then a
+    TCP reset), "cut" (the real answer's head and half its body, then a reset), or "" to forward);
+    ``always`` applies to every such request. ``count(method, pattern)``: requests seen."""
+
+    def __init__(self, upstream: str):
+        self.upstream = upstream
+        self.plans: List[Tuple[str, "re.Pattern[str]", List[str], str, int]] = []
+        self.seen: Counter = Counter()
+        self.lock = threading.Lock()
+        proxy = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.0"
+
+            def log_message(self, *args):
+                pass
+
+            def handle_one(self):
+                proxy.handle(self)
+
+            do_GET = do_HEAD = do_PUT = do_POST = do_PATCH = do_DELETE = handle_one
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        self.host = f"127.0.0.1:{self.server.server_port}"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def plan(self, method: str, pattern: str, faults: List[str] = (), always: str = "") -> None:
+        """Faults for the requests from now on (the Nth after this call gets ``faults[N-1]``)."""
+        compiled = re.compile(pattern)
+        with self.lock:
+            base = sum(c for (m, p), c in self.seen.items() if m == method and compiled.search(p))
+            self.plans.append((method, compiled, list(faults), always, base))
+
+    def count(self, method: str, pattern: str) -> int:
+        with self.lock:
+            return sum(n for (m, path), n in self.seen.items() if m == method and re.search(pattern, path))
+
+    def _fault(self, method: str, path: str) -> str:
+        with self.lock:
+            self.seen[(method, path)] += 1
+            for m, pattern, faults, always, base in self.plans:
+                if m == method and pattern.search(path):
+                    n = sum(c for (mm, p), c in self.seen.items() if mm == m and pattern.search(p)) - base
+                    return always or (faults[n - 1] if n <= len(faults) else "")
+        return ""
+
+    @staticmethod
+    def _chunked(stream) -> bytes:
+        parts = []
+        for _ in range(1 << 20):  # bounded: a chunk count no push of a test image reaches
+            size = int(stream.readline().split(b";")[0].strip() or b"0", 16)
+            if size == 0:
+                while stream.readline().strip():  # trailers
+                    pass
+                break
+            parts.append(stream.read(size))
+            stream.readline()
+        return b"".join(parts)
+
+    @staticmethod
+    def _reset(handler) -> None:
+        handler.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        handler.connection.close()
+        handler.close_connection = True
+
+    def handle(self, handler) -> None:
+        method, path = handler.command, handler.path.split("?")[0]
+        fault = self._fault(method, path)
+        length = int(handler.headers.get("Content-Length") or 0)
+        if fault == "reset":  # mid-request: half the body read, then a TCP reset
+            handler.rfile.read(length // 2)
+            return self._reset(handler)
+        body = handler.rfile.read(length) if length else b""
+        if "chunked" in (handler.headers.get("Transfer-Encoding") or "").lower():  # Docker Engine's blob PATCH
+            body, length = self._chunked(handler.rfile), 1
+        if fault.split(":")[0] in ("500", "502", "503", "429"):
+            code, _, after = fault.partition(":")
+            handler.send_response(int(code))
+            if after:
+                handler.send_header("Retry-After", after)
+            handler.send_header("Content-Length", "0")
+            handler.end_headers()
+            return
+        upstream = http.client.HTTPConnection(self.upstream, timeout=30)
+        headers = {k: v for k, v in handler.headers.items() if k.lower() not in HOP}
+        upstream.request(method, handler.path, body=body if length else None, headers=headers)
+        answer = upstream.getresponse()
+        data = answer.read()
+        upstream.close()
+        handler.send_response(answer.status)
+        for key, value in answer.getheaders():
+            if key.lower() not in HOP:
+                handler.send_header(key, value)
+        handler.send_header("Content-Length", str(len(data)))
+        handler.end_headers()
+        if method == "HEAD":
+            return
+        if fault == "cut" and data:  # mid-answer: half the body, then a TCP reset
+            handler.wfile.write(data[: len(data) // 2])
+            handler.wfile.flush()
+            return self._reset(handler)
+        handler.wfile.write(data)
+
+    def stop(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@pytest.fixture
+def proxy(registry):
+    p = FaultProxy(registry.host)
+    yield p
+    p.stop()
+
+
+@pytest.fixture(autouse=True)
+def quick_backoff(monkeypatch):
+    """The retries' own waits, shortened (0.1 s doubling) so the suite stays quick; a
+    Retry-After the registry names is waited for as asked."""
+    monkeypatch.setattr(reg_module, "BACKOFF", 0.1)
+
+
+def _image(repo_registry: Registry, repository: str, tag: str) -> Tuple[str, bytes]:
+    """A tiny image (a config blob and a manifest without layers) pushed straight to the registry."""
+    config = json.dumps({"architecture": "amd64", "os": "linux", "config": {"Labels": {"t": tag}},
+                         "rootfs": {"type": "layers", "diff_ids": []}}).encode()
+    digest = repo_registry.put_blob(repository, config)
+    manifest = json.dumps({"schemaVersion": 2, "mediaType": OCI_MANIFEST, "config": {
+        "mediaType": "application/vnd.oci.image.config.v1+json", "digest": digest, "size": len(config)},
+        "layers": []}).encode()
+    return repo_registry.put_manifest(repository, tag, manifest, OCI_MANIFEST), manifest
+
+
+def _clients(registry, proxy) -> Tuple[Registry, Registry]:
+    """(straight to the registry, through the proxy), with the test user's credentials."""
+    return (Registry(registry.host, registry.username, registry.password),
+            Registry(proxy.host, registry.username, registry.password))
+
+
+def _warm(client: Registry, repository: str) -> None:
+    """One clean read, so the 401 challenge and its answer are behind: counts are then exact."""
+    client.tags(repository)
+
+
+def test_reads_retry_through_5xx_429_and_resets_and_succeed(registry, proxy):
+    direct, through = _clients(registry, proxy)
+    repository = f"faults/read-{uuid.uuid4().hex[:8]}"
+    digest, _ = _image(direct, repository, "v1")
+    _warm(through, repository)
+    tags_path, manifest_path = r"/tags/list$", r"/manifests/v1$"
+    proxy.plan("GET", tags_path, ["503", "429", "reset", "502"])
+    proxy.plan("GET", manifest_path, ["cut", "429:1"])
+    before = proxy.count("GET", tags_path)
+    start = time.monotonic()
+    assert through.tags(repository) == ["v1"]
+    assert proxy.count("GET", tags_path) - before == 5  # 4 faults, then the answer
+    shown = through.manifest(repository, "v1")  # mid-answer reset, then 429 with Retry-After: 1
+    elapsed = time.monotonic() - start
+    assert shown.digest == digest and proxy.count("GET", manifest_path) == 3  # same scope: no new challenge
+    assert elapsed >= 1.0  # the Retry-After was waited for
+    print(f"reads: tags 5 requests, manifest 3 requests, {elapsed:.2f} s")
+
+
+def test_a_persistent_5xx_fails_clearly_after_bounded_retries(registry, proxy):
+    _, through = _clients(registry, proxy)
+    repository = f"faults/down-{uuid.uuid4().hex[:8]}"
+    _warm(through, repository)
+    proxy.plan("GET", r"/tags/list$", always="503")
+    before = proxy.count("GET", r"/tags/list$")
+    start = time.monotonic()
+    with pytest.raises(UserError) as failed:
+        through.tags(repository)
+    elapsed = time.monotonic() - start
+    tries = proxy.count("GET", r"/tags/list$") - before
+    print(f"persistent 503: {tries} requests, failed after {elapsed:.2f} s: {failed.value.message}")
+    assert tries == reg_module.RETRIES + 1 == 5
+    assert re.fullmatch(rf"registry {re.escape(proxy.host)}: answered HTTP 503 for GET /v2/{repository}/tags/list "
+                        r"\(5 tries in \d+\.\d s\)", failed.value.message)
+    assert failed.value.fix and failed.value.exit_code == 1
+    assert elapsed < 0.1 * (1 + 2 + 4 + 8) + 5  # the backoff (shortened here) and the requests, no more
+
+
+@pytest.mark.parametrize("limit", ["retry-after-max", "command-deadline"])
+def test_a_retry_after_beyond_what_may_be_waited_is_not_waited_for(registry, proxy, limit):
+    _, through = _clients(registry, proxy)
+    repository = f"faults/throttled-{uuid.uuid4().hex[:8]}"
+    _warm(through, repository)
+    after = 3600 if limit == "retry-after-max" else 10
+    proxy.plan("GET", r"/tags/list$", always=f"429:{after}")
+    before = proxy.count("GET", r"/tags/list$")
+    start = time.monotonic()
+    with pytest.raises(UserError) as failed:
+        if limit == "command-deadline":
+            with bounded.command_deadline(5):
+                through.tags(repository)
+        else:
+            through.tags(repository)
+    elapsed = time.monotonic() - start
+    assert elapsed < 3 and proxy.count("GET", r"/tags/list$") - before == 1  # answered 429 once, not retried
+    why = "more than the 60 s waited for" if limit == "retry-after-max" else "past the command's deadline"
+    assert f"answered HTTP 429 for GET /v2/{repository}/tags/list and asked to retry after {after} s, {why}" \
+        in failed.value.message
+
+
+def test_429_without_retry_after_backs_off_and_succeeds(registry, proxy):
+    direct, through = _clients(registry, proxy)
+    repository = f"faults/backoff-{uuid.uuid4().hex[:8]}"
+    _image(direct, repository, "v1")
+    _warm(through, repository)
+    proxy.plan("GET", r"/tags/list$", ["429", "429", "429"])
+    before = proxy.count("GET", r"/tags/list$")
+    start = time.monotonic()
+    assert through.tags(repository) == ["v1"]
+    assert time.monotonic() - start >= 0.1 + 0.2 + 0.4  # doubling backoff
+    assert proxy.count("GET", r"/tags/list$") - before == 3 + 1
+
+
+def test_a_push_survives_resets_and_5xx_and_reports_what_the_registry_holds(registry, proxy):
+    direct, through = _clients(registry, proxy)
+    repository = f"faults/push-{uuid.uuid4().hex[:8]}"
+    _warm(through, repository)
+    proxy.plan("POST", r"/blobs/uploads/$", ["503"])
+    proxy.plan("PUT", r"/blobs/uploads/", ["reset"])      # mid-push: half the blob sent, then a reset
+    proxy.plan("PUT", r"/manifests/v1$", ["500", "reset"])
+    digest, manifest = _image(through, repository, "v1")
+    assert digest == "sha256:" + hashlib.sha256(manifest).hexdigest()
+    assert direct.manifest(repository, "v1").digest == digest  # the registry holds what was reported
+    assert proxy.count("POST", r"/blobs/uploads/$") == 3       # 503, the upload cut by the reset, the good one
+    assert proxy.count("PUT", r"/blobs/uploads/") == 2
+    assert proxy.count("PUT", r"/manifests/v1$") == 3
+
+
+def test_a_push_that_keeps_failing_reports_no_digest_and_publishes_no_tag(registry, proxy):
+    direct, through = _clients(registry, proxy)
+    repository = f"faults/nopush-{uuid.uuid4().hex[:8]}"
+    _warm(through, repository)
+    proxy.plan("PUT", r"/manifests/v1$", always="reset")
+    start = time.monotonic()
+    reported: Dict[str, str] = {}
+    with pytest.raises(UserError) as failed:
+        reported["v1"] = _image(through, repository, "v1")[0]
+    assert reported == {}
+    assert "the connection broke during PUT" in failed.value.message and "(5 tries in" in failed.value.message
+    assert proxy.count("PUT", r"/manifests/v1$") == 5 and time.monotonic() - start < 10
+    assert direct.tags(repository) == []  # nothing under the tag
+    with pytest.raises(LookupError):
+        direct.manifest(repository, "v1")
+
+
+def test_a_post_or_blob_put_is_not_retried_alone(registry, proxy):
+    """The upload session's own requests are not repeated by themselves (a PUT to a session
+    that took the bytes would 404); the whole upload is, from its HEAD."""
+    _, through = _clients(registry, proxy)
+    repository = f"faults/session-{uuid.uuid4().hex[:8]}"
+    _warm(through, repository)
+    proxy.plan("PUT", r"/blobs/uploads/", always="503")
+    with pytest.raises(UserError, match=r"answered HTTP 503 for PUT .*\(5 tries in"):
+        through.put_blob(repository, b"blob " + uuid.uuid4().hex.encode())
+    assert proxy.count("POST", r"/blobs/uploads/$") == 5 and proxy.count("PUT", r"/blobs/uploads/") == 5
+    assert proxy.count("HEAD", r"/blobs/sha256:") == 5 + 1  # + the 401 challenge of the push scope
+
+
+def test_retry_after_reads_seconds_and_dates():
+    assert reg_module.retry_after("7") == 7.0 and reg_module.retry_after("") is None
+    assert reg_module.retry_after("9" * 40) == float(bounded.HUGE)
+    later = time.strftime("%a, %d %b %Y %H:%M:%S GMT", time.gmtime(time.time() + 30))
+    assert 25 <= reg_module.retry_after(later) <= 31
+
+
+
+
+def test_the_real_backoff_gives_up_on_a_persistent_503_within_8_seconds(registry, proxy, monkeypatch):
+    monkeypatch.setattr(reg_module, "BACKOFF", REAL_BACKOFF)
+    _, through = _clients(registry, proxy)
+    repository = f"faults/real-{uuid.uuid4().hex[:8]}"
+    _warm(through, repository)
+    proxy.plan("GET", r"/manifests/", always="500")
+    start = time.monotonic()
+    with pytest.raises(UserError, match=r"answered HTTP 500 for GET .*\(5 tries in \d"):
+        through.manifest(repository, "v1")
+    elapsed = time.monotonic() - start
+    print(f"persistent 500, real backoff: failed after {elapsed:.2f} s")
+    assert 0.5 + 1 + 2 + 4 <= elapsed < 0.5 + 1 + 2 + 4 + 3
+
+
+def test_index_through_a_failing_registry_fails_clearly_and_reports_nothing_published(registry, proxy, tmp_path):
+    """The CLI, as people run it: `index` against a registry whose manifests keep answering 503."""
+    cli = Path(sys.executable).with_name("ascend-build")
+    if not cli.exists():
+        pytest.skip("the ascend-build script is not installed next to this Python")
+    repository = f"faults/index-{uuid.uuid4().hex[:8]}"
+    proxy.plan("GET", r"/manifests/", always="503")
+    env = dict(os.environ, ASCEND_BUILD_REGISTRY_USER=registry.username, ASCEND_BUILD_REGISTRY_PASSWORD=registry.password)
+    start = time.monotonic()
+    done = subprocess.run([str(cli), "index", f"{proxy.host}/{repository}:cann9.1.0-910b-debian12-py3.11-torch_npu2.13.0",
+                           "--json"], capture_output=True, text=True, env=env, cwd=tmp_path, timeout=120)
+    elapsed = time.monotonic() - start
+    assert done.returncode == 1 and "Traceback" not in done.stderr
+    [outcome] = json.loads(done.stdout)
+    assert outcome["status"] == "error" and outcome["digests"] == {} and outcome["arches"] == {}
+    assert re.search(rf"answered HTTP 503 for GET /v2/{repository}/manifests/\S+ \(5 tries in \d", outcome["message"])
+    assert proxy.count("GET", r"/manifests/") == 5 and elapsed < 30  # one arch's manifest, 5 tries: then it stops
+    print(f"index, persistent 503: exit 1 after {elapsed:.2f} s, 5 requests")
+
+
+@pytest.mark.engine
+def test_image_push_to_a_failing_registry_reports_an_error_no_digest_and_keeps_the_image(engine, registry, proxy,
+                                                                                       tmp_path, monkeypatch):
+    """Pushing goes through Docker Engine: the pipeline's last step (`conclude`: seal, tag, push)
+    of a small image that passed, against a registry whose manifest PUT keeps answering 500."""
+    from builder.build import pipeline
+
+    monkeypatch.setenv("ASCEND_BUILD_REGISTRY_USER", registry.username)
+    monkeypatch.setenv("ASCEND_BUILD_REGISTRY_PASSWORD", registry.password)
+    token = uuid.uuid4().hex[:10]
+    (tmp_path / "ctx").mkdir()
+    (tmp_path / "ctx" / "Dockerfile").write_text("FROM scratch\nCOPY a.txt /a.txt\n")
+    (tmp_path / "ctx" / "a.txt").write_text(f"faults {token}\n")
+    candidate = engine.build(tmp_path / "ctx", log_path=tmp_path / "build.log")
+    ref = f"ascend-build-test/faults-{token}:cell-cpu"
+    pushed = f"{proxy.host}/{ref}"
+    proxy.plan("PUT", r"/manifests/", always="500")
+    report = {"schema": 1, "passed": True, "exit_code": 0, "device": "cpu", "host": {},
+              "tiers": [{"name": "versions", "status": "passed", "summary": "ok"}]}
+    out = pipeline.Outcome("cell", "cpu", image_id=candidate)
+    options = pipeline.Options(variants=("cpu",), state_dir=tmp_path / "state", push=proxy.host)
+    start = time.monotonic()
+    try:
+        out = pipeline.conclude(out, engine, report, ("versions",), True, ref, "cell-cpu", options)
+        elapsed = time.monotonic() - start
+        print(f"image --push, manifest PUT always 500: {out.status} after {elapsed:.1f} s, "
+              f"{proxy.count('PUT', r'/manifests/')} manifest PUTs: {out.message.splitlines()[0]}")
+        assert out.status == "error" and out.digests == {} and not out.ok
+        assert f"push of {pushed} to {proxy.host} failed" in out.message and "500" in out.message
+        assert f"kept locally as {ref}, {pushed}" in out.message
+        assert engine.image_id(ref) == out.image_id and engine.image_id(pushed) == out.image_id  # kept, sealed
+        assert engine.labels(ref)["io.ascend-build.validated"] == "true"
+        assert proxy.count("PUT", r"/manifests/") >= 4 and elapsed < 120  # Engine.push: 4 tries, 1 + 2 + 4 s apart
+        direct = Registry(registry.host, registry.username, registry.password)
+        assert direct.tags(ref.split(":")[0]) == []  # no tag reached the registry
+    finally:
+        for name in (ref, pushed):
+            engine.untag(name)
+        engine.remove_if_unnamed(candidate)
