@@ -5,9 +5,8 @@ Engine part (fixtures `engine`, `registry`, `base_image`): tests marked
 because mocks of Docker hide exactly the failures (secrets, auth, digests)
 these tests exist for. `.ci/run` starts the engine via scripts/setup-engine.sh.
 
-Scheduling part (only under pytest-xdist, which `make test` runs as
-``-n 3 --dist loadgroup``; a plain ``pytest`` run is serial and unchanged): see
-``pytest_collection_modifyitems`` and ``pytest_runtest_protocol`` below.
+Scheduling part (only under pytest-xdist, which `make test` runs with three workers; a
+plain ``pytest`` run is serial and unchanged): see "scheduling under pytest-xdist" below.
 """
 
 from __future__ import annotations
@@ -33,10 +32,10 @@ from builder.errors import UserError
 # --- scheduling under pytest-xdist --------------------------------------------------------
 #
 # Most of the suite's time is the engine's, and most of that is two arm64 builds under qemu
-# (10-20 min of a serial run, cold). So `make test` runs three workers, each given whole
-# groups (--dist loadgroup) in the order of GROUPS (--no-loadscope-reorder keeps it): the
-# first three start at once, each next one goes to the first worker that is free, and the
-# tests that need no engine come last, one by one, to whichever worker is free.
+# (20 of the 31 minutes of a serial run, cold). So `make test` runs three workers, each given
+# whole groups (--dist loadgroup, which `-n N` alone also gets here) in the order of GROUPS:
+# the first three start at once, each next one goes to the first worker that is free, and
+# the tests that need no engine come last, one by one, to whichever worker is free.
 #
 #   engine-seal    the arm64 CPU twin (the longest test), then the tests that check that no
 #                  temporary seal tag is left at all (SEAL_CHECK below);
@@ -47,8 +46,9 @@ from builder.errors import UserError
 # Engine tests of different groups run at the same time. That is safe because:
 # * a module in OWN_IMAGES builds, tags, runs and removes only images and containers no other
 #   module makes (its own cells, or names with a uuid); the modules left in `engine` do not
-#   all (test_index_e2e, test_node_cli and test_registry build the very same labelled image,
-#   and node_cli removes it), so they stay one after the other;
+#   all (test_index_e2e, test_node_cli and test_registry build FROM local/debian:12 with the
+#   very same labels, so the very same image ID, and node_cli force-removes it by that ID),
+#   so they stay one after the other;
 # * pipeline.seal tags its candidate `ascend-build-candidate:<id>` for the seconds its seal
 #   build takes, and a test asserting `temp_tags(engine) <= before` would see another
 #   worker's seal as a leftover: such a test holds the engine lock exclusively, every other
@@ -68,8 +68,19 @@ OWN_IMAGES = (  # longest first (cold)
 GROUPS = ("engine-seal", "engine-arm64", *(f"engine:{path}" for path in OWN_IMAGES), "engine")
 
 
+def pytest_configure(config):
+    """`pytest -n N` alone means --dist load, which would spread the engine tests anywhere:
+    this suite's groups need loadgroup, in the order of GROUPS."""
+    if getattr(config.option, "numprocesses", None) and getattr(config.option, "dist", "no") == "load":
+        config.option.dist = "loadgroup"
+    if getattr(config.option, "dist", "no") == "loadgroup":
+        config.option.loadscopereorder = False
+    if getattr(config, "workerinput", {}).get("ascend_build_loadgroup"):
+        config.option.loadgroup = True  # a worker parses the command line again: -n alone says load
+
+
 def _loadgroup(config) -> bool:
-    """True in the workers of an xdist run with --dist loadgroup (xdist sets this option there)."""
+    """True in the workers of an xdist run with --dist loadgroup."""
     return bool(getattr(config.option, "loadgroup", False))
 
 
@@ -182,6 +193,7 @@ def pytest_configure_node(node):
         fd, config._ascend_build_engine_lock = tempfile.mkstemp(prefix="ascend-build-engine-lock-")
         os.close(fd)
     node.workerinput["ascend_build_engine_lock"] = config._ascend_build_engine_lock
+    node.workerinput["ascend_build_loadgroup"] = config.getvalue("dist") == "loadgroup"
 
 
 def pytest_unconfigure(config):
