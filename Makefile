@@ -47,8 +47,14 @@ lint: setup
 	$(BIN)/ruff check
 	$(BIN)/mypy
 
+# Three workers (pytest-xdist): the two arm64 builds under qemu and the other engine tests run
+# side by side, the tests that need no engine fill in (groups: tests/conftest.py).
+# TEST_WORKERS=0 runs the suite serially in one process.
+TEST_WORKERS ?= 3
+
 test: setup lint engine torch-venv
-	ASCEND_BUILD_TORCH_PYTHON=$(TORCH_VENV)/bin/python $(BIN)/pytest
+	ASCEND_BUILD_TORCH_PYTHON=$(TORCH_VENV)/bin/python $(BIN)/pytest \
+		$(if $(filter-out 0,$(TEST_WORKERS)),-n $(TEST_WORKERS) --dist loadgroup --no-loadscope-reorder)
 
 # Everything that needs no Docker Engine (seconds, not minutes).
 test-fast: setup lint

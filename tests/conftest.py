@@ -1,13 +1,21 @@
-"""Shared pytest fixtures.
+"""Shared pytest fixtures, and how `make test` spreads the suite over processes.
 
 Engine part (fixtures `engine`, `registry`, `base_image`): tests marked
 `pytest.mark.engine` use a real Docker Engine and a real registry on loopback,
 because mocks of Docker hide exactly the failures (secrets, auth, digests)
 these tests exist for. `.ci/run` starts the engine via scripts/setup-engine.sh.
+
+Scheduling part (only under pytest-xdist, which `make test` runs with three workers; a
+plain ``pytest`` run is serial and unchanged): see "scheduling under pytest-xdist" below.
 """
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
+import inspect
+import os
+import re
 import shutil
 import socket
 import subprocess
@@ -20,6 +28,180 @@ from pathlib import Path
 import pytest
 
 from builder.errors import UserError
+
+# --- scheduling under pytest-xdist --------------------------------------------------------
+#
+# Most of the suite's time is the engine's, and most of that is two arm64 builds under qemu
+# (20 of the 31 minutes of a serial run, cold). So `make test` runs three workers, each given
+# whole groups (--dist loadgroup, which `-n N` alone also gets here) in the order of GROUPS:
+# the first three start at once, each next one goes to the first worker that is free, and
+# the tests that need no engine come last, one by one, to whichever worker is free.
+#
+#   engine-seal    the arm64 CPU twin (the longest test), then the tests that check that no
+#                  temporary seal tag is left at all (SEAL_CHECK below);
+#   engine-arm64   the arm64 NPU image (it fails its tiers by design: it never seals);
+#   engine:<file>  the other engine tests of a module in OWN_IMAGES, in file order;
+#   engine         every other engine test, in file order, one after the other.
+#
+# Engine tests of different groups run at the same time. That is safe because:
+# * a module in OWN_IMAGES builds, tags, runs and removes only images and containers no other
+#   module makes (its own cells, or names with a uuid); the modules left in `engine` do not
+#   all (test_index_e2e, test_node_cli and test_registry build FROM local/debian:12 with the
+#   very same labels, so the very same image ID, and node_cli force-removes it by that ID),
+#   so they stay one after the other;
+# * pipeline.seal tags its candidate `ascend-build-candidate:<id>` for the seconds its seal
+#   build takes, and a test asserting `temp_tags(engine) <= before` would see another
+#   worker's seal as a leftover: such a test holds the engine lock exclusively, every other
+#   engine test holds it shared (`_engine_lock`), so a check never overlaps a test that may
+#   seal, on any worker.
+# A new engine module lands in `engine` until it is shown to fit OWN_IMAGES.
+
+SEAL_CHECK = re.compile(r"temp_tags\(engine\)\s*<=")  # "no temporary tag was left", in a test's source
+ARM64_TWIN = "tests/build/test_arm64_e2e.py::test_the_mission_closure_as_an_arm64_twin_under_qemu"
+ARM64_NPU = "tests/build/test_arm64_e2e.py::test_an_arm64_npu_image_without_cann_fails_its_libraries_tier_and_gets_no_tag"
+OWN_IMAGES = (  # longest first (cold)
+    "tests/build/test_pipeline_e2e.py",
+    "tests/build/test_own_wheel.py",
+    "tests/build/test_cann_installers_e2e.py",
+    "tests/build/test_cann_only_e2e.py",
+)
+GROUPS = ("engine-seal", "engine-arm64", *(f"engine:{path}" for path in OWN_IMAGES), "engine")
+
+
+def pytest_configure(config):
+    """`pytest -n N` alone means --dist load, which would spread the engine tests anywhere:
+    this suite's groups need loadgroup, in the order of GROUPS."""
+    if getattr(config.option, "numprocesses", None) and getattr(config.option, "dist", "no") == "load":
+        config.option.dist = "loadgroup"
+    if getattr(config.option, "dist", "no") == "loadgroup":
+        config.option.loadscopereorder = False
+    if getattr(config, "workerinput", {}).get("ascend_build_loadgroup"):
+        config.option.loadgroup = True  # a worker parses the command line again: -n alone says load
+
+
+def _loadgroup(config) -> bool:
+    """True in the workers of an xdist run with --dist loadgroup."""
+    return bool(getattr(config.option, "loadgroup", False))
+
+
+def _checks_seal_tags(item) -> bool:
+    try:
+        return bool(SEAL_CHECK.search(inspect.getsource(item.function)))
+    except (AttributeError, OSError, TypeError):
+        return False
+
+
+def _group(item) -> str:
+    if item.get_closest_marker("engine") is None:
+        return ""
+    if item.nodeid == ARM64_TWIN or _checks_seal_tags(item):
+        return "engine-seal"
+    if item.nodeid == ARM64_NPU:
+        return "engine-arm64"
+    path = item.nodeid.split("::")[0]
+    return f"engine:{path}" if path in OWN_IMAGES else "engine"
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_collection_modifyitems(config, items):
+    """Under xdist's loadgroup: give every engine test its group, and put the groups first."""
+    if not _loadgroup(config):
+        return (yield)
+    groups, rank = {}, {}
+    for item in items:
+        group = groups[id(item)] = _group(item)
+        if group:
+            item.add_marker(pytest.mark.xdist_group(group))
+        rank[id(item)] = GROUPS.index(group) if group else len(GROUPS)
+    items.sort(key=lambda item: rank[id(item)])  # stable: file order within each group
+    result = yield  # xdist's own hook, deselection
+    for item in items:
+        group = groups.get(id(item))
+        if group and not item.nodeid.endswith("@" + group):
+            # xdist 3.8 sets item._nodeid = "<id>@<group>" (what its scheduler groups by), which
+            # pytest 9.2 no longer reads: its node ids live in item._id.
+            try:
+                item._id = type(item._id).parse(f"{item.nodeid}@{group}")
+            except (AttributeError, TypeError):
+                pass
+            if not item.nodeid.endswith("@" + group):
+                raise pytest.UsageError(f"cannot put {item.nodeid} in xdist group {group} with this pytest and "
+                                        "pytest-xdist: run the suite in one process (make test TEST_WORKERS=0)")
+    return result
+
+
+def pytest_deselected(items):
+    """In a worker: count what -m deselected, for the controller's summary line (below)."""
+    config = items[0].config if items else None
+    if config is not None and hasattr(config, "workeroutput"):
+        config.workeroutput["ascend_build_deselected"] = (
+            config.workeroutput.get("ascend_build_deselected", 0) + len(items))
+
+
+class _Deselected:
+    """Stands for a test that the workers deselected, in the controller's terminal stats."""
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node, error):
+    """xdist controller: say "N deselected" as a serial run does (every worker deselects the same)."""
+    count = getattr(node, "workeroutput", {}).get("ascend_build_deselected", 0)
+    reporter = node.config.pluginmanager.get_plugin("terminalreporter")
+    if count and reporter is not None and not getattr(node.config, "_ascend_build_deselected_told", False):
+        node.config._ascend_build_deselected_told = True
+        reporter.stats.setdefault("deselected", []).extend(_Deselected() for _ in range(count))
+
+
+@contextlib.contextmanager
+def _engine_lock(path: str, exclusive: bool):
+    """A readers-writer lock across processes: shared for tests that may seal, exclusive for the
+    seal-tag checks. The turnstile keeps a waiting check from being starved by shared holders."""
+    with open(path + ".turnstile", "a") as turnstile, open(path, "a") as lock:
+        fcntl.flock(turnstile, fcntl.LOCK_EX)
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
+        finally:
+            if not exclusive:
+                fcntl.flock(turnstile, fcntl.LOCK_UN)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+            if exclusive:
+                fcntl.flock(turnstile, fcntl.LOCK_UN)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    """Under xdist, an engine test holds the engine lock from its setup (module fixtures that
+    seal run there) to its teardown."""
+    path = getattr(item.config, "workerinput", {}).get("ascend_build_engine_lock")
+    if not path or item.get_closest_marker("engine") is None:
+        yield
+        return
+    with _engine_lock(path, exclusive=_checks_seal_tags(item)):
+        yield
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_configure_node(node):
+    """xdist controller: one lock file for all workers of this session."""
+    config = node.config
+    if not hasattr(config, "_ascend_build_engine_lock"):
+        import tempfile
+
+        fd, config._ascend_build_engine_lock = tempfile.mkstemp(prefix="ascend-build-engine-lock-")
+        os.close(fd)
+    node.workerinput["ascend_build_engine_lock"] = config._ascend_build_engine_lock
+    node.workerinput["ascend_build_loadgroup"] = config.getvalue("dist") == "loadgroup"
+
+
+def pytest_unconfigure(config):
+    path = getattr(config, "_ascend_build_engine_lock", None)
+    for leftover in (path, path and path + ".turnstile"):
+        if leftover and os.path.exists(leftover):
+            os.remove(leftover)
+
 
 # --- engine fixtures ------------------------------------------------------------
 

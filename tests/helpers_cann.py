@@ -6,6 +6,13 @@ a toolkit tree with a real `<arch>-linux/ascend_toolkit_install.info` and a `set
 shaped like CANN's (entries added only when their folder exists), a chip package's folder,
 or NNAL's ATB for both C++ ABIs with its ABI-picking `set_env.sh`. ``payload_mb`` makes a
 package weigh what a benchmark needs (random bytes, so no layer compresses them away).
+
+Which bytes a session's installers have decides what BuildKit may take from its cache:
+CANN 9.1.0's toolkit and chips' packages (the demo cell's, under the Python closure of every
+whole-image test) are the same bytes in every session, so a warm cache keeps them and the
+layers above them; `installers_91(fresh=True)` gives bytes no other build has. Every other
+installer (8.0.RC3's, NNAL's) carries this session's RUN_ID: their tests check in the build
+log that they ran, so their layers must not come from an earlier session's cache.
 """
 
 from __future__ import annotations
@@ -14,7 +21,12 @@ import uuid
 
 RAN = "SYNTHETIC-INSTALLER-RAN"
 TOOLKIT_DIR = "/usr/local/Ascend/ascend-toolkit"
-RUN_ID = uuid.uuid4().hex  # in every synthetic installer: this session's builds start cold, so they print
+RUN_ID = uuid.uuid4().hex  # this session's: the installers carrying it run in this session's builds, and print
+STABLE_ID = "same-bytes-every-session"  # CANN 9.1.0's instead (see above)
+
+
+def _test_id(version: str) -> str:
+    return STABLE_ID if version == "9.1.0" else RUN_ID
 
 
 def synthetic_run(name: str, home: str, version: str, extra_env: str = "", payload_mb: int = 0) -> bytes:
@@ -22,7 +34,7 @@ def synthetic_run(name: str, home: str, version: str, extra_env: str = "", paylo
     toolkit = "toolkit" in name
     body = [
         "#!/bin/sh",
-        f"# synthetic CANN installer (test {RUN_ID}): takes the real options, lays down the real files",
+        f"# synthetic CANN installer (test {_test_id(version)}): takes the real options, lays down the real files",
         "set -e",
         'for a in "$@"; do case "$a" in --quiet|--install|--install-for-all) ;; '
         '*) echo "unknown option $a" >&2; exit 2 ;; esac; done',
