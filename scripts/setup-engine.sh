@@ -60,8 +60,9 @@ else
     if [ -n "${DOCKER_HOST:-}" ] && [ "$DOCKER_HOST" != "$DEFAULT_HOST" ]; then
         fail "no engine answers at DOCKER_HOST=$DOCKER_HOST; start that engine or unset DOCKER_HOST"
     fi
-    # The build cache is capped: each test session's synthetic installers are new bytes, so
-    # their layers are never reused, and an uncapped cache filled this machine's disk.
+    # The build cache is capped: some of each test session's synthetic installers are new
+    # bytes (CANN 8.0.RC3's, NNAL's), so their layers are never reused, and an uncapped cache
+    # filled this machine's disk.
     printf '{"builder": {"gc": {"enabled": true, "defaultKeepStorage": "%s"}}}\n' \
         "${ASCEND_BUILD_CACHE_KEEP:-20GB}" >"$STATE/daemon.json"
     # setsid: the daemon must outlive this script and its terminal.
