@@ -361,9 +361,13 @@ def unrecorded_installers(cell: Cell, kb, lock: Optional[locking.Lock]) -> Tuple
     if cell.cann_source != "installer":
         return ()
     try:
-        return tuple(f.filename for f in installer_files(cell, kb, lock) if not f.sha256)
+        return _unhashed(installer_files(cell, kb, lock))
     except UserError:  # a local cell missing its sha256, or odd data: other rules report it
         return ()
+
+
+def _unhashed(installers: Tuple[InstallerFile, ...]) -> Tuple[str, ...]:
+    return tuple(f.filename for f in installers if not f.sha256)
 
 
 def env_prefix(cell: Cell) -> str:
@@ -707,7 +711,7 @@ def resolve(cell: Cell, kb, digest: str, lock: Optional[locking.Lock] = None,
         tags={v: _tag(cell, v, f.stand_in) for v in vocabulary.VARIANTS},
         names={v: vocabulary.release_tag(cell.id, v) + suffix for v in vocabulary.VARIANTS},
         lock=lock, lock_owner=(closure_of or cell).id, lock_state=f.state, content_hash=digest, stand_in=f.stand_in,
-        unrecorded=(tuple(i.filename for i in npu.installers if not i.sha256) if cell.cann_source == "installer" else ()),
+        unrecorded=_unhashed(npu.installers) if cell.cann_source == "installer" else (),
         installers_dir=(cell.cann_local or "") if cell.cann_source == "local" else "",
         own_wheel=cell.torch_npu_wheel, mirrors=cell.mirrors, cann_only=cell.cann_only,
         plans=plans, manifests={variant: _manifest(f, variant) for variant in vocabulary.VARIANTS},
