@@ -56,6 +56,8 @@ _CHIP_MIN_CANN = {"a3": "8.1.RC1", "950": "9.0.0"}
 _CPU_PIN_BEFORE = Version("2.12")
 
 _RANGE = re.compile(r"\[\s*([0-9][0-9A-Za-z.]*)\s*,\s*([0-9][0-9A-Za-z.]*)\s*\]")
+# A pre-release's name: 8.1.RC1.alpha001, 9.0.0-beta.1 (versions.cann; "beta1" of the old scheme is a final release).
+_PRERELEASE = re.compile(r"alpha\d|-beta\.\d", re.IGNORECASE)
 _TORCH_REQ = re.compile(r"^torch\s*(?:[=<>!~;\[(]|$)")
 
 
@@ -246,6 +248,7 @@ class KnowledgeBase:
         self._conda: Dict[str, Installer] = _installers.read_conda(conda_doc)
         # where CANN's installers are published (cann-downloads.yaml)
         self._downloads: Dict[str, Any] = dict(downloads_doc or {})
+        self._prerelease_folders = {str(k).lower(): v for k, v in (self._downloads.get("prerelease_folders") or {}).items()}
         # the installer of the locked steps (uv.yaml)
         self._uv: Dict[str, Any] = dict(uv_doc or {})
         # torch_npu/CANN pairs a downstream project ships that the table does not publish
@@ -539,13 +542,17 @@ class KnowledgeBase:
 
     def _min_driver_reason(self, cann: str) -> Tuple[Optional[str], str]:
         own, why = self._own_min_driver(cann)
+        own_none = own is None
         cv = versions.lenient("cann", cann)
         known = self._cann_entry(cann) is not None or self.cann_package(cann) is not None
         if cv is not None and known:  # an unknown release gets no inferred minimum
             for newer in self._cann_names:
                 nv = versions.lenient("cann", newer)
                 entry = self._cann_entry(newer) or {}
-                if nv is None or nv <= cv or not (entry.get("min_hdk_line") or entry.get("supported_hdk")):
+                # a release with no minimum of its own (a pre-release with no stated HDK) is bounded by
+                # every newer release's own minimum; one with its own only by those whose notes state lines
+                stated = entry.get("min_hdk_line") or entry.get("supported_hdk")
+                if nv is None or nv <= cv or not (stated or own_none):
                     continue
                 theirs, their_why = self._own_min_driver(newer)
                 if theirs is not None and (own is None or theirs < own):
@@ -716,18 +723,42 @@ class KnowledgeBase:
         return str((self._downloads.get("nnal") or {}).get("since") or "")
 
     def cann_release_folder(self, cann: str) -> Optional[str]:
-        """The folder a known CANN release's installers are published in; None for an unknown release.
+        """The folder a known CANN release's installers are published in; None for an unknown
+        release, and for a pre-release (alpha, beta) whose folder is not recorded.
+
+        A release's own folder is ``CANN <version>/``; alpha and beta releases are fetched
+        by the official images from folders named by internal codes
+        (``cann-downloads.yaml``, ``prerelease_folders``).
 
         Example:
             >>> load().cann_release_folder("9.1.0")
             'https://ascend-repo.obs.cn-east-2.myhuaweicloud.com/CANN/CANN%209.1.0/'
-            >>> load().cann_release_folder("6.4.0") is None
-            True
+            >>> load().cann_release_folder("9.0.0-beta.1")
+            'https://ascend-repo.obs.cn-east-2.myhuaweicloud.com/CANN/CANN%209.0.T2/'
+            >>> load().cann_release_folder("6.4.0") is None, load().cann_release_folder("8.0.RC2.alpha002") is None
+            (True, True)
         """
         template = self._downloads.get("release_folder")
         if not template or self._cann_entry(cann) is None and self.cann_package(cann) is None:
             return None
-        return str(template).format(version=self.canonical_cann(cann))
+        name = self.canonical_cann(cann)
+        if _PRERELEASE.search(name):
+            entry = self._prerelease_folders.get(name.lower())
+            return str(entry["folder"]) if entry else None
+        return str(template).format(version=name)
+
+    def cann_release_folder_source(self, cann: str) -> str:
+        """Where the folder of :meth:`cann_release_folder` is stated: a pre-release's official
+        image Dockerfile, else the release-folder rule of ``cann-downloads.yaml``; "" when none is known.
+
+        Example:
+            >>> load().cann_release_folder_source("9.1.0-beta.3")[:46]
+            'Ascend/cann-container-image@fe522a3511b10ddd28'
+        """
+        if self.cann_release_folder(cann) is None:
+            return ""
+        entry = self._prerelease_folders.get(self.canonical_cann(cann).lower())
+        return str(entry["source"]) if entry else "cann-downloads.yaml release_folder"
 
     def uv_requirement(self, arch: str) -> str:
         """uv pinned for that arch, hash-checked, as a requirements line (``uv.yaml``); "" when unknown.

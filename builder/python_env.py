@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import lru_cache
+from types import MappingProxyType
 from typing import Any, Dict, Mapping, Optional, Tuple
 
 from packaging.requirements import Requirement
@@ -49,6 +50,7 @@ class Constraint:
     requirement: str        # e.g. "numpy<2"
     source: str
     inferred: bool = False  # reasoned from other facts, not read in one place
+    python: str = ""        # the Pythons it is stated for ("Python < 3.13"); "" for every Python
 
     @property
     def name(self) -> str:
@@ -68,19 +70,96 @@ def cann_packages() -> Tuple[str, ...]:
     return tuple(_doc()["cann_python"]["packages"])
 
 
-@lru_cache(maxsize=256)
-def constraints(cann: str) -> Tuple[Constraint, ...]:
-    """The limits that hold for ``cann`` (a release outside every range has only the general ones)."""
+def _minor(python: str) -> Optional[Tuple[int, ...]]:
+    """``"3.11"`` or ``"3.11.4"`` -> (3, 11); None for what is no Python version."""
+    parts = str(python).split(".")[:2]
+    return tuple(int(p) for p in parts) if len(parts) == 2 and all(p.isdigit() for p in parts) else None
+
+
+def _python_applies(item: Mapping[str, Any], python: str) -> bool:
+    """Whether a constraint stated for a Python range (``python_from``/``python_below``) holds
+    for ``python``; one stated for every Python always does. Without a Python, only those."""
+    low, high = item.get("python_from"), item.get("python_below")
+    if low is None and high is None:
+        return True
+    minor = _minor(python)
+    if minor is None:
+        return False
+    return (low is None or minor >= _minor(str(low))) and (high is None or minor < _minor(str(high)))  # type: ignore[operator]
+
+
+def _python_text(item: Mapping[str, Any]) -> str:
+    low, high = item.get("python_from"), item.get("python_below")
+    return " and ".join(([f"Python >= {low}"] if low else []) + ([f"Python < {high}"] if high else []))
+
+
+@lru_cache(maxsize=1024)
+def constraints(cann: str, python: str = "") -> Tuple[Constraint, ...]:
+    """The limits that hold for ``cann`` on ``python`` (a release outside every range has only
+    the general ones). Some limits depend on the Python too: CANN 8.5.0's guide asks for
+    numpy < 2 below Python 3.13 and numpy > 2.1 from 3.13 (no numpy < 2 has a cp313 wheel).
+
+    Example:
+        >>> [c.requirement for c in constraints("8.5.0", "3.11") if c.name == "numpy"]
+        ['numpy>=1.19.2,<2']
+        >>> [c.requirement for c in constraints("8.5.0", "3.13") if c.name == "numpy"]
+        ['numpy>2.1']
+    """
     doc = _doc()["cann_python"]
     version = versions.lenient("cann", cann)
     found = []
     for item in doc["constraints"]:
         low, high = versions.lenient("cann", item["cann_from"]), versions.lenient("cann", item.get("below"))
-        if version is not None and low <= version and (high is None or version < high):
-            found += [Constraint(r, item["source"], bool(item.get("inferred"))) for r in item["requirements"]]
+        if version is not None and low <= version and (high is None or version < high) and _python_applies(item, python):
+            found += [Constraint(r, item["source"], bool(item.get("inferred")), _python_text(item))
+                      for r in item["requirements"]]
     for item in doc.get("always", []):
         found += [Constraint(r, item["source"], bool(item.get("inferred"))) for r in item["requirements"]]
     return tuple(found)
+
+
+@dataclass(frozen=True)
+class PythonRange:
+    """The Python versions a CANN release's installation guide states (``low`` to ``high``,
+    both included, as major.minor), where it says so, and the Pythons outside it that
+    Ascend's own images or a major downstream ship that CANN with (Python -> evidence)."""
+
+    cann: str
+    low: str
+    high: str
+    source: str
+    shipped: Mapping[str, str]
+
+    def allows(self, python: str) -> bool:
+        minor = _minor(python)
+        return minor is not None and _minor(self.low) <= minor <= _minor(self.high)  # type: ignore[operator]
+
+    @property
+    def text(self) -> str:
+        return f"{self.low} to {self.high}"
+
+
+def python_range(cann: str) -> Optional[PythonRange]:
+    """The Python range ``cann``'s installation guide states; None where the knowledge base
+    holds no guide of that release (unknown, not incompatible). The range moves from
+    release to release, and not only upwards (9.0.0's guide ends at 3.11, 8.5.0's at 3.13).
+
+    Example:
+        >>> r = python_range("8.0.RC2")
+        >>> r.text, r.allows("3.10"), r.allows("3.11")
+        ('3.7 to 3.10', True, False)
+        >>> python_range("8.1.RC1") is None
+        True
+    """
+    wanted = versions.lenient("cann", cann)
+    if wanted is None:
+        return None
+    for item in _doc()["cann_python"].get("python", ()):
+        if versions.lenient("cann", str(item["cann"])) == wanted:
+            low, high = (str(v) for v in item["python"])
+            shipped = {str(d["python"]): str(d["evidence"]) for d in item.get("shipped") or ()}
+            return PythonRange(str(item["cann"]), low, high, str(item["source"]), MappingProxyType(shipped))
+    return None
 
 
 def _line_first(entry: Mapping[str, Any], torch_npu: str) -> Optional[bool]:

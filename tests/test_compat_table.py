@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from builder import knowledge, versions
+from builder import knowledge, python_env, versions
 from builder.build import checks, matrix
 
 TABLE = Path(__file__).parent / "fixtures" / "ascend-pytorch-COMPATIBILITY.en.md"
@@ -44,13 +44,16 @@ def test_every_cann_release_the_table_names_since_7_0_is_known():
 
 
 def _cells(rows, kb):
-    """One cell per row and arch, on a Python that torch_npu has a wheel for (the table's Python
+    """One cell per row and arch, on the newest Python that torch_npu has a wheel for and the
+    CANN's installation guide supports, where the knowledge base holds it (the table's Python
     column is PyTorch's, not torch_npu's wheels')."""
     cells = []
     for npu, torch, cann in rows:
         release = kb.torch_npu(npu)
+        stated = python_env.python_range(cann)
         for arch in ("x86_64", "aarch64"):
             pythons = release.python.get(arch, ()) if release else ("3.10",)
+            pythons = tuple(p for p in pythons if stated is None or stated.allows(p)) or pythons
             cells.append({"name": f"row-{len(cells)}", "os": "ubuntu22.04", "arch": arch, "chip": "910b",
                           "cann": cann, "python": pythons[-1] if pythons else "3.10", "torch_npu": npu})
     return cells

@@ -447,3 +447,21 @@ def test_older_cann_runs_on_a_driver_a_newer_one_runs_on_with_the_reason():
                     "and a driver that runs a newer CANN runs an older one")
     assert kb.min_driver("8.3.RC1") == kb.min_driver("8.5.0") == kb.min_driver("9.0.0")
     assert kb.min_driver_reason("8.0.RC3") == ("24.1.RC3", "its paired HDK 24.1.RC3")
+
+
+def test_kb_cann_shows_the_python_range_and_the_download_folder():
+    from typer.testing import CliRunner
+
+    from builder import cli
+
+    out = CliRunner().invoke(cli.app, ["kb", "cann", "8.2.RC1.alpha003"]).output
+    # the pre-release's folder is the internal-code folder its official image fetches from
+    assert "download_folder: https://ascend-repo.obs.cn-east-2.myhuaweicloud.com/Milan-ASL/Milan-ASL%20V100R001C22B800TP052/" in out
+    assert "download_folder_source: Ascend/cann-container-image@75e81fcb3b8f063a7780ed45c5d88d73bb891333:" in out
+    assert "python: unknown" in out  # no guide of 8.2.RC1.alpha003 is held: unknown, not refused
+    out = CliRunner().invoke(cli.app, ["kb", "cann", "9.1.0"]).output
+    assert "python:\n  supported: 3.7 to 3.14\n  source: CANN 9.1.0 installation guide" in out
+    assert "download_folder: https://ascend-repo.obs.cn-east-2.myhuaweicloud.com/CANN/CANN%209.1.0/\n" in out
+    # a pre-release no official image fetched has no folder: none is made up
+    data = describe_cann(load(), "8.0.RC2.alpha002")
+    assert data["download_folder"] is None and data["installers"] == {"x86_64": [], "aarch64": []}

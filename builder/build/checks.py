@@ -199,6 +199,29 @@ def python_has_wheel(cell: Cell, kb) -> Findings:
                        f"use Python {' or '.join(tags) or '(none published for this arch)'}")
 
 
+def python_within_cann(cell: Cell, kb) -> Findings:
+    """Each CANN release's installation guide states the Pythons it supports, and the range
+    moves from release to release: a Python outside it is an error naming the range and its
+    source, unless Ascend's own images or a major downstream ship that CANN on that Python
+    (then a warning naming them). A release whose guide the knowledge base lacks is unchecked."""
+    stated = python_env.python_range(cell.cann)
+    if stated is None or stated.allows(cell.python):
+        return
+    minor = ".".join(cell.python.split(".")[:2])
+    shipped = stated.shipped.get(minor)
+    if shipped:
+        yield _finding(cell, "python", "python-outside-cann-shipped",
+                       f"Python {minor} is outside {stated.text}, the Pythons CANN {cell.cann}'s installation guide "
+                       f"supports (per {stated.source}), but it is shipped on that CANN: {shipped}",
+                       f"validate the image on an NPU host, or use Python {stated.low} to {stated.high}",
+                       severity="warning")
+        return
+    yield _finding(cell, "python", "python-outside-cann",
+                   f"Python {minor} is outside {stated.text}, the Pythons CANN {cell.cann}'s installation guide "
+                   f"supports (per {stated.source})",
+                   f"use Python {stated.low} to {stated.high}, or a CANN release that supports Python {minor}")
+
+
 def glibc_new_enough(cell: Cell, kb) -> Findings:
     """manylinux_2_28 wheels do not load on an OS with an older glibc."""
     floor = kb.glibc_floor(cell.torch_npu, cell.arch)
@@ -358,16 +381,18 @@ def tag_fits(cell: Cell, kb) -> Findings:
 
 
 def pins_within_cann_limits(cell: Cell, kb) -> Findings:
-    """A matrix pin CANN does not accept (numpy 2 before CANN 9.0.0-beta.2, protobuf other
-    than 3.20.x up to 9.0.x) would break CANN's tools or torch_npu at start-up."""
-    limits = python_env.constraints(cell.cann)
+    """A matrix pin CANN does not accept on the cell's Python (numpy 2 before CANN 9.0.0-beta.2
+    below Python 3.13, protobuf other than 3.20.x up to 9.0.x) would break CANN's tools or
+    torch_npu at start-up."""
+    limits = python_env.constraints(cell.cann, cell.python)
     for pin in cell.pip:
         name, _, version = pin.partition("==")
         for limit in limits:
             if limit.name == canonicalize_name(name.split("[")[0]) and not limit.allows(version):
                 kind = "inferred from" if limit.inferred else "per"
                 yield _finding(cell, "pip", "cann-python-constraint",
-                               f"{pin} is outside {limit.requirement}, which CANN {cell.cann} needs ({kind} {limit.source})",
+                               f"{pin} is outside {limit.requirement}, which CANN {cell.cann} needs"
+                               + (f" on {limit.python}" if limit.python else "") + f" ({kind} {limit.source})",
                                f"pin {name} within {limit.requirement}, or drop the pin and let the lock choose")
 
 
@@ -434,7 +459,8 @@ def own_wheel_fits(cell: Cell, kb) -> Findings:
 
 
 RULES = (
-    cann_known, torch_npu_published, torch_matches_pin, cann_paired, python_has_wheel, glibc_new_enough,
+    cann_known, torch_npu_published, torch_matches_pin, cann_paired, python_has_wheel, python_within_cann,
+    glibc_new_enough,
     driver_supports_cann, driver_known, firmware_in_range, chip_supported, venv_python_matches, installers_verifiable, tag_fits,
     pins_within_cann_limits, env_vars_accepted, nnal_published, own_wheel_fits,
 )

@@ -401,7 +401,7 @@ def lock_inputs(cell: Cell, kb) -> locking.Inputs:
     return locking.Inputs(
         cell=cell.id, python=cell.python, platform=locking.python_platform(cell.arch, os_info.glibc),
         requirements=(*python_env.cann_packages(), *framework, *cell.pip, *tools),
-        constraints=tuple(c.requirement for c in python_env.constraints(cell.cann)),
+        constraints=tuple(c.requirement for c in python_env.constraints(cell.cann, cell.python)),
         torch_index=index,
         own_wheels=(cell.torch_npu_wheel,) if cell.torch_npu_wheel else (),
     )
@@ -420,7 +420,7 @@ def lock_unpinned(cell: Cell, kb) -> Tuple[str, ...]:
 def _unlocked_lines(inputs: locking.Inputs, cann: str) -> Tuple[str, ...]:
     """Without a usable lock: the top-level requirements, CANN's limits on the packages they bound."""
     limits: Dict[str, str] = {}
-    for c in python_env.constraints(cann):
+    for c in python_env.constraints(cann, inputs.python):
         limits[c.name] = ",".join(filter(None, [limits.get(c.name), str(python_env.requirement(c.requirement).specifier)]))
     lines = []
     for requirement in inputs.requirements:

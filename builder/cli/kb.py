@@ -24,7 +24,7 @@ from typing import Any, Dict, List, Optional
 
 import typer
 
-from builder import knowledge, versions
+from builder import knowledge, python_env, versions
 from builder.installers import KINDS as installer_kinds
 from builder.cli.app import JsonOpt, kb_app
 from builder.errors import UserError
@@ -148,6 +148,8 @@ def describe_cann(kb: KnowledgeBase, version: str) -> Dict[str, Any]:
         >>> d = describe_cann(load(), "7.0.RC1")
         >>> d["min_driver"], d["torch_npu"], [row["kind"] for row in d["installers"]["x86_64"]][:2]
         ('23.0.RC3', ['2.1.0rc1'], ['toolkit', 'ops'])
+        >>> describe_cann(load(), "8.5.0")["python"]["supported"], describe_cann(load(), "7.0.RC1")["python"]
+        ('3.7 to 3.13', None)
     """
     entry = kb.cann_entry(version)
     package = kb.cann_package(version)
@@ -167,9 +169,23 @@ def describe_cann(kb: KnowledgeBase, version: str) -> Dict[str, Any]:
         "supported_hdk": list(kb.supported_hdk_lines(version)),
         "not_supported_hdk": _listed((entry or {}).get("not_supported_hdk")),
         "torch_npu": [r.version for r in kb.torch_npu_for_cann(version)],
+        "python": _python_rows(version),
+        "download_folder": kb.cann_release_folder(version),
+        "download_folder_source": kb.cann_release_folder_source(version) or None,
         "installers": {a: _installer_rows(kb, version, a) for a in ARCHES},
         "sources": _listed((entry or {}).get("source")),
     }
+
+
+def _python_rows(version: str) -> Optional[Dict[str, Any]]:
+    """The Python range of the release's installation guide, its source, and any Python
+    outside it that is shipped all the same; None when the knowledge base holds no guide."""
+    stated = python_env.python_range(version)
+    if stated is None:
+        return None
+    rows: Dict[str, Any] = {"supported": stated.text, "source": stated.source}
+    rows.update({f"also shipped on {py}": evidence for py, evidence in stated.shipped.items()})
+    return rows
 
 
 def _print(data: dict, as_json: bool) -> None:

@@ -528,6 +528,7 @@ COVERED = {
     "torch_matches_pin": ("torch-mismatch",),
     "cann_paired": ("cann-mismatch", "cann-pairing-unknown", "cann-below-inferred", "cann-adjacent", "cann-downstream"),
     "python_has_wheel": ("python-no-wheel",),
+    "python_within_cann": ("python-outside-cann", "python-outside-cann-shipped"),
     "glibc_new_enough": ("glibc-too-old",),
     "driver_supports_cann": ("driver-too-old", "driver-missing", "version-syntax"),
     "firmware_in_range": ("firmware-out-of-range", "version-syntax", "firmware-unknown", "firmware-unlisted"),
@@ -606,6 +607,53 @@ def test_cann_8_limits_come_from_the_install_guide(tmp_path):
     assert "protobuf==4.25.3 is outside protobuf>=3.20,<3.21" in messages[1]
 
 
+def test_the_numpy_limit_of_cann_8_5_depends_on_the_python(tmp_path):
+    """CANN 8.5.0's guide: numpy >= 1.19.2, < 2.0 below Python 3.13; numpy > 2.1 from 3.13."""
+    cell = dict(VALID, cann="8.5.0", driver="25.0.RC1", torch_npu="2.9.0", env="conda")
+    on_311 = by_rule(cell_findings(tmp_path, dict(cell, python="3.11", pip=["numpy==2.2.6"]))[0], "cann-python-constraint")
+    assert [f.message.split(" (per ")[0] for f in on_311] == [
+        "numpy==2.2.6 is outside numpy>=1.19.2,<2, which CANN 8.5.0 needs on Python < 3.13"]
+    assert "canncommercial/850/softwareinst/instg/instg_0045.html" in on_311[0].message
+    # on 3.13 numpy 2.2 is what the guide asks for, and numpy 1.26 is refused
+    cell13 = dict(cell, cann="8.5.0", torch_npu="2.11.0rc1", python="3.13")
+    assert by_rule(cell_findings(tmp_path, dict(cell13, pip=["numpy==2.2.6"]))[0], "cann-python-constraint") == []
+    on_313 = by_rule(cell_findings(tmp_path, dict(cell13, pip=["numpy==1.26.4"]))[0], "cann-python-constraint")
+    assert [f.message.split(" (per ")[0] for f in on_313] == [
+        "numpy==1.26.4 is outside numpy>2.1, which CANN 8.5.0 needs on Python >= 3.13"]
+
+
+def test_a_python_outside_the_cann_guide_is_an_error_naming_range_and_source(tmp_path):
+    # CANN 8.0.RC2's guide: Python 3.7.x to 3.10.x; a CANN-only cell is checked too
+    cann_only = {k: v for k, v in VALID.items() if k != "torch_npu"}
+    findings, lines, _ = cell_findings(tmp_path, dict(cann_only, cann="8.0.RC2", python="3.11", env="conda"))
+    f = only(findings, "python-outside-cann")
+    assert f.severity == "error" and f.where.line == lines[(0, "python")]
+    assert f.message.startswith("Python 3.11 is outside 3.7 to 3.10, the Pythons CANN 8.0.RC2's installation guide "
+                                "supports (per CANN 8.0.RC2 installation guide")
+    assert "canncommercial/80RC2/softwareinst/instg/instg_0048.html" in f.message
+    assert f.fix == "use Python 3.7 to 3.10, or a CANN release that supports Python 3.11"
+    # the range moves with the release: 3.13 is in 8.5.0's and 9.1.0's, 3.14 only in 9.1.0's
+    for cann, python, refused in (("8.5.0", "3.13", False), ("8.5.0", "3.14", True), ("9.1.0", "3.14", False),
+                                  ("8.0.RC2", "3.10", False)):
+        cell = dict(cann_only, cann=cann, python=python, env="conda", driver="26.0.RC1")
+        assert bool(by_rule(cell_findings(tmp_path, cell)[0], "python-outside-cann")) is refused, (cann, python)
+    # a release whose guide the knowledge base does not hold is not checked (unknown, not incompatible)
+    assert by_rule(cell_findings(tmp_path, dict(cann_only, cann="8.1.RC1", python="3.13", env="conda",
+                                                driver="25.0.RC1"))[0], "python-outside-cann") == []
+
+
+def test_a_python_the_guide_excludes_but_ascend_and_vllm_ship_is_a_named_warning(tmp_path):
+    # CANN 9.0.0's guide ends at 3.11; Ascend's own 9.0.0 images and vllm-ascend v0.21.0rc1 run it on 3.12
+    cell = dict(VALID, cann="9.0.0", python="3.12", torch_npu="2.10.0", env="conda", driver="25.0.RC1")
+    findings, _, _ = cell_findings(tmp_path, cell)
+    f = only(findings, "python-outside-cann-shipped")
+    assert f.severity == "warning" and by_rule(findings, "python-outside-cann") == []
+    assert "Ascend/cann-container-image@8145b0b2" in f.message and "vllm-project/vllm-ascend@v0.21.0rc1" in f.message
+    # 3.13, which nobody is known to ship on 9.0.0, stays an error (the strictest source is the default)
+    findings, _, _ = cell_findings(tmp_path, dict(cell, python="3.13"))
+    assert only(findings, "python-outside-cann").severity == "error"
+
+
 def test_an_allocator_option_the_torch_npu_refuses_is_an_error(tmp_path):
     cell = dict(CANN_7, env_vars={"PYTORCH_NPU_ALLOC_CONF": "max_split_size_mb:128,expandable_segments:True"})
     findings, lines, _ = cell_findings(tmp_path, cell)
@@ -668,6 +716,9 @@ SHAPE_CASES = {
     "chip-unsupported": [dict(VALID, arch="aarch64", chip="a3")],
     "python-no-wheel": [dict(VALID, cann="8.0.RC2", python="3.11", torch_npu="2.3.1")],
     "glibc-too-old": [dict(VALID, os="ubuntu18.04", cann="8.3.RC1", torch_npu="2.7.1")],
+    "python-outside-cann": [dict(VALID, cann="8.0.RC2", python="3.11", torch_npu="2.3.1", env="conda")],
+    "python-outside-cann-shipped": [dict(VALID, cann="9.0.0", python="3.12", torch_npu="2.10.0", env="conda",
+                                         driver="25.0.RC1")],
     "venv-python-mismatch": [dict(VALID, os="debian12", env="venv")],
     "nnal-unpublished": [dict(CANN_7, nnal=True)],
     "tag-too-long": [dict(CANN_7, name="x" * 120)],

@@ -1,0 +1,172 @@
+"""The knowledge base agrees with itself: every cross-reference in builder/data resolves,
+and every pairing the knowledge base itself lists passes `validate`.
+
+The walk reads the data files directly (not only through builder.knowledge), so an entry
+the lookup tables would skip silently (a CANN spelled no way versions.cann reads, a
+torch_npu pairing with a release nobody lists) fails here by name.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+import yaml
+
+from builder import installers, knowledge, python_env, versions
+from builder.build import checks, matrix
+
+DATA = Path(knowledge.__file__).parent / "data"
+
+# Pre-releases the knowledge base pairs torch_npu with although no official image fetched
+# them, so their download folder is unknown (cann-downloads.yaml, prerelease_folders): a
+# cell brings their installers (cann_source: local, with sha256). Each is named with why.
+FOLDER_UNKNOWN = {
+    "8.0.RC2.alpha002": "named only by Ascend/pytorch's README (torch_npu 2.3.1rc1); no official image",
+    "8.0.RC3.alpha001": "named only by Ascend/pytorch's README (torch_npu 2.4.0rc1); no official image",
+    "8.0.0.alpha001": "named only by Ascend/pytorch's README (torch_npu 2.5.1rc1); no official image",
+}
+
+
+def _yaml(name):
+    return yaml.safe_load((DATA / name).read_text())
+
+
+@pytest.fixture(scope="module")
+def kb():
+    return knowledge.load()
+
+
+@pytest.fixture(scope="module")
+def compat():
+    return _yaml("ascend-compat.yaml")
+
+
+def _known(kb, cann) -> bool:
+    wanted = versions.lenient("cann", str(cann))
+    return wanted is not None and any(versions.cann(k) == wanted for k in kb.cann_releases())
+
+
+def _pairings(compat):
+    """(torch_npu, CANN, where) of every pairing the data states."""
+    for item in compat["torch_npu_releases"]["items"]:
+        if item.get("cann"):
+            yield str(item["version"]), str(item["cann"]), "torch_npu_releases"
+    for item in compat["torch_npu_not_on_pypi"]["items"]:
+        if item.get("cann"):
+            yield str(item["version"]), str(item["cann"]), "torch_npu_not_on_pypi"
+    for pair in compat["downstream_pairings"]["pairs"]:
+        yield str(pair["torch_npu"]), str(pair["cann"]), "downstream_pairings"
+
+
+def test_every_cann_a_torch_npu_pairs_with_is_a_known_release_with_hdk_and_installers(kb, compat):
+    pairings = list(_pairings(compat))
+    assert len(pairings) >= 71
+    unknown = sorted({(c, where) for _, c, where in pairings if not _known(kb, c)})
+    assert unknown == []
+    for cann in sorted({c for _, c, _ in pairings}, key=versions.cann):
+        assert kb.min_driver(cann) is not None, cann
+        assert kb.hdk_known(kb.min_driver(cann))[0] or versions.lenient("hdk", kb.min_driver(cann)) is not None, cann
+        for arch in knowledge.ARCHES:
+            kinds = [i.kind for i in kb.installers(cann, "910b", arch)]
+            if kb.canonical_cann(cann) in FOLDER_UNKNOWN:
+                assert kinds == [], cann
+            else:
+                assert kinds == ["toolkit", "ops"], (cann, arch)
+
+
+def test_the_listed_exceptions_are_exactly_the_pre_releases_without_a_folder(kb, compat):
+    no_folder = {kb.canonical_cann(c) for _, c, _ in _pairings(compat) if kb.cann_release_folder(c) is None
+                 and kb.cann_package(c) is None}
+    assert no_folder == set(FOLDER_UNKNOWN)
+
+
+def test_every_cross_reference_of_the_data_resolves(kb, compat):
+    downloads = _yaml("cann-downloads.yaml")
+    env = _yaml("python-env.yaml")
+    # every CANN named anywhere is a release the knowledge base knows
+    named = [downloads["nnal"]["since"], *downloads["prerelease_folders"]]
+    for item in env["cann_python"]["constraints"]:
+        named += [item["cann_from"]] + ([item["below"]] if item.get("below") else [])
+    for item in env["cann_python"].get("python", []):
+        named.append(item["cann"])
+    named += [kb.chip_min_cann(c) for c in kb.chips() if kb.chip_min_cann(c)]
+    assert [c for c in named if not _known(kb, c)] == []
+    # every pre-release folder is one of that release's own official images' folders
+    for cann, entry in downloads["prerelease_folders"].items():
+        assert re.fullmatch(r"Ascend/cann-container-image@[0-9a-f]{40}:(cann|manylinux)/\S+/Dockerfile", entry["source"])
+        assert kb.cann_release_folder(cann) == entry["folder"]
+    # every HDK a CANN release is paired with is an HDK the knowledge base names
+    for entry in compat["cann_hdk"]["releases"]:
+        paired = kb.paired_hdk(str(entry["version"]))
+        if paired and not paired.upper().endswith(".X"):
+            assert kb.hdk_known(paired)[0], (entry["version"], paired)
+    # every downstream pairing names a torch_npu on PyPI, one Huawei names without PyPI files,
+    # or a build the downstream fetched itself (a dev or local version)
+    for pair in compat["downstream_pairings"]["pairs"]:
+        name, version = str(pair["torch_npu"]), versions.python_package(str(pair["torch_npu"]))
+        assert kb.torch_npu(name) or kb.unpublished(name) or version.is_devrelease or version.local, pair
+    # every torch_npu release's Python tags and manylinux tags name each arch it has wheels for
+    for name in kb.torch_npu_versions():
+        release = kb.torch_npu(name)
+        assert set(release.python) <= set(knowledge.ARCHES) and set(release.manylinux) <= set(knowledge.ARCHES)
+    # every base OS the matrix may name carries glibc and Python
+    assert all(kb.os_info(o).glibc >= (2, 17) and kb.os_info(o).python for o in kb.os_ids())
+
+
+def _cells(kb, compat):
+    """One cell per pairing, arch and Python the torch_npu wheel and CANN's stated range both allow."""
+    cells = []
+    for npu, cann, where in _pairings(compat):
+        release = kb.torch_npu(npu)
+        if release is None:  # not on PyPI: the torch_npu-published rule refuses it by design
+            continue
+        for arch in knowledge.ARCHES:
+            for py in release.python.get(arch, ()):
+                stated = python_env.python_range(cann)
+                if stated is not None and not stated.allows(py):  # outside the guide: python-outside-cann
+                    continue
+                cell = {"name": f"kb-{len(cells)}", "cann": cann, "chip": "910b", "os": "ubuntu22.04", "env": "conda",
+                        "python": py, "arch": arch, "torch_npu": npu}
+                if kb.canonical_cann(cann) in FOLDER_UNKNOWN:
+                    cell["cann_source"] = {"local": "/srv/cann"}
+                    cell["sha256"] = {installers.package(kb, k, cann, "910b", arch): "0" * 64
+                                      for k in installers.kinds(False)}
+                cells.append((where, cell))
+    return cells
+
+
+def test_every_pairing_the_knowledge_base_lists_validates(kb, compat, tmp_path):
+    cells = _cells(kb, compat)
+    path = tmp_path / "kb.yaml"
+    path.write_text(yaml.safe_dump({"image": "kb/consistency", "cells": [c for _, c in cells]}))
+    loaded = matrix.load(path)
+    assert loaded.findings == []
+    errors = {}
+    for f in checks.check(loaded.cells, kb):
+        if f.severity == "error":
+            cell = cells[int(re.match(r"cells\[(\d+)\]", f.field).group(1))]
+            errors.setdefault((cell[0], cell[1]["torch_npu"], cell[1]["cann"], cell[1]["arch"]), []).append(f.rule)
+    assert errors == {}
+    assert len(cells) >= 380
+    # every pairing of a torch_npu on PyPI has at least one Python both allow
+    walked = {(c["torch_npu"], c["cann"]) for _, c in cells}
+    listed = {(n, c) for n, c, _ in _pairings(compat) if kb.torch_npu(n) is not None}
+    assert listed == walked
+
+
+def test_a_pre_release_without_a_known_folder_is_refused_with_the_way_out(kb, tmp_path):
+    path = tmp_path / "m.yaml"
+    path.write_text(yaml.safe_dump({"image": "kb/x", "cells": [{"cann": "8.0.RC2.alpha002", "chip": "910b",
+                                    "os": "ubuntu22.04", "env": "conda", "python": "3.10", "arch": "x86_64",
+                                    "torch_npu": "2.3.1rc1", "cann_source": "installer"}]}))
+    found = [f for f in checks.check(matrix.load(path).cells, kb) if f.severity == "error"]
+    assert [f.rule for f in found] == ["installer-unknown"]
+    assert "cann_source: {local: DIR}" in found[0].fix
+
+
+def test_python_env_reads_every_cann_it_names(kb):
+    # a constraint whose bounds do not parse would silently never apply
+    for item in _yaml("python-env.yaml")["cann_python"]["constraints"]:
+        assert python_env.constraints(item["cann_from"]), item
