@@ -162,27 +162,44 @@ def python_range(cann: str) -> Optional[PythonRange]:
     return None
 
 
-def _line_first(entry: Mapping[str, Any], torch_npu: str) -> Optional[bool]:
+def _releases(variable: str) -> Dict[Any, Mapping[str, Any]]:
+    """The releases whose parser the data read, by PEP 440 version (versions from the shipped data)."""
+    table = _doc()["torch_npu_env"].get(variable, {}).get("releases", {})
+    return {versions.python_package(str(v)): entry for v, entry in table.items()}
+
+
+def _tagged(variable: str, torch_npu: str) -> Optional[Mapping[str, Any]]:
+    """The release entry of ``torch_npu`` itself; None when no release tag names it."""
     version = versions.lenient("python_package", torch_npu)
-    if version is None:
-        return None
-    # versions from the shipped data, all valid PEP 440
-    lines = {versions.python_package(k): versions.python_package(str(v)) for k, v in entry.get("lines", {}).items()}
-    base = versions.python_package(version.base_version)
-    if base in lines:
-        return version >= lines[base]
-    return bool(entry.get("later")) and all(base > line for line in lines)
+    return _releases(variable).get(version) if version is not None else None
 
 
 def accepts(variable: str, key: str, torch_npu: str) -> Optional[bool]:
     """Whether ``torch_npu`` accepts ``key`` in ``variable``; None when the data does not say.
 
+    Read from the parser at the release's own tag. A release no tag names takes the answer
+    of the tagged releases of its line just below and above it where they agree.
+
     Example:
-        >>> accepts("PYTORCH_NPU_ALLOC_CONF", "expandable_segments", "2.1.0"), accepts("PYTORCH_NPU_ALLOC_CONF", "nonsense", "2.4.0")
-        (True, None)
+        >>> accepts("PYTORCH_NPU_ALLOC_CONF", "expandable_segments", "2.1.0"), accepts("PYTORCH_NPU_ALLOC_CONF", "expandable_segments", "2.1.0rc1")
+        (True, False)
+        >>> accepts("PYTORCH_NPU_ALLOC_CONF", "align_hugepages", "2.1.0.post6"), accepts("PYTORCH_NPU_ALLOC_CONF", "align_hugepages", "2.1.0.post8")
+        (True, False)
+        >>> accepts("PYTORCH_NPU_ALLOC_CONF", "nonsense", "2.4.0"), accepts("PYTORCH_NPU_ALLOC_CONF", "page_size", "2.99.0") is None
+        (False, True)
     """
-    keys = _doc()["torch_npu_env"].get(variable, {}).get("keys", {})
-    return _line_first(keys[key], torch_npu) if key in keys else None
+    version = versions.lenient("python_package", torch_npu)
+    if version is None:
+        return None
+    releases = _releases(variable)
+    if version in releases:
+        return key in releases[version].get("keys", ())
+    line = [v for v in sorted(releases) if v.release[:2] == version.release[:2]]
+    below, above = [v for v in line if v < version][-1:], [v for v in line if v > version][:1]
+    if not below or not above:
+        return None
+    answers = {key in releases[v].get("keys", ()) for v in below + above}
+    return answers.pop() if len(answers) == 1 else None
 
 
 def variables() -> Tuple[str, ...]:
@@ -191,19 +208,76 @@ def variables() -> Tuple[str, ...]:
 
 
 def first_accepting(variable: str, key: str) -> Optional[str]:
-    """The first torch_npu release the data knows to accept ``key`` (None when none is known)."""
-    keys = _doc()["torch_npu_env"].get(variable, {}).get("keys", {})
-    firsts = [str(v) for v in keys.get(key, {}).get("lines", {}).values()]
-    return min(firsts, key=versions.python_package) if firsts else None
+    """The first torch_npu release the data knows to accept ``key`` (None when none is known).
+
+    Example:
+        >>> first_accepting("PYTORCH_NPU_ALLOC_CONF", "expandable_segments"), first_accepting("PYTORCH_NPU_ALLOC_CONF", "segment_size_mb")
+        ('2.1.0', '2.1.0.post18')
+    """
+    found = accepting(variable, key)
+    return found[0] if found else None
 
 
-def known_keys(variable: str) -> Tuple[str, ...]:
-    return tuple(_doc()["torch_npu_env"].get(variable, {}).get("keys", {}))
+def accepting(variable: str, key: str) -> Tuple[str, ...]:
+    """Every release whose parser the data read that accepts ``key``, oldest first.
+
+    Example:
+        >>> accepting("PYTORCH_NPU_ALLOC_CONF", "align_hugepages")
+        ('2.1.0.post6', '2.1.0.post7', '2.2.0.post2', '2.2.0.post3', '2.3.1', '2.3.1.post1')
+    """
+    return tuple(str(v) for v, entry in sorted(_releases(variable).items()) if key in entry.get("keys", ()))
 
 
-def source(variable: str) -> str:
-    """The first source of what the data says of ``variable`` (the rest are in python-env.yaml)."""
-    return str(_doc()["torch_npu_env"].get(variable, {}).get("source", "")).split(";")[0]
+def newest(variable: str, line_of: str = "") -> str:
+    """The newest release whose parser the data read, of ``line_of``'s line (X.Y) when given ("" when none).
+
+    Example:
+        >>> newest("PYTORCH_NPU_ALLOC_CONF", "2.4.0"), newest("PYTORCH_NPU_ALLOC_CONF")
+        ('2.4.0.post5', '2.13.0')
+    """
+    line = versions.lenient("python_package", line_of) if line_of else None
+    found = [v for v in sorted(_releases(variable)) if line is None or v.release[:2] == line.release[:2]]
+    return str(found[-1]) if found else ""
+
+
+def known_keys(variable: str, torch_npu: str = "") -> Tuple[str, ...]:
+    """The keys ``torch_npu``'s parser accepts (every key any release accepts without one).
+
+    Example:
+        >>> known_keys("PYTORCH_NPU_ALLOC_CONF", "2.1.0rc1")
+        ('garbage_collection_threshold', 'max_split_size_mb')
+    """
+    if torch_npu:
+        entry = _tagged(variable, torch_npu)
+        return tuple(entry.get("keys", ())) if entry else ()
+    return tuple(sorted({k for entry in _releases(variable).values() for k in entry.get("keys", ())}))
+
+
+def source(variable: str, torch_npu: str = "") -> str:
+    """Where the data read what ``torch_npu`` accepts in ``variable``: the parser's file at its
+    release tag (``repo@commit:path (tag)``), or the variable's first general source.
+
+    Example:
+        >>> source("PYTORCH_NPU_ALLOC_CONF", "2.1.0rc1")
+        'Ascend/pytorch@579994f8317bef60d18ee528765dd397eb70ad62:torch_npu/csrc/core/npu/NPUCachingAllocator.cpp (tag v5.0.rc3-pytorch2.1.0)'
+    """
+    doc = _doc()["torch_npu_env"].get(variable, {})
+    entry = _tagged(variable, torch_npu) if torch_npu else None
+    if entry:
+        files = ", ".join(f"torch_npu/csrc/core/npu/{f}" for f in entry.get("files", ()))
+        return f"{doc.get('source_repo', 'Ascend/pytorch')}@{entry['commit']}:{files} (tag {entry['tag']})"
+    return str(doc.get("source", "")).split(";")[0]
+
+
+def refusal(variable: str, torch_npu: str) -> str:
+    """The error ``torch_npu`` raises on a key it does not parse ("" when the data does not say).
+
+    Example:
+        >>> refusal("PYTORCH_NPU_ALLOC_CONF", "2.4.0"), refusal("PYTORCH_NPU_ALLOC_CONF", "2.13.0")
+        ('Unrecognized CachingAllocator option', 'Unrecognized key')
+    """
+    entry = _tagged(variable, torch_npu)
+    return str(entry.get("error", "")) if entry else ""
 
 
 def option_keys(value: str) -> Tuple[str, ...]:

@@ -170,3 +170,29 @@ def test_python_env_reads_every_cann_it_names(kb):
     # a constraint whose bounds do not parse would silently never apply
     for item in _yaml("python-env.yaml")["cann_python"]["constraints"]:
         assert python_env.constraints(item["cann_from"]), item
+
+
+def test_the_allocator_default_is_a_key_every_release_it_is_set_for_parses(kb):
+    variable = "PYTORCH_NPU_ALLOC_CONF"
+    later = [v for v in kb.torch_npu_versions() if python_env.default_env(v)]
+    assert len(later) > 50
+    for version in later:
+        for var, value in python_env.default_env(version):
+            assert var == variable
+            # False would mean the image's own default stops torch_npu at its first allocation
+            assert all(python_env.accepts(variable, key, version) is not False for key in python_env.option_keys(value))
+
+
+def test_every_torch_npu_on_pypi_has_its_allocator_keys_unless_no_tag_can_say(kb):
+    """A release between two tagged releases of its line is answered; the rest are release
+    candidates (tagged alpha, not read) or newer than the snapshot's newest tag of their line."""
+    variable = "PYTORCH_NPU_ALLOC_CONF"
+    table = _yaml("python-env.yaml")["torch_npu_env"][variable]["releases"]
+    assert len(table) >= 79
+    assert all(re.fullmatch(r"[0-9a-f]{40}", e["commit"]) and e["keys"] and e["files"] for e in table.values())
+    unanswered = [v for v in kb.torch_npu_versions() if python_env.accepts(variable, "max_split_size_mb", v) is None]
+    for version in unanswered:
+        parsed = versions.python_package(version)
+        newest = python_env.newest(variable, version)
+        assert parsed.pre or not newest or parsed > versions.python_package(newest), version
+    assert len(unanswered) < len(kb.torch_npu_versions()) / 2

@@ -397,21 +397,35 @@ def pins_within_cann_limits(cell: Cell, kb) -> Findings:
 
 
 def env_vars_accepted(cell: Cell, kb) -> Findings:
-    """torch_npu parses some variables itself and stops on a key it does not know (2.1.0rc1
-    refuses PYTORCH_NPU_ALLOC_CONF=expandable_segments:True on the first allocation)."""
+    """torch_npu parses some variables itself and stops on a key its release does not parse
+    (2.1.0rc1 refuses PYTORCH_NPU_ALLOC_CONF=expandable_segments:True on the first
+    allocation), read from the parser at each release tag; a release the data has no parser
+    of gets a warning."""
     for variable, value in cell.env_vars:
         for key in python_env.option_keys(value) if variable in python_env.variables() else ():
             accepted = python_env.accepts(variable, key, cell.torch_npu)
             if accepted is False:
-                first = python_env.first_accepting(variable, key)
+                everywhere = python_env.accepting(variable, key)
+                mine = versions.lenient("python_package", cell.torch_npu)
+                same_line = tuple(v for v in everywhere if mine is not None
+                                  and versions.python_package(v).release[:2] == mine.release[:2])
+                parsed_by = same_line or everywhere  # a release of the cell's own line first
+                refusal = python_env.refusal(variable, cell.torch_npu) or "Unrecognized CachingAllocator option"
+                if not parsed_by:
+                    other = ""
+                elif parsed_by[-1] == (python_env.newest(variable, cell.torch_npu) if same_line else python_env.newest(variable)):
+                    other = f", or use torch_npu {parsed_by[0]} or newer"
+                else:
+                    other = f", or use a torch_npu that parses it ({parsed_by[0]} to {parsed_by[-1]})"
                 yield _finding(cell, "env_vars", "env-var-rejected",
                                f"torch_npu {cell.torch_npu} refuses {variable} key {key!r}: it stops at the first "
-                               f"allocation with \"Unrecognized CachingAllocator option\" (per {python_env.source(variable)})",
-                               f"drop {key} from {variable}" + (f", or use torch_npu {first} or newer" if first else ""))
+                               f"allocation with \"{refusal}\" (per {python_env.source(variable, cell.torch_npu)})",
+                               f"drop {key} from {variable}" + other)
             elif accepted is None:
                 yield _finding(cell, "env_vars", "env-var-unverified",
-                               f"{variable} key {key!r} is not in the knowledge base; torch_npu may refuse it",
-                               f"check torch_npu {cell.torch_npu}'s allocator options; known keys: "
+                               f"{variable} key {key!r}: the knowledge base has not read the parser of torch_npu "
+                               f"{cell.torch_npu}; it may refuse the key",
+                               f"check torch_npu {cell.torch_npu}'s allocator options; keys some release parses: "
                                + ", ".join(python_env.known_keys(variable)), severity="warning")
 
 

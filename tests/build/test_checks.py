@@ -669,10 +669,33 @@ def test_an_allocator_option_the_torch_npu_refuses_is_an_error(tmp_path):
     assert by_rule(cell_findings(tmp_path, newer)[0], "env-var-rejected") == []
 
 
-def test_an_allocator_option_the_data_does_not_know_is_a_warning(tmp_path):
+def test_an_allocator_option_of_a_release_whose_parser_was_not_read_is_a_warning(tmp_path):
+    # 2.5.1rc1 predates every release tag of the 2.5 line: what it parses is unknown, not refused
+    cell = dict(VALID, torch_npu="2.5.1rc1", env_vars={"PYTORCH_NPU_ALLOC_CONF": "page_size:1g"})
+    f = only(cell_findings(tmp_path, cell)[0], "env-var-unverified")
+    assert f.severity == "warning" and "has not read the parser of torch_npu 2.5.1rc1" in f.message
+
+
+def test_allocator_keys_come_from_the_parser_at_each_release_tag(tmp_path):
+    # torch_npu 2.4.0 (tag v6.0.rc3-pytorch2.4.0) has no page_size: an error citing that tag's parser
     findings, _, _ = cell_findings(tmp_path, dict(VALID, env_vars={"PYTORCH_NPU_ALLOC_CONF": "page_size:1g"}))
-    f = only(findings, "env-var-unverified")
-    assert f.severity == "warning" and "'page_size' is not in the knowledge base" in f.message
+    f = only(findings, "env-var-rejected")
+    assert "Ascend/pytorch@5762ec634b89b96f0a809cd9bc0247939681b5b6:torch_npu/csrc/core/npu/NPUCachingAllocator.cpp " \
+           "(tag v6.0.rc3-pytorch2.4.0)" in f.message
+    assert f.fix == "drop page_size from PYTORCH_NPU_ALLOC_CONF, or use torch_npu 2.4.0.post4 or newer"
+    # a key the release parses gets no finding at all, however new (2.13.0's throw_on_npumalloc_oom)
+    new = dict(VALID, os="debian12", cann="9.1.0", python="3.11", env="venv", torch_npu="2.13.0",
+               env_vars={"PYTORCH_NPU_ALLOC_CONF": "throw_on_npumalloc_oom:True,expandable_segments:True"})
+    assert [f.rule for f in cell_findings(tmp_path, new)[0] if f.rule.startswith("env-var")] == []
+    # 2.13.0 refuses with its own message
+    f = only(cell_findings(tmp_path, dict(new, env_vars={"PYTORCH_NPU_ALLOC_CONF": "align_hugepages:True"}))[0],
+             "env-var-rejected")
+    assert 'with "Unrecognized key"' in f.message and "(tag v26.2.0-0day-pytorch2.13.0)" in f.message
+    # keys also go away: align_hugepages is parsed by 6.0.rc2's releases only (2.3.1, 2.3.1.post1 on its line)
+    old = dict(VALID, cann="8.0.RC2", torch_npu="2.3.1", env_vars={"PYTORCH_NPU_ALLOC_CONF": "align_hugepages:True"})
+    assert by_rule(cell_findings(tmp_path, old)[0], "env-var-rejected") == []
+    f = only(cell_findings(tmp_path, dict(old, cann="8.0.RC3", torch_npu="2.3.1.post2"))[0], "env-var-rejected")
+    assert f.fix == "drop align_hugepages from PYTORCH_NPU_ALLOC_CONF, or use a torch_npu that parses it (2.3.1 to 2.3.1.post1)"
 
 
 def test_lock_states_become_warnings_on_the_cell():
@@ -725,7 +748,7 @@ SHAPE_CASES = {
     "duplicate-tag": [dict(VALID, name="same"), dict(CANN_7, name="same")],
     "cann-python-constraint": [dict(CANN_7, pip=["numpy==2.0.2"])],
     "env-var-rejected": [dict(CANN_7, env_vars={"PYTORCH_NPU_ALLOC_CONF": "expandable_segments:True"})],
-    "env-var-unverified": [dict(VALID, env_vars={"PYTORCH_NPU_ALLOC_CONF": "page_size:1g"})],
+    "env-var-unverified": [dict(VALID, torch_npu="2.5.1rc1", env_vars={"PYTORCH_NPU_ALLOC_CONF": "page_size:1g"})],
     "schema-missing": [{k: v for k, v in VALID.items() if k != "python"}],
     "schema-type": [dict(VALID, pip="numpy")],
     "schema-unknown-key": [dict(VALID, torch_npu_version="2.4.0")],
