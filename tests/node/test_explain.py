@@ -192,3 +192,27 @@ def test_a_megabyte_line_is_explained_without_hanging():
 def test_a_long_run_of_brackets_in_a_version_file_is_read_without_hanging():
     from builder.node import host
     assert _finishes(lambda: host._RANGE.findall("[" * 500000))
+
+
+def test_dcmi_return_codes_mean_what_the_dcmi_reference_says():
+    """DCMI's return-code table: -8005 internal error, -8002 permission error, -8020 resource occupied."""
+    [m8005] = ex.explain("dcmi module initialize failed. ret is -8005")
+    assert m8005.id == "dcmi-init-failed" and "-8005 is DCMI_ERR_CODE_INNER_ERR, an internal error" in m8005.cause
+    [m8002] = ex.explain("dcmi model initialized failed. ret is -8002")
+    assert m8002.id == "dcmi-init-failed" and "-8002 is" in m8002.cause and "permission error" in m8002.cause
+    assert "for -8002 run as root or as a member of the HwHiAiUser group" in m8002.fix
+    [m8020] = ex.explain("dcmi model initialized failed, because the device is used. ret is -8020")
+    assert m8020.id == "dcmi-device-in-use" and m8020.cause.startswith("-8020 is DCMI_ERR_CODE_RESOURCE_OCCUPIED")
+    assert "api_177" in m8005.source and "api_177" in m8020.source
+
+
+def test_failed_to_infer_device_type_lists_every_failed_torch_npu_import():
+    [m] = ex.explain("RuntimeError: Failed to infer device type, please set the environment variable "
+                     "`VLLM_LOGGING_LEVEL=DEBUG` to turn on verbose logging to help debug the issue.")
+    assert m.id == "cann-env-not-set"
+    # not only set_env.sh: any failed import of torch_npu ends in this message
+    for cause in ("failed to import torch_npu, for any reason", "set_env.sh", "libascend_hal.so",
+                  "a torch other than the one torch_npu was built for", "undefined symbol"):
+        assert cause in m.cause, cause
+    assert m.fix.startswith('Run `python -c "import torch_npu"` in the same shell to see the real error.')
+    assert "vllm/config/device.py" in m.source
