@@ -55,6 +55,17 @@ _CHIP_MIN_CANN = {"a3": "8.1.RC1", "950": "9.0.0"}
 # every release below 2.12 (torch_npu_releases.note, ascend-facts.md "Compatibility rules").
 _CPU_PIN_BEFORE = Version("2.12")
 
+# Where the CPU build of torch X lives per arch. x86_64: PyPI's torch is the CUDA build; the
+# CPU build is torch==X+cpu on the PyTorch CPU index (every release). aarch64: PyPI's torch was
+# the CPU build up to 2.10 (pytorch/pytorch#160162: "until pytorch 2.8, the pypi wheel only has
+# CPU version pytorch on aarch64"; #168065: 2.9's is CPU; measured: `uv pip compile` of
+# torch==2.10.0 for aarch64-manylinux_2_35 resolves 9 distributions, no nvidia-*), and is the
+# CUDA build from 2.11 (torch==2.11.0, 2.12.0, 2.13.0: 29 distributions, nvidia-cublas ...,
+# cuda-toolkit; measured the same way 2026-12-01); its CPU build is then torch==X+cpu on the CPU
+# index too (vllm-project/guidellm#442's pylock: torch-2.9.0+cpu-...-manylinux_2_28_aarch64.whl
+# from the CPU index; Ascend/pytorch@9e73e708:README.md#L85 installs torch from that index).
+_AARCH64_PYPI_CUDA_FROM = Version("2.11")
+
 _RANGE = re.compile(r"\[\s*([0-9][0-9A-Za-z.]*)\s*,\s*([0-9][0-9A-Za-z.]*)\s*\]")
 # A pre-release's name: 8.1.RC1.alpha001, 9.0.0-beta.1 (versions.cann; "beta1" of the old scheme is a final release).
 _PRERELEASE = re.compile(r"alpha\d|-beta\.\d", re.IGNORECASE)
@@ -394,6 +405,30 @@ class KnowledgeBase:
         if a == "x86_64" and Version(torch) < _CPU_PIN_BEFORE:
             return f"torch=={torch}+cpu", "pytorch-cpu"
         return f"torch=={torch}", "pypi"
+
+    def cpu_torch(self, torch: str, arch: str) -> Tuple[str, str]:
+        """The CPU build of torch ``torch`` for that arch, and where it lives: ``pytorch-cpu``
+        (the PyTorch CPU index, as ``torch==X+cpu``) or ``pypi`` (plain ``torch==X``).
+
+        An Ascend image never takes a CUDA build: PyPI's x86_64 torch is one, and so is its
+        aarch64 torch from 2.11 on (see ``_AARCH64_PYPI_CUDA_FROM``).
+
+        Raises UserError for an unknown arch, VersionError for a string that is no version.
+
+        Example:
+            >>> load().cpu_torch("2.1.0", "x86_64"), load().cpu_torch("2.9.0", "aarch64")
+            (('torch==2.1.0+cpu', 'pytorch-cpu'), ('torch==2.9.0', 'pypi'))
+            >>> load().cpu_torch("2.13.0", "arm64")
+            ('torch==2.13.0+cpu', 'pytorch-cpu')
+        """
+        a = normalize_arch(arch)
+        if a is None:
+            raise UserError(f"unknown arch {arch!r}", fix="use x86_64 or aarch64")
+        parsed = versions.python_package(torch)
+        public = parsed.public
+        if a == "aarch64" and Version(parsed.base_version) < _AARCH64_PYPI_CUDA_FROM:
+            return f"torch=={public}", "pypi"
+        return f"torch=={public}+cpu", "pytorch-cpu"
 
     def glibc_floor(self, torch_npu: str, arch: str) -> Optional[Tuple[int, int]]:
         """The glibc the torch_npu wheel needs on that arch, from its manylinux tag; None when unknown.

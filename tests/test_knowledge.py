@@ -465,3 +465,15 @@ def test_kb_cann_shows_the_python_range_and_the_download_folder():
     # a pre-release no official image fetched has no folder: none is made up
     data = describe_cann(load(), "8.0.RC2.alpha002")
     assert data["download_folder"] is None and data["installers"] == {"x86_64": [], "aarch64": []}
+
+
+def test_the_cpu_build_of_torch_per_arch_and_version(kb):
+    # x86_64: always the CPU index (PyPI's x86_64 torch is the CUDA build)
+    assert kb.cpu_torch("2.1.0", "x86_64") == ("torch==2.1.0+cpu", "pytorch-cpu")
+    assert kb.cpu_torch("2.13.0", "amd64") == ("torch==2.13.0+cpu", "pytorch-cpu")
+    # aarch64: PyPI's torch is the CPU build up to 2.10, the CUDA build from 2.11 (measured, see knowledge.py)
+    assert kb.cpu_torch("2.10.0", "aarch64") == ("torch==2.10.0", "pypi")
+    assert kb.cpu_torch("2.11.0", "aarch64") == ("torch==2.11.0+cpu", "pytorch-cpu")
+    assert kb.cpu_torch("2.13.0+cpu", "aarch64") == ("torch==2.13.0+cpu", "pytorch-cpu")  # a local label is not doubled
+    with pytest.raises(UserError):
+        kb.cpu_torch("2.13.0", "sparc")

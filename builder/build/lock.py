@@ -54,6 +54,8 @@ SCHEMA = 1
 _MANYLINUX = (17, 28, 31, 32, 33, 34, 35, 36, 37, 38, 39, 40)
 # What a CPU build of torch leaves out of PyPI's (CUDA) torch of the same version.
 _CUDA_ONLY = re.compile(r"^(nvidia-.*|triton|pytorch-triton|cuda-.*)$")
+# Of those, the ones that are also packages of their own a cell may pin on purpose.
+_CUDA_DEPENDENCY = frozenset({"triton", "pytorch-triton"})
 _HEADER = re.compile(r"^# ([a-z-]+): (.*)$")
 _PIN = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]*)==([A-Za-z0-9.+!_-]+)\s*(\\)?\s*$")
 _HASH = re.compile(r"^\s+--hash=sha256:([0-9a-f]{64})\s*(\\)?\s*$")
@@ -449,12 +451,34 @@ def _resolve(inputs: Inputs, *, wheelhouse: Optional[Path] = None, index_url: Op
             overrides += [f'{name} ; sys_platform == "never"' for name in cuda]
             entries = _compile(uv, inputs, requirements, overrides, links, index_url, previous, run)
         entries = [Entry("torch", torch_version, (), incomplete_torch) if e.name == "torch" else e for e in entries]
-    left = [e.name for e in entries if _CUDA_ONLY.match(e.name)]
-    if incomplete_torch and left:
-        raise UserError(f"cell {inputs.cell}: CUDA packages {', '.join(left)} remain in a CPU closure", exit_code=1,
-                        fix="report it: torch's requirements changed shape")
+    refuse_cuda(inputs, entries)
     return Lock(cell=inputs.cell, inputs=inputs.digest, target=f"Python {inputs.python} on {inputs.platform}",
                 resolver=_uv_version(uv), entries=tuple(sorted(entries, key=lambda e: e.name)))
+
+
+def refuse_cuda(inputs: Inputs, entries: Sequence[Entry]) -> None:
+    """Refuse a lock of an Ascend cell that holds a CUDA package: a CUDA build of torch
+    (``+cuNNN``), ``nvidia-*``/``cuda-*`` distributions, or triton pulled in by torch (one
+    the cell pins itself is its own business). Such a closure is the CUDA twin of the image:
+    gigabytes more, `pip check` failing on a CUDA package, and a libraries tier blaming CANN
+    for a missing libcuda.so.1.
+
+    Example:
+        >>> made = Inputs("c", "3.11", "aarch64-manylinux_2_35", ("torch==2.13.0",), (), "")
+        >>> try:
+        ...     refuse_cuda(made, [Entry("torch", "2.13.0", ("0" * 64,)), Entry("nvidia-cublas", "13.1", ("0" * 64,))])
+        ... except UserError as refused:
+        ...     print(refused.message)
+        cell c: the lock would hold CUDA packages (nvidia-cublas), the CUDA build of torch's closure; an Ascend image takes torch's CPU build
+    """
+    asked = {canonicalize_name(re.split(r"[\s<>=!~;\[(]", r.strip(), maxsplit=1)[0]) for r in inputs.requirements if r.strip()}
+    cuda = [e.name for e in entries if _CUDA_ONLY.match(e.name) and not (e.name in _CUDA_DEPENDENCY and e.name in asked)]
+    cuda += [f"torch=={e.version}" for e in entries if e.name == "torch" and re.search(r"\+cu\d", e.version)]
+    if cuda:
+        raise UserError(f"cell {inputs.cell}: the lock would hold CUDA packages ({', '.join(cuda)}), the CUDA build of "
+                        "torch's closure; an Ascend image takes torch's CPU build", exit_code=1,
+                        fix="lock torch's CPU build (`ascend-build kb torch-npu` names the pin and its index); if "
+                            "this cell's pip pins pulled them in, drop those pins")
 
 
 SAMPLE = """\

@@ -375,18 +375,17 @@ def env_prefix(cell: Cell) -> str:
 
 
 def torch(cell: Cell, kb) -> Tuple[str, str]:
-    """The torch requirement and the extra index that serves it: a CPU build on every arch
-    (x86_64's is ``torch==X+cpu`` from the PyTorch CPU index; PyPI's x86_64 torch is the
-    multi-GB CUDA build), which also meets torch_npu's ``torch==X``/``torch==X.*`` pins.
+    """The torch requirement and the extra index that serves it: the CPU build of the torch
+    torch_npu pins, on every arch (``knowledge.cpu_torch``: ``torch==X+cpu`` from the PyTorch
+    CPU index on x86_64, and on aarch64 from 2.11, where PyPI's torch is the CUDA build),
+    which also meets torch_npu's ``torch==X``/``torch==X.*`` pins.
     A CANN-only cell has none: ("", "")."""
     if cell.cann_only:
         return "", ""
     requirement, _ = kb.torch_requirement(cell.torch_npu, cell.arch)
-    if not requirement:
-        requirement = f"torch=={cell.torch}"
-    if cell.arch == "x86_64":
-        return (requirement if "+" in requirement else requirement + "+cpu"), PYTORCH_CPU_INDEX
-    return requirement, ""
+    version = requirement.split("==", 1)[1] if "==" in requirement else str(cell.torch)
+    pinned, where = kb.cpu_torch(version, cell.arch)
+    return pinned, (PYTORCH_CPU_INDEX if where == "pytorch-cpu" else "")
 
 
 def lock_inputs(cell: Cell, kb) -> locking.Inputs:

@@ -93,6 +93,7 @@ def describe_torch_npu(kb: KnowledgeBase, version: str) -> Dict[str, Any]:
         "on_pypi": True,
         "prerelease": rel.prerelease,
         "torch": {a: dict(zip(("requirement", "index"), kb.torch_requirement(rel.version, a))) for a in ARCHES},
+        "torch_cpu_build": {a: dict(zip(("requirement", "index"), kb.cpu_torch(rel.torch, a))) for a in ARCHES},
         "requires_dist": dict(rel.requires_dist),
         "cann": rel.cann,
         "cann_sources": list(rel.cann_sources),

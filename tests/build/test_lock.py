@@ -229,3 +229,35 @@ def test_a_resolver_that_outlasts_the_commands_deadline_is_stopped_there():
         locking._compile(["uv"], inputs, list(inputs.requirements), [], [], None, None, run=slow_uv)
     assert "waiting on uv resolving cell c" in late.value.message
     assert time.monotonic() - started < 10
+
+
+# --- which torch build an Ascend image takes (knowledge.cpu_torch), and no CUDA package in any lock ---
+
+
+def _aarch64_2_13(tmp_path):
+    path, _ = write_cells(tmp_path, {"os": "debian12", "arch": "aarch64", "chip": "910b", "cann": "9.1.0",
+                                     "python": "3.11", "torch_npu": "2.13.0", "env": "venv"})
+    return matrix.load(path).cells[0]
+
+
+def test_an_aarch64_cell_from_torch_2_11_locks_the_cpu_build_from_the_cpu_index(tmp_path):
+    inputs = lock_inputs(_aarch64_2_13(tmp_path), KB)
+    assert "torch==2.13.0+cpu" in inputs.requirements and inputs.torch_index == "https://download.pytorch.org/whl/cpu"
+    # up to 2.10 PyPI's aarch64 torch is the CPU build: the shipped 2.9.0 cells lock it from there
+    nine = next(c for c in CELLS.values() if c.arch == "aarch64" and c.torch_npu == "2.9.0.post2")
+    assert "torch==2.9.0" in lock_inputs(nine, KB).requirements and lock_inputs(nine, KB).torch_index == ""
+
+
+@pytest.mark.index
+def test_an_aarch64_2_13_lock_holds_no_cuda_package_and_pypis_cuda_torch_is_refused(tmp_path):
+    # the CPU index is not reachable here: torch stays incomplete, its closure without CUDA packages
+    made = lock.resolve(lock_inputs(_aarch64_2_13(tmp_path), KB), is_reachable=lambda url: False)
+    assert [e.name for e in made.incomplete] == ["torch"] and made.entry("torch").version == "2.13.0+cpu"
+    assert not [e.name for e in made.entries if e.name.startswith(("nvidia-", "cuda-")) or e.name == "triton"]
+    # PyPI's aarch64 torch 2.13.0, as a new user would lock it: its CUDA closure is refused by the lock code
+    cuda_twin = replace(lock_inputs(_aarch64_2_13(tmp_path), KB), torch_index="",
+                        requirements=tuple("torch==2.13.0" if r.startswith("torch==") else r
+                                           for r in lock_inputs(_aarch64_2_13(tmp_path), KB).requirements))
+    with pytest.raises(UserError) as refused:
+        lock.resolve(cuda_twin)
+    assert "the lock would hold CUDA packages (" in refused.value.message and "nvidia-cublas" in refused.value.message
