@@ -418,7 +418,11 @@ def releases_cann_command(
     table: str = typer.Option(..., "--table", envvar="ASCEND_BUILD_COMPAT_TABLE",
                               help="Ascend/pytorch's COMPATIBILITY.en.md: a URL or a file."),
     images: Optional[str] = typer.Option(None, "--images", envvar="ASCEND_BUILD_IMAGE_MATRIX",
-                                         help="The official CANN images' build_cann_arg.json: a URL or a file."),
+                                         help="The official CANN images' build_cann_arg.json, or a listing of their "
+                                              "cann/<tag>/Dockerfile paths: a URL or a file."),
+    notes: Optional[str] = typer.Option(None, "--release-notes", envvar="ASCEND_BUILD_RELEASE_NOTES",
+                                        help="A listing of cann/release-management's files (<version>/release-notes.md "
+                                             "per line): a URL or a file."),
     out: Optional[Path] = typer.Option(None, "--out", help="Also write the proposal to this file."),
     deadline: Optional[float] = DeadlineOpt,
 ) -> None:
@@ -426,7 +430,7 @@ def releases_cann_command(
     base lacks (CANN releases, torch_npu pairings, chips, OSes), with the source of each. Nothing is
     applied: edit builder/data/ascend-compat.yaml after checking the sources.
 
-    Example: ascend-build releases cann --table COMPATIBILITY.en.md --images build_cann_arg.json
+    Example: ascend-build releases cann --table COMPATIBILITY.en.md --images build_cann_arg.json --release-notes files.txt
     """
     from builder import knowledge
     from builder.build.releases import cann_watch
@@ -437,7 +441,8 @@ def releases_cann_command(
             raise UserError(f"{table} has no row of the compatibility table (| torch_npu | ... | PyTorch | CANN X |)",
                             fix="pass Ascend/pytorch's COMPATIBILITY.en.md", exit_code=1)
         tags = cann_watch.image_tags(cann_watch.read(images), images) if images else []
-    text = cann_watch.to_yaml(cann_watch.propose(knowledge.load(), rows, tags, table, images or ""))
+        released = cann_watch.release_notes(cann_watch.read(notes)) if notes else []
+    text = cann_watch.to_yaml(cann_watch.propose(knowledge.load(), rows, tags, table, images or "", released, notes or ""))
     typer.echo(text, nl=False)
     if out:
         out.write_text(text)

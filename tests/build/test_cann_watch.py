@@ -120,3 +120,30 @@ def test_a_slow_drip_table_stops_at_the_commands_deadline():
     assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr
     assert "the command's deadline of 2 s passed" in done.stderr
     assert time.monotonic() - started < 15
+
+
+def test_releases_only_the_release_notes_and_the_image_folders_name_are_proposed(served):
+    """Why 9.1.1 and 9.2.0-beta.1 were never proposed: no torch_npu row names them, and
+    build_cann_arg.json holds only its commit's batch. The release notes repository's files
+    and the images repository's Dockerfile folders name every release."""
+    folder, base = served
+    (folder / "COMPATIBILITY.en.md").write_text(TABLE.read_text())
+    (folder / "files.txt").write_text("README.md\n9.1.0/release-notes.md\n9.1.1/release-notes.md\n"
+                                      "9.3.0-beta.1/release-notes.md\n9.3.0-beta.1/release-plan.md\n")
+    (folder / "dockerfiles.txt").write_text("cann/9.1.0-910b-ubuntu22.04-py3.11/Dockerfile\n"
+                                            "cann/9.3.0-beta.2-910b-ubuntu22.04-py3.12-devel/Dockerfile\n")
+    out = run_cli("releases", "cann", "--table", f"{base}/COMPATIBILITY.en.md", "--images", f"{base}/dockerfiles.txt",
+                  "--release-notes", f"{base}/files.txt")
+    assert out.returncode == 0, out.stderr
+    proposed = {r["version"]: r["named_by"] for r in yaml.safe_load(out.stdout)["cann_releases"]}
+    # 9.1.0 and 9.1.1 are known (9.1.1 from its release notes, CANN_RN_911); the new ones are proposed with their source
+    assert "9.1.1" not in proposed and "9.1.0" not in proposed
+    assert proposed["9.3.0-beta.1"] == [f"{base}/files.txt: 9.3.0-beta.1/"]
+    assert proposed["9.3.0-beta.2"] == [f"{base}/dockerfiles.txt: 9.3.0-beta.2-910b-ubuntu22.04-py3.12-devel"]
+
+
+def test_the_releases_after_9_1_0_the_watcher_missed_are_known_with_their_hdk():
+    kb = knowledge.load()
+    assert kb.paired_hdk("9.1.1") == "26.1.1" and kb.min_driver("9.1.1") == "25.2.RC1"  # 9.1.X drops 25.0.X
+    assert "9.2.0-beta.1" in kb.cann_releases() and kb.min_driver("9.2.0-beta.1") == "25.3.RC1"  # bounded by 9.2.0
+    assert kb.cann_release_folder("9.2.0-beta.1") is None  # no official image fetched it: no folder made up
