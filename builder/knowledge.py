@@ -606,6 +606,23 @@ class KnowledgeBase:
         """
         return self.min_driver_reason(cann)[0]
 
+    def downstream_driver(self, cann: str, driver: str) -> str:
+        """Where a major downstream runs that CANN on that driver although it is below the
+        minimum of CANN's own notes ("" when none does): ``cann_hdk.releases[].downstream_hdk``.
+
+        Example:
+            >>> load().downstream_driver("8.2.RC1", "24.1.rc3")
+            'MindIE 2.1.RC1 release notes, version compatibility (MINDIE_21RC1_RN)'
+            >>> load().downstream_driver("8.2.RC1", "24.1.RC1"), load().downstream_driver("8.3.RC1", "24.1.RC3")
+            ('', '')
+        """
+        entry = self._cann_entry(cann) or {}
+        named = entry.get("downstream_hdk") or {}
+        wanted = versions.lenient("hdk", driver)
+        if wanted is None or not any(versions.lenient("hdk", str(h)) == wanted for h in named.get("hdk") or ()):
+            return ""
+        return str(named.get("evidence") or "")
+
     def hdk_known(self, driver: str) -> Tuple[bool, Tuple[str, ...]]:
         """Whether the data names that HDK (driver) release, and the nearest releases it names.
 

@@ -118,6 +118,27 @@ def constraints(cann: str, python: str = "") -> Tuple[Constraint, ...]:
     return tuple(found)
 
 
+def shipped(cann: str, name: str, version: str) -> str:
+    """Where a major downstream ships ``name`` at ``version`` on ``cann`` although CANN's
+    limits exclude it ("" when none does): ``cann_python.shipped``.
+
+    Example:
+        >>> shipped("8.3.RC2", "protobuf", "5.29.3")
+        'vllm-project/vllm-ascend@v0.11.0:Dockerfile'
+        >>> shipped("7.0.RC1", "protobuf", "5.29.3"), shipped("8.3.RC2", "protobuf", "3.19.6")
+        ('', '')
+    """
+    wanted = versions.lenient("cann", cann)
+    for item in _doc()["cann_python"].get("shipped", ()):
+        req = requirement(str(item["requirement"]))
+        if canonicalize_name(req.name) != canonicalize_name(name) or not req.specifier.contains(version, prereleases=True):
+            continue
+        for release, evidence in (item.get("evidence") or {}).items():
+            if wanted is not None and versions.lenient("cann", str(release)) == wanted:
+                return str(evidence)
+    return ""
+
+
 @dataclass(frozen=True)
 class PythonRange:
     """The Python versions a CANN release's installation guide states (``low`` to ``high``,

@@ -196,3 +196,19 @@ def test_every_torch_npu_on_pypi_has_its_allocator_keys_unless_no_tag_can_say(kb
         newest = python_env.newest(variable, version)
         assert parsed.pre or not newest or parsed > versions.python_package(newest), version
     assert len(unanswered) < len(kb.torch_npu_versions()) / 2
+
+
+def test_every_piece_of_disagreeing_evidence_names_what_the_knowledge_base_knows(kb, compat):
+    env = _yaml("python-env.yaml")["cann_python"]
+    for item in env["shipped"]:
+        assert [c for c in item["evidence"] if not _known(kb, c)] == []
+        assert all(re.fullmatch(r"vllm-project/vllm-ascend@v[\w.]+:Dockerfile", e) for e in item["evidence"].values())
+    for item in env["python"]:  # a Python shipped outside the guide's range is outside it
+        stated = python_env.python_range(item["cann"])
+        assert [d["python"] for d in item.get("shipped", ()) if stated.allows(d["python"])] == []
+    for entry in compat["cann_hdk"]["releases"]:
+        named = [str(h) for h in (entry.get("downstream_hdk") or {}).get("hdk", ())]
+        assert all(kb.hdk_known(h)[0] for h in named), entry["version"]
+        if named:  # some of it lies below CANN's own minimum, else it would not disagree
+            minimum = versions.hdk(kb.min_driver(str(entry["version"])))
+            assert any(versions.hdk(h) < minimum for h in named), entry["version"]

@@ -236,7 +236,9 @@ def glibc_new_enough(cell: Cell, kb) -> Findings:
 
 
 def driver_supports_cann(cell: Cell, kb) -> Findings:
-    """A CANN release needs at least its paired driver; a newer driver runs older CANN."""
+    """A CANN release needs at least its paired driver; a newer driver runs older CANN. Where a
+    major downstream's release notes name an older driver for it (MindIE for CANN 8.2.RC1),
+    that driver is a warning naming them."""
     needed = kb.min_driver(cell.cann)
     if not cell.driver:
         yield _finding(cell, "driver", "driver-missing",
@@ -249,6 +251,13 @@ def driver_supports_cann(cell: Cell, kb) -> Findings:
     if driver is None or not needed:
         return
     if versions.meets_minimum("hdk", cell.driver, needed) is False:
+        shipped = kb.downstream_driver(cell.cann, cell.driver)
+        if shipped:  # CANN's notes and a downstream's disagree: the strictest is the default, not a refusal
+            yield _finding(cell, "driver", "driver-downstream",
+                           f"driver {cell.driver} is below {needed}, the minimum HDK for CANN {cell.cann} "
+                           f"({kb.min_driver_reason(cell.cann)[1]}), but a downstream runs this pair ({shipped})",
+                           f"validate the image on an NPU host, or set driver: {needed} or newer", severity="warning")
+            return
         yield _finding(cell, "driver", "driver-too-old",
                        f"driver {cell.driver} is below {needed}, the minimum HDK for CANN {cell.cann} "
                        f"({kb.min_driver_reason(cell.cann)[1]})",
@@ -390,6 +399,14 @@ def pins_within_cann_limits(cell: Cell, kb) -> Findings:
         for limit in limits:
             if limit.name == canonicalize_name(name.split("[")[0]) and not limit.allows(version):
                 kind = "inferred from" if limit.inferred else "per"
+                downstream = python_env.shipped(cell.cann, limit.name, version)
+                if downstream:  # the guide and a downstream disagree: the guide is the default, not a refusal
+                    yield _finding(cell, "pip", "cann-python-constraint-shipped",
+                                   f"{pin} is outside {limit.requirement}, which CANN {cell.cann} needs ({kind} "
+                                   f"{limit.source}), but a downstream ships it on that CANN ({downstream})",
+                                   f"validate the image on an NPU host, or pin {name} within {limit.requirement}",
+                                   severity="warning")
+                    continue
                 yield _finding(cell, "pip", "cann-python-constraint",
                                f"{pin} is outside {limit.requirement}, which CANN {cell.cann} needs"
                                + (f" on {limit.python}" if limit.python else "") + f" ({kind} {limit.source})",

@@ -16,7 +16,7 @@ import pytest
 from typer.testing import CliRunner
 
 from builder.build import checks, matrix, plan
-from builder import cli, installers, knowledge, versions
+from builder import cli, installers, knowledge, python_env, versions
 from helpers_cann import synthetic_torch_npu_wheel
 from helpers_matrix import CANN_7, SHIPPED_MATRIX, VALID, all_findings, by_rule, write_cells
 
@@ -530,14 +530,14 @@ COVERED = {
     "python_has_wheel": ("python-no-wheel",),
     "python_within_cann": ("python-outside-cann", "python-outside-cann-shipped"),
     "glibc_new_enough": ("glibc-too-old",),
-    "driver_supports_cann": ("driver-too-old", "driver-missing", "version-syntax"),
+    "driver_supports_cann": ("driver-too-old", "driver-missing", "version-syntax", "driver-downstream"),
     "firmware_in_range": ("firmware-out-of-range", "version-syntax", "firmware-unknown", "firmware-unlisted"),
     "driver_known": ("driver-unknown", "driver-unlisted"),
     "chip_supported": ("chip-unsupported",),
     "venv_python_matches": ("venv-python-mismatch",),
     "installers_verifiable": ("installer-unknown", "cann-image-unpinned", "installer-sha256-unknown"),
     "tag_fits": ("tag-too-long",),
-    "pins_within_cann_limits": ("cann-python-constraint",),
+    "pins_within_cann_limits": ("cann-python-constraint", "cann-python-constraint-shipped"),
     "env_vars_accepted": ("env-var-rejected", "env-var-unverified"),
     "nnal_published": ("nnal-unpublished",),
     "own_wheel_fits": ("torch-npu-wheel-mismatch", "torch-npu-wheel-sha256", "torch-npu-wheel-absent",
@@ -605,6 +605,32 @@ def test_cann_8_limits_come_from_the_install_guide(tmp_path):
     assert len(messages) == 2
     assert "numpy==1.26.4 is outside numpy>=1.19.2,<=1.24.0, which CANN 8.0.RC3 needs (per CANN installation guide" in messages[0]
     assert "protobuf==4.25.3 is outside protobuf>=3.20,<3.21" in messages[1]
+
+
+def test_a_driver_cann_refuses_but_mindie_runs_is_a_warning_naming_mindie(tmp_path):
+    """CANN's notes bound 8.2.RC1 at HDK 25.0.RC1 (8.5.0's 25.0.X); MindIE 2.1.RC1's notes run it
+    on 24.1.RC2 .. 25.2.0: the strictest is the default, what MindIE ships a named warning."""
+    cell = dict(VALID, cann="8.2.RC1", torch_npu="2.5.1.post1", python="3.10")
+    f = only(cell_findings(tmp_path, dict(cell, driver="24.1.RC3"))[0], "driver-downstream")
+    assert f.severity == "warning" and "below 25.0.RC1, the minimum HDK for CANN 8.2.RC1" in f.message
+    assert "MindIE 2.1.RC1 release notes" in f.message and f.fix.endswith("or set driver: 25.0.RC1 or newer")
+    # a driver MindIE does not name stays an error; the minimum itself needs nothing
+    findings = cell_findings(tmp_path, dict(cell, driver="24.1.RC1"))[0]
+    assert only(findings, "driver-too-old").severity == "error" and by_rule(findings, "driver-downstream") == []
+    assert by_rule(cell_findings(tmp_path, dict(cell, driver="25.0.RC1"))[0], "driver-downstream") == []
+
+
+def test_a_pin_the_guide_excludes_but_vllm_ascend_ships_is_a_warning_naming_it(tmp_path):
+    """The 8.0.RC2 .. 9.0.x guides ask for protobuf 3.20.x; vllm-ascend installs protobuf>3.20.0 on 8.2.RC1 .. 9.0.1."""
+    cell = dict(VALID, cann="8.3.RC2", torch_npu="2.7.1", python="3.11", env="conda", driver="25.0.RC1")
+    f = only(cell_findings(tmp_path, dict(cell, pip=["protobuf==5.29.3"]))[0], "cann-python-constraint-shipped")
+    assert f.severity == "warning" and "vllm-project/vllm-ascend@v0.11.0:Dockerfile" in f.message
+    assert by_rule(cell_findings(tmp_path, dict(cell, pip=["protobuf==5.29.3"]))[0], "cann-python-constraint") == []
+    # on a CANN vllm-ascend never shipped it on, the guide's limit stays an error
+    older = dict(VALID, pip=["protobuf==5.29.3"])  # CANN 8.0.RC3
+    assert only(cell_findings(tmp_path, older)[0], "cann-python-constraint").severity == "error"
+    # and the lock still resolves within the guide's limit (the strictest is the default)
+    assert "protobuf>=3.20,<3.21" in {c.requirement for c in python_env.constraints("8.3.RC2", "3.11")}
 
 
 def test_the_numpy_limit_of_cann_8_5_depends_on_the_python(tmp_path):
@@ -730,6 +756,7 @@ SHAPE_CASES = {
     "installer-sha256-unknown": [A3_LOCAL],
     "driver-missing": [dict(VALID, cann="8.4.0")],
     "driver-too-old": [dict(VALID, driver="23.0.3")],
+    "driver-downstream": [dict(VALID, cann="8.2.RC1", torch_npu="2.5.1.post1", python="3.10", driver="24.1.RC3")],
     "driver-unknown": [dict(VALID, driver="24.1.RC4")],
     "driver-unlisted": [dict(VALID, driver="24.1.RC4", unlisted=True)],
     "version-syntax": [dict(VALID, driver="24.1.xx")],
@@ -747,6 +774,8 @@ SHAPE_CASES = {
     "tag-too-long": [dict(CANN_7, name="x" * 120)],
     "duplicate-tag": [dict(VALID, name="same"), dict(CANN_7, name="same")],
     "cann-python-constraint": [dict(CANN_7, pip=["numpy==2.0.2"])],
+    "cann-python-constraint-shipped": [dict(VALID, cann="8.3.RC2", torch_npu="2.7.1", python="3.11", env="conda",
+                                            driver="25.0.RC1", pip=["protobuf==5.29.3"])],
     "env-var-rejected": [dict(CANN_7, env_vars={"PYTORCH_NPU_ALLOC_CONF": "expandable_segments:True"})],
     "env-var-unverified": [dict(VALID, torch_npu="2.5.1rc1", env_vars={"PYTORCH_NPU_ALLOC_CONF": "page_size:1g"})],
     "schema-missing": [{k: v for k, v in VALID.items() if k != "python"}],
