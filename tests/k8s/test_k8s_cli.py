@@ -78,8 +78,8 @@ def test_a_mixed_driver_pool_gets_the_image_its_lowest_driver_runs_fake_npu(repo
     assert spec["containers"][0]["image"] == f"{where}@{pushed['fits']}"
     assert spec["containers"][0]["command"] == [GUARD_PATH, "torchrun", "--nproc_per_node", "8", "train.py"]
     assert admitted(spec, nodes(CLUSTER)) == ["npu-a", "npu-b", "npu-c"]
-    assert done.stdout.startswith("# ascend-build k8s job: fits for 3 nodes, lowest driver on npu-b; arch x86_64, "
-                                  "chip 910b, driver 24.1.RC3 or newer\n")
+    assert done.stdout.startswith("# ascend-build k8s job: image tag fits, chosen for the pool (3 nodes, lowest driver "
+                                  "on npu-b; arch x86_64, chip 910b, driver 24.1.RC3)\n")
     assert "note: firmware not checked: not every node carries a firmware label; the image needs 7.5.0.1.129" in done.stderr
 
 
