@@ -157,3 +157,14 @@ def test_bad_json_is_a_clear_error(repo, tmp_path):
     bad.write_text("{\"kind\": \"List\", \"items\": [")
     done = k8s_job(repo, "--npus", "8", "--nodes", str(bad), "--", "python", "train.py")
     assert done.returncode == 2 and done.stdout == "" and f"error: {bad}: not JSON" in done.stderr
+
+
+def test_with_a_trust_key_an_image_without_a_verifying_statement_is_refused_fake_npu(repo, tmp_path):
+    # the images here carry no signed statement: labels alone would choose "fits" (tests above)
+    from builder import signing
+
+    _, public = signing.generate(tmp_path, "team")
+    done = k8s_job(repo, "--npus", "8", "--nodes", str(POOL_910B), "--trust-key", str(public), "--", "python", "t.py")
+    assert done.returncode == 1 and done.stdout == ""
+    assert "  fits: signed validation refused: " in done.stderr
+    assert "Traceback" not in done.stderr
