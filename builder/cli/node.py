@@ -138,6 +138,7 @@ def run_command(
     Example: ascend-build run --devices 0,1 --print --trust-key team.pub REGISTRY/ascend-build/pytorch@sha256:... -- python train.py
     """
     from builder import devices, versions
+    from builder.node import doctor as checklist
     from builder.node import host as host_probe
     from builder.engine import Engine
 
@@ -147,17 +148,24 @@ def run_command(
     elif insecure:
         typer.echo("note: --insecure skips nothing without --trust-key: no statement is checked", err=True)
     chosen = devices.choose(devices.npu_devices(root), devices_opt)
+    host = host_probe.probe(root=root, run_npu_smi=False)
+    host.arch = host.arch or host_arch()
+    engine = Engine.connect()
+    seen = checklist.look_up(engine, image_ref, host.arch)
+    refused = [c for c in checklist.launch_checks(host, seen) if c.status == checklist.FAIL]
+    if refused:  # the checks `doctor` reports, so the two never disagree
+        raise UserError(f"{image_ref} cannot start on this node: " + "; ".join(c.detail for c in refused),
+                        fix="; ".join(c.fix for c in refused), exit_code=1)
     argv = devices.run_argv(image_ref, chosen, list(ctx.args), root=root, interactive=sys.stdin.isatty() and not print_only)
     if not chosen:
         typer.echo("note: this host has no /dev/davinci* devices to pass in", err=True)
-    engine = Engine.connect()
-    labels = engine.labels(image_ref) if engine.image_id(image_ref) else {}
+    labels = seen.labels
     need = labels.get(Label.MIN_DRIVER)
     if not labels:
-        typer.echo(f"note: {image_ref} is not a local image built by ascend-build; its driver needs are unchecked",
+        typer.echo(f"note: {image_ref} is not an image built by ascend-build; its driver needs are unchecked",
                    err=True)
     elif need and not force:
-        driver = host_probe.probe(root=root, run_npu_smi=False).driver
+        driver = host.driver
         if versions.meets_minimum("hdk", driver, need) is not True:
             raise UserError(f"{image_ref} needs NPU driver {need} or newer; this node has {driver or 'no driver'}",
                             fix="upgrade the node's driver and firmware, pick an image that fits "
@@ -173,12 +181,12 @@ def _verified_ref(image_ref: str, key, key_path: Optional[Path], require: str, i
     (UserError) when it is not, unless ``insecure`` (then said loudly, and ``image_ref`` is started as given)."""
     from builder import policy
     from builder.cli.trust import split_reference
+    from builder.node import doctor
     from builder.node import host as host_probe
     from builder.registry import Registry
 
     policy.check_requirement(require)
-    first = image_ref.partition("/")[0]
-    if "/" not in image_ref or not ("." in first or ":" in first or first == "localhost"):
+    if not doctor.names_registry(image_ref):
         why = "it names no registry, so no statement can be looked up (a local name says nothing signed)"
     else:
         host, repository, reference = split_reference(image_ref)
