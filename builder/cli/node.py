@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import sys
+from dataclasses import asdict
 from pathlib import Path
 from typing import List, Optional
 
@@ -74,32 +75,42 @@ def pull_command(
     from builder.engine import Engine
     from builder.registry import Registry
 
-    if variant not in VARIANTS:
-        raise UserError(f"--variant {variant!r} is none of {', '.join(VARIANTS)}", exit_code=2,
-                        fix="--variant npu (the NPU image) or --variant cpu (its CPU twin)")
-    policy.check_requirement(require)
-    key = _trust_key(trust_key)
-    info = host_probe.probe(root=root, run_npu_smi=True)
-    node = chooser.Node(arch=info.arch or host_arch(), chip=info.chip, driver=info.driver, firmware=info.firmware)
-    wanted = chooser.Wanted(cann=cann, torch=torch, python=python, variant=variant)
-    address, repository = chooser.split_registry(registry, DEFAULT_IMAGE)
-    reg = Registry(address)
+    try:
+        if variant not in VARIANTS:
+            raise UserError(f"--variant {variant!r} is none of {', '.join(VARIANTS)}", exit_code=2,
+                            fix="--variant npu (the NPU image) or --variant cpu (its CPU twin)")
+        policy.check_requirement(require)
+        key = _trust_key(trust_key)
+        info = host_probe.probe(root=root, run_npu_smi=True)
+        node = chooser.Node(arch=info.arch or host_arch(), chip=info.chip, driver=info.driver, firmware=info.firmware)
+        wanted = chooser.Wanted(cann=cann, torch=torch, python=python, variant=variant)
+        address, repository = chooser.split_registry(registry, DEFAULT_IMAGE)
+        reg = Registry(address)
 
-    def trust(image) -> str:
-        return policy.trusted(reg, repository, image.digest, image.labels, key, require)
+        def trust(image) -> str:
+            return policy.trusted(reg, repository, image.digest, image.labels, key, require)
 
-    with within(deadline):
-        best, rejected = chooser.choose(chooser.listing(reg, repository, node.arch), node, wanted,
-                                        trust if key is not None else None)
-        if best is None:
-            typer.echo(f"no image in {address}/{repository} fits this node "
-                       f"(arch {node.arch}, chip {node.chip or 'unknown'}, driver {node.driver or 'unknown'}, "
-                       f"firmware {node.firmware or 'unknown'}):", err=True)
-            typer.echo(chooser.format_rejections(rejected) or "  (no tags)", err=True)
-            for tip in chooser.suggestions(rejected, node, wanted):
-                typer.echo(f"  fix: {tip}", err=True)
-            raise typer.Exit(1)
-        ref, moved = chooser.fetch(Engine.connect(), reg, repository, best, node.arch)
+        with within(deadline):
+            best, rejected = chooser.choose(chooser.listing(reg, repository, node.arch), node, wanted,
+                                            trust if key is not None else None)
+            if best is None:
+                fixes = chooser.suggestions(rejected, node, wanted)
+                if as_json:
+                    typer.echo(json.dumps({"ref": None, "registry": f"{address}/{repository}", "node": asdict(node),
+                                           "rejected": chooser.rejections_to_dicts(rejected), "fixes": fixes},
+                                          indent=2))
+                typer.echo(f"no image in {address}/{repository} fits this node "
+                           f"(arch {node.arch}, chip {node.chip or 'unknown'}, driver {node.driver or 'unknown'}, "
+                           f"firmware {node.firmware or 'unknown'}):", err=True)
+                typer.echo(chooser.format_rejections(rejected) or "  (no tags)", err=True)
+                for tip in fixes:
+                    typer.echo(f"  fix: {tip}", err=True)
+                raise typer.Exit(1)
+            ref, moved = chooser.fetch(Engine.connect(), reg, repository, best, node.arch)
+    except UserError as exc:  # --json: a script reads the error from stdout too; stderr still says it
+        if as_json:
+            typer.echo(json.dumps({"ref": None, "error": exc.message, "fix": exc.fix or None}, indent=2))
+        raise
     verified = (f"its validation statement verifies with {trust_key} (--require {require})" if key is not None
                 else "chosen on its labels alone: no --trust-key, no statement checked")
     if as_json:

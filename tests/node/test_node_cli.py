@@ -229,9 +229,34 @@ def test_pull_refuses_with_a_reason_per_candidate_fake_npu(node, repo, registry)
     assert "no image in" in err and "driver 24.1.rc3" in err
     assert "  newer-torch: CANN 8.0.RC3, not 8.5.0; driver 24.1.rc3 < required 25.0.RC1" in err
     assert "  candidate: not validated" in err
-    assert "  twin: CPU twin, not an NPU image" in err
+    assert "  twin: CPU twin, not an NPU image; CANN 8.0.RC3, not 8.5.0" in err  # its name says 8.0.rc3
     assert "fix: another CANN fits this node: 8.0.RC3 (ascend-build pull --cann 8.0.RC3)" in err
     assert "Traceback" not in err
+
+
+@pytest.mark.engine
+def test_pull_json_when_nothing_fits_gives_the_reasons_per_image_fake_npu(node, repo, registry):
+    repository, env, pushed = repo
+    done = cli("pull", "--cann", "8.5.0", "--registry", f"{registry.host}/{repository}", "--root", str(node),
+               "--json", env=env)
+    assert done.returncode == 1
+    result = json.loads(done.stdout)
+    assert result["ref"] is None and result["registry"] == f"{registry.host}/{repository}"
+    assert result["node"] == {"arch": "x86_64", "chip": "910b", "driver": "24.1.rc3", "firmware": "7.5.0.1.129"}
+    reasons = {r["tag"]: r["reasons"] for r in result["rejected"]}
+    assert reasons["twin"] == ["CPU twin, not an NPU image", "CANN 8.0.RC3, not 8.5.0"]
+    assert reasons["fits"] == ["CANN 8.0.RC3, not 8.5.0"]
+    assert {r["tag"]: r["digest"] for r in result["rejected"]}["fits"] == pushed["fits"]
+    assert result["fixes"] == ["another CANN fits this node: 8.0.RC3 (ascend-build pull --cann 8.0.RC3)"]
+    assert "no image in" in done.stderr
+
+
+def test_pull_json_on_bad_input_prints_the_error_as_json(tmp_path):
+    done = cli("pull", "--registry", "127.0.0.1:9", "--variant", "gpu", "--root", str(tmp_path), "--json")
+    assert done.returncode == 2
+    assert json.loads(done.stdout) == {"ref": None, "error": "--variant 'gpu' is none of npu, cpu",
+                                       "fix": "--variant npu (the NPU image) or --variant cpu (its CPU twin)"}
+    assert "error: --variant 'gpu'" in done.stderr and "Traceback" not in done.stderr
 
 
 @pytest.mark.engine
