@@ -470,41 +470,6 @@ def derive_id(cann: str, chip: str, os_id: str, python: str, torch_npu: str, arc
     return f"cann{cann}-{chip}-{os_id}-py{python}{framework}-{arch}".lower().replace("+", "_")
 
 
-@dataclass(frozen=True)
-class CellId:
-    """What a derived cell id (an image tag) names; ``variant`` is ``cpu`` for a twin's tag, else ``npu``."""
-
-    cann: str
-    chip: str
-    os: str
-    python: str
-    torch_npu: str
-    arch: str
-    variant: str = "npu"
-
-
-_ID = re.compile(r"cann(?P<cann>[0-9a-z.]+?)-(?P<chip>" + "|".join(map(re.escape, CHIPS)) + r")-(?P<os>"
-                 + "|".join(map(re.escape, OS_IDS)) + r")-py(?P<python>[0-9]+\.[0-9]+)(?:-torch_npu(?P<torch_npu>"
-                 r"[0-9a-z._]+?))?-(?P<arch>" + "|".join(ARCHS) + r")(?:-(?P<cpu>cpu))?")
-
-
-def parse_id(text: str) -> Optional[CellId]:
-    """The inverse of ``derive_id``, for a cell id or an image tag (``-cpu`` for the twin):
-    the one parser of tag names. CANN comes back in its release spelling (``8.0.RC3``);
-    None for an id a matrix chose itself (``id:``).
-
-    >>> parse_id("cann8.0.rc3-910b-ubuntu22.04-py3.10-torch_npu2.4.0-x86_64-cpu")
-    CellId(cann='8.0.RC3', chip='910b', os='ubuntu22.04', python='3.10', torch_npu='2.4.0', arch='x86_64', variant='cpu')
-    >>> parse_id("cann8.5.0-a3-ubuntu22.04-py3.11-aarch64").torch_npu, parse_id("my-own-name")
-    ('', None)
-    """
-    m = _ID.fullmatch(text.strip().lower())
-    if m is None:
-        return None
-    cann = re.sub(r"\.rc([0-9])", r".RC\1", m["cann"])  # the releases' own spelling, as knowledge.canonical_cann
-    return CellId(cann, m["chip"], m["os"], m["python"], m["torch_npu"] or "", m["arch"], "cpu" if m["cpu"] else "npu")
-
-
 def _cells_of(doc: _Val, name: str, out: _Collector) -> Iterator[Cell]:
     top = _mapping(doc, "(top level)", out)
     if top is None:

@@ -350,7 +350,7 @@ def look_up(engine, ref: str, arch: Optional[str], registry_for=None) -> Seen:
         return Seen(ref, "local", engine.labels(ref), normalize_arch(engine.architecture(ref)))
     if not names_registry(ref):
         return Seen(ref)
-    from builder.cli.trust import split_reference
+    from builder.registry import split_reference
     from builder.registry import Registry
 
     host, repository, reference = split_reference(ref)

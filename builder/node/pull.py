@@ -20,7 +20,7 @@ from typing import Callable, Dict, List, Optional, Tuple
 
 from builder import bounded, versions
 from builder.attached import is_attached_tag
-from builder.build.matrix import parse_id
+from builder.cell_id import parse_id
 from builder.errors import UserError
 from builder.registry import ImageInfo, Registry
 from builder.vocabulary import CANDIDATE_SUFFIX, NPU, Label
@@ -85,7 +85,7 @@ def why_not(info: ImageInfo, node: Node, wanted: Wanted) -> List[str]:
 
 
 def cann_of(info: ImageInfo) -> str:
-    """A twin carries no CANN label: its cell id (or else its tag) names it, read by ``matrix.parse_id``;
+    """A twin carries no CANN label: its cell id (or else its tag) names it, read by ``cell_id.parse_id``;
     "" when neither is a derived id.
 
     Example:

@@ -4,7 +4,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from builder.build.matrix import derive_id, parse_id
+from builder.build.matrix import derive_id
+from builder.cell_id import parse_id
 from builder.errors import UserError
 from builder.node.pull import Node, Wanted, cann_of, choose, split_registry, suggestions, verify_pulled, why_not
 from builder.vocabulary import ARCHS, CHIPS
@@ -95,7 +96,7 @@ def test_labels_changed_after_pull_are_refused():
         verify_pulled({"a": "1"}, {"a": "2"}, "ref")
 
 
-# --- tag names: one parser (matrix.parse_id, the inverse of derive_id) -----------------------
+# --- tag names: one parser (cell_id.parse_id, the inverse of derive_id) -----------------------
 
 
 def twin(tag, cell=None):
