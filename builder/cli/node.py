@@ -191,7 +191,7 @@ def _verified_ref(image_ref: str, key, key_path: Optional[Path], require: str, i
     """``image_ref`` as ``REGISTRY/REPOSITORY@sha256:...`` when its validation statement is trusted; refused
     (UserError) when it is not, unless ``insecure`` (then said loudly, and ``image_ref`` is started as given)."""
     from builder import policy
-    from builder.cli.trust import split_reference
+    from builder.registry import split_reference
     from builder.node import doctor
     from builder.node import host as host_probe
     from builder.registry import Registry
@@ -244,8 +244,9 @@ def doctor_command(
 
 @app.command("explain")
 def explain_command(
-    text: str = typer.Argument(..., help="The error text, quoted."),
+    text: Optional[str] = typer.Argument(None, help="The error text, quoted (or a log, e.g. \"$(cat train.log)\")."),
     image_ref: Optional[str] = typer.Option(None, "--image", help="The image that failed: its labels name the versions."),
+    list_known: bool = typer.Option(False, "--list", help="List every error it knows (with --json: patterns, fix, source)."),
     root: Path = RootOpt,
     as_json: bool = JsonOpt,
 ) -> None:
@@ -256,6 +257,12 @@ def explain_command(
     from builder.node import explain as table
     from builder.node import host as host_probe
 
+    if list_known:
+        typer.echo(json.dumps(table.entries_to_dicts(), indent=2) if as_json else table.format_table())
+        return
+    if not text:
+        raise UserError("explain needs the error text (or --list)", exit_code=2,
+                        fix='ascend-build explain "EI0006: Getting socket times out", or ascend-build explain --list')
     labels = None
     if image_ref:
         from builder.engine import Engine
