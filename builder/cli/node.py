@@ -277,14 +277,18 @@ def explain_command(
 
 @app.command("record")
 def record_command(
-    output_dir: Path = typer.Argument(..., help="The training run's output folder."),
+    output_dir: Path = typer.Argument(..., help="The training run's output folder (its parent must exist)."),
     sets: List[str] = typer.Option([], "--set", help="Your own key=value, e.g. --set seq_len=4096 (repeatable)."),
+    image_ref: Optional[str] = typer.Option(None, "--image",
+                                            help="The image the run used: its environment is measured inside it "
+                                                 "(default: the python3 on PATH)."),
+    root: Path = RootOpt,
 ) -> None:
     """Write the run record (versions, driver, firmware, chip, image) next to the weights.
 
-    Example: ascend-build record out/ --set train_mode=lora --set seq_len=4096
+    Example: ascend-build record out/ --image ascend-build/pytorch:TAG --set train_mode=lora --set seq_len=4096
     """
     from builder.node import record as run_record
 
-    path, data = run_record.run_record(output_dir, pairs=sets)
+    path, data = run_record.run_record(output_dir, pairs=sets, root=root, image=image_ref)
     typer.echo(run_record.format_record(path, data))

@@ -464,6 +464,34 @@ def parse_probe(stdout: str) -> Optional[Dict[str, Any]]:
     return None
 
 
+def probe_image(engine, ref: str) -> Dict[str, Any]:
+    """The probe's facts from inside ``ref`` (`record --image`); UserError (exit 1) when ``ref`` does
+    not exist, python3 cannot run in it, or it prints no facts.
+
+    Example:
+        >>> class NoImage:
+        ...     def run(self, ref, command, timeout): raise UserError(f"image {ref} not found", exit_code=1)
+        >>> probe_image(NoImage(), "nope:1")
+        Traceback (most recent call last):
+        builder.errors.UserError: image nope:1 not found
+    """
+    try:
+        result = engine.run(ref, ["python3", "-c", probe_program()], timeout=PROBE_TIMEOUT)
+    except UserError:
+        raise
+    except Exception as exc:  # docker SDK errors, e.g. no python3 in the image
+        text = str(getattr(exc, "explanation", None) or exc).strip()[:300]
+        raise UserError(f"cannot run python3 in {ref}: {text}", exit_code=1,
+                        fix="the image needs python3 on PATH (its job's interpreter)") from None
+    found = parse_probe(result.stdout)
+    if found is None:
+        text = (result.stderr or result.stdout).strip()
+        raise UserError(f"python3 in {ref} exited {result.exit_code} without its facts: "
+                        f"{text.splitlines()[-1][:300] if text else 'no output'}", exit_code=1,
+                        fix=f"run `docker run --rm {ref} python3 -c 'import sys'` and read the error")
+    return found
+
+
 def image_checks(labels: Mapping[str, str], facts: Mapping[str, Any], host: HostInfo) -> List[Check]:
     """Image vs host, from the labels and the in-image facts (``parse_probe`` output); no engine.
 
@@ -680,6 +708,6 @@ def format_checks(checks: Sequence[Check]) -> str:
 
 
 __all__ = ["Check", "OK", "WARN", "FAIL", "Seen", "look_up", "launch_checks", "mounts_check", "arch_check",
-           "names_registry", "run_host_checks", "env_checks", "check_pairing", "image_checks",
+           "names_registry", "probe_image", "run_host_checks", "env_checks", "check_pairing", "image_checks",
            "doctor_image", "run_doctor", "format_checks", "checks_to_dicts", "exit_code",
            "driver_in_ranges", "probe_program", "parse_probe"]
