@@ -145,9 +145,11 @@ def python_facts(python: str) -> Dict[str, Any]:
     """The facts of the Python at ``python`` (doctor's probe run with it); UserError when it cannot run.
 
     Example:
-        >>> python_facts("/nonexistent/python3")
-        Traceback (most recent call last):
-        builder.errors.UserError: cannot run /nonexistent/python3: No such file or directory
+        >>> try:
+        ...     python_facts("/nonexistent/python3")
+        ... except UserError as exc:
+        ...     print(exc.message)
+        cannot run /nonexistent/python3: No such file or directory
     """
     try:
         done = subprocess.run([python, "-c", doctor.probe_program()], capture_output=True, text=True,
