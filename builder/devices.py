@@ -40,6 +40,9 @@ DRIVER_DIRECTORIES = frozenset({"/usr/local/Ascend/driver/lib64", "/usr/local/dc
 # Where npu-smi sits on some hosts only (ascend-facts.md): mounted where it exists (`run`), left
 # out where the node cannot be looked at beforehand (a Kubernetes pool).
 SOME_HOSTS_ONLY = frozenset({"/usr/local/sbin/npu-smi"})
+# Without these two a container sees devices but cannot open them (libascend_hal.so, the driver's
+# version): a node that has a driver must have both, or `run` refuses rather than drop the mount.
+REQUIRED_MOUNTS = DRIVER_MOUNTS[:2]
 
 
 def npu_devices(root: Path = Path("/")) -> List[int]:
@@ -74,6 +77,15 @@ def docker_devices(chosen: Sequence[int], root: Path = Path("/")) -> List[str]:
 def driver_mounts(root: Path = Path("/")) -> List[Tuple[str, str, bool]]:
     """Read-only bind mounts (host, container, True) for the driver files the host has."""
     return [(p, p, True) for p in DRIVER_MOUNTS if (root / p.lstrip("/")).exists()]
+
+
+def missing_mounts(root: Path = Path("/")) -> List[str]:
+    """The ``REQUIRED_MOUNTS`` this host lacks (paths as in the container).
+
+    >>> missing_mounts(Path("/nonexistent"))
+    ['/usr/local/Ascend/driver/lib64', '/usr/local/Ascend/driver/version.info']
+    """
+    return [p for p in REQUIRED_MOUNTS if not (root / p.lstrip("/")).exists()]
 
 
 def run_argv(image: str, chosen: Sequence[int], command: Sequence[str] = (), root: Path = Path("/"),

@@ -241,6 +241,26 @@ class _SameHostAuth(urllib.request.HTTPRedirectHandler):
         return new
 
 
+def split_reference(ref: str) -> Tuple[str, str, str]:
+    """``host/repository:tag`` or ``host/repository@sha256:...`` -> (host, repository, tag or digest).
+
+    Example:
+        >>> split_reference("127.0.0.1:5000/team/img:v1")
+        ('127.0.0.1:5000', 'team/img', 'v1')
+    """
+    host, _, rest = ref.partition("/")
+    if "@" in rest:
+        repository, _, reference = rest.partition("@")
+    else:
+        head, _, last = rest.rpartition("/")
+        name, _, reference = last.partition(":")
+        repository = f"{head}/{name}" if head else name
+    if not host or not repository or not reference:
+        raise UserError(f"{ref!r} is not REGISTRY/REPOSITORY:TAG or REGISTRY/REPOSITORY@sha256:DIGEST", exit_code=2,
+                        fix="write e.g. 127.0.0.1:5000/ascend-build/pytorch:<cell>-x86_64-cpu")
+    return host, repository, reference
+
+
 def config_labels(config: dict) -> Dict[str, str]:
     """An image config's labels as text; a config whose labels are no mapping has none.
 

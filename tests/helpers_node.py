@@ -163,12 +163,16 @@ def fake_npu_smi(root: Path, outputs: Dict[str, str], exit_code: int = 0, sleep:
 
 def make_node(root: Path, *, driver: Optional[str] = DRIVER_INFO, firmware: Optional[str] = FIRMWARE_INFO,
               install: Optional[str] = INSTALL_INFO, cann_cfg: Optional[str] = VERSION_CFG,
-              devices: int = 8, arch: Optional[str] = "aarch64", smi: Optional[Dict[str, str]] = None) -> Path:
-    """A fixture node: the real samples at their real paths, davinci devices, /dev/shm."""
+              devices: int = 8, arch: Optional[str] = "aarch64", smi: Optional[Dict[str, str]] = None,
+              lib64: bool = True) -> Path:
+    """A fixture node: the real samples at their real paths, the driver's lib64 (when it has a
+    driver and ``lib64``), davinci devices, /dev/shm."""
     if install is not None:
         write(root / "etc/ascend_install.info", install)
     if driver is not None:
         write(root / "usr/local/Ascend/driver/version.info", driver)
+        if lib64:
+            write(root / "usr/local/Ascend/driver/lib64/libascend_hal.so", "")
     if firmware is not None:
         write(root / "usr/local/Ascend/firmware/version.info", firmware)
     if cann_cfg is not None:

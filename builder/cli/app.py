@@ -17,7 +17,7 @@ from builder.vocabulary import normalize_arch
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, rich_markup_mode=None,
                   help="Validated Docker images for training on Huawei Ascend NPUs.")
-kb_app = typer.Typer(no_args_is_help=True, help="Query the knowledge base of Ascend releases.")
+kb_app = typer.Typer(help="Query the knowledge base of Ascend releases.")  # alone: what it knows (cli/kb.py)
 app.add_typer(kb_app, name="kb")
 releases_app = typer.Typer(no_args_is_help=True, help="Watch the package index for torch_npu releases.")
 app.add_typer(releases_app, name="releases")

@@ -31,6 +31,16 @@ from builder.errors import UserError
 from builder.knowledge import ARCHES, CHIPS, KnowledgeBase
 
 
+@kb_app.callback(invoke_without_command=True)
+def kb_overview_command(ctx: typer.Context, as_json: bool = JsonOpt) -> None:
+    """Query the knowledge base of Ascend releases; alone, list what it knows (CANN, torch_npu, chips).
+
+    Example: ascend-build kb
+    """
+    if ctx.invoked_subcommand is None:
+        _print(describe_knowledge(knowledge.load()), as_json)
+
+
 @kb_app.command("torch-npu")
 def kb_torch_npu_command(version: str = typer.Argument(..., help="torch_npu version, e.g. 2.4.0"), as_json: bool = JsonOpt) -> None:
     """What the knowledge base knows of a torch_npu release.
@@ -58,6 +68,24 @@ def _listed(value: Any) -> List[str]:
     if isinstance(value, (list, tuple)):
         return [str(v) for v in value]
     return [str(value)]
+
+
+def describe_knowledge(kb: KnowledgeBase) -> Dict[str, Any]:
+    """What ``ascend-build kb`` lists: every CANN and torch_npu release it knows, the chips, and where to look next.
+
+    Example:
+        >>> from builder.knowledge import load
+        >>> d = describe_knowledge(load())
+        >>> "8.0.RC3" in d["cann_releases"], "2.4.0" in d["torch_npu_releases"], d["chips"][2]
+        (True, True, {'chip': 'a3', 'first_cann': '8.1.RC1'})
+    """
+    return {
+        "cann_releases": kb.cann_releases(),
+        "torch_npu_releases": kb.torch_npu_versions(),
+        "chips": [{"chip": chip, "first_cann": kb.chip_min_cann(chip)} for chip in kb.chips()],
+        "arches": list(ARCHES),
+        "more": ["ascend-build kb cann VERSION", "ascend-build kb torch-npu VERSION"],
+    }
 
 
 def describe_torch_npu(kb: KnowledgeBase, version: str) -> Dict[str, Any]:
@@ -123,7 +151,7 @@ def _nearby_hint(kb: KnowledgeBase, version: str) -> str:
     same = [v for v in kb.torch_npu_versions() if versions.python_package(v).base_version == line]
     if same:
         return f"releases of torch_npu on torch {line}: {', '.join(same)}"
-    return "see `ascend-build kb` for the known releases"
+    return f"the newest releases are {', '.join(kb.torch_npu_versions()[-4:])}; `ascend-build kb` lists them all"
 
 
 def _installer_rows(kb: KnowledgeBase, version: str, arch: str) -> List[Dict[str, Any]]:
@@ -190,16 +218,74 @@ def _python_rows(version: str) -> Optional[Dict[str, Any]]:
 
 
 def _print(data: dict, as_json: bool) -> None:
-    if as_json:
-        typer.echo(json.dumps(data, indent=2, default=str))
-        return
+    """``data`` as JSON, or as text: a line per field, long lists wrapped, rows (lists of dicts) as tables."""
+    typer.echo(json.dumps(data, indent=2, default=str) if as_json else format_data(data))
+
+
+# Columns a row shows in text (the rest, e.g. an installer's URL, is in --json); a sha256 is cut.
+_HIDDEN = ("url", "run")
+_SHA_SHOWN = 16
+WIDTH = 100
+
+
+def format_data(data: Dict[str, Any]) -> str:
+    """Text for ``kb``: ``key: value`` lines, lists wrapped at ``WIDTH``, lists of dicts as tables.
+
+    Example:
+        >>> print(format_data({"version": "8.0.RC3", "installers": {"x86_64": [
+        ...     {"kind": "toolkit", "chip": None, "filename": "t.zip", "sha256": "ab" * 32, "url": "u"}]}}))
+        version: 8.0.RC3
+        installers (x86_64):
+          kind     chip  filename  sha256
+          toolkit  -     t.zip     abababababababab...
+        (--json shows the full sha256 and the download URLs)
+    """
+    lines: List[str] = []
+    hidden = False
     for key, value in data.items():
-        if isinstance(value, dict):
-            typer.echo(f"{key}:")
-            for sub, item in value.items():
-                typer.echo(f"  {sub}: {_flat(item)}")
+        if _rows(value):
+            lines += [f"{key}:"] + _table(value)
+            hidden = hidden or any(k in row for row in value for k in _HIDDEN + ("sha256",))
+        elif isinstance(value, dict) and value and all(_rows(v) or v == [] for v in value.values()):
+            for sub, rows in value.items():
+                lines += [f"{key} ({sub}):"] + (_table(rows) if rows else ["  -"])
+                hidden = hidden or any(k in row for row in rows for k in _HIDDEN + ("sha256",))
+        elif isinstance(value, dict):
+            lines.append(f"{key}:")
+            lines += [_wrapped(f"  {sub}: ", _flat(item)) for sub, item in value.items()]
         else:
-            typer.echo(f"{key}: {_flat(value)}")
+            lines.append(_wrapped(f"{key}: ", _flat(value)))
+    if hidden:
+        lines.append("(--json shows the full sha256 and the download URLs)")
+    return "\n".join(lines)
+
+
+def _rows(value: Any) -> bool:
+    return isinstance(value, list) and bool(value) and all(isinstance(v, dict) for v in value)
+
+
+def _cell(key: str, value: Any) -> str:
+    text = "-" if value is None else _flat(value)
+    return text[:_SHA_SHOWN] + "..." if key == "sha256" and len(text) > _SHA_SHOWN else text
+
+
+def _table(rows: List[Dict[str, Any]]) -> List[str]:
+    """Rows as aligned columns (indented two spaces), the hidden columns left out."""
+    columns = [k for k in rows[0] if k not in _HIDDEN]
+    cells = [[_cell(k, row.get(k)) for k in columns] for row in rows]
+    widths = [max(len(c), *(len(r[i]) for r in cells)) for i, c in enumerate(columns)]
+    out = ["  " + "  ".join(c.ljust(w) for c, w in zip(columns, widths)).rstrip()]
+    out += ["  " + "  ".join(v.ljust(w) for v, w in zip(r, widths)).rstrip() for r in cells]
+    return out
+
+
+def _wrapped(head: str, text: str) -> str:
+    import textwrap
+
+    if len(head) + len(text) <= WIDTH:
+        return head + text
+    return textwrap.fill(text, width=WIDTH, initial_indent=head, subsequent_indent=" " * min(len(head), 4),
+                         break_on_hyphens=False, break_long_words=False)
 
 
 def _flat(value) -> str:

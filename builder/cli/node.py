@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import sys
+from dataclasses import asdict
 from pathlib import Path
 from typing import List, Optional
 
@@ -74,22 +75,31 @@ def pull_command(
     from builder.engine import Engine
     from builder.registry import Registry
 
-    if variant not in VARIANTS:
-        raise UserError(f"--variant {variant!r} is none of {', '.join(VARIANTS)}", exit_code=2,
-                        fix="--variant npu (the NPU image) or --variant cpu (its CPU twin)")
-    policy.check_requirement(require)
-    key = _trust_key(trust_key)
-    info = host_probe.probe(root=root, run_npu_smi=True)
-    node = chooser.Node(arch=info.arch or host_arch(), chip=info.chip, driver=info.driver, firmware=info.firmware)
-    wanted = chooser.Wanted(cann=cann, torch=torch, python=python, variant=variant)
-    address, repository = chooser.split_registry(registry, DEFAULT_IMAGE)
-    reg = Registry(address)
-    with within(deadline):
-        best, rejected = chooser.pick(reg, repository, node, wanted, key, require)
-        if best is None:
-            typer.echo(chooser.refusal(f"{address}/{repository}", node, rejected, wanted), err=True)
-            raise typer.Exit(1)
-        ref, moved = chooser.fetch(Engine.connect(), reg, repository, best, node.arch)
+    try:
+        if variant not in VARIANTS:
+            raise UserError(f"--variant {variant!r} is none of {', '.join(VARIANTS)}", exit_code=2,
+                            fix="--variant npu (the NPU image) or --variant cpu (its CPU twin)")
+        policy.check_requirement(require)
+        key = _trust_key(trust_key)
+        info = host_probe.probe(root=root, run_npu_smi=True)
+        node = chooser.Node(arch=info.arch or host_arch(), chip=info.chip, driver=info.driver, firmware=info.firmware)
+        wanted = chooser.Wanted(cann=cann, torch=torch, python=python, variant=variant)
+        address, repository = chooser.split_registry(registry, DEFAULT_IMAGE)
+        reg = Registry(address)
+        with within(deadline):
+            best, rejected = chooser.pick(reg, repository, node, wanted, key, require)
+            if best is None:
+                if as_json:
+                    typer.echo(json.dumps({"ref": None, "registry": f"{address}/{repository}", "node": asdict(node),
+                                           "rejected": chooser.rejections_to_dicts(rejected),
+                                           "fixes": chooser.suggestions(rejected, node, wanted)}, indent=2))
+                typer.echo(chooser.refusal(f"{address}/{repository}", node, rejected, wanted), err=True)
+                raise typer.Exit(1)
+            ref, moved = chooser.fetch(Engine.connect(), reg, repository, best, node.arch)
+    except UserError as exc:  # --json: a script reads the error from stdout too; stderr still says it
+        if as_json:
+            typer.echo(json.dumps({"ref": None, "error": exc.message, "fix": exc.fix or None}, indent=2))
+        raise
     verified = (f"its validation statement verifies with {trust_key} (--require {require})" if key is not None
                 else "chosen on its labels alone: no --trust-key, no statement checked")
     if as_json:
@@ -128,6 +138,7 @@ def run_command(
     Example: ascend-build run --devices 0,1 --print --trust-key team.pub REGISTRY/ascend-build/pytorch@sha256:... -- python train.py
     """
     from builder import devices, versions
+    from builder.node import doctor as checklist
     from builder.node import host as host_probe
     from builder.engine import Engine
 
@@ -137,17 +148,24 @@ def run_command(
     elif insecure:
         typer.echo("note: --insecure skips nothing without --trust-key: no statement is checked", err=True)
     chosen = devices.choose(devices.npu_devices(root), devices_opt)
+    host = host_probe.probe(root=root, run_npu_smi=False)
+    host.arch = host.arch or host_arch()
+    engine = Engine.connect()
+    seen = checklist.look_up(engine, image_ref, host.arch)
+    refused = [c for c in checklist.launch_checks(host, seen) if c.status == checklist.FAIL]
+    if refused:  # the checks `doctor` reports, so the two never disagree
+        raise UserError(f"{image_ref} cannot start on this node: " + "; ".join(c.detail for c in refused),
+                        fix="; ".join(c.fix for c in refused), exit_code=1)
     argv = devices.run_argv(image_ref, chosen, list(ctx.args), root=root, interactive=sys.stdin.isatty() and not print_only)
     if not chosen:
         typer.echo("note: this host has no /dev/davinci* devices to pass in", err=True)
-    engine = Engine.connect()
-    labels = engine.labels(image_ref) if engine.image_id(image_ref) else {}
+    labels = seen.labels
     need = labels.get(Label.MIN_DRIVER)
     if not labels:
-        typer.echo(f"note: {image_ref} is not a local image built by ascend-build; its driver needs are unchecked",
+        typer.echo(f"note: {image_ref} is not an image built by ascend-build; its driver needs are unchecked",
                    err=True)
     elif need and not force:
-        driver = host_probe.probe(root=root, run_npu_smi=False).driver
+        driver = host.driver
         if versions.meets_minimum("hdk", driver, need) is not True:
             raise UserError(f"{image_ref} needs NPU driver {need} or newer; this node has {driver or 'no driver'}",
                             fix="upgrade the node's driver and firmware, pick an image that fits "
@@ -162,13 +180,13 @@ def _verified_ref(image_ref: str, key, key_path: Optional[Path], require: str, i
     """``image_ref`` as ``REGISTRY/REPOSITORY@sha256:...`` when its validation statement is trusted; refused
     (UserError) when it is not, unless ``insecure`` (then said loudly, and ``image_ref`` is started as given)."""
     from builder import policy
-    from builder.cli.trust import split_reference
+    from builder.registry import split_reference
+    from builder.node import doctor
     from builder.node import host as host_probe
     from builder.registry import Registry
 
     policy.check_requirement(require)
-    first = image_ref.partition("/")[0]
-    if "/" not in image_ref or not ("." in first or ":" in first or first == "localhost"):
+    if not doctor.names_registry(image_ref):
         why = "it names no registry, so no statement can be looked up (a local name says nothing signed)"
     else:
         host, repository, reference = split_reference(image_ref)
@@ -215,8 +233,9 @@ def doctor_command(
 
 @app.command("explain")
 def explain_command(
-    text: str = typer.Argument(..., help="The error text, quoted."),
+    text: Optional[str] = typer.Argument(None, help="The error text, quoted (or a log, e.g. \"$(cat train.log)\")."),
     image_ref: Optional[str] = typer.Option(None, "--image", help="The image that failed: its labels name the versions."),
+    list_known: bool = typer.Option(False, "--list", help="List every error it knows (with --json: patterns, fix, source)."),
     root: Path = RootOpt,
     as_json: bool = JsonOpt,
 ) -> None:
@@ -227,6 +246,12 @@ def explain_command(
     from builder.node import explain as table
     from builder.node import host as host_probe
 
+    if list_known:
+        typer.echo(json.dumps(table.entries_to_dicts(), indent=2) if as_json else table.format_table())
+        return
+    if not text:
+        raise UserError("explain needs the error text (or --list)", exit_code=2,
+                        fix='ascend-build explain "EI0006: Getting socket times out", or ascend-build explain --list')
     labels = None
     if image_ref:
         from builder.engine import Engine
@@ -241,14 +266,18 @@ def explain_command(
 
 @app.command("record")
 def record_command(
-    output_dir: Path = typer.Argument(..., help="The training run's output folder."),
+    output_dir: Path = typer.Argument(..., help="The training run's output folder (its parent must exist)."),
     sets: List[str] = typer.Option([], "--set", help="Your own key=value, e.g. --set seq_len=4096 (repeatable)."),
+    image_ref: Optional[str] = typer.Option(None, "--image",
+                                            help="The image the run used: its environment is measured inside it "
+                                                 "(default: the python3 on PATH)."),
+    root: Path = RootOpt,
 ) -> None:
     """Write the run record (versions, driver, firmware, chip, image) next to the weights.
 
-    Example: ascend-build record out/ --set train_mode=lora --set seq_len=4096
+    Example: ascend-build record out/ --image ascend-build/pytorch:TAG --set train_mode=lora --set seq_len=4096
     """
     from builder.node import record as run_record
 
-    path, data = run_record.run_record(output_dir, pairs=sets)
+    path, data = run_record.run_record(output_dir, pairs=sets, root=root, image=image_ref)
     typer.echo(run_record.format_record(path, data))

@@ -8,13 +8,13 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Dict, List, Tuple
+from typing import Dict, List
 
 import typer
 
 from builder import attached, attestation, signing
+from builder.registry import split_reference
 from builder.cli.app import JsonOpt, app
-from builder.errors import UserError
 
 keys_app = typer.Typer(no_args_is_help=True, help="The team's signing keys (ECDSA P-256, plain PEM).")
 app.add_typer(keys_app, name="keys")
@@ -40,26 +40,6 @@ def keys_generate_command(
     typer.echo(f"private key: {key_path} (mode 0600, {encrypted}): keep it where images are signed")
     typer.echo(f"public key:  {pub_path}: give it to whoever verifies (ascend-build verify --key, cosign --key)")
     typer.echo(f"keyid:       {signing.fingerprint(signing.load_public(pub_path))}")
-
-
-def split_reference(ref: str) -> Tuple[str, str, str]:
-    """``host/repository:tag`` or ``host/repository@sha256:...`` -> (host, repository, tag or digest).
-
-    Example:
-        >>> split_reference("127.0.0.1:5000/team/img:v1")
-        ('127.0.0.1:5000', 'team/img', 'v1')
-    """
-    host, _, rest = ref.partition("/")
-    if "@" in rest:
-        repository, _, reference = rest.partition("@")
-    else:
-        head, _, last = rest.rpartition("/")
-        name, _, reference = last.partition(":")
-        repository = f"{head}/{name}" if head else name
-    if not host or not repository or not reference:
-        raise UserError(f"{ref!r} is not REGISTRY/REPOSITORY:TAG or REGISTRY/REPOSITORY@sha256:DIGEST", exit_code=2,
-                        fix="write e.g. 127.0.0.1:5000/ascend-build/pytorch:<cell>-x86_64-cpu")
-    return host, repository, reference
 
 
 def _tiers(predicate: Dict) -> str:

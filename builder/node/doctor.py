@@ -32,12 +32,13 @@ Example:
 from __future__ import annotations
 
 import os
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Dict, List, Mapping, Optional, Sequence
 
 from builder.node import explain
 from builder import bounded, documents, knowledge, versions, vocabulary
+from builder.devices import REQUIRED_MOUNTS, missing_mounts
 from builder.vocabulary import CANDIDATE_SUFFIX, CONTROL_DEVICES, CPU, NPU, Label, normalize_arch
 from builder.errors import UserError
 from builder.node.host import HostInfo, devices_text, probe
@@ -305,6 +306,123 @@ def env_checks(environ: Mapping[str, str], host: Optional[HostInfo] = None, pref
 
 
 # ---------------------------------------------------------------------------------------
+# launch checks: what `run` refuses on and `doctor` reports, one function for both
+
+
+@dataclass(frozen=True)
+class Seen:
+    """An image as found before starting it: ``where`` is ``local``, ``registry HOST`` or None (nowhere)."""
+
+    ref: str
+    where: Optional[str] = None
+    labels: Mapping[str, str] = field(default_factory=dict)
+    arch: Optional[str] = None
+
+    @property
+    def exists(self) -> bool:
+        return self.where is not None
+
+
+def names_registry(ref: str) -> bool:
+    """Whether ``ref`` starts with a registry host (``HOST.DOMAIN/``, ``HOST:PORT/``, ``localhost/``).
+
+    Example:
+        >>> names_registry("127.0.0.1:5000/team/img:v1"), names_registry("ascend-build/pytorch:tag")
+        (True, False)
+    """
+    first = ref.partition("/")[0]
+    return "/" in ref and ("." in first or ":" in first or first == "localhost")
+
+
+def look_up(engine, ref: str, arch: Optional[str], registry_for=None) -> Seen:
+    """Find ``ref`` as `docker run` would: in the engine, else (when it names one) in its registry for ``arch``.
+
+    ``registry_for(host)`` makes the ``Registry`` (default: ``Registry(host)`` with the
+    usual credentials); an unreachable registry is its UserError, not "no such image".
+
+    Example:
+        >>> class NoEngine:
+        ...     def image_id(self, ref): return None
+        >>> look_up(NoEngine(), "ascend-build/pytorch:nope", "aarch64").exists
+        False
+    """
+    if engine.image_id(ref):
+        return Seen(ref, "local", engine.labels(ref), normalize_arch(engine.architecture(ref)))
+    if not names_registry(ref):
+        return Seen(ref)
+    from builder.registry import split_reference
+    from builder.registry import Registry
+
+    host, repository, reference = split_reference(ref)
+    info = (registry_for or Registry)(host).inspect(repository, reference, arch or "")
+    if info is None:
+        return Seen(ref)
+    if not info.labels and info.architecture.startswith("none of"):  # an index without this arch
+        return Seen(ref, f"registry {host}", {}, info.architecture)
+    return Seen(ref, f"registry {host}", info.labels, normalize_arch(info.architecture))
+
+
+def mounts_check(host: HostInfo) -> Check:
+    """The driver files a container needs bind-mounted: FAIL when the node has a driver (or
+    devices) but not ``builder.devices.REQUIRED_MOUNTS``; WARN on a node with no driver at all.
+
+    Example:
+        >>> mounts_check(HostInfo(root="/nonexistent")).status
+        'WARN'
+        >>> mounts_check(HostInfo(root="/nonexistent", devices=[0])).detail.split(":")[0]
+        'the driver files a container needs are missing'
+    """
+    name = "driver mounts"
+    missing = missing_mounts(Path(host.root))
+    if not missing:
+        return Check(name, OK, ", ".join(REQUIRED_MOUNTS))
+    if not host.devices and not host.driver_file:
+        return Check(name, WARN, "no NPU driver on this node: nothing to mount (CPU images only)",
+                     "install the Ascend HDK driver to run NPU images")
+    return Check(name, FAIL, f"the driver files a container needs are missing: {', '.join(missing)}",
+                 "reinstall the Ascend HDK driver (npu-driver .run --full): its lib64 holds libascend_hal.so, "
+                 "without which no container can open the NPU")
+
+
+def arch_check(host: HostInfo, image_arch: Optional[str], labels: Mapping[str, str]) -> List[Check]:
+    """``image: arch``: FAIL when the image is for another arch than the node; none when unknown.
+
+    Example:
+        >>> [c.status for c in arch_check(HostInfo(arch="aarch64"), "amd64", {})]
+        ['FAIL']
+    """
+    arch = normalize_arch(image_arch)
+    if not arch and image_arch:  # an index without this arch: "none of: amd64"
+        return [Check("image: arch", FAIL, f"image has {image_arch}, host {host.arch or 'unknown'}",
+                      explain.fix_for("platform-mismatch", host, labels, image_arch=str(image_arch)))]
+    if not arch:
+        return []
+    if host.arch and arch != host.arch:
+        return [Check("image: arch", FAIL, f"image {arch}, host {host.arch}",
+                      explain.fix_for("platform-mismatch", host, labels, image_arch=arch))]
+    return [Check("image: arch", OK if host.arch else WARN, f"image {arch}, host {host.arch or 'unknown'}")]
+
+
+def launch_checks(host: HostInfo, seen: Optional[Seen]) -> List[Check]:
+    """Whether an image can start here: the driver mounts, and (``seen`` given) that the image exists
+    and is for this node's arch. `run` refuses on any FAIL; `doctor` reports them.
+
+    Example:
+        >>> [c.name for c in launch_checks(HostInfo(root="/nonexistent"), Seen("nope:1"))]
+        ['driver mounts', 'image: exists']
+    """
+    out = [mounts_check(host)]
+    if seen is None:
+        return out
+    if not seen.exists:
+        where = "in the Docker Engine" + (" nor in its registry" if names_registry(seen.ref) else "")
+        return out + [Check("image: exists", FAIL, f"{seen.ref}: no such image {where}",
+                            "check the name and tag (`docker images`), or pull it first "
+                            "(`ascend-build pull` prints the reference to run)")]
+    return out + [Check("image: exists", OK, f"{seen.ref} ({seen.where})")] + arch_check(host, seen.arch, seen.labels)
+
+
+# ---------------------------------------------------------------------------------------
 # image checks
 
 
@@ -346,6 +464,34 @@ def parse_probe(stdout: str) -> Optional[Dict[str, Any]]:
     return None
 
 
+def probe_image(engine, ref: str) -> Dict[str, Any]:
+    """The probe's facts from inside ``ref`` (`record --image`); UserError (exit 1) when ``ref`` does
+    not exist, python3 cannot run in it, or it prints no facts.
+
+    Example:
+        >>> class NoImage:
+        ...     def run(self, ref, command, timeout): raise UserError(f"image {ref} not found", exit_code=1)
+        >>> probe_image(NoImage(), "nope:1")
+        Traceback (most recent call last):
+        builder.errors.UserError: image nope:1 not found
+    """
+    try:
+        result = engine.run(ref, ["python3", "-c", probe_program()], timeout=PROBE_TIMEOUT)
+    except UserError:
+        raise
+    except Exception as exc:  # docker SDK errors, e.g. no python3 in the image
+        text = str(getattr(exc, "explanation", None) or exc).strip()[:300]
+        raise UserError(f"cannot run python3 in {ref}: {text}", exit_code=1,
+                        fix="the image needs python3 on PATH (its job's interpreter)") from None
+    found = parse_probe(result.stdout)
+    if found is None:
+        text = (result.stderr or result.stdout).strip()
+        raise UserError(f"python3 in {ref} exited {result.exit_code} without its facts: "
+                        f"{text.splitlines()[-1][:300] if text else 'no output'}", exit_code=1,
+                        fix=f"run `docker run --rm {ref} python3 -c 'import sys'` and read the error")
+    return found
+
+
 def image_checks(labels: Mapping[str, str], facts: Mapping[str, Any], host: HostInfo) -> List[Check]:
     """Image vs host, from the labels and the in-image facts (``parse_probe`` output); no engine.
 
@@ -373,13 +519,6 @@ def image_checks(labels: Mapping[str, str], facts: Mapping[str, Any], host: Host
     else:
         out.append(Check("image: built by ascend-build", WARN, "no io.ascend-build labels: only in-image facts "
                          "are checked", "use an image built by ascend-build, or check pairings by hand"))
-
-    image_arch = normalize_arch(lab(Label.ARCH) or facts.get("arch"))
-    if image_arch and host.arch and image_arch != host.arch:
-        out.append(Check("image: arch", FAIL, f"image {image_arch}, host {host.arch}",
-                         explain.fix_for("platform-mismatch", host, labels, image_arch=image_arch)))
-    elif image_arch:
-        out.append(Check("image: arch", OK if host.arch else WARN, f"image {image_arch}, host {host.arch or 'unknown'}"))
 
     if lab(Label.CHIP):
         if host.chip and host.chip != lab(Label.CHIP):
@@ -522,18 +661,28 @@ def run_doctor(image: Optional[str] = None, root: Path = Path("/"), environ: Opt
                engine=None, run_npu_smi: bool = True) -> List[Check]:
     """``ascend-build doctor [--image IMAGE]``: probe this node, check it, and the image if given.
 
+    The launch checks (driver mounts, the image's existence and arch) are ``launch_checks``,
+    the function `run` refuses with.
+
     ``engine`` defaults to ``Engine.connect()`` when an image is named (UserError, exit 1,
     when no engine answers).
     """
     environ = dict(os.environ if environ is None else environ)
     host = probe(root, run_npu_smi=run_npu_smi, environ=environ)
     checks = run_host_checks(host, environ)
-    if image:
-        if engine is None:
-            from builder.engine import Engine
+    if not image:
+        return checks + launch_checks(host, None)
+    if engine is None:
+        from builder.engine import Engine
 
-            engine = Engine.connect()
+        engine = Engine.connect()
+    seen = look_up(engine, image, host.arch)
+    checks += launch_checks(host, seen)
+    if seen.where == "local":
         checks += doctor_image(engine, image, host)
+    elif seen.exists:
+        checks.append(Check("image: probe", WARN, f"{image} is in {seen.where}, not in the Docker Engine: "
+                                                  "its insides are unchecked", f"docker pull {image}, then doctor again"))
     return checks
 
 
@@ -558,6 +707,7 @@ def format_checks(checks: Sequence[Check]) -> str:
     return "\n".join(lines)
 
 
-__all__ = ["Check", "OK", "WARN", "FAIL", "run_host_checks", "env_checks", "check_pairing", "image_checks",
+__all__ = ["Check", "OK", "WARN", "FAIL", "Seen", "look_up", "launch_checks", "mounts_check", "arch_check",
+           "names_registry", "probe_image", "run_host_checks", "env_checks", "check_pairing", "image_checks",
            "doctor_image", "run_doctor", "format_checks", "checks_to_dicts", "exit_code",
            "driver_in_ranges", "probe_program", "parse_probe"]

@@ -200,4 +200,34 @@ def format_explanations(matches: List[Match]) -> str:
     return "\n\n".join(blocks)
 
 
-__all__ = ["Entry", "Match", "table", "entry", "explain", "format_explanations", "fix_for", "fill", "context"]
+def entries_to_dicts() -> List[Dict[str, object]]:
+    """Every known error as JSON-able data: id, patterns, cause, fix (unfilled) and source
+    (``ascend-build explain --list --json``).
+
+    Example:
+        >>> sorted(entries_to_dicts()[0])
+        ['cause', 'fix', 'id', 'patterns', 'source']
+    """
+    return [{"id": e.id, "patterns": [p.pattern for p in e.patterns], "cause": e.cause, "fix": e.fix,
+             "source": e.source} for e in table()]
+
+
+def format_table(width: int = 100) -> str:
+    """What `explain` knows, one line each: the id and its cause, cut to ``width``; a count at the end.
+
+    Example:
+        >>> print(format_table().splitlines()[0])  # doctest: +ELLIPSIS
+        platform-mismatch          The image was built for another CPU architecture than this host ...
+    """
+    import textwrap
+
+    known = table()
+    pad = max(len(e.id) for e in known) + 2
+    lines = [f"{e.id:<{pad}}" + textwrap.shorten(e.cause, width=max(20, width - pad), placeholder=" ...")
+             for e in known]
+    return "\n".join(lines + ["", f"{len(known)} known errors; `ascend-build explain \"TEXT\"` finds them in a log, "
+                                  "`--list --json` shows each one's patterns, fix and source"])
+
+
+__all__ = ["Entry", "Match", "table", "entry", "explain", "format_explanations", "fix_for", "fill", "context",
+           "entries_to_dicts", "format_table"]

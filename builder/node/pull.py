@@ -20,9 +20,10 @@ from typing import Callable, Dict, List, Optional, Tuple
 
 from builder import bounded, versions
 from builder.attached import is_attached_tag
+from builder.cell_id import parse_id
 from builder.errors import UserError
 from builder.registry import ImageInfo, Registry
-from builder.vocabulary import CANDIDATE_SUFFIX, CPU, NPU, Label
+from builder.vocabulary import CANDIDATE_SUFFIX, NPU, Label
 
 # ImageInfo -> "" when its signed validation statement is trusted, else why not (`builder.policy.trusted`)
 Trust = Callable[[ImageInfo], str]
@@ -68,7 +69,7 @@ def why_not(info: ImageInfo, node: Node, wanted: Wanted) -> List[str]:
     chip = labels.get(Label.CHIP)
     if chip and chip != node.chip:
         reasons.append(f"chip {chip} is not this node's ({node.chip or 'unknown'})")
-    cann = labels.get(Label.CANN) or (_cann_of_cell(labels[Label.CELL]) if wanted.variant == CPU else "")
+    cann = labels.get(Label.CANN) or cann_of(info)
     if wanted.cann and not _same_cann(cann, wanted.cann):
         reasons.append(f"CANN {cann or 'unknown'}, not {wanted.cann}")
     if wanted.torch and labels.get(Label.TORCH) != wanted.torch:
@@ -86,9 +87,19 @@ def why_not(info: ImageInfo, node: Node, wanted: Wanted) -> List[str]:
     return reasons
 
 
-def _cann_of_cell(cell: str) -> str:
-    """A twin carries no CANN label: its cell's id names it (``cann9.1.0-910b-...`` -> ``9.1.0``)."""
-    return cell.split("-", 1)[0][len("cann"):] if cell.startswith("cann") else ""
+def cann_of(info: ImageInfo) -> str:
+    """A twin carries no CANN label: its cell id (or else its tag) names it, read by ``cell_id.parse_id``;
+    "" when neither is a derived id.
+
+    Example:
+        >>> cann_of(ImageInfo("cann8.0.rc3-910b-ubuntu22.04-py3.10-torch_npu2.4.0-aarch64-cpu", "", {}, ""))
+        '8.0.RC3'
+    """
+    for name in (info.labels.get(Label.CELL, ""), info.tag):
+        parsed = parse_id(name)
+        if parsed is not None:
+            return parsed.cann
+    return ""
 
 
 def _same_cann(a: str, b: str) -> bool:
@@ -143,6 +154,16 @@ def suggestions(rejected: List[Tuple[ImageInfo, List[str]]], node: Node, wanted:
         if fits:
             out.append(f"another CANN fits {subject}: " + ", ".join(fits) + f" ({retry} --cann {fits[-1]})")
     return out
+
+
+def rejections_to_dicts(rejected: List[Tuple[ImageInfo, List[str]]]) -> List[Dict[str, object]]:
+    """JSON-able: each refused image's tag, digest and reasons (``pull --json`` when nothing fits).
+
+    Example:
+        >>> rejections_to_dicts([(ImageInfo("t", "sha256:ab", {}, "amd64"), ["not validated"])])
+        [{'tag': 't', 'digest': 'sha256:ab', 'reasons': ['not validated']}]
+    """
+    return [{"tag": info.tag, "digest": info.digest, "reasons": list(reasons)} for info, reasons in rejected]
 
 
 def format_rejections(rejected: List[Tuple[ImageInfo, List[str]]]) -> str:

@@ -3,9 +3,9 @@
 Why: a checkpoint is only reproducible with the stack that made it. The guide's own
 example pairs CANN 7.0.RC1 with a torch_npu that was never published, so the record
 is measured, not typed in: torch/torch_npu from ``importlib.metadata`` of the running
-interpreter, CANN/driver/firmware/chip from the host probe, the image's manifest and
-validation report from ``vocabulary.ETC_DIR`` when running inside an image built by
-ascend-build, the job's ASCEND_/HCCL_/PYTORCH_NPU_ variables, plus the user's own
+interpreter the run used (inside ``--image``, or the ``python3`` on PATH; never the CLI's
+own), CANN/driver/firmware/chip from the host probe, the image's manifest and
+validation report from ``vocabulary.ETC_DIR`` (inside the image with ``--image``), the job's ASCEND_/HCCL_/PYTORCH_NPU_ variables, plus the user's own
 ``key=value`` pairs (model, seq_len, learning_rate, ...), flat at the top level as in
 the guide's example.
 
@@ -36,16 +36,17 @@ import datetime
 import json
 import math
 import os
-import platform
 import re
-import sys
+import shutil
+import subprocess
 from pathlib import Path
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 from builder import documents
 from builder.errors import UserError
+from builder.node import doctor
 from builder.node.host import HostInfo, probe
-from builder.smoke import parsers
+from builder.smoke import doctor_probe
 from builder.vocabulary import LABEL_PREFIX, MANIFEST, OCI_PREFIX, VALIDATION_REPORT as VALIDATION
 
 SCHEMA = 1
@@ -117,6 +118,10 @@ def _read_json(root: Path, path: str, problems: List[str]) -> Optional[Dict[str,
     return data
 
 
+def _object(value: Any) -> Optional[Dict[str, Any]]:
+    return value if isinstance(value, dict) else None
+
+
 def _validation_summary(report: Mapping[str, Any]) -> Dict[str, Any]:
     tiers = report["tiers"] if isinstance(report.get("tiers"), list) else []
     return {
@@ -130,9 +135,48 @@ def _validation_summary(report: Mapping[str, Any]) -> Dict[str, Any]:
     }
 
 
+def interpreter_facts() -> Dict[str, Any]:
+    """The running interpreter's facts (doctor's probe, in this process): right when the job's own
+    Python calls ``write_record``; the CLI never records itself (``python_facts``, ``doctor.probe_image``)."""
+    return doctor_probe.facts()
+
+
+def python_facts(python: str) -> Dict[str, Any]:
+    """The facts of the Python at ``python`` (doctor's probe run with it); UserError when it cannot run.
+
+    Example:
+        >>> try:
+        ...     python_facts("/nonexistent/python3")
+        ... except UserError as exc:
+        ...     print(exc.message)
+        cannot run /nonexistent/python3: No such file or directory
+    """
+    try:
+        done = subprocess.run([python, "-c", doctor.probe_program()], capture_output=True, text=True,
+                              timeout=doctor.PROBE_TIMEOUT, stdin=subprocess.DEVNULL)
+    except subprocess.TimeoutExpired:
+        raise UserError(f"{python} did not answer within {doctor.PROBE_TIMEOUT:.0f} s", exit_code=1,
+                        fix="check that this Python starts (`python3 -c 'import sys'`)") from None
+    except OSError as exc:
+        raise UserError(f"cannot run {python}: {exc.strerror}", exit_code=1,
+                        fix="put the job's python3 on PATH, or record inside the image with --image") from None
+    found = doctor.parse_probe(done.stdout)
+    if found is None:
+        text = (done.stderr or done.stdout).strip()
+        raise UserError(f"{python} exited {done.returncode} without its facts: "
+                        f"{text.splitlines()[-1][:300] if text else 'no output'}", exit_code=1,
+                        fix="record with the job's own Python 3.8 or newer on PATH, or with --image")
+    return found
+
+
 def build_record(extra: Mapping[str, str], host: HostInfo, environ: Mapping[str, str],
-                 image_labels: Optional[Mapping[str, str]] = None, root: Path = Path("/")) -> Dict[str, Any]:
+                 image_labels: Optional[Mapping[str, str]] = None, root: Path = Path("/"),
+                 facts: Optional[Mapping[str, Any]] = None, image: Optional[str] = None) -> Dict[str, Any]:
     """The record as a dict (no file written); UserError when a user key is reserved.
+
+    ``facts`` is the environment the run used, as doctor's probe reports it (default: this
+    interpreter's). ``image`` names the image the facts were measured in: then its manifest,
+    validation report, CANN and environment variables come from inside it, not from ``root``.
 
     Example:
         >>> rec = build_record({"seq_len": "4096"}, HostInfo(driver="24.1.rc3"), {}, root=Path("/nonexistent"))
@@ -143,10 +187,22 @@ def build_record(extra: Mapping[str, str], host: HostInfo, environ: Mapping[str,
     if clash:
         raise UserError(f"--set {', '.join(clash)}: measured by ascend-build, cannot be set by hand",
                         fix="pick another name (e.g. model, train_mode, seq_len, batch_size, learning_rate)")
+    facts = interpreter_facts() if facts is None else facts
     problems = list(host.problems)
     root = Path(root)
-    manifest = _read_json(root, MANIFEST, problems)
-    validation = _read_json(root, VALIDATION, problems)
+    if image:
+        manifest = _object(facts.get("manifest_doc"))
+        validation = _object(facts.get("validation_doc"))
+        cann_files = [c for c in facts.get("cann") or [] if isinstance(c, dict) and c.get("version")]
+        cann, cann_how = ((str(cann_files[0]["version"]), f"image {image}: {cann_files[0].get('path')}")
+                          if cann_files else (None, ""))
+        env = {str(k): str(v) for k, v in (_object(facts.get("env")) or {}).items()}
+    else:
+        manifest = _read_json(root, MANIFEST, problems)
+        validation = _read_json(root, VALIDATION, problems)
+        cann, cann_how = host.cann, host.cann_file or "CANN version file"
+        env = dict(environ)
+    python_at = (f"image {image}: " if image else "") + str(facts.get("executable") or "python")
     sources: Dict[str, str] = {}
 
     def pick(key: str, measured: Optional[str], how: str) -> Optional[str]:
@@ -163,35 +219,36 @@ def build_record(extra: Mapping[str, str], host: HostInfo, environ: Mapping[str,
         "schema": SCHEMA,
         "created": datetime.datetime.now(datetime.timezone.utc).replace(microsecond=0).isoformat(),
         "framework": "pytorch",
-        "torch_version": pick("torch_version", parsers.dist_version("torch"), "importlib.metadata"),
-        "torch_npu_version": pick("torch_npu_version", parsers.dist_version("torch_npu", "torch-npu"), "importlib.metadata"),
-        "cann_version": pick("cann_version", host.cann, host.cann_file or "CANN version file"),
-        "python_version": platform.python_version(),
+        "torch_version": pick("torch_version", facts.get("torch"), f"importlib.metadata of {python_at}"),
+        "torch_npu_version": pick("torch_npu_version", facts.get("torch_npu"), f"importlib.metadata of {python_at}"),
+        "cann_version": pick("cann_version", cann, cann_how),
+        "python_version": facts.get("python"),
         "driver": host.driver,
         "firmware": host.firmware,
         "chip": pick("chip", host.chip, "npu-smi"),
         "soc": host.soc,
         "arch": host.arch,
-        # every distribution of the running environment: what the lock said, as it is here
-        "distributions": parsers.environment_distributions(sys.prefix),
+        # every distribution of the run's environment (never the CLI's own): what the lock said, as it is there
+        "distributions": dict(_object(facts.get("distributions")) or {}),
     }
+    sources["python_version"] = sources["distributions"] = python_at
     if host.driver:
         sources["driver"] = host.driver_file or "npu-smi"
     if host.firmware:
         sources["firmware"] = host.firmware_file or "npu-smi"
     record["sources"] = sources
-    image: Dict[str, Any] = {}
+    seen: Dict[str, Any] = {"ref": image} if image else {}
     if manifest is not None:
-        image["manifest"] = manifest
-        image["ref"] = manifest.get("image")
-        image["content_hash"] = manifest.get("content_hash")
+        seen["manifest"] = manifest
+        seen["ref"] = image or manifest.get("image")
+        seen["content_hash"] = manifest.get("content_hash")
     if validation is not None:
-        image["validation"] = _validation_summary(validation)
+        seen["validation"] = _validation_summary(validation)
     if image_labels:
-        image["labels"] = {k: v for k, v in sorted(image_labels.items())
-                           if k.startswith((LABEL_PREFIX, OCI_PREFIX))}
-    record["image"] = image or None
-    record["env"] = {k: v for k, v in sorted(environ.items()) if k.startswith(ENV_PREFIXES)}
+        seen["labels"] = {k: v for k, v in sorted(image_labels.items())
+                          if k.startswith((LABEL_PREFIX, OCI_PREFIX))}
+    record["image"] = seen or None
+    record["env"] = {k: v for k, v in sorted(env.items()) if k.startswith(ENV_PREFIXES)}
     record["problems"] = problems
     for key, value in extra.items():
         record[key] = parse_value(value)
@@ -213,11 +270,15 @@ def _create(output_dir: Path, data: bytes) -> Path:
 
 
 def write_record(output_dir: Path, extra: Mapping[str, str], host: HostInfo, environ: Mapping[str, str],
-                 image_labels: Optional[Mapping[str, str]] = None, root: Path = Path("/")) -> Path:
-    """Write the record into ``output_dir`` (created if needed) and return its path.
+                 image_labels: Optional[Mapping[str, str]] = None, root: Path = Path("/"),
+                 facts: Optional[Mapping[str, Any]] = None, image: Optional[str] = None) -> Path:
+    """Write the record into ``output_dir`` and return its path.
 
+    ``output_dir`` is created when only its last part is missing; a missing parent is an error
+    (a mistyped path should not grow a new tree beside the weights).
     Never overwrites: ``ascend-build-record.json``, then ``.1.json``, ``.2.json``, ...
-    ``root`` is where the image's ``MANIFEST`` and ``VALIDATION`` are read (tests point it at a tree).
+    ``root`` is where the image's ``MANIFEST`` and ``VALIDATION`` are read (tests point it at a
+    tree) unless ``image`` says the facts were measured inside an image (see ``build_record``).
 
     Example:
         >>> import tempfile
@@ -236,9 +297,13 @@ def write_record(output_dir: Path, extra: Mapping[str, str], host: HostInfo, env
         raise UserError(f"{output_dir} is a symlink to nothing", fix="name the folder the checkpoint is saved in")
     if not_a_folder:
         raise UserError(f"{output_dir} is not a folder", fix="name the folder the checkpoint is saved in")
-    record = build_record(extra, host, environ, image_labels, root)
+    parent = output_dir.absolute().parent
+    if not output_dir.exists() and not parent.is_dir():
+        raise UserError(f"{output_dir}: its folder {parent} does not exist", exit_code=1,
+                        fix=f"name the folder the checkpoint is saved in, or create it first (mkdir -p {output_dir})")
+    record = build_record(extra, host, environ, image_labels, root, facts, image)
     try:
-        output_dir.mkdir(parents=True, exist_ok=True)
+        output_dir.mkdir(exist_ok=True)
         return _create(output_dir, (json.dumps(record, indent=2, sort_keys=False) + "\n").encode())
     except OSError as exc:  # no permission, a name too long, a read-only or full file system
         raise UserError(f"cannot write into {output_dir}: {exc.strerror}", fix="pick a writable folder",
@@ -246,13 +311,34 @@ def write_record(output_dir: Path, extra: Mapping[str, str], host: HostInfo, env
 
 
 def run_record(output_dir: Path, pairs: Sequence[str] = (), root: Path = Path("/"),
-               environ: Optional[Mapping[str, str]] = None, image_labels: Optional[Mapping[str, str]] = None,
+               environ: Optional[Mapping[str, str]] = None, image: Optional[str] = None, engine=None,
                run_npu_smi: bool = True) -> Tuple[Path, Dict[str, Any]]:
-    """``ascend-build record OUTPUT_DIR [--set k=v ...]``: probe, write, return (path, record)."""
+    """``ascend-build record OUTPUT_DIR [--image IMAGE] [--root DIR] [--set k=v ...]``: probe, write,
+    return (path, record).
+
+    The environment recorded is the run's, never this CLI's: with ``image``, measured inside it
+    (doctor's probe through ``engine``, ``Engine.connect()`` by default); without, the ``python3``
+    on ``environ``'s PATH (the job's interpreter where the job ran). The node (driver, firmware,
+    chip) is probed under ``root``.
+    """
     extra = parse_pairs(pairs)
     environ = dict(os.environ if environ is None else environ)
     host = probe(root, run_npu_smi=run_npu_smi, environ=environ)
-    path = write_record(output_dir, extra, host, environ, image_labels, root)
+    labels = None
+    if image:
+        if engine is None:
+            from builder.engine import Engine
+
+            engine = Engine.connect()
+        labels = engine.labels(image)  # UserError (exit 1) when there is no such image
+        facts = doctor.probe_image(engine, image)
+    else:
+        python = shutil.which("python3", path=environ.get("PATH", os.defpath))
+        if python is None:
+            raise UserError("no python3 on PATH: the run's environment cannot be measured", exit_code=1,
+                            fix="run record where the job ran (its python3 on PATH), or name its image with --image")
+        facts = python_facts(python)
+    path = write_record(output_dir, extra, host, environ, labels, root, facts, image)
     with open(path, encoding="utf-8") as fh:
         return path, json.load(fh)
 
@@ -278,5 +364,5 @@ def format_record(path: Path, record: Mapping[str, Any]) -> str:
     return "\n".join(lines)
 
 
-__all__ = ["parse_value", "parse_pairs", "build_record", "write_record", "run_record", "format_record",
+__all__ = ["parse_value", "parse_pairs", "interpreter_facts", "python_facts", "build_record", "write_record", "run_record", "format_record",
            "RECORD_STEM", "MEASURED"]

@@ -1,4 +1,4 @@
-"""doctor's probe: what an image has, printed as one marked JSON line. Runs INSIDE the image.
+"""doctor's (and record's) probe: what an image has, printed as one marked JSON line. Runs INSIDE the image.
 
 ``ascend-build doctor --image IMAGE`` runs this with ``python3 -c`` in any image (one
 built by ascend-build or not), so it cannot rely on files in the image: the node sends
@@ -23,13 +23,18 @@ if "parsers" not in globals():  # not sent by the node: import them
         import vocabulary  # type: ignore[import-not-found,no-redef]
 
 
-def facts():
-    manifest = {}
+def _document(path):
+    """The JSON object at ``path``; None when absent or not one (any image: no file is a fact too)."""
     try:
-        with open(vocabulary.MANIFEST) as fh:
-            manifest = json.load(fh)
-    except Exception:  # any image: no manifest is a fact too
-        pass
+        with open(path) as fh:
+            data = json.load(fh)
+    except Exception:
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def facts():
+    manifest = _document(vocabulary.MANIFEST) or {}
     found, looked = parsers.find_cann(os.environ, manifest, platform.machine())
     return {
         "python": platform.python_version(), "executable": sys.executable, "prefix": sys.prefix,
@@ -37,6 +42,9 @@ def facts():
         "torch": parsers.dist_version("torch"), "torch_npu": parsers.dist_version("torch_npu", "torch-npu"),
         "cann": found, "cann_looked": looked, "manifest": bool(manifest),
         "env": {k: v for k, v in os.environ.items() if k.startswith(KEEP)},
+        # what `record --image` saves: this environment's own distributions and the image's own documents
+        "distributions": parsers.environment_distributions(sys.prefix),
+        "manifest_doc": manifest or None, "validation_doc": _document(vocabulary.VALIDATION_REPORT),
     }
 
 

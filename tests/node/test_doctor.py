@@ -220,7 +220,7 @@ def test_image_checks_all_ok():
     bad = [c for c in checks if c.status != OK]
     assert bad == []
     names = [c.name for c in checks]
-    for name in ("image: arch", "image: chip", "image: CANN", "image: driver vs CANN", "image: firmware",
+    for name in ("image: chip", "image: CANN", "image: driver vs CANN", "image: firmware",
                  "image: torch_npu vs CANN", "image: torch vs torch_npu", "image: Python env isolation",
                  "image: HCCL_CONNECT_TIMEOUT", "image: PYTORCH_NPU_ALLOC_CONF"):
         assert name in names
@@ -266,11 +266,48 @@ def test_image_wrong_torch_python_and_unpublished_torch_npu():
 
 def test_image_arch_and_chip_mismatch():
     host = HostInfo(arch="x86_64", driver="24.1.rc3", chip="310p")
-    checks = doctor.image_checks(NPU_LABELS, NPU_FACTS, host)
-    arch = by_name(checks, "image: arch")
+    assert by_name(doctor.image_checks(NPU_LABELS, NPU_FACTS, host), "image: chip").status == FAIL
+    arch = by_name(doctor.launch_checks(host, doctor.Seen("img", "local", NPU_LABELS, "aarch64")), "image: arch")
     assert arch.status == FAIL and arch.fix == explain.fix_for("platform-mismatch", host, NPU_LABELS,
                                                                image_arch="aarch64")
-    assert by_name(checks, "image: chip").status == FAIL
+
+
+# ---------------------------------------------------------------------------------------
+# launch checks: the one function `run` refuses with and `doctor` reports
+
+
+def test_launch_checks_refuse_another_arch_a_missing_image_and_an_index_without_this_arch():
+    host = HostInfo(root="/nonexistent", arch="aarch64")
+    other = doctor.launch_checks(host, doctor.Seen("img:1", "local", {}, "x86_64"))
+    assert [(c.name, c.status) for c in other] == [("driver mounts", WARN), ("image: exists", OK), ("image: arch", FAIL)]
+    assert by_name(other, "image: arch").detail == "image x86_64, host aarch64"
+    missing = by_name(doctor.launch_checks(host, doctor.Seen("img:nope")), "image: exists")
+    assert missing.status == FAIL and missing.detail == "img:nope: no such image in the Docker Engine"
+    remote = by_name(doctor.launch_checks(host, doctor.Seen("h:5000/r:nope")), "image: exists")
+    assert remote.detail == "h:5000/r:nope: no such image in the Docker Engine nor in its registry"
+    index = by_name(doctor.launch_checks(host, doctor.Seen("h:5000/r:t", "registry h:5000", {}, "none of: amd64")),
+                    "image: arch")
+    assert index.status == FAIL and "none of: amd64" in index.detail
+    same = doctor.launch_checks(host, doctor.Seen("img:1", "local", {}, "arm64"))
+    assert by_name(same, "image: arch").status == OK
+
+
+def test_driver_without_lib64_fails_doctor_and_the_launch_checks(tmp_path):
+    node = make_node(tmp_path / "node", lib64=False)
+    checks = doctor.run_doctor(root=node, environ=GOOD_ENV, run_npu_smi=False)
+    mounts = by_name(checks, "driver mounts")
+    assert mounts.status == FAIL and "/usr/local/Ascend/driver/lib64" in mounts.detail
+    assert "reinstall the Ascend HDK driver" in mounts.fix
+    assert doctor.exit_code(checks) == 1
+    whole = by_name(doctor.run_doctor(root=make_node(tmp_path / "whole"), environ=GOOD_ENV, run_npu_smi=False),
+                    "driver mounts")
+    assert whole.status == OK
+
+
+def test_a_node_without_any_driver_only_warns_about_mounts(tmp_path):
+    """A CPU machine runs CPU twins: nothing to mount is no reason to refuse."""
+    host = probe(make_node(tmp_path, driver=None, devices=0), run_npu_smi=False)
+    assert doctor.mounts_check(host).status == WARN
 
 
 def test_image_without_isolation_or_torch_npu():

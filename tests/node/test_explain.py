@@ -6,6 +6,7 @@ hit", and the public issue threads named in errors.yaml ``source``).
 
 from __future__ import annotations
 
+import json
 import re
 import string
 
@@ -58,6 +59,57 @@ REAL = {
     "torch-npu-not-importable": [
         "ModuleNotFoundError: No module named 'torch_npu'",
         "ImportError: cannot import name 'npu_format_cast' from 'torch_npu'",
+    ],
+    # Ascend's documented error codes (the sources in errors.yaml). Where no public log was found,
+    # the text is the message format of Ascend's error code reference, filled in ("format:").
+    "hccl-resource-unavailable": [
+        "AssertionError: Rank 0 raised: create_config:build/CMakeFiles/torch_npu.dir/compiler_depend.ts:130 HCCL "
+        "function error: hcclCommInitRootInfoConfig(numRanks, &rootInfo, rank, config, &(comm->hcclComm_)), "
+        "error code is 7",
+        "[ERROR] HCCL(3626636,all_reduce_test):2000-03-15-13:18:47.639.869 [topoinfo_detect.cc:744] "
+        "[3626636][InitGroupStage][RanktableDetect]StartRootNetwork failed, ret[7]",
+    ],
+    "hccl-function-error": [
+        "[rank1]: RuntimeError: create_config:build/CMakeFiles/torch_npu.dir/compiler_depend.ts:102 HCCL function "
+        "error: hcclCommInitRootInfoConfig(numRanks, &rootInfo, rank, config, &(comm->hcclComm_)), error code is 15",
+        "RuntimeError: create_config:build/CMakeFiles/torch_npu.dir/compiler_depend.ts:148 HCCL function error: "
+        "hcclCommInitRootInfoConfig(numRanks, &rootInfo, rank, config, &(comm->hcclComm_)), error code is 1",
+        "[rank1]: RuntimeError: InnerRunOpApi:torch_npu/csrc/framework/OpParamMaker.cpp:281 OPS function error: "
+        "HcclAllreduce, error code is 6",
+    ],
+    "hccl-socket-timeout": [
+        "EI0006: 2024-08-05-18:15:21.270.506 Getting socket times out. Reason: Remote Rank did not send the data in "
+        "time. Please check the reason for the rank being stuck",
+        "[ERROR] HCCL(137309,all_reduce_test):2025-12-24-16:19:45.416.014 [hccl_socket_manager.cc:813] "
+        "[137400][Wait][LinkEstablish]wait socket establish timeout, role[0] rank[0] timeout[120 s]",
+    ],
+    "hccl-execution-timeout": [
+        # format: EI0002 in the CANN error code reference
+        "EI0002: The wait execution of the Notify register times out. Reason: The Notify register has not "
+        "received the Notify record from remote rank: [1].",
+    ],
+    "npu-out-of-memory": [
+        "RuntimeError: NPU out of memory. Tried to allocate 22.00 MiB (NPU 0; 60.97 GiB total capacity; 10.24 GiB "
+        "already allocated; 10.24 GiB current active; 19.52 MiB free; 10.65 GiB reserved in total by PyTorch) If "
+        "reserved memory is >> allocated memory try setting max_split_size_mb to avoid fragmentation.",
+    ],
+    "aicpu-exception": [
+        "[W730 06:16:22.869118032 compiler_depend.ts:526] Warning: NPU warning, error code is 507018[Error]: ",
+        "        rtDeviceSynchronizeWithTimeout execute failed, reason=[aicpu exception][FUNC:FuncErrorReason]"
+        "[FILE:error_message_manage.cc][LINE:53]",
+    ],
+    "aicore-exception": [
+        "record event failed, runtime result = 507015[FUNC:ReportCallError][FILE:log_inner.cpp][LINE:148]",
+        "prefill_1.Log:5784:RuntimeError: ACL stream synchronize failed, error code:507035",
+        "rtEventRecord execution failed, reason=aicore exception[FUNC:FuncErrorReason][FILE:error_message_manage.cc]",
+    ],
+    "stream-sync-timeout": [
+        "EE1002: Stream synchronize timeout. ",  # format: EE1002 in the CANN error code reference
+    ],
+    "cann-inner-error": [
+        "EZ9999: Inner Error!",
+        "[rank1]: EE9999: Inner Error!",
+        "EH9999: Inner Error!",
     ],
 }
 
@@ -216,3 +268,47 @@ def test_failed_to_infer_device_type_lists_every_failed_torch_npu_import():
         assert cause in m.cause, cause
     assert m.fix.startswith('Run `python -c "import torch_npu"` in the same shell to see the real error.')
     assert "vllm/config/device.py" in m.source
+# --- the journey of issue 26: codes `explain` did not know, and `--list` -------------------
+
+
+def test_the_codes_a_first_day_met_are_explained_with_a_source():
+    log = "\n".join([REAL["hccl-socket-timeout"][0], REAL["hccl-resource-unavailable"][0],
+                     REAL["npu-out-of-memory"][0], "EZ9999: Inner Error!",
+                     "EH9999: [PID: 56178] 2025-07-30-06:16:22.730.302 wait for compute device to finish failed, "
+                     "runtime result = 507018."])
+    found = ex.explain(log)
+    assert [m.id for m in found] == ["hccl-socket-timeout", "hccl-resource-unavailable", "npu-out-of-memory",
+                                     "cann-inner-error", "aicpu-exception"]
+    assert all(m.source and m.cause and m.fix for m in found)
+
+
+def test_an_hccl_code_and_a_cann_module_are_named_in_the_fix():
+    [m] = ex.explain(REAL["hccl-function-error"][0])
+    assert m.fix.startswith("HcclResult 15 is in the list above") and "15 runtime API call failed" in m.cause
+    [m] = ex.explain("EE9999: Inner Error!")
+    assert m.fix.startswith("Module E:") and "E runtime" in m.cause
+
+
+def explain_cli(*args):
+    import subprocess
+    import sys
+    from pathlib import Path
+    cli = str(Path(sys.executable).with_name("ascend-build"))
+    return subprocess.run([cli, "explain", *args], capture_output=True, text=True, timeout=120)
+
+
+def test_explain_list_names_every_known_error_with_its_source():
+    text = explain_cli("--list")
+    assert text.returncode == 0, text.stderr
+    ids = [e.id for e in ex.table()]
+    assert [line.split()[0] for line in text.stdout.splitlines()[:len(ids)]] == ids
+    assert f"{len(ids)} known errors" in text.stdout
+    data = json.loads(explain_cli("--list", "--json").stdout)
+    assert [d["id"] for d in data] == ids and all(d["source"] and d["patterns"] for d in data)
+    assert "EI0006" in next(d for d in data if d["id"] == "hccl-socket-timeout")["source"]
+
+
+def test_explain_without_text_or_list_is_a_usage_error():
+    done = explain_cli()
+    assert done.returncode == 2 and "explain needs the error text (or --list)" in done.stderr
+    assert "Traceback" not in done.stderr

@@ -87,11 +87,60 @@ def test_run_print_for_two_devices_fake_npu(node, labelled, engine):
         "    --device /dev/davinci_manager \\\n"
         "    --device /dev/devmm_svm \\\n"
         "    --device /dev/hisi_hdc \\\n"
+        "    -v /usr/local/Ascend/driver/lib64:/usr/local/Ascend/driver/lib64:ro \\\n"
         "    -v /usr/local/Ascend/driver/version.info:/usr/local/Ascend/driver/version.info:ro \\\n"
         "    -v /usr/local/Ascend/firmware/version.info:/usr/local/Ascend/firmware/version.info:ro \\\n"
         "    -v /etc/ascend_install.info:/etc/ascend_install.info:ro \\\n"
         "    -v /usr/local/bin/npu-smi:/usr/local/bin/npu-smi:ro \\\n"
         f"    {ref} python train.py\n")
+
+
+@pytest.fixture
+def tagged(labelled, engine):
+    """A local ref to an image with the pipeline's labels (local/debian:12 underneath: x86_64)."""
+    refs = []
+
+    def tag(labels) -> str:
+        ref = f"ascend-build-test/run:{uuid.uuid4().hex[:8]}"
+        engine.tag(labelled(labels), ref)
+        refs.append(ref)
+        return ref
+    yield tag
+    for ref in refs:
+        engine.untag(ref)
+
+
+@pytest.mark.engine
+def test_run_refuses_an_x86_64_image_on_an_aarch64_node_fake_npu(tmp_path, tagged):
+    ref = tagged(pipeline_labels(cell_8_0_rc3()))
+    arm = make_node(tmp_path / "arm", arch="aarch64", smi=SMI_910B3)
+    done = cli("run", "--root", str(arm), "--print", ref)
+    assert done.returncode == 1, done.stdout
+    assert f"{ref} cannot start on this node: image x86_64, host aarch64" in done.stderr
+    assert "Use the image built for aarch64" in done.stderr and "Traceback" not in done.stderr
+    assert done.stdout == ""
+
+
+@pytest.mark.engine
+def test_run_refuses_a_tag_that_does_not_exist(node):
+    ref = f"ascend-build-test/run:absent-{uuid.uuid4().hex[:8]}"
+    done = cli("run", "--root", str(node), "--print", ref)
+    assert done.returncode == 1 and done.stdout == ""
+    assert f"{ref} cannot start on this node: {ref}: no such image in the Docker Engine" in done.stderr
+    assert "Traceback" not in done.stderr
+
+
+@pytest.mark.engine
+def test_run_refuses_a_driver_without_lib64_as_doctor_fails_it_fake_npu(tmp_path, tagged):
+    ref = tagged(pipeline_labels(cell_8_0_rc3()))
+    bare = make_node(tmp_path / "bare", arch="x86_64", smi=SMI_910B3, lib64=False)
+    ran = cli("run", "--root", str(bare), "--print", ref)
+    doctor = cli("doctor", "--root", str(bare), "--json")
+    assert ran.returncode == 1 and ran.stdout == ""
+    assert "the driver files a container needs are missing: /usr/local/Ascend/driver/lib64" in ran.stderr
+    assert doctor.returncode == 1
+    [mounts] = [c for c in json.loads(doctor.stdout) if c["name"] == "driver mounts"]
+    assert mounts["status"] == "FAIL" and "/usr/local/Ascend/driver/lib64" in mounts["detail"]
 
 
 @pytest.mark.engine
@@ -158,9 +207,34 @@ def test_pull_refuses_with_a_reason_per_candidate_fake_npu(node, repo, registry)
     assert "no image in" in err and "driver 24.1.rc3" in err
     assert "  newer-torch: CANN 8.0.RC3, not 8.5.0; driver 24.1.rc3 < required 25.0.RC1" in err
     assert "  candidate: not validated" in err
-    assert "  twin: CPU twin, not an NPU image" in err
+    assert "  twin: CPU twin, not an NPU image; CANN 8.0.RC3, not 8.5.0" in err  # its name says 8.0.rc3
     assert "fix: another CANN fits this node: 8.0.RC3 (ascend-build pull --cann 8.0.RC3)" in err
     assert "Traceback" not in err
+
+
+@pytest.mark.engine
+def test_pull_json_when_nothing_fits_gives_the_reasons_per_image_fake_npu(node, repo, registry):
+    repository, env, pushed = repo
+    done = cli("pull", "--cann", "8.5.0", "--registry", f"{registry.host}/{repository}", "--root", str(node),
+               "--json", env=env)
+    assert done.returncode == 1
+    result = json.loads(done.stdout)
+    assert result["ref"] is None and result["registry"] == f"{registry.host}/{repository}"
+    assert result["node"] == {"arch": "x86_64", "chip": "910b", "driver": "24.1.rc3", "firmware": "7.5.0.1.129"}
+    reasons = {r["tag"]: r["reasons"] for r in result["rejected"]}
+    assert reasons["twin"] == ["CPU twin, not an NPU image", "CANN 8.0.RC3, not 8.5.0"]
+    assert reasons["fits"] == ["CANN 8.0.RC3, not 8.5.0"]
+    assert {r["tag"]: r["digest"] for r in result["rejected"]}["fits"] == pushed["fits"]
+    assert result["fixes"] == ["another CANN fits this node: 8.0.RC3 (ascend-build pull --cann 8.0.RC3)"]
+    assert "no image in" in done.stderr
+
+
+def test_pull_json_on_bad_input_prints_the_error_as_json(tmp_path):
+    done = cli("pull", "--registry", "127.0.0.1:9", "--variant", "gpu", "--root", str(tmp_path), "--json")
+    assert done.returncode == 2
+    assert json.loads(done.stdout) == {"ref": None, "error": "--variant 'gpu' is none of npu, cpu",
+                                       "fix": "--variant npu (the NPU image) or --variant cpu (its CPU twin)"}
+    assert "error: --variant 'gpu'" in done.stderr and "Traceback" not in done.stderr
 
 
 @pytest.mark.engine
@@ -194,3 +268,17 @@ def test_a_tag_moved_between_listing_and_pull_still_pulls_what_was_checked_fake_
     assert ref.endswith("@" + pushed["fits"])
     assert moved == new_digest != pushed["fits"]
     assert engine.labels(ref)["io.ascend-build.content-hash"] == best.labels["io.ascend-build.content-hash"]
+
+
+@pytest.mark.engine
+def test_run_looks_a_registry_reference_up_in_its_registry_fake_npu(node, repo, registry, engine):
+    """Not in the Docker Engine: `docker run` would pull it, so it exists when its registry has it."""
+    repository, env, _ = repo
+    there, absent = f"{registry.host}/{repository}:fits", f"{registry.host}/{repository}:nope"
+    engine.untag(there)
+    found = cli("run", "--root", str(node), "--print", there, env=env)
+    missing = cli("run", "--root", str(node), "--print", absent, env=env)
+    assert found.returncode == 0, found.stderr
+    assert found.stdout.rstrip().endswith(there)
+    assert missing.returncode == 1 and missing.stdout == ""
+    assert f"{absent}: no such image in the Docker Engine nor in its registry" in missing.stderr

@@ -1,9 +1,14 @@
 """Choosing an image for a node from registry labels (no engine: pure selection)."""
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
+from builder.build.matrix import derive_id
+from builder.cell_id import parse_id
 from builder.errors import UserError
-from builder.node.pull import Node, Wanted, choose, split_registry, suggestions, verify_pulled, why_not
+from builder.node.pull import Node, Wanted, cann_of, choose, split_registry, suggestions, verify_pulled, why_not
+from builder.vocabulary import ARCHS, CHIPS
 from builder.registry import ImageInfo
 
 NODE = Node(arch="aarch64", chip="910b", driver="24.1.RC3", firmware="7.5.0.1.129")
@@ -89,3 +94,44 @@ def test_labels_changed_after_pull_are_refused():
     verify_pulled({"a": "1"}, {"a": "1"}, "ref")
     with pytest.raises(UserError, match="labels differ.*a"):
         verify_pulled({"a": "1"}, {"a": "2"}, "ref")
+
+
+# --- tag names: one parser (cell_id.parse_id, the inverse of derive_id) -----------------------
+
+
+def twin(tag, cell=None):
+    labels = {"io.ascend-build.cell": cell if cell is not None else tag.removesuffix("-cpu"),
+              "io.ascend-build.variant": "cpu", "io.ascend-build.validated": "true", "io.ascend-build.arch": "aarch64"}
+    return ImageInfo(tag, "sha256:" + "1" * 64, labels, "arm64")
+
+
+TWIN_TAG = "cann8.0.rc3-910b-ubuntu22.04-py3.10-torch_npu2.4.0-aarch64-cpu"
+
+
+def test_a_twin_named_cann8_0_rc3_is_cann_8_0_RC3_for_an_npu_pull():
+    """A twin has no CANN label: its cell id names it, and an NPU pull used to call it "CANN unknown"."""
+    reasons = why_not(twin(TWIN_TAG), NODE, Wanted(cann="8.5.0"))
+    assert reasons == ["CPU twin, not an NPU image", "CANN 8.0.RC3, not 8.5.0"]
+    assert why_not(twin(TWIN_TAG), NODE, Wanted(cann="8.0.RC3")) == ["CPU twin, not an NPU image"]
+    assert why_not(twin(TWIN_TAG), NODE, Wanted(cann="8.0.RC3", variant="cpu")) == []
+
+
+def test_a_twin_with_its_own_cell_id_is_read_from_its_tag_else_unknown():
+    assert cann_of(twin(TWIN_TAG, cell="team-base")) == "8.0.RC3"
+    assert "CANN unknown, not 8.0.RC3" in why_not(twin("team-base-cpu"), NODE, Wanted(cann="8.0.RC3"))
+
+
+VERSION = st.from_regex(r"[0-9]{1,2}\.[0-9]{1,2}\.(?:[0-9]{1,2}|RC[0-9])", fullmatch=True)
+
+
+@settings(max_examples=300, deadline=None)
+@given(cann=VERSION, chip=st.sampled_from(CHIPS), os_id=st.sampled_from(["ubuntu22.04", "openeuler22.03", "debian12"]),
+       python=st.sampled_from(["3.9", "3.10", "3.11"]), arch=st.sampled_from(ARCHS),
+       torch_npu=st.one_of(st.just(""), st.from_regex(r"2\.[0-9]\.[0-9](?:\.post[0-9]{1,2}|rc[0-9])?", fullmatch=True)),
+       cpu=st.booleans())
+def test_parse_id_reads_back_every_derived_id(cann, chip, os_id, python, arch, torch_npu, cpu):
+    tag = derive_id(cann, chip, os_id, python, torch_npu, arch) + ("-cpu" if cpu else "")
+    parsed = parse_id(tag)
+    assert parsed is not None
+    assert (parsed.cann, parsed.chip, parsed.os, parsed.python, parsed.torch_npu, parsed.arch, parsed.variant) == (
+        cann, chip, os_id, python, torch_npu, arch, "cpu" if cpu else "npu")

@@ -32,7 +32,9 @@ VALIDATION = {"schema": 1, "passed": True, "device": "npu", "started": "2026-11-
 
 @pytest.fixture
 def no_torch(monkeypatch):
-    monkeypatch.setattr(rec.parsers, "dist_version", lambda *names: None)
+    """This interpreter's facts as if it had no torch: the record must fall back to the manifest."""
+    real = rec.interpreter_facts()
+    monkeypatch.setattr(rec, "interpreter_facts", lambda: dict(real, torch=None, torch_npu=None))
 
 
 @pytest.mark.parametrize("text, value", [
@@ -60,12 +62,12 @@ def test_measured_keys_cannot_be_set(tmp_path):
     assert list(tmp_path.iterdir()) == []
 
 
-def test_guide_example_on_a_fixture_node(tmp_path, monkeypatch):
-    monkeypatch.setattr(rec.parsers, "dist_version", lambda *n: {"torch": "2.1.0", "torch_npu": "2.1.0rc1"}.get(n[0]))
+def test_guide_example_on_a_fixture_node(tmp_path):
+    facts = dict(rec.interpreter_facts(), torch="2.1.0", torch_npu="2.1.0rc1", executable="/opt/venv/bin/python3")
     node = make_node(tmp_path / "node")
     host = probe(node, run_npu_smi=False)
     env = {"HCCL_CONNECT_TIMEOUT": "1800", "ASCEND_GLOBAL_LOG_LEVEL": "3", "HOME": "/root", "SECRET_TOKEN": "x"}
-    path = rec.write_record(tmp_path / "ckpt", rec.parse_pairs(GUIDE_EXAMPLE), host, env, root=node)
+    path = rec.write_record(tmp_path / "ckpt", rec.parse_pairs(GUIDE_EXAMPLE), host, env, root=node, facts=facts)
     data = json.loads(path.read_text())
     assert path.name == "ascend-build-record.json"
     assert (data["framework"], data["torch_version"], data["torch_npu_version"], data["cann_version"]) == \
@@ -74,7 +76,7 @@ def test_guide_example_on_a_fixture_node(tmp_path, monkeypatch):
     assert data["seq_len"] == 4096 and data["learning_rate"] == 3e-5 and data["model"] == "qwen2.5-27b"
     assert data["env"] == {"ASCEND_GLOBAL_LOG_LEVEL": "3", "HCCL_CONNECT_TIMEOUT": "1800"}  # nothing else leaks
     assert data["sources"]["cann_version"] == "/usr/local/Ascend/ascend-toolkit/latest/version.cfg"
-    assert data["sources"]["torch_version"] == "importlib.metadata"
+    assert data["sources"]["torch_version"] == "importlib.metadata of /opt/venv/bin/python3"
     assert data["image"] is None and data["python_version"].count(".") == 2
 
 
@@ -94,7 +96,7 @@ def test_a_gap_is_not_filled_over_an_existing_file(tmp_path, no_torch):
 
 
 def test_output_dir_is_created_and_a_file_is_refused(tmp_path, no_torch):
-    assert rec.write_record(tmp_path / "a/b", {}, HostInfo(), {}, root=tmp_path).parent == tmp_path / "a/b"
+    assert rec.write_record(tmp_path / "a", {}, HostInfo(), {}, root=tmp_path).parent == tmp_path / "a"
     write(tmp_path / "file", "x")
     with pytest.raises(UserError, match="not a folder"):
         rec.write_record(tmp_path / "file", {}, HostInfo(), {}, root=tmp_path)
@@ -148,7 +150,15 @@ def test_fake_npu_run_record_end_to_end(tmp_path, no_torch):
     assert "  chip               910b" in text and "  seq_len            4096" in text
 
 
-def test_the_record_lists_every_distribution_of_the_running_environment(tmp_path, no_torch):
+def test_a_missing_nested_output_path_is_an_error_not_created(tmp_path, no_torch):
+    with pytest.raises(UserError, match=r"b/c: its folder .*/a/b does not exist") as refused:
+        rec.write_record(tmp_path / "a/b/c", {}, HostInfo(), {}, root=tmp_path)
+    assert "mkdir -p" in refused.value.fix
+    assert not (tmp_path / "a").exists()
+
+
+def test_the_record_lists_every_distribution_of_the_running_environment(tmp_path):
+    """Called from the job's own Python (the library, not the CLI): this interpreter is the run's."""
     import importlib.metadata
     import sys
 
@@ -179,3 +189,91 @@ def test_a_manifest_nested_past_any_need_is_a_note(tmp_path, no_torch):
     data = json.loads(rec.write_record(tmp_path / "o", {}, HostInfo(), {}, root=tmp_path).read_text())
     assert data["image"] is None
     assert any("/etc/ascend-build/manifest.json" in p and "nested deeper than 64 levels" in p for p in data["problems"])
+
+
+# --- the CLI: the run's environment, never the CLI's own (issue 26) ------------------------
+
+CLI = str(Path(__import__("sys").executable).with_name("ascend-build"))
+CLI_ONLY = ("pytest", "zizmor", "ruff", "mypy")  # in ascend-build's own venv, in no run's environment
+
+
+def record_cli(*args, path_dirs=()):
+    import os
+    import subprocess
+    env = dict(os.environ, PATH=os.pathsep.join([*map(str, path_dirs), "/nonexistent"]))
+    return subprocess.run([CLI, "record", *map(str, args)], capture_output=True, text=True, env=env, timeout=300)
+
+
+def test_record_measures_the_python3_on_path_not_the_cli_s_own_venv(tmp_path):
+    """The job's interpreter here: the host Python with torch (ASCEND_BUILD_TORCH_PYTHON), put on PATH."""
+    import os
+    import subprocess
+    torch_python = os.environ.get("ASCEND_BUILD_TORCH_PYTHON", "/work/main/.venv-torch/bin/python")
+    if not Path(torch_python).is_file():
+        pytest.skip("set ASCEND_BUILD_TORCH_PYTHON to a Python with torch")
+    bin_dir = tmp_path / "job-bin"
+    bin_dir.mkdir()
+    write(bin_dir / "python3", f'#!/bin/sh\nexec {torch_python} "$@"\n', 0o755)  # a venv knows itself by its path
+    torch = subprocess.run([torch_python, "-c", "import importlib.metadata as m; print(m.version('torch'))"],
+                           capture_output=True, text=True).stdout.strip()
+    node = make_node(tmp_path / "node", smi=SMI_910B3)
+    done = record_cli(tmp_path / "ckpt", "--root", node, "--set", "seq_len=4096",
+                      path_dirs=[bin_dir, "/usr/bin", "/bin"])  # npu-smi (a fake: a shell script) needs cat
+    assert done.returncode == 0, done.stderr
+    data = json.loads((tmp_path / "ckpt/ascend-build-record.json").read_text())
+    assert data["torch_version"] == torch and data["distributions"]["torch"] == torch
+    assert not set(CLI_ONLY) & set(data["distributions"]), sorted(data["distributions"])
+    assert data["sources"]["torch_version"].startswith("importlib.metadata of ")
+    assert (data["driver"], data["chip"], data["seq_len"]) == ("24.1.rc3", "910b", 4096)
+
+
+def test_record_without_python3_on_path_or_with_a_missing_nested_folder_is_an_error(tmp_path):
+    node = make_node(tmp_path / "node")
+    none = record_cli(tmp_path / "ckpt", "--root", node)
+    assert none.returncode == 1 and "no python3 on PATH" in none.stderr and "--image" in none.stderr
+    nested = record_cli(tmp_path / "a/b/c", "--root", node, path_dirs=["/usr/bin"])
+    assert nested.returncode == 1 and "does not exist" in nested.stderr and "Traceback" not in nested.stderr
+    assert not (tmp_path / "a").exists()
+
+
+@pytest.fixture(scope="module")
+def python_image(engine, base_image, tmp_path_factory):
+    """A real image with its own Python 3 (Debian's), a torch 2.4.0 distribution's metadata (no
+    wheel: the record reads metadata) and an ascend-build manifest: the run's environment."""
+    folder = tmp_path_factory.mktemp("python-image")
+    write(folder / "torch-2.4.0.dist-info/METADATA", "Metadata-Version: 2.1\nName: torch\nVersion: 2.4.0\n")
+    write(folder / "manifest.json", json.dumps(MANIFEST))
+    write(folder / "Dockerfile", f"FROM {base_image}\n"
+          "RUN apt-get update && apt-get install -y --no-install-recommends python3 && rm -rf /var/lib/apt/lists/*\n"
+          "COPY torch-2.4.0.dist-info /usr/lib/python3/dist-packages/torch-2.4.0.dist-info\n"
+          "COPY manifest.json /etc/ascend-build/manifest.json\n"
+          "ENV HCCL_CONNECT_TIMEOUT=1800\n")
+    labels = {"io.ascend-build.cell": MANIFEST["cell"]}
+    image = engine.build(folder, labels=labels, log_path=folder / "build.log")
+    ref = f"ascend-build-test/record:{image.split(':')[-1][:12]}"
+    engine.tag(image, ref)
+    yield ref
+    engine.untag(ref)
+
+
+@pytest.mark.engine
+def test_record_image_measures_inside_the_image_fake_npu(tmp_path, python_image):
+    node = make_node(tmp_path / "node", smi=SMI_910B3)
+    done = record_cli(tmp_path / "ckpt", "--image", python_image, "--root", node, "--set", "model=qwen2.5-27b")
+    assert done.returncode == 0, done.stderr
+    data = json.loads((tmp_path / "ckpt/ascend-build-record.json").read_text())
+    assert data["torch_version"] == "2.4.0" and data["distributions"] == {"torch": "2.4.0"}
+    assert not set(CLI_ONLY) & set(data["distributions"])
+    assert data["python_version"].startswith("3.11.") and data["sources"]["python_version"].startswith(
+        f"image {python_image}: /usr/bin/python3")
+    assert data["image"]["ref"] == python_image and data["image"]["manifest"]["cell"] == MANIFEST["cell"]
+    assert data["image"]["labels"] == {"io.ascend-build.cell": MANIFEST["cell"]}
+    assert data["env"] == {"HCCL_CONNECT_TIMEOUT": "1800"}  # the image's ENV, not this shell's
+    assert (data["driver"], data["chip"], data["model"]) == ("24.1.rc3", "910b", "qwen2.5-27b")
+
+
+@pytest.mark.engine
+def test_record_image_that_does_not_exist_writes_nothing(tmp_path, engine):
+    done = record_cli(tmp_path / "ckpt", "--image", "ascend-build-test/record:absent", "--root", tmp_path)
+    assert done.returncode == 1 and "image ascend-build-test/record:absent not found" in done.stderr
+    assert not (tmp_path / "ckpt").exists()

@@ -1,0 +1,65 @@
+"""What a cell id (an image tag) names: the one parser of tag names.
+
+A cell's default id is also its image tag (``builder.build.matrix.derive_id``:
+``cann8.0.rc3-910b-ubuntu22.04-py3.10-torch_npu2.4.0-aarch64``, ``-cpu`` after it for
+the CPU twin). Whoever needs a version back from a tag (`pull` reading a twin, which
+carries no CANN label) reads it here, so ``8.0.rc3`` is CANN 8.0.RC3 everywhere.
+
+Example:
+    >>> parse_id("cann8.0.rc3-910b-ubuntu22.04-py3.10-torch_npu2.4.0-aarch64-cpu").cann
+    '8.0.RC3'
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Optional
+
+from builder.vocabulary import ARCHS, CHIPS, CPU, NPU
+
+
+@dataclass(frozen=True)
+class CellId:
+    """A derived id's parts; ``variant`` is ``cpu`` for a twin's tag, else ``npu``; ``torch_npu`` is ""
+    for a CANN-only cell (and keeps ``derive_id``'s ``_`` for a ``+`` local version)."""
+
+    cann: str
+    chip: str
+    os: str
+    python: str
+    torch_npu: str
+    arch: str
+    variant: str = NPU
+
+
+# derive_id's shape; the OS is any letters-then-version id (ubuntu22.04, openeuler24.03, debian12)
+_ID = re.compile(r"cann(?P<cann>[0-9][0-9a-z.]{0,40}?)-(?P<chip>" + "|".join(map(re.escape, CHIPS)) + r")"
+                 r"-(?P<os>[a-z]{1,20}[0-9]{1,4}(?:\.[0-9]{1,4})?)-py(?P<python>[0-9]{1,2}\.[0-9]{1,3})"
+                 r"(?:-torch_npu(?P<torch_npu>[0-9][0-9a-z._]{0,60}?))?-(?P<arch>" + "|".join(ARCHS) + r")"
+                 r"(?:-(?P<cpu>" + CPU + r"))?")
+
+
+def parse_id(text: str) -> Optional[CellId]:
+    """The inverse of ``matrix.derive_id``, for a cell id or an image tag; CANN in its releases'
+    spelling (``8.0.RC3``); None for an id a matrix chose itself (``id:``).
+
+    Parameters
+    ----------
+    text: a cell id or a tag, e.g. the value of the image's cell label (``Label.CELL``).
+
+    Examples
+    --------
+    >>> parse_id("cann8.0.rc3-910b-ubuntu22.04-py3.10-torch_npu2.4.0-x86_64-cpu")
+    CellId(cann='8.0.RC3', chip='910b', os='ubuntu22.04', python='3.10', torch_npu='2.4.0', arch='x86_64', variant='cpu')
+    >>> parse_id("cann8.5.0-a3-ubuntu22.04-py3.11-aarch64").torch_npu, parse_id("team-base")
+    ('', None)
+    """
+    m = _ID.fullmatch(str(text).strip().lower()[:200])
+    if m is None:
+        return None
+    cann = re.sub(r"\.rc([0-9])", r".RC\1", m["cann"])  # the releases' own spelling, as knowledge.canonical_cann
+    return CellId(cann, m["chip"], m["os"], m["python"], m["torch_npu"] or "", m["arch"], CPU if m["cpu"] else NPU)
+
+
+__all__ = ["CellId", "parse_id"]
