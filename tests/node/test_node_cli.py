@@ -220,7 +220,8 @@ def test_pull_json_when_nothing_fits_gives_the_reasons_per_image_fake_npu(node, 
     assert done.returncode == 1
     result = json.loads(done.stdout)
     assert result["ref"] is None and result["registry"] == f"{registry.host}/{repository}"
-    assert result["node"] == {"arch": "x86_64", "chip": "910b", "driver": "24.1.rc3", "firmware": "7.5.0.1.129"}
+    assert result["node"] == {"arch": "x86_64", "chip": "910b", "driver": "24.1.rc3", "firmware": "7.5.0.1.129",
+                              "unchecked": []}
     reasons = {r["tag"]: r["reasons"] for r in result["rejected"]}
     assert reasons["twin"] == ["CPU twin, not an NPU image", "CANN 8.0.RC3, not 8.5.0"]
     assert reasons["fits"] == ["CANN 8.0.RC3, not 8.5.0"]
