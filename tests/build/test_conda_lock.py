@@ -284,3 +284,37 @@ def test_the_conda_bootstrap_comes_from_a_local_file_or_a_mirror_and_its_failure
     assert (context / "conda-installer" / name).read_text() == "#!/bin/sh\n"
     with pytest.raises(UserError, match="conda installer .* is not a file"):
         stage.context({}, tmp_path / "ctx", conda_installer=(tmp_path / "missing.sh", name))
+
+
+def _credential_check(docker: str, root: Path) -> str:
+    """The Dockerfile's last check of the conda step, as a shell script over ``root`` instead of /."""
+    lines = docker.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.lstrip().startswith('secret="$('))
+    end = next(i for i in range(start, len(lines)) if lines[i].strip() == "fi && \\")
+    body = "\n".join(lines[start:end + 1])[:-len(" && \\")].replace("/opt/conda", str(root / "opt" / "conda"))
+    return "set -eo pipefail\n" + body.replace(" && \\\n", " &&\n").replace("; then \\\n", "; then\n").replace(
+        "; exit 1; \\\n", "; exit 1;\n") + "\necho passed\n"
+
+
+@pytest.mark.parametrize("url, written, refused", [
+    ("https://ci:s3cret-t0ken@mirror.example/conda-forge", "https://ci:s3cret-t0ken@mirror.example/conda-forge", True),
+    ("https://mirror.example/t/s3cret-t0ken/conda-forge", "https://mirror.example/t/s3cret-t0ken/conda-forge/x.conda", True),
+    ("https://ci:s3cret-t0ken@mirror.example/conda-forge", "https://mirror.example/conda-forge", False),
+    ("https://mirror.example/conda-forge", "https://mirror.example/conda-forge", False),  # no credential to keep out
+])
+def test_the_conda_step_refuses_a_layer_where_conda_wrote_the_channels_credential(tmp_path, url, written, refused):
+    """conda writes the channel into conda-meta/history and each record: the step's last check
+    (run here as the Dockerfile has it) fails the build when the mirror's credential is there."""
+    docker = render.render_cell(matrix.load(write_cells(tmp_path, CANN_7)[0]).cells[0], KB)["Dockerfile"].decode()
+    meta = tmp_path / "opt" / "conda" / "envs" / "ascend" / "conda-meta"
+    meta.mkdir(parents=True)
+    (meta / "python-3.9.7-h1_0.json").write_text(json.dumps({"channel": written}))
+    (tmp_path / "opt" / "conda" / "conda-meta").mkdir()
+    done = subprocess.run(["bash", "-c", _credential_check(docker, tmp_path)], capture_output=True, text=True,
+                          env=dict(os.environ, CONDA_CHANNEL=url), timeout=30)
+    if refused:
+        assert done.returncode == 1 and TOKEN not in done.stdout + done.stderr
+        assert done.stderr == (f"conda wrote the credential of mirrors.conda_channel into {meta / 'python-3.9.7-h1_0.json'}: "
+                               "refusing the layer\n")
+    else:
+        assert (done.returncode, done.stdout) == (0, "passed\n"), done.stderr
