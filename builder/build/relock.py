@@ -45,7 +45,7 @@ def _describe(lock: Optional[locking.Lock], state: str) -> str:
     if lock is None or state == "missing":
         return "no lock"
     if state == "stale":
-        return "made from other inputs (the cell, its CANN limits or the pins changed)"
+        return "made from other inputs (the cell, its CANN limits, its pins or its conda channel changed)"
     counts = f"{len(lock.entries)} distributions" + (f" and {len(lock.conda.packages)} conda packages"
                                                       if lock.conda is not None and lock.conda.complete else "")
     missing = [f"{e.name}=={e.version} ({e.note})" for e in lock.incomplete]

@@ -190,6 +190,8 @@ def test_a_token_in_the_channel_reaches_curl_alone(channel, tmp_path):
     fetched = fetch(explicit, tmp_path / "pkgs", channel_env=secret)  # the mirror, as the build's secret gives it
     assert fetched.returncode == 0, fetched.stderr
     assert TOKEN not in fetched.stdout + fetched.stderr
+    handed = (tmp_path / "pkgs" / "explicit.txt").read_text().splitlines()
+    assert handed[0] == "@EXPLICIT" and len(handed) == 4 and all(line.startswith(f"file://{tmp_path}/pkgs/") for line in handed[1:])
     prefix = tmp_path / "env"
     install(tmp_path / "pkgs" / "explicit.txt", prefix)
     written = [p for p in prefix.rglob("*") if p.is_file() and TOKEN.encode() in p.read_bytes()]
