@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import os
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import lru_cache
 from pathlib import Path
 from typing import Dict, Mapping, Optional, Tuple
@@ -550,7 +550,8 @@ def _facts(cell: Cell, kb, digest: str, lock: Optional[locking.Lock] = None,
     if os_info is None:  # `checks` refuses such a cell first; a knowledge base edited since may not have it
         raise UserError(f"{cell.id}: OS {cell.os!r} is not in builder/data/os.yaml", fix="pick an OS listed there")
     inputs = lock_inputs(closure_of or cell, kb)
-    state = locking.status(lock, inputs)
+    # a stand-in twin (a venv) installs the pip closure alone: the conda part is not its to complete
+    state = locking.status(replace(lock, conda=None) if lock is not None and cell.env != "conda" else lock, inputs)
     return _Facts(cell, kb, os_info, digest, lock, closure_of, inputs, state, inputs.torch_index,
                   stand_in_reason(cell, closure_of) if closure_of else "", cann_env(cell, kb), env_vars(cell),
                   _unlocked_lines(inputs, cell.cann) if state in ("missing", "stale") else ())

@@ -32,11 +32,12 @@ from builder.build import conda_lock, job, lock, matrix, relock, render, stage
 from builder.build.plan import lock_inputs
 from builder.errors import UserError
 from builder.smoke import smoke
-from helpers_matrix import CANN_7, write_cells
+from helpers_matrix import CANN_7, SHIPPED_DOCKERFILES, SHIPPED_MATRIX, write_cells
 
 KB = knowledge.load()
 FETCH = render.TEMPLATES / conda_lock.FETCH_SCRIPT
 TOKEN = "s3cret-t0ken"
+MISSION_ARM = "cann7.0.rc1-910b-ubuntu22.04-py3.9-torch_npu2.1.0rc1-aarch64"
 
 
 def make_package(channel: Path, subdir: str, name: str, version: str, build: str, depends: Sequence[str] = (),
@@ -320,3 +321,16 @@ def test_the_conda_step_refuses_a_layer_where_conda_wrote_the_channels_credentia
                                "refusing the layer\n")
     else:
         assert (done.returncode, done.stdout) == (0, "passed\n"), done.stderr
+
+
+def test_a_stand_in_twin_is_not_held_back_by_the_conda_part_it_does_not_install(tmp_path):
+    """`image --twin-os debian11` builds the mission cell's twin in a venv on Debian 11: the
+    pip closure only. The shipped lock's incomplete conda part is not that image's."""
+    shipped = lock.read(SHIPPED_DOCKERFILES / MISSION_ARM)
+    cell = next(c for c in matrix.load(SHIPPED_MATRIX).cells if c.id == MISSION_ARM)
+    assert lock.status(shipped, lock_inputs(cell, KB)) == "incomplete" and not shipped.conda.complete
+    stand_in = job.prepare(cell, vocabulary.CPU, job.Options(locks_dir=SHIPPED_DOCKERFILES, twin_os="debian11"))
+    assert stand_in.plan.lock_state == "ok"
+    assert "conda create" not in render.files(stand_in.plan)["Dockerfile.cpu"].decode()
+    with pytest.raises(UserError, match=r"\(its conda part\)"):  # the cell's own twin still is
+        job.prepare(cell, vocabulary.CPU, job.Options(locks_dir=SHIPPED_DOCKERFILES))
