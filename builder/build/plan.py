@@ -93,6 +93,7 @@ _cann = lru_cache(maxsize=4096)(versions.cann)
 
 _SAFE = {
     "url": re.compile(r"^https://[A-Za-z0-9._~:/?#@!&+,=%-]+$"),
+    "channel": re.compile(r"^https?://[A-Za-z0-9._~:/?#@!&+,=%-]+$"),  # a conda channel: a mirror on a LAN may be http
     "sha256": re.compile(r"^[0-9a-f]{64}$"),
     "file": re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+-]*$"),
     "image": re.compile(r"^[A-Za-z0-9][A-Za-z0-9._/:@-]*$"),
@@ -682,7 +683,7 @@ def _conda_explicit(f: _Facts) -> str:
     part = f.lock.conda if f.lock is not None and f.state in ("ok", "incomplete") else None
     if part is None or not part.complete:
         return ""
-    _safe("url", part.channel.replace("http://", "https://", 1), "conda channel")  # it is written into a context file
+    _safe("channel", part.channel, "the lock's conda channel")  # conda-fetch.sh reads it from the explicit list
     return part.explicit(conda_lock.SUBDIRS[f.cell.arch])
 
 

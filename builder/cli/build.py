@@ -217,7 +217,7 @@ def image_command(
                                                "or conda cannot be had here: same arch, Python and lock; tagged "
                                                "<cell>-cpu-on-<os>, labelled as a stand-in."),
     wheelhouse: Optional[Path] = typer.Option(None, "--wheelhouse", help="Folder of wheels preferred over the index."),
-    conda_installer: Optional[Path] = typer.Option(None, "--conda-installer",
+    conda_installer: Optional[Path] = typer.Option(None, "--conda-installer", exists=True, dir_okay=False,
                                                    help="Miniforge's installer as a local file (air-gapped sites): "
                                                         "used instead of downloading it; its sha256 is still checked."),
     ca_bundle: Optional[Path] = typer.Option(None, "--ca-bundle",
