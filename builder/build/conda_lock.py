@@ -45,7 +45,8 @@ FETCH_SCRIPT = "conda-fetch.sh"       # fetches and checks those files for the b
 SOLVE_SECONDS = 600
 _LINE = re.compile(r"^(\S+) (\S+) (\S+) ((?:noarch|linux-[a-z0-9_]+)/[A-Za-z0-9._+!-]+\.(?:conda|tar\.bz2)) "
                    r"sha256:([0-9a-f]{64})$")
-_TOKEN = re.compile(r"/t/[^/]+(?=/|$)")  # anaconda.org's /t/<token>/ form
+_TOKEN = re.compile(r"/t/[^/\s]+(?=/|$|\s)")  # anaconda.org's /t/<token>/ form
+_USERINFO = re.compile(r"://[^/@\s]+@")  # user:password@ in a URL
 
 
 def public(url: str) -> str:
@@ -172,9 +173,16 @@ def resolve(channel: str, python: str, arch: str, glibc: Tuple[int, int], *, sec
 
 
 def public_text(text: str, channel: str) -> str:
-    """``text`` with the channel's full URL (which may hold a credential) replaced by its public form."""
+    """``text`` (a solver's message) with the channel's URL in its public form, and any other
+    ``user:password@`` or ``/t/TOKEN`` left out: what a lock or a terminal may show.
+
+    Example:
+        >>> public_text("no answer from https://ci:pw@m.example/t/tk/forge/noarch/x", "https://ci:pw@m.example/t/tk/forge")
+        'no answer from https://m.example/forge/noarch/x'
+    """
     stripped = channel.rstrip("/")
-    return text.replace(stripped, public(channel)) if stripped else text
+    text = text.replace(stripped, public(channel)) if stripped else text
+    return _TOKEN.sub("", _USERINFO.sub("://", text))
 
 
 SAMPLE_LINE = ("python 3.9.18 h0755675_1_cpython linux-64/python-3.9.18-h0755675_1_cpython.conda "

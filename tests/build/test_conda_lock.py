@@ -129,6 +129,8 @@ def test_a_channel_that_does_not_answer_gives_an_incomplete_part_with_the_reason
     assert not part.complete and part.packages == ()
     assert part.note.startswith(f"the conda channel {dead} could not be reached where the lock was made")
     assert "`ascend-build lock` runs where it answers" in part.note
+    tokened = conda_lock.resolve(dead.replace("http://", f"http://ci:{TOKEN}@") + f"/t/{TOKEN}/forge", "3.9", "x86_64", (2, 35))
+    assert not tokened.complete and TOKEN not in tokened.note and f"{dead}/forge" in tokened.note
 
 
 def test_the_part_is_written_into_the_lock_and_read_back(channel):
