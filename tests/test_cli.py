@@ -8,6 +8,7 @@ typer's CliRunner in-process.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 import shutil
@@ -17,7 +18,7 @@ import typer.main
 from typer.testing import CliRunner
 
 from builder import cli
-from builder.build import lock, matrix, render
+from builder.build import conda_lock, lock, matrix, render
 from helpers_matrix import SHIPPED_DOCKERFILES, SHIPPED_MATRIX, VALID, run_cli, write_cells
 
 runner = CliRunner()
@@ -27,9 +28,18 @@ runner = CliRunner()
 
 
 def test_clean_matrix_exits_0(tmp_path):
-    # the aarch64 twin of VALID has a complete lock in the shipped dockerfiles/ (x86_64's lacks torch's sha256)
+    # the aarch64 twin of VALID: its shipped lock has every pip entry's sha256 (x86_64's lacks torch's), and
+    # its conda part is incomplete (no conda channel answers here): completed, as `lock` writes it where one does
     path, _ = write_cells(tmp_path, dict(VALID, arch="aarch64"))
-    result = run_cli("validate", "--matrix", path)
+    cell_id = "cann8.0.rc3-910b-ubuntu22.04-py3.10-torch_npu2.4.0-aarch64"
+    shipped = lock.read(SHIPPED_DOCKERFILES / cell_id)
+    warned = run_cli("validate", "--matrix", path)
+    assert warned.returncode == 0 and "lock-incomplete" in warned.stderr and "the conda part (the conda channel" in warned.stderr
+    (tmp_path / "out" / cell_id).mkdir(parents=True)
+    (tmp_path / "out" / cell_id / lock.LOCK_FILE).write_text(dataclasses.replace(shipped, conda=conda_lock.Part(
+        conda_lock.DEFAULT_CHANNEL, (conda_lock.Package("python", "3.10.14", "h0_cpython",
+                                                        "linux-aarch64/python-3.10.14-h0_cpython.conda", "1" * 64),))).text())
+    result = run_cli("validate", "--matrix", path, "--out", tmp_path / "out")
     assert result.returncode == 0, result.stderr
     assert result.stdout == f"1 cells valid (0 warning(s)) in {path}\n"
     assert result.stderr == ""

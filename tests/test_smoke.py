@@ -391,6 +391,22 @@ def test_closure_of_a_real_environment(torch_python, tmp_path):
     assert "torch %s installed, 1.0.0 locked" % dists["torch"] in summary and "einops 0.8.0 locked, not installed" in summary
 
 
+def test_the_versions_tier_checks_the_conda_packages_the_lock_pins(torch_python, tmp_path):
+    """A conda cell's manifest carries its lock's conda part; this venv has no conda-meta, so the
+    tier names the locked conda package missing (conda_packages over a real conda prefix:
+    tests/build/test_conda_lock.py)."""
+    exe = torch_python["exe"]
+    listed = subprocess.run([exe, "-c", "import json, sys; sys.path.insert(0, %r); import parsers; "
+                             "print(json.dumps(parsers.environment_distributions(sys.prefix)))" % str(SMOKE.parent)],
+                            capture_output=True, text=True, check=True)
+    lock = {"state": "ok", "distributions": json.loads(listed.stdout), "conda": {"python": "3.11.7 h955ad1f_0_cpython"}}
+    code, report, _ = run(exe, "--manifest", manifest(tmp_path, torch_python, lock=lock), "--tiers", "versions")
+    summary = tiers(report)["versions"]["summary"]
+    assert code == 1 and "the conda environment differs from the lock: conda python 3.11.7 h955ad1f_0_cpython locked, " \
+                         "not installed" in summary
+    assert tiers(report)["versions"]["details"]["conda_packages"] == {}
+
+
 def test_without_a_lock_the_closure_is_not_claimed(torch_python, tmp_path):
     path = manifest(tmp_path, torch_python, lock={"state": "missing", "distributions": {}})
     code, report, err = run(torch_python["exe"], "--manifest", path, "--tiers", "versions")

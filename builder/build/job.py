@@ -41,6 +41,7 @@ class Options:
     push: Optional[str] = None             # registry host[:port][/namespace]
     base_image: Optional[str] = None       # overrides every cell's OS base image
     wheelhouse: Optional[Path] = None
+    conda_installer: Optional[Path] = None  # Miniforge's installer, a local file (its sha256 is still checked)
     ca_bundle: Optional[Path] = None
     root: Path = Path("/")                 # where to look for /dev and the driver (tests)
     quiet: bool = False
@@ -121,7 +122,8 @@ def _refuse_unusable(resolved: CellPlan, variant: str, options: Options) -> None
     if state != "ok" and not options.allow_incomplete_lock:
         why = {"missing": "has no lock", "stale": "has a lock made from other inputs",
                "incomplete": "has a lock with entries lacking a sha256 (" + ", ".join(
-                   f"{e.name}=={e.version}" for e in (lock.incomplete if lock else ())) + ")"}[state]
+                   [f"{e.name}=={e.version}" for e in (lock.incomplete if lock else ())]
+                   + (["its conda part"] if lock and lock.conda and not lock.conda.complete else [])) + ")"}[state]
         raise UserError(f"{resolved.cell_id} {why} in {options.locks_dir}: its image would install unverified packages",
                         fix="run `ascend-build lock` (where every source is reachable), or pass --allow-incomplete-lock")
     if variant == NPU and resolved.unrecorded:  # the Dockerfile refuses too; saying it here spares a build

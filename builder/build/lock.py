@@ -45,7 +45,7 @@ from typing import Callable, Dict, Iterable, List, Optional, Sequence, Tuple
 from packaging.utils import canonicalize_name, parse_wheel_filename
 
 from builder import bounded
-from builder.build import own_wheel
+from builder.build import conda_lock, own_wheel
 from builder.errors import UserError
 
 LOCK_FILE = "requirements.lock"
@@ -80,6 +80,8 @@ class Inputs:
     constraints: Tuple[str, ...]
     torch_index: str               # where torch==X+cpu is served; "" when PyPI serves torch
     own_wheels: Tuple[Tuple[str, str], ...] = ()   # (path, sha256): wheels the cell brings (torch_npu's)
+    conda: Tuple[str, ...] = ()    # what a conda cell asks of conda (conda_lock.specs); () for a venv
+    conda_channel: str = ""        # the channel they are solved against, without credentials (conda_lock.public)
 
     @property
     def digest(self) -> str:
@@ -88,6 +90,8 @@ class Inputs:
                 "torch_index": self.torch_index}
         if self.own_wheels:  # their bytes, not where they lie (and no key at all without them)
             data["own_wheels"] = sorted(sha256 for _, sha256 in self.own_wheels)
+        if self.conda:  # a conda cell's lock holds its conda part too (and a venv cell's digest is unchanged)
+            data["conda"] = {"specs": sorted(self.conda), "channel": self.conda_channel}
         return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:16]
 
 
@@ -124,6 +128,7 @@ class Lock:
     entries: Tuple[Entry, ...]
     unpinned: Tuple[str, ...] = ()  # what could not be pinned, and why (e.g. conda's python)
     installers: Tuple[Tuple[str, str], ...] = ()  # (file, sha256) of CANN installers recorded on first fetch
+    conda: Optional[conda_lock.Part] = None       # a conda cell's conda environment (None for a venv cell)
 
     def installer_sha256(self, filename: str) -> Optional[str]:
         """The sha256 recorded for a CANN installer the knowledge base has none for."""
@@ -139,7 +144,7 @@ class Lock:
 
     @property
     def complete(self) -> bool:
-        return not self.incomplete
+        return not self.incomplete and (self.conda is None or self.conda.complete)
 
     def text(self) -> str:
         head = [f"# ascend-build lock of cell {self.cell}: written by `ascend-build lock`, do not edit.",
@@ -147,6 +152,7 @@ class Lock:
         head += [f"# unpinned: {u}" for u in self.unpinned]
         head += [f"# installer: {name} sha256:{sha}" for name, sha in sorted(self.installers)]
         head += [f"# incomplete: {e.name}=={e.version}: {e.note}" for e in self.incomplete]
+        head += self.conda.lines() if self.conda is not None else []
         body = [line for e in self.entries for line in e.lines()]
         return "\n".join(head + body) + "\n"
 
@@ -180,10 +186,13 @@ class Lock:
         entries = [replace(e, note=notes.get(e.name, "")) if not e.complete else e for e in entries]
         first = text.split("\n", 1)[0]  # "# ascend-build lock of cell <id>: ..."
         cell = first.split(" of cell ", 1)[1].split(":", 1)[0] if " of cell " in first else ""
+        conda = (conda_lock.Part.parse(meta.get("conda-channel", []), meta.get("conda", []),
+                                       meta.get("conda-incomplete", []), where)
+                 if any(k in meta for k in ("conda-channel", "conda", "conda-incomplete")) else None)
         return cls(cell=cell, inputs=meta["inputs"][0], target=(meta.get("target") or [""])[0],
                    resolver=(meta.get("resolver") or [""])[0], entries=tuple(entries),
                    unpinned=tuple(meta.get("unpinned", [])), installers=tuple(sorted(
-                       _installer_line(line, where) for line in meta.get("installer", []))))
+                       _installer_line(line, where) for line in meta.get("installer", []))), conda=conda)
 
     def without(self, *names: str) -> Tuple[Entry, ...]:
         """The entries but ``names``: the twin's closure is the lock without torch_npu."""

@@ -46,7 +46,7 @@ OS_IDS = ("ubuntu18.04", "ubuntu20.04", "ubuntu22.04", "ubuntu24.04",
           "openeuler20.03", "openeuler22.03", "openeuler24.03", "debian11", "debian12")
 ENV_MANAGERS = ("conda", "venv")
 CANN_SOURCES = ("installer", "image", "local")
-MIRROR_KEYS = ("pip_index", "apt", "conda_channel", "torch_index")
+MIRROR_KEYS = ("pip_index", "apt", "conda_channel", "torch_index", "conda_installer")
 
 # Whitelists: anything outside them is refused before it can reach a template.
 _VERSION = re.compile(r"^[0-9][0-9A-Za-z.+-]{0,39}$")
@@ -85,7 +85,7 @@ CELL_KEYS: Dict[str, str] = {
     "env": "environment manager: conda (default) or venv",
     "pip": "extra pinned pip packages, a list of name==version",
     "env_vars": "extra ENV for the image, a mapping NAME: value",
-    "mirrors": "build-time mirrors: {pip_index: URL, apt: URL, conda_channel: URL, torch_index: URL}",
+    "mirrors": "build-time mirrors: {pip_index: URL, apt: URL, conda_channel: URL, torch_index: URL, conda_installer: URL of a folder serving Miniforge's installer}",
     "sha256": "checksums for installer files the knowledge base lacks: {FILE: HEX}",
     "base_image": "override the OS base image, e.g. local/debian:12",
     "nnal": "true to install NNAL (the ATB library) after the chip's package, from CANN 8.0.RC3 on "

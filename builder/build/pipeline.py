@@ -297,7 +297,8 @@ def build(job: Job, options: Options, engine: Engine, say: Say, out: Outcome) ->
     installers = Path(plan.installers_dir) if job.npu and plan.installers_dir else None
     out.log = str(state / "logs" / f"{job.name}.build.log")
     with stage.claim(state / "contexts", plan.arch, job.variant) as folder:
-        context = stage.context(render.files(plan), folder, options.wheelhouse, installers, fetched, own)
+        conda = (options.conda_installer, job.image.conda_file) if options.conda_installer and job.image.conda_file else None
+        context = stage.context(render.files(plan), folder, options.wheelhouse, installers, fetched, own, conda)
         say(f"[{job.name}] building {job.variant} image" + (f" for {plan.arch} under qemu" if job.emulated else ""))
         start = time.monotonic()
         try:

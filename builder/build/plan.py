@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import os
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import lru_cache
 from pathlib import Path
 from typing import Dict, Mapping, Optional, Tuple
@@ -30,8 +30,8 @@ from packaging.utils import canonicalize_name
 
 from builder import installers as installer_names
 from builder import python_env, versions, vocabulary
+from builder.build import conda_lock, stage
 from builder.build import lock as locking
-from builder.build import stage
 from builder.build.matrix import Cell
 from builder.errors import UserError
 from builder.knowledge import KnowledgeBase, OsInfo
@@ -93,6 +93,7 @@ _cann = lru_cache(maxsize=4096)(versions.cann)
 
 _SAFE = {
     "url": re.compile(r"^https://[A-Za-z0-9._~:/?#@!&+,=%-]+$"),
+    "channel": re.compile(r"^https?://[A-Za-z0-9._~:/?#@!&+,=%-]+$"),  # a conda channel: a mirror on a LAN may be http
     "sha256": re.compile(r"^[0-9a-f]{64}$"),
     "file": re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+-]*$"),
     "image": re.compile(r"^[A-Za-z0-9][A-Za-z0-9._/:@-]*$"),
@@ -191,6 +192,8 @@ class Plan:
     env_prefix: str
     conda_url: str
     conda_sha256: str
+    conda_file: str                       # Miniforge's installer file name ("" for a venv)
+    conda_explicit: str                   # the lock's conda part as `conda create --file` takes it ("" if none)
     lock_state: str                       # ok | incomplete | missing | stale (locking.status)
     installs: Tuple[Install, ...]         # the Python steps, in order
     torch_index: str                      # where unverified torch==X+cpu may come from
@@ -211,6 +214,26 @@ class Plan:
     def wheelhouse_glob(self) -> str:
         """A COPY source that matches the wheelhouse folder, and nothing when it is absent."""
         return f"{self.wheelhouse[:-1]}[{self.wheelhouse[-1]}]"
+
+    @property
+    def conda_installer_folder(self) -> str:
+        """The context folder (and stage) that may hold Miniforge's installer."""
+        return stage.CONDA_INSTALLER
+
+    @property
+    def conda_installer_glob(self) -> str:
+        """A COPY source that matches that folder, and nothing when it is absent."""
+        return f"{stage.CONDA_INSTALLER[:-1]}[{stage.CONDA_INSTALLER[-1]}]"
+
+    @property
+    def conda_packages(self) -> str:
+        """The context file listing the conda packages by hash, "" when the lock has none complete."""
+        return conda_lock.EXPLICIT_FILE if self.conda_explicit else ""
+
+    @property
+    def conda_fetch(self) -> str:
+        """The script that fetches and checks them (builder/templates/)."""
+        return conda_lock.FETCH_SCRIPT
 
     @property
     def allow_unverified(self) -> str:
@@ -403,14 +426,22 @@ def lock_inputs(cell: Cell, kb) -> locking.Inputs:
         constraints=tuple(c.requirement for c in python_env.constraints(cell.cann, cell.python)),
         torch_index=index,
         own_wheels=(cell.torch_npu_wheel,) if cell.torch_npu_wheel else (),
+        conda=conda_lock.specs(cell.python) if cell.env == "conda" else (),
+        conda_channel=conda_lock.public(conda_channel(cell)) if cell.env == "conda" else "",
     )
 
 
+def conda_channel(cell: Cell) -> str:
+    """The channel a conda cell's environment comes from: ``mirrors.conda_channel`` (as given,
+    credentials and all: only `ascend-build lock` and the build's secret see it), else conda-forge."""
+    return dict(cell.mirrors).get("conda_channel") or conda_lock.DEFAULT_CHANNEL
+
+
 def lock_unpinned(cell: Cell, kb) -> Tuple[str, ...]:
-    """What the lock cannot pin for ``cell``, and why (written into its header)."""
+    """What the lock cannot pin for ``cell``, and why (written into its header). A conda cell's
+    Python is in the lock's conda part (or that part says why it is incomplete)."""
     if cell.env == "conda":
-        return (f"python: conda's python={cell.python} (patch release and build float: no conda channel "
-                f"is reachable where locks are made here)",)
+        return ()
     os_info = kb.os_info(cell.os)
     return (f"python: the base image's own python3 ({os_info.python} on {cell.os}; its patch release follows "
             f"the distribution's updates)",)
@@ -519,7 +550,8 @@ def _facts(cell: Cell, kb, digest: str, lock: Optional[locking.Lock] = None,
     if os_info is None:  # `checks` refuses such a cell first; a knowledge base edited since may not have it
         raise UserError(f"{cell.id}: OS {cell.os!r} is not in builder/data/os.yaml", fix="pick an OS listed there")
     inputs = lock_inputs(closure_of or cell, kb)
-    state = locking.status(lock, inputs)
+    # a stand-in twin (a venv) installs the pip closure alone: the conda part is not its to complete
+    state = locking.status(replace(lock, conda=None) if lock is not None and cell.env != "conda" else lock, inputs)
     return _Facts(cell, kb, os_info, digest, lock, closure_of, inputs, state, inputs.torch_index,
                   stand_in_reason(cell, closure_of) if closure_of else "", cann_env(cell, kb), env_vars(cell),
                   _unlocked_lines(inputs, cell.cann) if state in ("missing", "stale") else ())
@@ -591,7 +623,9 @@ def _manifest(f: _Facts, variant: str) -> Dict[str, object]:
         "content_hash": f.digest,
         "lock": {"state": f.state, "file": vocabulary.LOCK if usable else None,
                  "distributions": {e.name: e.version for e in entries},
-                 "unverified": sorted(e.name for e in entries if not e.complete)},
+                 "unverified": sorted(e.name for e in entries if not e.complete),
+                 **({"conda": {c.name: f"{c.version} {c.build}" for c in lock.conda.packages}}
+                    if lock is not None and usable and cell.env == "conda" and lock.conda and lock.conda.complete else {})},
         **({"nnal": True} if npu and cell.nnal else {}),  # the libraries tier then requires libatb.so
         **({"stand_in": f.stand_in} if f.stand_in else {}),
     }
@@ -631,6 +665,8 @@ def _plan(f: _Facts, variant: str) -> Plan:
         python=cell.python, env_manager=cell.env, env_prefix=env_prefix(cell),
         conda_url=_safe("url", conda.url, "conda installer URL") if conda else "",
         conda_sha256=_safe("sha256", conda_sha, "conda sha256") if conda else "",
+        conda_file=_safe("file", conda.filename, "conda installer file") if conda else "",
+        conda_explicit=_conda_explicit(f) if conda else "",
         lock_state=f.state, installs=python_steps, torch_index=f.torch_index,
         torch_npu=cell.torch_npu if npu else "", uv=uv, env_vars=f.env_vars,
         tool_dir=vocabulary.TOOL_DIR, shipped_files=vocabulary.SHIPPED_FILES,
@@ -639,6 +675,15 @@ def _plan(f: _Facts, variant: str) -> Plan:
         labels=labels(cell, variant, f.digest, f.state, f.stand_in),
         steps=steps,
     )
+
+
+def _conda_explicit(f: _Facts) -> str:
+    """The lock's conda part as an explicit list, when the lock is usable and that part complete."""
+    part = f.lock.conda if f.lock is not None and f.state in ("ok", "incomplete") else None
+    if part is None or not part.complete:
+        return ""
+    _safe("channel", part.channel, "the lock's conda channel")  # conda-fetch.sh reads it from the explicit list
+    return part.explicit(conda_lock.SUBDIRS[f.cell.arch])
 
 
 def plan(cell: Cell, kb, variant: str, digest: str, lock: Optional[locking.Lock] = None,

@@ -20,10 +20,11 @@ from pathlib import Path
 from typing import Callable, List, Optional, Sequence, Tuple
 
 from builder import installers as installer_names
+from builder.build import conda_lock
 from builder.build import fetch as fetching
 from builder.build import lock as locking
 from builder.build.matrix import Cell
-from builder.build.plan import lock_inputs, lock_unpinned, unrecorded_installers
+from builder.build.plan import conda_channel, lock_inputs, lock_unpinned, unrecorded_installers
 from builder.errors import UserError
 
 JOBS = 4  # uv processes at once: resolving waits on the index far more than on the CPU
@@ -44,10 +45,13 @@ def _describe(lock: Optional[locking.Lock], state: str) -> str:
     if lock is None or state == "missing":
         return "no lock"
     if state == "stale":
-        return "made from other inputs (the cell, its CANN limits or the pins changed)"
-    counts = f"{len(lock.entries)} distributions"
-    if lock.incomplete:
-        return counts + "; without sha256: " + "; ".join(f"{e.name}=={e.version} ({e.note})" for e in lock.incomplete)
+        return "made from other inputs (the cell, its CANN limits, its pins or its conda channel changed)"
+    counts = f"{len(lock.entries)} distributions" + (f" and {len(lock.conda.packages)} conda packages"
+                                                      if lock.conda is not None and lock.conda.complete else "")
+    missing = [f"{e.name}=={e.version} ({e.note})" for e in lock.incomplete]
+    missing += [f"the conda part ({lock.conda.note})"] if lock.conda is not None and not lock.conda.complete else []
+    if missing:
+        return counts + "; without sha256: " + "; ".join(missing)
     return counts + ", every one with its sha256"
 
 
@@ -83,9 +87,13 @@ def record_installers(cell: Cell, kb, made: locking.Lock, fetch: Callable, say: 
 
 def run(cells: Sequence[Cell], kb, out: Path, *, wheelhouse: Optional[Path] = None, index_url: Optional[str] = None,
         jobs: int = JOBS, say: Callable[[str], None] = lambda line: None,
-        resolve: Callable = locking.resolve, fetch: Callable = fetching.sha256_of_url) -> List[Row]:
+        resolve: Callable = locking.resolve, fetch: Callable = fetching.sha256_of_url,
+        resolve_conda: Callable = conda_lock.resolve) -> List[Row]:
     """Resolve each cell whose lock is not ok and write it to ``out/<cell>/``; a cell that
-    fails does not stop the others. Returns a row per cell, in the matrix's order."""
+    fails does not stop the others. Returns a row per cell, in the matrix's order.
+
+    A conda cell's lock gets its conda part too (``resolve_conda``, py-rattler), solved
+    against ``mirrors.conda_channel`` as given (a token in it reaches the solver only)."""
 
     def one(cell: Cell) -> Row:
         folder = Path(out) / cell.id
@@ -98,6 +106,9 @@ def run(cells: Sequence[Cell], kb, out: Path, *, wheelhouse: Optional[Path] = No
             try:
                 made = replace(resolve(inputs, wheelhouse=wheelhouse, index_url=index_url, previous=previous),
                                unpinned=lock_unpinned(cell, kb), installers=previous.installers if previous else ())
+                if inputs.conda:
+                    made = replace(made, conda=resolve_conda(conda_channel(cell), cell.python, cell.arch,
+                                                             kb.os_info(cell.os).glibc))
             except UserError as exc:
                 return Row(cell.id, "failed", exc.message)
         made, missing = record_installers(cell, kb, made, fetch, say)

@@ -49,7 +49,7 @@ SMOKE_FILES = {name: (PACKAGE_DIR / name if name in ("versions.py", "vocabulary.
                for name in vocabulary.SHIPPED_FILES if name.endswith(".py")}
 # Folders a cell's folder may hold beside the rendered files: the inputs of a build
 # by hand (wheels, CANN installers). `render` neither writes nor reports them.
-INPUT_FOLDERS = (stage.WHEELHOUSE, stage.INSTALLERS)
+INPUT_FOLDERS = (stage.WHEELHOUSE, stage.INSTALLERS, stage.CONDA_INSTALLER)
 
 
 
@@ -118,6 +118,9 @@ def files(resolved: planning.CellPlan) -> Dict[str, bytes]:
             out[p.uv_file] = (p.uv + "\n").encode()
         if any(f.bundle for f in p.installers):
             out[UNPACK_SCRIPT] = (TEMPLATES / UNPACK_SCRIPT).read_bytes()
+        if p.conda_packages:
+            out[p.conda_packages] = p.conda_explicit.encode()
+            out[p.conda_fetch] = (TEMPLATES / p.conda_fetch).read_bytes()
     if resolved.lock is not None:
         out[locking.LOCK_FILE] = resolved.lock.text().encode()
     out.update(_smoke_files())

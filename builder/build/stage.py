@@ -45,12 +45,14 @@ MIRROR_VARIABLES = {
     "apt": "APT_MIRROR",
     "conda_channel": "CONDA_CHANNEL",
     "torch_index": "TORCH_INDEX",
+    "conda_installer": "CONDA_INSTALLER_URL",
 }
 CA_VARIABLES = ("PIP_CERT", "SSL_CERT_FILE", "CURL_CA_BUNDLE", "REQUESTS_CA_BUNDLE")
 CA_IN_BUILD = "/run/secrets/ca"
 # Folders of a context besides the rendered files; the Dockerfile names them through its plan.
 WHEELHOUSE = "wheelhouse"
 INSTALLERS = "installers"
+CONDA_INSTALLER = "conda-installer"  # may hold Miniforge's installer: the build takes it instead of downloading it
 
 
 @contextlib.contextmanager
@@ -68,12 +70,14 @@ def claim(contexts: Path, arch: str, variant: str) -> Iterator[Path]:
 
 def context(files: Dict[str, bytes], folder: Path, wheelhouse: Optional[Path] = None,
             installers: Optional[Path] = None, fetched_wheels: Optional[Path] = None,
-            own_wheels: Sequence[Path] = ()) -> Path:
+            own_wheels: Sequence[Path] = (), conda_installer: Optional[Tuple[Path, str]] = None) -> Path:
     """Write a fresh build context into ``folder`` and return it.
 
     ``fetched_wheels`` (wheels downloaded for the target, see `wheels`) join the
     user's wheelhouse in the same folder; the user's copy of a file wins, and a wheel the
     cell brings (``own_wheels``, already checked: `own_wheel.verified`) wins over both.
+    ``conda_installer`` (a file, the name the Dockerfile looks for) goes into ``conda-installer/``:
+    the build takes it instead of downloading Miniforge's installer, and checks its sha256 alike.
     """
     if folder.exists():
         shutil.rmtree(folder)
@@ -88,6 +92,13 @@ def context(files: Dict[str, bytes], folder: Path, wheelhouse: Optional[Path] = 
             _link_tree(source, folder / WHEELHOUSE, "wheelhouse", "*.whl")
     if installers is not None:
         _link_tree(installers, folder / INSTALLERS, "CANN installer folder", "*")
+    if conda_installer is not None:
+        source, name = conda_installer
+        if not source.is_file():
+            raise UserError(f"conda installer {source} is not a file",
+                            fix=f"pass --conda-installer with Miniforge's installer ({name})")
+        (folder / CONDA_INSTALLER).mkdir()
+        _link(source, folder / CONDA_INSTALLER / name)
     return folder
 
 

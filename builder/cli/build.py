@@ -217,6 +217,9 @@ def image_command(
                                                "or conda cannot be had here: same arch, Python and lock; tagged "
                                                "<cell>-cpu-on-<os>, labelled as a stand-in."),
     wheelhouse: Optional[Path] = typer.Option(None, "--wheelhouse", help="Folder of wheels preferred over the index."),
+    conda_installer: Optional[Path] = typer.Option(None, "--conda-installer", exists=True, dir_okay=False,
+                                                   help="Miniforge's installer as a local file (air-gapped sites): "
+                                                        "used instead of downloading it; its sha256 is still checked."),
     ca_bundle: Optional[Path] = typer.Option(None, "--ca-bundle",
                                              help="CA bundle for TLS-intercepting proxies (default: the host's)."),
     state_dir: Path = typer.Option(Path(".state"), "--state-dir", help="Logs, reports and contexts go here."),
@@ -252,6 +255,7 @@ def image_command(
         ca_bundle = DEFAULT_CA
     options = pipeline.Options(variants=variants, state_dir=state_dir, no_device=no_device, devices=devices_opt,
                                push=push, base_image=base_image, wheelhouse=wheelhouse, ca_bundle=ca_bundle,
+                               conda_installer=conda_installer,
                                quiet=quiet, locks_dir=out or _default("dockerfiles"),
                                allow_incomplete_lock=allow_incomplete_lock, twin_os=twin_os,
                                sign_key=_signing_key(sign_key, push))

@@ -235,6 +235,34 @@ def closure_problems(locked, installed):
     return problems
 
 
+def conda_packages(prefix):
+    """The conda packages installed in ``prefix``, as conda recorded them: {name: "version build"}."""
+    found = {}
+    for path in sorted(glob.glob(os.path.join(prefix, "conda-meta", "*.json"))):
+        try:
+            with open(path, encoding="utf-8") as f:
+                record = json.load(f)
+            found[record["name"]] = "%s %s" % (record["version"], record["build"])
+        except (OSError, ValueError, KeyError, TypeError):
+            found[os.path.basename(path)] = "unreadable"
+    return found
+
+
+def conda_problems(locked, installed):
+    """Every difference between the lock's conda part ({name: "version build"}) and the
+    conda packages installed: one missing, at another version or build, or not locked."""
+    problems = []
+    for name, want in sorted(locked.items()):
+        have = installed.get(name)
+        if have is None:
+            problems.append("conda %s %s locked, not installed" % (name, want))
+        elif have != want:
+            problems.append("conda %s %s installed, %s locked" % (name, have, want))
+    for name in sorted(set(installed) - set(locked)):
+        problems.append("conda %s %s installed, not in the lock" % (name, installed[name]))
+    return problems
+
+
 def pip_check():
     """`pip check` of the environment: None when clean, else its complaint."""
     try:
@@ -434,6 +462,11 @@ def tier_versions(ctx):
         closure = closure_problems(lock.get("distributions") or {}, installed)
         if closure:
             problems.append("the environment differs from the lock: %s" % "; ".join(closure))
+        if lock.get("conda"):  # a conda cell whose lock pins its conda packages
+            d["conda_packages"] = conda_packages(sys.prefix)
+            differs = conda_problems(lock["conda"], d["conda_packages"])
+            if differs:
+                problems.append("the conda environment differs from the lock: %s" % "; ".join(differs))
         complaint = pip_check()
         if complaint:
             problems.append("pip check: %s" % complaint)
@@ -446,7 +479,8 @@ def tier_versions(ctx):
         return failed("; ".join(problems), **d)
     return passed("python %s, %s, %s, %s, %d ENV values as declared" % (
         d["python"], "no torch (CANN-only)" if cann_only(m) else "torch %s" % d["torch"],
-        "%d distributions as locked, pip check clean" % len(installed) if lock.get("state") in ("ok", "incomplete")
+        "%d distributions%s as locked, pip check clean" % (len(installed), " and %d conda packages" % len(
+            lock["conda"]) if lock.get("conda") else "") if lock.get("state") in ("ok", "incomplete")
         else "no lock (%s): the closure was resolved at build time" % (lock.get("state") or "none"),
         ("CANN %s" if cann_only(m) else "torch_npu %s, CANN %%s" % d["torch_npu"])
         % ", ".join(str(f["version"]) for f in found)

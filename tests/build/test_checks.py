@@ -578,11 +578,14 @@ def test_strict_turns_the_warning_into_exit_1():
     strict = runner.invoke(cli.app, ["validate", "--matrix", str(SHIPPED_MATRIX), "--strict"])
     assert strict.exit_code == 1
     assert "warning: cann-pairing-unknown" in strict.output
-    # the warnings: one pairing, the five x86_64 locks whose torch==X+cpu has no sha256 here,
-    # and CANN 9.1.0's installers, published without one
-    assert strict.output.count("warning: lock-incomplete") == 5
+    # the warnings: one pairing, the twelve conda cells' locks (no conda channel answers here: their
+    # conda part is incomplete; five of them lack x86_64's torch==X+cpu sha256 too), and CANN 9.1.0's
+    # installers, published without one
+    assert strict.output.count("warning: lock-incomplete") == 12
+    assert strict.output.count("the conda part (the conda channel https://conda.anaconda.org/conda-forge could not be "
+                               "reached") == 12
     assert strict.output.count("warning: installer-sha256-unrecorded") == 1  # the demo cell's CANN 9.1.0
-    assert f"7 error(s) in {SHIPPED_MATRIX}" in strict.output
+    assert f"14 error(s) in {SHIPPED_MATRIX}" in strict.output
 
 
 # --- CANN's Python limits and torch_npu's environment options (builder/data/python-env.yaml) -----------

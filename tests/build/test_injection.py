@@ -31,7 +31,7 @@ from packaging.utils import canonicalize_name
 
 from builder import cli, knowledge
 from builder.build import lock as locking
-from builder.build import matrix, plan, render
+from builder.build import conda_lock, matrix, plan, render
 from helpers_matrix import VALID
 
 BASE_CELL = VALID  # a cell with no finding: any schema error below comes from the injected value
@@ -227,8 +227,11 @@ def _lock_for(cell) -> locking.Lock:
         name = canonicalize_name(req.name)
         entries.append(locking.Entry(name, version, () if name == "torch" else ("0" * 64,),
                                      "its index could not be reached" if name == "torch" else ""))
+    conda = conda_lock.Part(conda_lock.DEFAULT_CHANNEL, (conda_lock.Package(
+        "python", cell.python + ".0", "h0_cpython", f"linux-64/python-{cell.python}.0-h0_cpython.conda", "0" * 64),))
     return locking.Lock(cell=cell.id, inputs=plan.lock_inputs(cell, knowledge.load()).digest,
-                        target="test", resolver="none", entries=tuple(entries))
+                        target="test", resolver="none", entries=tuple(entries),
+                        conda=conda if cell.env == "conda" else None)
 
 
 def _render(workdir: Path, env_a: str, env_b: str, pin_a: str, pin_b: str, env: str = "conda", locked: bool = False):
@@ -266,24 +269,27 @@ def test_reference_structure(reference):
     # three CANN RUNs (fetch and check all, then toolkit and ops in a layer each); ENV:
     # CANN's twelve lines (LD_LIBRARY_PATH in four, PATH in two), the Python step's two, and five of env_vars
     # (the cell's two, the field guide's three: torch_npu 2.4.0 takes the allocator default).
-    # No lock: the unverified step and torch_npu's, each an ARG (the build arg that allows
-    # them) and a RUN; nothing of a lock to COPY.
+    # No lock: the conda environment, the unverified step and torch_npu's, each an ARG (the build
+    # arg that allows them) and a RUN; nothing of a lock to COPY. A conda cell has the optional
+    # stage of Miniforge's installer too (a FROM and a COPY).
     assert _counts(reference["conda", False]["Dockerfile"].decode()) == \
-        {"ARG": 3, "FROM": 4, "RUN": 7, "ENV": 19, "COPY": 3, "LABEL": 1}
+        {"ARG": 4, "FROM": 5, "RUN": 7, "ENV": 19, "COPY": 4, "LABEL": 1}
     assert _counts(reference["conda", False]["Dockerfile.cpu"].decode()) == \
-        {"ARG": 2, "FROM": 2, "RUN": 3, "ENV": 7, "COPY": 3, "LABEL": 1}
+        {"ARG": 3, "FROM": 3, "RUN": 3, "ENV": 7, "COPY": 4, "LABEL": 1}
     # The lock: the verified closure (a RUN), torch without sha256 (ARG and RUN), torch_npu
     # verified (a RUN), and the lock copied into the image; uv, which installs the verified
     # steps, in a stage of its own (a FROM and a RUN; the twin then starts its image anew, a FROM);
     # below the chip's package, the mount points from a stage of their own (a FROM, a RUN, a COPY),
     # so the verified torch_npu layer above it is the same on every chip.
+    # The lock's conda part complete: the conda environment from it, no ARG.
     assert _counts(reference["conda", True]["Dockerfile"].decode()) == \
-        {"ARG": 2, "FROM": 6, "RUN": 10, "ENV": 19, "COPY": 5, "LABEL": 1}
+        {"ARG": 2, "FROM": 7, "RUN": 10, "ENV": 19, "COPY": 6, "LABEL": 1}
     assert _counts(reference["conda", True]["Dockerfile.cpu"].decode()) == \
-        {"ARG": 2, "FROM": 4, "RUN": 5, "ENV": 7, "COPY": 4, "LABEL": 1}
+        {"ARG": 2, "FROM": 5, "RUN": 5, "ENV": 7, "COPY": 5, "LABEL": 1}
     for (env, locked), files in reference.items():
         assert "torch==" in files["lock.unverified.txt"].decode(), (env, locked)
         assert ("lock.closure.txt" in files) is locked and ("requirements.lock" in files) is locked
+        assert ("conda.explicit.txt" in files) is (locked and env == "conda"), (env, locked)
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])

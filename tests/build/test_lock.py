@@ -16,7 +16,7 @@ import pytest
 from typer.testing import CliRunner
 
 from builder import cli, knowledge
-from builder.build import lock, matrix, relock
+from builder.build import conda_lock, lock, matrix, relock
 from builder.build.plan import lock_inputs
 from builder.errors import UserError
 from helpers_matrix import CANN_7, SHIPPED_DOCKERFILES, SHIPPED_MATRIX, write_cells
@@ -122,13 +122,17 @@ def test_relock_writes_each_cell_and_a_failure_stops_no_other_with_a_stub_resolv
             raise UserError("uv could not resolve")
         return lock.Lock(inputs.cell, inputs.digest, "t", "uv 0", (lock.Entry("six", "1.17.0", ("0" * 64,)),))
 
-    rows = relock.run(cells, KB, tmp_path, resolve=stub, jobs=2)
+    def conda(channel, python, arch, glibc):  # the conda part: tested against a real channel in test_conda_lock
+        return conda_lock.Part(channel, (conda_lock.Package("python", python, "h0", f"noarch/python-{python}-h0.conda",
+                                                            "0" * 64),))
+
+    rows = relock.run(cells, KB, tmp_path, resolve=stub, jobs=2, resolve_conda=conda)
     assert [(r.cell, r.state, r.changed) for r in rows] == [
         (cells[0].id, "ok", True), (cells[1].id, "failed", False), (cells[2].id, "ok", True)]
     assert rows[1].detail == "uv could not resolve"
     assert (tmp_path / cells[0].id / "requirements.lock").read_text().startswith("# ascend-build lock of cell")
     assert not (tmp_path / cells[1].id).exists()
-    assert [r.changed for r in relock.run(cells[:1], KB, tmp_path, resolve=stub)] == [False]  # ok: left alone
+    assert [r.changed for r in relock.run(cells[:1], KB, tmp_path, resolve=stub, resolve_conda=conda)] == [False]  # ok: left alone
 
 
 # --- resolving for real ---------------------------------------------------------------

@@ -19,7 +19,7 @@ from packaging.utils import canonicalize_name
 
 from builder import knowledge, python_env, vocabulary
 from builder.build import lock as locking
-from builder.build import matrix, plan, render
+from builder.build import conda_lock, matrix, plan, render
 from builder.errors import UserError
 from helpers_matrix import SHIPPED_DOCKERFILES, SHIPPED_MATRIX, write_cells
 
@@ -145,6 +145,8 @@ def test_the_demo_cells_npu_plan(demo, demo_lock, kb):
         "env_prefix": "/opt/venv",
         "conda_url": "",
         "conda_sha256": "",
+        "conda_file": "",
+        "conda_explicit": "",
         "lock_state": "ok",
         "installs": (
             plan.Install("closure", "lock.closure.txt", _lines(demo_lock.without("torch-npu")), True),
@@ -210,6 +212,8 @@ def test_the_demo_cells_cpu_twin_plan(demo, demo_lock, kb):
         "env_prefix": "/opt/venv",
         "conda_url": "",
         "conda_sha256": "",
+        "conda_file": "",
+        "conda_explicit": "",
         "lock_state": "ok",
         "installs": (plan.Install("closure", "lock.closure.txt", _lines(demo_lock.without("torch-npu")), True),),
         "torch_index": "https://download.pytorch.org/whl/cpu",
@@ -408,15 +412,27 @@ def _uv(env: str, file: str) -> str:
 
 def test_the_committed_locks_are_current(shipped, kb):
     """Every shipped cell has a lock made from its current inputs; x86_64's torch==X+cpu lacks its
-    sha256 where the PyTorch CPU index cannot be reached, except the demo cell's (the wheelhouse had it)."""
+    sha256 where the PyTorch CPU index cannot be reached, except the demo cell's (the wheelhouse had it),
+    and every conda cell's conda part is incomplete: no conda channel answers where they were made."""
     states = {cell_id: plan.plan(cell, kb, "npu", DIGEST, _committed_lock(cell_id)).lock_state
               for cell_id, cell in shipped.items()}
     assert len(states) == 13 and set(states.values()) <= {"ok", "incomplete"}
-    # what may be incomplete: x86_64 cells (torch==X+cpu), never an aarch64 one or the demo cell
-    assert not [c for c, s in states.items() if s == "incomplete" and (not c.endswith("-x86_64") or c == DEMO)]
+    assert states[DEMO] == "ok"  # the venv cell: nothing of conda, torch from the wheelhouse
     for cell_id, state in states.items():
-        if state == "incomplete":
-            assert [e.name for e in _committed_lock(cell_id).incomplete] == ["torch"], cell_id
+        made = _committed_lock(cell_id)
+        # what lacks a sha256: x86_64's torch==X+cpu, never an aarch64 one's or the demo cell's
+        assert [e.name for e in made.incomplete] == (["torch"] if cell_id.endswith("-x86_64") and cell_id != DEMO else [])
+        if shipped[cell_id].env == "conda":
+            assert made.conda is not None and not made.conda.complete and made.conda.packages == ()
+            assert made.conda.note.startswith("the conda channel https://conda.anaconda.org/conda-forge could not be reached")
+            assert state == "incomplete" and made.unpinned == (), cell_id
+
+
+def _conda_completed(lock: locking.Lock) -> locking.Lock:
+    """``lock`` with a complete conda part, as `ascend-build lock` writes it where the channel answers."""
+    return dataclasses.replace(lock, conda=conda_lock.Part(conda_lock.DEFAULT_CHANNEL, (
+        conda_lock.Package("python", "3.9.18", "h0_cpython", "linux-aarch64/python-3.9.18-h0_cpython.conda", "1" * 64),
+        conda_lock.Package("pip", "24.0", "pyhd8ed1ab_0", "noarch/pip-24.0-pyhd8ed1ab_0.conda", "2" * 64))))
 
 
 def test_the_committed_locks_keep_to_canns_limits(shipped):
@@ -430,6 +446,8 @@ def test_the_committed_locks_keep_to_canns_limits(shipped):
 @pytest.mark.parametrize("cell_id", [DEMO, CELL_7_ARM])
 def test_a_complete_lock_installs_only_hashed_files(shipped, kb, cell_id):
     cell, lock = shipped[cell_id], _committed_lock(cell_id)
+    if cell.env == "conda":  # its conda part completed, as where the channel answers
+        lock = _conda_completed(lock)
     for variant, steps in (("npu", ["closure", "torch_npu"]), ("cpu", ["closure"])):
         p = plan.plan(cell, kb, variant, DIGEST, lock)
         assert p.lock_state == "ok" and p.lock_file == "requirements.lock"
@@ -440,6 +458,9 @@ def test_a_complete_lock_installs_only_hashed_files(shipped, kb, cell_id):
         assert "ALLOW_UNVERIFIED" not in text and "NOT VERIFIED" not in text and "torch_index" not in text
         assert f"COPY requirements.lock {LOCK_PATH}\n" in text
         assert 'io.ascend-build.lock="ok"' in text
+        if cell.env == "conda":
+            assert "/opt/conda/bin/conda create -y -p /opt/conda/envs/ascend --offline --file /tmp/conda-pkgs/explicit.txt" in text
+            assert "'python=" not in text
 
 
 def _without_hashes(lock: locking.Lock, name: str, note: str) -> locking.Lock:
@@ -504,7 +525,7 @@ def test_without_a_lock_every_requirement_is_unverified_and_resolved(cell7, kb):
     )
     assert cpu.installs == npu.installs[:1]
     assert "numpy<2" in npu.installs[0].text().decode().splitlines()  # CANN 7.0.RC1's limit
-    for variant, count in (("npu", 2), ("cpu", 1)):
+    for variant, count in (("npu", 3), ("cpu", 2)):  # the conda environment's step is one of them
         text = _dockerfile(cell7, kb, variant, None)
         assert text.count(GUARD + "\n") == count
         assert "--no-deps" not in text and "--require-hashes" not in text and "requirements.lock" not in text
@@ -548,7 +569,8 @@ def test_lock_inputs(shipped, kb, cell7):
                       "protobuf", "scipy", "requests", "absl-py", "torch==2.1.0+cpu", "torch-npu==2.1.0rc1",
                       "pip", "setuptools", "wheel"),
         constraints=("numpy<2", "protobuf>=3.20,<3.21", "setuptools<82"),
-        torch_index="https://download.pytorch.org/whl/cpu")
+        torch_index="https://download.pytorch.org/whl/cpu",
+        conda=("python 3.9.*", "pip"), conda_channel="https://conda.anaconda.org/conda-forge")
     arm = plan.lock_inputs(shipped[CELL_7_ARM], kb)
     assert (arm.platform, arm.torch_index) == ("aarch64-manylinux_2_35", "")
     assert "torch==2.1.0" in arm.requirements  # aarch64: PyPI's torch is the CPU build

@@ -26,7 +26,7 @@ from typer.testing import CliRunner
 from builder import cli, knowledge, python_env, vocabulary
 from builder.errors import UserError
 from builder.build import lock as locking
-from builder.build import matrix, plan, render
+from builder.build import conda_lock, matrix, plan, render
 from helpers_matrix import REPO, SHIPPED_DOCKERFILES, SHIPPED_MATRIX, hadolint_exe, write_cells
 
 CELL_7_X86 = "cann7.0.rc1-910b-ubuntu22.04-py3.9-torch_npu2.1.0rc1-x86_64"
@@ -256,11 +256,15 @@ TORCH_7_REASON = ("torch: torch 2.1.0+cpu is served by https://download.pytorch.
 
 
 def test_python_and_lock_blocks(npu7):
-    """The conda environment, then the lock: the hashed closure, the entry the lock could not
-    verify (x86_64's torch==2.1.0+cpu, refused unless asked, still --no-deps), torch_npu."""
-    assert f"""\
-    /opt/conda/bin/conda create -y -n ascend ${{CONDA_CHANNEL:+--override-channels -c "$CONDA_CHANNEL"}} \\
+    """The conda environment (its lock's conda part incomplete here: refused unless asked), then
+    the lock: the hashed closure, the entry the lock could not verify (x86_64's torch==2.1.0+cpu,
+    refused unless asked, still --no-deps), torch_npu."""
+    assert """\
+    /opt/conda/bin/conda create -y -p /opt/conda/envs/ascend ${CONDA_CHANNEL:+--override-channels -c "$CONDA_CHANNEL"} \\
         'python=3.9' pip && \\
+    sed -i '/^# cmd:/d' /opt/conda/envs/ascend/conda-meta/history && \\
+""" in npu7
+    assert f"""\
     /opt/conda/bin/conda clean -afy
 ENV PATH="/opt/conda/envs/ascend/bin:/opt/conda/bin:${{PATH}}"
 ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1 PYTHONUNBUFFERED=1
@@ -351,6 +355,7 @@ def test_layer_order(npu7):
     order = [
         "\nARG BASE_IMAGE=ubuntu:22.04\n",
         "\nFROM scratch AS wheelhouse\nCOPY wheelhous[e] /\n",
+        "\nFROM scratch AS conda-installer\nCOPY conda-installe[r] /\n",
         "\nFROM ${BASE_IMAGE} AS os\n",
         "apt-get \"${apt_opts[@]}\" install",
         "\nFROM os AS uv\n",
@@ -361,7 +366,7 @@ def test_layer_order(npu7):
         "\nFROM os\n",
         "bash '/tmp/cann/Ascend-cann-toolkit_7.0.RC1_linux-x86_64.run'",
         "ENV ASCEND_HOME_PATH=",
-        "conda create -y -n ascend",
+        "conda create -y -p /opt/conda/envs/ascend",
         "-r /tmp/lock.closure.txt",
         "-r /tmp/lock.unverified.txt",
         # the chip's package on the whole environment: the 910b and A3 images share all below it
@@ -377,7 +382,8 @@ def test_layer_order(npu7):
     ]
     positions = [_index(npu7, needle) for needle in order]
     assert positions == sorted(positions)
-    assert npu7.count("\nFROM ") == 6  # the optional wheelhouse, the OS, uv, CANN's files, mount points, the image
+    # the optional wheelhouse and Miniforge installer, the OS, uv, CANN's files, mount points, the image
+    assert npu7.count("\nFROM ") == 7
 
 
 def test_a_torch_npu_bump_changes_nothing_below_its_layer(cell7, lock7, kb):
@@ -555,13 +561,22 @@ def test_manifest(cell7, lock7, rendered):
         (SHIPPED_DOCKERFILES / CELL_7_X86 / "requirements.lock").read_bytes()
 
 
-def test_manifest_lock_of_a_complete_lock_and_of_none(rendered, unlocked, locks):
+def test_manifest_lock_of_a_complete_lock_and_of_none(shipped, rendered, unlocked, locks, kb):
+    """The committed lock (its conda part incomplete: no conda channel answers here), the same lock
+    with its conda part complete (the smoke test then checks conda-meta against it), and none."""
     arm = locks[CELL_7_ARM]
-    for files, state, file, distributions in (
-            (rendered[CELL_7_ARM], "ok", "/etc/ascend-build/requirements.lock", {e.name: e.version for e in arm.entries}),
-            (unlocked[CELL_7_ARM], "missing", None, {})):
+    part = conda_lock.Part(conda_lock.DEFAULT_CHANNEL, (
+        conda_lock.Package("python", "3.9.18", "h0_cpython", "linux-aarch64/python-3.9.18-h0_cpython.conda", "1" * 64),))
+    completed = render.render_cell(next(c for c in shipped.cells if c.id == CELL_7_ARM), kb,
+                                   dataclasses.replace(arm, conda=part))
+    conda = {"conda": {"python": "3.9.18 h0_cpython"}}
+    for files, state, file, distributions, extra in (
+            (rendered[CELL_7_ARM], "incomplete", "/etc/ascend-build/requirements.lock",
+             {e.name: e.version for e in arm.entries}, {}),
+            (completed, "ok", "/etc/ascend-build/requirements.lock", {e.name: e.version for e in arm.entries}, conda),
+            (unlocked[CELL_7_ARM], "missing", None, {}, {})):
         npu, cpu = json.loads(files["manifest.json"])["lock"], json.loads(files["manifest.cpu.json"])["lock"]
-        assert npu == {"state": state, "file": file, "distributions": distributions, "unverified": []}
+        assert npu == {"state": state, "file": file, "distributions": distributions, "unverified": [], **extra}
         assert cpu == dict(npu, distributions={k: v for k, v in distributions.items() if k != "torch-npu"})
     assert json.loads(rendered[CELL_7_ARM]["manifest.json"])["lock"]["distributions"]["torch"] == "2.1.0"
 
@@ -829,7 +844,8 @@ def test_every_cell_folder_is_a_complete_build_context(rendered, unlocked):
         cell_id = where.split("/")[0]
         copies = re.findall(r"^COPY (?!--from=)(.+) \S+$", text, flags=re.M)  # --from: a stage's files
         assert copies[0] == "wheelhous[e]"
-        sources = [name for line in copies[1:] for name in line.split()]
+        conda = copies[1:2] == ["conda-installe[r]"]  # a conda cell's optional Miniforge installer, like the wheelhouse
+        sources = [name for line in copies[1 + conda:] for name in line.split()]
         assert sources and all(name in contexts[cell_id] for name in sources), where
         binds = re.findall(r"--mount=type=bind,[^ ]*", text)
         files = [source for source, target in re.findall(r"--mount=type=bind,source=([^,]+),target=(\S+)", text)
@@ -847,6 +863,7 @@ def test_every_cell_folder_is_a_complete_build_context(rendered, unlocked):
         assert sorted(b for b in binds if "from=cann-files" not in b) == sorted(
             ["--mount=type=bind,from=wheelhouse,target=/wheelhouse"] * pips +
             ["--mount=type=bind,from=uv,source=/uv,target=/opt/uv"] * uvs +
+            ["--mount=type=bind,from=conda-installer,target=/tmp/conda-installer"] * conda +
             [f"--mount=type=bind,source={name},target=/tmp/{name}" for name in files + scripts]), where
         assert "_shared" not in text and "../" not in text
 
@@ -1043,27 +1060,34 @@ EXTRA_CELLS = [
 ]
 
 
-def test_every_dockerfile_passes_hadolint(tmp_path, rendered, unlocked, lock7, shipped, kb):
+def test_every_dockerfile_passes_hadolint(tmp_path, rendered, unlocked, lock7, locks, shipped, kb):
     """All cells of the shipped matrix (NPU and CPU twin) with their locks (complete and incomplete)
-    and without (every step unverified and resolving), a stale lock, plus the other CANN sources,
-    OS family and extras."""
+    and without (every step unverified and resolving), a stale lock, a conda cell whose lock's conda
+    part is complete, plus the other CANN sources, OS family and extras."""
     path, _ = write_cells(tmp_path, *EXTRA_CELLS, name="extra.yaml")
     extra = matrix.load(path)
     assert extra.findings == []
     cell7 = next(c for c in shipped.cells if c.id == CELL_7_X86)
     stale = render.render_cell(cell7, kb, dataclasses.replace(lock7, inputs="0" * 16))
-    contexts = dict(_contexts(rendered, unlocked), **render.render_all(extra.cells), stale=stale)
+    arm = next(c for c in shipped.cells if c.id == CELL_7_ARM)
+    completed = render.render_cell(arm, kb, dataclasses.replace(locks[CELL_7_ARM], conda=conda_lock.Part(
+        conda_lock.DEFAULT_CHANNEL, (conda_lock.Package("python", "3.9.18", "h0_cpython",
+                                                        "linux-aarch64/python-3.9.18-h0_cpython.conda", "1" * 64),))))
+    assert "--offline --file /tmp/conda-pkgs/explicit.txt" in completed["Dockerfile"].decode()
+    contexts = dict(_contexts(rendered, unlocked), **render.render_all(extra.cells), stale=stale, completed=completed)
     render.write(contexts, tmp_path / "out")
     dockerfiles = sorted(str(p) for p in (tmp_path / "out").glob("*/Dockerfile*"))
-    assert len(dockerfiles) == 2 * (2 * len(rendered) + len(EXTRA_CELLS) + 1)
+    assert len(dockerfiles) == 2 * (2 * len(rendered) + len(EXTRA_CELLS) + 2)
     texts = [Path(p).read_text() for p in dockerfiles]
     verified_only = [t for t in texts if "--require-hashes --no-deps" in t and "ALLOW_UNVERIFIED" not in t]
     incomplete = [t for t in texts if "--require-hashes" in t and
                   'pip install --no-deps --find-links /wheelhouse ${torch_index:+' in t]
     resolving = [t for t in texts if "--no-deps" not in t and
                  'pip install --find-links /wheelhouse ${torch_index:+' in t]
+    # verified only: the demo (venv) cell and the completed conda cell; every other shipped conda cell's
+    # conda part is incomplete here (no conda channel answers), so its conda step is behind the build arg
     assert (len(verified_only), len(incomplete), len(resolving)) == \
-        (2 * 8, 2 * 5, 2 * (len(unlocked) + len(EXTRA_CELLS) + 1))
+        (2 * 2, 2 * 5, 2 * (len(unlocked) + len(EXTRA_CELLS) + 1))
     result = subprocess.run([hadolint_exe(), *dockerfiles], cwd=tmp_path, capture_output=True, text=True, timeout=120)
     assert (result.returncode, result.stdout + result.stderr) == (0, "")
 
