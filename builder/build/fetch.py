@@ -21,7 +21,7 @@ import urllib.request
 from pathlib import Path
 from typing import BinaryIO, Optional, Tuple
 
-from builder import bounded
+from builder import bounded, commands
 from builder.errors import UserError
 
 READ_TIMEOUT = 60.0
@@ -32,7 +32,7 @@ LIMIT = 16 << 30           # no CANN installer comes near this
 def sha256_of_url(url: str, *, referer: str, read_timeout: float = READ_TIMEOUT, deadline: float = DEADLINE,
                   limit: int = LIMIT) -> Tuple[str, int]:
     """(sha256 hex, size in bytes) of what ``url`` serves; UserError when it cannot be had whole."""
-    return _stream(url, referer, None, read_timeout, deadline, limit, _LOCK_FIXES)
+    return _stream(url, referer, None, read_timeout, deadline, limit, _lock_fixes())
 
 
 def download(url: str, target: Path, sha256: str, *, referer: str = "", read_timeout: float = READ_TIMEOUT,
@@ -65,8 +65,10 @@ def file_sha256(path: Path) -> str:
 
 
 # what to do when (the server answers an error, it cannot be reached, the bytes come short)
-_LOCK_FIXES = ("check that the release folder holds this file", "run `ascend-build lock` where the download server answers",
-               "run `ascend-build lock` again")
+def _lock_fixes() -> Tuple[str, str, str]:
+    lock = commands.suggest("lock")
+    return ("check that the release folder holds this file", f"run {lock} where the download server answers",
+            f"run {lock} again")
 _DOWNLOAD_FIXES = ("check that the URL names a file the server holds", "run it again where the server answers",
                    "run it again")
 
