@@ -33,7 +33,7 @@ from typing import Callable, Dict, List, Optional, Tuple
 
 from builder import devices, documents
 from builder.build import plan as planning
-from builder.build import attest, own_wheel, publish, render, stage, wheels
+from builder.build import attest, fetch, own_wheel, publish, render, stage, wheels
 from builder.build.job import Job, Options, host_arch, prepare
 from builder.build.matrix import Cell
 from builder.engine import BuildFailed, Engine, RunTimeout
@@ -286,10 +286,30 @@ def _apply_tags(engine: Engine, image_id: str, refs: List[str]) -> None:
         raise
 
 
+def preflight(job: Job, options: Options, engine: Engine, say: Say) -> None:
+    """What would fail or mislead the build, found before its first step: the CANN download
+    server unreachable for an installer (a UserError: the build would fetch them only after
+    the OS packages, minutes under qemu), and a ``--base-image`` whose OS is not the cell's
+    (a warning: the image would be labelled with an OS it does not have)."""
+    image = job.image
+    if options.base_image:
+        wanted = str(job.plan.manifests[job.variant]["os"])
+        found = engine.os_release(options.base_image)
+        have = f"{found.get('ID', '')}{found.get('VERSION_ID', '')}".lower()
+        if found and have != wanted:
+            say(f"[{job.name}] warning: --base-image {options.base_image} is {found.get('PRETTY_NAME') or have}, "
+                f"not the cell's {wanted}: the image is labelled {wanted} all the same (fix: a base image "
+                f"of {wanted}, or --twin-os for a stand-in twin labelled as one)")
+    if job.npu and image.cann_source == "installer":
+        for file in image.installers:
+            fetch.reachable(file.url, referer=image.download_referer)
+
+
 def build(job: Job, options: Options, engine: Engine, say: Say, out: Outcome) -> bool:
     """Stage the job's context (its own wheel checked, the lock's wheels fetched natively for
     an emulated arch) and build it: the candidate's ID in ``out``, or why it failed."""
     plan, state = job.plan, options.state_dir
+    preflight(job, options, engine, say)
     # the cell's own torch_npu wheel: its bytes checked before any build starts
     own = ([own_wheel.verified(*plan.own_wheel, downloads=state / "own-wheels")]
            if job.npu and plan.own_wheel else [])
