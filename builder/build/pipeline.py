@@ -96,11 +96,45 @@ def build_one(cell: Cell, variant: str, options: Options, engine: Engine, say: S
     job = prepare(cell, variant, options)
     out = Outcome(job.plan.cell_id, variant)
     proof = attest.evidence(job) if options.sign_key else None  # the inputs as the build reads them
+    sealed = already_sealed(job, engine)
+    if sealed is not None:
+        return reuse_sealed(job, sealed, out, options, engine, say, proof)
     if not build(job, options, engine, say, out):
         return out
     report = smoke_test(job, engine, say, out)
     out = conclude(out, engine, report, job.smoke.tiers, job.smoke.final, job.ref, job.name, options)
     return attest_pushed(out, report, job.smoke.tiers, job.plan.content_hash, proof, options, say)
+
+
+def already_sealed(job: Job, engine: Engine) -> Optional[Dict]:
+    """The validation report inside the image ``job.ref`` names, when that image is this job's
+    own, sealed already: same cell, variant and content hash, validated. None otherwise (it is
+    built and tested). Removing the tag (``docker rmi``) makes the next run build it again."""
+    if engine.image_id(job.ref) is None:
+        return None
+    labels = engine.labels(job.ref)
+    if (labels.get(Label.VALIDATED) != "true" or labels.get(Label.CONTENT_HASH) != job.plan.content_hash
+            or labels.get(Label.CELL) != job.plan.cell_id or labels.get(Label.VARIANT) != job.variant):
+        return None
+    raw = engine.read_file(job.ref, VALIDATION_REPORT)
+    try:
+        report = documents.load_json((raw or b"").decode("utf-8", errors="replace"), f"{job.ref}'s validation report")
+    except (ValueError, UserError):  # no report, or one past the bounds: build it again
+        return None
+    return report if isinstance(report, dict) and report.get("passed") is True else None
+
+
+def reuse_sealed(job: Job, report: Dict, out: Outcome, options: Options, engine: Engine, say: Say,
+                 proof: Optional[attest.Evidence]) -> Outcome:
+    """Publish an image sealed by an earlier run as it is: tag, push and attest it, with the
+    report it carries, without building or smoke-testing it again."""
+    say(f"[{job.name}] {job.ref} is this image sealed already (content hash {job.plan.content_hash}, "
+        "passed): not built or smoke-tested again")
+    out.status, out.tiers = "passed", list(report.get("tiers") or [])
+    out.message = "sealed by an earlier run: not built or smoke-tested again"
+    out = tag_and_push(out, engine, engine.image_id(job.ref) or "", job.ref, options)
+    return attest_pushed(out, report, required_tiers(job.variant, job.plan.cann_only), job.plan.content_hash,
+                         proof, options, say)
 
 
 class _Progress:
@@ -393,11 +427,23 @@ def conclude(out: Outcome, engine: Engine, report: Dict, tiers: Tuple[str, ...],
                         state / "logs" / f"{name}.seal.log")
     else:
         ref, image_id = ref + CANDIDATE_SUFFIX, out.image_id
+    candidate = out.image_id
+    out = tag_and_push(out, engine, image_id, ref, options)
+    if image_id != candidate:  # sealed: the candidate's layers live on in the sealed image
+        engine.remove_if_unnamed(candidate)
+    return out
+
+
+def tag_and_push(out: Outcome, engine: Engine, image_id: str, ref: str, options: Options) -> Outcome:
+    """Name ``image_id`` ``ref`` (and, with a push, its name in the registry) and push it. An
+    image those names leave unnamed (an earlier seal under the same tag, 1-2 GB) is removed,
+    never left dangling; one still named otherwise or in use stays."""
     pushed = f"{options.push.rstrip('/')}/{ref}" if options.push else ""
     refs = [ref] + ([pushed] if pushed else [])
+    before = {found for found in map(engine.image_id, refs) if found and found != image_id}
     _apply_tags(engine, image_id, refs)
-    if image_id != out.image_id:  # sealed: the candidate's layers live on in the sealed image
-        engine.remove_if_unnamed(out.image_id)
+    for old in before:
+        engine.remove_if_unnamed(old)
     out.image_id, out.tags = image_id, refs
     if pushed:
         try:
