@@ -379,13 +379,14 @@ def index_command(
 
     with within(deadline):
         outcome = pipeline.index_outcome(registry, repository, family, variant, trust if key is not None else None)
-    _summary([outcome], as_json)
+    _summary([outcome], as_json, index=True)
     if not outcome.ok:
         raise typer.Exit(1)
 
 
-def _summary(outcomes, as_json: bool) -> None:
-    """The end-of-run table: cell, image id, tiers, tags, digest, durations."""
+def _summary(outcomes, as_json: bool, index: bool = False) -> None:
+    """The end-of-run table: cell, image id, tiers, tags, digest, durations; with ``index``,
+    the index's own: its tag, status and the arch images it points at."""
     for o in outcomes:
         if not o.ok:
             typer.echo(f"{o.cell} ({o.variant}): {o.status}: {o.message}", err=True)
@@ -399,14 +400,20 @@ def _summary(outcomes, as_json: bool) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    table = Table(title="ascend-build image")
-    for column in ("image", "status", "image id", "tiers", "tags", "digest", "build s", "smoke s"):
+    table = Table(title="ascend-build index" if index else "ascend-build image")
+    columns = ("index", "status", "arches", "digest") if index else (
+        "image", "status", "image id", "tiers", "tags", "digest", "build s", "smoke s")
+    for column in columns:
         table.add_column(column, overflow="fold")
     for o in outcomes:
+        digests = "\n".join(o.digests.values()) or "-"
+        if index:
+            arches = "\n".join(f"{arch} {digest}" for arch, digest in sorted(o.arches.items())) or "-"
+            table.add_row("\n".join(o.tags) or "-", o.status, arches, digests)
+            continue
         tiers = " ".join(f"{t.get('name')}:{t.get('status')}" for t in o.tiers) or "-"
         table.add_row(release_tag(o.cell, o.variant), o.status, o.image_id[7:19] or "-", tiers,
-                      "\n".join(o.tags) or "-", "\n".join(o.digests.values()) or "-",
-                      f"{o.build_seconds:.1f}", f"{o.smoke_seconds:.1f}")
+                      "\n".join(o.tags) or "-", digests, f"{o.build_seconds:.1f}", f"{o.smoke_seconds:.1f}")
     Console(width=200).print(table)
 
 
