@@ -33,7 +33,7 @@ from typing import Callable, Dict, List, Optional, Tuple
 
 from builder import devices, documents
 from builder.build import plan as planning
-from builder.build import attest, fetch, own_wheel, publish, render, stage, wheels
+from builder.build import attest, fetch, oci, own_wheel, publish, render, sbom, stage, wheels
 from builder.build.job import Job, Options, host_arch, prepare
 from builder.build.matrix import Cell
 from builder.engine import BuildFailed, Engine, RunTimeout
@@ -61,6 +61,7 @@ class Outcome:
     message: str = ""
     log: str = ""
     report: str = ""
+    sbom: str = ""                         # the image's CycloneDX SBOM, beside its report
     arches: Dict[str, str] = field(default_factory=dict)  # an index's entries: arch -> digest
     attested: Dict[str, str] = field(default_factory=dict)  # pushed ref -> its statements' .att manifest digest
 
@@ -96,14 +97,24 @@ def build_one(cell: Cell, variant: str, options: Options, engine: Engine, say: S
     job = prepare(cell, variant, options)
     out = Outcome(job.plan.cell_id, variant)
     proof = attest.evidence(job) if options.sign_key else None  # the inputs as the build reads them
+    bom = sbom.of(job)
     sealed = already_sealed(job, engine)
     if sealed is not None:
-        return reuse_sealed(job, sealed, out, options, engine, say, proof)
+        return reuse_sealed(job, sealed, out, options, engine, say, proof, bom)
     if not build(job, options, engine, say, out):
         return out
     report = smoke_test(job, engine, say, out)
     out = conclude(out, engine, report, job.smoke.tiers, job.smoke.final, job.ref, job.name, options)
-    return attest_pushed(out, report, job.smoke.tiers, job.plan.content_hash, proof, options, say)
+    out.sbom = _keep_sbom(bom, job.name, options.state_dir)
+    return attest_pushed(out, report, job.smoke.tiers, job.plan.content_hash, proof, options, say, bom)
+
+
+def _keep_sbom(bom: Dict, name: str, state: Path) -> str:
+    """Write the image's SBOM beside its report; its path."""
+    path = state / "reports" / f"{name}.cdx.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(bom, indent=2, sort_keys=True) + "\n")
+    return str(path)
 
 
 def already_sealed(job: Job, engine: Engine) -> Optional[Dict]:
@@ -125,7 +136,7 @@ def already_sealed(job: Job, engine: Engine) -> Optional[Dict]:
 
 
 def reuse_sealed(job: Job, report: Dict, out: Outcome, options: Options, engine: Engine, say: Say,
-                 proof: Optional[attest.Evidence]) -> Outcome:
+                 proof: Optional[attest.Evidence], bom: Optional[Dict] = None) -> Outcome:
     """Publish an image sealed by an earlier run as it is: tag, push and attest it, with the
     report it carries, without building or smoke-testing it again."""
     say(f"[{job.name}] {job.ref} is this image sealed already (content hash {job.plan.content_hash}, "
@@ -133,8 +144,9 @@ def reuse_sealed(job: Job, report: Dict, out: Outcome, options: Options, engine:
     out.status, out.tiers = "passed", list(report.get("tiers") or [])
     out.message = "sealed by an earlier run: not built or smoke-tested again"
     out = tag_and_push(out, engine, engine.image_id(job.ref) or "", job.ref, options)
+    out.sbom = _keep_sbom(bom, job.name, options.state_dir) if bom is not None else ""
     return attest_pushed(out, report, required_tiers(job.variant, job.plan.cann_only), job.plan.content_hash,
-                         proof, options, say)
+                         proof, options, say, bom)
 
 
 class _Progress:
@@ -359,6 +371,7 @@ def build(job: Job, options: Options, engine: Engine, say: Say, out: Outcome) ->
                 out.image_id = engine.build(
                     context, job.image.dockerfile, secrets=secret_files, log_path=Path(out.log),
                     build_args={planning.ALLOW_UNVERIFIED: "1"} if plan.lock_state != "ok" else {},
+                    labels=oci.build_labels(job.matrix_path, job.image.base_image),
                     on_line=_Progress(job.name, say, options.quiet),
                     platform=platform_of(plan.arch) if job.emulated else None)
         except BuildFailed as exc:
@@ -455,9 +468,9 @@ def tag_and_push(out: Outcome, engine: Engine, image_id: str, ref: str, options:
 
 
 def attest_pushed(out: Outcome, report: Dict, tiers: Tuple[str, ...], content_hash: str,
-                  proof: Optional[attest.Evidence], options: Options, say: Say) -> Outcome:
+                  proof: Optional[attest.Evidence], options: Options, say: Say, bom: Optional[Dict] = None) -> Outcome:
     """After the push, with a signing key: attach the signed validation statement (and the
-    provenance, when ``proof`` knows the build's inputs) to every pushed digest.
+    provenance, when ``proof`` knows the build's inputs, and the SBOM ``bom``) to every pushed digest.
 
     Push and attach are one operation to the user: when attaching fails, the outcome fails
     and says what is published without its statements.
@@ -468,7 +481,7 @@ def attest_pushed(out: Outcome, report: Dict, tiers: Tuple[str, ...], content_ha
         if out.status == "candidate":
             say(f"[{out.cell}] not attested: a {CANDIDATE_SUFFIX} image is not validated yet")
         return out
-    statements = attest.statements_for(report, tiers, out.cell, out.variant, content_hash, proof)
+    statements = attest.statements_for(report, tiers, out.cell, out.variant, content_hash, proof, bom)
     for ref, digest in out.digests.items():
         start = time.monotonic()
         try:
