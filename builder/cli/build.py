@@ -52,7 +52,7 @@ def _with_flags(command: Callable) -> Callable:
     return run
 
 
-def _load(path: Optional[Path], strict: bool, locks_in: Optional[Path] = None, out: Optional[Path] = None,
+def _load(path: Optional[Path], strict: bool, locks_in: Optional[Path] = None,
           choose: Optional[Callable[[List[matrix.Cell]], List[matrix.Cell]]] = None) -> matrix.Matrix:
     """Load and check the matrix (and, with ``locks_in``, the cells' locks there); exit 1 on
     errors (printing every finding).
@@ -96,7 +96,7 @@ def validate_command(matrix_path: Optional[Path] = MatrixOpt, strict: bool = Str
 
     Example: ascend-build validate --matrix matrix/default.yaml --strict
     """
-    loaded = _load(matrix_path, strict, out or _default("dockerfiles"), out=out)
+    loaded = _load(matrix_path, strict, out or _default("dockerfiles"))
     warnings = sum(f.severity == "warning" for f in loaded.findings)
     typer.echo(f"{len(loaded.cells)} cells valid ({warnings} warning(s)) in {', '.join(loaded.files)}")
 
@@ -114,7 +114,7 @@ def render_command(
 
     Example: ascend-build render --check
     """
-    loaded = _load(matrix_path, strict, out=out)
+    loaded = _load(matrix_path, strict)
     out = out or _default("dockerfiles")
     rendered = render.render_all(loaded.cells, locks=lock.read_all(out, (c.id for c in loaded.cells)))
     if check:
@@ -157,7 +157,7 @@ def lock_command(
     def choose(cells: List[matrix.Cell]) -> List[matrix.Cell]:
         return matrix.select(cells, cann=cann, cell_id=cell) if (cell or cann) else cells
 
-    loaded = _load(matrix_path, strict=False, out=out, choose=choose)
+    loaded = _load(matrix_path, strict=False, choose=choose)
     out = out or _default("dockerfiles")
     cells = choose(loaded.cells)
     kb = knowledge.load()
@@ -287,7 +287,7 @@ def image_command(
         return matrix.select(cells, cann=cann, chip=chip, arch=host_arch() if defaulted else arch, cell_id=cell,
                              arch_defaulted=defaulted)
 
-    cells = choose(_load(matrix_path, strict=False, out=out, choose=choose).cells)
+    cells = choose(_load(matrix_path, strict=False, choose=choose).cells)
     has_npu = bool(devices.npu_devices()) and not no_device
     variants = pipeline.variants_for(variant, has_npu)
     if not has_npu and "npu" not in variants:
