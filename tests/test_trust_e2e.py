@@ -237,7 +237,10 @@ def test_image_push_sign_key_attests_the_twin_and_verify_accepts_it(registry, cr
         assert deps["matrix"]["digest"]["sha256"] == hashlib.sha256(matrix_file.read_bytes()).hexdigest()
         lock = ROOT / "dockerfiles" / CELL_ID / "requirements.lock"
         assert deps["requirements.lock"]["digest"]["sha256"] == hashlib.sha256(lock.read_bytes()).hexdigest()
-        print("\n" + verify(pushed, keys["team"][1], creds).stdout)
+        shown = verify(pushed, keys["team"][1], creds).stdout
+        assert f"SBOM (CycloneDX 1.5): {len(bom['components'])} components, {len(bom['components'])} Python " \
+               "distributions of the lock, 0 CANN packages" in shown
+        print("\n" + shown)
     finally:
         for ref in [f"{repo}:{TAG}", pushed]:
             engine.untag(ref)
