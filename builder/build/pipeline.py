@@ -61,7 +61,7 @@ class Outcome:
     message: str = ""
     log: str = ""
     report: str = ""
-    sbom: str = ""                         # the image's CycloneDX SBOM, beside its report
+    sbom: str = ""                         # the image's CycloneDX SBOM (state folder's sbom/)
     arches: Dict[str, str] = field(default_factory=dict)  # an index's entries: arch -> digest
     attested: Dict[str, str] = field(default_factory=dict)  # pushed ref -> its statements' .att manifest digest
 
@@ -110,8 +110,9 @@ def build_one(cell: Cell, variant: str, options: Options, engine: Engine, say: S
 
 
 def _keep_sbom(bom: Dict, name: str, state: Path) -> str:
-    """Write the image's SBOM beside its report; its path."""
-    path = state / "reports" / f"{name}.cdx.json"
+    """Write the image's SBOM into the state folder (``sbom/``, apart from the reports, which
+    tools read as smoke reports); its path."""
+    path = state / "sbom" / f"{name}.cdx.json"
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(bom, indent=2, sort_keys=True) + "\n")
     return str(path)

@@ -10,7 +10,7 @@ Every component is something the build itself pinned, with the hashes it checked
 What the build does not pin is not listed: the base image's OS packages (apt/dnf, at the
 versions of its distribution's day). The SBOM says so: its composition is ``incomplete``.
 The same job gives the same bytes (the serial number is derived from the content hash).
-`pipeline` writes it beside the report and, with a signing key, attaches it to the pushed
+`pipeline` writes it into the state folder and, with a signing key, attaches it to the pushed
 digest as a signed in-toto statement of predicate type `attestation.CYCLONEDX_BOM` (as
 ``cosign attest --type cyclonedx`` does).
 
