@@ -51,6 +51,8 @@ STATEMENT_V1 = "https://in-toto.io/Statement/v1"
 # (sigstore/cosign pkg/types/payload.go), which `cosign verify-attestation` requires.
 INTOTO_PAYLOAD_TYPE = "application/vnd.in-toto+json"
 SLSA_PROVENANCE_V1 = "https://slsa.dev/provenance/v1"
+# cosign's predicate type for `attest --type cyclonedx`: the predicate is the CycloneDX document itself
+CYCLONEDX_BOM = "https://cyclonedx.org/bom"
 # Ours. The host is the label prefix's domain (labels are io.ascend-build.*, reverse DNS of it).
 VALIDATION_V1 = "https://ascend-build.io/attestations/validation/v1"
 BUILD_TYPE_V1 = "https://ascend-build.io/buildtypes/image/v1"

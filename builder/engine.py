@@ -16,10 +16,12 @@ a fix; the pipeline never sees raw SDK exceptions for the cases handled here.
 
 from __future__ import annotations
 
+import io
 import os
 import re
 import shutil
 import subprocess
+import tarfile
 import tempfile
 import time
 from collections import deque
@@ -174,6 +176,12 @@ def failed_step(lines: Sequence[str]) -> Tuple[str, str]:
         if re.match(r"^(error|ERROR)\b|executor failed running|failed to solve", line) and not error:
             error = line
     return step, error
+
+
+def _os_release_line(line: str) -> Tuple[str, str]:
+    """``ID="ubuntu"`` -> ("ID", "ubuntu"): os-release values may be quoted."""
+    key, _, value = line.partition("=")
+    return key.strip(), value.strip().strip("'\"")
 
 
 class Engine:
@@ -351,6 +359,35 @@ class Engine:
         """The image config's architecture (``amd64``, ``arm64``), None when there is no such image."""
         img = self._get(ref)
         return img.attrs.get("Architecture") if img else None
+
+    def read_file(self, ref: str, *paths: str, limit: int = 16 << 20) -> Optional[bytes]:
+        """The bytes of the first of ``paths`` that is a regular file in image ``ref`` (at most
+        ``limit``), read from a container that is created, never started (no emulation for
+        another arch), then removed; None when none is, or there is no such image."""
+        if self._get(ref) is None:
+            return None
+        ctr = self.client.containers.create(ref, ["true"], labels={"ascend-build.run": "1"})
+        try:
+            for path in paths:
+                try:
+                    stream, _ = ctr.get_archive(path)
+                except docker.errors.NotFound:
+                    continue
+                with tarfile.open(fileobj=io.BytesIO(b"".join(stream))) as tar:
+                    member = tar.next()
+                    found = tar.extractfile(member) if member is not None and member.isfile() else None
+                    if found is not None:
+                        return found.read(limit)
+            return None
+        finally:
+            ctr.remove(force=True)
+
+    def os_release(self, ref: str) -> Dict[str, str]:
+        """The ``KEY=value`` pairs of an image's os-release file (``ID``, ``VERSION_ID``...);
+        ``{}`` when it has none or is not in the engine (the build pulls it)."""
+        found = self.read_file(ref, "/etc/os-release", "/usr/lib/os-release")  # the first is often a link
+        text = (found or b"").decode("utf-8", errors="replace")
+        return dict(_os_release_line(line) for line in text.splitlines() if "=" in line)
 
     def repo_digests(self, ref: str) -> List[str]:
         img = self._get(ref)

@@ -81,7 +81,7 @@ def load_text(folder: Path, text: str, name: str = "matrix.yaml") -> matrix.Matr
 def all_findings(path: Path):
     """Schema findings, then (when the schema is clean) every rule's findings: what `validate` prints."""
     loaded = matrix.load(path)
-    return loaded.findings + (checks.check(loaded.cells) if not loaded.findings else [])
+    return loaded.findings + (checks.check(loaded.cells) if not checks.has_errors(loaded.findings) else [])
 
 
 def by_rule(findings, rule: str):

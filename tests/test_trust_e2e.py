@@ -219,7 +219,11 @@ def test_image_push_sign_key_attests_the_twin_and_verify_accepts_it(registry, cr
         result = json.loads(checked.stdout)
         assert checked.returncode == 0 and result["validated"], checked.stdout + checked.stderr
         by_type = {s["predicateType"]: s for s in result["statements"]}
-        assert set(by_type) == {attestation.VALIDATION_V1, attestation.SLSA_PROVENANCE_V1}
+        assert set(by_type) == {attestation.VALIDATION_V1, attestation.SLSA_PROVENANCE_V1, attestation.CYCLONEDX_BOM}
+        bom = by_type[attestation.CYCLONEDX_BOM]["predicate"]  # the SBOM, signed: the lock's distributions
+        names = {c["name"] for c in bom["components"]}
+        assert names >= {"torch", "numpy"} and "torch-npu" not in names
+        assert json.loads(Path(out["sbom"]).read_text()) == bom  # the very SBOM kept beside the report
         assert all(s["verified"] for s in result["statements"])
         validation = by_type[attestation.VALIDATION_V1]["predicate"]
         assert validation["cell"] == CELL_ID and validation["ranOn"]["kind"] == "cpu-twin"
@@ -233,7 +237,10 @@ def test_image_push_sign_key_attests_the_twin_and_verify_accepts_it(registry, cr
         assert deps["matrix"]["digest"]["sha256"] == hashlib.sha256(matrix_file.read_bytes()).hexdigest()
         lock = ROOT / "dockerfiles" / CELL_ID / "requirements.lock"
         assert deps["requirements.lock"]["digest"]["sha256"] == hashlib.sha256(lock.read_bytes()).hexdigest()
-        print("\n" + verify(pushed, keys["team"][1], creds).stdout)
+        shown = verify(pushed, keys["team"][1], creds).stdout
+        assert f"SBOM (CycloneDX 1.5): {len(bom['components'])} components, {len(bom['components'])} Python " \
+               "distributions of the lock, 0 CANN packages" in shown
+        print("\n" + shown)
     finally:
         for ref in [f"{repo}:{TAG}", pushed]:
             engine.untag(ref)

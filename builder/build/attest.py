@@ -10,7 +10,9 @@ team's key:
   cell, its variant and content hash, and the verdict;
 - **provenance** (SLSA v1, `attestation.SLSA_PROVENANCE_V1`): the matrix file and cell
   (external parameters), the lock's and CANN installers' sha256 and the base image
-  (resolved dependencies), and this builder's version and git commit.
+  (resolved dependencies), and this builder's version and git commit;
+- **SBOM** (CycloneDX 1.5, `attestation.CYCLONEDX_BOM`, made by `builder.build.sbom`): every
+  distribution of the lock and every CANN package, with the hashes the build checked.
 
 Example:
     >>> predicate = validation_predicate({"device": "cpu", "host": {}, "tiers": [
@@ -22,12 +24,12 @@ Example:
 from __future__ import annotations
 
 import hashlib
-import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Dict, List, Optional, Tuple
 
 from builder import __version__, attached, attestation
+from builder.build import oci
 from builder.build.job import Job, host_arch
 from builder.errors import UserError
 from builder.registry import Registry
@@ -106,19 +108,6 @@ def validation_predicate(report: Dict, tiers: Tuple[str, ...], cell_id: str, var
     }
 
 
-def _git_commit() -> Tuple[str, bool]:
-    """This checkout's commit and whether it has changes ("" when it is no git checkout)."""
-    try:
-        head = subprocess.run(["git", "-C", str(REPO_ROOT), "rev-parse", "HEAD"], capture_output=True, text=True,
-                              timeout=10)
-        dirty = subprocess.run(["git", "-C", str(REPO_ROOT), "status", "--porcelain", "--untracked-files=no"],
-                               capture_output=True, text=True, timeout=10)
-    except (OSError, subprocess.TimeoutExpired):
-        return "", False
-    commit = head.stdout.strip() if head.returncode == 0 else ""
-    return commit, bool(commit and dirty.returncode == 0 and dirty.stdout.strip())
-
-
 def provenance_predicate(proof: Evidence, report: Dict) -> Dict:
     """SLSA provenance v1 (https://slsa.dev/spec/v1.1/provenance) of the image ``proof`` describes."""
     base = report.get("base_image") or {}
@@ -136,7 +125,7 @@ def provenance_predicate(proof: Evidence, report: Dict) -> Dict:
     dependencies += [{"name": name, "uri": url, "digest": {"sha256": sha}} for name, url, sha in proof.installers if sha]
     if proof.matrix_sha256:
         dependencies.append({"name": "matrix", "uri": proof.matrix_file, "digest": {"sha256": proof.matrix_sha256}})
-    commit, dirty = _git_commit()
+    commit, dirty = oci.git_head(REPO_ROOT)  # this builder's own checkout
     version = {"ascend-build": __version__}
     if commit:
         version["git-commit"] = commit + ("-dirty" if dirty else "")
@@ -171,11 +160,14 @@ def attest(pushed: str, digest: str, statements: List[Tuple[str, Dict]], key: Pr
 
 
 def statements_for(report: Dict, tiers: Tuple[str, ...], cell_id: str, variant: str, content_hash: str,
-                   proof: Optional[Evidence]) -> List[Tuple[str, Dict]]:
-    """The validation statement, and the provenance when the build's inputs are known
-    (``promote`` tests an image built elsewhere: it knows no inputs, so it signs the validation only)."""
+                   proof: Optional[Evidence], bom: Optional[Dict] = None) -> List[Tuple[str, Dict]]:
+    """The validation statement, and the provenance and SBOM (``bom``, `builder.build.sbom`) when
+    the build's inputs are known (``promote`` tests an image built elsewhere: it knows no inputs,
+    so it signs the validation only)."""
     made = [(attestation.VALIDATION_V1,
              validation_predicate(report, tiers, cell_id, variant, content_hash))]
     if proof is not None:
         made.append((attestation.SLSA_PROVENANCE_V1, provenance_predicate(proof, report)))
+    if bom is not None:
+        made.append((attestation.CYCLONEDX_BOM, bom))
     return made

@@ -12,8 +12,8 @@ the smoke program use too); installer names come from ``builder.installers``.
 Example:
     >>> cell = Cell(id="c", image="i", os="ubuntu22.04", arch="x86_64", chip="910b", cann="8.0.RC3",
     ...             driver="23.0.RC3", firmware=None, python="3.10", torch="2.4.0", torch_npu="2.4.0", env="venv")
-    >>> [(f.rule, f.message) for f in check([cell])]
-    [('driver-too-old', 'driver 23.0.RC3 is below 24.1.RC3, the minimum HDK for CANN 8.0.RC3 (its paired HDK 24.1.RC3)')]
+    >>> [(f.rule, f.message[:80]) for f in check([cell])]
+    [('driver-too-old', 'min_driver 23.0.RC3 is below 24.1.RC3, the minimum HDK for CANN 8.0.RC3 (its pai')]
     >>> from dataclasses import replace
     >>> check([replace(cell, driver="24.1.rc3")])
     []
@@ -24,11 +24,11 @@ from __future__ import annotations
 from collections import Counter
 from functools import lru_cache
 from pathlib import Path
-from typing import Callable, Iterator, List, Mapping, Optional, Tuple
+from typing import Callable, Iterator, List, Mapping, Optional, Sequence, Tuple
 
 from packaging.utils import canonicalize_name
 
-from builder import installers, knowledge, python_env, versions
+from builder import commands, installers, knowledge, python_env, versions
 from builder.errors import Finding, UserError
 from builder.vocabulary import CANDIDATE_SUFFIX
 from builder.build import own_wheel
@@ -242,8 +242,8 @@ def driver_supports_cann(cell: Cell, kb) -> Findings:
     needed = kb.min_driver(cell.cann)
     if not cell.driver:
         yield _finding(cell, "driver", "driver-missing",
-                       f"no minimum driver given and none known for CANN {cell.cann}",
-                       "set driver: to the Ascend HDK version the image is meant for, e.g. 24.1.RC3")
+                       f"no min_driver given and none known for CANN {cell.cann}",
+                       "set min_driver: to the oldest Ascend HDK the image is meant to run on, e.g. 24.1.RC3")
         return
     out: List[Finding] = []
     driver = _parsed(cell, "driver", _hdk, out)
@@ -259,9 +259,13 @@ def driver_supports_cann(cell: Cell, kb) -> Findings:
                            f"validate the image on an NPU host, or set driver: {needed} or newer", severity="warning")
             return
         yield _finding(cell, "driver", "driver-too-old",
-                       f"driver {cell.driver} is below {needed}, the minimum HDK for CANN {cell.cann} "
-                       f"({kb.min_driver_reason(cell.cann)[1]})",
-                       f"set driver: {needed} or newer (and upgrade the hosts' driver and firmware to match)")
+                       f"min_driver {cell.driver} is below {needed}, the minimum HDK for CANN {cell.cann} "
+                       f"({kb.min_driver_reason(cell.cann)[1]}): min_driver is the oldest driver the image "
+                       "declares it runs on (its min-driver label, which pull, run and doctor compare with a "
+                       "node's driver), not your nodes' driver, and no image of this CANN runs on an older one",
+                       f"leave min_driver out (it follows from CANN: {needed}), or set min_driver: {needed} or newer; "
+                       "a team-wide min_driver under defaults: fits only CANN releases that need no newer "
+                       "driver (nodes below it need their driver and firmware upgraded for this cell)")
 
 
 def driver_known(cell: Cell, kb) -> Findings:
@@ -282,7 +286,7 @@ def driver_known(cell: Cell, kb) -> Findings:
         return
     yield _finding(cell, "driver", "driver-unknown",
                    f"driver {cell.driver} is no HDK release the knowledge base knows{near}",
-                   "check the spelling (e.g. 24.1.RC3, 25.2.1: `npu-smi info` prints it), leave driver out to get "
+                   "check the spelling (e.g. 24.1.RC3, 25.2.1: `npu-smi info` prints it), leave min_driver out to get "
                    "the CANN release's minimum, or set unlisted: true")
 
 
@@ -498,11 +502,11 @@ RULES = (
 
 LOCK_RULES = {
     "missing": ("lock-missing", "has no lock: its image would resolve its Python packages at build time",
-                "run `ascend-build lock` (an image builds from it only with --allow-incomplete-lock)"),
+                "run {lock} (an image builds from it only with --allow-incomplete-lock)"),
     "stale": ("lock-stale", "has a lock made from other inputs (the cell, its pins or CANN's limits changed)",
-              "run `ascend-build lock` and commit dockerfiles/"),
+              "run {lock} and commit the lock"),
     "incomplete": ("lock-incomplete", "has a lock with entries whose sha256 could not be recorded",
-                   "run `ascend-build lock` where their source is reachable (CI does); until then an image "
+                   "run {lock} where their source is reachable (CI does); until then an image "
                    "builds only with --allow-incomplete-lock"),
 }
 
@@ -515,7 +519,7 @@ def lock_findings(cells: List[Cell], states: Mapping[str, Tuple[str, str]]) -> L
         if state in LOCK_RULES:
             rule, what, fix = LOCK_RULES[state]
             out.append(_finding(cell, "python", rule, f"cell {cell.id} {what}" + (f": {detail}" if detail and state == "incomplete" else ""),
-                                fix, severity="warning"))
+                                fix.format(lock=commands.suggest("lock", cell=cell.id)), severity="warning"))
     return list(dict.fromkeys(out))
 
 
@@ -529,16 +533,17 @@ def installer_findings(cells: List[Cell], unrecorded: Mapping[str, Tuple[str, ..
             out.append(_finding(cell, "cann", "installer-sha256-unrecorded",
                                 f"no sha256 known yet for {', '.join(files)} (published without one; the lock has "
                                 "none recorded): the NPU image is refused until it has one",
-                                "run `ascend-build lock` where the download server answers: it fetches each file "
+                                f"run {commands.suggest('lock', cell=cell.id)} where the download server answers: it fetches each file "
                                 "once and records its sha256 in the lock, and every later download must match it",
                                 severity="warning"))
     return out
 
 
-def unique_tags(cells: List[Cell]) -> Findings:
-    """Two cells with one tag would overwrite each other's image."""
-    counts = Counter(c.ref for c in cells)
-    seen = set()
+def unique_tags(cells: List[Cell], others: Sequence[Cell] = ()) -> Findings:
+    """Two cells with one tag would overwrite each other's image (``others``: the cells of
+    the matrix not being checked, whose tags count too)."""
+    counts = Counter(c.ref for c in [*cells, *others])
+    seen = {c.ref for c in others}
     for cell in cells:
         if counts[cell.ref] > 1 and cell.ref in seen:
             yield _finding(cell, "name", "duplicate-tag",
@@ -547,17 +552,33 @@ def unique_tags(cells: List[Cell]) -> Findings:
         seen.add(cell.ref)
 
 
-def check(cells: List[Cell], kb: Optional[object] = None) -> List[Finding]:
-    """Every finding for every cell, in matrix order."""
+def check(cells: List[Cell], kb: Optional[object] = None, others: Sequence[Cell] = ()) -> List[Finding]:
+    """Every finding for every cell, in matrix order (``others``: the rest of the matrix, when
+    only some cells are checked: a tag one of them makes too is a duplicate)."""
     kb = kb or knowledge.load()
     findings: List[Finding] = []
     for cell in cells:
         for rule in RULES:
             findings.extend(rule(cell, kb))
-    findings.extend(unique_tags(cells))
+    findings.extend(unique_tags(cells, others))
     # A cell with arch or chip lists expands into several cells that share their
     # lines: the same finding at the same place is said once.
     return list(dict.fromkeys(findings))
+
+
+def refused(cells: List[Cell], kb: Optional[object] = None) -> List[Cell]:
+    """The cells an error of their own refuses: a rule's, or a tag another cell makes too.
+
+    Example:
+        >>> cell = Cell(id="c", image="i", os="ubuntu22.04", arch="x86_64", chip="910b", cann="8.0.RC3",
+        ...             driver="24.1.RC3", firmware=None, python="3.10", torch="2.4.0", torch_npu="2.4.0", env="venv")
+        >>> from dataclasses import replace
+        >>> [c.id for c in refused([cell, replace(cell, id="old", driver="23.0.RC3")])]
+        ['old']
+    """
+    kb = kb or knowledge.load()
+    counts = Counter(c.ref for c in cells)
+    return [c for c in cells if counts[c.ref] > 1 or has_errors([f for rule in RULES for f in rule(c, kb)])]
 
 
 def has_errors(findings: List[Finding], strict: bool = False) -> bool:

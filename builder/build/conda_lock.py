@@ -36,6 +36,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import List, Sequence, Tuple
 
+from builder import commands
 from builder.errors import UserError
 
 DEFAULT_CHANNEL = "https://conda.anaconda.org/conda-forge"
@@ -82,7 +83,7 @@ class Package:
         match = _LINE.fullmatch(text.strip())
         if not match:
             raise UserError(f"{where}: not a conda line of an ascend-build lock: {text[:100]!r}",
-                            fix="run `ascend-build lock` to write it again")
+                            fix=f"run {commands.suggest('lock')} to write it again")
         return cls(*match.groups())
 
 
@@ -165,7 +166,9 @@ def resolve(channel: str, python: str, arch: str, glibc: Tuple[int, int], *, sec
     bare: List[rattler.PackageRecord] = list(records)
     ordered = [by_name[r.name.normalized] for r in rattler.PackageRecord.sort_topologically(bare)]
     unhashed = [f"{r.subdir}/{r.file_name}" for r in ordered if not r.sha256]
-    if unhashed:  # a channel index without sha256 (old indexers write md5 only): nothing to check the files by
+    # a channel index without sha256 (old indexers write md5 only): nothing to check the files by. The
+    # reason is written into the lock, so it names no run's flags (as plan.py's rendered comment)
+    if unhashed:
         return Part(shown, (), f"the conda channel {shown} gives no sha256 for {', '.join(unhashed[:3])}: index it "
                                "again with a current indexer (conda-index, rattler-index), then run `ascend-build lock`")
     return Part(shown, tuple(Package(r.name.normalized, str(r.version), str(r.build), f"{r.subdir}/{r.file_name}",

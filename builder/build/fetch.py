@@ -21,7 +21,7 @@ import urllib.request
 from pathlib import Path
 from typing import BinaryIO, Optional, Tuple
 
-from builder import bounded
+from builder import bounded, commands
 from builder.errors import UserError
 
 READ_TIMEOUT = 60.0
@@ -32,7 +32,38 @@ LIMIT = 16 << 30           # no CANN installer comes near this
 def sha256_of_url(url: str, *, referer: str, read_timeout: float = READ_TIMEOUT, deadline: float = DEADLINE,
                   limit: int = LIMIT) -> Tuple[str, int]:
     """(sha256 hex, size in bytes) of what ``url`` serves; UserError when it cannot be had whole."""
-    return _stream(url, referer, None, read_timeout, deadline, limit, _LOCK_FIXES)
+    return _stream(url, referer, None, read_timeout, deadline, limit, _lock_fixes())
+
+
+PROBE_TIMEOUT = 20.0  # a download server that does not answer the first byte in this is unreachable
+
+
+def reachable(url: str, *, referer: str, timeout: float = PROBE_TIMEOUT) -> None:
+    """Ask ``url`` for its first byte (a ranged GET with the install guides' Referer, nothing
+    kept): UserError naming the URL when no server answers or it answers an error, so a build
+    fails now instead of after minutes of OS packages.
+
+    Example:
+        >>> reachable("http://127.0.0.1:9/x.run", referer="", timeout=2)   # doctest: +SKIP
+        Traceback (most recent call last):
+        builder.errors.UserError: http://127.0.0.1:9/x.run: the download server cannot be reached ...
+    """
+    headers = {"Range": "bytes=0-0", **({"Referer": referer} if referer else {})}
+    request = urllib.request.Request(url, headers=headers)
+    fix = ("build where the download server answers, or put the installers in a folder and use "
+           "cann_source: {local: DIR} (their sha256 are checked all the same)")
+    try:
+        with bounded.opened(request, timeout=timeout, deadline=time.monotonic() + timeout):
+            return
+    except bounded.Cut as cut:
+        raise UserError(f"{url}: the download server did not answer: {cut}; nothing was built", exit_code=1,
+                        fix=fix) from None
+    except urllib.error.HTTPError as exc:
+        raise UserError(f"{url}: the download server answered HTTP {exc.code}; nothing was built", exit_code=1,
+                        fix="check that the release folder holds this file, or " + fix[0].lower() + fix[1:]) from None
+    except (urllib.error.URLError, OSError) as exc:
+        raise UserError(f"{url}: the download server cannot be reached: {getattr(exc, 'reason', exc)}; "
+                        "nothing was built", exit_code=1, fix=fix) from None
 
 
 def download(url: str, target: Path, sha256: str, *, referer: str = "", read_timeout: float = READ_TIMEOUT,
@@ -65,8 +96,10 @@ def file_sha256(path: Path) -> str:
 
 
 # what to do when (the server answers an error, it cannot be reached, the bytes come short)
-_LOCK_FIXES = ("check that the release folder holds this file", "run `ascend-build lock` where the download server answers",
-               "run `ascend-build lock` again")
+def _lock_fixes() -> Tuple[str, str, str]:
+    lock = commands.suggest("lock")
+    return ("check that the release folder holds this file", f"run {lock} where the download server answers",
+            f"run {lock} again")
 _DOWNLOAD_FIXES = ("check that the URL names a file the server holds", "run it again where the server answers",
                    "run it again")
 

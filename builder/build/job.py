@@ -20,7 +20,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import List, NamedTuple, Optional, Tuple
 
-from builder import devices, knowledge
+from builder import commands, devices, knowledge
 from builder.build import lock as locking
 from builder.build import render
 from builder.build.matrix import Cell
@@ -125,11 +125,13 @@ def _refuse_unusable(resolved: CellPlan, variant: str, options: Options) -> None
                    [f"{e.name}=={e.version}" for e in (lock.incomplete if lock else ())]
                    + (["its conda part"] if lock and lock.conda and not lock.conda.complete else [])) + ")"}[state]
         raise UserError(f"{resolved.cell_id} {why} in {options.locks_dir}: its image would install unverified packages",
-                        fix="run `ascend-build lock` (where every source is reachable), or pass --allow-incomplete-lock")
+                        fix=f"run {commands.suggest('lock', cell=resolved.cell_id)} (where every source is reachable), "
+                            "or pass --allow-incomplete-lock")
     if variant == NPU and resolved.unrecorded:  # the Dockerfile refuses too; saying it here spares a build
         raise UserError(f"{resolved.cell_id}: no sha256 known for {', '.join(resolved.unrecorded)}: "
                         "no installer runs unverified",
-                        fix="run `ascend-build lock` where the download server answers (it records each file's "
+                        fix=f"run {commands.suggest('lock', cell=resolved.cell_id)} where the download server answers "
+                            "(it records each file's "
                             "sha256 on first fetch), or add sha256: {FILE: HEX} to the cell")
 
 

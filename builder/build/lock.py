@@ -44,7 +44,7 @@ from typing import Callable, Dict, Iterable, List, Optional, Sequence, Tuple
 
 from packaging.utils import canonicalize_name, parse_wheel_filename
 
-from builder import bounded
+from builder import bounded, commands
 from builder.build import conda_lock, own_wheel
 from builder.errors import UserError
 
@@ -176,12 +176,12 @@ class Lock:
                 hashes.append(digest.group(1))
             elif line.strip() and not line.startswith("#"):
                 raise UserError(f"{where}:{number}: not a line of an ascend-build lock: {line.strip()[:80]!r}",
-                                fix="run `ascend-build lock` to write it again")
+                                fix=f"run {commands.suggest('lock')} to write it again")
         if name:
             entries.append(Entry(name, version, tuple(hashes)))
         if not meta.get("inputs"):
             raise UserError(f"{where}: no '# inputs:' line: not written by `ascend-build lock`",
-                            fix="run `ascend-build lock` to write it again")
+                            fix=f"run {commands.suggest('lock')} to write it again")
         notes = dict(_incomplete_note(n) for n in meta.get("incomplete", []))
         entries = [replace(e, note=notes.get(e.name, "")) if not e.complete else e for e in entries]
         first = text.split("\n", 1)[0]  # "# ascend-build lock of cell <id>: ..."
@@ -204,7 +204,7 @@ def _installer_line(text: str, where: str) -> Tuple[str, str]:
     match = re.fullmatch(r"([A-Za-z0-9][A-Za-z0-9._+-]*) sha256:([0-9a-f]{64})", text.strip())
     if not match:
         raise UserError(f"{where}: not an installer line of an ascend-build lock: {text[:80]!r}",
-                        fix="run `ascend-build lock` to write it again")
+                        fix=f"run {commands.suggest('lock')} to write it again")
     return match.group(1), match.group(2)
 
 
@@ -222,7 +222,7 @@ def read(folder: Path) -> Optional[Lock]:
     path = Path(folder) / LOCK_FILE
     if not path.is_file():
         return None
-    fix = "run `ascend-build lock` to make it again (or restore it from version control)"
+    fix = f"run {commands.suggest('lock')} to make it again (or restore it from version control)"
     if path.stat().st_size > MAX_LOCK_BYTES:
         raise UserError(f"{path} has {path.stat().st_size} bytes: no lock is that large", fix=fix, exit_code=1)
     try:
@@ -386,7 +386,7 @@ def _compile(uv: List[str], inputs: Inputs, requirements: Sequence[str], overrid
         except subprocess.TimeoutExpired:
             bounded.check_deadline(waiting_on)  # the command's deadline came first: say that
             raise UserError(f"uv did not resolve cell {inputs.cell} within 15 minutes", exit_code=1,
-                            fix="check the network to the package index, then run `ascend-build lock` again") from None
+                            fix=f"check the network to the package index, then run {commands.suggest('lock', cell=inputs.cell)} again") from None
         if result.returncode != 0:
             tail = "\n  ".join((result.stderr or result.stdout).strip().splitlines()[-12:])
             raise UserError(f"uv could not resolve cell {inputs.cell} for {inputs.platform}, Python {inputs.python}:\n  {tail}",

@@ -35,7 +35,7 @@ from typing import Any, Dict, Iterator, List, Mapping, Optional, Tuple
 
 import yaml
 
-from builder import documents
+from builder import commands, documents
 from builder.build import own_wheel
 from builder.errors import Finding, Location, UserError
 from builder.vocabulary import ARCHS, CHIPS, DEFAULT_IMAGE
@@ -73,7 +73,9 @@ CELL_KEYS: Dict[str, str] = {
     "arch": "CPU architecture or a list of them: " + ", ".join(ARCHS),
     "chip": "NPU chip or a list of them: " + ", ".join(CHIPS),
     "cann": "CANN version, e.g. 8.0.RC3",
-    "driver": "minimum NPU driver (Ascend HDK) the image supports, e.g. 24.1.RC3",
+    "min_driver": "the oldest NPU driver (Ascend HDK) the image declares it runs on, e.g. 24.1.RC3: its min-driver "
+                  "label, which pull/run/doctor compare with a node's driver; not the driver of your nodes "
+                  "(default: the CANN release's minimum)",
     "firmware": "minimum NPU firmware, five numbers, e.g. 7.5.0.1.129",
     "python": "Python version, e.g. \"3.10\" (quote it)",
     "torch": "PyTorch version, e.g. 2.4.0 (default: the one torch_npu pins)",
@@ -94,6 +96,7 @@ CELL_KEYS: Dict[str, str] = {
                 "sha256 with cann_source: {local: DIR}, or cann_source: {image: REF@sha256:...})",
 }
 TOP_KEYS = ("image", "defaults", "cells")
+DEPRECATED_DRIVER_KEY = "driver"  # min_driver's first name
 
 
 @dataclass(frozen=True)
@@ -148,7 +151,8 @@ class Cell:
     def locate(self, key: str) -> Tuple[str, Optional[Location]]:
         """Field path and location of ``key``; a key the cell did not write is located
         at the cell itself (``cells[3].driver`` at the cell's first line)."""
-        return self.fields.get(key, (f"{self.path or self.id}.{key}", self.where))
+        written = "min_driver" if key == "driver" else key  # the Cell's driver is the matrix's min_driver
+        return self.fields.get(key, (f"{self.path or self.id}.{written}", self.where))
 
 
 @dataclass
@@ -158,6 +162,7 @@ class Matrix:
     cells: List[Cell]
     findings: List[Finding]
     files: List[str]
+    refused: List[Cell] = field(default_factory=list)  # cells a rule refuses, left out of a run on other cells
 
 
 # --- YAML with positions ------------------------------------------------------
@@ -255,10 +260,25 @@ class _Collector:
     def error(self, rule: str, message: str, fix: str, where: Location, path: str) -> None:
         self.findings.append(Finding(rule, "error", message, fix, where, path))
 
+    def warning(self, rule: str, message: str, fix: str, where: Location, path: str) -> None:
+        self.findings.append(Finding(rule, "warning", message, fix, where, path))
+
+    def errors(self) -> int:
+        return sum(f.severity == "error" for f in self.findings)
+
 
 def _did_you_mean(key: str, choices) -> str:
-    close = difflib.get_close_matches(key, list(choices), n=1, cutoff=0.6)
-    return f"did you mean '{close[0]}'? " if close else ""
+    """The nearest choice, case aside first (``910B`` is ``910b``, not ``910``).
+
+    Example:
+        >>> _did_you_mean("910B", ("910", "910b", "a3"))
+        "did you mean '910b'? "
+        >>> _did_you_mean("Ubuntu22.4", ("ubuntu22.04", "debian12"))
+        "did you mean 'ubuntu22.04'? "
+    """
+    folded = {c.casefold(): c for c in choices}
+    close = difflib.get_close_matches(key.casefold(), list(folded), n=1, cutoff=0.6)
+    return f"did you mean '{folded[close[0]]}'? " if close else ""
 
 
 def _scalar(val: _Val, path: str, out: _Collector) -> Optional[str]:
@@ -394,8 +414,17 @@ def _own_wheel(val: _Val, path: str, out: _Collector) -> Optional[Tuple[str, str
 def _parse_fields(raw: Dict[str, _Val], path: str, out: _Collector) -> Dict[str, Tuple[object, str, Location]]:
     """Validate one mapping of cell keys; returns key -> (value, field path, location)."""
     parsed: Dict[str, Tuple[object, str, Location]] = {}
+    if DEPRECATED_DRIVER_KEY in raw and "min_driver" in raw:
+        val = raw[DEPRECATED_DRIVER_KEY]
+        out.error("schema-value", f"{path} gives both min_driver and driver (its old name)",
+                  "keep min_driver only", val.key_where or val.where, f"{path}.driver")
     for key, val in raw.items():
         sub = f"{path}.{key}"
+        if key == DEPRECATED_DRIVER_KEY:  # the old name of min_driver: still read, with a warning
+            out.warning("driver-key-renamed", f"{sub} is the old name of min_driver: the oldest driver the "
+                        "image declares it runs on (its min-driver label), not the driver of your nodes",
+                        "rename it to min_driver: (driver: is still read, for now)", val.key_where or val.where, sub)
+            key = "min_driver"
         if key not in CELL_KEYS:
             out.error("schema-unknown-key", f"unknown key {sub}",
                       f"{_did_you_mean(key, CELL_KEYS)}known keys: {', '.join(CELL_KEYS)}", val.key_where or val.where, sub)
@@ -418,7 +447,7 @@ def _parse_fields(raw: Dict[str, _Val], path: str, out: _Collector) -> Dict[str,
             value = _check(val, sub, _NAME, "cell name (lower-case letters, digits, '.', '_', '-')", out)
         elif key == "python":
             value = _check(val, sub, _PYTHON, "Python version (3.X or 3.X.Y, quoted)", out)
-        elif key in ("cann", "driver", "firmware", "torch", "torch_npu"):
+        elif key in ("cann", "min_driver", "firmware", "torch", "torch_npu"):
             value = _check(val, sub, _VERSION, "version", out)
         elif key == "base_image":
             value = _check(val, sub, _IMAGE_REF, "image reference", out)
@@ -438,8 +467,8 @@ def _parse_fields(raw: Dict[str, _Val], path: str, out: _Collector) -> Dict[str,
             value = _pairs(val, sub, _ENV_NAME, _URL, "http(s) URL", out, keys=MIRROR_KEYS)
         else:  # sha256
             value = _pairs(val, sub, _FILE_NAME, _SHA256, "sha256 (64 lower-case hex digits)", out)
-        if value is not None:
-            parsed[key] = (value, sub, val.where)
+        if value is not None:  # min_driver is the Cell's driver (and where findings about it point)
+            parsed["driver" if key == "min_driver" else key] = (value, sub, val.where)
     return parsed
 
 
@@ -504,9 +533,9 @@ def _cells_of(doc: _Val, name: str, out: _Collector) -> Iterator[Cell]:
         raw = _mapping(item, path, out)
         if raw is None:
             continue
-        before = len(out.findings)
+        before = out.errors()
         fields = _merge(defaults, _parse_fields(raw, path, out))
-        if len(out.findings) > before:
+        if out.errors() > before:
             continue
         yield from _expand(fields, image, item.where, path, out)
 
@@ -621,12 +650,17 @@ def select(cells: List[Cell], cann: Optional[str] = None, chip: Optional[str] = 
     from builder import versions
 
     wanted = versions.cann(cann) if cann else None
-    chosen = [c for c in cells
-              if (wanted is None or versions.cann(c.cann) == wanted)
-              and (not chip or c.chip == chip.lower()) and (not arch or c.arch == arch)
-              and (not cell_id or c.id == cell_id)]
+    fitting = [c for c in cells
+               if (wanted is None or versions.cann(c.cann) == wanted)
+               and (not chip or c.chip == chip.lower()) and (not cell_id or c.id == cell_id)]
+    chosen = [c for c in fitting if not arch or c.arch == arch]
     if not chosen:
-        why = f" (--arch defaults to this host's, {arch}: building another arch needs such a host)" if arch_defaulted else ""
-        raise UserError(f"no cell of the matrix matches the selection{why}",
-                        fix="check --cann/--chip/--arch/--cell against `ascend-build list`", exit_code=1)
+        elsewhere = sorted({c.arch for c in fitting})
+        if arch_defaulted and elsewhere:  # another arch builds here too: emulated by qemu
+            raise UserError(f"no cell of the selection is for this host's arch {arch} (--arch defaults to it); "
+                            f"the selection has {', '.join(elsewhere)}", exit_code=1,
+                            fix=f"add --arch {elsewhere[0]}: another arch is built and smoke-tested under qemu "
+                                "on this host (slower), or on a host of that arch")
+        raise UserError("no cell of the matrix matches the selection",
+                        fix=f"check --cann/--chip/--arch/--cell against {commands.suggest('list')}", exit_code=1)
     return chosen

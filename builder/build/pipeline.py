@@ -33,7 +33,7 @@ from typing import Callable, Dict, List, Optional, Tuple
 
 from builder import devices, documents
 from builder.build import plan as planning
-from builder.build import attest, own_wheel, publish, render, stage, wheels
+from builder.build import attest, fetch, oci, own_wheel, publish, render, sbom, stage, wheels
 from builder.build.job import Job, Options, host_arch, prepare
 from builder.build.matrix import Cell
 from builder.engine import BuildFailed, Engine, RunTimeout
@@ -61,6 +61,7 @@ class Outcome:
     message: str = ""
     log: str = ""
     report: str = ""
+    sbom: str = ""                         # the image's CycloneDX SBOM (state folder's sbom/)
     arches: Dict[str, str] = field(default_factory=dict)  # an index's entries: arch -> digest
     attested: Dict[str, str] = field(default_factory=dict)  # pushed ref -> its statements' .att manifest digest
 
@@ -96,11 +97,57 @@ def build_one(cell: Cell, variant: str, options: Options, engine: Engine, say: S
     job = prepare(cell, variant, options)
     out = Outcome(job.plan.cell_id, variant)
     proof = attest.evidence(job) if options.sign_key else None  # the inputs as the build reads them
+    bom = sbom.of(job)
+    sealed = already_sealed(job, engine)
+    if sealed is not None:
+        return reuse_sealed(job, sealed, out, options, engine, say, proof, bom)
     if not build(job, options, engine, say, out):
         return out
     report = smoke_test(job, engine, say, out)
     out = conclude(out, engine, report, job.smoke.tiers, job.smoke.final, job.ref, job.name, options)
-    return attest_pushed(out, report, job.smoke.tiers, job.plan.content_hash, proof, options, say)
+    out.sbom = _keep_sbom(bom, job.name, options.state_dir)
+    return attest_pushed(out, report, job.smoke.tiers, job.plan.content_hash, proof, options, say, bom)
+
+
+def _keep_sbom(bom: Dict, name: str, state: Path) -> str:
+    """Write the image's SBOM into the state folder (``sbom/``, apart from the reports, which
+    tools read as smoke reports); its path."""
+    path = state / "sbom" / f"{name}.cdx.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(bom, indent=2, sort_keys=True) + "\n")
+    return str(path)
+
+
+def already_sealed(job: Job, engine: Engine) -> Optional[Dict]:
+    """The validation report inside the image ``job.ref`` names, when that image is this job's
+    own, sealed already: same cell, variant and content hash, validated. None otherwise (it is
+    built and tested). Removing the tag (``docker rmi``) makes the next run build it again."""
+    if engine.image_id(job.ref) is None:
+        return None
+    labels = engine.labels(job.ref)
+    if (labels.get(Label.VALIDATED) != "true" or labels.get(Label.CONTENT_HASH) != job.plan.content_hash
+            or labels.get(Label.CELL) != job.plan.cell_id or labels.get(Label.VARIANT) != job.variant):
+        return None
+    raw = engine.read_file(job.ref, VALIDATION_REPORT)
+    try:
+        report = documents.load_json((raw or b"").decode("utf-8", errors="replace"), f"{job.ref}'s validation report")
+    except (ValueError, UserError):  # no report, or one past the bounds: build it again
+        return None
+    return report if isinstance(report, dict) and report.get("passed") is True else None
+
+
+def reuse_sealed(job: Job, report: Dict, out: Outcome, options: Options, engine: Engine, say: Say,
+                 proof: Optional[attest.Evidence], bom: Optional[Dict] = None) -> Outcome:
+    """Publish an image sealed by an earlier run as it is: tag, push and attest it, with the
+    report it carries, without building or smoke-testing it again."""
+    say(f"[{job.name}] {job.ref} is this image sealed already (content hash {job.plan.content_hash}, "
+        "passed): not built or smoke-tested again")
+    out.status, out.tiers = "passed", list(report.get("tiers") or [])
+    out.message = "sealed by an earlier run: not built or smoke-tested again"
+    out = tag_and_push(out, engine, engine.image_id(job.ref) or "", job.ref, options)
+    out.sbom = _keep_sbom(bom, job.name, options.state_dir) if bom is not None else ""
+    return attest_pushed(out, report, required_tiers(job.variant, job.plan.cann_only), job.plan.content_hash,
+                         proof, options, say, bom)
 
 
 class _Progress:
@@ -286,10 +333,30 @@ def _apply_tags(engine: Engine, image_id: str, refs: List[str]) -> None:
         raise
 
 
+def preflight(job: Job, options: Options, engine: Engine, say: Say) -> None:
+    """What would fail or mislead the build, found before its first step: the CANN download
+    server unreachable for an installer (a UserError: the build would fetch them only after
+    the OS packages, minutes under qemu), and a ``--base-image`` whose OS is not the cell's
+    (a warning: the image would be labelled with an OS it does not have)."""
+    image = job.image
+    if options.base_image:
+        wanted = str(job.plan.manifests[job.variant]["os"])
+        found = engine.os_release(options.base_image)
+        have = f"{found.get('ID', '')}{found.get('VERSION_ID', '')}".lower()
+        if found and have != wanted:
+            say(f"[{job.name}] warning: --base-image {options.base_image} is {found.get('PRETTY_NAME') or have}, "
+                f"not the cell's {wanted}: the image is labelled {wanted} all the same (fix: a base image "
+                f"of {wanted}, or --twin-os for a stand-in twin labelled as one)")
+    if job.npu and image.cann_source == "installer":
+        for file in image.installers:
+            fetch.reachable(file.url, referer=image.download_referer)
+
+
 def build(job: Job, options: Options, engine: Engine, say: Say, out: Outcome) -> bool:
     """Stage the job's context (its own wheel checked, the lock's wheels fetched natively for
     an emulated arch) and build it: the candidate's ID in ``out``, or why it failed."""
     plan, state = job.plan, options.state_dir
+    preflight(job, options, engine, say)
     # the cell's own torch_npu wheel: its bytes checked before any build starts
     own = ([own_wheel.verified(*plan.own_wheel, downloads=state / "own-wheels")]
            if job.npu and plan.own_wheel else [])
@@ -306,6 +373,7 @@ def build(job: Job, options: Options, engine: Engine, say: Say, out: Outcome) ->
                 out.image_id = engine.build(
                     context, job.image.dockerfile, secrets=secret_files, log_path=Path(out.log),
                     build_args={planning.ALLOW_UNVERIFIED: "1"} if plan.lock_state != "ok" else {},
+                    labels=oci.build_labels(job.matrix_path, job.image.base_image),
                     on_line=_Progress(job.name, say, options.quiet),
                     platform=platform_of(plan.arch) if job.emulated else None)
         except BuildFailed as exc:
@@ -374,11 +442,23 @@ def conclude(out: Outcome, engine: Engine, report: Dict, tiers: Tuple[str, ...],
                         state / "logs" / f"{name}.seal.log")
     else:
         ref, image_id = ref + CANDIDATE_SUFFIX, out.image_id
+    candidate = out.image_id
+    out = tag_and_push(out, engine, image_id, ref, options)
+    if image_id != candidate:  # sealed: the candidate's layers live on in the sealed image
+        engine.remove_if_unnamed(candidate)
+    return out
+
+
+def tag_and_push(out: Outcome, engine: Engine, image_id: str, ref: str, options: Options) -> Outcome:
+    """Name ``image_id`` ``ref`` (and, with a push, its name in the registry) and push it. An
+    image those names leave unnamed (an earlier seal under the same tag, 1-2 GB) is removed,
+    never left dangling; one still named otherwise or in use stays."""
     pushed = f"{options.push.rstrip('/')}/{ref}" if options.push else ""
     refs = [ref] + ([pushed] if pushed else [])
+    before = {found for found in map(engine.image_id, refs) if found and found != image_id}
     _apply_tags(engine, image_id, refs)
-    if image_id != out.image_id:  # sealed: the candidate's layers live on in the sealed image
-        engine.remove_if_unnamed(out.image_id)
+    for old in before:
+        engine.remove_if_unnamed(old)
     out.image_id, out.tags = image_id, refs
     if pushed:
         try:
@@ -390,9 +470,9 @@ def conclude(out: Outcome, engine: Engine, report: Dict, tiers: Tuple[str, ...],
 
 
 def attest_pushed(out: Outcome, report: Dict, tiers: Tuple[str, ...], content_hash: str,
-                  proof: Optional[attest.Evidence], options: Options, say: Say) -> Outcome:
+                  proof: Optional[attest.Evidence], options: Options, say: Say, bom: Optional[Dict] = None) -> Outcome:
     """After the push, with a signing key: attach the signed validation statement (and the
-    provenance, when ``proof`` knows the build's inputs) to every pushed digest.
+    provenance, when ``proof`` knows the build's inputs, and the SBOM ``bom``) to every pushed digest.
 
     Push and attach are one operation to the user: when attaching fails, the outcome fails
     and says what is published without its statements.
@@ -403,7 +483,7 @@ def attest_pushed(out: Outcome, report: Dict, tiers: Tuple[str, ...], content_ha
         if out.status == "candidate":
             say(f"[{out.cell}] not attested: a {CANDIDATE_SUFFIX} image is not validated yet")
         return out
-    statements = attest.statements_for(report, tiers, out.cell, out.variant, content_hash, proof)
+    statements = attest.statements_for(report, tiers, out.cell, out.variant, content_hash, proof, bom)
     for ref, digest in out.digests.items():
         start = time.monotonic()
         try:

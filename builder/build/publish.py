@@ -95,12 +95,23 @@ def read_arch(registry: Registry, repository: str, family: str, variant: str, ar
     try:
         manifest = registry.manifest(repository, tag)
     except LookupError:
-        return None, [f"{repository}:{tag} is not in {registry.name} (it failed, or was never pushed)"]
+        return None, [_absent(registry, repository, tag)]
     if manifest.is_index or manifest.media_type not in IMAGE_TYPES:
         return None, [f"{repository}:{tag} is not a single-arch image manifest ({manifest.media_type})"]
     config = registry.config(repository, manifest)
     image = ArchImage(arch, tag, manifest.digest, manifest.media_type, len(manifest.body), config_labels(config))
     return image, [f"{tag}: {r}" for r in why_not(image, family, variant, str(config.get("architecture", "")))]
+
+
+def _absent(registry: Registry, repository: str, tag: str) -> str:
+    """Why ``tag`` is not there: never pushed, or pushed only as a stand-in (a twin built on
+    another OS, tagged ``<tag>-on-<os>``), which never enters the cell's index."""
+    stand_ins = sorted(t for t in registry.tags(repository) if t.startswith(tag + "-on-"))
+    if stand_ins:
+        return (f"{repository}:{tag} is not in {registry.name}: only the stand-in "
+                f"{', '.join(f'{repository}:{t}' for t in stand_ins)} is (a twin built on another OS than the "
+                "cell's, labelled as one), and a stand-in never enters the cell's index")
+    return f"{repository}:{tag} is not in {registry.name} (it failed, or was never pushed)"
 
 
 def index_body(images: List[ArchImage]) -> Tuple[bytes, str]:

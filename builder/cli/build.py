@@ -6,14 +6,15 @@ Each parses its options, calls the build wing and prints; no logic of its own.
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import sys
 from pathlib import Path
-from typing import List, Optional
+from typing import Callable, List, Optional
 
 import typer
 
-from builder import knowledge
+from builder import commands, knowledge
 from builder.build import checks, lock, matrix, relock, render
 from builder.cli.app import LOCK_DEADLINE, DeadlineOpt, JsonOpt, app, host_arch, interruptible, releases_app, within
 from builder.errors import Finding, UserError
@@ -41,11 +42,39 @@ def _echo_findings(findings: List[Finding]) -> None:
 OutOpt = typer.Option(None, "--out", "-o", help="Folder of the rendered cells and their locks (default: dockerfiles/).")
 
 
-def _load(path: Optional[Path], strict: bool, locks_in: Optional[Path] = None) -> matrix.Matrix:
+def _with_flags(command: Callable) -> Callable:
+    """Run ``command`` with its --matrix and --out remembered, so each fix line it prints
+    suggests a command carrying them (`commands.suggest`)."""
+    @functools.wraps(command)
+    def run(**options):
+        with commands.given(options.get("matrix_path"), options.get("out")):
+            return command(**options)
+    return run
+
+
+def _load(path: Optional[Path], strict: bool, locks_in: Optional[Path] = None,
+          choose: Optional[Callable[[List[matrix.Cell]], List[matrix.Cell]]] = None) -> matrix.Matrix:
     """Load and check the matrix (and, with ``locks_in``, the cells' locks there); exit 1 on
-    errors (printing every finding)."""
+    errors (printing every finding).
+
+    With ``choose`` (a command working on some cells: `lock --cell`, `image`), only the chosen
+    cells must pass: when other cells are refused, ``loaded.cells`` becomes the chosen ones,
+    ``loaded.refused`` the others, named in one warning instead of stopping the run. Schema
+    errors stop it still (`render` and a whole-matrix `lock` need every cell valid).
+    """
     loaded = matrix.load(path or _default("matrix"))
-    findings = loaded.findings + (checks.check(loaded.cells) if not loaded.findings else [])
+    schema_ok = not checks.has_errors(loaded.findings)
+    findings = loaded.findings + (checks.check(loaded.cells) if schema_ok else [])
+    if choose is not None and schema_ok and checks.has_errors(findings):
+        chosen = choose(loaded.cells)
+        picked = {id(c) for c in chosen}
+        refused = [c for c in checks.refused(loaded.cells) if id(c) not in picked]
+        findings = loaded.findings + checks.check(chosen, others=[c for c in loaded.cells if id(c) not in picked])
+        if refused and not checks.has_errors(findings, strict):
+            typer.echo(f"warning: {len(refused)} other cell(s) of the matrix are refused and left out: "
+                       f"{', '.join(c.id for c in refused)}\n  fix: {commands.suggest('validate')} says why; "
+                       "render needs every cell valid", err=True)
+        loaded.cells, loaded.refused = chosen, refused
     if locks_in is not None and not checks.has_errors(findings):
         rows = relock.check(loaded.cells, knowledge.load(), locks_in)
         findings += checks.lock_findings(loaded.cells, {r.cell: (r.state, r.detail) for r in rows})
@@ -60,6 +89,7 @@ def _load(path: Optional[Path], strict: bool, locks_in: Optional[Path] = None) -
 
 
 @app.command("validate")
+@_with_flags
 def validate_command(matrix_path: Optional[Path] = MatrixOpt, strict: bool = StrictOpt,
                      out: Optional[Path] = OutOpt) -> None:
     """Check every cell against the knowledge base of real Ascend releases, and its lock.
@@ -72,6 +102,7 @@ def validate_command(matrix_path: Optional[Path] = MatrixOpt, strict: bool = Str
 
 
 @app.command("render")
+@_with_flags
 def render_command(
     matrix_path: Optional[Path] = MatrixOpt,
     out: Optional[Path] = OutOpt,
@@ -91,7 +122,8 @@ def render_command(
         for line in stale:
             typer.echo(f"stale: {line}", err=True)
         if stale:
-            typer.echo(f"{out} is stale ({len(stale)} path(s)); run `ascend-build render` and commit the result", err=True)
+            typer.echo(f"{out} is stale ({len(stale)} path(s)); run {commands.suggest('render')} and commit the result",
+                       err=True)
             raise typer.Exit(1)
         typer.echo(f"{out} is up to date ({len(rendered)} cells)")
         return
@@ -102,6 +134,7 @@ def render_command(
 
 
 @app.command("lock")
+@_with_flags
 def lock_command(
     matrix_path: Optional[Path] = MatrixOpt,
     out: Optional[Path] = OutOpt,
@@ -121,9 +154,12 @@ def lock_command(
 
     Example: ascend-build lock --cann 7.0.RC1 --wheelhouse /opt/wheels
     """
-    loaded = _load(matrix_path, strict=False)
+    def choose(cells: List[matrix.Cell]) -> List[matrix.Cell]:
+        return matrix.select(cells, cann=cann, cell_id=cell) if (cell or cann) else cells
+
+    loaded = _load(matrix_path, strict=False, choose=choose)
     out = out or _default("dockerfiles")
-    cells = matrix.select(loaded.cells, cann=cann, cell_id=cell) if (cell or cann) else loaded.cells
+    cells = choose(loaded.cells)
     kb = knowledge.load()
     if check:
         rows = relock.check(cells, kb, out)
@@ -136,16 +172,20 @@ def lock_command(
     bad = [r for r in rows if r.state in ("missing", "stale", "failed")]
     incomplete = sum(r.state == "incomplete" for r in rows)
     summary = f"{len(rows) - len(bad) - incomplete} complete, {incomplete} incomplete, {len(bad)} missing/stale/failed"
-    if not check:
+    if not check and loaded.refused:
+        summary += f"; not rendered: {len(loaded.refused)} cell(s) refused (render needs every cell valid)"
+    elif not check:
         written = render.write(render.render_all(loaded.cells, kb, lock.read_all(out, (c.id for c in loaded.cells))), out)
         summary += f"; rendered {len(loaded.cells)} cells into {out} ({len(written.changed)} path(s) changed)"
     typer.echo(summary, err=bool(bad))
     if bad:
-        typer.echo("fix: run `ascend-build lock` (without --check) and commit dockerfiles/", err=True)
+        again = commands.suggest("lock", *(("--cann", cann) if cann else ()), cell=cell)
+        typer.echo(f"fix: run {again} (without --check) and commit {out}", err=True)
         raise typer.Exit(1)
 
 
 @app.command("list")
+@_with_flags
 def list_command(matrix_path: Optional[Path] = MatrixOpt, as_json: bool = JsonOpt) -> None:
     """List the cells with their image tag and content hash.
 
@@ -200,6 +240,7 @@ def _signing_key(path: Optional[Path], push: Optional[str]):
 
 
 @app.command("image")
+@_with_flags
 def image_command(
     cann: Optional[str] = typer.Option(None, "--cann", help="Only cells of this CANN release, e.g. 7.0.RC1."),
     chip: Optional[str] = typer.Option(None, "--chip", help="Only cells for this chip, e.g. 910b."),
@@ -243,9 +284,13 @@ def image_command(
     from builder.build import pipeline
     from builder.engine import Engine
 
-    loaded = _load(matrix_path, strict=False)
-    cells = matrix.select(loaded.cells, cann=cann, chip=chip, arch=arch or host_arch(), cell_id=cell,
-                          arch_defaulted=arch is None)
+    def choose(cells: List[matrix.Cell]) -> List[matrix.Cell]:
+        # a cell id names its arch: only without one does --arch default to this host's
+        defaulted = arch is None and cell is None
+        return matrix.select(cells, cann=cann, chip=chip, arch=host_arch() if defaulted else arch, cell_id=cell,
+                             arch_defaulted=defaulted)
+
+    cells = choose(_load(matrix_path, strict=False, choose=choose).cells)
     has_npu = bool(devices.npu_devices()) and not no_device
     variants = pipeline.variants_for(variant, has_npu)
     if not has_npu and "npu" not in variants:
@@ -338,13 +383,14 @@ def index_command(
 
     with within(deadline):
         outcome = pipeline.index_outcome(registry, repository, family, variant, trust if key is not None else None)
-    _summary([outcome], as_json)
+    _summary([outcome], as_json, index=True)
     if not outcome.ok:
         raise typer.Exit(1)
 
 
-def _summary(outcomes, as_json: bool) -> None:
-    """The end-of-run table: cell, image id, tiers, tags, digest, durations."""
+def _summary(outcomes, as_json: bool, index: bool = False) -> None:
+    """The end-of-run table: cell, image id, tiers, tags, digest, durations; with ``index``,
+    the index's own: its tag, status and the arch images it points at."""
     for o in outcomes:
         if not o.ok:
             typer.echo(f"{o.cell} ({o.variant}): {o.status}: {o.message}", err=True)
@@ -358,18 +404,25 @@ def _summary(outcomes, as_json: bool) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    table = Table(title="ascend-build image")
-    for column in ("image", "status", "image id", "tiers", "tags", "digest", "build s", "smoke s"):
+    table = Table(title="ascend-build index" if index else "ascend-build image")
+    columns = ("index", "status", "arches", "digest") if index else (
+        "image", "status", "image id", "tiers", "tags", "digest", "build s", "smoke s")
+    for column in columns:
         table.add_column(column, overflow="fold")
     for o in outcomes:
+        digests = "\n".join(o.digests.values()) or "-"
+        if index:
+            arches = "\n".join(f"{arch} {digest}" for arch, digest in sorted(o.arches.items())) or "-"
+            table.add_row("\n".join(o.tags) or "-", o.status, arches, digests)
+            continue
         tiers = " ".join(f"{t.get('name')}:{t.get('status')}" for t in o.tiers) or "-"
         table.add_row(release_tag(o.cell, o.variant), o.status, o.image_id[7:19] or "-", tiers,
-                      "\n".join(o.tags) or "-", "\n".join(o.digests.values()) or "-",
-                      f"{o.build_seconds:.1f}", f"{o.smoke_seconds:.1f}")
+                      "\n".join(o.tags) or "-", digests, f"{o.build_seconds:.1f}", f"{o.smoke_seconds:.1f}")
     Console(width=200).print(table)
 
 
 @app.command("ci-matrix")
+@_with_flags
 def ci_matrix_command(
     changed_since: Optional[str] = typer.Option(None, "--changed-since", metavar="REF",
                                                 help="Only cells whose rendered context differs from REF's."),

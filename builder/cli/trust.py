@@ -72,6 +72,11 @@ def _says(found: attached.Found) -> str:
         version = ", ".join(f"{k} {v}" for k, v in (builder.get("version") or {}).items())
         return (f"built by {builder.get('id')} ({version}) from {params.get('matrix')}, cell {params.get('cell')}; "
                 f"{len(build.get('resolvedDependencies') or [])} resolved dependencies")
+    if found.predicate_type == attestation.CYCLONEDX_BOM:
+        components = [c for c in predicate.get("components") or [] if isinstance(c, dict)]
+        return (f"SBOM (CycloneDX {predicate.get('specVersion')}): {len(components)} components, "
+                f"{sum(c.get('type') == 'library' for c in components)} Python distributions of the lock, "
+                f"{sum(c.get('group') == 'CANN' for c in components)} CANN packages")
     return "a statement of a type this tool does not read"
 
 

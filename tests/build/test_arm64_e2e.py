@@ -29,7 +29,7 @@ CLI = Path(sys.executable).with_name("ascend-build")
 REPO_ROOT = Path(__file__).resolve().parents[2]
 # The shipped cell, keys as in matrix/default.yaml (its lock is dockerfiles/<CELL_ID>/requirements.lock).
 CELL = ["os: ubuntu22.04", "env: conda", "cann_source: installer", "cann: 7.0.RC1", "chip: 910b", "arch: aarch64",
-        'python: "3.9"', "torch: 2.1.0", "torch_npu: 2.1.0rc1", "driver: 23.0.RC3"]
+        'python: "3.9"', "torch: 2.1.0", "torch_npu: 2.1.0rc1", "min_driver: 23.0.RC3"]
 
 
 def arm64_ready(engine) -> str:

@@ -97,14 +97,14 @@ def test_cann_mismatch(tmp_path):
 def test_a_later_cann_of_the_same_line_is_a_warning_naming_the_published_pair(tmp_path):
     """vllm-ascend runs torch_npu 2.9.0 (paired with 8.5.0) on CANN 8.5.1."""
     findings, lines, _ = cell_findings(tmp_path, dict(VALID, cann="8.5.1", torch_npu="2.9.0", torch="2.9.0",
-                                                      python="3.11", driver="25.0.RC1"))
+                                                      python="3.11", min_driver="25.0.RC1"))
     f = only(findings, "cann-adjacent")
     assert f.severity == "warning" and (f.field, f.where.line) == ("cells[0].cann", lines[(0, "cann")])
     assert f.message == ("torch_npu 2.9.0 is paired with CANN 8.5.0 (published); CANN 8.5.1 is a later release "
                          "of the same line (8.5), inferred compatible but not published")
     assert by_rule(findings, "cann-mismatch") == []
     older, _, _ = cell_findings(tmp_path, dict(VALID, cann="8.3.RC1", torch_npu="2.9.0", torch="2.9.0",
-                                               python="3.11", driver="25.0.RC1"))
+                                               python="3.11", min_driver="25.0.RC1"))
     assert only(older, "cann-mismatch").severity == "error"  # another line: a contradiction
 
 
@@ -115,7 +115,7 @@ def test_cann_spelling_variants_are_the_same_release(tmp_path):
 
 def test_cann_pairing_unknown_is_a_warning(tmp_path):
     findings, lines, _ = cell_findings(tmp_path, dict(VALID, os="debian12", env="venv", python="3.11",
-                                                      cann="9.1.0", torch_npu="2.13.0", driver="25.2.RC1"))
+                                                      cann="9.1.0", torch_npu="2.13.0", min_driver="25.2.RC1"))
     findings = [f for f in findings if f.rule != "installer-sha256-unknown"]  # 9.1.0's hashes: see that rule
     f = only(findings, "cann-pairing-unknown")
     assert f.severity == "warning"
@@ -129,7 +129,7 @@ def test_cann_pairing_unknown_is_a_warning(tmp_path):
 
 def test_cann_below_what_an_older_torch_npu_needs_is_refused_naming_the_evidence(tmp_path):
     findings, lines, _ = cell_findings(tmp_path, dict(VALID, os="debian12", env="venv", python="3.11",
-                                                      cann="9.0.0", torch_npu="2.13.0", driver="25.0.RC1"))
+                                                      cann="9.0.0", torch_npu="2.13.0", min_driver="25.0.RC1"))
     f = only(findings, "cann-below-inferred")
     assert f.severity == "error"
     assert (f.field, f.where.line) == ("cells[0].cann", lines[(0, "cann")])
@@ -180,16 +180,36 @@ def test_glibc_2_17_wheel_runs_on_ubuntu18(tmp_path):
 
 
 def test_driver_too_old(tmp_path):
-    findings, lines, _ = cell_findings(tmp_path, dict(VALID, driver="23.0.3"))
+    findings, lines, _ = cell_findings(tmp_path, dict(VALID, min_driver="23.0.3"))
     f = only(findings, "driver-too-old")
     assert f.severity == "error"
-    assert (f.field, f.where.line) == ("cells[0].driver", lines[(0, "driver")])
-    assert f.message == "driver 23.0.3 is below 24.1.RC3, the minimum HDK for CANN 8.0.RC3 (its paired HDK 24.1.RC3)"
-    assert f.fix == "set driver: 24.1.RC3 or newer (and upgrade the hosts' driver and firmware to match)"
+    assert (f.field, f.where.line) == ("cells[0].min_driver", lines[(0, "min_driver")])
+    assert f.message.startswith("min_driver 23.0.3 is below 24.1.RC3, the minimum HDK for CANN 8.0.RC3 "
+                                "(its paired HDK 24.1.RC3): min_driver is the oldest driver the image declares it "
+                                "runs on (its min-driver label")
+    assert "not your nodes' driver" in f.message
+    assert f.fix.startswith("leave min_driver out (it follows from CANN: 24.1.RC3), or set min_driver: 24.1.RC3 or newer")
+
+
+def test_the_old_driver_key_still_works_with_a_warning_naming_its_new_name(tmp_path):
+    findings, lines, path = cell_findings(tmp_path, dict(VALID, driver="23.0.3"))
+    renamed = only(findings, "driver-key-renamed")
+    assert renamed.severity == "warning"
+    assert (renamed.field, renamed.where.line) == ("cells[0].driver", lines[(0, "driver")])
+    assert "old name of min_driver" in renamed.message and renamed.fix.startswith("rename it to min_driver:")
+    # the value is still read: the same rule refuses it as under its new name
+    assert only(findings, "driver-too-old").field == "cells[0].driver"
+    assert matrix.load(Path(path)).cells[0].driver == "23.0.3"
+
+
+def test_both_names_of_min_driver_in_one_cell_are_refused(tmp_path):
+    findings, _, _ = cell_findings(tmp_path, dict(VALID, driver="24.1.RC3", min_driver="25.0.RC1"))
+    assert [f.message for f in findings if f.severity == "error"] == [
+        "cells[0] gives both min_driver and driver (its old name)"]
 
 
 def test_newer_driver_runs_older_cann(tmp_path):
-    findings, _, _ = cell_findings(tmp_path, dict(CANN_7, driver="24.1.RC3"))
+    findings, _, _ = cell_findings(tmp_path, dict(CANN_7, min_driver="24.1.RC3"))
     assert by_rule(findings, "driver-too-old") == []
 
 
@@ -197,7 +217,7 @@ def test_driver_rule_is_the_node_rule(tmp_path):
     """validate decides with versions.meets_minimum, as pull, run, doctor and smoke do."""
     assert knowledge.load().min_driver("8.5.0") == "25.0.RC1"  # the floor of min_hdk_line 25.0.X
     for driver in ("25.0.RC1", "25.0.rc1.1", "24.1.RC3", "23.0.3"):
-        cell = dict(VALID, cann="8.5.0", torch_npu="2.8.0.post2", python="3.11", driver=driver)
+        cell = dict(VALID, cann="8.5.0", torch_npu="2.8.0.post2", python="3.11", min_driver=driver)
         findings, _, _ = cell_findings(tmp_path, cell)
         too_old = bool(by_rule(findings, "driver-too-old"))
         assert too_old is (not versions.meets_minimum("hdk", driver, "25.0.RC1")), driver
@@ -209,17 +229,17 @@ def test_driver_missing_when_unknown(tmp_path):
     f = only(findings, "driver-missing")
     assert f.severity == "error"
     # no driver key in the cell: the finding points at the cell itself
-    assert f.field == "cells[0].driver"  # not written: located at the cell, named by its path
+    assert f.field == "cells[0].min_driver"  # not written: located at the cell, named by its path
     assert f.where.line == lines[(0, "os")]
-    assert f.message == "no minimum driver given and none known for CANN 8.4.0"
-    assert f.fix.startswith("set driver: ")
+    assert f.message == "no min_driver given and none known for CANN 8.4.0"
+    assert f.fix.startswith("set min_driver: ")
 
 
 def test_driver_version_syntax(tmp_path):
-    findings, lines, _ = cell_findings(tmp_path, dict(VALID, driver="24.1.xx"))
+    findings, lines, _ = cell_findings(tmp_path, dict(VALID, min_driver="24.1.xx"))
     f = only(findings, "version-syntax")
     assert f.severity == "error"
-    assert (f.field, f.where.line) == ("cells[0].driver", lines[(0, "driver")])
+    assert (f.field, f.where.line) == ("cells[0].min_driver", lines[(0, "min_driver")])
     assert "24.1.xx" in f.message
     assert f.fix
 
@@ -237,7 +257,7 @@ def test_cann_version_syntax(tmp_path):
 def test_firmware_out_of_range(tmp_path):
     kb = knowledge.load()
     assert kb.firmware_range("24.1.RC1") == ("7.0.0", "7.2.99")  # the driver's version.info
-    findings, lines, _ = cell_findings(tmp_path, dict(CANN_7, driver="24.1.RC1", firmware="7.5.0.1.129"))
+    findings, lines, _ = cell_findings(tmp_path, dict(CANN_7, min_driver="24.1.RC1", firmware="7.5.0.1.129"))
     f = only(findings, "firmware-out-of-range")
     assert f.severity == "error"
     assert (f.field, f.where.line) == ("cells[0].firmware", lines[(0, "firmware")])
@@ -247,7 +267,7 @@ def test_firmware_out_of_range(tmp_path):
 
 def test_firmware_in_a_second_recorded_range_is_accepted(tmp_path):
     """Driver 25.0.rc1.1 dumps list [6.4.0,6.4.99] besides [7.0.0,7.7.99]: either range is fine."""
-    cell = dict(VALID, cann="8.1.RC1", torch_npu="2.5.1", python="3.10", driver="25.0.rc1.1")
+    cell = dict(VALID, cann="8.1.RC1", torch_npu="2.5.1", python="3.10", min_driver="25.0.rc1.1")
     findings, _, _ = cell_findings(tmp_path, dict(cell, firmware="6.4.0.4.220"))
     assert by_rule(findings, "firmware-out-of-range") == []
     findings, _, _ = cell_findings(tmp_path, dict(cell, firmware="6.3.0.1.241"))
@@ -258,7 +278,7 @@ def test_firmware_in_a_second_recorded_range_is_accepted(tmp_path):
 
 @pytest.mark.parametrize("firmware", ["7.0.0.1.1", "7.1.0.6.220", "7.2.99.9.999"])
 def test_firmware_in_range(tmp_path, firmware):
-    findings, _, _ = cell_findings(tmp_path, dict(CANN_7, driver="24.1.RC1", firmware=firmware))
+    findings, _, _ = cell_findings(tmp_path, dict(CANN_7, min_driver="24.1.RC1", firmware=firmware))
     assert by_rule(findings, "firmware-out-of-range") == []
 
 
@@ -438,32 +458,32 @@ def test_an_unlisted_cann_must_be_verifiable(tmp_path):
 
 
 def test_a_driver_no_hdk_release_names_is_refused_naming_the_nearest(tmp_path):
-    findings, lines, _ = cell_findings(tmp_path, dict(VALID, driver="24.1.RC4"))
+    findings, lines, _ = cell_findings(tmp_path, dict(VALID, min_driver="24.1.RC4"))
     f = only(findings, "driver-unknown")
-    assert f.severity == "error" and (f.field, f.where.line) == ("cells[0].driver", lines[(0, "driver")])
+    assert f.severity == "error" and (f.field, f.where.line) == ("cells[0].min_driver", lines[(0, "min_driver")])
     assert f.message == "driver 24.1.RC4 is no HDK release the knowledge base knows (nearest: 24.1.RC3, 24.1.0)"
     assert "unlisted: true" in f.fix
-    findings, _, _ = cell_findings(tmp_path, dict(VALID, driver="24.1.RC4", unlisted="true"))
+    findings, _, _ = cell_findings(tmp_path, dict(VALID, min_driver="24.1.RC4", unlisted="true"))
     assert only(findings, "driver-unlisted").severity == "warning" and by_rule(findings, "driver-unknown") == []
 
 
 @pytest.mark.parametrize("driver", ["24.1.RC3", "24.1.rc3", "25.2.1", "25.0.RC1.1"])
 def test_a_named_release_or_one_of_a_supported_line_is_known(tmp_path, driver):
     """Named by an observed pair or a pairing (either spelling), or inside a line release notes support (25.2.X)."""
-    findings, _, _ = cell_findings(tmp_path, dict(VALID, driver=driver))
+    findings, _, _ = cell_findings(tmp_path, dict(VALID, min_driver=driver))
     assert by_rule(findings, "driver-unknown") == []
 
 
 def test_a_firmware_nothing_vouches_for_is_refused(tmp_path):
     """Driver 25.2.1 is known by its line, but no version.info range of it is: a firmware never
     seen shipping is an error; one seen shipping passes; unlisted: true makes it a warning."""
-    findings, lines, _ = cell_findings(tmp_path, dict(VALID, driver="25.2.1", firmware="7.5.0.1.130"))
+    findings, lines, _ = cell_findings(tmp_path, dict(VALID, min_driver="25.2.1", firmware="7.5.0.1.130"))
     f = only(findings, "firmware-unknown")
     assert f.severity == "error" and (f.field, f.where.line) == ("cells[0].firmware", lines[(0, "firmware")])
     assert f.message.startswith("firmware 7.5.0.1.130: no range is known for driver 25.2.1")
-    findings, _, _ = cell_findings(tmp_path, dict(VALID, driver="25.2.1", firmware="7.5.0.1.129"))
+    findings, _, _ = cell_findings(tmp_path, dict(VALID, min_driver="25.2.1", firmware="7.5.0.1.129"))
     assert by_rule(findings, "firmware-unknown") == []
-    findings, _, _ = cell_findings(tmp_path, dict(VALID, driver="25.2.1", firmware="7.5.0.1.130", unlisted="true"))
+    findings, _, _ = cell_findings(tmp_path, dict(VALID, min_driver="25.2.1", firmware="7.5.0.1.130", unlisted="true"))
     assert only(findings, "firmware-unlisted").severity == "warning"
 
 
@@ -746,7 +766,7 @@ SHAPE_CASES = {
     "torch-npu-unpublished": [dict(CANN_7, torch_npu="2.1.0.post5")],
     "torch-mismatch": [dict(CANN_7, torch="2.2.0")],
     "cann-mismatch": [dict(CANN_7, torch_npu="2.4.0")],
-    "cann-adjacent": [dict(VALID, cann="8.5.1", python="3.11", torch_npu="2.9.0", driver="25.0.RC1")],
+    "cann-adjacent": [dict(VALID, cann="8.5.1", python="3.11", torch_npu="2.9.0", min_driver="25.0.RC1")],
     "cann-downstream": [dict(VALID, cann="8.0.0", torch_npu="2.5.1")],
     "cann-pairing-unknown": [dict(VALID, os="debian12", cann="9.1.0", python="3.11", torch_npu="2.13.0", env="venv")],
     "cann-below-inferred": [dict(VALID, os="debian12", cann="9.0.0", python="3.11", torch_npu="2.13.0", env="venv")],
@@ -758,14 +778,15 @@ SHAPE_CASES = {
     "installer-unknown": [dict(VALID, cann="8.4.0")],
     "installer-sha256-unknown": [A3_LOCAL],
     "driver-missing": [dict(VALID, cann="8.4.0")],
-    "driver-too-old": [dict(VALID, driver="23.0.3")],
-    "driver-downstream": [dict(VALID, cann="8.2.RC1", torch_npu="2.5.1.post1", python="3.10", driver="24.1.RC3")],
-    "driver-unknown": [dict(VALID, driver="24.1.RC4")],
-    "driver-unlisted": [dict(VALID, driver="24.1.RC4", unlisted=True)],
-    "version-syntax": [dict(VALID, driver="24.1.xx")],
-    "firmware-out-of-range": [dict(CANN_7, driver="24.1.RC1", firmware="7.5.0.1.129")],
-    "firmware-unknown": [dict(VALID, driver="25.2.1", firmware="7.5.0.1.130")],
-    "firmware-unlisted": [dict(VALID, driver="25.2.1", firmware="7.5.0.1.130", unlisted=True)],
+    "driver-too-old": [dict(VALID, min_driver="23.0.3")],
+    "driver-downstream": [dict(VALID, cann="8.2.RC1", torch_npu="2.5.1.post1", python="3.10", min_driver="24.1.RC3")],
+    "driver-key-renamed": [dict(VALID, driver="24.1.RC3")],
+    "driver-unknown": [dict(VALID, min_driver="24.1.RC4")],
+    "driver-unlisted": [dict(VALID, min_driver="24.1.RC4", unlisted=True)],
+    "version-syntax": [dict(VALID, min_driver="24.1.xx")],
+    "firmware-out-of-range": [dict(CANN_7, min_driver="24.1.RC1", firmware="7.5.0.1.129")],
+    "firmware-unknown": [dict(VALID, min_driver="25.2.1", firmware="7.5.0.1.130")],
+    "firmware-unlisted": [dict(VALID, min_driver="25.2.1", firmware="7.5.0.1.130", unlisted=True)],
     "chip-unsupported": [dict(VALID, arch="aarch64", chip="a3")],
     "python-no-wheel": [dict(VALID, cann="8.0.RC2", python="3.11", torch_npu="2.3.1")],
     "glibc-too-old": [dict(VALID, os="ubuntu18.04", cann="8.3.RC1", torch_npu="2.7.1")],

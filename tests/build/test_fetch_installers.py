@@ -134,3 +134,23 @@ def test_an_index_page_that_trickles_stops_at_the_commands_deadline():
         server.shutdown()
     assert "the command's deadline of 2 s passed" in late.value.message
     assert time.monotonic() - started < 10
+
+
+# --- before any build step: the download server is asked first (issue 26) ----------------------
+
+
+def test_a_reachable_installer_passes_the_probe_and_is_asked_for_one_byte(release_folder):
+    folder, seen = release_folder
+    fetch.reachable(folder + "Ascend-cann-toolkit_9.1.0_linux-x86_64.run", referer="https://www.hiascend.com/")
+    assert seen == ["https://www.hiascend.com/"]
+    with pytest.raises(UserError, match="the download server answered HTTP 404; nothing was built"):
+        fetch.reachable(folder + "missing.run", referer="")
+
+
+def test_an_unreachable_download_server_is_a_clear_error_at_once():
+    server, port = hr.serve(BaseHTTPRequestHandler)
+    server.shutdown()
+    server.server_close()  # nothing listens on the port now
+    with pytest.raises(UserError, match="the download server cannot be reached") as caught:
+        fetch.reachable(f"http://127.0.0.1:{port}/x.run", referer="", timeout=5)
+    assert "cann_source: {local: DIR}" in caught.value.fix

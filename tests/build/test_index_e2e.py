@@ -180,3 +180,42 @@ def test_image_push_indexes_a_cell_once_its_last_arch_is_in_the_registry_fake_np
     assert index.status == "passed", index.message
     assert index.arches == {"x86_64": list(x86.digests.values())[0], "aarch64": arm_digest}
     assert index.tags == [f"{registry.host}/{repository}:{family()}"]
+
+
+@pytest.mark.engine
+def test_index_tells_a_pushed_stand_in_twin_from_a_missing_one_under_its_own_title(engine, registry, creds, tmp_path):
+    """The aarch64 twin was built on a stand-in OS (`--twin-os`), so it is pushed as
+    <family>-aarch64-cpu-on-debian11, never as <family>-aarch64-cpu: the index is refused
+    naming it as a stand-in, not as "failed, or was never pushed"; the table is the index's."""
+    from builder.vocabulary import CPU, required_tiers, stand_in_tag
+
+    repository = f"ascend-build-test/index-{uuid.uuid4().hex[:8]}"
+    refs = []
+    for arch, stand_in in (("x86_64", ""), ("aarch64", "built on debian11 as the OS of the cell cannot be had here")):
+        cell = cell_of(arch)
+        labels = dict(plan.labels(cell, CPU, render.content_hash(cell), stand_in=stand_in))
+        labels.update({"io.ascend-build.validated": "true", "io.ascend-build.validated-device": "cpu",
+                       "io.ascend-build.validated-tiers": ",".join(required_tiers(CPU, False))})
+        folder = tmp_path / arch
+        folder.mkdir()
+        base, platform = BASES[arch]
+        (folder / "Dockerfile").write_text(f"FROM {base}\n")
+        image = engine.build(folder, labels=labels, log_path=folder / "build.log", platform=platform)
+        tag = stand_in_tag(cell.id, "debian11") if stand_in else f"{cell.id}-cpu"
+        refs.append(f"{registry.host}/{repository}:{tag}")
+        engine.tag(image, refs[-1])
+        engine.push(refs[-1], username=registry.username, password=registry.password)
+    try:
+        done = subprocess.run([CLI, "index", f"{registry.host}/{repository}:{family()}-cpu"], capture_output=True,
+                              text=True, timeout=300, env={**os.environ, **creds, "COLUMNS": "200"})
+    finally:
+        for ref in refs:
+            engine.untag(ref)
+    assert done.returncode == 1
+    assert (f"{repository}:{family()}-aarch64-cpu is not in {registry.host}: only the stand-in "
+            f"{repository}:{family()}-aarch64-cpu-on-debian11 is (a twin built on another OS than the cell's, "
+            "labelled as one), and a stand-in never enters the cell's index") in done.stderr
+    assert "never pushed" not in done.stderr
+    title, header = done.stdout.splitlines()[:2][0].strip(), done.stdout.splitlines()[2]
+    assert title == "ascend-build index"
+    assert [c.strip() for c in header.strip("┃ ").split("┃")] == ["index", "status", "arches", "digest"]

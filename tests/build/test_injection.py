@@ -43,7 +43,7 @@ FIELDS = {
     "arch": "x86_64",
     "chip": "910b",
     "cann": "8.0.RC3",
-    "driver": "24.1.RC3",
+    "min_driver": "24.1.RC3",
     "firmware": "7.5.0.1.129",
     "python": "3.10",
     "torch": "2.4.0",

@@ -20,7 +20,7 @@ from builder.build import matrix
 
 DEMO = next(c for c in matrix.load(SHIPPED_MATRIX).cells if c.id == "cann9.1.0-910b-debian12-py3.11-torch_npu2.13.0-x86_64")
 CELL = {"os": "debian12", "arch": "x86_64", "chip": "910b", "cann": "9.1.0", "python": "3.11", "torch_npu": "2.13.0",
-        "env": "venv", "driver": "25.2.RC1"}
+        "env": "venv", "min_driver": "25.2.RC1"}
 
 
 def sha256(path) -> str:

@@ -25,6 +25,7 @@ Tests that fake NPU presence carry ``fake_npu`` in their name: no NPU exists her
 from __future__ import annotations
 
 import base64
+import calendar
 import json
 import os
 import platform
@@ -65,6 +66,8 @@ CELL = {"cann": "9.1.0", "chip": "910b", "arch": "x86_64", "os": "debian12", "en
 def _torch_wheel() -> Optional[Path]:
     return next(iter(sorted(WHEELHOUSE.glob("torch-2.13.0*cp311*x86_64.whl"))), None) if WHEELHOUSE.is_dir() else None
 
+
+REMOTE_SECRET = "s3cret-in-the-remote-url"
 
 needs_build = pytest.mark.skipif(
     platform.machine() != "x86_64" or _torch_wheel() is None or not CLI.exists(),
@@ -206,8 +209,13 @@ def twin(engine, base_image, registry, session_images, tmp_path_factory) -> Twin
         pytest.skip("needs an x86_64 host, the torch 2.13.0 cp311 wheel in /opt/wheels and the ascend-build script")
     work = tmp_path_factory.mktemp("twin")
     state = work / "state"
+    matrix_file = write_matrix(work, REPO)
+    # the team's checkout: its remote URL carries a credential that must never reach the image
+    for args in (["init", "-q"], ["remote", "add", "origin", f"https://ci:{REMOTE_SECRET}@example.invalid/team/images.git"],
+                 ["add", matrix_file.name], ["-c", "user.name=t", "-c", "user.email=t@example.invalid", "commit", "-qm", "m"]):
+        subprocess.run(["git", "-C", str(work), *args], check=True, capture_output=True)
     start = time.monotonic()
-    result = run_cli(image_args(write_matrix(work, REPO), state, base_image, "--variant", "cpu",
+    result = run_cli(image_args(matrix_file, state, base_image, "--variant", "cpu",
                                 "--push", registry.host), cwd=work,
                      ASCEND_BUILD_REGISTRY_USER=registry.username,
                      ASCEND_BUILD_REGISTRY_PASSWORD=registry.password)
@@ -292,6 +300,22 @@ def test_cpu_twin_passes_is_sealed_tagged_pushed_and_pulled_by_digest(engine, re
     assert labels["io.ascend-build.validated-tiers"] == ",".join(vocabulary.TIERS)
     assert labels["io.ascend-build.validated-device"] == "cpu"
     assert labels["io.ascend-build.content-hash"] == report["content_hash"]
+
+
+@pytest.mark.engine
+def test_cpu_twin_carries_the_oci_build_labels(engine, twin):
+    """created, source, revision and base.name come in at build time (the rendered Dockerfile
+    stays the same bytes) and the seal keeps them; the remote's credential is not among them."""
+    labels = engine.labels(twin.release)
+    commit = subprocess.run(["git", "-C", str(twin.state.parent), "rev-parse", "HEAD"], capture_output=True,
+                            text=True, check=True).stdout.strip()
+    assert labels["org.opencontainers.image.source"] == "https://example.invalid/team/images"
+    assert labels["org.opencontainers.image.revision"] == commit
+    assert labels["org.opencontainers.image.base.name"] == "local/debian:12"
+    built = calendar.timegm(time.strptime(labels["org.opencontainers.image.created"], "%Y-%m-%dT%H:%M:%SZ"))
+    assert 0 <= time.time() - built < twin.seconds + 3600
+    assert labels["org.opencontainers.image.version"] == f"{CELL_ID}-cpu"
+    assert REMOTE_SECRET not in json.dumps(engine.client.images.get(twin.release).attrs)
 
 
 @pytest.mark.engine

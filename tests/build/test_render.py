@@ -934,7 +934,9 @@ def test_render_check_fails_after_a_hand_edit(copy):
     result = _check(args)
     assert result.exit_code == 1
     assert f"stale: {target} (differs)" in result.output
-    assert f"{out} is stale (1 path(s)); run `ascend-build render` and commit the result" in result.output
+    # the fix carries the run's --matrix and --out: pasted, it renders the same folder
+    assert (f"{out} is stale (1 path(s)); run `ascend-build render {' '.join(args)}` and commit the result"
+            in result.output)
 
 
 def test_render_check_fails_on_a_leftover_folder(copy):

@@ -1,0 +1,127 @@
+"""The OCI standard labels only the build can know: when, from which source and revision.
+
+The rendered Dockerfile's LABEL block carries what follows from the cell (``title``,
+``description``, ``version`` and the ``io.ascend-build.*`` labels), so the same matrix
+renders the same bytes. What differs per build comes in as ``--label`` at build time
+(`build_labels`), and the seal step inherits it:
+
+* ``CREATED`` (``created`` under the OCI prefix): now, RFC 3339 in UTC (``SOURCE_DATE_EPOCH`` when set, as
+  reproducible builds expect);
+* ``SOURCE`` and ``REVISION``: the repository the matrix file is in and
+  its commit (``-dirty`` when tracked files changed), from GitHub Actions' variables when
+  they are set, else from git; a URL's user and password are never kept;
+* ``BASE_NAME``: the base image the build started from.
+
+Example:
+    >>> public_url("https://ci:s3cret@example.invalid/team/images.git")
+    'https://example.invalid/team/images'
+    >>> public_url("git@example.invalid:team/images.git")
+    'https://example.invalid/team/images'
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import time
+import urllib.parse
+from pathlib import Path
+from typing import Dict, Mapping, Optional, Tuple
+
+from builder.vocabulary import OCI_PREFIX
+
+# Only the build knows these: kept out of vocabulary.Label, whose keys the rendered files (and the
+# vocabulary.py copied into every image) carry, so adding one re-renders nothing.
+CREATED = OCI_PREFIX + "created"
+SOURCE = OCI_PREFIX + "source"
+REVISION = OCI_PREFIX + "revision"
+BASE_NAME = OCI_PREFIX + "base.name"
+
+_SCP_LIKE = re.compile(r"^(?:[A-Za-z0-9._-]+@)?([A-Za-z0-9.-]+):(?!//)(.+)$")  # git@host:org/repo.git
+
+
+def public_url(remote: str) -> str:
+    """A git remote as a browsable https URL without credentials ("" when it is no URL).
+
+    Parameters
+    ----------
+    remote: what ``git remote get-url`` prints: https://[user[:password]@]host/path[.git],
+        ssh://[user@]host/path or user@host:path.
+    """
+    remote = remote.strip()
+    scp = _SCP_LIKE.match(remote)
+    if scp and "://" not in remote:
+        host, path = scp.groups()
+    else:
+        parts = urllib.parse.urlsplit(remote)
+        if parts.scheme not in ("http", "https", "ssh", "git") or not parts.hostname:
+            return ""
+        host = parts.hostname + (f":{parts.port}" if parts.port and parts.scheme in ("http", "https") else "")
+        path = parts.path
+    path = path.strip("/")
+    path = path[:-4] if path.endswith(".git") else path
+    return f"https://{host}/{path}" if path else ""
+
+
+def _git(folder: Path, *args: str) -> Optional[str]:
+    try:
+        done = subprocess.run(["git", "-C", str(folder), *args], capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return done.stdout.strip() if done.returncode == 0 else None
+
+
+def git_head(folder: Path) -> Tuple[str, bool]:
+    """The commit checked out where ``folder`` is and whether tracked files changed ("" when
+    ``folder`` is in no git checkout).
+
+    Parameters
+    ----------
+    folder: any folder inside the checkout.
+    """
+    commit = _git(folder, "rev-parse", "HEAD") or ""
+    dirty = bool(commit and _git(folder, "status", "--porcelain", "--untracked-files=no"))
+    return commit, dirty
+
+
+def source_and_revision(folder: Path, env: Mapping[str, str] = os.environ) -> Tuple[str, str]:
+    """Where the source of an image built from ``folder``'s matrix is, and its revision.
+
+    Parameters
+    ----------
+    folder: the matrix file's folder.
+    env: the environment (GitHub Actions sets GITHUB_SERVER_URL, GITHUB_REPOSITORY, GITHUB_SHA).
+    """
+    if env.get("GITHUB_REPOSITORY") and env.get("GITHUB_SHA"):
+        server = env.get("GITHUB_SERVER_URL") or "https://github.com"
+        return public_url(f"{server}/{env['GITHUB_REPOSITORY']}"), env["GITHUB_SHA"]
+    commit, dirty = git_head(folder)
+    remote = _git(folder, "remote", "get-url", "origin") if commit else None
+    return public_url(remote or ""), commit + ("-dirty" if dirty else "") if commit else ""
+
+
+def created(env: Mapping[str, str] = os.environ, now: Optional[float] = None) -> str:
+    """RFC 3339 UTC time of the build: ``SOURCE_DATE_EPOCH`` when set, else ``now``.
+
+    Example:
+        >>> created({"SOURCE_DATE_EPOCH": "1700000000"})
+        '2023-11-14T22:13:20Z'
+    """
+    epoch = env.get("SOURCE_DATE_EPOCH", "").strip()
+    moment = int(epoch) if epoch.isdigit() else int(time.time() if now is None else now)
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(moment))
+
+
+def build_labels(matrix_file: str, base_image: str, env: Mapping[str, str] = os.environ) -> Dict[str, str]:
+    """The labels listed above, for a build from ``matrix_file`` on
+    ``base_image``; a value that cannot be known here is left out, never guessed.
+
+    Parameters
+    ----------
+    matrix_file: the matrix file the cell was read from ("" when unknown: the current folder).
+    base_image: the reference the build starts from.
+    """
+    source, revision = source_and_revision(Path(matrix_file).resolve().parent if matrix_file else Path.cwd(), env)
+    labels = {CREATED: created(env), SOURCE: source, REVISION: revision, BASE_NAME: base_image}
+    return {k: v for k, v in labels.items() if v}
