@@ -267,20 +267,21 @@ def test_reference_structure(reference):
     # CANN's twelve lines (LD_LIBRARY_PATH in four, PATH in two), the Python step's two, and five of env_vars
     # (the cell's two, the field guide's three: torch_npu 2.4.0 takes the allocator default).
     # No lock: the unverified step and torch_npu's, each an ARG (the build arg that allows
-    # them) and a RUN; nothing of a lock to COPY.
+    # them) and a RUN; nothing of a lock to COPY. Every image: the driver guard (a COPY, the RUN
+    # that links it, and two ENV of what it checks).
     assert _counts(reference["conda", False]["Dockerfile"].decode()) == \
-        {"ARG": 3, "FROM": 4, "RUN": 7, "ENV": 19, "COPY": 3, "LABEL": 1}
+        {"ARG": 3, "FROM": 4, "RUN": 8, "ENV": 21, "COPY": 4, "LABEL": 1}
     assert _counts(reference["conda", False]["Dockerfile.cpu"].decode()) == \
-        {"ARG": 2, "FROM": 2, "RUN": 3, "ENV": 7, "COPY": 3, "LABEL": 1}
+        {"ARG": 2, "FROM": 2, "RUN": 4, "ENV": 9, "COPY": 4, "LABEL": 1}
     # The lock: the verified closure (a RUN), torch without sha256 (ARG and RUN), torch_npu
     # verified (a RUN), and the lock copied into the image; uv, which installs the verified
     # steps, in a stage of its own (a FROM and a RUN; the twin then starts its image anew, a FROM);
     # below the chip's package, the mount points from a stage of their own (a FROM, a RUN, a COPY),
     # so the verified torch_npu layer above it is the same on every chip.
     assert _counts(reference["conda", True]["Dockerfile"].decode()) == \
-        {"ARG": 2, "FROM": 6, "RUN": 10, "ENV": 19, "COPY": 5, "LABEL": 1}
+        {"ARG": 2, "FROM": 6, "RUN": 11, "ENV": 21, "COPY": 6, "LABEL": 1}
     assert _counts(reference["conda", True]["Dockerfile.cpu"].decode()) == \
-        {"ARG": 2, "FROM": 4, "RUN": 5, "ENV": 7, "COPY": 4, "LABEL": 1}
+        {"ARG": 2, "FROM": 4, "RUN": 6, "ENV": 9, "COPY": 5, "LABEL": 1}
     for (env, locked), files in reference.items():
         assert "torch==" in files["lock.unverified.txt"].decode(), (env, locked)
         assert ("lock.closure.txt" in files) is locked and ("requirements.lock" in files) is locked
