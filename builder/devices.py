@@ -29,7 +29,17 @@ DRIVER_MOUNTS = (
     "/usr/local/dcmi",
     "/usr/local/bin/npu-smi",
     "/usr/local/sbin/npu-smi",
+    # HCCL reads the NPUs' NIC addresses from hccn.conf and the chips' links from the driver's topo;
+    # neither the device plugin nor Ascend Docker Runtime (its base.list) mounts them.
+    "/etc/hccn.conf",
+    "/usr/local/Ascend/driver/topo",
 )
+# Those of DRIVER_MOUNTS that are folders (the rest are files), for mounts that must say which
+# (a Kubernetes hostPath of type Directory/File, which never creates what is missing).
+DRIVER_DIRECTORIES = frozenset({"/usr/local/Ascend/driver/lib64", "/usr/local/dcmi", "/usr/local/Ascend/driver/topo"})
+# Where npu-smi sits on some hosts only (ascend-facts.md): mounted where it exists (`run`), left
+# out where the node cannot be looked at beforehand (a Kubernetes pool).
+SOME_HOSTS_ONLY = frozenset({"/usr/local/sbin/npu-smi"})
 
 
 def npu_devices(root: Path = Path("/")) -> List[int]:

@@ -84,20 +84,10 @@ def pull_command(
     wanted = chooser.Wanted(cann=cann, torch=torch, python=python, variant=variant)
     address, repository = chooser.split_registry(registry, DEFAULT_IMAGE)
     reg = Registry(address)
-
-    def trust(image) -> str:
-        return policy.trusted(reg, repository, image.digest, image.labels, key, require)
-
     with within(deadline):
-        best, rejected = chooser.choose(chooser.listing(reg, repository, node.arch), node, wanted,
-                                        trust if key is not None else None)
+        best, rejected = chooser.pick(reg, repository, node, wanted, key, require)
         if best is None:
-            typer.echo(f"no image in {address}/{repository} fits this node "
-                       f"(arch {node.arch}, chip {node.chip or 'unknown'}, driver {node.driver or 'unknown'}, "
-                       f"firmware {node.firmware or 'unknown'}):", err=True)
-            typer.echo(chooser.format_rejections(rejected) or "  (no tags)", err=True)
-            for tip in chooser.suggestions(rejected, node, wanted):
-                typer.echo(f"  fix: {tip}", err=True)
+            typer.echo(chooser.refusal(f"{address}/{repository}", node, rejected, wanted), err=True)
             raise typer.Exit(1)
         ref, moved = chooser.fetch(Engine.connect(), reg, repository, best, node.arch)
     verified = (f"its validation statement verifies with {trust_key} (--require {require})" if key is not None

@@ -37,6 +37,9 @@ class Node:
     chip: Optional[str]
     driver: Optional[str]
     firmware: Optional[str]
+    # Requirements not checked here ("firmware"), because nothing can show them before the container
+    # starts: Kubernetes node labels carry no firmware unless `host --nfd` wrote it. The caller says so.
+    unchecked: Tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -74,7 +77,7 @@ def why_not(info: ImageInfo, node: Node, wanted: Wanted) -> List[str]:
         reasons.append(f"Python {labels.get(Label.PYTHON)}, not {wanted.python}")
     for what, kind, have, need in (("driver", "hdk", node.driver, labels.get(Label.MIN_DRIVER)),
                                    ("firmware", "firmware", node.firmware, labels.get(Label.MIN_FIRMWARE))):
-        if not need:
+        if not need or what in node.unchecked:
             continue
         if not have:
             reasons.append(f"node {what} unknown; requires {need}")
@@ -117,15 +120,18 @@ def choose(infos: List[ImageInfo], node: Node, wanted: Wanted,
     return best, rejected
 
 
-def suggestions(rejected: List[Tuple[ImageInfo, List[str]]], node: Node, wanted: Wanted) -> List[str]:
-    """What would make something fit: a driver/firmware upgrade, or another CANN."""
+def suggestions(rejected: List[Tuple[ImageInfo, List[str]]], node: Node, wanted: Wanted,
+                retry: str = "ascend-build pull", subject: str = "this node") -> List[str]:
+    """What would make something fit: a driver/firmware upgrade, or another CANN (``retry``: the
+    command to run again with it; ``subject``: what the advice is about, for one node or a pool)."""
     out = []
     host_only = [info for info, reasons in rejected
                  if reasons and all(r.startswith(("driver", "firmware", "node driver", "node firmware")) for r in reasons)]
     if host_only:
         drivers = sorted({i.labels.get(Label.MIN_DRIVER, "") for i in host_only} - {""}, key=versions.hdk)
         firmwares = sorted({i.labels.get(Label.MIN_FIRMWARE, "") for i in host_only} - {""}, key=versions.firmware)
-        line = f"upgrade the node's driver to {drivers[0]} or newer" if drivers else "upgrade the node's driver"
+        whose = "the node's" if subject == "this node" else "every node's"
+        line = f"upgrade {whose} driver to {drivers[0]} or newer" if drivers else f"upgrade {whose} driver"
         if firmwares:
             line += f" and its firmware to {firmwares[0]} or newer (same Ascend HDK release)"
         out.append(line)
@@ -135,13 +141,56 @@ def suggestions(rejected: List[Tuple[ImageInfo, List[str]]], node: Node, wanted:
                        if not why_not(i, node, other) and not any(r.startswith(TRUST_REFUSED) for r in reasons)} - {""},
                       key=versions.cann)
         if fits:
-            out.append("another CANN fits this node: " + ", ".join(fits)
-                       + f" (ascend-build pull --cann {fits[-1]})")
+            out.append(f"another CANN fits {subject}: " + ", ".join(fits) + f" ({retry} --cann {fits[-1]})")
     return out
 
 
 def format_rejections(rejected: List[Tuple[ImageInfo, List[str]]]) -> str:
     return "\n".join(f"  {info.tag}: " + "; ".join(reasons) for info, reasons in rejected)
+
+
+def pick(registry: Registry, repository: str, node: Node, wanted: Wanted, key=None,
+         require: str = "any") -> Tuple[Optional[ImageInfo], List[Tuple[ImageInfo, List[str]]]]:
+    """The choice `pull` and `k8s job` both make: every image of ``repository`` for ``node.arch``,
+    the best that fits ``node`` and ``wanted``, and every rejected one with its reasons.
+
+    With a public ``key`` (`builder.signing.load_public`), an image fitting on its labels is a
+    candidate only when its signed validation statement verifies and says ``require`` passed.
+
+    Parameters:
+        registry, repository: where the images are (``split_registry`` of ``--registry``).
+        node: what the node, or the weakest node of a pool, offers.
+        wanted: the CANN/torch/Python/variant asked for.
+        key, require: ``--trust-key`` and ``--require`` (``builder.policy``).
+
+    Example:
+        >>> best, rejected = pick(Registry("127.0.0.1:5000"), "ascend-build/pytorch", node, Wanted(cann="8.0.RC3"))  # doctest: +SKIP
+    """
+    from builder import policy
+
+    def trust(image: ImageInfo) -> str:
+        return policy.trusted(registry, repository, image.digest, image.labels, key, require)
+
+    return choose(listing(registry, repository, node.arch), node, wanted, trust if key is not None else None)
+
+
+def refusal(where: str, node: Node, rejected: List[Tuple[ImageInfo, List[str]]], wanted: Wanted,
+            subject: str = "this node", retry: str = "ascend-build pull", detail: str = "") -> str:
+    """The "nothing fits" text: what was looked at, why each image does not fit, and which upgrade
+    or other CANN would (``where``: registry/repository; ``subject``: "this node" or "the pool",
+    ``detail``: said before the node's facts; ``retry``: the command the advice names).
+
+    Example:
+        >>> print(refusal("r:5000/p", Node("aarch64", "910b", "24.1.RC3", None), [], Wanted()))
+        no image in r:5000/p fits this node (arch aarch64, chip 910b, driver 24.1.RC3, firmware unknown):
+          (no tags)
+    """
+    firmware_unknown = "not checked" if "firmware" in node.unchecked else "unknown"
+    lines = [f"no image in {where} fits {subject} ({detail}arch {node.arch}, chip {node.chip or 'unknown'}, "
+             f"driver {node.driver or 'unknown'}, firmware {node.firmware or firmware_unknown}):",
+             format_rejections(rejected) or "  (no tags)"]
+    lines += [f"  fix: {tip}" for tip in suggestions(rejected, node, wanted, retry, subject)]
+    return "\n".join(lines)
 
 
 def split_registry(value: str, default_repository: str) -> Tuple[str, str]:

@@ -14,14 +14,13 @@ import os
 import subprocess
 import sys
 import uuid
-from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
-from builder.build import matrix, plan, render
 from builder.node.pull import Node, Wanted, choose, fetch, listing
 from builder.registry import Registry
+from helpers_images import cell_8_0_rc3, labelled_image, pipeline_labels
 from helpers_node import SMI_910B3, make_node
 
 CLI = [str(Path(sys.executable).with_name("ascend-build"))]
@@ -54,27 +53,6 @@ def test_host_text_on_an_empty_root_reports_unknowns(tmp_path):
 
 
 # --- images with the pipeline's labels -----------------------------------------------------
-
-
-def cell_8_0_rc3(**over) -> matrix.Cell:
-    loaded = matrix.load(ROOT / "matrix")
-    base = next(c for c in loaded.cells if c.cann == "8.0.RC3" and c.arch == "x86_64")
-    return replace(base, **over)
-
-
-def pipeline_labels(cell: matrix.Cell, validated: bool = True, variant: str = "npu") -> dict:
-    labels = dict(plan.labels(cell, variant, render.content_hash(cell)))
-    if validated:
-        labels.update({"io.ascend-build.validated": "true", "io.ascend-build.validated-device": "npu",
-                       "io.ascend-build.validated-tiers": "versions,libraries,import,device,train,collective"})
-    return labels
-
-
-def labelled_image(engine, base_image, tmp_path, labels: dict) -> str:
-    folder = tmp_path / f"ctx-{uuid.uuid4().hex[:8]}"
-    folder.mkdir()
-    (folder / "Dockerfile").write_text(f"FROM {base_image}\n")
-    return engine.build(folder, labels=labels, log_path=folder / "build.log")
 
 
 @pytest.fixture

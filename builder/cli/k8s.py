@@ -1,0 +1,104 @@
+"""The Kubernetes commands: `k8s job` prints a manifest for the validated image that fits a node pool.
+
+It parses its options, calls `builder.node.pull`'s choice and `builder.k8s`, and prints; no logic of its own.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from builder.cli.app import DeadlineOpt, app, host_arch, within
+from builder.cli.node import RequireOpt, RootOpt, TrustKeyOpt, _trust_key
+from builder.errors import UserError
+from builder.vocabulary import DEFAULT_IMAGE, Label
+
+k8s_app = typer.Typer(no_args_is_help=True, help="Kubernetes manifests for the validated image that fits a node pool.")
+app.add_typer(k8s_app, name="k8s")
+
+KINDS = ("job", "volcano")
+
+
+@k8s_app.command("job", context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
+def job_command(
+    ctx: typer.Context,
+    registry: str = typer.Option(..., "--registry", help="HOST[:PORT][/REPOSITORY] the images are in."),
+    cann: Optional[str] = typer.Option(None, "--cann", help="The CANN release wanted, e.g. 8.0.RC3."),
+    npus: int = typer.Option(..., "--npus", help="NPUs per pod (the device plugin's resource, limits = requests)."),
+    chip: Optional[str] = typer.Option(None, "--chip", help="Run on this chip's nodes of --nodes only (910b, a3, ...)."),
+    nodes: Optional[Path] = typer.Option(None, "--nodes", metavar="FILE",
+                                         help="`kubectl get nodes -o json` output: the pool (default: this host)."),
+    kind: str = typer.Option("job", "--kind", metavar="job|volcano",
+                             help="A batch/v1 Job (one pod), or a Volcano Job over --nodes-count nodes."),
+    nodes_count: int = typer.Option(1, "--nodes-count", help="--kind volcano: pods, one per node, N NPUs each."),
+    name: str = typer.Option("ascend-train", "--name", help="The job's name."),
+    shm_size: str = typer.Option("16Gi", "--shm-size", help="Size limit of the in-memory /dev/shm."),
+    torch: Optional[str] = typer.Option(None, "--torch", help="Pin torch (default: the newest that fits)."),
+    python: Optional[str] = typer.Option(None, "--python", help="Pin Python, e.g. 3.10."),
+    trust_key: Optional[Path] = TrustKeyOpt,
+    require: str = RequireOpt,
+    root: Path = RootOpt,
+    deadline: Optional[float] = DeadlineOpt,
+) -> None:
+    """Print (YAML) a Job for the validated image that fits every node of the pool, pinned by digest (`-- CMD...`).
+
+    The pool is --nodes (its lowest driver decides) or this host. Nothing fits: why, and which
+    upgrade would, on stderr, exit 1, nothing on stdout.
+
+    Example: kubectl get nodes -o json > nodes.json; ascend-build k8s job --registry registry.example:5000
+    --cann 8.0.RC3 --npus 8 --nodes nodes.json -- torchrun --nproc_per_node 8 train.py
+    """
+    from builder import policy
+    from builder.k8s import job, pod, pool, render, volcano
+    from builder.node import host as host_probe
+    from builder.node import pull as chooser
+    from builder.registry import Registry
+
+    if kind not in KINDS:
+        raise UserError(f"--kind {kind!r} is none of {', '.join(KINDS)}", fix="--kind job or --kind volcano")
+    if nodes_count != 1 and kind != "volcano":
+        raise UserError("--nodes-count is for --kind volcano (a batch/v1 Job here runs one pod)",
+                        fix="add --kind volcano, or leave --nodes-count out")
+    job.check_name(name)
+    policy.check_requirement(require)
+    key = _trust_key(trust_key)
+    if nodes is not None:
+        try:
+            text = nodes.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            raise UserError(f"--nodes {nodes}: cannot read it ({exc})", fix="write it with: kubectl get nodes -o json > nodes.json") from None
+        found = pool.read_pool(text, str(nodes), chip)
+    else:
+        info = host_probe.probe(root=root, run_npu_smi=True)
+        found = pool.host_pool(info, info.arch or host_arch(), chip)
+    if kind == "volcano" and nodes is not None and nodes_count > len(found.names):
+        raise UserError(f"--nodes-count {nodes_count}: the pool has {len(found.names)} node(s) and each pod needs its own",
+                        fix=f"--nodes-count {len(found.names)} or fewer", exit_code=1)
+    for left in found.left_out:
+        typer.echo(f"note: left out (--chip {chip}): {left}", err=True)
+    wanted = chooser.Wanted(cann=cann, torch=torch, python=python)
+    address, repository = chooser.split_registry(registry, DEFAULT_IMAGE)
+    subject = "this node" if nodes is None else "the pool"
+    with within(deadline):
+        best, rejected = chooser.pick(Registry(address), repository, found.node, wanted, key, require)
+    if best is None:
+        typer.echo(chooser.refusal(f"{address}/{repository}", found.node, rejected, wanted, subject,
+                                   "ascend-build k8s job", pool.describe(found)), err=True)
+        raise typer.Exit(1)
+    if "firmware" in found.node.unchecked and best.labels.get(Label.MIN_FIRMWARE):
+        typer.echo(f"note: firmware not checked: not every node carries a firmware label; the image needs "
+                   f"{best.labels[Label.MIN_FIRMWARE]} or newer (`ascend-build host --nfd` labels it)", err=True)
+    spec = pod.PodSpec(image=f"{address}/{repository}@{best.digest}", chip=best.labels.get(Label.CHIP) or found.node.chip or "",
+                       arch=found.node.arch, npus=npus, command=tuple(ctx.args),
+                       min_driver=best.labels.get(Label.MIN_DRIVER, ""), chip_values=found.chip_values,
+                       drivers=found.drivers, shm_size=shm_size)
+    annotations = {"ascend-build.io/image-tag": best.tag, "ascend-build.io/min-driver": spec.min_driver}
+    manifest = (job.job(name, spec, annotations) if kind == "job"
+                else volcano.volcano_job(name, spec, nodes_count, annotations))
+    verified = (f"its validation statement verifies with {trust_key} (--require {require})" if key is not None
+                else "chosen on its labels alone: no --trust-key, no statement checked")
+    header = [f"ascend-build k8s job: {best.tag} for {pool.describe(found)}arch {found.node.arch}, chip {found.node.chip}, "
+              f"driver {found.node.driver} or newer", verified]
+    typer.echo(render.render(manifest, header), nl=False)

@@ -1,0 +1,171 @@
+"""The Pod template every manifest shares: what makes a pod run the validated image safely.
+
+- ``image``: the validated image **by digest**, so what runs is what was checked.
+- ``command``: the user's command behind the image's driver guard (``GUARD_PATH``), so the
+  check of the mounted driver's ``version.info`` holds even when Kubernetes starts the pod.
+- ``resources``: the device plugin's resource for the chip, limits = requests = N.
+- ``affinity``: only nodes of the image's arch and chip whose driver is at least the image's
+  minimum: on ascend-build's driver ordinal label (``Gt`` ordinal - 1, since selectors compare
+  only integers) or on MindCluster's driver label being one of the pool's versions that suffice.
+  Each chip label key (current and deprecated) gets its own terms: terms are ORed.
+- ``volumes``: read-only hostPath mounts of what neither the device plugin nor Ascend Docker
+  Runtime provides (`builder.devices.DRIVER_MOUNTS`, as `run` mounts them), and a memory-backed
+  ``/dev/shm`` (the container runtime's default is 64 MiB, which HCCL and dataloaders starve on).
+- ``env``: what PyTorch's HCCL process group reads, named as MindCluster's Ascend Operator
+  injects them for PyTorch (MASTER_ADDR, MASTER_PORT, WORLD_SIZE, RANK, LOCAL_WORLD_SIZE).
+  ``ASCEND_VISIBLE_DEVICES`` is not set: the device plugin's Allocate answer sets it; an empty
+  one from a missing annotation would mount no NPU.
+
+Example:
+    >>> spec = PodSpec(image="r/p@sha256:" + "0" * 64, chip="910b", arch="aarch64", npus=8,
+    ...                command=("python", "train.py"), min_driver="24.1.RC3",
+    ...                chip_values=("910B3",), drivers=("24.1.RC3",))
+    >>> pod_spec(spec, hccl_env(8, 1, "localhost"))["containers"][0]["command"]
+    ['/usr/local/bin/ascend-driver-guard', 'python', 'train.py']
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any, Dict, List, Tuple, Union
+
+from builder import devices, versions
+from builder.errors import UserError
+from builder.node import labels as keys
+
+# The driver guard inside every NPU image (helper "node" builds it): checks the mounted driver's
+# version.info against the image's requirement, then execs the command.
+GUARD_PATH = "/usr/local/bin/ascend-driver-guard"
+
+# The Ascend Device Plugin's resource per chip (Ascend/mind-cluster, ascend-common/api/default_name.go:
+# huawei.com/Ascend910 for 910, 910B and A3; huawei.com/Ascend310P; docs/en/release_notes.md: the
+# Atlas 350/850/950 products request huawei.com/npu).
+NPU_RESOURCES = {"910": "huawei.com/Ascend910", "910b": "huawei.com/Ascend910", "a3": "huawei.com/Ascend910",
+                 "310p": "huawei.com/Ascend310P", "950": "huawei.com/npu"}
+
+# Ascend Operator's MASTER_PORT default for PyTorch jobs (its "ascendjob-port").
+MASTER_PORT = 2222
+CONTAINER = "main"
+SHM_VOLUME = "dshm"
+
+Env = List[Dict[str, Any]]
+
+
+@dataclass(frozen=True)
+class PodSpec:
+    """What the Pod template is made of: the image by digest and what it needs of a node."""
+
+    image: str
+    chip: str
+    arch: str
+    npus: int
+    command: Tuple[str, ...]
+    min_driver: str
+    chip_values: Tuple[str, ...]
+    drivers: Tuple[str, ...]
+    shm_size: str = "16Gi"
+    mounts: Tuple[str, ...] = tuple(p for p in devices.DRIVER_MOUNTS if p not in devices.SOME_HOSTS_ONLY)
+
+
+def resource(chip: str) -> str:
+    """The device plugin's resource name for ``chip``.
+
+    >>> resource("910b"), resource("310p")
+    ('huawei.com/Ascend910', 'huawei.com/Ascend310P')
+    """
+    try:
+        return NPU_RESOURCES[chip]
+    except KeyError:
+        raise UserError(f"no Ascend device plugin resource is known for chip {chip!r}",
+                        fix=f"one of {', '.join(NPU_RESOURCES)}") from None
+
+
+def volume_name(path: str) -> str:
+    """A DNS-1123 label for a host path: ``/etc/hccn.conf`` -> ``etc-hccn-conf``.
+
+    >>> volume_name("/usr/local/Ascend/driver/lib64")
+    'usr-local-ascend-driver-lib64'
+    """
+    return re.sub(r"[^a-z0-9]+", "-", path.lower()).strip("-")[:63]
+
+
+def driver_floor(min_driver: str) -> versions.AscendVersion:
+    """The lowest HDK version the image's min-driver label stands for (a line name's first release)."""
+    floor = versions.minimum("hdk", min_driver)
+    if floor is None:
+        raise UserError(f"the image's minimum driver {min_driver!r} is not an HDK version or line",
+                        fix="rebuild the image with ascend-build (it writes the label)", exit_code=1)
+    return floor
+
+
+def affinity(spec: PodSpec) -> Dict[str, Any]:
+    """Required node affinity: arch AND chip AND driver at least the image's minimum.
+
+    ``nodeSelectorTerms`` are ORed and a term's expressions ANDed, so each chip label key
+    (current, deprecated) times each way to show the driver (the ordinal label, MindCluster's
+    version label, its deprecated key) is one term.
+    """
+    floor = driver_floor(spec.min_driver)
+    sufficient = [d for d in spec.drivers if versions.meets_minimum("hdk", d, spec.min_driver)]
+    driver_tests: List[Dict[str, Any]] = [
+        {"key": keys.DRIVER_ORDINAL_LABEL, "operator": "Gt", "values": [str(versions.driver_ordinal(floor) - 1)]}]
+    if sufficient:
+        driver_tests += [{"key": key, "operator": "In", "values": sufficient} for key in keys.DRIVER_VERSION_LABELS]
+    arch = {"key": keys.KUBE_ARCH_LABEL, "operator": "In", "values": [keys.KUBE_ARCH_VALUES[spec.arch]]}
+    terms = [{"matchExpressions": [arch, {"key": chip_key, "operator": "In", "values": list(spec.chip_values)}, test]}
+             for chip_key in keys.CHIP_LABELS for test in driver_tests]
+    return {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": terms}}}
+
+
+def hccl_env(npus: int, nodes: int, master_addr: str, rank: Union[int, Dict[str, Any]] = 0) -> Env:
+    """The variables PyTorch's HCCL process group reads, as Ascend Operator names them for PyTorch:
+    ``WORLD_SIZE`` all NPUs of the job, ``RANK`` this pod's node rank, ``LOCAL_WORLD_SIZE`` its NPUs.
+
+    ``rank`` is a number, or a ``valueFrom`` (a Volcano pod's task index).
+
+    >>> [(e["name"], e.get("value")) for e in hccl_env(8, 2, "job-worker-0.job")]
+    [('MASTER_ADDR', 'job-worker-0.job'), ('MASTER_PORT', '2222'), ('WORLD_SIZE', '16'), ('RANK', '0'), ('LOCAL_WORLD_SIZE', '8')]
+    """
+    rank_var: Dict[str, Any] = {"name": "RANK", "valueFrom": rank} if isinstance(rank, dict) else {"name": "RANK", "value": str(rank)}
+    return [{"name": "MASTER_ADDR", "value": master_addr}, {"name": "MASTER_PORT", "value": str(MASTER_PORT)},
+            {"name": "WORLD_SIZE", "value": str(npus * nodes)}, rank_var,
+            {"name": "LOCAL_WORLD_SIZE", "value": str(npus)}]
+
+
+def volumes(spec: PodSpec) -> Tuple[List[Dict[str, Any]], List[Dict[str, Any]]]:
+    """(volumes, volumeMounts): read-only hostPaths of the driver files, and ``/dev/shm`` in memory.
+
+    A hostPath says File or Directory, so a node without the path fails the pod's start with the
+    path named, instead of the runtime creating an empty folder in its place on the node.
+    """
+    vols: List[Dict[str, Any]] = []
+    mounts: List[Dict[str, Any]] = []
+    for path in spec.mounts:
+        kind = "Directory" if path in devices.DRIVER_DIRECTORIES else "File"
+        vols.append({"name": volume_name(path), "hostPath": {"path": path, "type": kind}})
+        mounts.append({"name": volume_name(path), "mountPath": path, "readOnly": True})
+    vols.append({"name": SHM_VOLUME, "emptyDir": {"medium": "Memory", "sizeLimit": spec.shm_size}})
+    mounts.append({"name": SHM_VOLUME, "mountPath": "/dev/shm"})
+    return vols, mounts
+
+
+def pod_spec(spec: PodSpec, env: Env, ports: Tuple[int, ...] = ()) -> Dict[str, Any]:
+    """The Pod spec: one container running ``spec.command`` behind the driver guard."""
+    if spec.npus < 1:
+        raise UserError(f"--npus {spec.npus}: a training pod needs at least one NPU", fix="--npus 1 (or 2, 4, 8, 16)")
+    if not spec.command:
+        raise UserError("no command to run", fix="put it after --, e.g. -- torchrun --nproc_per_node 8 train.py")
+    name = resource(spec.chip)
+    vols, mounts = volumes(spec)
+    container: Dict[str, Any] = {
+        "name": CONTAINER,
+        "image": spec.image,
+        "command": [GUARD_PATH, *spec.command],
+        "env": env,
+        "resources": {"limits": {name: spec.npus}, "requests": {name: spec.npus}},
+        "volumeMounts": mounts,
+    }
+    if ports:
+        container["ports"] = [{"name": "ascendjob-port", "containerPort": port} for port in ports]
+    return {"restartPolicy": "Never", "affinity": affinity(spec), "containers": [container], "volumes": vols}

@@ -1,0 +1,99 @@
+"""What the k8s tests share: the fixture node lists, Kubernetes' node affinity rules, the schemas."""
+
+from __future__ import annotations
+
+import copy
+import json
+from pathlib import Path
+from typing import Any, Dict, List
+
+import jsonschema
+import kubernetes_validate
+import yaml
+
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
+CLUSTER = FIXTURES / "k8s" / "cluster.json"
+POOL_910B = FIXTURES / "k8s" / "pool-910b.json"
+VOLCANO_CRD = FIXTURES / "volcano" / "batch.volcano.sh_jobs.yaml"
+# The oldest and newest Kubernetes kubernetes-validate carries schemas for, and some between.
+K8S_VERSIONS = ("1.25.0", "1.28.0", "1.31.0", "1.34.0", "1.37.0")
+
+
+def nodes(path: Path) -> List[Dict[str, Any]]:
+    return json.loads(path.read_text())["items"]
+
+
+def _int64(text: str):
+    """strconv.ParseInt(text, 10, 64) as the scheduler reads a Gt/Lt value; None when it fails."""
+    try:
+        value = int(text, 10)
+    except ValueError:
+        return None
+    return value if -2 ** 63 <= value < 2 ** 63 and text.strip() == text and "_" not in text else None
+
+
+def expression_matches(expr: Dict[str, Any], labels: Dict[str, str]) -> bool:
+    """One nodeSelectorRequirement, as Kubernetes evaluates it (k8s.io/component-helpers nodeaffinity)."""
+    key, op, values = expr["key"], expr["operator"], expr.get("values", [])
+    present = key in labels
+    if op == "In":
+        return present and labels[key] in values
+    if op == "NotIn":
+        return not present or labels[key] not in values
+    if op == "Exists":
+        return present
+    if op == "DoesNotExist":
+        return not present
+    if op in ("Gt", "Lt"):
+        assert len(values) == 1, "Gt/Lt take exactly one value"
+        have, bound = (_int64(labels[key]) if present else None), _int64(values[0])
+        if have is None or bound is None:
+            return False
+        return have > bound if op == "Gt" else have < bound
+    raise AssertionError(f"unknown operator {op}")
+
+
+def admitted(pod_spec: Dict[str, Any], cluster: List[Dict[str, Any]]) -> List[str]:
+    """Names of the nodes the pod's required node affinity admits: terms ORed, expressions ANDed,
+    an empty term admits nothing."""
+    terms = pod_spec["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
+    out = []
+    for node in cluster:
+        labels = node["metadata"]["labels"]
+        if any(term.get("matchExpressions") and all(expression_matches(e, labels) for e in term["matchExpressions"])
+               for term in terms):
+            out.append(node["metadata"]["name"])
+    return out
+
+
+def validate_k8s(manifest: Dict[str, Any]) -> None:
+    """Against Kubernetes' own OpenAPI schemas, strict (unknown fields are errors), for each version."""
+    for version in K8S_VERSIONS:
+        kubernetes_validate.validate(manifest, version, strict=True)
+
+
+def _closed(schema: Any) -> Any:
+    """The CRD schema with unknown fields refused: Kubernetes prunes them silently, which would hide a typo."""
+    if isinstance(schema, dict):
+        schema = {k: _closed(v) for k, v in schema.items()}
+        if "properties" in schema and "additionalProperties" not in schema \
+                and not schema.get("x-kubernetes-preserve-unknown-fields"):
+            schema["additionalProperties"] = False
+    elif isinstance(schema, list):
+        schema = [_closed(v) for v in schema]
+    return schema
+
+
+def volcano_schema() -> Dict[str, Any]:
+    crd = yaml.safe_load(VOLCANO_CRD.read_text())
+    version = next(v for v in crd["spec"]["versions"] if v["name"] == "v1alpha1")
+    return _closed(copy.deepcopy(version["schema"]["openAPIV3Schema"]))
+
+
+def validate_volcano(manifest: Dict[str, Any]) -> None:
+    """Against Volcano's Job CRD (v1alpha1), and its Pod template against Kubernetes' Pod schema too."""
+    jsonschema.validate(manifest, volcano_schema())
+    for task in manifest["spec"]["tasks"]:
+        pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", **task["template"].get("metadata", {})},
+               "spec": task["template"]["spec"]}
+        validate_k8s(pod)

@@ -1,0 +1,122 @@
+"""Reading a node pool from `kubectl get nodes -o json`: MindCluster's labels, the lowest driver, bad input."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from helpers_k8s import CLUSTER, POOL_910B, nodes
+
+from builder.errors import UserError
+from builder.k8s.pool import describe, node_facts, read_pool
+from builder.node.labels import DRIVER_ORDINAL_LABEL, DRIVER_VERSION_LABELS
+from builder.versions import driver_ordinal
+
+
+def as_list(items) -> str:
+    return json.dumps({"apiVersion": "v1", "kind": "List", "items": items})
+
+
+def test_the_fixture_ordinals_are_the_drivers_ordinals():
+    # the fixtures stand for what `host --nfd` writes; they must not drift from driver_ordinal
+    for node in nodes(CLUSTER):
+        labels = node["metadata"]["labels"]
+        if DRIVER_ORDINAL_LABEL in labels:
+            driver = next(labels[k] for k in DRIVER_VERSION_LABELS if k in labels)
+            assert labels[DRIVER_ORDINAL_LABEL] == str(driver_ordinal(driver))
+
+
+def test_the_lowest_driver_of_the_pool_decides():
+    pool = read_pool(POOL_910B.read_text(), "pool-910b.json")
+    assert pool.node.driver == "24.1.RC3" and pool.weakest == "npu-b"
+    assert (pool.node.arch, pool.node.chip) == ("x86_64", "910b")
+    assert pool.names == ("npu-a", "npu-b", "npu-c")
+    assert pool.chip_values == ("910B3", "910B4") and pool.drivers == ("24.1.RC3", "25.0.RC1", "25.2.0")
+    assert describe(pool) == "3 nodes, lowest driver on npu-b; "
+
+
+def test_deprecated_keys_alone_are_read():
+    facts = node_facts(nodes(CLUSTER)[1], "cluster.json")  # npu-b: an older device plugin's keys only
+    assert (facts.name, facts.chip, facts.chip_label, facts.driver) == ("npu-b", "910b", "910B3", "24.1.RC3")
+
+
+def test_firmware_is_unchecked_unless_every_node_carries_its_label():
+    pool = read_pool(POOL_910B.read_text(), "pool-910b.json")
+    assert pool.node.firmware is None and pool.node.unchecked == ("firmware",)
+    only_a = read_pool(as_list(nodes(POOL_910B)[:1]), "a.json")
+    assert only_a.node.firmware == "7.7.0.1.231" and only_a.node.unchecked == ()
+
+
+def test_mixed_chips_are_refused_naming_each_chips_nodes():
+    with pytest.raises(UserError) as info:
+        read_pool(CLUSTER.read_text(), "cluster.json")
+    assert info.value.message == ("cluster.json: the nodes have 2 chips (310p: npu-d; 910b: npu-a, npu-b, npu-c, npu-e); "
+                                  "an image is built for one chip")
+    assert "--chip 310p" in info.value.fix and info.value.exit_code == 1
+
+
+def test_chip_splits_the_pool_and_names_the_nodes_left_out():
+    pool = read_pool(CLUSTER.read_text(), "cluster.json", chip="910b")
+    assert pool.names == ("npu-a", "npu-b", "npu-c", "npu-e") and pool.left_out == ("npu-d: chip 310p",)
+    assert pool.node.driver == "23.0.RC3" and pool.weakest == "npu-e"
+    small = read_pool(CLUSTER.read_text(), "cluster.json", chip="310p")
+    assert small.names == ("npu-d",) and small.node.chip == "310p"
+
+
+def test_a_chip_no_node_has_is_refused():
+    with pytest.raises(UserError, match="no node has chip a3 .the nodes have 310p, 910b."):
+        read_pool(CLUSTER.read_text(), "cluster.json", chip="a3")
+    with pytest.raises(UserError, match="--chip '910B' is none of"):
+        read_pool(CLUSTER.read_text(), "cluster.json", chip="910B")
+
+
+def test_mixed_archs_are_refused():
+    items = nodes(POOL_910B)
+    items[2]["metadata"]["labels"]["kubernetes.io/arch"] = "arm64"
+    with pytest.raises(UserError, match=r"2 archs \(aarch64: npu-c; x86_64: npu-a, npu-b\)"):
+        read_pool(as_list(items), "f.json")
+
+
+def test_host_arch_is_read_when_kubernetes_arch_is_absent():
+    item = nodes(POOL_910B)[0]
+    del item["metadata"]["labels"]["kubernetes.io/arch"]
+    item["metadata"]["labels"]["host-arch"] = "huawei-arm"
+    assert node_facts(item, "f").arch == "aarch64"
+
+
+@pytest.mark.parametrize("text, message", [
+    ("{not json", "f.json: not JSON"),
+    ("[]", "f.json: not a list of nodes (kind None"),
+    (json.dumps({"kind": "PodList", "items": []}), "kind 'PodList'"),
+    (json.dumps({"kind": "List", "items": []}), "f.json: the list has no nodes"),
+    (json.dumps({"kind": "List", "items": [{"kind": "Pod", "metadata": {"name": "p"}}]}), "holds Pod, not only Nodes"),
+    (json.dumps({"kind": "List", "items": [{"kind": "Node", "metadata": {}}]}), "a node without metadata.name"),
+])
+def test_bad_input_is_a_clear_error(text, message):
+    with pytest.raises(UserError) as info:
+        read_pool(text, "f.json")
+    assert message in info.value.message and "kubectl get nodes" in info.value.fix
+
+
+@pytest.mark.parametrize("label, value, message", [
+    ("huawei.com/npu.chip.name", "Ascend310B4", "node npu-c: huawei.com/npu.chip.name=Ascend310B4 names no chip"),
+    ("huawei.com/npu.driver.version", "24.1", "node npu-c: huawei.com/npu.driver.version=24.1 is not an HDK driver version"),
+    ("kubernetes.io/arch", "riscv64", "node npu-c: kubernetes.io/arch=riscv64 is no arch"),
+    ("ascend-build.io/npu.firmware.version", "7.5", "node npu-c: ascend-build.io/npu.firmware.version=7.5 is not"),
+])
+def test_an_unreadable_label_names_the_node_the_label_and_the_value(label, value, message):
+    item = nodes(POOL_910B)[2]
+    item["metadata"]["labels"][label] = value
+    with pytest.raises(UserError) as info:
+        read_pool(as_list([item]), "f.json")
+    assert message in info.value.message
+
+
+def test_a_node_without_npu_labels_is_named_with_each_label_missing():
+    control = {"kind": "Node", "metadata": {"name": "control-1", "labels": {"kubernetes.io/arch": "amd64"}}}
+    with pytest.raises(UserError) as info:
+        read_pool(as_list(nodes(POOL_910B) + [control]), "f.json")
+    assert info.value.message == (
+        "f.json: node control-1: no chip label (huawei.com/npu.chip.name or node.kubernetes.io/npu.chip.name); "
+        "no driver label (huawei.com/npu.driver.version or huawei.com/driver.version)")
+    assert "kubectl get nodes -l huawei.com/npu.chip.name -o json" in info.value.fix
