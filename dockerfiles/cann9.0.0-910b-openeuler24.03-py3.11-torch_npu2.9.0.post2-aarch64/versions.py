@@ -68,6 +68,7 @@ __all__ = [
     "AscendVersion",
     "VersionError",
     "cann",
+    "driver_ordinal",
     "firmware",
     "hdk",
     "hdk_line_floor",
@@ -349,6 +350,49 @@ def firmware(text: str) -> AscendVersion:
       fix: write it in one of these forms: five numeric fields A.B.C.D.E (7.5.0.1.129)
     """
     return parse(text, "firmware")
+
+
+# Decimal digits of each field of an HDK key in `driver_ordinal`, most significant first:
+# major, minor, stage (T < RC < release), RC or Z number, .k patch, .bNNN build. 17 digits in all,
+# so every ordinal is below 10**17 < 2**63: Kubernetes parses a `Gt`/`Lt` value as a 64-bit integer.
+_ORDINAL_WIDTHS = (3, 3, 1, 3, 3, 4)
+_ORDINAL_FIELDS = ("major", "minor", "stage", "RC or release number", ".k patch", ".bNNN build")
+
+
+def driver_ordinal(version: Union[AscendVersion, str]) -> int:
+    """An integer for an HDK (NPU driver) version that orders as the versions do.
+
+    Kubernetes label selectors cannot compare dotted versions, but ``Gt``/``Lt`` compare
+    integers: a node labelled with its driver's ordinal can be selected by "driver at
+    least X" as ``Gt: ordinal(X) - 1``. The ordinal packs the version's sort key into
+    fixed-width decimal fields, so ``a < b`` exactly when ``driver_ordinal(a) <
+    driver_ordinal(b)`` and equal versions (``24.1.rc3``, ``24.1.RC3``) get one ordinal.
+    A field wider than its width (a major above 999, a build above 9999; no HDK has
+    come near) raises `VersionError` rather than wrap around.
+
+    Parameters:
+        version: an HDK version, parsed or as text (``24.1.RC3``, ``26.1.0.b083``).
+
+    Examples:
+    >>> driver_ordinal("24.1.RC3")
+    2400110030000000
+    >>> driver_ordinal("24.1.rc3") == driver_ordinal("24.1.RC3") < driver_ordinal("24.1.0")
+    True
+    >>> driver_ordinal("26.1.0") < driver_ordinal("26.1.0.b083") < driver_ordinal("26.1.0.1")
+    True
+    """
+    v = version if isinstance(version, AscendVersion) else hdk(version)
+    if v.kind != "hdk":
+        raise TypeError(f"{v.kind} version {v.text!r} has no driver ordinal")
+    ordinal = 0
+    for value, width, field in zip(v.key, _ORDINAL_WIDTHS, _ORDINAL_FIELDS):
+        if value >= 10 ** width:
+            raise VersionError(
+                f"HDK version {v.text!r} does not fit a driver ordinal: its {field} {value} has more than {width} digits",
+                "no released Ascend driver has such a field; check the version (npu-smi info prints it)",
+                text=v.text, kind="hdk")
+        ordinal = ordinal * 10 ** width + value
+    return ordinal
 
 
 def _hdk_alternatives(line: str) -> List[Tuple[AscendVersion, bool]]:

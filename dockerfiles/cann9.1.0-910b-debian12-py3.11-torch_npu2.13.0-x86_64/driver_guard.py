@@ -57,6 +57,7 @@ REFUSED = 78
 MAX_READ = 64 * 1024  # a version.info is a few hundred bytes
 
 Decision = namedtuple("Decision", "run lines")
+KIND = {"driver": "hdk", "firmware": "firmware"}  # versions.py's name of each
 
 
 def _refusal(what, need, have, path, table, values):
@@ -104,44 +105,44 @@ def decide(environ, driver_text, firmware_text, table):
         >>> decide(env, False, None, ()).run
         False
     """
-    need_driver = (environ.get(vocabulary.REQUIRE_DRIVER_ENV) or "").strip()
-    need_firmware = (environ.get(vocabulary.REQUIRE_FIRMWARE_ENV) or "").strip()
+    need = {"driver": (environ.get(vocabulary.REQUIRE_DRIVER_ENV) or "").strip(),
+            "firmware": (environ.get(vocabulary.REQUIRE_FIRMWARE_ENV) or "").strip()}
     switch = (environ.get(vocabulary.GUARD_ENV) or "").strip()
     if switch == vocabulary.GUARD_OFF:
         return Decision(True, ["%s: %s=%s: the NPU driver is NOT checked (this image needs %s or newer)"
-                               % (NAME, vocabulary.GUARD_ENV, switch, need_driver or "no stated driver")])
+                               % (NAME, vocabulary.GUARD_ENV, switch, need["driver"] or "no stated driver")])
     notes = []
     if switch:
         notes.append("%s: %s=%s is not understood: only %s turns the check off; checking"
                      % (NAME, vocabulary.GUARD_ENV, switch, vocabulary.GUARD_OFF))
-    if not need_driver and not need_firmware:
+    if not any(need.values()):
         return Decision(True, notes)
-    for what, kind, need in (("driver", "hdk", need_driver), ("firmware", "firmware", need_firmware)):
-        if need and versions.minimum(kind, need) is None:
-            return Decision(False, notes + ["%s: refused: %s=%s is no %s version (the image is broken; "
-                                            "rebuild it)" % (NAME, vocabulary.REQUIRE_DRIVER_ENV if kind == "hdk"
-                                                             else vocabulary.REQUIRE_FIRMWARE_ENV, need, kind)])
+    for what, variable in (("driver", vocabulary.REQUIRE_DRIVER_ENV), ("firmware", vocabulary.REQUIRE_FIRMWARE_ENV)):
+        if need[what] and versions.minimum(KIND[what], need[what]) is None:
+            return Decision(False, notes + ["%s: refused: %s=%s is no %s version (the image is broken: rebuild it)"
+                                            % (NAME, variable, need[what], what)])
     if driver_text is None:
         return Decision(True, notes + ["%s: no NPU driver found (no %s): running without the driver check; "
                                        "this image needs driver %s or newer on an NPU node"
-                                       % (NAME, parsers.DRIVER_INFO, need_driver or "(any)")])
-    values = {"image_min_driver": need_driver, "image_min_firmware": need_firmware}
-    checks = [("driver", "hdk", need_driver, driver_text, parsers.DRIVER_INFO)]
+                                       % (NAME, parsers.DRIVER_INFO, need["driver"] or "(any)")])
+    mounted = {"driver": (driver_text, parsers.DRIVER_INFO)}
     if firmware_text is not None:  # the device plugin mounts no firmware file; ascend-build run does
-        checks.append(("firmware", "firmware", need_firmware, firmware_text, parsers.FIRMWARE_INFO))
-    for what, kind, need, text, path in checks:
+        mounted["firmware"] = (firmware_text, parsers.FIRMWARE_INFO)
+    have = {}
+    for what, (text, path) in mounted.items():
         if text is False:
             return Decision(False, notes + ["%s: refused: %s is there but cannot be read (mounted wrong?)"
                                             % (NAME, path),
                                             "  fix: mount the node's %s read-only at %s" % (path, path)])
-        have, why = _version(text, path, kind)
-        values["host_" + what] = have
-        if have is None:
+        have[what], why = _version(text, path, KIND[what])
+        if have[what] is None:
             return Decision(False, notes + ["%s: refused: %s" % (NAME, why),
                                             "  fix: mount the node's own %s (a driver install writes it)" % path])
-    for what, kind, need, text, path in checks:
-        if need and versions.meets_minimum(kind, values["host_" + what], need) is False:
-            return Decision(False, notes + _refusal(what, need, values["host_" + what], path, table, values))
+    values = {"image_min_driver": need["driver"], "image_min_firmware": need["firmware"],
+              "host_driver": have.get("driver"), "host_firmware": have.get("firmware")}
+    for what, (_, path) in mounted.items():
+        if need[what] and versions.meets_minimum(KIND[what], have[what], need[what]) is False:
+            return Decision(False, notes + _refusal(what, need[what], have[what], path, table, values))
     return Decision(True, notes)
 
 
