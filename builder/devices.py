@@ -66,9 +66,19 @@ def choose(available: Sequence[int], wanted: Optional[str]) -> List[int]:
     return chosen
 
 
+def davinci(n: int) -> str:
+    """The device node of NPU ``n``: ``/dev/davinciN``."""
+    return f"/dev/davinci{n}"
+
+
+def control_devices(root: Path = Path("/")) -> List[str]:
+    """The control devices every NPU container needs besides its davinci devices, those that exist."""
+    return [d for d in CONTROL_DEVICES if (root / d.lstrip("/")).exists()]
+
+
 def docker_devices(chosen: Sequence[int], root: Path = Path("/")) -> List[str]:
     """``--device`` values: the chosen davinci devices plus the control devices that exist."""
-    return [f"/dev/davinci{n}" for n in chosen] + [d for d in CONTROL_DEVICES if (root / d.lstrip("/")).exists()]
+    return [davinci(n) for n in chosen] + control_devices(root)
 
 
 def driver_mounts(root: Path = Path("/")) -> List[Tuple[str, str, bool]]:

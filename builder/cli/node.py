@@ -32,16 +32,41 @@ def _trust_key(path: Optional[Path]):
     return signing.load_public(path) if path is not None and str(path) not in ("", ".") else None
 
 
+def _file_opt(flag: str, what: str):
+    """``--nfd FILE`` writes FILE, ``--nfd -`` prints (typer has no option with an optional value)."""
+    return typer.Option(None, flag, metavar="FILE|-", help=f"Write {what} to FILE (replaced atomically); - prints it.")
+
+
 @app.command("host")
-def host_command(root: Path = RootOpt, as_json: bool = JsonOpt) -> None:
+def host_command(root: Path = RootOpt, as_json: bool = JsonOpt,
+                 nfd_file: Optional[str] = _file_opt("--nfd", "a node-feature-discovery feature file (node labels)"),
+                 cdi_file: Optional[str] = _file_opt("--cdi", "a CDI spec of this node's NPUs")) -> None:
     """What this node has: arch, driver, firmware and their accepted ranges, chip, devices, CANN.
 
-    Example: ascend-build host --json
+    --nfd: the same facts as node labels for node-feature-discovery's local source (install it in
+    /etc/kubernetes/node-feature-discovery/features.d/), with the driver's integer ordinal a node
+    affinity compares. --cdi: a CDI spec (for /etc/cdi/) of the devices and mounts `run` passes.
+
+    Example: ascend-build host --nfd /etc/kubernetes/node-feature-discovery/features.d/ascend-build --cdi -
     """
+    from builder.node import cdi, nfd
     from builder.node import host as host_probe
 
+    if nfd_file == "-" and cdi_file == "-":
+        raise UserError("--nfd and --cdi cannot both print to stdout", fix="give one of them a FILE")
     info = host_probe.probe(root=root, run_npu_smi=True)
-    typer.echo(json.dumps(info.to_dict(), indent=2) if as_json else host_probe.format_host(info))
+    outputs = [(target, make) for target, make in ((nfd_file, lambda: nfd.features_text(info)),
+                                                   (cdi_file, lambda: cdi.spec_text(cdi.node_spec(root))))
+               if target is not None]
+    if not outputs:
+        typer.echo(json.dumps(info.to_dict(), indent=2) if as_json else host_probe.format_host(info))
+    texts = [(target, make()) for target, make in outputs]  # every error before anything is written
+    for target, text in texts:
+        if target == "-":
+            typer.echo(text, nl=False)
+        else:
+            nfd.write_atomically(Path(target), text)
+            typer.echo(f"wrote {target}", err=True)
 
 
 @app.command("pull")
