@@ -13,8 +13,10 @@ import sys
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from builder import knowledge, vocabulary
+from builder import knowledge, versions, vocabulary
 from builder.build import render
 from builder.devices import run_argv
 from builder.node import explain
@@ -178,3 +180,30 @@ def test_the_guard_reads_a_fixture_file_as_the_image_does(tmp_path):
     shutil.rmtree(path)
     path.write_bytes(b"Version=\0\0")
     assert guard.read_info(str(path)) is False
+
+
+@st.composite
+def hdk_texts(draw) -> str:
+    line = f"{draw(st.integers(20, 30))}.{draw(st.integers(0, 9))}"
+    stage = draw(st.sampled_from(["T", "RC", "rc", ""]))
+    number = draw(st.integers(0, 5))
+    if stage == "T":
+        return f"{line}.T{number}"
+    suffix = draw(st.sampled_from(["", f".{draw(st.integers(1, 3))}", f".b{draw(st.integers(1, 999)):03d}"]))
+    return f"{line}.{stage}{number}{suffix}"
+
+
+@settings(max_examples=300, deadline=None)
+@given(hdk_texts(), st.one_of(hdk_texts(), st.builds(lambda n: f"{n}.X", st.sampled_from(["24.1", "25.0", "25.2"]))))
+def test_the_guard_and_the_schedulers_ordinal_selection_agree(node_driver, need):
+    """A node the `k8s job` affinity admits (ordinal > ordinal(minimum) - 1) is one the guard lets
+    run, and the other way round: the two ends decide "driver at least the minimum" alike."""
+    admitted = versions.driver_ordinal(node_driver) > versions.driver_ordinal(versions.minimum("hdk", need)) - 1
+    runs = guard.decide({"ASCEND_REQUIRE_DRIVER": need}, info(node_driver), None, TABLE).run
+    assert admitted is runs
+
+
+def test_the_k8s_manifests_name_the_guard_at_the_path_images_have_it():
+    from builder.k8s import pod
+
+    assert pod.GUARD_PATH == vocabulary.GUARD == "/usr/local/bin/ascend-driver-guard"
