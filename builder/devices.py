@@ -87,11 +87,12 @@ def driver_mounts(root: Path = Path("/")) -> List[Tuple[str, str, bool]]:
 
 
 def run_argv(image: str, chosen: Sequence[int], command: Sequence[str] = (), root: Path = Path("/"),
-             interactive: bool = True) -> List[str]:
+             interactive: bool = True, env: Sequence[Tuple[str, str]] = ()) -> List[str]:
     """The ``docker run`` argv every Ascend project writes by hand, for the paths this host has.
 
     ``--ipc=host``: HCCL and the dataloader workers exchange tensors through
-    shared memory, which Docker's default 64 MiB ``/dev/shm`` starves.
+    shared memory, which Docker's default 64 MiB ``/dev/shm`` starves. ``env``: ``-e`` pairs.
+    The image's ENTRYPOINT (the driver guard) stays: ``command`` is its argument.
 
     >>> run_argv("img", [0], ["python"], root=Path("/nonexistent"), interactive=False)
     ['docker', 'run', '--rm', '--ipc=host', '--device', '/dev/davinci0', 'img', 'python']
@@ -101,6 +102,8 @@ def run_argv(image: str, chosen: Sequence[int], command: Sequence[str] = (), roo
         argv += ["--device", device]
     for host, container, read_only in driver_mounts(root):
         argv += ["-v", f"{host}:{container}{':ro' if read_only else ''}"]
+    for name, value in env:
+        argv += ["-e", f"{name}={value}"]
     return argv + [image, *command]
 
 
@@ -118,7 +121,7 @@ def format_argv(argv: Sequence[str]) -> str:
     quoted = [shlex.quote(a) for a in argv]
     lines, i = [" ".join(quoted[:2])], 2
     while i < len(argv) and argv[i].startswith("-"):
-        takes_value = argv[i] in ("--device", "-v")
+        takes_value = argv[i] in ("--device", "-v", "-e")
         lines.append(" ".join(quoted[i:i + 1 + takes_value]))
         i += 1 + takes_value
     lines.append(" ".join(quoted[i:]))

@@ -15,7 +15,7 @@ import typer
 from builder.cli.app import DeadlineOpt, JsonOpt, app, host_arch, within
 from builder.errors import UserError
 from builder.policy import ANY, REQUIRE_HELP, TRUST_KEY_ENV
-from builder.vocabulary import DEFAULT_IMAGE, NPU, VARIANTS, Label
+from builder.vocabulary import DEFAULT_IMAGE, GUARD_ENV, GUARD_OFF, NPU, VARIANTS, Label
 
 
 RootOpt = typer.Option(Path("/"), "--root", help="Read the host's files under this folder (a fixture tree).")
@@ -135,7 +135,8 @@ def run_command(
     image_ref: str = typer.Argument(..., metavar="IMAGE", help="The image to start."),
     devices_opt: Optional[str] = typer.Option(None, "--devices", help="NPU devices to pass in, e.g. 0,1 (default: all)."),
     print_only: bool = typer.Option(False, "--print", help="Print the docker run line instead of running it."),
-    force: bool = typer.Option(False, "--force", help="Start even if the image needs a newer driver than this node's."),
+    force: bool = typer.Option(False, "--force", help="Start even if the image needs a newer driver than this node's "
+                                                      "(passes ASCEND_DRIVER_GUARD=off-unsafe to the image's driver guard)."),
     trust_key: Optional[Path] = TrustKeyOpt,
     require: str = RequireOpt,
     insecure: bool = typer.Option(False, "--insecure",
@@ -162,7 +163,9 @@ def run_command(
     elif insecure:
         typer.echo("note: --insecure skips nothing without --trust-key: no statement is checked", err=True)
     chosen = devices.choose(devices.npu_devices(root), devices_opt)
-    argv = devices.run_argv(image_ref, chosen, list(ctx.args), root=root, interactive=sys.stdin.isatty() and not print_only)
+    # --force reaches the image's driver guard too, by the one override it knows, in the line shown
+    argv = devices.run_argv(image_ref, chosen, list(ctx.args), root=root, interactive=sys.stdin.isatty() and not print_only,
+                            env=[(GUARD_ENV, GUARD_OFF)] if force else [])
     if not chosen:
         typer.echo("note: this host has no /dev/davinci* devices to pass in", err=True)
     engine = Engine.connect()
