@@ -47,8 +47,8 @@ def job_command(
     The pool is --nodes (its lowest driver decides) or this host. Nothing fits: why, and which
     upgrade would, on stderr, exit 1, nothing on stdout.
 
-    Example: kubectl get nodes -o json > nodes.json; ascend-build k8s job --registry registry.example:5000
-    --cann 8.0.RC3 --npus 8 --nodes nodes.json -- torchrun --nproc_per_node 8 train.py
+    Example: ascend-build k8s job --registry registry.example:5000 --cann 8.0.RC3 --npus 8 --nodes nodes.json -- torchrun --nproc_per_node 8 train.py
+    (nodes.json: kubectl get nodes -o json > nodes.json)
     """
     from builder import policy
     from builder.k8s import job, pod, pool, render, volcano
@@ -99,6 +99,6 @@ def job_command(
                 else volcano.volcano_job(name, spec, nodes_count, annotations))
     verified = (f"its validation statement verifies with {trust_key} (--require {require})" if key is not None
                 else "chosen on its labels alone: no --trust-key, no statement checked")
-    header = [f"ascend-build k8s job: {best.tag} for {pool.describe(found)}arch {found.node.arch}, chip {found.node.chip}, "
-              f"driver {found.node.driver} or newer", verified]
+    header = [f"ascend-build k8s job: image tag {best.tag}, chosen for {subject} ({pool.describe(found)}arch "
+              f"{found.node.arch}, chip {found.node.chip}, driver {found.node.driver})", verified]
     typer.echo(render.render(manifest, header), nl=False)

@@ -154,6 +154,8 @@ def pod_spec(spec: PodSpec, env: Env, ports: Tuple[int, ...] = ()) -> Dict[str, 
     """The Pod spec: one container running ``spec.command`` behind the driver guard."""
     if spec.npus < 1:
         raise UserError(f"--npus {spec.npus}: a training pod needs at least one NPU", fix="--npus 1 (or 2, 4, 8, 16)")
+    if not re.fullmatch(r"[0-9]+(\.[0-9]+)?(Ki|Mi|Gi|Ti|k|M|G|T)?", spec.shm_size):
+        raise UserError(f"--shm-size {spec.shm_size!r} is not a Kubernetes quantity", fix="e.g. --shm-size 16Gi (or 500Mi)")
     if not spec.command:
         raise UserError("no command to run", fix="put it after --, e.g. -- torchrun --nproc_per_node 8 train.py")
     name = resource(spec.chip)

@@ -17,7 +17,16 @@ from typing import Any, Dict, Sequence
 import yaml
 
 
+class _Plain(yaml.SafeDumper):
+    """Every value written out where it stands: the manifests share the same arch expression
+    between affinity terms, which PyYAML would otherwise print once as ``&id001`` and then as
+    ``*id001``, valid YAML that people and some tools read badly."""
+
+    def ignore_aliases(self, data: Any) -> bool:
+        return True
+
+
 def render(manifest: Dict[str, Any], header: Sequence[str] = ()) -> str:
     """``manifest`` as block-style YAML after ``header`` as ``#`` comment lines."""
     comments = "".join(f"# {line}\n" for line in header)
-    return comments + yaml.safe_dump(manifest, sort_keys=False, default_flow_style=False, width=4096)
+    return comments + yaml.dump(manifest, Dumper=_Plain, sort_keys=False, default_flow_style=False, width=4096)

@@ -133,7 +133,7 @@ def suggestions(rejected: List[Tuple[ImageInfo, List[str]]], node: Node, wanted:
         whose = "the node's" if subject == "this node" else "every node's"
         line = f"upgrade {whose} driver to {drivers[0]} or newer" if drivers else f"upgrade {whose} driver"
         if firmwares:
-            line += f" and its firmware to {firmwares[0]} or newer (same Ascend HDK release)"
+            line += f" and {'its' if subject == 'this node' else 'their'} firmware to {firmwares[0]} or newer (same Ascend HDK release)"
         out.append(line)
     if wanted.cann:
         other = Wanted(cann=None, torch=wanted.torch, python=wanted.python, variant=wanted.variant)

@@ -78,8 +78,8 @@ def test_a_mixed_driver_pool_gets_the_image_its_lowest_driver_runs_fake_npu(repo
     assert spec["containers"][0]["image"] == f"{where}@{pushed['fits']}"
     assert spec["containers"][0]["command"] == [GUARD_PATH, "torchrun", "--nproc_per_node", "8", "train.py"]
     assert admitted(spec, nodes(CLUSTER)) == ["npu-a", "npu-b", "npu-c"]
-    assert done.stdout.startswith("# ascend-build k8s job: fits for 3 nodes, lowest driver on npu-b; arch x86_64, "
-                                  "chip 910b, driver 24.1.RC3 or newer\n")
+    assert done.stdout.startswith("# ascend-build k8s job: image tag fits, chosen for the pool (3 nodes, lowest driver "
+                                  "on npu-b; arch x86_64, chip 910b, driver 24.1.RC3)\n")
     assert "note: firmware not checked: not every node carries a firmware label; the image needs 7.5.0.1.129" in done.stderr
 
 
@@ -157,3 +157,14 @@ def test_bad_json_is_a_clear_error(repo, tmp_path):
     bad.write_text("{\"kind\": \"List\", \"items\": [")
     done = k8s_job(repo, "--npus", "8", "--nodes", str(bad), "--", "python", "train.py")
     assert done.returncode == 2 and done.stdout == "" and f"error: {bad}: not JSON" in done.stderr
+
+
+def test_with_a_trust_key_an_image_without_a_verifying_statement_is_refused_fake_npu(repo, tmp_path):
+    # the images here carry no signed statement: labels alone would choose "fits" (tests above)
+    from builder import signing
+
+    _, public = signing.generate(tmp_path, "team")
+    done = k8s_job(repo, "--npus", "8", "--nodes", str(POOL_910B), "--trust-key", str(public), "--", "python", "t.py")
+    assert done.returncode == 1 and done.stdout == ""
+    assert "  fits: signed validation refused: " in done.stderr
+    assert "Traceback" not in done.stderr

@@ -150,11 +150,13 @@ def test_rendering_is_deterministic_and_round_trips():
     first, second = render.render(the_volcano(), ["h"]), render.render(the_volcano(), ["h"])
     assert first == second and first.startswith("# h\napiVersion: batch.volcano.sh/v1alpha1\nkind: Job\n")
     assert yaml.safe_load(first) == the_volcano()
+    assert "&id" not in first and "*id" not in first  # shared expressions are written out, not aliased
 
 
 @pytest.mark.parametrize("build, message", [
     (lambda: the_job(npus=0), "--npus 0"),
     (lambda: the_job(command=()), "no command to run"),
+    (lambda: the_job(shm_size="16g"), "--shm-size '16g' is not a Kubernetes quantity"),
     (lambda: job.job("Llama_SFT", spec_for("24.1.RC3"), {}), "--name 'Llama_SFT' is not a Kubernetes name"),
     (lambda: the_volcano(count=0), "--nodes-count 0"),
     (lambda: the_job(min_driver="soon"), "minimum driver 'soon'"),

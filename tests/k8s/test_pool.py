@@ -8,8 +8,10 @@ import pytest
 from helpers_k8s import CLUSTER, POOL_910B, nodes
 
 from builder.errors import UserError
-from builder.k8s.pool import describe, node_facts, read_pool
+from builder.k8s.pool import describe, host_pool, node_facts, read_pool
+from builder.node.host import HostInfo
 from builder.node.labels import DRIVER_ORDINAL_LABEL, DRIVER_VERSION_LABELS
+from builder.node.pull import Node
 from builder.versions import driver_ordinal
 
 
@@ -120,3 +122,19 @@ def test_a_node_without_npu_labels_is_named_with_each_label_missing():
         "f.json: node control-1: no chip label (huawei.com/npu.chip.name or node.kubernetes.io/npu.chip.name); "
         "no driver label (huawei.com/npu.driver.version or huawei.com/driver.version)")
     assert "kubectl get nodes -l huawei.com/npu.chip.name -o json" in info.value.fix
+
+
+def test_this_host_is_a_pool_of_one_with_both_spellings_of_its_chip():
+    info = HostInfo(arch="aarch64", driver="24.1.rc3", firmware="7.5.0.1.129", soc="Ascend910B3", chip="910b")
+    pool = host_pool(info, "aarch64")
+    assert pool.node == Node("aarch64", "910b", "24.1.rc3", "7.5.0.1.129") and pool.node.unchecked == ()
+    # MindCluster writes 910B3 for the 910 family and Ascend950PR for the 950: both are admitted
+    assert pool.chip_values == ("910B3", "Ascend910B3") and pool.drivers == ("24.1.rc3",)
+    assert describe(pool) == ""
+
+
+def test_this_hosts_chip_is_not_overridden():
+    info = HostInfo(arch="aarch64", driver="24.1.rc3", soc="Ascend910B3", chip="910b")
+    with pytest.raises(UserError, match="--chip a3: this host's chip is 910b"):
+        host_pool(info, "aarch64", chip="a3")
+    assert host_pool(info, "aarch64", chip="910b").node.chip == "910b"
