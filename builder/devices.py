@@ -69,9 +69,19 @@ def choose(available: Sequence[int], wanted: Optional[str]) -> List[int]:
     return chosen
 
 
+def davinci(n: int) -> str:
+    """The device node of NPU ``n``: ``/dev/davinciN``."""
+    return f"/dev/davinci{n}"
+
+
+def control_devices(root: Path = Path("/")) -> List[str]:
+    """The control devices every NPU container needs besides its davinci devices, those that exist."""
+    return [d for d in CONTROL_DEVICES if (root / d.lstrip("/")).exists()]
+
+
 def docker_devices(chosen: Sequence[int], root: Path = Path("/")) -> List[str]:
     """``--device`` values: the chosen davinci devices plus the control devices that exist."""
-    return [f"/dev/davinci{n}" for n in chosen] + [d for d in CONTROL_DEVICES if (root / d.lstrip("/")).exists()]
+    return [davinci(n) for n in chosen] + control_devices(root)
 
 
 def driver_mounts(root: Path = Path("/")) -> List[Tuple[str, str, bool]]:
@@ -89,11 +99,12 @@ def missing_mounts(root: Path = Path("/")) -> List[str]:
 
 
 def run_argv(image: str, chosen: Sequence[int], command: Sequence[str] = (), root: Path = Path("/"),
-             interactive: bool = True) -> List[str]:
+             interactive: bool = True, env: Sequence[Tuple[str, str]] = ()) -> List[str]:
     """The ``docker run`` argv every Ascend project writes by hand, for the paths this host has.
 
     ``--ipc=host``: HCCL and the dataloader workers exchange tensors through
-    shared memory, which Docker's default 64 MiB ``/dev/shm`` starves.
+    shared memory, which Docker's default 64 MiB ``/dev/shm`` starves. ``env``: ``-e`` pairs.
+    The image's ENTRYPOINT (the driver guard) stays: ``command`` is its argument.
 
     >>> run_argv("img", [0], ["python"], root=Path("/nonexistent"), interactive=False)
     ['docker', 'run', '--rm', '--ipc=host', '--device', '/dev/davinci0', 'img', 'python']
@@ -103,6 +114,8 @@ def run_argv(image: str, chosen: Sequence[int], command: Sequence[str] = (), roo
         argv += ["--device", device]
     for host, container, read_only in driver_mounts(root):
         argv += ["-v", f"{host}:{container}{':ro' if read_only else ''}"]
+    for name, value in env:
+        argv += ["-e", f"{name}={value}"]
     return argv + [image, *command]
 
 
@@ -120,7 +133,7 @@ def format_argv(argv: Sequence[str]) -> str:
     quoted = [shlex.quote(a) for a in argv]
     lines, i = [" ".join(quoted[:2])], 2
     while i < len(argv) and argv[i].startswith("-"):
-        takes_value = argv[i] in ("--device", "-v")
+        takes_value = argv[i] in ("--device", "-v", "-e")
         lines.append(" ".join(quoted[i:i + 1 + takes_value]))
         i += 1 + takes_value
     lines.append(" ".join(quoted[i:]))

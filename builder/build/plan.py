@@ -202,12 +202,15 @@ class Plan:
     env_vars: Tuple[Tuple[str, str], ...]
     # what the image says of itself
     tool_dir: str
-    shipped_files: Tuple[str, ...]
+    shipped_files: Tuple[str, ...]        # beside the smoke program, but the guard
     manifest_file: str
     manifest_path: str
     lock_file: str                        # "" when the cell has no usable lock
     lock_path: str
     labels: Tuple[Tuple[str, str], ...]
+    shipped_guard: str                    # the guard's file among the shipped ones, copied executable
+    guard: str                            # the ENTRYPOINT, vocabulary.GUARD: a link to it
+    requirement: Tuple[Tuple[str, str], ...]  # the guard's ENV: the minimum driver and firmware
     steps: Tuple[str, ...]
 
     @property
@@ -339,8 +342,9 @@ def env_vars(cell: Cell) -> Tuple[Tuple[str, str], ...]:
 def final_env(cell: Cell, variant: str, kb) -> Dict[str, str]:
     """The ENV values the finished image has, literal, as Docker expands them: CANN's first,
     then the cell's env_vars (written later, so they win). A value referring to a variable
-    this plan does not set (PATH: the Python step prepends to it again) is left out."""
-    return _expand(cann_env(cell, kb) if variant == vocabulary.NPU else (), env_vars(cell))
+    this plan does not set (PATH: the Python step prepends to it again) is left out. The driver
+    guard's requirement comes last (both images state it)."""
+    return {**_expand(cann_env(cell, kb) if variant == vocabulary.NPU else (), env_vars(cell)), **dict(requirement(cell))}
 
 
 def _expand(cann: Tuple[Tuple[str, str], ...], own: Tuple[Tuple[str, str], ...]) -> Dict[str, str]:
@@ -495,6 +499,19 @@ def labels(cell: Cell, variant: str, digest: str, lock_state: str = "missing",
     return tuple((k, _safe("text", v, k)) for k, v in pairs)
 
 
+def requirement(cell: Cell) -> Tuple[Tuple[str, str], ...]:
+    """What the driver guard checks, as ENV: the cell's minimum driver and firmware, in both
+    images (the twin states its NPU image's, so the guard can be run where no NPU is).
+
+    Example:
+        >>> from types import SimpleNamespace as C
+        >>> requirement(C(driver="25.0.RC1", firmware=None))
+        (('ASCEND_REQUIRE_DRIVER', '25.0.RC1'), ('ASCEND_REQUIRE_FIRMWARE', ''))
+    """
+    return tuple((k, _safe("text", v, k)) for k, v in ((vocabulary.REQUIRE_DRIVER_ENV, cell.driver or ""),
+                                                       (vocabulary.REQUIRE_FIRMWARE_ENV, cell.firmware or "")))
+
+
 def _tag(cell: Cell, variant: str, stand_in: str) -> str:
     """The image's tag: the release tag of ``variant``, or a stand-in's own tag (never the twin's)."""
     return vocabulary.stand_in_tag(cell.tag, cell.os) if stand_in else vocabulary.release_tag(cell.tag, variant)
@@ -619,7 +636,7 @@ def _manifest(f: _Facts, variant: str) -> Dict[str, object]:
         "min_firmware": cell.firmware if npu else None,
         "env_manager": cell.env,
         "pip": list(cell.pip),
-        "env": _expand(f.cann_env if npu else (), f.env_vars),
+        "env": {**_expand(f.cann_env if npu else (), f.env_vars), **dict(requirement(cell))},
         "content_hash": f.digest,
         "lock": {"state": f.state, "file": vocabulary.LOCK if usable else None,
                  "distributions": {e.name: e.version for e in entries},
@@ -669,10 +686,12 @@ def _plan(f: _Facts, variant: str) -> Plan:
         conda_explicit=_conda_explicit(f) if conda else "",
         lock_state=f.state, installs=python_steps, torch_index=f.torch_index,
         torch_npu=cell.torch_npu if npu else "", uv=uv, env_vars=f.env_vars,
-        tool_dir=vocabulary.TOOL_DIR, shipped_files=vocabulary.SHIPPED_FILES,
+        tool_dir=vocabulary.TOOL_DIR,
+        shipped_files=tuple(n for n in vocabulary.SHIPPED_FILES if n != vocabulary.GUARD_FILE),
         manifest_file=vocabulary.manifest_name(variant), manifest_path=vocabulary.MANIFEST,
         lock_file=locking.LOCK_FILE if usable else "", lock_path=vocabulary.LOCK,
         labels=labels(cell, variant, f.digest, f.state, f.stand_in),
+        shipped_guard=vocabulary.GUARD_FILE, guard=vocabulary.GUARD, requirement=requirement(cell),
         steps=steps,
     )
 

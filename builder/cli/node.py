@@ -16,7 +16,7 @@ import typer
 from builder.cli.app import DeadlineOpt, JsonOpt, app, host_arch, within
 from builder.errors import UserError
 from builder.policy import ANY, REQUIRE_HELP, TRUST_KEY_ENV
-from builder.vocabulary import DEFAULT_IMAGE, NPU, VARIANTS, Label
+from builder.vocabulary import DEFAULT_IMAGE, GUARD_ENV, GUARD_OFF, NPU, VARIANTS, Label
 
 
 RootOpt = typer.Option(Path("/"), "--root", help="Read the host's files under this folder (a fixture tree).")
@@ -33,16 +33,41 @@ def _trust_key(path: Optional[Path]):
     return signing.load_public(path) if path is not None and str(path) not in ("", ".") else None
 
 
+def _file_opt(flag: str, what: str):
+    """``--nfd FILE`` writes FILE, ``--nfd -`` prints (typer has no option with an optional value)."""
+    return typer.Option(None, flag, metavar="FILE|-", help=f"Write {what} to FILE (replaced atomically); - prints it.")
+
+
 @app.command("host")
-def host_command(root: Path = RootOpt, as_json: bool = JsonOpt) -> None:
+def host_command(root: Path = RootOpt, as_json: bool = JsonOpt,
+                 nfd_file: Optional[str] = _file_opt("--nfd", "a node-feature-discovery feature file (node labels)"),
+                 cdi_file: Optional[str] = _file_opt("--cdi", "a CDI spec of this node's NPUs")) -> None:
     """What this node has: arch, driver, firmware and their accepted ranges, chip, devices, CANN.
 
-    Example: ascend-build host --json
+    --nfd: the same facts as node labels for node-feature-discovery's local source (install it in
+    /etc/kubernetes/node-feature-discovery/features.d/), with the driver's integer ordinal a node
+    affinity compares. --cdi: a CDI spec (for /etc/cdi/) of the devices and mounts `run` passes.
+
+    Example: ascend-build host --nfd /etc/kubernetes/node-feature-discovery/features.d/ascend-build --cdi -
     """
+    from builder.node import cdi, nfd
     from builder.node import host as host_probe
 
+    if nfd_file == "-" and cdi_file == "-":
+        raise UserError("--nfd and --cdi cannot both print to stdout", fix="give one of them a FILE")
     info = host_probe.probe(root=root, run_npu_smi=True)
-    typer.echo(json.dumps(info.to_dict(), indent=2) if as_json else host_probe.format_host(info))
+    outputs = [(target, make) for target, make in ((nfd_file, lambda: nfd.features_text(info)),
+                                                   (cdi_file, lambda: cdi.spec_text(cdi.node_spec(root))))
+               if target is not None]
+    if not outputs:
+        typer.echo(json.dumps(info.to_dict(), indent=2) if as_json else host_probe.format_host(info))
+    texts = [(target, make()) for target, make in outputs]  # every error before anything is written
+    for target, text in texts:
+        if target == "-":
+            typer.echo(text, nl=False)
+        else:
+            nfd.write_atomically(Path(target), text)
+            typer.echo(f"wrote {target}", err=True)
 
 
 @app.command("pull")
@@ -120,7 +145,8 @@ def run_command(
     image_ref: str = typer.Argument(..., metavar="IMAGE", help="The image to start."),
     devices_opt: Optional[str] = typer.Option(None, "--devices", help="NPU devices to pass in, e.g. 0,1 (default: all)."),
     print_only: bool = typer.Option(False, "--print", help="Print the docker run line instead of running it."),
-    force: bool = typer.Option(False, "--force", help="Start even if the image needs a newer driver than this node's."),
+    force: bool = typer.Option(False, "--force", help="Start even if the image needs a newer driver than this node's "
+                                                      "(passes ASCEND_DRIVER_GUARD=off-unsafe to the image's driver guard)."),
     trust_key: Optional[Path] = TrustKeyOpt,
     require: str = RequireOpt,
     insecure: bool = typer.Option(False, "--insecure",
@@ -156,7 +182,9 @@ def run_command(
     if refused:  # the checks `doctor` reports, so the two never disagree
         raise UserError(f"{image_ref} cannot start on this node: " + "; ".join(c.detail for c in refused),
                         fix="; ".join(c.fix for c in refused), exit_code=1)
-    argv = devices.run_argv(image_ref, chosen, list(ctx.args), root=root, interactive=sys.stdin.isatty() and not print_only)
+    # --force reaches the image's driver guard too, by the one override it knows, in the line shown
+    argv = devices.run_argv(image_ref, chosen, list(ctx.args), root=root, interactive=sys.stdin.isatty() and not print_only,
+                            env=[(GUARD_ENV, GUARD_OFF)] if force else [])
     if not chosen:
         typer.echo("note: this host has no /dev/davinci* devices to pass in", err=True)
     labels = seen.labels

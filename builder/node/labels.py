@@ -35,6 +35,10 @@ from __future__ import annotations
 ASCEND_BUILD_PREFIX = "ascend-build.io/"
 DRIVER_ORDINAL_LABEL = ASCEND_BUILD_PREFIX + "npu.driver.ordinal"
 FIRMWARE_VERSION_LABEL = ASCEND_BUILD_PREFIX + "npu.firmware.version"
+NPU_COUNT_LABEL = ASCEND_BUILD_PREFIX + "npu.count"  # the node's /dev/davinciN devices
+# The arch in the matrix's words (aarch64, x86_64). Not ARCH_LABEL: NFD prefixes a name without a
+# namespace with feature.node.kubernetes.io/, so host --nfd cannot write `host-arch` itself.
+NFD_ARCH_LABEL = ASCEND_BUILD_PREFIX + "arch"
 
 # MindCluster's current keys (Ascend Device Plugin)
 DRIVER_VERSION_LABEL = "huawei.com/npu.driver.version"
@@ -62,5 +66,5 @@ __all__ = [
     "ACCELERATOR_LABEL_DEPRECATED", "ACCELERATOR_TYPE_LABEL_DEPRECATED", "ARCH_LABEL", "ASCEND_BUILD_PREFIX",
     "CHIP_LABEL", "CHIP_LABELS", "CHIP_LABEL_DEPRECATED", "DRIVER_ORDINAL_LABEL", "DRIVER_VERSION_LABEL",
     "DRIVER_VERSION_LABELS", "DRIVER_VERSION_LABEL_DEPRECATED", "FIRMWARE_VERSION_LABEL", "HOST_ARCH_VALUES",
-    "KUBE_ARCH_LABEL", "KUBE_ARCH_VALUES",
+    "KUBE_ARCH_LABEL", "KUBE_ARCH_VALUES", "NFD_ARCH_LABEL", "NPU_COUNT_LABEL",
 ]

@@ -10,4 +10,6 @@
   the error table. The node wing imports them too, so a file is read the same way in
   an image and on a node.
 * ``doctor_probe.py``: what ``ascend-build doctor --image`` runs in any image.
+* ``driver_guard.py``: every image's ENTRYPOINT (``vocabulary.GUARD`` links to it): checks the
+  node's mounted driver ``version.info`` against the image's minimum, then runs the command.
 """

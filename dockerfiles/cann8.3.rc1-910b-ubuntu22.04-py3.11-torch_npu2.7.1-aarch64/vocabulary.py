@@ -63,7 +63,17 @@ MANIFEST = ETC_DIR + "/manifest.json"
 VALIDATION_REPORT = ETC_DIR + "/validation.json"
 LOCK = ETC_DIR + "/requirements.lock"  # the cell's lock, as the image installed it
 # The files beside smoke.py in every image, in the order the Dockerfile copies them.
-SHIPPED_FILES = ("smoke.py", "parsers.py", "error_table.py", "versions.py", "vocabulary.py", "errors.json")
+GUARD_FILE = "driver_guard.py"  # the driver guard, executable, linked from GUARD below
+SHIPPED_FILES = ("smoke.py", "parsers.py", "error_table.py", "versions.py", "vocabulary.py", "errors.json", GUARD_FILE)
+
+# ------------------------------------------------------------------ the driver guard (builder/smoke/driver_guard.py)
+# Every image's ENTRYPOINT, at a fixed path: a Kubernetes `command:` names it first, as
+# [GUARD, *CMD], because `command:` replaces the ENTRYPOINT.
+GUARD = "/usr/local/bin/ascend-driver-guard"
+REQUIRE_DRIVER_ENV = "ASCEND_REQUIRE_DRIVER"  # the image's minimum NPU driver (its cell's `driver`)
+REQUIRE_FIRMWARE_ENV = "ASCEND_REQUIRE_FIRMWARE"  # the image's minimum firmware; empty: none stated
+GUARD_ENV = "ASCEND_DRIVER_GUARD"  # set to GUARD_OFF to start the command on any driver
+GUARD_OFF = "off-unsafe"
 
 # ------------------------------------------------------------------ variants and tags
 NPU = "npu"  # the image that ships: CANN + torch_npu

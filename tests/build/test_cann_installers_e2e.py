@@ -207,9 +207,11 @@ def test_two_chips_of_one_cann_differ_only_in_the_chip_layer(engine, built, tmp_
         layers[chip] = engine.client.images.get(image).attrs["RootFS"]["Layers"]
     a, b = layers["910b"], layers["a3"]
     # base, OS packages, toolkit, chip package, then this test's COPY of the smoke files (whose
-    # folder COPY makes with the time of the build): shared up to the chip layer
+    # folder COPY makes with the time of the build: it differs, unless both builds ran it within
+    # one second, and then the cache keeps the two equal): shared up to the chip layer
     assert len(a) == len(b) == 5, (a, b)
-    assert [i for i, (x, y) in enumerate(zip(a, b)) if x != y] == [3, 4], (a, b)
+    differ = [i for i, (x, y) in enumerate(zip(a, b)) if x != y]
+    assert differ[:1] == [3] and set(differ) <= {3, 4}, (a, b)
 
 
 @pytest.mark.engine
@@ -286,12 +288,15 @@ def test_the_whole_images_of_two_chips_share_everything_below_the_chip_layer(eng
     below = " ".join(created for created, _ in a[:first])
     assert "lock.closure.txt" in below and f"/tmp/cann/{TOOLKIT_91}" in below  # the environment and the toolkit: shared
     above = [created for created, size in a[first + 1:] if size]
-    assert len(above) == 4 and "lock.torch_npu.txt" in above[0], above  # then torch_npu and the three COPYs
+    # then torch_npu, the COPYs of the smoke files, the driver guard, the manifest and the lock (the guard's
+    # link is a layer too, of size 0: a symlink)
+    assert len(above) == 5 and "lock.torch_npu.txt" in above[0], above
     # torch_npu's layer, though built on each chip's own, is the same bytes (fixed file times, no
-    # mount point made in it); only the three COPYs above it differ (COPY gives their folders the
-    # time of the build)
+    # mount point made in it); only the five layers of files above it differ (COPY gives their folders
+    # the time of the build, and so does the RUN that links the guard)
     a, b = layers["910b"], layers["a3"]
     assert len(a) == len(b)
     differ = [i for i, (x, y) in enumerate(zip(a, b)) if x != y]
-    assert differ == [differ[0], *range(len(a) - 3, len(a))], differ  # the chip's, then the three COPYs
+    # the chip's, then (only) among the five of files: those two builds made within one second are equal
+    assert set(differ[1:]) <= set(range(len(a) - 5, len(a))), differ
     assert a[differ[0] + 1] == b[differ[0] + 1]  # torch_npu's

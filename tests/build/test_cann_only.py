@@ -53,7 +53,7 @@ def test_its_npu_dockerfile_installs_the_chip_package_last_and_no_torch_npu(tmp_
         "NOT VERIFIED",
         "The 910b operator package",
         "Defaults from the field guide; each can be overridden per cell (env_vars)",
-        "The smoke program and this image's manifest (the run record of the cell)"]
+        "The smoke program, the driver guard and this image's manifest (the run record of the cell)"]
     assert "torch_npu" not in text.split("# 4.")[1].split("LABEL")[0]
     manifest = json.loads(files["manifest.json"])
     assert (manifest["framework"], manifest["torch_version"], manifest["torch_npu_version"]) == (None, None, None)

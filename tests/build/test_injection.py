@@ -271,11 +271,12 @@ def test_reference_structure(reference):
     # (the cell's two, the field guide's three: torch_npu 2.4.0 takes the allocator default).
     # No lock: the conda environment, the unverified step and torch_npu's, each an ARG (the build
     # arg that allows them) and a RUN; nothing of a lock to COPY. A conda cell has the optional
-    # stage of Miniforge's installer too (a FROM and a COPY).
+    # stage of Miniforge's installer too (a FROM and a COPY). Every image: the driver guard (a
+    # COPY, the RUN that links it, and two ENV of what it checks).
     assert _counts(reference["conda", False]["Dockerfile"].decode()) == \
-        {"ARG": 4, "FROM": 5, "RUN": 7, "ENV": 19, "COPY": 4, "LABEL": 1}
+        {"ARG": 4, "FROM": 5, "RUN": 8, "ENV": 21, "COPY": 5, "LABEL": 1}
     assert _counts(reference["conda", False]["Dockerfile.cpu"].decode()) == \
-        {"ARG": 3, "FROM": 3, "RUN": 3, "ENV": 7, "COPY": 4, "LABEL": 1}
+        {"ARG": 3, "FROM": 3, "RUN": 4, "ENV": 9, "COPY": 5, "LABEL": 1}
     # The lock: the verified closure (a RUN), torch without sha256 (ARG and RUN), torch_npu
     # verified (a RUN), and the lock copied into the image; uv, which installs the verified
     # steps, in a stage of its own (a FROM and a RUN; the twin then starts its image anew, a FROM);
@@ -283,9 +284,9 @@ def test_reference_structure(reference):
     # so the verified torch_npu layer above it is the same on every chip.
     # The lock's conda part complete: the conda environment from it, no ARG.
     assert _counts(reference["conda", True]["Dockerfile"].decode()) == \
-        {"ARG": 2, "FROM": 7, "RUN": 10, "ENV": 19, "COPY": 6, "LABEL": 1}
+        {"ARG": 2, "FROM": 7, "RUN": 11, "ENV": 21, "COPY": 7, "LABEL": 1}
     assert _counts(reference["conda", True]["Dockerfile.cpu"].decode()) == \
-        {"ARG": 2, "FROM": 5, "RUN": 5, "ENV": 7, "COPY": 5, "LABEL": 1}
+        {"ARG": 2, "FROM": 5, "RUN": 6, "ENV": 9, "COPY": 6, "LABEL": 1}
     for (env, locked), files in reference.items():
         assert "torch==" in files["lock.unverified.txt"].decode(), (env, locked)
         assert ("lock.closure.txt" in files) is locked and ("requirements.lock" in files) is locked

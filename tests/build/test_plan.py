@@ -30,6 +30,8 @@ HOME = "/usr/local/Ascend/cann-9.1.0"
 DRIVER = "/usr/local/Ascend/driver/lib64"
 DIGEST = "0123456789abcdef"
 SHIPPED = ("smoke.py", "parsers.py", "error_table.py", "versions.py", "vocabulary.py", "errors.json")
+DRIVER_GUARD = {"shipped_guard": "driver_guard.py", "guard": "/usr/local/bin/ascend-driver-guard",
+         "requirement": (("ASCEND_REQUIRE_DRIVER", "25.2.RC1"), ("ASCEND_REQUIRE_FIRMWARE", ""))}
 FIELD_GUIDE_ENV = (("ASCEND_GLOBAL_LOG_LEVEL", "3"), ("HCCL_CONNECT_TIMEOUT", "1800"),
                    ("PYTORCH_NPU_ALLOC_CONF", "expandable_segments:True"))
 LOCK_PATH = "/etc/ascend-build/requirements.lock"
@@ -173,6 +175,7 @@ def test_the_demo_cells_npu_plan(demo, demo_lock, kb):
             ("io.ascend-build.min-driver", "25.2.RC1"),
             ("io.ascend-build.min-firmware", ""),
         ),
+        **DRIVER_GUARD,
         "steps": ("os", "cann", "python", "closure", "chip", "torch_npu", "env", "files"),
     }
 
@@ -232,6 +235,7 @@ def test_the_demo_cells_cpu_twin_plan(demo, demo_lock, kb):
             ("org.opencontainers.image.version", f"{DEMO}-cpu"),
             *_common_labels("cpu"),
         ),
+        **DRIVER_GUARD,  # the twin states its NPU image's requirement: the guard runs where no NPU is
         "steps": ("os", "python", "closure", "env", "files"),
     }
 
@@ -297,8 +301,9 @@ def test_final_env_is_literal(demo):
         "ASCEND_GLOBAL_LOG_LEVEL": "3",
         "HCCL_CONNECT_TIMEOUT": "1800",
         "PYTORCH_NPU_ALLOC_CONF": "expandable_segments:True",
+        **dict(DRIVER_GUARD["requirement"]),
     }
-    assert plan.final_env(demo, "cpu", knowledge.load()) == dict(FIELD_GUIDE_ENV)
+    assert plan.final_env(demo, "cpu", knowledge.load()) == {**dict(FIELD_GUIDE_ENV), **dict(DRIVER_GUARD["requirement"])}
     tuned = dataclasses.replace(demo, env_vars=(("LD_LIBRARY_PATH", "/opt/mine"),))
     assert plan.final_env(tuned, "npu", knowledge.load())["LD_LIBRARY_PATH"] == "/opt/mine"  # the cell's value wins
     assert plan.manifest(demo, "npu", DIGEST, knowledge.load())["env"] == plan.final_env(demo, "npu", knowledge.load())

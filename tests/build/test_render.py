@@ -375,8 +375,14 @@ def test_layer_order(npu7):
         "-r /tmp/lock.torch_npu.txt",
         'ENV HCCL_CONNECT_TIMEOUT="1800"',
         "COPY smoke.py parsers.py error_table.py versions.py vocabulary.py errors.json /opt/ascend-build/",
+        # the guard: the same bytes in every image, above every per-cell line of the files step
+        "COPY --chmod=0755 driver_guard.py /opt/ascend-build/\n"
+        "RUN ln -s /opt/ascend-build/driver_guard.py /usr/local/bin/ascend-driver-guard\nCOPY manifest.json",
         "COPY manifest.json /etc/ascend-build/manifest.json",
         "COPY requirements.lock /etc/ascend-build/requirements.lock",
+        # what it checks: the cell's minimum, after every layer of the image
+        'ENV ASCEND_REQUIRE_DRIVER="23.0.RC3"\nENV ASCEND_REQUIRE_FIRMWARE="6.4.0.4.220"\n'
+        'ENTRYPOINT ["/usr/local/bin/ascend-driver-guard"]\n',
         "\nLABEL \\\n",
         '\nCMD ["/bin/bash"]\n',
     ]
@@ -543,6 +549,7 @@ def test_manifest(cell7, lock7, rendered):
             "PYTHONPATH": f"{HOME}/python/site-packages:{HOME}/opp/built-in/op_impl/ai_core/tbe",
             "ASCEND_GLOBAL_LOG_LEVEL": "3",
             "HCCL_CONNECT_TIMEOUT": "1800",
+            "ASCEND_REQUIRE_DRIVER": "23.0.RC3", "ASCEND_REQUIRE_FIRMWARE": "6.4.0.4.220",  # the driver guard's
         },  # no PYTORCH_NPU_ALLOC_CONF: torch_npu 2.1.0rc1 refuses expandable_segments
         "content_hash": render.content_hash(cell7, lock7),
         "lock": {"state": "incomplete", "file": "/etc/ascend-build/requirements.lock",
@@ -553,7 +560,8 @@ def test_manifest(cell7, lock7, rendered):
     cpu = json.loads(files["manifest.cpu.json"])
     assert (cpu["variant"], cpu["image"], cpu["chip"], cpu["torch_npu_version"], cpu["cann_version"]) == \
         ("cpu", f"ascend-build/pytorch:{CELL_7_X86}-cpu", None, None, None)
-    assert cpu["env"] == {"ASCEND_GLOBAL_LOG_LEVEL": "3", "HCCL_CONNECT_TIMEOUT": "1800"}
+    assert cpu["env"] == {"ASCEND_GLOBAL_LOG_LEVEL": "3", "HCCL_CONNECT_TIMEOUT": "1800",
+                          "ASCEND_REQUIRE_DRIVER": "23.0.RC3", "ASCEND_REQUIRE_FIRMWARE": "6.4.0.4.220"}
     assert cpu["lock"] == {"state": "incomplete", "file": "/etc/ascend-build/requirements.lock",
                            "distributions": {k: v for k, v in locked.items() if k != "torch-npu"},
                            "unverified": ["torch"]}
@@ -795,7 +803,7 @@ def test_steps_are_numbered_one_by_one(rendered, unlocked, npu7, cpu7):
         "# 6. The 910b operator package.",
         "# 7. torch_npu, pinned by the lock: a bump rebuilds from here on.",
         "# 8. Defaults from the field guide; each can be overridden per cell (env_vars).",
-        "# 9. The smoke program and this image's manifest (the run record of the cell).",
+        "# 9. The smoke program, the driver guard and this image's manifest (the run record of the cell).",
     ]
     assert re.findall(r"^# \d+\. .*", cpu7, flags=re.M) == [
         "# 1. OS packages, at the versions of the base image's distribution.",
@@ -803,7 +811,7 @@ def test_steps_are_numbered_one_by_one(rendered, unlocked, npu7, cpu7):
         "# 3. The locked Python closure: every distribution pinned, its sha256 checked.",
         f"# 4. NOT VERIFIED: torch. {TORCH_7_REASON}.",
         "# 5. Defaults from the field guide; each can be overridden per cell (env_vars).",
-        "# 6. The smoke program and this image's manifest (the run record of the cell).",
+        "# 6. The smoke program, the driver guard and this image's manifest (the run record of the cell).",
     ]
     names = "attrs, cython, numpy, decorator, sympy, cffi, pyyaml, pathlib2, psutil, protobuf, scipy, requests, " \
             "absl-py, torch, pip, setuptools, wheel"
@@ -842,7 +850,7 @@ def test_every_cell_folder_is_a_complete_build_context(rendered, unlocked):
     contexts = _contexts(rendered, unlocked)
     for where, text in _dockerfiles(contexts):
         cell_id = where.split("/")[0]
-        copies = re.findall(r"^COPY (?!--from=)(.+) \S+$", text, flags=re.M)  # --from: a stage's files
+        copies = re.findall(r"^COPY (?!--from=)(?:--chmod=\S+ )?(.+) \S+$", text, flags=re.M)  # --from: a stage's files
         assert copies[0] == "wheelhous[e]"
         conda = copies[1:2] == ["conda-installe[r]"]  # a conda cell's optional Miniforge installer, like the wheelhouse
         sources = [name for line in copies[1 + conda:] for name in line.split()]

@@ -157,6 +157,8 @@ def test_run_refuses_an_image_needing_a_newer_driver_fake_npu(node, labelled, en
     assert f"{ref} needs NPU driver 25.0.RC1 or newer; this node has 24.1.rc3" in refused.stderr
     assert "Traceback" not in refused.stderr
     assert forced.returncode == 0 and forced.stdout.startswith("docker run")
+    # --force reaches the image's driver guard by its one override, in the line shown
+    assert "    -e ASCEND_DRIVER_GUARD=off-unsafe \\\n" in forced.stdout
 
 
 # --- pull ------------------------------------------------------------------------------

@@ -1,0 +1,142 @@
+"""A node-feature-discovery local feature file from what ``host`` probed: node labels a scheduler selects on.
+
+Why: Kubernetes places a Pod by node labels, and MindCluster's device plugin labels the driver
+only as a dotted version, which no label selector can compare. ``ascend-build host --nfd`` writes
+the facts `builder.node.host.probe` read (no second reading of the node) as the file NFD's
+``local`` source reads from ``/etc/kubernetes/node-feature-discovery/features.d/``; nfd-worker
+turns each line into a node label. Among them the driver's ordinal
+(`builder.versions.driver_ordinal`), an integer a node affinity compares with ``Gt``.
+
+The format, as kubernetes-sigs/node-feature-discovery documents and parses it
+(docs/usage/customization-guide.md "Local feature source", source/local/local.go): one
+``<namespace>/<name>[=<value>]`` per line, ``#`` starts a comment and ``# +`` a directive
+(``expiry-time``, ``no-label``, ``no-feature``), a file over 64 KiB is ignored, a name without
+a namespace is put under ``feature.node.kubernetes.io/``, and files whose name starts with a dot
+are skipped, so a file is written as a dot file and renamed into place (`write_atomically`).
+Every value here is a valid Kubernetes label value (63 characters of ``[A-Za-z0-9._-]``, starting
+and ending alphanumeric); a fact that is unknown or would not be one is left out, with a comment
+saying why.
+
+The keys are `builder.node.labels`'s: MindCluster's where it has one (``huawei.com/npu.driver.version``,
+``huawei.com/npu.chip.name``: the same facts its device plugin writes, so either may write them),
+ascend-build's own (``ascend-build.io/...``) for the ordinal, firmware, NPU count and arch.
+
+Example:
+    >>> from builder.node.host import HostInfo
+    >>> print(features_text(HostInfo(root="/", arch="aarch64", driver="24.1.rc3", soc="Ascend910B3",
+    ...                              devices=[0, 1])).split("\\n", 3)[3], end="")
+    ascend-build.io/arch=aarch64
+    ascend-build.io/npu.count=2
+    ascend-build.io/npu.driver.ordinal=2400110030000000
+    huawei.com/npu.chip.name=910B3
+    huawei.com/npu.driver.version=24.1.rc3
+    # not written: firmware unknown
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import tempfile
+from pathlib import Path
+from typing import List, Optional, Tuple
+
+from builder import versions
+from builder.errors import UserError
+from builder.node import labels as keys
+from builder.node.host import HostInfo
+
+FEATURES_DIR = "/etc/kubernetes/node-feature-discovery/features.d"
+MAX_FILE_BYTES = 65536  # NFD's MaxFeatureFileSize: a larger file is ignored whole
+_LABEL_VALUE = re.compile(r"(?:[A-Za-z0-9](?:[-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)")  # Kubernetes' rule, 63 at most
+
+
+def _chip_value(soc: Optional[str]) -> Optional[str]:
+    """The chip label's value as MindCluster writes it, npu-smi's name: ``Ascend910B3`` -> ``910B3``."""
+    if not soc:
+        return None
+    return soc[len("Ascend"):] if re.match(r"Ascend[0-9]", soc) else soc
+
+
+def features(info: HostInfo) -> Tuple[List[Tuple[str, str]], List[str]]:
+    """(label, value) pairs sorted by label, and why each fact left out was left out.
+
+    Parameters:
+        info: the probe of the node (`builder.node.host.probe`).
+
+    Examples:
+        >>> pairs, missing = features(HostInfo(arch="x86_64", driver="25.0.RC1", firmware="7.7.0.1.231"))
+        >>> dict(pairs)["ascend-build.io/npu.driver.ordinal"], dict(pairs)["ascend-build.io/npu.count"]
+        ('2500010010000000', '0')
+        >>> missing
+        ['chip unknown']
+    """
+    pairs: List[Tuple[str, str]] = []
+    missing: List[str] = []
+    ordinal = None
+    if info.driver:
+        try:
+            ordinal = str(versions.driver_ordinal(info.driver))
+        except versions.VersionError as exc:  # a field wider than the ordinal holds
+            missing.append(f"driver ordinal: {exc.message}")
+    facts = (
+        (keys.NFD_ARCH_LABEL, info.arch, "arch"),
+        (keys.NPU_COUNT_LABEL, str(len(info.devices)), "NPU count"),
+        (keys.DRIVER_VERSION_LABEL, info.driver, "driver"),
+        (keys.DRIVER_ORDINAL_LABEL, ordinal, "driver ordinal" if info.driver else "driver"),
+        (keys.FIRMWARE_VERSION_LABEL, info.firmware, "firmware"),
+        (keys.CHIP_LABEL, _chip_value(info.soc), "chip"),
+    )
+    for key, value, what in facts:
+        if value is None:
+            if f"{what} unknown" not in missing and not any(m.startswith(what + ":") for m in missing):
+                missing.append(f"{what} unknown")
+        elif not _LABEL_VALUE.fullmatch(value):
+            missing.append(f"{what} {value[:40]!r} is no valid label value")
+        else:
+            pairs.append((key, value))
+    return sorted(pairs), missing
+
+
+def features_text(info: HostInfo) -> str:
+    """The feature file: a header naming its source, one ``key=value`` line per fact, then a
+    comment for each fact left out (the same node gives the same bytes: no time in it)."""
+    pairs, missing = features(info)
+    lines = ["# node-feature-discovery local feature file (features.d), written by `ascend-build host --nfd`",
+             f"# from the probe of {_comment(info.root)}; format: NFD docs/usage/customization-guide.md "
+             "\"Local feature source\"",
+             f"# install it as {FEATURES_DIR}/ascend-build (nfd-worker reads it on its next pass)"]
+    lines += [f"{key}={value}" for key, value in pairs]
+    lines += [f"# not written: {_comment(why)}" for why in missing]
+    return "\n".join(lines) + "\n"
+
+
+def _comment(text: str) -> str:
+    """``text`` fit for one comment line: no line break (a new line would be read as a feature)."""
+    return re.sub(r"[\r\n]+", " ", text)
+
+
+def write_atomically(path: Path, text: str) -> None:
+    """Write ``text`` to ``path`` by a dot file in the same folder renamed over it: a reader
+    (nfd-worker, containerd) never sees half a file, and NFD skips dot files.
+
+    A UserError says what could not be written; nothing is left behind then.
+    """
+    path = Path(path)
+    try:
+        fd, tmp = tempfile.mkstemp(prefix="." + path.name + ".", dir=str(path.parent))
+    except OSError as exc:
+        raise UserError(f"cannot write {path}: {exc.strerror or exc}",
+                        fix="give a file in an existing folder you can write (or - for stdout)", exit_code=1) from None
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(text)
+        os.chmod(tmp, 0o644)  # read by nfd-worker and the container runtime, not secret
+        os.replace(tmp, path)
+    except OSError as exc:
+        os.unlink(tmp)
+        raise UserError(f"cannot write {path}: {exc.strerror or exc}",
+                        fix="give a file you can write (or - for stdout)", exit_code=1) from None
+
+
+__all__ = ["FEATURES_DIR", "MAX_FILE_BYTES", "features", "features_text", "write_atomically"]
