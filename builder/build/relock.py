@@ -13,12 +13,12 @@ Example:
 
 from __future__ import annotations
 
-import os
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Callable, List, Optional, Sequence, Tuple
 
+from builder import writes
 from builder import installers as installer_names
 from builder.build import fetch as fetching
 from builder.build import lock as locking
@@ -104,11 +104,11 @@ def run(cells: Sequence[Cell], kb, out: Path, *, wheelhouse: Optional[Path] = No
         if previous is not None and previous.text() == made.text():
             return Row(cell.id, locking.status(made, inputs), _describe(made, locking.status(made, inputs)),
                        unrecorded=missing)
-        folder.mkdir(parents=True, exist_ok=True)
-        path = folder / locking.LOCK_FILE
-        tmp = path.with_name(path.name + ".tmp")
-        tmp.write_text(made.text(), encoding="utf-8")
-        os.replace(tmp, path)  # never a half-written lock
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise writes.write_error(exc, folder) from None
+        writes.replace_file(folder / locking.LOCK_FILE, made.text().encode())  # never a half-written lock
         state = locking.status(made, inputs)
         return Row(cell.id, state, _describe(made, state), changed=previous is None or previous.text() != made.text(),
                    unrecorded=missing)
