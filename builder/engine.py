@@ -19,6 +19,7 @@ from __future__ import annotations
 import os
 import re
 import shutil
+import socket
 import subprocess
 import tempfile
 import time
@@ -176,6 +177,23 @@ def failed_step(lines: Sequence[str]) -> Tuple[str, str]:
     return step, error
 
 
+OWNER_LABEL = "io.ascend-build.owner"  # "<hostname>:<pid>" of the process that started a container
+
+
+def _owner() -> str:
+    return f"{socket.gethostname()}:{os.getpid()}"
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # alive, another user's
+        return True
+    return True
+
+
 class Engine:
     """A connected Docker Engine. Create with ``Engine.connect()``."""
 
@@ -290,10 +308,11 @@ class Engine:
         its child: a crashed process's children are reaped, and SIGTERM reaches ``command``
         with its default action (PID 1 ignores signals it has no handler for).
         """
+        self.remove_orphans()
         try:
             ctr = self.client.containers.create(
                 image, command, devices=list(devices), environment=dict(env), shm_size=shm_size,
-                ipc_mode=ipc_mode, name=name, labels={"ascend-build.run": "1"}, init=init,
+                ipc_mode=ipc_mode, name=name, labels={"ascend-build.run": "1", OWNER_LABEL: _owner()}, init=init,
                 mounts=[Mount(c, h, type="bind", read_only=ro) for h, c, ro in mounts])
         except docker.errors.ImageNotFound:
             raise UserError(f"image {image} not found in the Docker Engine", exit_code=1) from None
@@ -322,6 +341,23 @@ class Engine:
                 ctr.remove(force=True)
             except docker.errors.NotFound:
                 pass
+
+    def remove_orphans(self) -> List[str]:
+        """Remove the containers `run` started for an ascend-build process of this host that
+        is gone (killed with SIGKILL, which no ``finally`` survives); their IDs. A running one
+        (a smoke test nobody waits for) is killed first. Containers of live processes, of other
+        hosts and of other tools are left alone."""
+        host, removed = socket.gethostname(), []
+        for ctr in self.client.containers.list(all=True, filters={"label": OWNER_LABEL}):
+            owner_host, _, pid = str((ctr.labels or {}).get(OWNER_LABEL, "")).rpartition(":")
+            if owner_host != host or not pid.isdigit() or _alive(int(pid)):
+                continue
+            try:
+                ctr.remove(force=True)
+                removed.append(str(ctr.id))
+            except docker.errors.APIError:  # removed meanwhile by another run's sweep
+                pass
+        return removed
 
     @staticmethod
     def _output(ctr) -> Tuple[str, str]:

@@ -135,7 +135,7 @@ def write_error(exc: OSError, path: Union[str, Path], unchanged: str = "what was
         no space left on the file system of /x/y.lock (... bytes free): what was there before is unchanged
           fix: free space there (old build logs, `docker builder prune`) or write elsewhere, then run again
     """
-    where = exc.filename or path
+    where = exc.filename2 or exc.filename or path  # a copy or rename names its source first, its target second
     if exc.errno in (errno.ENOSPC, errno.EDQUOT):
         return UserError(f"no space left on the file system of {where} ({free_bytes(where)} bytes free): {unchanged}",
                          fix="free space there (old build logs, `docker builder prune`) or write elsewhere, "

@@ -101,7 +101,7 @@ def run(cells: List[Cell], options: Options, engine: Engine, say: Say) -> List[O
                 except UserError as exc:  # e.g. a refused push: report it, keep the local image
                     outcomes.append(Outcome(cell.id, variant, status="error", message=str(exc)))
                 except OSError as exc:  # the state folder's disk is full, or not writable
-                    error = writes.write_error(exc, exc.filename or options.state_dir, "nothing was tagged")
+                    error = writes.write_error(exc, options.state_dir, "nothing was tagged")
                     outcomes.append(Outcome(cell.id, variant, status="error", message=str(error)))
                 current = None
         return outcomes + (indexes(outcomes, options.push, tell) if options.push else [])

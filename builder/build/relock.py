@@ -13,6 +13,7 @@ Example:
 
 from __future__ import annotations
 
+import threading
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -85,7 +86,8 @@ def run(cells: Sequence[Cell], kb, out: Path, *, wheelhouse: Optional[Path] = No
         jobs: int = JOBS, say: Callable[[str], None] = lambda line: None,
         resolve: Callable = locking.resolve, fetch: Callable = fetching.sha256_of_url) -> List[Row]:
     """Resolve each cell whose lock is not ok and write it to ``out/<cell>/``; a cell that
-    fails does not stop the others. Returns a row per cell, in the matrix's order."""
+    fails does not stop the others. Returns a row per cell, in the matrix's order.
+    Once stopped (Ctrl-C, SIGTERM), no lock is written, not even by a uv already running."""
 
     def one(cell: Cell) -> Row:
         folder = Path(out) / cell.id
@@ -101,6 +103,8 @@ def run(cells: Sequence[Cell], kb, out: Path, *, wheelhouse: Optional[Path] = No
             except UserError as exc:
                 return Row(cell.id, "failed", exc.message)
         made, missing = record_installers(cell, kb, made, fetch, say)
+        if stopped.is_set():  # Ctrl-C or SIGTERM came while uv ran: a stopped run writes nothing more
+            return Row(cell.id, "failed", "stopped before its lock was written")
         if previous is not None and previous.text() == made.text():
             return Row(cell.id, locking.status(made, inputs), _describe(made, locking.status(made, inputs)),
                        unrecorded=missing)
@@ -115,5 +119,11 @@ def run(cells: Sequence[Cell], kb, out: Path, *, wheelhouse: Optional[Path] = No
 
     if resolve is locking.resolve:
         locking.uv_command()  # find uv (or say it is missing) once, before the threads
+    stopped = threading.Event()
     with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
-        return list(pool.map(one, cells))
+        try:
+            return list(pool.map(one, cells))
+        except BaseException:
+            stopped.set()
+            pool.shutdown(wait=False, cancel_futures=True)  # the cells not started yet never start
+            raise
