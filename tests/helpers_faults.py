@@ -15,6 +15,7 @@ import contextlib
 import hashlib
 import http.client
 import http.server
+import json
 import os
 import re
 import signal
@@ -261,3 +262,62 @@ class Killable:
                 return True
             time.sleep(0.1)
         return False
+
+
+# --- the registry's side ------------------------------------------------------------------------
+
+
+def push_tiny_image(repo_registry, repository: str, tag: str) -> Tuple[str, bytes]:
+    """A tiny image (a config blob and a manifest without layers) pushed straight to a registry
+    (a `builder.registry.Registry`); its (digest, manifest)."""
+    from builder.registry import OCI_MANIFEST
+
+    config = json.dumps({"architecture": "amd64", "os": "linux", "config": {"Labels": {"t": tag}},
+                         "rootfs": {"type": "layers", "diff_ids": []}}).encode()
+    digest = repo_registry.put_blob(repository, config)
+    manifest = json.dumps({"schemaVersion": 2, "mediaType": OCI_MANIFEST, "config": {
+        "mediaType": "application/vnd.oci.image.config.v1+json", "digest": digest, "size": len(config)},
+        "layers": []}).encode()
+    return repo_registry.put_manifest(repository, tag, manifest, OCI_MANIFEST), manifest
+
+
+def unvalidated_tags(engine, client, repository: str) -> List[str]:
+    """Every tag of ``repository`` naming an image not labelled validated: in the engine
+    (``engine``), and in the registry ``client`` (a `builder.registry.Registry`) but for indexes."""
+    from builder.vocabulary import Label
+
+    bad = [ref for image in engine.client.images.list() for ref in image.tags
+           if repository in ref and (image.labels or {}).get(Label.VALIDATED) != "true"]
+    try:
+        tags = client.tags(repository)
+    except Exception:  # never pushed: no repository yet
+        tags = []
+    for tag in tags:
+        manifest = client.manifest(repository, tag)
+        if manifest.is_index:
+            continue
+        labels = (client.config(repository, manifest).get("config") or {}).get("Labels") or {}
+        if labels.get(Label.VALIDATED) != "true":
+            bad.append(f"{client.name}/{repository}:{tag}")
+    return bad
+
+
+def put_stand_in_arm64(client, repository: str, family: str) -> None:
+    """The aarch64 twin of ``family`` written straight to the registry with the x86_64 twin's
+    labels (its arch changed): a stand-in (an aarch64 build under qemu takes minutes here)
+    that lets `image --push` of the x86_64 twin reach its index phase."""
+    from builder.build import publish
+    from builder.registry import DOCKER_MANIFEST
+    from builder.vocabulary import Label
+
+    x86, reasons = publish.read_arch(client, repository, family, "cpu", "x86_64")
+    assert x86 is not None and not reasons, reasons
+    labels = {key: value.replace("x86_64", "aarch64") for key, value in x86.labels.items()}  # its cell, arch, title
+    assert labels[Label.ARCH] == "aarch64"
+    config = json.dumps({"architecture": "arm64", "os": "linux", "config": {"Labels": labels},
+                         "rootfs": {"type": "layers", "diff_ids": []}}).encode()
+    digest = client.put_blob(repository, config)
+    manifest = json.dumps({"schemaVersion": 2, "mediaType": DOCKER_MANIFEST, "config": {
+        "mediaType": "application/vnd.docker.container.image.v1+json", "digest": digest, "size": len(config)},
+        "layers": []}).encode()
+    client.put_manifest(repository, f"{family}-aarch64-cpu", manifest, DOCKER_MANIFEST)

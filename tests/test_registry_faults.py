@@ -21,8 +21,9 @@ import pytest
 
 from builder import bounded, registry as reg_module
 from builder.errors import UserError
-from builder.registry import OCI_MANIFEST, Registry
+from builder.registry import Registry
 from helpers_faults import FaultProxy
+from helpers_faults import push_tiny_image as _image
 
 REAL_BACKOFF = reg_module.BACKOFF
 
@@ -38,17 +39,6 @@ def quick_backoff(monkeypatch):
     """The retries' own waits, shortened (0.1 s doubling) so the suite stays quick; a
     Retry-After the registry names is waited for as asked."""
     monkeypatch.setattr(reg_module, "BACKOFF", 0.1)
-
-
-def _image(repo_registry: Registry, repository: str, tag: str) -> Tuple[str, bytes]:
-    """A tiny image (a config blob and a manifest without layers) pushed straight to the registry."""
-    config = json.dumps({"architecture": "amd64", "os": "linux", "config": {"Labels": {"t": tag}},
-                         "rootfs": {"type": "layers", "diff_ids": []}}).encode()
-    digest = repo_registry.put_blob(repository, config)
-    manifest = json.dumps({"schemaVersion": 2, "mediaType": OCI_MANIFEST, "config": {
-        "mediaType": "application/vnd.oci.image.config.v1+json", "digest": digest, "size": len(config)},
-        "layers": []}).encode()
-    return repo_registry.put_manifest(repository, tag, manifest, OCI_MANIFEST), manifest
 
 
 def _clients(registry, proxy) -> Tuple[Registry, Registry]:
