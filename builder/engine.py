@@ -177,7 +177,7 @@ def failed_step(lines: Sequence[str]) -> Tuple[str, str]:
     return step, error
 
 
-OWNER_LABEL = "io.ascend-build.owner"  # "<hostname>:<pid>" of the process that started a container
+OWNER_LABEL = "ascend-build.owner"  # "<hostname>:<pid>" of the process that started a container (as "ascend-build.run")
 
 
 def _owner() -> str:
