@@ -286,7 +286,11 @@ def claimed(out: Path) -> Iterator[None]:
     except OSError as exc:
         raise writes.write_error(exc, exc.filename or out, "nothing was written") from None
     try:
-        with claims.claim(out, f"writing into {out}", folder=True):
+        with contextlib.ExitStack() as held:
+            try:
+                held.enter_context(claims.claim(out, f"writing into {out}", folder=True))
+            except OSError as exc:  # e.g. a symlink to nothing
+                raise writes.write_error(exc, out, "nothing was written") from None
             yield
     except BaseException:
         for folder in reversed(made):
