@@ -172,3 +172,27 @@ def test_a_full_state_folder_fails_the_image_saying_so_and_tags_nothing(engine, 
     assert outcome["message"].startswith(f"no space left on the file system of {small}/state/"), outcome["message"]
     assert "Traceback" not in done.stderr
     assert not [t for img in engine.client.images.list() for t in img.tags if repo in t]
+
+
+@pytest.mark.engine
+@needs_build
+def test_two_runs_of_different_images_on_one_state_folder_both_reach_their_verdict(engine, base_image, registry,
+                                                                                  images, tmp_path):
+    """The twin and the cell's NPU image (on a base without CANN: it fails its static tiers by
+    design) at once on one state folder: neither is refused, each reaches its own verdict,
+    and both reports are whole."""
+    state = tmp_path / "state"
+    twin = _run(tmp_path / "twin", state, base_image, registry)
+    assert twin.wait_for(r"building cpu image"), twin.finish().stderr[-3000:]
+    npu_matrix = write_matrix(tmp_path / "npu", f"{REPO}-npu", cann_source=f"{{image: {base_image}}}")
+    npu = Killable(image_args(npu_matrix, state, base_image, "--variant", "npu"), tmp_path, cli_env()).finish()
+    done = twin.finish()
+    assert done.returncode == 0, done.stderr[-3000:]
+    [passed] = json.loads(done.stdout)
+    [failed] = json.loads(npu.stdout)
+    assert passed["status"] == "passed" and failed["status"] == "failed", (passed, failed["message"])
+    assert "another ascend-build run" not in npu.stderr + npu.stdout
+    for outcome in (passed, failed):
+        assert json.loads(Path(outcome["report"]).read_text())["cell"] == CELL_ID
+    assert not [t for img in engine.client.images.list() for t in img.tags if f"{REPO}-npu" in t]
+    assert_only_validated_tags(engine, registry, REPO)
