@@ -16,7 +16,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 BENCHMARKS = ("bench_validate_render", "bench_build", "bench_chips", "bench_verdict", "bench_lock", "bench_arm64",
-              "bench_hostile", "bench_attest", "trace_cell_path")
+              "bench_hostile", "bench_faults", "bench_attest", "trace_cell_path")
 
 
 def main() -> None:

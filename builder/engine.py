@@ -20,6 +20,7 @@ import io
 import os
 import re
 import shutil
+import socket
 import subprocess
 import tarfile
 import tempfile
@@ -184,6 +185,23 @@ def _os_release_line(line: str) -> Tuple[str, str]:
     return key.strip(), value.strip().strip("'\"")
 
 
+OWNER_LABEL = "ascend-build.owner"  # "<hostname>:<pid>" of the process that started a container (as "ascend-build.run")
+
+
+def _owner() -> str:
+    return f"{socket.gethostname()}:{os.getpid()}"
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # alive, another user's
+        return True
+    return True
+
+
 class Engine:
     """A connected Docker Engine. Create with ``Engine.connect()``."""
 
@@ -298,10 +316,11 @@ class Engine:
         its child: a crashed process's children are reaped, and SIGTERM reaches ``command``
         with its default action (PID 1 ignores signals it has no handler for).
         """
+        self.remove_orphans()
         try:
             ctr = self.client.containers.create(
                 image, command, devices=list(devices), environment=dict(env), shm_size=shm_size,
-                ipc_mode=ipc_mode, name=name, labels={"ascend-build.run": "1"}, init=init,
+                ipc_mode=ipc_mode, name=name, labels={"ascend-build.run": "1", OWNER_LABEL: _owner()}, init=init,
                 mounts=[Mount(c, h, type="bind", read_only=ro) for h, c, ro in mounts])
         except docker.errors.ImageNotFound:
             raise UserError(f"image {image} not found in the Docker Engine", exit_code=1) from None
@@ -330,6 +349,23 @@ class Engine:
                 ctr.remove(force=True)
             except docker.errors.NotFound:
                 pass
+
+    def remove_orphans(self) -> List[str]:
+        """Remove the containers `run` started for an ascend-build process of this host that
+        is gone (killed with SIGKILL, which no ``finally`` survives); their IDs. A running one
+        (a smoke test nobody waits for) is killed first. Containers of live processes, of other
+        hosts and of other tools are left alone."""
+        host, removed = socket.gethostname(), []
+        for ctr in self.client.containers.list(all=True, filters={"label": OWNER_LABEL}):
+            owner_host, _, pid = str((ctr.labels or {}).get(OWNER_LABEL, "")).rpartition(":")
+            if owner_host != host or not pid.isdigit() or _alive(int(pid)):
+                continue
+            try:
+                ctr.remove(force=True)
+                removed.append(str(ctr.id))
+            except docker.errors.APIError:  # removed meanwhile by another run's sweep
+                pass
+        return removed
 
     @staticmethod
     def _output(ctr) -> Tuple[str, str]:

@@ -64,6 +64,7 @@ OWN_IMAGES = (  # longest first (cold)
     "tests/build/test_own_wheel.py",
     "tests/build/test_cann_installers_e2e.py",
     "tests/build/test_cann_only_e2e.py",
+    "tests/build/test_faults_e2e.py",
 )
 GROUPS = ("engine-seal", "engine-arm64", *(f"engine:{path}" for path in OWN_IMAGES), "engine")
 

@@ -7,143 +7,25 @@ a method and path; it counts every request, so the tests see each retry. No Dock
 from __future__ import annotations
 
 import hashlib
-import http.client
-import http.server
 import json
 import os
 import re
-import socket
-import struct
 import subprocess
 import sys
-import threading
 import time
 import uuid
-from collections import Counter
 from pathlib import Path
-from typing import Dict, List, Tuple
+from typing import Dict, Tuple
 
 import pytest
 
 from builder import bounded, registry as reg_module
 from builder.errors import UserError
-from builder.registry import OCI_MANIFEST, Registry
+from builder.registry import Registry
+from helpers_faults import FaultProxy
+from helpers_faults import push_tiny_image as _image
 
 REAL_BACKOFF = reg_module.BACKOFF
-HOP = {"connection", "keep-alive", "transfer-encoding", "proxy-connection", "content-length"}
-
-
-class FaultProxy:
-    """Forwards to ``upstream`` ("127.0.0.1:PORT"). ``plan(method, pattern, faults)``: the Nth
-    request whose method is ``method`` and whose path matches ``pattern`` gets ``faults[N-1]``
-    ("500", "503", "429", "429:SECONDS" with Retry-After, "reset" (half the request read, then a
-    TCP reset), "cut" (the real answer's head and half its body, then a reset), or "" to forward);
-    ``always`` applies to every such request. ``count(method, pattern)``: requests seen."""
-
-    def __init__(self, upstream: str):
-        self.upstream = upstream
-        self.plans: List[Tuple[str, "re.Pattern[str]", List[str], str, int]] = []
-        self.seen: Counter = Counter()
-        self.lock = threading.Lock()
-        proxy = self
-
-        class Handler(http.server.BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.0"
-
-            def log_message(self, *args):
-                pass
-
-            def handle_one(self):
-                proxy.handle(self)
-
-            do_GET = do_HEAD = do_PUT = do_POST = do_PATCH = do_DELETE = handle_one
-
-        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.server.daemon_threads = True
-        self.host = f"127.0.0.1:{self.server.server_port}"
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-
-    def plan(self, method: str, pattern: str, faults: List[str] = (), always: str = "") -> None:
-        """Faults for the requests from now on (the Nth after this call gets ``faults[N-1]``)."""
-        compiled = re.compile(pattern)
-        with self.lock:
-            base = sum(c for (m, p), c in self.seen.items() if m == method and compiled.search(p))
-            self.plans.append((method, compiled, list(faults), always, base))
-
-    def count(self, method: str, pattern: str) -> int:
-        with self.lock:
-            return sum(n for (m, path), n in self.seen.items() if m == method and re.search(pattern, path))
-
-    def _fault(self, method: str, path: str) -> str:
-        with self.lock:
-            self.seen[(method, path)] += 1
-            for m, pattern, faults, always, base in self.plans:
-                if m == method and pattern.search(path):
-                    n = sum(c for (mm, p), c in self.seen.items() if mm == m and pattern.search(p)) - base
-                    return always or (faults[n - 1] if n <= len(faults) else "")
-        return ""
-
-    @staticmethod
-    def _chunked(stream) -> bytes:
-        parts = []
-        for _ in range(1 << 20):  # bounded: a chunk count no push of a test image reaches
-            size = int(stream.readline().split(b";")[0].strip() or b"0", 16)
-            if size == 0:
-                while stream.readline().strip():  # trailers
-                    pass
-                break
-            parts.append(stream.read(size))
-            stream.readline()
-        return b"".join(parts)
-
-    @staticmethod
-    def _reset(handler) -> None:
-        handler.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
-        handler.connection.close()
-        handler.close_connection = True
-
-    def handle(self, handler) -> None:
-        method, path = handler.command, handler.path.split("?")[0]
-        fault = self._fault(method, path)
-        length = int(handler.headers.get("Content-Length") or 0)
-        if fault == "reset":  # mid-request: half the body read, then a TCP reset
-            handler.rfile.read(length // 2)
-            return self._reset(handler)
-        body = handler.rfile.read(length) if length else b""
-        if "chunked" in (handler.headers.get("Transfer-Encoding") or "").lower():  # Docker Engine's blob PATCH
-            body, length = self._chunked(handler.rfile), 1
-        if fault.split(":")[0] in ("500", "502", "503", "429"):
-            code, _, after = fault.partition(":")
-            handler.send_response(int(code))
-            if after:
-                handler.send_header("Retry-After", after)
-            handler.send_header("Content-Length", "0")
-            handler.end_headers()
-            return
-        upstream = http.client.HTTPConnection(self.upstream, timeout=30)
-        headers = {k: v for k, v in handler.headers.items() if k.lower() not in HOP}
-        upstream.request(method, handler.path, body=body if length else None, headers=headers)
-        answer = upstream.getresponse()
-        data = answer.read()
-        upstream.close()
-        handler.send_response(answer.status)
-        for key, value in answer.getheaders():
-            if key.lower() not in HOP:
-                handler.send_header(key, value)
-        handler.send_header("Content-Length", str(len(data)))
-        handler.end_headers()
-        if method == "HEAD":
-            return
-        if fault == "cut" and data:  # mid-answer: half the body, then a TCP reset
-            handler.wfile.write(data[: len(data) // 2])
-            handler.wfile.flush()
-            return self._reset(handler)
-        handler.wfile.write(data)
-
-    def stop(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
-
 
 @pytest.fixture
 def proxy(registry):
@@ -157,17 +39,6 @@ def quick_backoff(monkeypatch):
     """The retries' own waits, shortened (0.1 s doubling) so the suite stays quick; a
     Retry-After the registry names is waited for as asked."""
     monkeypatch.setattr(reg_module, "BACKOFF", 0.1)
-
-
-def _image(repo_registry: Registry, repository: str, tag: str) -> Tuple[str, bytes]:
-    """A tiny image (a config blob and a manifest without layers) pushed straight to the registry."""
-    config = json.dumps({"architecture": "amd64", "os": "linux", "config": {"Labels": {"t": tag}},
-                         "rootfs": {"type": "layers", "diff_ids": []}}).encode()
-    digest = repo_registry.put_blob(repository, config)
-    manifest = json.dumps({"schemaVersion": 2, "mediaType": OCI_MANIFEST, "config": {
-        "mediaType": "application/vnd.oci.image.config.v1+json", "digest": digest, "size": len(config)},
-        "layers": []}).encode()
-    return repo_registry.put_manifest(repository, tag, manifest, OCI_MANIFEST), manifest
 
 
 def _clients(registry, proxy) -> Tuple[Registry, Registry]:

@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Dict, List, Optional, Tuple
 
-from builder import devices, documents
+from builder import claims, devices, documents, writes
 from builder.build import plan as planning
 from builder.build import attest, fetch, oci, own_wheel, publish, render, sbom, stage, wheels
 from builder.build.job import Job, Options, host_arch, prepare
@@ -80,33 +80,79 @@ def variants_for(choice: str, has_npu: bool) -> Tuple[str, ...]:
 
 def run(cells: List[Cell], options: Options, engine: Engine, say: Say) -> List[Outcome]:
     """Every (cell, variant) in order; one failure does not stop the others. With a push,
-    each cell whose every arch is now in the registry gets its index (see `indexes`)."""
-    outcomes = []
-    for cell in cells:
-        for variant in options.variants:
-            try:
-                outcomes.append(build_one(cell, variant, options, engine, say))
-            except UserError as exc:  # e.g. a refused push: report it, keep the local image
-                outcomes.append(Outcome(cell.id, variant, status="error", message=str(exc)))
-    return outcomes + (indexes(outcomes, options.push, say) if options.push else [])
+    each cell whose every arch is now in the registry gets its index (see `indexes`).
+
+    Stopped by Ctrl-C or SIGTERM (a ``KeyboardInterrupt``), it raises one again whose
+    message says what was published, what was tagged here only, and where it stopped
+    (`stopped_summary`)."""
+    outcomes: List[Outcome] = []
+    last = [""]  # the last progress line: where a stop came
+
+    def tell(line: str) -> None:
+        last[0] = line
+        say(line)
+
+    current: Optional[Outcome] = None
+    try:
+        for cell in cells:
+            for variant in options.variants:
+                current = Outcome(cell.id, variant)
+                try:
+                    outcomes.append(build_one(cell, variant, options, engine, tell, current))
+                except UserError as exc:  # e.g. a refused push: report it, keep the local image
+                    outcomes.append(Outcome(cell.id, variant, status="error", message=str(exc)))
+                except OSError as exc:  # the state folder's disk is full, or not writable
+                    error = writes.write_error(exc, options.state_dir, "nothing was tagged")
+                    outcomes.append(Outcome(cell.id, variant, status="error", message=str(error)))
+                current = None
+        return outcomes + (indexes(outcomes, options.push, tell) if options.push else [])
+    except KeyboardInterrupt as stop:
+        raise type(stop)(stopped_summary(outcomes, current, last[0])) from None
 
 
-def build_one(cell: Cell, variant: str, options: Options, engine: Engine, say: Say) -> Outcome:
-    """Prepare, build, smoke-test and conclude (seal, tag, push) one image; a refusal
-    before the build is a `UserError`, a failed build or tier an outcome."""
+def stopped_summary(outcomes: List[Outcome], current: Optional[Outcome], last_line: str) -> str:
+    """One line on a stopped run: what is published (pushed, with its digest), what is only
+    tagged here (every tag names an image that passed), and the image that was not finished.
+
+    Example:
+        >>> stopped_summary([Outcome("c", "cpu", "passed", tags=["r:c-cpu"])], Outcome("d", "cpu"), "[d-cpu] step 2/9 RUN x")
+        'published nothing; tagged here only: r:c-cpu; not finished: d (cpu), no tag (stopped at "[d-cpu] step 2/9 RUN x")'
+    """
+    done = outcomes + ([current] if current is not None else [])
+    published = [f"{ref}@{digest}" for o in done for ref, digest in o.digests.items()]
+    local = [t for o in done for t in o.tags if t not in {r for o2 in done for r in o2.digests}]
+    text = ("published " + ", ".join(published) if published else "published nothing")
+    text += f"; tagged here only: {', '.join(local)}" if local else ""
+    if current is not None:
+        text += f"; not finished: {current.cell} ({current.variant})" + ("" if current.tags else ", no tag")
+    return text + (f' (stopped at "{last_line[:120]}")' if last_line else "")
+
+
+def build_one(cell: Cell, variant: str, options: Options, engine: Engine, say: Say,
+              out: Optional[Outcome] = None) -> Outcome:
+    """Prepare, build, smoke-test and conclude (seal, tag, push) one image, into ``out``;
+    a refusal before the build is a `UserError`, a failed build or tier an outcome.
+
+    The image is claimed in the state folder first (`claims`): a second run building it
+    with the same state folder is refused, naming this one, until this one ends."""
     job = prepare(cell, variant, options)
-    out = Outcome(job.plan.cell_id, variant)
-    proof = attest.evidence(job) if options.sign_key else None  # the inputs as the build reads them
-    bom = sbom.of(job)
-    sealed = already_sealed(job, engine)
-    if sealed is not None:
-        return reuse_sealed(job, sealed, out, options, engine, say, proof, bom)
-    if not build(job, options, engine, say, out):
-        return out
-    report = smoke_test(job, engine, say, out)
-    out = conclude(out, engine, report, job.smoke.tiers, job.smoke.final, job.ref, job.name, options)
-    out.sbom = _keep_sbom(bom, job.name, options.state_dir)
-    return attest_pushed(out, report, job.smoke.tiers, job.plan.content_hash, proof, options, say, bom)
+    out = out if out is not None else Outcome(job.plan.cell_id, variant)
+    out.cell = job.plan.cell_id
+    held = options.state_dir / "claims" / f"{job.name}.lock"
+    held.parent.mkdir(parents=True, exist_ok=True)
+    with claims.claim(held, f"building {job.name} with the state folder {options.state_dir}", folder=False,
+                      fix="wait for that run to finish, or give this one another --state-dir"):
+        proof = attest.evidence(job) if options.sign_key else None  # the inputs as the build reads them
+        bom = sbom.of(job)
+        sealed = already_sealed(job, engine)
+        if sealed is not None:
+            return reuse_sealed(job, sealed, out, options, engine, say, proof, bom)
+        if not build(job, options, engine, say, out):
+            return out
+        report = smoke_test(job, engine, say, out)
+        out = conclude(out, engine, report, job.smoke.tiers, job.smoke.final, job.ref, job.name, options, say)
+        out.sbom = _keep_sbom(bom, job.name, options.state_dir)
+        return attest_pushed(out, report, job.smoke.tiers, job.plan.content_hash, proof, options, say, bom)
 
 
 def _keep_sbom(bom: Dict, name: str, state: Path) -> str:
@@ -114,7 +160,7 @@ def _keep_sbom(bom: Dict, name: str, state: Path) -> str:
     tools read as smoke reports); its path."""
     path = state / "sbom" / f"{name}.cdx.json"
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(bom, indent=2, sort_keys=True) + "\n")
+    writes.replace_file(path, (json.dumps(bom, indent=2, sort_keys=True) + "\n").encode())  # whole or not at all
     return str(path)
 
 
@@ -144,7 +190,7 @@ def reuse_sealed(job: Job, report: Dict, out: Outcome, options: Options, engine:
         "passed): not built or smoke-tested again")
     out.status, out.tiers = "passed", list(report.get("tiers") or [])
     out.message = "sealed by an earlier run: not built or smoke-tested again"
-    out = tag_and_push(out, engine, engine.image_id(job.ref) or "", job.ref, options)
+    out = tag_and_push(out, engine, engine.image_id(job.ref) or "", job.ref, options, job.name, say)
     out.sbom = _keep_sbom(bom, job.name, options.state_dir) if bom is not None else ""
     return attest_pushed(out, report, required_tiers(job.variant, job.plan.cann_only), job.plan.content_hash,
                          proof, options, say, bom)
@@ -423,14 +469,15 @@ def _keep_report(out: Outcome, report: Dict, tiers: Tuple[str, ...], name: str, 
     report_bytes = (json.dumps(report, indent=2, sort_keys=True) + "\n").encode()
     report_path = state / "reports" / f"{name}.json"
     report_path.parent.mkdir(parents=True, exist_ok=True)
-    report_path.write_bytes(report_bytes)
+    writes.replace_file(report_path, report_bytes)  # whole or not at all: a report is evidence
     out.report = str(report_path)
     return report_bytes
 
 
 def conclude(out: Outcome, engine: Engine, report: Dict, tiers: Tuple[str, ...], final: bool, ref: str,
-              name: str, options: Options) -> Outcome:
-    """Keep the report, judge it; a pass is sealed (when final) and tagged, then pushed."""
+              name: str, options: Options, say: Say = lambda line: None) -> Outcome:
+    """Keep the report, judge it; a pass is sealed (when final) and tagged, then pushed.
+    Each step says its progress line first (``[NAME] sealing``, ``tagging``, ``pushing``)."""
     state = options.state_dir
     report_bytes = _keep_report(out, report, tiers, name, state)
     judged = verdict(report, tiers, final)
@@ -438,29 +485,33 @@ def conclude(out: Outcome, engine: Engine, report: Dict, tiers: Tuple[str, ...],
     if judged.status == "failed":
         return out
     if judged.status == "passed":
+        say(f"[{name}] sealing: the report and the validated labels added")
         image_id = seal(engine, out.image_id, report_bytes, judged.seal_labels, state / "seal" / name,
                         state / "logs" / f"{name}.seal.log")
     else:
         ref, image_id = ref + CANDIDATE_SUFFIX, out.image_id
     candidate = out.image_id
-    out = tag_and_push(out, engine, image_id, ref, options)
+    out = tag_and_push(out, engine, image_id, ref, options, name, say)
     if image_id != candidate:  # sealed: the candidate's layers live on in the sealed image
         engine.remove_if_unnamed(candidate)
     return out
 
 
-def tag_and_push(out: Outcome, engine: Engine, image_id: str, ref: str, options: Options) -> Outcome:
+def tag_and_push(out: Outcome, engine: Engine, image_id: str, ref: str, options: Options, name: str,
+                 say: Say) -> Outcome:
     """Name ``image_id`` ``ref`` (and, with a push, its name in the registry) and push it. An
     image those names leave unnamed (an earlier seal under the same tag, 1-2 GB) is removed,
     never left dangling; one still named otherwise or in use stays."""
     pushed = f"{options.push.rstrip('/')}/{ref}" if options.push else ""
     refs = [ref] + ([pushed] if pushed else [])
     before = {found for found in map(engine.image_id, refs) if found and found != image_id}
+    say(f"[{name}] tagging {', '.join(refs)}")
     _apply_tags(engine, image_id, refs)
     for old in before:
         engine.remove_if_unnamed(old)
     out.image_id, out.tags = image_id, refs
     if pushed:
+        say(f"[{name}] pushing {pushed}")
         try:
             out.digests[pushed] = engine.push(pushed)
         except UserError as exc:  # e.g. refused credentials: keep the outcome (id, tags, report) and the image
@@ -540,6 +591,7 @@ def indexes(outcomes: List[Outcome], push: str, say: Say) -> List[Outcome]:
             if waiting:
                 say(f"[{family}] no index yet: {', '.join(waiting)} not in {host}/{repository}")
                 continue
+            say(f"[{family}] publishing the index {host}/{repository}:{publish.index_tag(family, variant)}")
             out.append(index_outcome(registry, repository, family, variant))
     return out
 
@@ -564,5 +616,5 @@ def promote(ref: str, options: Options, engine: Engine, say: Say) -> Outcome:
     release = ref[: -len(CANDIDATE_SUFFIX)] if ref.endswith(CANDIDATE_SUFFIX) else ref
     if options.push:  # the registry prefix is added again by conclude
         release = release.split("/", 1)[-1] if release.startswith(options.push.rstrip("/") + "/") else release
-    out = conclude(out, engine, report, tiers, True, release, cell_id, options)
+    out = conclude(out, engine, report, tiers, True, release, cell_id, options, say)
     return attest_pushed(out, report, tiers, labels.get(Label.CONTENT_HASH, ""), None, options, say)

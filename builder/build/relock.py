@@ -13,12 +13,13 @@ Example:
 
 from __future__ import annotations
 
-import os
+import threading
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Callable, List, Optional, Sequence, Tuple
 
+from builder import writes
 from builder import installers as installer_names
 from builder.build import conda_lock
 from builder.build import fetch as fetching
@@ -93,7 +94,8 @@ def run(cells: Sequence[Cell], kb, out: Path, *, wheelhouse: Optional[Path] = No
     fails does not stop the others. Returns a row per cell, in the matrix's order.
 
     A conda cell's lock gets its conda part too (``resolve_conda``, py-rattler), solved
-    against ``mirrors.conda_channel`` as given (a token in it reaches the solver only)."""
+    against ``mirrors.conda_channel`` as given (a token in it reaches the solver only).
+    Once stopped (Ctrl-C, SIGTERM), no lock is written, not even by a uv already running."""
 
     def one(cell: Cell) -> Row:
         folder = Path(out) / cell.id
@@ -112,19 +114,27 @@ def run(cells: Sequence[Cell], kb, out: Path, *, wheelhouse: Optional[Path] = No
             except UserError as exc:
                 return Row(cell.id, "failed", exc.message)
         made, missing = record_installers(cell, kb, made, fetch, say)
+        if stopped.is_set():  # Ctrl-C or SIGTERM came while uv ran: a stopped run writes nothing more
+            return Row(cell.id, "failed", "stopped before its lock was written")
         if previous is not None and previous.text() == made.text():
             return Row(cell.id, locking.status(made, inputs), _describe(made, locking.status(made, inputs)),
                        unrecorded=missing)
-        folder.mkdir(parents=True, exist_ok=True)
-        path = folder / locking.LOCK_FILE
-        tmp = path.with_name(path.name + ".tmp")
-        tmp.write_text(made.text(), encoding="utf-8")
-        os.replace(tmp, path)  # never a half-written lock
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise writes.write_error(exc, folder) from None
+        writes.replace_file(folder / locking.LOCK_FILE, made.text().encode())  # never a half-written lock
         state = locking.status(made, inputs)
         return Row(cell.id, state, _describe(made, state), changed=previous is None or previous.text() != made.text(),
                    unrecorded=missing)
 
     if resolve is locking.resolve:
         locking.uv_command()  # find uv (or say it is missing) once, before the threads
+    stopped = threading.Event()
     with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
-        return list(pool.map(one, cells))
+        try:
+            return list(pool.map(one, cells))
+        except BaseException:
+            stopped.set()
+            pool.shutdown(wait=False, cancel_futures=True)  # the cells not started yet never start
+            raise

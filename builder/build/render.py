@@ -22,6 +22,7 @@ Example:
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -34,7 +35,7 @@ from typing import Dict, Iterator, List, Mapping, Optional, Tuple
 
 import jinja2
 
-from builder import knowledge, vocabulary
+from builder import claims, knowledge, vocabulary, writes
 from builder.build import lock as locking
 from builder.build import plan as planning
 from builder.build import stage
@@ -170,7 +171,9 @@ def _present(out: Path) -> set:
 # What render writes in a cell folder, and so may remove when it no longer writes it. The lock
 # is `lock`'s, and anything else (a user's notes, folders) is nobody's to remove: both stay.
 _RENDERED_NAME = re.compile(r"Dockerfile(\.cpu)?|manifest(\.cpu)?\.json|lock\.[a-z_]+\.txt|uv\.txt|"
-                            + "|".join(re.escape(n) for n in (*vocabulary.SHIPPED_FILES, UNPACK_SCRIPT)))
+                            + "|".join(re.escape(n) for n in (*vocabulary.SHIPPED_FILES, UNPACK_SCRIPT))
+                            # what a write killed before its rename left (render's, lock's)
+                            + r"|\..+" + re.escape(writes.TMP_SUFFIX))
 
 
 def _renders(path: Path) -> bool:
@@ -274,26 +277,31 @@ def _make_folders(folder: Path) -> List[Path]:
     return missing[::-1]
 
 
-def _stage(path: Path, data: bytes) -> Path:
-    """``data`` in a file of its own beside ``path``, under the temporary name; returns that name.
-
-    Whatever is at that name already is removed first (a render killed midway leaves its
-    file there; unlink removes a link, never what it points at), then the file is created
-    exclusively: a link or file put there meanwhile makes the open fail, never redirects it.
-    """
-    tmp = path.with_name(f".{path.name}.ascend-build-tmp")
+@contextlib.contextmanager
+def claimed(out: Path) -> Iterator[None]:
+    """``out`` for this run alone (`claims.claim` on the folder) while it reads and writes
+    there: a second render or lock into it is refused, naming this one. ``out`` is made
+    when missing, and removed again if the run fails and leaves it empty."""
+    if out.exists() and not out.is_dir():
+        raise UserError(f"--out {out} is not a folder", fix="pass a folder (it is created when missing)", exit_code=2)
     try:
-        tmp.unlink()
-    except FileNotFoundError:
-        pass
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o666)
+        made = _make_folders(out)
+    except OSError as exc:
+        raise writes.write_error(exc, exc.filename or out, "nothing was written") from None
     try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-    except OSError:
-        tmp.unlink(missing_ok=True)
+        with contextlib.ExitStack() as held:
+            try:
+                held.enter_context(claims.claim(out, f"writing into {out}", folder=True))
+            except OSError as exc:  # e.g. a symlink to nothing
+                raise writes.write_error(exc, out, "nothing was written") from None
+            yield
+    except BaseException:
+        for folder in reversed(made):
+            try:
+                folder.rmdir()
+            except OSError:
+                pass
         raise
-    return tmp
 
 
 @dataclass(frozen=True)
@@ -310,7 +318,7 @@ def write(rendered: Dict[str, Dict[str, bytes]], out: Path) -> Written:
     """Bring ``out`` in line with a fresh render.
 
     Checked first (see `_refuse`), then in two steps: every new file is written beside its
-    target under a temporary name, created exclusively (`_stage`), and every file to be
+    target under a temporary name, created exclusively (`writes.stage`), and every file to be
     replaced or removed is opened for writing (an immutable or read-only one fails here);
     only when all of that worked are the files renamed into place and the leftovers
     removed. A failure in the first step leaves ``out`` as it was (the staged files and
@@ -320,6 +328,7 @@ def write(rendered: Dict[str, Dict[str, bytes]], out: Path) -> Written:
     _refuse(out, rendered, changes)
     staged: Dict[Path, Path] = {}  # target -> its new bytes under a temporary name
     made: List[Path] = []  # folders made for them, outermost first
+    path = out
     try:
         for path, _, data in changes:
             if data is KEEP:
@@ -330,7 +339,7 @@ def write(rendered: Dict[str, Dict[str, bytes]], out: Path) -> Written:
                     os.close(os.open(target, os.O_WRONLY | os.O_APPEND))  # writable? (changes nothing)
             if data is not None:
                 made += _make_folders(path.parent)
-                staged[path] = _stage(path, data)
+                staged[path] = writes.stage(path, data)
     except OSError as exc:
         for tmp in staged.values():
             tmp.unlink(missing_ok=True)
@@ -339,8 +348,7 @@ def write(rendered: Dict[str, Dict[str, bytes]], out: Path) -> Written:
                 folder.rmdir()  # empty again, its staged files gone (unless someone else wrote there)
             except OSError:
                 pass
-        raise UserError(f"cannot write {exc.filename or out}: {exc.strerror or exc}; nothing was changed", exit_code=1,
-                        fix="check that --out is a writable folder on a regular file system") from None
+        raise writes.write_error(exc, exc.filename or path, "nothing was changed") from None
     written = Written([], [])
     try:
         for path, why, data in changes:
@@ -355,10 +363,11 @@ def write(rendered: Dict[str, Dict[str, bytes]], out: Path) -> Written:
                 if kept:
                     written.said.append(kept)
             elif data is None:
-                path.unlink()
+                if path not in staged.values():  # a killed run's staged file: staged afresh above
+                    path.unlink()
             else:
                 os.replace(staged[path], path)
     except OSError as exc:
-        raise UserError(f"cannot write {exc.filename or out}: {exc.strerror or exc}", exit_code=1,
-                        fix="check that --out is a writable folder on a regular file system") from None
+        raise writes.write_error(exc, exc.filename or out, "the files before it were renamed into place, "
+                                "the ones after it not: run render again") from None
     return written

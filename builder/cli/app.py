@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import platform
+import signal
 from typing import Iterator, Optional
 
 import typer
@@ -39,15 +40,31 @@ def within(deadline: Optional[float], default: float = NETWORK_DEADLINE) -> Iter
         yield
 
 
+class Terminated(KeyboardInterrupt):
+    """SIGTERM (a CI job cancelled, ``docker stop``, systemd): stops the run as Ctrl-C does,
+    through every cleanup a ``KeyboardInterrupt`` runs (the build cancelled, the smoke
+    container removed, half-set tags removed), and exits 143 instead of 130."""
+
+
+def _terminate(signum, frame) -> None:
+    raise Terminated()
+
+
 @contextlib.contextmanager
 def interruptible():
-    """Ctrl-C says "interrupted" and exits 130. Typer turns a KeyboardInterrupt into a
-    silent exit 130 before `main` could see it, so long-running commands catch it here."""
+    """Ctrl-C (SIGINT) or SIGTERM: one line, ``interrupted by SIGINT: <what the run says it
+    published and did not>``, and exit 130 (143 for SIGTERM). Typer turns a KeyboardInterrupt
+    into a silent exit 130 before `main` could see it, so long-running commands catch it here."""
+    previous = signal.signal(signal.SIGTERM, _terminate)
     try:
         yield
-    except KeyboardInterrupt:
-        typer.echo("interrupted", err=True)
-        raise typer.Exit(130) from None
+    except KeyboardInterrupt as stop:
+        name, code = ("SIGTERM", 143) if isinstance(stop, Terminated) else ("SIGINT", 130)
+        told = str(stop)
+        typer.echo(f"interrupted by {name}" + (f": {told}" if told else ""), err=True)
+        raise typer.Exit(code) from None
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def host_arch() -> str:

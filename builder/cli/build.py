@@ -116,21 +116,23 @@ def render_command(
     """
     loaded = _load(matrix_path, strict)
     out = out or _default("dockerfiles")
-    rendered = render.render_all(loaded.cells, locks=lock.read_all(out, (c.id for c in loaded.cells)))
-    if check:
-        stale = render.stale(rendered, out)
-        for line in stale:
-            typer.echo(f"stale: {line}", err=True)
-        if stale:
-            typer.echo(f"{out} is stale ({len(stale)} path(s)); run {commands.suggest('render')} and commit the result",
-                       err=True)
-            raise typer.Exit(1)
-        typer.echo(f"{out} is up to date ({len(rendered)} cells)")
+    if not check:
+        with render.claimed(out):
+            rendered = render.render_all(loaded.cells, locks=lock.read_all(out, (c.id for c in loaded.cells)))
+            written = render.write(rendered, out)
+        for line in written.said:  # what went away, or stayed though render did not write it
+            typer.echo(line, err=True)
+        typer.echo(f"rendered {len(rendered)} cells into {out} ({len(written.changed)} path(s) changed)")
         return
-    written = render.write(rendered, out)
-    for line in written.said:  # what went away, or stayed though render did not write it
-        typer.echo(line, err=True)
-    typer.echo(f"rendered {len(rendered)} cells into {out} ({len(written.changed)} path(s) changed)")
+    rendered = render.render_all(loaded.cells, locks=lock.read_all(out, (c.id for c in loaded.cells)))
+    stale = render.stale(rendered, out)
+    for line in stale:
+        typer.echo(f"stale: {line}", err=True)
+    if stale:
+        typer.echo(f"{out} is stale ({len(stale)} path(s)); run {commands.suggest('render')} and commit the result",
+                   err=True)
+        raise typer.Exit(1)
+    typer.echo(f"{out} is up to date ({len(rendered)} cells)")
 
 
 @app.command("lock")
@@ -161,21 +163,24 @@ def lock_command(
     out = out or _default("dockerfiles")
     cells = choose(loaded.cells)
     kb = knowledge.load()
+    written: Optional[render.Written] = None  # None: nothing rendered (--check, or other cells refused)
     if check:
         rows = relock.check(cells, kb, out)
     else:
-        with interruptible(), within(deadline, LOCK_DEADLINE):
+        with render.claimed(out), interruptible(), within(deadline, LOCK_DEADLINE):
             rows = relock.run(cells, kb, out, wheelhouse=wheelhouse, index_url=index_url, jobs=jobs,
                               say=lambda line: typer.echo(line, err=True))
+            if not loaded.refused:
+                written = render.write(render.render_all(loaded.cells, kb, lock.read_all(out, (c.id for c in loaded.cells))),
+                                       out)
     for row in rows:
         typer.echo(f"{row.state:10} {row.cell}: {row.detail}" + (" (written)" if row.changed else ""))
     bad = [r for r in rows if r.state in ("missing", "stale", "failed")]
     incomplete = sum(r.state == "incomplete" for r in rows)
     summary = f"{len(rows) - len(bad) - incomplete} complete, {incomplete} incomplete, {len(bad)} missing/stale/failed"
-    if not check and loaded.refused:
+    if not check and written is None:
         summary += f"; not rendered: {len(loaded.refused)} cell(s) refused (render needs every cell valid)"
-    elif not check:
-        written = render.write(render.render_all(loaded.cells, kb, lock.read_all(out, (c.id for c in loaded.cells))), out)
+    elif written is not None:
         summary += f"; rendered {len(loaded.cells)} cells into {out} ({len(written.changed)} path(s) changed)"
     typer.echo(summary, err=bool(bad))
     if bad:

@@ -42,7 +42,7 @@ import subprocess
 from pathlib import Path
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
-from builder import documents
+from builder import documents, writes
 from builder.errors import UserError
 from builder.node import doctor
 from builder.node.host import HostInfo, probe
@@ -256,15 +256,12 @@ def build_record(extra: Mapping[str, str], host: HostInfo, environ: Mapping[str,
 
 
 def _create(output_dir: Path, data: bytes) -> Path:
-    """Write ``data`` to the first free record name, never replacing a file."""
+    """Write ``data`` whole to the first free record name, never replacing a file (see
+    `writes.create_file`: a full disk or a kill never leaves half a record under its name)."""
     for n in range(_MAX_TRIES):
         path = output_dir / (f"{RECORD_STEM}.json" if n == 0 else f"{RECORD_STEM}.{n}.json")
-        try:
-            with open(path, "xb") as fh:
-                fh.write(data)
+        if not path.exists() and writes.create_file(path, data):
             return path
-        except FileExistsError:
-            continue
     raise UserError(f"{output_dir} already holds {_MAX_TRIES} run records", fix="write into a new folder",
                     exit_code=1)
 
@@ -303,11 +300,10 @@ def write_record(output_dir: Path, extra: Mapping[str, str], host: HostInfo, env
                         fix=f"name the folder the checkpoint is saved in, or create it first (mkdir -p {output_dir})")
     record = build_record(extra, host, environ, image_labels, root, facts, image)
     try:
-        output_dir.mkdir(exist_ok=True)
-        return _create(output_dir, (json.dumps(record, indent=2, sort_keys=False) + "\n").encode())
+        output_dir.mkdir(exist_ok=True)  # its parent exists (checked above): one new folder at most
     except OSError as exc:  # no permission, a name too long, a read-only or full file system
-        raise UserError(f"cannot write into {output_dir}: {exc.strerror}", fix="pick a writable folder",
-                        exit_code=1) from None
+        raise writes.write_error(exc, output_dir, "no record was written") from None
+    return _create(output_dir, (json.dumps(record, indent=2, sort_keys=False) + "\n").encode())
 
 
 def run_record(output_dir: Path, pairs: Sequence[str] = (), root: Path = Path("/"),

@@ -672,7 +672,9 @@ def test_ctrl_c_leaves_no_tag_no_container_no_temp_tag_no_secret_file(engine, ba
                      while_running=smoke_is_running if phase == "smoke" else None)
 
     assert res.returncode == 130, res.stderr
-    assert res.stderr.rstrip().endswith("interrupted") and "Traceback" not in res.stderr
+    last = res.stderr.rstrip().splitlines()[-1]
+    assert last.startswith("interrupted by SIGINT: published nothing;") and "Traceback" not in res.stderr
+    assert f"not finished: {CELL_ID} (cpu), no tag" in last
     assert res.stdout == ""  # no summary claims anything
     log = (state / "logs" / f"{CELL_ID}-cpu.build.log").read_text()
     if phase == "build":
