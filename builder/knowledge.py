@@ -774,6 +774,30 @@ class KnowledgeBase:
         """
         return str((self._downloads.get("nnal") or {}).get("since") or "")
 
+    def torch_atb_glibc(self, cann: str, os_id: str) -> Optional[Tuple[str, str, str]]:
+        """When NNAL's torch_atb of ``cann`` needs a newer glibc than ``os_id`` has: (the glibc
+        it needs, the source, the official image that installs NNAL on that OS all the same, or
+        ""); None when it fits, or when the CANN, the OS or its glibc is unknown.
+
+        Example:
+            >>> load().torch_atb_glibc("9.1.0", "ubuntu22.04")[0], load().torch_atb_glibc("9.1.0", "ubuntu24.04")
+            ('2.38', None)
+            >>> load().torch_atb_glibc("9.0.0", "ubuntu22.04") is None
+            True
+        """
+        rule = (self._downloads.get("nnal") or {}).get("torch_atb_glibc") or {}
+        wanted, since = versions.lenient("cann", cann), rule.get("since")
+        info = self.os_info(os_id)
+        if not rule or wanted is None or info is None or wanted < versions.cann(str(since)):
+            return None
+        needs = str(rule["glibc"])
+        if info.glibc >= tuple(int(p) for p in needs.split(".")):
+            return None
+        shipped = ((rule.get("shipped") or {}).get(os_id) or {})
+        image = next((str(where) for release, where in shipped.items()
+                      if versions.lenient("cann", str(release)) == wanted), "")
+        return needs, " ".join(str(rule["source"]).split()), image
+
     def cann_release_folder(self, cann: str) -> Optional[str]:
         """The folder a known CANN release's installers are published in; None for an unknown
         release, and for a pre-release (alpha, beta) whose folder is not recorded.

@@ -466,6 +466,29 @@ def nnal_published(cell: Cell, kb) -> Findings:
                        f"use CANN >= {since}, or drop nnal: true")
 
 
+def torch_atb_glibc(cell: Cell, kb) -> Findings:
+    """From CANN 9.1 on, NNAL's torch_atb plugin needs glibc 2.38 (Ascend's ATB install page): a
+    cell asking for NNAL on an OS with an older glibc is refused, unless Ascend's own images
+    install NNAL on that OS for that release (then a warning naming the image)."""
+    if not cell.nnal or cell.cann_source == "image":
+        return
+    found = kb.torch_atb_glibc(cell.cann, cell.os)
+    if found is None:
+        return
+    needs, source, image = found
+    newer = [o for o in kb.os_ids() if kb.os_info(o).glibc >= tuple(int(p) for p in needs.split("."))]
+    has = ".".join(map(str, kb.os_info(cell.os).glibc))
+    message = (f"NNAL's torch_atb from CANN {cell.cann} needs glibc {needs}; {cell.os} has glibc {has} "
+               f"(per {source})")
+    fix = (f"use an OS with glibc >= {needs} ({', '.join(newer)}), or CANN 9.0's torch_atb wheel as that page shows, "
+           "or drop nnal: true")
+    if image:
+        yield _finding(cell, "nnal", "nnal-glibc-shipped", message + f", but Ascend's image installs NNAL there: {image}",
+                       fix, severity="warning")
+        return
+    yield _finding(cell, "nnal", "nnal-glibc-too-old", message, fix)
+
+
 def own_wheel_fits(cell: Cell, kb) -> Findings:
     """A wheel the cell brings must be torch_npu of the cell's version, Python and arch, hold
     the bytes of its sha256 (checked when the file is on this machine; `image` always
@@ -497,7 +520,7 @@ RULES = (
     cann_known, torch_npu_published, torch_matches_pin, cann_paired, python_has_wheel, python_within_cann,
     glibc_new_enough,
     driver_supports_cann, driver_known, firmware_in_range, chip_supported, venv_python_matches, installers_verifiable, tag_fits,
-    pins_within_cann_limits, env_vars_accepted, nnal_published, own_wheel_fits,
+    pins_within_cann_limits, env_vars_accepted, nnal_published, torch_atb_glibc, own_wheel_fits,
 )
 
 LOCK_RULES = {

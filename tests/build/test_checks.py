@@ -521,6 +521,37 @@ def test_nnal_of_a_cann_image_is_the_images_own(tmp_path):
     assert findings == []  # no release floor applies: the smoke test checks the image has libatb.so
 
 
+# --- torch_atb_glibc ---------------------------------------------------------------------
+
+CANN_91 = dict(VALID, os="debian12", env="venv", python="3.11", cann="9.1.0", torch_npu="2.13.0", min_driver="25.2.RC1")
+
+
+def test_nnal_from_cann_9_1_on_an_os_older_than_glibc_2_38_is_refused(tmp_path):
+    """Ascend's ATB installation page: from CANN 9.1 on, torch_atb needs glibc 2.38."""
+    findings, lines, _ = cell_findings(tmp_path, dict(CANN_91, nnal="true"))
+    f = only(findings, "nnal-glibc-too-old")
+    assert f.severity == "error" and (f.field, f.where.line) == ("cells[0].nnal", lines[(0, "nnal")])
+    assert f.message.startswith("NNAL's torch_atb from CANN 9.1.0 needs glibc 2.38; debian12 has glibc 2.36 "
+                                "(per Ascend's ATB installation page (ascendtb_0034)")
+    assert "openeuler24.03" in f.fix and "ubuntu24.04" in f.fix and "debian12" not in f.fix
+    assert "CANN 9.0's torch_atb wheel" in f.fix
+    # without NNAL, and on CANN 9.0 (before the change), nothing to say
+    assert by_rule(cell_findings(tmp_path, CANN_91)[0], "nnal-glibc-too-old") == []
+    assert by_rule(cell_findings(tmp_path, dict(VALID, os="ubuntu22.04", nnal="true", cann="9.0.0", python="3.11",
+                                                torch_npu="2.8.0.post2"))[0], "nnal-glibc-too-old") == []
+
+
+def test_nnal_glibc_is_a_warning_where_ascends_own_image_installs_it():
+    """The official 9.1.0-beta.3 Ubuntu 22.04 images install NNAL (glibc 2.35): a warning naming them."""
+    kb = knowledge.load()
+    needs, source, image = kb.torch_atb_glibc("9.1.0-beta.3", "ubuntu22.04")
+    assert needs == "2.38" and "ascendtb_0034" in source
+    assert image.startswith("Ascend/cann-container-image@fe522a35") and "9.1.0-beta.3-910b-ubuntu22.04" in image
+    assert kb.torch_atb_glibc("9.1.0", "ubuntu22.04")[2] == ""  # no official image of the final release there
+    assert kb.torch_atb_glibc("9.1.0", "openeuler24.03") is None  # glibc 2.38
+    assert kb.torch_atb_glibc("9.0.0", "ubuntu22.04") is None
+
+
 # --- unique_tags -------------------------------------------------------------------------
 
 
@@ -560,6 +591,7 @@ COVERED = {
     "pins_within_cann_limits": ("cann-python-constraint", "cann-python-constraint-shipped"),
     "env_vars_accepted": ("env-var-rejected", "env-var-unverified"),
     "nnal_published": ("nnal-unpublished",),
+    "torch_atb_glibc": ("nnal-glibc-too-old", "nnal-glibc-shipped"),
     "own_wheel_fits": ("torch-npu-wheel-mismatch", "torch-npu-wheel-sha256", "torch-npu-wheel-absent",
                        "torch-unknown"),  # tests/build/test_own_wheel.py
 }
@@ -770,6 +802,10 @@ SHAPE_CASES = {
     "cann-downstream": [dict(VALID, cann="8.0.0", torch_npu="2.5.1")],
     "cann-pairing-unknown": [dict(VALID, os="debian12", cann="9.1.0", python="3.11", torch_npu="2.13.0", env="venv")],
     "cann-below-inferred": [dict(VALID, os="debian12", cann="9.0.0", python="3.11", torch_npu="2.13.0", env="venv")],
+    "nnal-glibc-too-old": [dict(VALID, os="debian12", cann="9.1.0", python="3.11", torch_npu="2.13.0", env="venv",
+                                nnal="true")],
+    "nnal-glibc-shipped": [dict(VALID, os="ubuntu22.04", cann="9.1.0-beta.3", python="3.11", torch_npu="2.13.0",
+                                nnal="true")],
     "cann-unknown": [dict(VALID, cann="8.4.0")],
     "cann-unlisted-unverifiable": [dict(VALID, cann="8.4.0", unlisted=True)],
     "cann-unlisted": [dict(VALID, cann="8.4.0", unlisted=True,
