@@ -236,7 +236,8 @@ def test_doctor_checks_inside_the_twin(engine, twin):
 
     labels = engine.labels(twin.release)
     host = HostInfo(arch=labels["io.ascend-build.arch"], driver="26.1.0", firmware="9.0.0.105.229")
-    names = {c.name: c for c in doctor.doctor_image(engine, twin.release, host)}
+    seen = doctor.look_up(engine, twin.release, host.arch)  # the launch checks `run` shares: exists, arch
+    names = {c.name: c for c in doctor.launch_checks(host, seen) + doctor.doctor_image(engine, twin.release, host)}
     assert "image: probe" not in names
     assert names["image: built by ascend-build"].status == doctor.OK
     assert names["image: arch"].status == doctor.OK
