@@ -169,13 +169,13 @@ def run_command(
     from builder.engine import Engine
 
     policy_key = _trust_key(trust_key)
+    host = host_probe.probe(root=root, run_npu_smi=False)  # once: its devices, arch and driver serve every step
+    host.arch = host.arch or host_arch()
     if policy_key is not None:
-        image_ref = _verified_ref(image_ref, policy_key, trust_key, require, insecure, root)
+        image_ref = _verified_ref(image_ref, policy_key, trust_key, require, insecure, host.arch)
     elif insecure:
         typer.echo("note: --insecure skips nothing without --trust-key: no statement is checked", err=True)
-    chosen = devices.choose(devices.npu_devices(root), devices_opt)
-    host = host_probe.probe(root=root, run_npu_smi=False)
-    host.arch = host.arch or host_arch()
+    chosen = devices.choose(host.devices, devices_opt)
     engine = Engine.connect()
     seen = checklist.look_up(engine, image_ref, host.arch)
     refused = [c for c in checklist.launch_checks(host, seen) if c.status == checklist.FAIL]
@@ -204,13 +204,13 @@ def run_command(
     engine.exec_cli(argv)
 
 
-def _verified_ref(image_ref: str, key, key_path: Optional[Path], require: str, insecure: bool, root: Path) -> str:
+def _verified_ref(image_ref: str, key, key_path: Optional[Path], require: str, insecure: bool, arch: str) -> str:
     """``image_ref`` as ``REGISTRY/REPOSITORY@sha256:...`` when its validation statement is trusted; refused
-    (UserError) when it is not, unless ``insecure`` (then said loudly, and ``image_ref`` is started as given)."""
+    (UserError) when it is not, unless ``insecure`` (then said loudly, and ``image_ref`` is started as given).
+    ``arch``: this node's, whose image of an index is the one checked."""
     from builder import policy
     from builder.registry import split_reference
     from builder.node import doctor
-    from builder.node import host as host_probe
     from builder.registry import Registry
 
     policy.check_requirement(require)
@@ -218,7 +218,6 @@ def _verified_ref(image_ref: str, key, key_path: Optional[Path], require: str, i
         why = "it names no registry, so no statement can be looked up (a local name says nothing signed)"
     else:
         host, repository, reference = split_reference(image_ref)
-        arch = host_probe.probe(root=root, run_npu_smi=False).arch or host_arch()
         registry = Registry(host)
         info = registry.inspect(repository, reference, arch)
         if info is None:
