@@ -11,7 +11,7 @@ from typing import Optional
 import typer
 
 from builder.cli.app import DeadlineOpt, app, host_arch, within
-from builder.cli.node import RequireOpt, RootOpt, TrustKeyOpt, _trust_key
+from builder.cli.node import RequireOpt, RootOpt, TrustKeyOpt, _trust_key, how_chosen
 from builder.errors import UserError
 from builder.vocabulary import DEFAULT_IMAGE, Label
 
@@ -97,8 +97,7 @@ def job_command(
     annotations = {"ascend-build.io/image-tag": best.tag, "ascend-build.io/min-driver": spec.min_driver}
     manifest = (job.job(name, spec, annotations) if kind == "job"
                 else volcano.volcano_job(name, spec, nodes_count, annotations))
-    verified = (f"its validation statement verifies with {trust_key} (--require {require})" if key is not None
-                else "chosen on its labels alone: no --trust-key, no statement checked")
+    verified = how_chosen(key, trust_key, require)
     header = [f"ascend-build k8s job: image tag {best.tag}, chosen for {subject} ({pool.describe(found)}arch "
               f"{found.node.arch}, chip {found.node.chip}, driver {found.node.driver})", verified]
     typer.echo(render.render(manifest, header), nl=False)

@@ -38,6 +38,17 @@ def _file_opt(flag: str, what: str):
     return typer.Option(None, flag, metavar="FILE|-", help=f"Write {what} to FILE (replaced atomically); - prints it.")
 
 
+def how_chosen(key, key_path: Optional[Path], require: str) -> str:
+    """What vouches for the chosen image, said by `pull` and `k8s job` alike: the statement checked, or nothing.
+
+    Example:
+        >>> how_chosen(None, None, "any")
+        'chosen on its labels alone: no --trust-key, no statement checked'
+    """
+    return (f"its validation statement verifies with {key_path} (--require {require})" if key is not None
+            else "chosen on its labels alone: no --trust-key, no statement checked")
+
+
 @app.command("host")
 def host_command(root: Path = RootOpt, as_json: bool = JsonOpt,
                  nfd_file: Optional[str] = _file_opt("--nfd", "a node-feature-discovery feature file (node labels)"),
@@ -125,8 +136,7 @@ def pull_command(
         if as_json:
             typer.echo(json.dumps({"ref": None, "error": exc.message, "fix": exc.fix or None}, indent=2))
         raise
-    verified = (f"its validation statement verifies with {trust_key} (--require {require})" if key is not None
-                else "chosen on its labels alone: no --trust-key, no statement checked")
+    verified = how_chosen(key, trust_key, require)
     if as_json:
         typer.echo(json.dumps({"ref": ref, "tag": best.tag, "digest": best.digest, "labels": best.labels,
                                "verified": key is not None, "require": require if key is not None else None},
