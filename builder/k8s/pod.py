@@ -8,9 +8,10 @@
   minimum: on ascend-build's driver ordinal label (``Gt`` ordinal - 1, since selectors compare
   only integers) or on MindCluster's driver label being one of the pool's versions that suffice.
   Each chip label key (current and deprecated) gets its own terms: terms are ORed.
-- ``volumes``: read-only hostPath mounts of what neither the device plugin nor Ascend Docker
-  Runtime provides (`builder.devices.DRIVER_MOUNTS`, as `run` mounts them), and a memory-backed
-  ``/dev/shm`` (the container runtime's default is 64 MiB, which HCCL and dataloaders starve on).
+- ``volumes``: read-only hostPath mounts of the driver files `run` mounts (`builder.devices.DRIVER_MOUNTS`,
+  less ``SOME_HOSTS_ONLY``), among them ``hccn.conf`` and the driver's ``topo``, which neither the
+  device plugin nor Ascend Docker Runtime provides; and a memory-backed ``/dev/shm`` (the
+  container runtime's default is 64 MiB, which HCCL and dataloaders starve on).
 - ``env``: what PyTorch's HCCL process group reads, named as MindCluster's Ascend Operator
   injects them for PyTorch (MASTER_ADDR, MASTER_PORT, WORLD_SIZE, RANK, LOCAL_WORLD_SIZE).
   ``ASCEND_VISIBLE_DEVICES`` is not set: the device plugin's Allocate answer sets it; an empty
