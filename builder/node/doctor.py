@@ -483,12 +483,26 @@ def probe_image(engine, ref: str) -> Dict[str, Any]:
         text = str(getattr(exc, "explanation", None) or exc).strip()[:300]
         raise UserError(f"cannot run python3 in {ref}: {text}", exit_code=1,
                         fix="the image needs python3 on PATH (its job's interpreter)") from None
-    found = parse_probe(result.stdout)
+    return probe_facts(result.stdout, result.stderr, result.exit_code, f"python3 in {ref}",
+                       fix=f"run `docker run --rm {ref} python3 -c 'import sys'` and read the error")
+
+
+def probe_facts(stdout: str, stderr: str, exit_code: int, who: str, fix: str) -> Dict[str, Any]:
+    """The facts the probe printed (``parse_probe``), or a UserError (exit 1) naming ``who`` ran it,
+    its exit code and the last line it printed: one refusal for `record` and `doctor` alike.
+
+    Example:
+        >>> try:
+        ...     probe_facts("", "Traceback ...\\nSyntaxError: invalid syntax", 1, "python3 in img:1", fix="-")
+        ... except UserError as exc:
+        ...     print(exc.message)
+        python3 in img:1 exited 1 without its facts: SyntaxError: invalid syntax
+    """
+    found = parse_probe(stdout)
     if found is None:
-        text = (result.stderr or result.stdout).strip()
-        raise UserError(f"python3 in {ref} exited {result.exit_code} without its facts: "
-                        f"{text.splitlines()[-1][:300] if text else 'no output'}", exit_code=1,
-                        fix=f"run `docker run --rm {ref} python3 -c 'import sys'` and read the error")
+        text = (stderr or stdout).strip()
+        raise UserError(f"{who} exited {exit_code} without its facts: "
+                        f"{text.splitlines()[-1][:300] if text else 'no output'}", exit_code=1, fix=fix)
     return found
 
 
@@ -708,6 +722,6 @@ def format_checks(checks: Sequence[Check]) -> str:
 
 
 __all__ = ["Check", "OK", "WARN", "FAIL", "Seen", "look_up", "launch_checks", "mounts_check", "arch_check",
-           "names_registry", "probe_image", "run_host_checks", "env_checks", "check_pairing", "image_checks",
+           "names_registry", "probe_image", "probe_facts", "run_host_checks", "env_checks", "check_pairing", "image_checks",
            "doctor_image", "run_doctor", "format_checks", "checks_to_dicts", "exit_code",
            "driver_in_ranges", "probe_program", "parse_probe"]

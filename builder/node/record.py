@@ -160,13 +160,8 @@ def python_facts(python: str) -> Dict[str, Any]:
     except OSError as exc:
         raise UserError(f"cannot run {python}: {exc.strerror}", exit_code=1,
                         fix="put the job's python3 on PATH, or record inside the image with --image") from None
-    found = doctor.parse_probe(done.stdout)
-    if found is None:
-        text = (done.stderr or done.stdout).strip()
-        raise UserError(f"{python} exited {done.returncode} without its facts: "
-                        f"{text.splitlines()[-1][:300] if text else 'no output'}", exit_code=1,
-                        fix="record with the job's own Python 3.8 or newer on PATH, or with --image")
-    return found
+    return doctor.probe_facts(done.stdout, done.stderr, done.returncode, python,
+                              fix="record with the job's own Python 3.8 or newer on PATH, or with --image")
 
 
 def build_record(extra: Mapping[str, str], host: HostInfo, environ: Mapping[str, str],
