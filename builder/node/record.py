@@ -3,8 +3,8 @@
 Why: a checkpoint is only reproducible with the stack that made it. The guide's own
 example pairs CANN 7.0.RC1 with a torch_npu that was never published, so the record
 is measured, not typed in: torch/torch_npu from ``importlib.metadata`` of the running
-interpreter the run used (inside ``--image``, or the ``python3`` on PATH; never the CLI's
-own), CANN/driver/firmware/chip from the host probe, the image's manifest and
+interpreter the run used (inside ``--image``, or the ``python3`` first on PATH; not the CLI
+process's own), CANN/driver/firmware/chip from the host probe, the image's manifest and
 validation report from ``vocabulary.ETC_DIR`` (inside the image with ``--image``), the job's ASCEND_/HCCL_/PYTORCH_NPU_ variables, plus the user's own
 ``key=value`` pairs (model, seq_len, learning_rate, ...), flat at the top level as in
 the guide's example.
@@ -223,7 +223,7 @@ def build_record(extra: Mapping[str, str], host: HostInfo, environ: Mapping[str,
         "chip": pick("chip", host.chip, "npu-smi"),
         "soc": host.soc,
         "arch": host.arch,
-        # every distribution of the run's environment (never the CLI's own): what the lock said, as it is there
+        # every distribution of the run's environment (not the CLI process's): what the lock said, as it is there
         "distributions": dict(_object(facts.get("distributions")) or {}),
     }
     sources["python_version"] = sources["distributions"] = python_at
@@ -307,7 +307,7 @@ def run_record(output_dir: Path, pairs: Sequence[str] = (), root: Path = Path("/
     """``ascend-build record OUTPUT_DIR [--image IMAGE] [--root DIR] [--set k=v ...]``: probe, write,
     return (path, record).
 
-    The environment recorded is the run's, never this CLI's: with ``image``, measured inside it
+    The environment recorded is the run's, not this process's: with ``image``, measured inside it
     (doctor's probe through ``engine``, ``Engine.connect()`` by default); without, the ``python3``
     on ``environ``'s PATH (the job's interpreter where the job ran). The node (driver, firmware,
     chip) is probed under ``root``.
