@@ -207,10 +207,9 @@ def host_pool(info: HostInfo, arch: str, chip: Optional[str] = None) -> Pool:
     if chip is not None and chip != info.chip:
         raise UserError(f"--chip {chip}: this host's chip is {info.chip or 'unknown'}", exit_code=1,
                         fix="leave --chip out, or pass --nodes (kubectl get nodes -o json) to describe the pool")
-    soc = info.soc or ""
-    values = {soc, soc[len("Ascend"):]} if soc.startswith("Ascend") else {soc}
+    values = {info.soc, keys.chip_label_value(info.soc)}
     node = Node(arch=arch, chip=info.chip, driver=info.driver, firmware=info.firmware)
-    return Pool(node=node, names=("this host",), weakest="this host", chip_values=tuple(sorted(values - {""})),
+    return Pool(node=node, names=("this host",), weakest="this host", chip_values=tuple(sorted(v for v in values if v)),
                 drivers=(info.driver,) if info.driver else ())
 
 

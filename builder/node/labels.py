@@ -29,6 +29,9 @@ Example:
 
 from __future__ import annotations
 
+import re
+from typing import Optional
+
 # ascend-build's own keys, written by `ascend-build host --nfd` as a node-feature-discovery local
 # feature file. The name carries its own prefix, else NFD would put it under feature.node.kubernetes.io;
 # nfd-master (0.13 and later) accepts every namespace but kubernetes.io's by default (its denyLabelNs).
@@ -62,9 +65,25 @@ CHIP_LABELS = (CHIP_LABEL, CHIP_LABEL_DEPRECATED)
 HOST_ARCH_VALUES = {"aarch64": "huawei-arm", "x86_64": "huawei-x86"}
 KUBE_ARCH_VALUES = {"aarch64": "arm64", "x86_64": "amd64"}
 
+
+
+def chip_label_value(soc: Optional[str]) -> Optional[str]:
+    """A SoC name (`builder.node.host.soc_name`) as the chip label's value, without ``Ascend``:
+    ``Ascend910B3`` -> ``910B3``, MindCluster's spelling for the 910 family. For the 950 MindCluster
+    is said to keep ``Ascend950PR``, which this does not give: a reader of this host takes both.
+
+    Examples:
+        >>> chip_label_value("Ascend910B3"), chip_label_value("Ascend950PR"), chip_label_value(None)
+        ('910B3', '950PR', None)
+    """
+    if not soc:
+        return None
+    return soc[len("Ascend"):] if re.match(r"Ascend[0-9]", soc) else soc
+
+
 __all__ = [
     "ACCELERATOR_LABEL_DEPRECATED", "ACCELERATOR_TYPE_LABEL_DEPRECATED", "ARCH_LABEL", "ASCEND_BUILD_PREFIX",
-    "CHIP_LABEL", "CHIP_LABELS", "CHIP_LABEL_DEPRECATED", "DRIVER_ORDINAL_LABEL", "DRIVER_VERSION_LABEL",
+    "CHIP_LABEL", "CHIP_LABELS", "chip_label_value", "CHIP_LABEL_DEPRECATED", "DRIVER_ORDINAL_LABEL", "DRIVER_VERSION_LABEL",
     "DRIVER_VERSION_LABELS", "DRIVER_VERSION_LABEL_DEPRECATED", "FIRMWARE_VERSION_LABEL", "HOST_ARCH_VALUES",
     "KUBE_ARCH_LABEL", "KUBE_ARCH_VALUES", "NFD_ARCH_LABEL", "NPU_COUNT_LABEL",
 ]

@@ -18,7 +18,8 @@ and ending alphanumeric); a fact that is unknown or would not be one is left out
 saying why.
 
 The keys are `builder.node.labels`'s: MindCluster's where it has one (``huawei.com/npu.driver.version``,
-``huawei.com/npu.chip.name``: the same facts its device plugin writes, so either may write them),
+``huawei.com/npu.chip.name``: the same facts its device plugin writes, the chip in the 910 family's
+spelling, `labels.chip_label_value`, which for the 950 may not be MindCluster's),
 ascend-build's own (``ascend-build.io/...``) for the ordinal, firmware, NPU count and arch.
 
 Example:
@@ -39,7 +40,7 @@ import os
 import re
 import tempfile
 from pathlib import Path
-from typing import List, Optional, Tuple
+from typing import List, Tuple
 
 from builder import versions
 from builder.errors import UserError
@@ -49,13 +50,6 @@ from builder.node.host import HostInfo
 FEATURES_DIR = "/etc/kubernetes/node-feature-discovery/features.d"
 MAX_FILE_BYTES = 65536  # NFD's MaxFeatureFileSize: a larger file is ignored whole
 _LABEL_VALUE = re.compile(r"(?:[A-Za-z0-9](?:[-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)")  # Kubernetes' rule, 63 at most
-
-
-def _chip_value(soc: Optional[str]) -> Optional[str]:
-    """The chip label's value as MindCluster writes it, npu-smi's name: ``Ascend910B3`` -> ``910B3``."""
-    if not soc:
-        return None
-    return soc[len("Ascend"):] if re.match(r"Ascend[0-9]", soc) else soc
 
 
 def features(info: HostInfo) -> Tuple[List[Tuple[str, str]], List[str]]:
@@ -85,7 +79,7 @@ def features(info: HostInfo) -> Tuple[List[Tuple[str, str]], List[str]]:
         (keys.DRIVER_VERSION_LABEL, info.driver, "driver"),
         (keys.DRIVER_ORDINAL_LABEL, ordinal, "driver ordinal" if info.driver else "driver"),
         (keys.FIRMWARE_VERSION_LABEL, info.firmware, "firmware"),
-        (keys.CHIP_LABEL, _chip_value(info.soc), "chip"),
+        (keys.CHIP_LABEL, keys.chip_label_value(info.soc), "chip"),
     )
     for key, value, what in facts:
         if value is None:
