@@ -95,7 +95,8 @@ def run(cells: Sequence[Cell], kb, out: Path, *, wheelhouse: Optional[Path] = No
 
     A conda cell's lock gets its conda part too (``resolve_conda``, py-rattler), solved
     against ``mirrors.conda_channel`` as given (a token in it reaches the solver only).
-    Once stopped (Ctrl-C, SIGTERM), no lock is written, not even by a uv already running."""
+    Once stopped (Ctrl-C, SIGTERM), a cell whose uv (or installer download) ends afterwards
+    downloads no installer and writes no lock; cells not started yet never start."""
 
     def one(cell: Cell) -> Row:
         folder = Path(out) / cell.id
@@ -113,8 +114,10 @@ def run(cells: Sequence[Cell], kb, out: Path, *, wheelhouse: Optional[Path] = No
                                                              kb.os_info(cell.os).glibc))
             except UserError as exc:
                 return Row(cell.id, "failed", exc.message)
+        if stopped.is_set():  # Ctrl-C or SIGTERM came while uv ran: no installer is downloaded to be thrown away
+            return Row(cell.id, "failed", "stopped before its lock was written")
         made, missing = record_installers(cell, kb, made, fetch, say)
-        if stopped.is_set():  # Ctrl-C or SIGTERM came while uv ran: a stopped run writes nothing more
+        if stopped.is_set():  # ... or while they downloaded: a stopped run writes nothing more
             return Row(cell.id, "failed", "stopped before its lock was written")
         if previous is not None and previous.text() == made.text():
             return Row(cell.id, locking.status(made, inputs), _describe(made, locking.status(made, inputs)),
