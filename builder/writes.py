@@ -138,6 +138,9 @@ def write_error(exc: OSError, path: Union[str, Path], unchanged: str = "what was
           fix: free space there (old build logs, `docker builder prune`) or write elsewhere, then run again
     """
     where = exc.filename2 or exc.filename or path  # a copy or rename names its source first, its target second
+    staged = Path(where).name
+    if staged.startswith(".") and staged.endswith(TMP_SUFFIX):  # `stage` failed: the user asked for its target
+        where = Path(where).with_name(staged[1:-len(TMP_SUFFIX)])
     if exc.errno in (errno.ENOSPC, errno.EDQUOT):
         return UserError(f"no space left on the file system of {where} ({free_bytes(where)} bytes free): {unchanged}",
                          fix="free space there (old build logs, `docker builder prune`) or write elsewhere, "
