@@ -150,8 +150,8 @@ def build_one(cell: Cell, variant: str, options: Options, engine: Engine, say: S
         if not build(job, options, engine, say, out):
             return out
         report = smoke_test(job, engine, say, out)
+        out.sbom = _keep_sbom(bom, job.name, options.state_dir)  # before any tag: a full disk fails it untagged
         out = conclude(out, engine, report, job.smoke.tiers, job.smoke.final, job.ref, job.name, options, say)
-        out.sbom = _keep_sbom(bom, job.name, options.state_dir)
         return attest_pushed(out, report, job.smoke.tiers, job.plan.content_hash, proof, options, say, bom)
 
 
@@ -198,8 +198,8 @@ def reuse_sealed(job: Job, report: Dict, out: Outcome, options: Options, engine:
         "passed): not built or smoke-tested again")
     out.status, out.tiers = "passed", list(report.get("tiers") or [])
     out.message = "sealed by an earlier run: not built or smoke-tested again"
+    out.sbom = _keep_sbom(bom, job.name, options.state_dir) if bom is not None else ""  # before any tag
     out = tag_and_push(out, engine, engine.image_id(job.ref) or "", job.ref, options, job.name, say)
-    out.sbom = _keep_sbom(bom, job.name, options.state_dir) if bom is not None else ""
     return attest_pushed(out, report, required_tiers(job.variant, job.plan.cann_only), job.plan.content_hash,
                          proof, options, say, bom)
 
