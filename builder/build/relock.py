@@ -13,6 +13,7 @@ Example:
 
 from __future__ import annotations
 
+import contextvars
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
@@ -135,8 +136,11 @@ def run(cells: Sequence[Cell], kb, out: Path, *, wheelhouse: Optional[Path] = No
         locking.uv_command()  # find uv (or say it is missing) once, before the threads
     stopped = threading.Event()
     with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
+        # each cell in a copy of this thread's context: the run's flags (`commands.given`) reach
+        # the fix lines built in the workers, which start with an empty one
+        contexts = [contextvars.copy_context() for _ in cells]
         try:
-            return list(pool.map(one, cells))
+            return list(pool.map(lambda context, cell: context.run(one, cell), contexts, cells))
         except BaseException:
             stopped.set()
             pool.shutdown(wait=False, cancel_futures=True)  # the cells not started yet never start

@@ -278,3 +278,16 @@ def test_triton_the_cell_pins_itself_is_kept_and_one_torch_pulls_in_is_refused(p
     with pytest.raises(UserError) as refused:
         lock.refuse_cuda(unasked, entries)
     assert f"CUDA packages ({name})" in refused.value.message
+
+
+def test_a_broken_lock_read_by_a_lock_thread_suggests_the_lock_command_with_the_runs_flags(tmp_path):
+    """`relock.run` reads each lock in a worker thread: the fix line built there carries the
+    run's --matrix/--out (`commands.given`) as one built in the main thread does."""
+    from builder import commands
+
+    out = tmp_path / "team"
+    (out / DEMO.id).mkdir(parents=True)
+    (out / DEMO.id / lock.LOCK_FILE).write_text("not a lock line\n")
+    with commands.given(matrix="team.yaml", out=out), pytest.raises(UserError) as broken:
+        relock.run([DEMO], KB, out, resolve=lambda inputs, **_: None, jobs=2)
+    assert f"`ascend-build lock --matrix team.yaml --out {out}`" in broken.value.fix, broken.value.fix
