@@ -57,7 +57,11 @@ def public_url(remote: str) -> str:
         parts = urllib.parse.urlsplit(remote)
         if parts.scheme not in ("http", "https", "ssh", "git") or not parts.hostname:
             return ""
-        host = parts.hostname + (f":{parts.port}" if parts.port and parts.scheme in ("http", "https") else "")
+        try:
+            port = parts.port
+        except ValueError:  # past 65535, or not a number: no URL
+            return ""
+        host = parts.hostname + (f":{port}" if port and parts.scheme in ("http", "https") else "")
         path = parts.path
     path = path.strip("/")
     path = path[:-4] if path.endswith(".git") else path
