@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from builder.build import oci
+from builder.errors import UserError
 
 
 def test_module_examples_hold():
@@ -75,3 +76,9 @@ def test_a_source_url_with_no_valid_port_is_left_out_not_a_traceback(server):
     assert oci.public_url(f"{server}/team/images") == ""
     env = {"GITHUB_SERVER_URL": server, "GITHUB_REPOSITORY": "team/images", "GITHUB_SHA": "0" * 40}
     assert oci.SOURCE not in oci.build_labels("", "local/debian:12", env)
+
+
+def test_a_source_date_epoch_past_any_date_is_a_clear_error_not_a_traceback():
+    with pytest.raises(UserError) as refused:
+        oci.created({"SOURCE_DATE_EPOCH": "99999999999999999999"})
+    assert "SOURCE_DATE_EPOCH" in refused.value.message and "99999999999999999999" in refused.value.message
