@@ -192,6 +192,10 @@ def _owner() -> str:
     return f"{socket.gethostname()}:{os.getpid()}"
 
 
+# What an archive of one file holds before the file's bytes (its headers), at most: `read_file`
+_TAR_HEADROOM = 1 << 16
+
+
 def _container_labels() -> Dict[str, str]:
     """The labels of every container this module creates: `Engine.remove_orphans` finds one
     a killed run left (a smoke test's, or one `read_file` had not removed yet) by its owner."""
@@ -415,11 +419,18 @@ class Engine:
                     stream, _ = ctr.get_archive(path)
                 except docker.errors.NotFound:
                     continue
-                with tarfile.open(fileobj=io.BytesIO(b"".join(stream))) as tar:
-                    member = tar.next()
-                    found = tar.extractfile(member) if member is not None and member.isfile() else None
-                    if found is not None:
-                        return found.read(limit)
+                archive = bytearray()  # kept only as far as the limit needs: the file may be of any size
+                for chunk in stream:  # read to its end all the same: the engine removes no container mid-copy
+                    if len(archive) < limit + _TAR_HEADROOM:
+                        archive += chunk
+                try:
+                    with tarfile.open(fileobj=io.BytesIO(bytes(archive)), mode="r:") as tar:
+                        member = tar.next()
+                        found = tar.extractfile(member) if member is not None and member.isfile() else None
+                        if found is not None:
+                            return found.read(limit)
+                except tarfile.TarError:  # headers past the headroom: not a file read here
+                    continue
             return None
         finally:
             ctr.remove(force=True)

@@ -383,3 +383,27 @@ def test_a_container_read_file_leaves_behind_is_swept_once_its_process_is_gone(e
                 engine.client.containers.get(ctr_id).remove(force=True)
             except docker.errors.NotFound:
                 pass
+
+
+@pytest.mark.engine
+def test_read_file_holds_no_more_of_a_large_file_than_its_limit(engine, tmp_path):
+    """A base image's os-release may be anything: reading 1 KiB of a 48 MiB file must not
+    hold the 48 MiB (the archive stream is read only as far as the limit needs)."""
+    import tracemalloc
+
+    ctx = tmp_path / "big"
+    ctx.mkdir()
+    (ctx / "Dockerfile").write_text("FROM scratch\nCOPY big.bin /big.bin\n")
+    (ctx / "big.bin").write_bytes(b"x" * (48 << 20))
+    iid = engine.build(ctx, log_path=tmp_path / "big.log")
+    try:
+        tracemalloc.start()
+        try:
+            found = engine.read_file(iid, "/big.bin", limit=1024)
+            _, peak = tracemalloc.get_traced_memory()
+        finally:
+            tracemalloc.stop()
+        assert found == b"x" * 1024
+        assert peak < 16 << 20, f"{peak >> 20} MiB held to read 1 KiB"
+    finally:
+        engine.remove(iid, force=True)
