@@ -63,6 +63,7 @@ def claim(path: Path, doing: str, fix: str = "wait for it to finish (or stop it)
     path: the folder claimed (opened as is), or the lock file (created, kept: removing a
         lock file would let two runs lock two different files of one name).
     doing: what the claim is for, as the refusal says it ("writing into dockerfiles").
+    fix: the refusal's fix line.
     folder: whether ``path`` is a folder; by default, whether it is one now.
     """
     is_folder = Path(path).is_dir() if folder is None else folder

@@ -192,6 +192,16 @@ def _owner() -> str:
     return f"{socket.gethostname()}:{os.getpid()}"
 
 
+# What an archive of one file holds before the file's bytes (its headers), at most: `read_file`
+_TAR_HEADROOM = 1 << 16
+
+
+def _container_labels() -> Dict[str, str]:
+    """The labels of every container this module creates: `Engine.remove_orphans` finds one
+    a killed run left (a smoke test's, or one `read_file` had not removed yet) by its owner."""
+    return {"ascend-build.run": "1", OWNER_LABEL: _owner()}
+
+
 def _alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
@@ -320,7 +330,7 @@ class Engine:
         try:
             ctr = self.client.containers.create(
                 image, command, devices=list(devices), environment=dict(env), shm_size=shm_size,
-                ipc_mode=ipc_mode, name=name, labels={"ascend-build.run": "1", OWNER_LABEL: _owner()}, init=init,
+                ipc_mode=ipc_mode, name=name, labels=_container_labels(), init=init,
                 mounts=[Mount(c, h, type="bind", read_only=ro) for h, c, ro in mounts])
         except docker.errors.ImageNotFound:
             raise UserError(f"image {image} not found in the Docker Engine", exit_code=1) from None
@@ -351,10 +361,10 @@ class Engine:
                 pass
 
     def remove_orphans(self) -> List[str]:
-        """Remove the containers `run` started for an ascend-build process of this host that
-        is gone (killed with SIGKILL, which no ``finally`` survives); their IDs. A running one
-        (a smoke test nobody waits for) is killed first. Containers of live processes, of other
-        hosts and of other tools are left alone."""
+        """Remove the containers `run` and `read_file` made for an ascend-build process of this
+        host that is gone (killed with SIGKILL, which no ``finally`` survives); their IDs. A
+        running one (a smoke test nobody waits for) is killed first. Containers of live
+        processes, of other hosts and of other tools are left alone."""
         host, removed = socket.gethostname(), []
         for ctr in self.client.containers.list(all=True, filters={"label": OWNER_LABEL}):
             owner_host, _, pid = str((ctr.labels or {}).get(OWNER_LABEL, "")).rpartition(":")
@@ -402,18 +412,25 @@ class Engine:
         another arch), then removed; None when none is, or there is no such image."""
         if self._get(ref) is None:
             return None
-        ctr = self.client.containers.create(ref, ["true"], labels={"ascend-build.run": "1"})
+        ctr = self.client.containers.create(ref, ["true"], labels=_container_labels())
         try:
             for path in paths:
                 try:
                     stream, _ = ctr.get_archive(path)
                 except docker.errors.NotFound:
                     continue
-                with tarfile.open(fileobj=io.BytesIO(b"".join(stream))) as tar:
-                    member = tar.next()
-                    found = tar.extractfile(member) if member is not None and member.isfile() else None
-                    if found is not None:
-                        return found.read(limit)
+                archive = bytearray()  # kept only as far as the limit needs: the file may be of any size
+                for chunk in stream:  # read to its end all the same: the engine removes no container mid-copy
+                    if len(archive) < limit + _TAR_HEADROOM:
+                        archive += chunk
+                try:
+                    with tarfile.open(fileobj=io.BytesIO(bytes(archive)), mode="r:") as tar:
+                        member = tar.next()
+                        found = tar.extractfile(member) if member is not None and member.isfile() else None
+                        if found is not None:
+                            return found.read(limit)
+                except tarfile.TarError:  # headers past the headroom: not a file read here
+                    continue
             return None
         finally:
             ctr.remove(force=True)

@@ -1,10 +1,12 @@
 """Writing a file so that a kill, a full disk or a crash never leaves half of it.
 
-Every file ascend-build keeps (a lock, a run record, a smoke report) is written whole
-under a temporary name beside its target (`TMP_SUFFIX`, which `render` knows as its own
-leftover) and only then renamed or linked into place: a reader sees the old bytes or the
-new ones, never a prefix. A write that fails (no space left, no permission) removes its
-temporary file and says which file system is full (`write_error`).
+The files ascend-build keeps as state or evidence (a lock, a run record, a smoke report,
+an SBOM, render's files) are written whole under a temporary name beside their target
+(`TMP_SUFFIX`, which `render` knows as its own leftover) and only then renamed or linked
+into place: a reader sees the old bytes or the new ones, never a prefix (on a file system
+without hard links, `create_file` writes in place: a kill mid-write may leave a prefix
+there). A write that fails (no space left, no permission) removes its temporary file and
+says which file system is full (`write_error`).
 
 Example:
     >>> import tempfile
@@ -136,6 +138,9 @@ def write_error(exc: OSError, path: Union[str, Path], unchanged: str = "what was
           fix: free space there (old build logs, `docker builder prune`) or write elsewhere, then run again
     """
     where = exc.filename2 or exc.filename or path  # a copy or rename names its source first, its target second
+    staged = Path(where).name
+    if staged.startswith(".") and staged.endswith(TMP_SUFFIX):  # `stage` failed: the user asked for its target
+        where = Path(where).with_name(staged[1:-len(TMP_SUFFIX)])
     if exc.errno in (errno.ENOSPC, errno.EDQUOT):
         return UserError(f"no space left on the file system of {where} ({free_bytes(where)} bytes free): {unchanged}",
                          fix="free space there (old build logs, `docker builder prune`) or write elsewhere, "

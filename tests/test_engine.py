@@ -353,3 +353,57 @@ def test_run_puts_an_init_at_pid_1(engine, base_image):
     assert comm == "docker-init" and pid != "1"
     bare = engine.run(base_image, ["sh", "-c", "echo $$"], init=False)
     assert bare.stdout.strip() == "1"
+
+
+@pytest.mark.engine
+def test_a_container_read_file_leaves_behind_is_swept_once_its_process_is_gone(engine, base_image, monkeypatch):
+    """`read_file` creates a container (never started) and removes it; a kill between the two
+    leaves it, and the next run's `remove_orphans` must find it by its owner label."""
+    import socket
+
+    import docker
+
+    from builder import engine as engine_module
+
+    gone = subprocess.Popen(["true"])
+    gone.wait()  # a PID whose process has ended, as a run killed with SIGKILL
+    monkeypatch.setattr(engine_module, "_owner", lambda: f"{socket.gethostname()}:{gone.pid}")
+    left: list = []
+    monkeypatch.setattr(docker.models.containers.Container, "remove",  # the kill came before the removal
+                        lambda self, **_: left.append(self.id))
+    try:
+        assert engine.read_file(base_image, "/usr/lib/os-release")
+        monkeypatch.undo()
+        assert len(left) == 1
+        assert left[0] in engine.remove_orphans()
+    finally:
+        monkeypatch.undo()
+        for ctr_id in left:
+            try:
+                engine.client.containers.get(ctr_id).remove(force=True)
+            except docker.errors.NotFound:
+                pass
+
+
+@pytest.mark.engine
+def test_read_file_holds_no_more_of_a_large_file_than_its_limit(engine, tmp_path):
+    """A base image's os-release may be anything: reading 1 KiB of a 48 MiB file must not
+    hold the 48 MiB (the archive stream is read only as far as the limit needs)."""
+    import tracemalloc
+
+    ctx = tmp_path / "big"
+    ctx.mkdir()
+    (ctx / "Dockerfile").write_text("FROM scratch\nCOPY big.bin /big.bin\n")
+    (ctx / "big.bin").write_bytes(b"x" * (48 << 20))
+    iid = engine.build(ctx, log_path=tmp_path / "big.log")
+    try:
+        tracemalloc.start()
+        try:
+            found = engine.read_file(iid, "/big.bin", limit=1024)
+            _, peak = tracemalloc.get_traced_memory()
+        finally:
+            tracemalloc.stop()
+        assert found == b"x" * 1024
+        assert peak < 16 << 20, f"{peak >> 20} MiB held to read 1 KiB"
+    finally:
+        engine.remove(iid, force=True)

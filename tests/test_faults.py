@@ -264,3 +264,28 @@ def test_render_into_a_symlink_to_nothing_is_a_clear_error_and_makes_nothing(tmp
     assert done.returncode == 1 and "Traceback" not in done.stderr
     assert f"cannot write {tmp_path / 'out'}: No such file or directory: nothing was written" in done.stderr
     assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]
+
+
+def test_a_lock_stopped_while_resolving_fetches_no_installer_and_writes_no_lock(tmp_path):
+    """Ctrl-C while uv resolves: the cell whose resolving ends afterwards neither downloads its
+    CANN installers to record their sha256 (gigabytes, thrown away) nor writes its lock."""
+    import threading
+
+    kb = knowledge.load()
+    demo = next(c for c in matrix.load(SHIPPED_MATRIX).cells if c.id == DEMO)  # its 9.1.0 installers: no sha256 known
+    previous = lock.read(SHIPPED_DOCKERFILES / DEMO)
+    fetched: List[str] = []
+
+    def resolve(inputs, **_):  # uv, still running when Ctrl-C reaches the main thread
+        signal.pthread_kill(threading.main_thread().ident, signal.SIGINT)
+        time.sleep(1)
+        return previous
+
+    def fetch(url, **_):
+        fetched.append(url)
+        return "0" * 64, 1
+
+    with pytest.raises(KeyboardInterrupt):
+        relock.run([demo], kb, tmp_path, resolve=resolve, fetch=fetch)
+    assert fetched == []
+    assert not (tmp_path / DEMO / lock.LOCK_FILE).exists()

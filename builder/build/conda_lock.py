@@ -55,7 +55,13 @@ def public(url: str) -> str:
     a query) and without a trailing slash: what a lock, a Dockerfile or a digest may hold."""
     parts = urllib.parse.urlsplit(url.strip())
     host = parts.hostname or ""
-    netloc = host + (f":{parts.port}" if parts.port else "")
+    try:
+        port = parts.port
+    except ValueError:  # "Port out of range", "could not be cast to integer": the matrix's own URL check lets it by
+        raise UserError(f"the conda channel {public_text(url, '')} has no valid port",
+                        fix="set mirrors.conda_channel to a URL whose port is a number from 1 to 65535, "
+                            "or one without a port") from None
+    netloc = host + (f":{port}" if port else "")
     return urllib.parse.urlunsplit((parts.scheme, netloc, _TOKEN.sub("", parts.path).rstrip("/"), "", ""))
 
 

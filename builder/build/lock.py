@@ -44,7 +44,7 @@ from typing import Callable, Dict, Iterable, List, Optional, Sequence, Tuple
 
 from packaging.utils import canonicalize_name, parse_wheel_filename
 
-from builder import bounded, commands
+from builder import bounded, commands, python_env
 from builder.build import conda_lock, own_wheel
 from builder.errors import UserError
 
@@ -480,7 +480,7 @@ def refuse_cuda(inputs: Inputs, entries: Sequence[Entry]) -> None:
         ...     print(refused.message)
         cell c: the lock would hold CUDA packages (nvidia-cublas), the CUDA build of torch's closure; an Ascend image takes torch's CPU build
     """
-    asked = {canonicalize_name(re.split(r"[\s<>=!~;\[(]", r.strip(), maxsplit=1)[0]) for r in inputs.requirements if r.strip()}
+    asked = {canonicalize_name(python_env.requirement(r).name) for r in inputs.requirements if r.strip()}
     cuda = [e.name for e in entries if _CUDA_ONLY.match(e.name) and not (e.name in _CUDA_DEPENDENCY and e.name in asked)]
     cuda += [f"torch=={e.version}" for e in entries if e.name == "torch" and re.search(r"\+cu\d", e.version)]
     if cuda:

@@ -29,6 +29,7 @@ import urllib.parse
 from pathlib import Path
 from typing import Dict, Mapping, Optional, Tuple
 
+from builder.errors import UserError
 from builder.vocabulary import OCI_PREFIX
 
 # Only the build knows these: kept out of vocabulary.Label, whose keys the rendered files (and the
@@ -57,7 +58,11 @@ def public_url(remote: str) -> str:
         parts = urllib.parse.urlsplit(remote)
         if parts.scheme not in ("http", "https", "ssh", "git") or not parts.hostname:
             return ""
-        host = parts.hostname + (f":{parts.port}" if parts.port and parts.scheme in ("http", "https") else "")
+        try:
+            port = parts.port
+        except ValueError:  # past 65535, or not a number: no URL
+            return ""
+        host = parts.hostname + (f":{port}" if port and parts.scheme in ("http", "https") else "")
         path = parts.path
     path = path.strip("/")
     path = path[:-4] if path.endswith(".git") else path
@@ -110,7 +115,11 @@ def created(env: Mapping[str, str] = os.environ, now: Optional[float] = None) ->
     """
     epoch = env.get("SOURCE_DATE_EPOCH", "").strip()
     moment = int(epoch) if epoch.isdigit() else int(time.time() if now is None else now)
-    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(moment))
+    try:
+        return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(moment))
+    except (OverflowError, OSError, ValueError):  # past what time_t holds
+        raise UserError(f"SOURCE_DATE_EPOCH={epoch} is no date this machine can write", exit_code=2,
+                        fix="set it to seconds since 1970 (`git log -1 --format=%ct`), or unset it") from None
 
 
 def build_labels(matrix_file: str, base_image: str, env: Mapping[str, str] = os.environ) -> Dict[str, str]:

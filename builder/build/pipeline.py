@@ -150,8 +150,8 @@ def build_one(cell: Cell, variant: str, options: Options, engine: Engine, say: S
         if not build(job, options, engine, say, out):
             return out
         report = smoke_test(job, engine, say, out)
+        out.sbom = _keep_sbom(bom, job.name, options.state_dir)  # before any tag: a full disk fails it untagged
         out = conclude(out, engine, report, job.smoke.tiers, job.smoke.final, job.ref, job.name, options, say)
-        out.sbom = _keep_sbom(bom, job.name, options.state_dir)
         return attest_pushed(out, report, job.smoke.tiers, job.plan.content_hash, proof, options, say, bom)
 
 
@@ -159,9 +159,17 @@ def _keep_sbom(bom: Dict, name: str, state: Path) -> str:
     """Write the image's SBOM into the state folder (``sbom/``, apart from the reports, which
     tools read as smoke reports); its path."""
     path = state / "sbom" / f"{name}.cdx.json"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    writes.replace_file(path, (json.dumps(bom, indent=2, sort_keys=True) + "\n").encode())  # whole or not at all
+    _keep_json(bom, path)
     return str(path)
+
+
+def _keep_json(document: Dict, path: Path) -> bytes:
+    """Write ``document`` to ``path`` as indented, key-sorted JSON, whole or not at all (a
+    report or an SBOM is evidence: `writes.replace_file`); its bytes."""
+    data = (json.dumps(document, indent=2, sort_keys=True) + "\n").encode()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    writes.replace_file(path, data)
+    return data
 
 
 def already_sealed(job: Job, engine: Engine) -> Optional[Dict]:
@@ -190,8 +198,8 @@ def reuse_sealed(job: Job, report: Dict, out: Outcome, options: Options, engine:
         "passed): not built or smoke-tested again")
     out.status, out.tiers = "passed", list(report.get("tiers") or [])
     out.message = "sealed by an earlier run: not built or smoke-tested again"
+    out.sbom = _keep_sbom(bom, job.name, options.state_dir) if bom is not None else ""  # before any tag
     out = tag_and_push(out, engine, engine.image_id(job.ref) or "", job.ref, options, job.name, say)
-    out.sbom = _keep_sbom(bom, job.name, options.state_dir) if bom is not None else ""
     return attest_pushed(out, report, required_tiers(job.variant, job.plan.cann_only), job.plan.content_hash,
                          proof, options, say, bom)
 
@@ -466,10 +474,8 @@ def _keep_report(out: Outcome, report: Dict, tiers: Tuple[str, ...], name: str, 
     """Write the report under the state directory (whatever the verdict); its bytes."""
     report.update({"cell": out.cell, "variant": out.variant, "candidate": out.image_id, "required_tiers": list(tiers)})
     out.tiers = report.get("tiers", [])
-    report_bytes = (json.dumps(report, indent=2, sort_keys=True) + "\n").encode()
     report_path = state / "reports" / f"{name}.json"
-    report_path.parent.mkdir(parents=True, exist_ok=True)
-    writes.replace_file(report_path, report_bytes)  # whole or not at all: a report is evidence
+    report_bytes = _keep_json(report, report_path)
     out.report = str(report_path)
     return report_bytes
 

@@ -344,10 +344,11 @@ def final_env(cell: Cell, variant: str, kb) -> Dict[str, str]:
     then the cell's env_vars (written later, so they win). A value referring to a variable
     this plan does not set (PATH: the Python step prepends to it again) is left out. The driver
     guard's requirement comes last (both images state it)."""
-    return {**_expand(cann_env(cell, kb) if variant == vocabulary.NPU else (), env_vars(cell)), **dict(requirement(cell))}
+    return _expand(cann_env(cell, kb) if variant == vocabulary.NPU else (), env_vars(cell), cell)
 
 
-def _expand(cann: Tuple[Tuple[str, str], ...], own: Tuple[Tuple[str, str], ...]) -> Dict[str, str]:
+def _expand(cann: Tuple[Tuple[str, str], ...], own: Tuple[Tuple[str, str], ...], cell: Cell) -> Dict[str, str]:
+    """`final_env` from its parts (the manifest's ``env`` is made here too, so the two agree)."""
     env: Dict[str, str] = {}
     for name, value in cann:
         if all(ref in env for ref in _REFERENCE.findall(value)):
@@ -355,6 +356,7 @@ def _expand(cann: Tuple[Tuple[str, str], ...], own: Tuple[Tuple[str, str], ...])
         else:
             env.pop(name, None)
     env.update(own)
+    env.update(requirement(cell))
     return env
 
 
@@ -636,7 +638,7 @@ def _manifest(f: _Facts, variant: str) -> Dict[str, object]:
         "min_firmware": cell.firmware if npu else None,
         "env_manager": cell.env,
         "pip": list(cell.pip),
-        "env": {**_expand(f.cann_env if npu else (), f.env_vars), **dict(requirement(cell))},
+        "env": _expand(f.cann_env if npu else (), f.env_vars, cell),
         "content_hash": f.digest,
         "lock": {"state": f.state, "file": vocabulary.LOCK if usable else None,
                  "distributions": {e.name: e.version for e in entries},

@@ -13,6 +13,7 @@ Example:
 
 from __future__ import annotations
 
+import contextvars
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
@@ -95,7 +96,8 @@ def run(cells: Sequence[Cell], kb, out: Path, *, wheelhouse: Optional[Path] = No
 
     A conda cell's lock gets its conda part too (``resolve_conda``, py-rattler), solved
     against ``mirrors.conda_channel`` as given (a token in it reaches the solver only).
-    Once stopped (Ctrl-C, SIGTERM), no lock is written, not even by a uv already running."""
+    Once stopped (Ctrl-C, SIGTERM), a cell whose uv (or installer download) ends afterwards
+    downloads no installer and writes no lock; cells not started yet never start."""
 
     def one(cell: Cell) -> Row:
         folder = Path(out) / cell.id
@@ -113,8 +115,10 @@ def run(cells: Sequence[Cell], kb, out: Path, *, wheelhouse: Optional[Path] = No
                                                              kb.os_info(cell.os).glibc))
             except UserError as exc:
                 return Row(cell.id, "failed", exc.message)
+        if stopped.is_set():  # Ctrl-C or SIGTERM came while uv ran: no installer is downloaded to be thrown away
+            return Row(cell.id, "failed", "stopped before its lock was written")
         made, missing = record_installers(cell, kb, made, fetch, say)
-        if stopped.is_set():  # Ctrl-C or SIGTERM came while uv ran: a stopped run writes nothing more
+        if stopped.is_set():  # ... or while they downloaded: a stopped run writes nothing more
             return Row(cell.id, "failed", "stopped before its lock was written")
         if previous is not None and previous.text() == made.text():
             return Row(cell.id, locking.status(made, inputs), _describe(made, locking.status(made, inputs)),
@@ -132,8 +136,11 @@ def run(cells: Sequence[Cell], kb, out: Path, *, wheelhouse: Optional[Path] = No
         locking.uv_command()  # find uv (or say it is missing) once, before the threads
     stopped = threading.Event()
     with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
+        # each cell in a copy of this thread's context: the run's flags (`commands.given`) reach
+        # the fix lines built in the workers, which start with an empty one
+        contexts = [contextvars.copy_context() for _ in cells]
         try:
-            return list(pool.map(one, cells))
+            return list(pool.map(lambda context, cell: context.run(one, cell), contexts, cells))
         except BaseException:
             stopped.set()
             pool.shutdown(wait=False, cancel_futures=True)  # the cells not started yet never start

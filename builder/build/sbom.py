@@ -1,14 +1,17 @@
 """A CycloneDX SBOM of one image, made from what the build installs from: its lock and CANN's packages.
 
-Every component is something the build itself pinned, with the hashes it checked:
+Its components are what the build installs from its lock and the knowledge base:
 
 * each distribution of the cell's lock (the twin's lock is the same minus torch_npu), as a
-  ``pkg:pypi`` library with the sha256 of every file the lock allows;
+  ``pkg:pypi`` library with the sha256 of every file the lock allows (an entry of an
+  incomplete lock, installed unverified under --allow-incomplete-lock, carries the property
+  ``ascend-build:unverified`` instead);
 * each CANN package of the NPU image (toolkit, the chip's ops/kernels package, NNAL), as an
   application with its version, the installer's sha256 and where it was downloaded from.
 
-What the build does not pin is not listed: the base image's OS packages (apt/dnf, at the
-versions of its distribution's day). The SBOM says so: its composition is ``incomplete``.
+Not listed: the base image's OS packages (apt/dnf, at the versions of its distribution's
+day), and a conda cell's conda packages (Python and what is beneath it), although the
+lock's conda part pins them. The SBOM says it is partial: its composition is ``incomplete``.
 The same job gives the same bytes (the serial number is derived from the content hash).
 `pipeline` writes it into the state folder and, with a signing key, attaches it to the pushed
 digest as a signed in-toto statement of predicate type `attestation.CYCLONEDX_BOM` (as

@@ -14,7 +14,7 @@ from typing import Callable, List, Optional
 
 import typer
 
-from builder import commands, knowledge
+from builder import commands, knowledge, writes
 from builder.build import checks, lock, matrix, relock, render
 from builder.cli.app import LOCK_DEADLINE, DeadlineOpt, JsonOpt, app, host_arch, interruptible, releases_app, within
 from builder.errors import Finding, UserError
@@ -507,5 +507,5 @@ def releases_cann_command(
     text = cann_watch.to_yaml(cann_watch.propose(knowledge.load(), rows, tags, table, images or "", released, notes or ""))
     typer.echo(text, nl=False)
     if out:
-        out.write_text(text)
+        writes.replace_file(out, text.encode())
         typer.echo(f"wrote {out}", err=True)

@@ -150,6 +150,14 @@ def test_credentials_never_reach_the_lock():
         "https://mirror.example:8443/conda-forge"
 
 
+@pytest.mark.parametrize("port", ["99999", "84a3"])
+def test_a_channel_with_no_valid_port_is_a_clear_error_not_a_traceback(tmp_path, port):
+    path, _ = write_cells(tmp_path, dict(CANN_7, env="conda", mirrors={"conda_channel": f"https://m.example:{port}/forge"}))
+    result = CliRunner().invoke(cli.app, ["render", "--matrix", str(path), "--out", str(tmp_path / "out")])
+    assert isinstance(result.exception, UserError), result.exception
+    assert f"https://m.example:{port}/forge" in result.exception.message and "port" in result.exception.message
+
+
 # --- installing by hash -----------------------------------------------------------------
 
 

@@ -265,3 +265,29 @@ def test_an_aarch64_2_13_lock_holds_no_cuda_package_and_pypis_cuda_torch_is_refu
     with pytest.raises(UserError) as refused:
         lock.resolve(cuda_twin)
     assert "the lock would hold CUDA packages (" in refused.value.message and "nvidia-cublas" in refused.value.message
+
+
+@pytest.mark.parametrize("pin", ["triton==3.5.0", "Triton >= 3", "pytorch_triton[extra]==3.5.0 ; python_version >= '3.9'"])
+def test_triton_the_cell_pins_itself_is_kept_and_one_torch_pulls_in_is_refused(pin):
+    """`refuse_cuda`: triton is a package of its own a cell may pin on purpose; unasked, it is CUDA torch's."""
+    name = "pytorch-triton" if "pytorch" in pin else "triton"
+    entries = [lock.Entry("torch", "2.13.0", ("0" * 64,)), lock.Entry(name, "3.5.0", ("1" * 64,))]
+    asked = lock.Inputs("c", "3.11", "aarch64-manylinux_2_35", ("torch==2.13.0", pin), (), "")
+    lock.refuse_cuda(asked, entries)  # no refusal
+    unasked = replace(asked, requirements=("torch==2.13.0",))
+    with pytest.raises(UserError) as refused:
+        lock.refuse_cuda(unasked, entries)
+    assert f"CUDA packages ({name})" in refused.value.message
+
+
+def test_a_broken_lock_read_by_a_lock_thread_suggests_the_lock_command_with_the_runs_flags(tmp_path):
+    """`relock.run` reads each lock in a worker thread: the fix line built there carries the
+    run's --matrix/--out (`commands.given`) as one built in the main thread does."""
+    from builder import commands
+
+    out = tmp_path / "team"
+    (out / DEMO.id).mkdir(parents=True)
+    (out / DEMO.id / lock.LOCK_FILE).write_text("not a lock line\n")
+    with commands.given(matrix="team.yaml", out=out), pytest.raises(UserError) as broken:
+        relock.run([DEMO], KB, out, resolve=lambda inputs, **_: None, jobs=2)
+    assert f"`ascend-build lock --matrix team.yaml --out {out}`" in broken.value.fix, broken.value.fix

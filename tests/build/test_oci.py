@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from builder.build import oci
+from builder.errors import UserError
 
 
 def test_module_examples_hold():
@@ -66,3 +67,18 @@ def test_outside_a_checkout_source_and_revision_are_left_out_not_guessed(tmp_pat
     labels = oci.build_labels(str(tmp_path / "m.yaml"), "local/debian:12", env={})
     assert set(labels) == {oci.CREATED, oci.BASE_NAME}
     assert labels[oci.CREATED].endswith("Z") and len(labels[oci.CREATED]) == 20
+
+
+@pytest.mark.parametrize("server", ["https://git.example.invalid:99999", "https://git.example.invalid:8x"])
+def test_a_source_url_with_no_valid_port_is_left_out_not_a_traceback(server):
+    """GITHUB_SERVER_URL (or a remote) is the environment's to set: a port past 65535 or not a
+    number is no URL, and the source label is left out as the docstring promises, never guessed."""
+    assert oci.public_url(f"{server}/team/images") == ""
+    env = {"GITHUB_SERVER_URL": server, "GITHUB_REPOSITORY": "team/images", "GITHUB_SHA": "0" * 40}
+    assert oci.SOURCE not in oci.build_labels("", "local/debian:12", env)
+
+
+def test_a_source_date_epoch_past_any_date_is_a_clear_error_not_a_traceback():
+    with pytest.raises(UserError) as refused:
+        oci.created({"SOURCE_DATE_EPOCH": "99999999999999999999"})
+    assert "SOURCE_DATE_EPOCH" in refused.value.message and "99999999999999999999" in refused.value.message

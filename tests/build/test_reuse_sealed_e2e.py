@@ -135,3 +135,16 @@ def test_the_report_reused_is_the_one_the_sealed_image_carries(engine, sealed_se
     report = pipeline.already_sealed(job, engine)
     assert report is not None and [t["seconds"] for t in report["tiers"]] == [7.5] * len(job.smoke.tiers)
     assert json.loads(Path(options.state_dir / "reports" / f"{job.name}.json").read_text()) == report
+
+
+def test_an_sbom_that_cannot_be_kept_fails_the_image_before_it_is_pushed(engine, registry, sealed_setup, monkeypatch):
+    """The SBOM is written before tagging and pushing: a state folder that cannot hold it fails
+    the image with "nothing was tagged" and that holds (no push of an image then left unattested)."""
+    cell, options, job, candidate, _ = sealed_setup
+    seal_as_release(engine, job, options, candidate(), 1.0)
+    monkeypatch.setenv("ASCEND_BUILD_REGISTRY_USER", registry.username)
+    monkeypatch.setenv("ASCEND_BUILD_REGISTRY_PASSWORD", registry.password)
+    (options.state_dir / "sbom").write_text("a file where the sbom folder goes\n")
+    [out] = pipeline.run([cell], replace(options, push=registry.host), NoBuild(engine), lambda line: None)
+    assert out.status == "error" and "nothing was tagged" in out.message, out.message
+    assert engine.image_id(f"{registry.host}/{job.ref}") is None  # neither tagged for the registry nor pushed
