@@ -72,7 +72,8 @@ def _listed(value: Any) -> Tuple[str, ...]:
     return (str(value),)
 
 
-def _known_arch(arch: str) -> str:
+def known_arch(arch: str) -> str:
+    """``arch`` in its canonical spelling (``arm64`` -> ``aarch64``); a UserError when unknown."""
     found = normalize_arch(arch)
     if found is None:
         raise UserError(f"unknown arch {arch!r}", fix="use x86_64 or aarch64")
@@ -129,7 +130,7 @@ def ops_package(kb: "KnowledgeBase", chip: str, cann: str, arch: str) -> str:
     c = str(chip).lower()
     if c not in CHIPS:
         raise UserError(f"unknown chip {chip!r}", fix=f"use one of {', '.join(CHIPS)}")
-    a = _known_arch(arch)
+    a = known_arch(arch)
     cv = _cann_version(cann)
     found = _ops_zip(kb, c, cann, a)
     if found:
@@ -165,7 +166,7 @@ def toolkit_package(kb: "KnowledgeBase", cann: str, arch: str) -> str:
         >>> toolkit_package(load(), "8.3.rc1", "amd64")
         'Ascend-cann-toolkit_8.3.RC1_linux-x86_64.run'
     """
-    a = _known_arch(arch)
+    a = known_arch(arch)
     _cann_version(cann)
     pk = kb.cann_package(cann)
     if pk:
@@ -199,7 +200,7 @@ def nnal_package(kb: "KnowledgeBase", cann: str, arch: str) -> str:
         >>> nnal_package(load(), "9.1.0", "arm64")
         'Ascend-cann-nnal_9.1.0_linux-aarch64.run'
     """
-    a = _known_arch(arch)
+    a = known_arch(arch)
     cv = _cann_version(cann)
     since = kb.nnal_since()
     if not since or cv < versions.cann(since):

@@ -36,7 +36,6 @@ from typing import Any, Dict, List, Mapping, Optional, Set, Tuple
 from packaging.version import Version
 
 from builder import documents, installers as _installers, versions
-from builder.errors import UserError
 from builder.installers import Installer
 from builder.vocabulary import CHIPS, normalize_arch
 
@@ -389,9 +388,7 @@ class KnowledgeBase:
             >>> load().torch_requirement("2.1.0.post3", "aarch64")
             ('torch==2.1.0', 'pypi')
         """
-        a = normalize_arch(arch)
-        if a is None:
-            raise UserError(f"unknown arch {arch!r}", fix="use x86_64 or aarch64")
+        a = _installers.known_arch(arch)
         rel = self.torch_npu(torch_npu)
         if rel is not None:
             torch = rel.torch
@@ -421,9 +418,7 @@ class KnowledgeBase:
             >>> load().cpu_torch("2.13.0", "arm64")
             ('torch==2.13.0+cpu', 'pytorch-cpu')
         """
-        a = normalize_arch(arch)
-        if a is None:
-            raise UserError(f"unknown arch {arch!r}", fix="use x86_64 or aarch64")
+        a = _installers.known_arch(arch)
         parsed = versions.python_package(torch)
         public = parsed.public
         if a == "aarch64" and Version(parsed.base_version) < _AARCH64_PYPI_CUDA_FROM:
