@@ -36,7 +36,7 @@ import time
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Dict, List, Optional
+from typing import Any, Dict, List, Optional, Tuple
 
 sys.dont_write_bytecode = True
 ROOT = Path(__file__).resolve().parent.parent
@@ -209,8 +209,29 @@ def shipped_text(made) -> bytes:
     return made.text().encode()
 
 
+def _serve_htpasswd_registry(root: Path) -> Tuple[Any, int, str, str]:
+    """A real docker-registry on loopback with htpasswd auth, its data under ``root``, up and
+    answering: (its process, port, user, password). Stop it with conftest's ``_stop``."""
+    from conftest import _free_port, _serve_registry, _stop, _wait_up
+
+    user, password = "ascend", "pw-" + uuid.uuid4().hex[:8]
+    (root / "htpasswd").write_text(subprocess.run(["htpasswd", "-Bbn", user, password], check=True,
+                                                  capture_output=True, text=True).stdout)
+    port = _free_port()
+    proc = _serve_registry(root, "version: 0.1\nlog: {level: warn}\n"
+                                 f"storage: {{filesystem: {{rootdirectory: {root / 'data'}}}}}\n"
+                                 f"http: {{addr: '127.0.0.1:{port}', secret: bench}}\n"
+                                 f"auth: {{htpasswd: {{realm: bench, path: {root / 'htpasswd'}}}}}\n")
+    try:
+        _wait_up(proc, port, root)
+    except BaseException:  # not up: never leave it running
+        _stop(proc)
+        raise
+    return proc, port, user, password
+
+
 def registry_faults(tmp: Path, row: Row) -> None:
-    from conftest import REGISTRY_BIN, _free_port, _serve_registry, _stop, _wait_up
+    from conftest import REGISTRY_BIN, _stop
 
     from builder import registry as reg_module
     from builder.registry import Registry
@@ -218,17 +239,9 @@ def registry_faults(tmp: Path, row: Row) -> None:
     if not Path(REGISTRY_BIN).exists() or not shutil.which("htpasswd"):
         row.notes.append("no docker-registry/htpasswd: not run")
         return
-    user, password = "ascend", "pw-" + uuid.uuid4().hex[:8]
-    (tmp / "htpasswd").write_text(subprocess.run(["htpasswd", "-Bbn", user, password], check=True,
-                                                 capture_output=True, text=True).stdout)
-    port = _free_port()
-    proc = _serve_registry(tmp, "version: 0.1\nlog: {level: warn}\n"
-                                f"storage: {{filesystem: {{rootdirectory: {tmp / 'data'}}}}}\n"
-                                f"http: {{addr: '127.0.0.1:{port}', secret: bench}}\n"
-                                f"auth: {{htpasswd: {{realm: bench, path: {tmp / 'htpasswd'}}}}}\n")
+    proc, port, user, password = _serve_htpasswd_registry(tmp)
     proxy = None
     try:
-        _wait_up(proc, port, tmp)
         proxy = hf.FaultProxy(f"127.0.0.1:{port}")
         direct = Registry(f"127.0.0.1:{port}", user, password)
         through = Registry(proxy.host, user, password)
@@ -274,7 +287,7 @@ def registry_faults(tmp: Path, row: Row) -> None:
 @contextlib.contextmanager
 def engine_parts(tmp: Path):
     """(engine, registry client, host, credentials env) for the image runs, or None without an engine."""
-    from conftest import REGISTRY_BIN, _free_port, _serve_registry, _stop, _wait_up
+    from conftest import REGISTRY_BIN, _stop
 
     from builder.engine import Engine
     from builder.registry import Registry
@@ -284,18 +297,10 @@ def engine_parts(tmp: Path):
     except UserError:
         yield None
         return
-    user, password = "ascend", "pw-" + uuid.uuid4().hex[:8]
     root = tmp / "engine-registry"
     root.mkdir()
-    (root / "htpasswd").write_text(subprocess.run(["htpasswd", "-Bbn", user, password], check=True,
-                                                  capture_output=True, text=True).stdout)
-    port = _free_port()
-    proc = _serve_registry(root, "version: 0.1\nlog: {level: warn}\n"
-                                 f"storage: {{filesystem: {{rootdirectory: {root / 'data'}}}}}\n"
-                                 f"http: {{addr: '127.0.0.1:{port}', secret: bench}}\n"
-                                 f"auth: {{htpasswd: {{realm: bench, path: {root / 'htpasswd'}}}}}\n")
+    proc, port, user, password = _serve_htpasswd_registry(root)
     try:
-        _wait_up(proc, port, root)
         assert REGISTRY_BIN
         yield engine, Registry(f"127.0.0.1:{port}", user, password), f"127.0.0.1:{port}", \
             {"ASCEND_BUILD_REGISTRY_USER": user, "ASCEND_BUILD_REGISTRY_PASSWORD": password}
