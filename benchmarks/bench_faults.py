@@ -344,6 +344,8 @@ def _image_runs(tmp, rows, engine, client, host, creds, repo, family, e2e) -> No
                 killed.notes.append(f"image run before the index phase failed: {done.stderr[-300:]}")
                 return
             hf.put_stand_in_arm64(client, repo, family)
+        if phase in ("build", "smoke", "seal"):  # an image sealed already is reused, never built or tested again
+            e2e.drop_images(engine, repo)
         run = start("--push", host)
         if not run.wait_for(line):
             killed.notes.append(f"image never reached {phase}")
@@ -378,6 +380,7 @@ def _image_runs(tmp, rows, engine, client, host, creds, repo, family, e2e) -> No
     full = rows["disk full"]
     try:
         with hf.small_fs("32m") as small:
+            e2e.drop_images(engine, repo)  # built afresh: the build context must not fit
             run = start(state_dir=small / "state")
             done = run.finish()
             full.faults += 1
