@@ -6,7 +6,7 @@ as `ascend-build image` runs it:
 1. the demo cell's CPU twin, native x86_64 (Debian 12, Python 3.11, torch 2.13.0);
 2. the mission cell's CPU twin for aarch64 under qemu (CANN 7.0.RC1's closure: Python
    3.9, torch 2.1.0, on Debian 11 standing in for Ubuntu 22.04 with conda), its wheels
-   fetched natively first (what `image` does: builder/build/wheels.py);
+   fetched natively first (what `image` does: builder/images/wheelhouse.py);
 3. the same, with pip fetching the wheels inside the emulated build (the speed-up off).
 
 pip's own cache is off (PIP_NO_CACHE_DIR), so the native fetch downloads as a cold
@@ -29,7 +29,7 @@ from typing import Dict
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from builder.build import matrix, pipeline  # noqa: E402
+from builder.images import matrix, pipeline  # noqa: E402
 from builder.engine import Engine  # noqa: E402
 
 CA = Path("/etc/ssl/certs/ca-certificates.crt")

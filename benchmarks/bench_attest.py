@@ -26,8 +26,8 @@ from typing import Dict, Tuple
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from builder import attached, attestation, signing  # noqa: E402
-from builder.build import attest  # noqa: E402
+from builder.trust import attached, signing  # noqa: E402
+from builder.images import attest  # noqa: E402
 from builder.registry import OCI_MANIFEST, Registry  # noqa: E402
 from builder.vocabulary import TIERS  # noqa: E402
 
@@ -82,16 +82,16 @@ def main() -> Dict[str, str]:
         proc, host = _registry(folder)
         try:
             registry, attach_s, verify_s = Registry(host), [], []
-            statements = attest.statements_for(REPORT, TIERS, "cell", "cpu", "h", PROOF)
+            predicates = attest.statements_for(REPORT, TIERS, "cell", "cpu", "h", PROOF)
             for n in range(RUNS):
                 digest = _image(registry, n)
                 start = time.monotonic()
-                attest.attest(f"{host}/{REPO}:run-{n}", digest, statements, key)
+                attest.attest(f"{host}/{REPO}:run-{n}", digest, predicates, key)
                 attach_s.append(time.monotonic() - start)
                 start = time.monotonic()
                 result = attached.verify(Registry(host), REPO, digest, key.public_key())
                 verify_s.append(time.monotonic() - start)
-                if not result.validated or len(result.verified(attestation.SLSA_PROVENANCE_V1)) != 1:
+                if not result.validated or len(result.verified(statements.SLSA_PROVENANCE_V1)) != 1:
                     raise SystemExit(f"run {n} did not verify: {result.why_not_validated()}")
         finally:
             proc.terminate()

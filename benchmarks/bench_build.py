@@ -14,7 +14,7 @@ Prints the four build times, the rebuild/cold ratio of each (goal for ascend-bui
 bump's time goes.
 
 CANN itself cannot be downloaded here, so the cell installs synthetic installers of the
-vendor's shape (tests/helpers_cann.py) that weigh nothing: the Dockerfile is the cell's
+vendor's shape (tests/support/cann.py) that weigh nothing: the Dockerfile is the cell's
 own (toolkit, chip's package, torch_npu's step as shipped), and the cold build is no
 longer for CANN than a build without it. Both builds get the same wheelhouse, CA bundle
 and base image, so the comparison is fair.
@@ -38,11 +38,11 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tests"))
 
 from builder import knowledge  # noqa: E402
-from builder.build import lock, matrix, render  # noqa: E402
-from builder.build import stage  # noqa: E402
-from builder.build.plan import lock_inputs  # noqa: E402
+from builder.images import lock, matrix, render  # noqa: E402
+from builder.images import stage  # noqa: E402
+from builder.images.plan import lock_inputs  # noqa: E402
 from builder.engine import Engine  # noqa: E402
-from helpers_cann import installers_91  # noqa: E402
+from tests.support.cann import installers_91  # noqa: E402
 
 BASE = "local/debian:12"
 CA = Path("/etc/ssl/certs/ca-certificates.crt")

@@ -2,7 +2,7 @@
 
 Builds the demo cell's NPU image (CANN 9.1.0, Debian 12, Python 3.11, torch 2.13.0) for both
 chips through the real Docker Engine, from its committed lock. CANN comes from synthetic
-installers of the vendor's shape (tests/helpers_cann.py): no CANN installer can be
+installers of the vendor's shape (tests/support/cann.py): no CANN installer can be
 downloaded here, so what they weigh is a stand-in, printed beside the result (a toolkit of
 TOOLKIT_MB and a chip package of CHIP_MB of random bytes, which no layer compresses away).
 
@@ -27,9 +27,9 @@ sys.path.insert(0, str(ROOT / "tests"))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from bench_build import CELL_ID, CHIP_PACKAGES, ascend_build, on_installers, shared_bytes, size  # noqa: E402
-from builder.build import lock, matrix  # noqa: E402
+from builder.images import lock, matrix  # noqa: E402
 from builder.engine import Engine  # noqa: E402
-from helpers_cann import installers_91  # noqa: E402
+from tests.support.cann import installers_91  # noqa: E402
 
 TOOLKIT_MB, CHIP_MB = 1024, 256
 

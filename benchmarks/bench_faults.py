@@ -45,9 +45,9 @@ sys.path.insert(0, str(ROOT / "tests"))
 sys.path.insert(0, str(ROOT / "tests" / "build"))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-import helpers_faults as hf  # noqa: E402
+from tests.support import faults as hf  # noqa: E402
 from builder import knowledge, writes  # noqa: E402
-from builder.build import lock, matrix, relock  # noqa: E402
+from builder.images import lock, matrix, relock  # noqa: E402
 from builder.errors import UserError  # noqa: E402
 
 SHIPPED_MATRIX = ROOT / "matrix" / "default.yaml"
@@ -211,27 +211,27 @@ def shipped_text(made) -> bytes:
 
 def _serve_htpasswd_registry(root: Path) -> Tuple[Any, int, str, str]:
     """A real docker-registry on loopback with htpasswd auth, its data under ``root``, up and
-    answering: (its process, port, user, password). Stop it with conftest's ``_stop``."""
-    from conftest import _free_port, _serve_registry, _stop, _wait_up
+    answering: (its process, port, user, password). Stop it with ``stop``."""
+    from tests.support.loopback_registry import free_port, serve_registry, stop, wait_up
 
     user, password = "ascend", "pw-" + uuid.uuid4().hex[:8]
     (root / "htpasswd").write_text(subprocess.run(["htpasswd", "-Bbn", user, password], check=True,
                                                   capture_output=True, text=True).stdout)
-    port = _free_port()
-    proc = _serve_registry(root, "version: 0.1\nlog: {level: warn}\n"
+    port = free_port()
+    proc = serve_registry(root, "version: 0.1\nlog: {level: warn}\n"
                                  f"storage: {{filesystem: {{rootdirectory: {root / 'data'}}}}}\n"
                                  f"http: {{addr: '127.0.0.1:{port}', secret: bench}}\n"
                                  f"auth: {{htpasswd: {{realm: bench, path: {root / 'htpasswd'}}}}}\n")
     try:
-        _wait_up(proc, port, root)
+        wait_up(proc, port, root)
     except BaseException:  # not up: never leave it running
-        _stop(proc)
+        stop(proc)
         raise
     return proc, port, user, password
 
 
 def registry_faults(tmp: Path, row: Row) -> None:
-    from conftest import REGISTRY_BIN, _stop
+    from tests.support.loopback_registry import REGISTRY_BIN, stop
 
     from builder import registry as reg_module
     from builder.registry import Registry
@@ -278,7 +278,7 @@ def registry_faults(tmp: Path, row: Row) -> None:
     finally:
         if proxy is not None:
             proxy.stop()
-        _stop(proc)
+        stop(proc)
 
 
 # --- with the engine ------------------------------------------------------------------------
@@ -287,7 +287,7 @@ def registry_faults(tmp: Path, row: Row) -> None:
 @contextlib.contextmanager
 def engine_parts(tmp: Path):
     """(engine, registry client, host, credentials env) for the image runs, or None without an engine."""
-    from conftest import REGISTRY_BIN, _stop
+    from tests.support.loopback_registry import REGISTRY_BIN, stop
 
     from builder.engine import Engine
     from builder.registry import Registry
@@ -305,7 +305,7 @@ def engine_parts(tmp: Path):
         yield engine, Registry(f"127.0.0.1:{port}", user, password), f"127.0.0.1:{port}", \
             {"ASCEND_BUILD_REGISTRY_USER": user, "ASCEND_BUILD_REGISTRY_PASSWORD": password}
     finally:
-        _stop(proc)
+        stop(proc)
 
 
 def image_faults(tmp: Path, rows: Dict[str, Row]) -> None:

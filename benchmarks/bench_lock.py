@@ -29,7 +29,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from builder import knowledge  # noqa: E402
-from builder.build import lock, matrix, relock, render, stage  # noqa: E402
+from builder.images import lock, matrix, relock, render, stage  # noqa: E402
 from builder.engine import Engine  # noqa: E402
 
 BASE = "local/debian:12"

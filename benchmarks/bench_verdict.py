@@ -23,7 +23,7 @@ from typing import Dict
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from builder.build import matrix, pipeline  # noqa: E402
+from builder.images import matrix, pipeline  # noqa: E402
 from builder.engine import Engine  # noqa: E402
 from builder.vocabulary import TIERS  # noqa: E402
 

@@ -23,7 +23,7 @@ from typing import Dict, List, Tuple
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from builder.build import matrix, pipeline  # noqa: E402
+from builder.images import matrix, pipeline  # noqa: E402
 from builder.engine import Engine  # noqa: E402
 
 CELL_ID = "cann9.1.0-910b-debian12-py3.11-torch_npu2.13.0-x86_64"
@@ -39,7 +39,7 @@ def _module(filename: str) -> str:
 
 
 # Where a cell's facts come from: the knowledge base, the plan's resolution, the raw cell.
-SOURCES = ("builder.knowledge", "builder.build.plan", "builder.build.matrix")
+SOURCES = ("builder.knowledge", "builder.images.plan", "builder.images.matrix")
 
 
 class Trace:
@@ -108,8 +108,8 @@ def main() -> Dict[str, str]:
     for module, count in sorted(found["entered"].items(), key=lambda kv: (-kv[1], kv[0])):
         print(f"  {module:40s} {count} stop(s)")
     asked = sum(n for name, n in traced.counts.items() if name.startswith("builder.knowledge."))
-    print(f"calls of the knowledge base's functions: {asked}; lock inputs derived {traced.counts['builder.build.plan.lock_inputs']} "
-          f"time(s), the lock's state {traced.counts['builder.build.lock.status']} time(s)")
+    print(f"calls of the knowledge base's functions: {asked}; lock inputs derived {traced.counts['builder.images.plan.lock_inputs']} "
+          f"time(s), the lock's state {traced.counts['builder.images.lock.status']} time(s)")
     later = ", ".join(f"{name} x{n}" for name, n in sorted(traced.after_build.items())) or "none"
     print(f"once the build started, calls into the knowledge base, the plan or the cell: {later}")
     return {"one cell's path (traced)": f"{found['stops']} stops in {found['modules']} modules, "

@@ -1,6 +1,6 @@
 """What a cell id (an image tag) names: the one parser of tag names.
 
-A cell's default id is also its image tag (``builder.build.matrix.derive_id``:
+A cell's default id is also its image tag (``builder.images.matrix.derive_id``:
 ``cann8.0.rc3-910b-ubuntu22.04-py3.10-torch_npu2.4.0-aarch64``, ``-cpu`` after it for
 the CPU twin). Whoever needs a version back from a tag (`pull` reading a twin, which
 carries no CANN label) reads it here, so ``8.0.rc3`` is CANN 8.0.RC3 everywhere.

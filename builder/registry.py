@@ -541,7 +541,7 @@ class Registry:
             raise self._fail(f"stored the manifest for {repository}:{tag} as {stored}, not {digest}")
         return digest
 
-    # --- blobs (attestations: see `builder.attached`) ---------------------------
+    # --- blobs (attestations: see `builder.trust.attached`) ---------------------------
 
     def blob(self, repository: str, digest: str, limit: int = CONFIG_LIMIT) -> bytes:
         """The blob ``digest`` of ``repository``, at most ``limit`` bytes, checked against its digest;

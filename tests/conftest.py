@@ -17,17 +17,14 @@ import inspect
 import os
 import re
 import shutil
-import socket
 import subprocess
-import time
-import urllib.error
-import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
 from builder.errors import UserError
+from tests.support.loopback_registry import REGISTRY_BIN, Registry, free_port, serve_registry, stop, wait_up
 
 # --- scheduling under pytest-xdist --------------------------------------------------------
 #
@@ -57,14 +54,14 @@ from builder.errors import UserError
 # A new engine module lands in `engine` until it is shown to fit OWN_IMAGES.
 
 SEAL_CHECK = re.compile(r"temp_tags\(engine\)\s*<=")  # "no temporary tag was left", in a test's source
-ARM64_TWIN = "tests/build/test_arm64_e2e.py::test_the_mission_closure_as_an_arm64_twin_under_qemu"
-ARM64_NPU = "tests/build/test_arm64_e2e.py::test_an_arm64_npu_image_without_cann_fails_its_libraries_tier_and_gets_no_tag"
+ARM64_TWIN = "tests/images/test_arm64_e2e.py::test_the_mission_closure_as_an_arm64_twin_under_qemu"
+ARM64_NPU = "tests/images/test_arm64_e2e.py::test_an_arm64_npu_image_without_cann_fails_its_libraries_tier_and_gets_no_tag"
 OWN_IMAGES = (  # longest first (cold)
-    "tests/build/test_pipeline_e2e.py",
-    "tests/build/test_own_wheel.py",
-    "tests/build/test_cann_installers_e2e.py",
-    "tests/build/test_cann_only_e2e.py",
-    "tests/build/test_faults_e2e.py",
+    "tests/images/test_pipeline_e2e.py",
+    "tests/images/test_own_wheel.py",
+    "tests/images/test_cann_installers_e2e.py",
+    "tests/images/test_cann_only_e2e.py",
+    "tests/images/test_faults_e2e.py",
 )
 GROUPS = ("engine-seal", "engine-arm64", *(f"engine:{path}" for path in OWN_IMAGES), "engine")
 
@@ -207,7 +204,6 @@ def pytest_unconfigure(config):
 # --- engine fixtures ------------------------------------------------------------
 
 BASE_IMAGE = "local/debian:12"
-REGISTRY_BIN = "/usr/bin/docker-registry"
 
 
 @pytest.fixture(scope="session")
@@ -229,53 +225,6 @@ def base_image(engine) -> str:
     return BASE_IMAGE
 
 
-@dataclass(frozen=True)
-class Registry:
-    host: str  # "127.0.0.1:PORT"; Docker treats loopback registries as insecure (HTTP ok)
-    username: str
-    password: str
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _serve_registry(root: Path, config_text: str):
-    """Start docker-registry with ``config_text`` (its address is in it); the process."""
-    config = root / "config.yml"
-    config.write_text(config_text)
-    log = open(root / "registry.log", "w")
-    proc = subprocess.Popen([REGISTRY_BIN, "serve", str(config)], stdout=log, stderr=log)
-    log.close()
-    return proc
-
-
-def _wait_up(proc, port: int, root: Path) -> None:
-    no_proxy = urllib.request.build_opener(urllib.request.ProxyHandler({}))
-    deadline = time.monotonic() + 20
-    while True:
-        try:
-            no_proxy.open(f"http://127.0.0.1:{port}/v2/", timeout=1)
-            return
-        except urllib.error.HTTPError:  # 401: up, and asking for auth
-            return
-        except OSError:
-            if proc.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"registry did not start: {(root / 'registry.log').read_text()}")
-            time.sleep(0.1)
-
-
-def _stop(proc) -> None:
-    proc.terminate()
-    try:
-        proc.wait(timeout=10)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait()
-
-
 @pytest.fixture(scope="session")
 def registry(tmp_path_factory):
     """A real registry (Debian's docker-registry) with htpasswd auth on loopback."""
@@ -286,18 +235,18 @@ def registry(tmp_path_factory):
     htpasswd = subprocess.run(["htpasswd", "-Bbn", user, password], check=True,
                               capture_output=True, text=True).stdout
     (root / "htpasswd").write_text(htpasswd)
-    port = _free_port()
-    proc = _serve_registry(root, (
+    port = free_port()
+    proc = serve_registry(root, (
         "version: 0.1\n"
         "log: {level: warn}\n"
         f"storage: {{filesystem: {{rootdirectory: {root / 'data'}}}, delete: {{enabled: true}}}}\n"
         f"http: {{addr: '127.0.0.1:{port}', secret: test-only}}\n"
         f"auth: {{htpasswd: {{realm: ascend-build-test, path: {root / 'htpasswd'}}}}}\n"))
     try:
-        _wait_up(proc, port, root)
+        wait_up(proc, port, root)
         yield Registry(f"127.0.0.1:{port}", user, password)
     finally:
-        _stop(proc)
+        stop(proc)
 
 
 @dataclass(frozen=True)
@@ -313,7 +262,7 @@ class TokenRegistry:
 def token_registry(tmp_path_factory):
     """A real registry with token auth, as public registries run: anonymous pull on
     public/*, everything for the test user, nothing else (see helpers_registry)."""
-    import helpers_registry as hr
+    from tests.support import registry as hr
 
     if not Path(REGISTRY_BIN).exists() or not shutil.which("openssl"):
         pytest.skip("docker-registry or openssl missing: run scripts/setup-engine.sh as root")
@@ -321,13 +270,13 @@ def token_registry(tmp_path_factory):
     key, cert, der = hr.make_key(root)
     tokens = hr.TokenService(key, der)
     server, token_port = hr.serve(tokens.handler())
-    port = _free_port()
-    proc = _serve_registry(root, hr.registry_config(root, port, f"http://127.0.0.1:{token_port}/token", cert))
+    port = free_port()
+    proc = serve_registry(root, hr.registry_config(root, port, f"http://127.0.0.1:{token_port}/token", cert))
     try:
-        _wait_up(proc, port, root)
+        wait_up(proc, port, root)
         yield TokenRegistry(f"127.0.0.1:{port}", hr.USER, hr.PASSWORD, root, tokens)
     finally:
-        _stop(proc)
+        stop(proc)
         server.shutdown()
 
 

@@ -25,9 +25,9 @@ import pytest
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 
-from builder import attached, attestation, signing
-from builder.build import attest, matrix
-from builder.build.job import Options, prepare
+from builder.trust import attached, signing, statements
+from builder.images import attest, matrix
+from builder.images.prepare import Options, prepare
 from builder.errors import UserError
 from builder.vocabulary import CPU, NPU, TIERS
 
@@ -122,15 +122,15 @@ def test_securesystemslib_verifies_our_envelope_and_refuses_an_edited_one(pair):
     from securesystemslib.exceptions import VerificationError
 
     key, public = pair
-    body = attestation.statement("reg.example/team/img", DIGEST, attestation.VALIDATION_V1, {"verdict": "passed"})
-    envelope = json.loads(attestation.sign(body, key))
+    body = statements.statement("reg.example/team/img", DIGEST, statements.VALIDATION_V1, {"verdict": "passed"})
+    envelope = json.loads(statements.sign(body, key))
     assert list(envelope) == ["payloadType", "payload", "signatures"]          # cosign's field order
     assert envelope["payloadType"] == "application/vnd.in-toto+json"
     keyid = envelope["signatures"][0]["keyid"]
     assert keyid == signing.fingerprint(public)
 
     theirs = Envelope.from_dict(json.loads(json.dumps(envelope)))
-    assert theirs.pae() == attestation.pae(envelope["payloadType"], base64.b64decode(envelope["payload"]))
+    assert theirs.pae() == statements.pae(envelope["payloadType"], base64.b64decode(envelope["payload"]))
     accepted = theirs.verify([_sslib_key(public, keyid)], 1)
     assert list(accepted) == [keyid]
     assert json.loads(theirs.payload) == body
@@ -146,23 +146,23 @@ def test_securesystemslib_verifies_our_envelope_and_refuses_an_edited_one(pair):
 
 def test_check_names_why_an_envelope_does_not_verify(pair):
     key, public = pair
-    body = attestation.statement("reg.example/team/img", DIGEST, attestation.VALIDATION_V1, {"verdict": "passed"})
-    envelope = attestation.sign(body, key)
-    assert attestation.check(envelope, public, DIGEST).ok
+    body = statements.statement("reg.example/team/img", DIGEST, statements.VALIDATION_V1, {"verdict": "passed"})
+    envelope = statements.sign(body, key)
+    assert statements.check(envelope, public, DIGEST).ok
 
-    assert "a statement about another image" in attestation.check(envelope, public, OTHER).reason
+    assert "a statement about another image" in statements.check(envelope, public, OTHER).reason
     stranger = ec.generate_private_key(ec.SECP256R1())
-    assert "signed by another key" in attestation.check(attestation.sign(body, stranger), public, DIGEST).reason
+    assert "signed by another key" in statements.check(statements.sign(body, stranger), public, DIGEST).reason
     data = json.loads(envelope)
     data["payload"] = base64.b64encode(json.dumps(dict(body, predicate={"verdict": "passed", "x": 1})).encode()).decode()
-    edited = attestation.check(json.dumps(data).encode(), public, DIGEST)
+    edited = statements.check(json.dumps(data).encode(), public, DIGEST)
     assert not edited.ok and "changed after signing" in edited.reason and edited.statement is None
     data = json.loads(envelope)
     data["signatures"][0]["keyid"] = ""
     data["payload"] = base64.b64encode(b"{}").decode()
-    assert "does not verify with this key" in attestation.check(json.dumps(data).encode(), public, DIGEST).reason
-    assert "not a DSSE envelope" in attestation.check(b"[]", public, DIGEST).reason
-    assert "payload type" in attestation.check(json.dumps(dict(json.loads(envelope), payloadType="text/plain")).encode(),
+    assert "does not verify with this key" in statements.check(json.dumps(data).encode(), public, DIGEST).reason
+    assert "not a DSSE envelope" in statements.check(b"[]", public, DIGEST).reason
+    assert "payload type" in statements.check(json.dumps(dict(json.loads(envelope), payloadType="text/plain")).encode(),
                                                public, DIGEST).reason
 
 
@@ -210,11 +210,11 @@ def test_the_statements_validate_against_the_in_toto_and_slsa_schemas(job, pair)
     proof = attest.evidence(job)
     report = smoke_report(NPU, skipped=("collective",))
     made = attest.statements_for(report, TIERS, MISSION_CELL, NPU, "0123456789abcdef", proof)
-    assert [kind for kind, _ in made] == [attestation.VALIDATION_V1, attestation.SLSA_PROVENANCE_V1]
-    bodies = [attestation.statement("127.0.0.1:5000/team/img", DIGEST, kind, predicate) for kind, predicate in made]
+    assert [kind for kind, _ in made] == [statements.VALIDATION_V1, statements.SLSA_PROVENANCE_V1]
+    bodies = [statements.statement("127.0.0.1:5000/team/img", DIGEST, kind, predicate) for kind, predicate in made]
     for body in bodies:
         validate(body, "in-toto-statement-v1.schema.json")
-        checked = attestation.check(attestation.sign(body, key), public, DIGEST)
+        checked = statements.check(statements.sign(body, key), public, DIGEST)
         assert checked.ok and checked.statement == body
     validate(bodies[1], "slsa-provenance-v1.schema.json")
     with pytest.raises(jsonschema.ValidationError):  # the schema can fail: version must be a map

@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-import helpers_registry as hr
+from tests.support import registry as hr
 from builder import bounded
 
 

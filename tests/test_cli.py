@@ -18,8 +18,8 @@ import typer.main
 from typer.testing import CliRunner
 
 from builder import cli
-from builder.build import conda_lock, lock, matrix, render
-from helpers_matrix import SHIPPED_DOCKERFILES, SHIPPED_MATRIX, VALID, run_cli, write_cells
+from builder.images import conda_lock, lock, matrix, render
+from tests.support.matrix import SHIPPED_DOCKERFILES, SHIPPED_MATRIX, VALID, run_cli, write_cells
 
 runner = CliRunner()
 

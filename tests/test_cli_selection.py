@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from builder import commands
-from builder.build import matrix
-from helpers_matrix import REPO, VALID, run_cli, write_cells
+from builder.images import matrix
+from tests.support.matrix import REPO, VALID, run_cli, write_cells
 
 VALID_X86 = "cann8.0.rc3-910b-ubuntu22.04-py3.10-torch_npu2.4.0-x86_64"
 VALID_ARM = "cann8.0.rc3-910b-ubuntu22.04-py3.10-torch_npu2.4.0-aarch64"
@@ -102,7 +102,7 @@ def test_no_fix_line_names_a_matrix_command_bare():
     bare = re.compile(r"run `ascend-build (lock|render|validate|list|image)\b")
     found = [f"{p.relative_to(REPO)}:{n}" for p in sorted((REPO / "builder").rglob("*.py")) if p.name != "commands.py"
              for n, line in enumerate(p.read_text().splitlines(), 1) if bare.search(line)]
-    persisted = {"builder/build/plan.py": "The cell's lock is", "builder/build/conda_lock.py": "with a current indexer"}
+    persisted = {"builder/images/plan.py": "The cell's lock is", "builder/images/conda_lock.py": "with a current indexer"}
     assert sorted(found) == sorted(f"{path}:{n}" for path, text in persisted.items()
                                    for n, line in enumerate((REPO / path).read_text().splitlines(), 1) if text in line)
 

@@ -15,7 +15,7 @@ import pytest
 import yaml
 
 from builder import knowledge, python_env, versions
-from builder.build import checks, matrix
+from builder.images import checks, matrix
 
 TABLE = Path(__file__).parent / "fixtures" / "ascend-pytorch-COMPATIBILITY.en.md"
 ROW = re.compile(r"^\|\s*(\d[\w.]*)(?: \(beta\))?\s*\|\s*[^|]+\|\s*([\d.]+)\s*\|\s*CANN ([\w.]+)\s*\|", re.M)

@@ -4,7 +4,7 @@ tree at once, and a disk that fills up (a real tmpfs of a few hundred KiB).
 Every run is the real CLI in a process of its own (helpers_faults.Killable) killed with a
 real signal; the tree is compared byte for byte before and after. The image pipeline's
 faults (kills at each phase, two runs on one state folder, a full state folder) are in
-tests/build/test_faults_e2e.py.
+tests/images/test_faults_e2e.py.
 """
 
 from __future__ import annotations
@@ -13,7 +13,6 @@ import json
 import os
 import shutil
 import signal
-import sys
 import time
 from pathlib import Path
 from typing import Dict, List
@@ -21,13 +20,12 @@ from typing import Dict, List
 import pytest
 
 from builder import knowledge, writes
-from builder.build import lock, matrix, relock
+from builder.images import lock, matrix, relock
 from builder.errors import UserError
-from helpers_faults import CannotMount, Killable, fill, small_fs, tree
-from helpers_matrix import SHIPPED_DOCKERFILES, SHIPPED_MATRIX
+from tests.support.faults import CannotMount, Killable, fill, small_fs, tree
+from tests.support.matrix import SHIPPED_DOCKERFILES, SHIPPED_MATRIX
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
-import bench_validate_render as generated  # noqa: E402  (the benchmark's valid cells)
+from tests.support import generated_matrix as generated
 
 DEMO = "cann9.1.0-910b-debian12-py3.11-torch_npu2.13.0-x86_64"
 TMP_NAME = writes.TMP_SUFFIX

@@ -15,7 +15,7 @@ import pytest
 import yaml
 
 from builder import installers, knowledge, python_env, versions
-from builder.build import checks, matrix
+from builder.images import checks, matrix
 
 DATA = Path(knowledge.__file__).parent / "data"
 

@@ -1,4 +1,5 @@
-"""The shape of the package, checked: two wings that never import each other, and the
+"""The shape of the package, checked: two wings that never import each other, the release
+watchers and the trust ground apart from both, one name per module, and the
 image's words (label keys, in-image paths, tier names) spelled only in vocabulary.py."""
 
 import ast
@@ -8,7 +9,7 @@ from pathlib import Path
 import pytest
 
 BUILDER = Path(__file__).resolve().parent.parent / "builder"
-WINGS = ("build", "node")
+WINGS = ("images", "node")
 
 
 def modules(folder: Path):
@@ -26,10 +27,21 @@ def imported(path: Path):
 
 
 def test_both_wings_exist_with_their_rooms():
-    assert {p.stem for p in modules(BUILDER / "build")} >= {"matrix", "checks", "render", "stage", "pipeline", "ci_matrix",
+    assert {p.stem for p in modules(BUILDER / "images")} >= {"matrix", "checks", "render", "stage", "pipeline", "ci_matrix",
                                                              "publish"}
     assert {p.stem for p in modules(BUILDER / "node")} >= {"host", "pull", "doctor", "explain", "record"}
     assert (BUILDER / "registry.py").is_file()  # shared: the node reads, the build wing writes indexes
+    assert {p.stem for p in modules(BUILDER / "trust")} >= {"signing", "statements", "attached", "policy"}
+    assert {p.stem for p in modules(BUILDER / "releases")} >= {"cann_watch", "release_check", "index"}
+
+
+def test_no_folder_is_named_like_one_that_tools_skip_and_no_module_name_is_used_twice():
+    """pytest, ruff and setuptools skip or treat specially folders named build/dist; two modules of
+    one name send a reader (and a traceback) to the wrong file."""
+    skipped = {"build", "dist", "venv", "node_modules"}
+    assert [p for p in BUILDER.rglob("*") if p.is_dir() and p.name in skipped] == []
+    stems = [p.stem for p in modules(BUILDER) if p.stem != "__init__"]
+    assert sorted({s for s in stems if stems.count(s) > 1}) == []
 
 
 @pytest.mark.parametrize("wing", WINGS)
@@ -41,10 +53,10 @@ def test_a_wing_never_imports_the_other(wing):
 
 
 def test_shared_modules_import_neither_wing():
-    shared = [p for p in modules(BUILDER) if p.parent in (BUILDER, BUILDER / "smoke")]
+    shared = [p for p in modules(BUILDER) if p.parent in (BUILDER, BUILDER / "smoke", BUILDER / "trust", BUILDER / "releases")]
     assert len(shared) >= 8
     crossing = [f"{path.relative_to(BUILDER)} imports {name}" for path in shared for name in imported(path)
-                if name.startswith(("builder.build", "builder.node", "builder.cli"))]
+                if name.startswith(("builder.images", "builder.node", "builder.cli"))]
     assert crossing == []
 
 

@@ -7,12 +7,12 @@ from dataclasses import replace
 import pytest
 
 from builder import knowledge, versions
-from builder.build import checks, matrix
+from builder.images import checks, matrix
 from builder.node import doctor, pull
 from builder.node.host import HostInfo
 from builder.registry import ImageInfo
 from builder.vocabulary import NPU, Label
-from helpers_matrix import SHIPPED_MATRIX
+from tests.support.matrix import SHIPPED_MATRIX
 
 CELLS = matrix.load(SHIPPED_MATRIX).cells
 

@@ -1,6 +1,6 @@
-"""What a verified validation statement must say (builder.policy), and how pull and index use it, without a registry.
+"""What a verified validation statement must say (builder.trust.policy), and how pull and index use it, without a registry.
 
-Statements are signed for real (P-256) and checked by `attestation.check`; the registry side
+Statements are signed for real (P-256) and checked by `statements.check`; the registry side
 (cosign's .att tag, the CLI) is in test_trust_policy_e2e.py.
 """
 
@@ -11,8 +11,8 @@ import copy
 import pytest
 from cryptography.hazmat.primitives.asymmetric import ec
 
-from builder import attached, attestation, policy
-from builder.build import attest, publish
+from builder.trust import attached, policy, statements
+from builder.images import attest, publish
 from builder.errors import UserError
 from builder.node.pull import TRUST_REFUSED, Node, Wanted, choose, suggestions
 from builder.registry import ImageInfo
@@ -31,10 +31,10 @@ def report(device=CPU, statuses=None, **extra) -> dict:
 
 
 def verification(predicate: dict, key=KEY, digest: str = DIGEST) -> attached.Verification:
-    envelope = attestation.sign(attestation.statement("r/x", digest, attestation.VALIDATION_V1, predicate), key)
-    checked = attestation.check(envelope, KEY.public_key(), DIGEST)
+    envelope = statements.sign(statements.statement("r/x", digest, statements.VALIDATION_V1, predicate), key)
+    checked = statements.check(envelope, KEY.public_key(), DIGEST)
     return attached.Verification("t", DIGEST, "sha256-ab.att",
-                                 [attached.Found("sha256:" + "00" * 32, attestation.VALIDATION_V1, checked)])
+                                 [attached.Found("sha256:" + "00" * 32, statements.VALIDATION_V1, checked)])
 
 
 def predicate(device=CPU, variant=CPU, statuses=None, **extra) -> dict:

@@ -23,7 +23,7 @@ import pytest
 import yaml
 
 from builder import knowledge, versions
-from builder.build import checks, matrix
+from builder.images import checks, matrix
 
 FIXTURES = Path(__file__).parent / "fixtures"
 # chip spellings the image matrix used at times (the typo included), as the matrix writes them

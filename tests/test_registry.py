@@ -2,7 +2,7 @@
 forged bytes, credentials in Docker's order, redirects and realms that must not get them.
 
 The engine tests run against a real distribution registry with token auth on loopback
-(tests/helpers_registry.py): anonymous pull allowed under ``public/``, refused elsewhere.
+(tests/support/registry.py): anonymous pull allowed under ``public/``, refused elsewhere.
 The images pushed there carry the labels of a validated NPU image, which cannot exist on
 this machine (``fake_npu``).
 """
@@ -12,21 +12,19 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import shutil
 import subprocess
 import sys
 import uuid
-from dataclasses import replace
 from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 
 import pytest
 
-import helpers_registry as hr
-from builder.build import matrix, plan, render
+from tests.support import registry as hr
+from builder.images import matrix, plan, render
 from builder.errors import UserError
 from builder.registry import Registry, credentials, docker_config_credentials, is_loopback
-from helpers_node import SMI_910B3, make_node
+from tests.support.node import SMI_910B3, make_node
 
 CLI = str(Path(sys.executable).with_name("ascend-build"))
 ROOT = Path(__file__).resolve().parents[1]

@@ -22,8 +22,8 @@ import pytest
 from builder import bounded, registry as reg_module
 from builder.errors import UserError
 from builder.registry import Registry
-from helpers_faults import FaultProxy
-from helpers_faults import push_tiny_image as _image
+from tests.support.faults import FaultProxy
+from tests.support.faults import push_tiny_image as _image
 
 REAL_BACKOFF = reg_module.BACKOFF
 
@@ -218,7 +218,7 @@ def test_image_push_to_a_failing_registry_reports_an_error_no_digest_and_keeps_t
                                                                                        tmp_path, monkeypatch):
     """Pushing goes through Docker Engine: the pipeline's last step (`conclude`: seal, tag, push)
     of a small image that passed, against a registry whose manifest PUT keeps answering 500."""
-    from builder.build import pipeline
+    from builder.images import pipeline
 
     monkeypatch.setenv("ASCEND_BUILD_REGISTRY_USER", registry.username)
     monkeypatch.setenv("ASCEND_BUILD_REGISTRY_PASSWORD", registry.password)

@@ -13,7 +13,7 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from builder.cli import safe_output
-from helpers_matrix import run_cli
+from tests.support.matrix import run_cli
 
 
 def test_module_examples_hold():

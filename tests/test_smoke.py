@@ -394,7 +394,7 @@ def test_closure_of_a_real_environment(torch_python, tmp_path):
 def test_the_versions_tier_checks_the_conda_packages_the_lock_pins(torch_python, tmp_path):
     """A conda cell's manifest carries its lock's conda part; this venv has no conda-meta, so the
     tier names the locked conda package missing (conda_packages over a real conda prefix:
-    tests/build/test_conda_lock.py)."""
+    tests/images/test_conda_lock.py)."""
     exe = torch_python["exe"]
     listed = subprocess.run([exe, "-c", "import json, sys; sys.path.insert(0, %r); import parsers; "
                              "print(json.dumps(parsers.environment_distributions(sys.prefix)))" % str(SMOKE.parent)],

@@ -13,7 +13,7 @@ writes for a sealed twin) and real P-256 signatures:
 - `pull` leaves cosign's .att tags out of its candidates.
 
 cosign itself cannot be installed here, so the layout is checked field by field against what
-cosign's source writes (see builder/attached.py for the file behind each spelling).
+cosign's source writes (see builder/trust/attached.py for the file behind each spelling).
 """
 
 from __future__ import annotations
@@ -28,14 +28,14 @@ from pathlib import Path
 
 import pytest
 
-import helpers_trust as ht
-from builder import attached, attestation, signing
-from builder.build import attest, pipeline
-from builder.build.job import Options
+from tests.support import trust as ht
+from builder.trust import attached, signing, statements
+from builder.images import attest, pipeline
+from builder.images.prepare import Options
 from builder.node.pull import listing
 from builder.registry import OCI_MANIFEST, Registry
 from builder.vocabulary import CPU, TIERS, Label
-from helpers_trust import CELL_ID, CLI, ROOT, TAG, creds, images, keys, report  # noqa: F401  (fixtures)
+from tests.support.trust import CELL_ID, CLI, ROOT, TAG, creds, images, keys, report  # noqa: F401  (fixtures)
 
 REPO = f"ascend-build-test/trust-{uuid.uuid4().hex[:8]}"
 
@@ -81,7 +81,7 @@ def test_round_trip_attach_then_verify(attested, keys, creds, registry):
     by_digest = verify(f"{registry.host}/{REPO}@{digest}", keys["team"][1], creds, "--json")
     result = json.loads(by_digest.stdout)
     assert by_digest.returncode == 0 and result["validated"] and result["digest"] == digest
-    assert [s["predicateType"] for s in result["statements"]] == [attestation.VALIDATION_V1]
+    assert [s["predicateType"] for s in result["statements"]] == [statements.VALIDATION_V1]
     assert attach_seconds < 5 and verify_seconds < 10  # measured well under 1 s and ~1 s here; bounds for busy CI
 
 
@@ -96,7 +96,7 @@ def test_the_att_tag_is_cosigns_layout_with_the_oci_subject(attested, creds, reg
     assert att.data["subject"] == {"mediaType": image.media_type, "size": len(image.body), "digest": digest}
     (layer,) = att.data["layers"]
     assert layer["mediaType"] == "application/vnd.dsse.envelope.v1+json"
-    assert layer["annotations"] == {"dev.cosignproject.cosign/signature": "", "predicateType": attestation.VALIDATION_V1}
+    assert layer["annotations"] == {"dev.cosignproject.cosign/signature": "", "predicateType": statements.VALIDATION_V1}
     config = json.loads(reg.blob(REPO, att.data["config"]["digest"]))
     assert config["rootfs"] == {"type": "layers", "diff_ids": [layer["digest"]]} and config["os"] == ""
     envelope = json.loads(reg.blob(REPO, layer["digest"]))
@@ -110,10 +110,10 @@ def test_appending_keeps_the_statements_there(attested, keys, creds, registry, e
     """A second key (rotation) adds its statements beside the first key's; both verify."""
     digest = push(engine, registry, images("rotated"), tag="rotation")
     ref = f"{registry.host}/{REPO}:rotation"
-    statements = attest.statements_for(report(), TIERS, CELL_ID, CPU, "0123456789abcdef", None)
-    attest.attest(ref, digest, statements, signing.load_private(keys["team"][0]))
-    attest.attest(ref, digest, statements, signing.load_private(keys["team"][0]))  # the same again: not duplicated
-    attest.attest(ref, digest, statements, signing.load_private(keys["team-2027"][0]))
+    predicates = attest.statements_for(report(), TIERS, CELL_ID, CPU, "0123456789abcdef", None)
+    attest.attest(ref, digest, predicates, signing.load_private(keys["team"][0]))
+    attest.attest(ref, digest, predicates, signing.load_private(keys["team"][0]))  # the same again: not duplicated
+    attest.attest(ref, digest, predicates, signing.load_private(keys["team-2027"][0]))
     att = Registry(registry.host).manifest(REPO, attached.attestation_tag(digest))
     assert len(att.data["layers"]) == 2
     for name in ("team", "team-2027"):
@@ -219,18 +219,18 @@ def test_image_push_sign_key_attests_the_twin_and_verify_accepts_it(registry, cr
         result = json.loads(checked.stdout)
         assert checked.returncode == 0 and result["validated"], checked.stdout + checked.stderr
         by_type = {s["predicateType"]: s for s in result["statements"]}
-        assert set(by_type) == {attestation.VALIDATION_V1, attestation.SLSA_PROVENANCE_V1, attestation.CYCLONEDX_BOM}
-        bom = by_type[attestation.CYCLONEDX_BOM]["predicate"]  # the SBOM, signed: the lock's distributions
+        assert set(by_type) == {statements.VALIDATION_V1, statements.SLSA_PROVENANCE_V1, statements.CYCLONEDX_BOM}
+        bom = by_type[statements.CYCLONEDX_BOM]["predicate"]  # the SBOM, signed: the lock's distributions
         names = {c["name"] for c in bom["components"]}
         assert names >= {"torch", "numpy"} and "torch-npu" not in names
         assert json.loads(Path(out["sbom"]).read_text()) == bom  # the very SBOM kept beside the report
         assert all(s["verified"] for s in result["statements"])
-        validation = by_type[attestation.VALIDATION_V1]["predicate"]
+        validation = by_type[statements.VALIDATION_V1]["predicate"]
         assert validation["cell"] == CELL_ID and validation["ranOn"]["kind"] == "cpu-twin"
         assert [t["name"] for t in validation["tiers"]] == list(TIERS)
         labels = Registry(registry.host).inspect(repo, TAG, "x86_64").labels
         assert labels[Label.VALIDATED_TIERS] == ",".join(validation["passedTiers"])  # label and statement agree
-        provenance = by_type[attestation.SLSA_PROVENANCE_V1]["predicate"]
+        provenance = by_type[statements.SLSA_PROVENANCE_V1]["predicate"]
         assert provenance["buildDefinition"]["externalParameters"]["matrix"] == str(matrix_file)
         deps = {d["name"]: d for d in provenance["buildDefinition"]["resolvedDependencies"]}
         import hashlib

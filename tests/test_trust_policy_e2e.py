@@ -24,9 +24,9 @@ import uuid
 
 import pytest
 
-import helpers_trust as ht
+from tests.support import trust as ht
 from builder.registry import Registry
-from helpers_trust import CELL_ID, CLI, REFUSED_FOR, TAG, creds, images, keys  # noqa: F401  (fixtures)
+from tests.support.trust import CELL_ID, CLI, REFUSED_FOR, TAG, creds, images, keys  # noqa: F401  (fixtures)
 
 REPO = f"ascend-build-test/trust-policy-{uuid.uuid4().hex[:8]}"
 INDEX_REPO = REPO + "-index"  # apart: once written, the index tag would offer pull the genuine image again

@@ -15,7 +15,7 @@ from typing import Callable, List, Optional
 import typer
 
 from builder import commands, knowledge, writes
-from builder.build import checks, lock, matrix, relock, render
+from builder.images import checks, lock, matrix, relock, render
 from builder.cli.app import LOCK_DEADLINE, DeadlineOpt, JsonOpt, app, host_arch, interruptible, releases_app, within
 from builder.errors import Finding, UserError
 from builder.vocabulary import release_tag
@@ -239,7 +239,7 @@ def _signing_key(path: Optional[Path], push: Optional[str]):
     if not push:
         raise UserError("--sign-key signs what is pushed, and nothing is pushed", exit_code=2,
                         fix="add --push REGISTRY, or drop --sign-key")
-    from builder import signing
+    from builder.trust import signing
 
     return signing.load_private(path)
 
@@ -286,7 +286,7 @@ def image_command(
     Example: ascend-build image --cann 7.0.RC1 --push registry.example:5000 --sign-key keys/team.key
     """
     from builder import devices
-    from builder.build import pipeline
+    from builder.images import pipeline
     from builder.engine import Engine
 
     def choose(cells: List[matrix.Cell]) -> List[matrix.Cell]:
@@ -329,7 +329,7 @@ def promote_command(
 
     Example: ascend-build promote ascend-build/pytorch:cann8.0.rc3-910b-ubuntu22.04-py3.10-torch_npu2.4.0-aarch64-candidate
     """
-    from builder.build import pipeline
+    from builder.images import pipeline
     from builder.engine import Engine
 
     options = pipeline.Options(state_dir=state_dir, devices=devices_opt, push=push, sign_key=_signing_key(sign_key, push))
@@ -364,7 +364,7 @@ def index_command(
 
     Example: ascend-build index 127.0.0.1:5000/ascend-build/pytorch:cann7.0.rc1-910b-ubuntu22.04-py3.9-torch_npu2.1.0rc1
     """
-    from builder.build import pipeline, publish
+    from builder.images import pipeline, publish
     from builder.registry import Registry
 
     host, _, rest = ref.partition("/")
@@ -377,7 +377,7 @@ def index_command(
     if one_arch is not None:
         raise UserError(f"{tag!r} names one arch; the index goes under the cell's tag without its arch", exit_code=2,
                         fix=f"drop the arch: {host}/{repository}:{publish.index_tag(*one_arch)}")
-    from builder import policy, signing
+    from builder.trust import policy, signing
 
     policy.check_requirement(require)
     key = signing.load_public(trust_key) if trust_key is not None and str(trust_key) not in ("", ".") else None
@@ -438,7 +438,7 @@ def ci_matrix_command(
 
     Example: ascend-build ci-matrix --changed-since origin/main
     """
-    from builder.build import ci_matrix
+    from builder.images import ci_matrix
 
     loaded = _load(matrix_path, strict=False)
     table = ci_matrix.load_runners(runners) if runners else None
@@ -461,7 +461,7 @@ def releases_check_command(
 
     Example: ascend-build releases check --write --propose
     """
-    from builder.build import releases
+    from builder import releases
 
     with within(deadline):
         result = releases.check(index_url or releases.default_index_url())
@@ -495,7 +495,7 @@ def releases_cann_command(
     Example: ascend-build releases cann --table COMPATIBILITY.en.md --images build_cann_arg.json --release-notes files.txt
     """
     from builder import knowledge
-    from builder.build.releases import cann_watch
+    from builder.releases import cann_watch
 
     with within(deadline):
         rows = cann_watch.table_rows(cann_watch.read(table))

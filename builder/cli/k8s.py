@@ -50,8 +50,8 @@ def job_command(
     Example: ascend-build k8s job --registry registry.example:5000 --cann 8.0.RC3 --npus 8 --nodes nodes.json -- torchrun --nproc_per_node 8 train.py
     (nodes.json: kubectl get nodes -o json > nodes.json)
     """
-    from builder import policy
-    from builder.k8s import job, pod, pool, render, volcano
+    from builder.trust import policy
+    from builder.k8s import job, pod, pool, manifest_yaml, volcano
     from builder.node import host as host_probe
     from builder.node import pull as chooser
     from builder.registry import Registry
@@ -100,4 +100,4 @@ def job_command(
     verified = how_chosen(key, trust_key, require)
     header = [f"ascend-build k8s job: image tag {best.tag}, chosen for {subject} ({pool.describe(found)}arch "
               f"{found.node.arch}, chip {found.node.chip}, driver {found.node.driver})", verified]
-    typer.echo(render.render(manifest, header), nl=False)
+    typer.echo(manifest_yaml.render(manifest, header), nl=False)

@@ -15,7 +15,7 @@ import typer
 
 from builder.cli.app import DeadlineOpt, JsonOpt, app, host_arch, within
 from builder.errors import UserError
-from builder.policy import ANY, REQUIRE_HELP, TRUST_KEY_ENV
+from builder.trust.policy import ANY, REQUIRE_HELP, TRUST_KEY_ENV
 from builder.vocabulary import DEFAULT_IMAGE, GUARD_ENV, GUARD_OFF, NPU, VARIANTS, Label
 
 
@@ -28,7 +28,7 @@ RequireOpt = typer.Option(ANY, "--require", metavar="any|npu-host", help=REQUIRE
 
 def _trust_key(path: Optional[Path]):
     """The public key of --trust-key / $ASCEND_BUILD_TRUST_KEY; None when neither is set (or it is empty)."""
-    from builder import signing
+    from builder.trust import signing
 
     return signing.load_public(path) if path is not None and str(path) not in ("", ".") else None
 
@@ -105,7 +105,7 @@ def pull_command(
 
     Example: ascend-build pull --cann 8.0.RC3 --registry registry.example:5000 --trust-key team.pub
     """
-    from builder import policy
+    from builder.trust import policy
     from builder.node import host as host_probe
     from builder.node import pull as chooser
     from builder.engine import Engine
@@ -218,7 +218,7 @@ def _verified_ref(image_ref: str, key, key_path: Optional[Path], require: str, i
     """``image_ref`` as ``REGISTRY/REPOSITORY@sha256:...`` when its validation statement is trusted; refused
     (UserError) when it is not, unless ``insecure`` (then said loudly, and ``image_ref`` is started as given).
     ``arch``: this node's, whose image of an index is the one checked."""
-    from builder import policy
+    from builder.trust import policy
     from builder.registry import split_reference
     from builder.node import doctor
     from builder.registry import Registry

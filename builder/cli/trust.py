@@ -1,7 +1,7 @@
 """The trust commands: `keys generate` (the team's signing pair), `verify` (an image's statements)
 and `policy kyverno` (the same check as a Kyverno admission policy).
 
-Each parses its options, calls `builder.signing` / `builder.attached` / `builder.policy` and prints; no logic of its own.
+Each parses its options, calls `builder.trust.signing` / `builder.trust.attached` / `builder.trust.policy` and prints; no logic of its own.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from typing import Dict, List
 
 import typer
 
-from builder import attached, attestation, signing
+from builder.trust import attached, signing, statements
 from builder.registry import split_reference
 from builder.cli.app import JsonOpt, app
 
@@ -56,7 +56,7 @@ def _tiers(predicate: Dict) -> str:
 def _says(found: attached.Found) -> str:
     """What a verified statement says, in one line."""
     predicate = found.checked.predicate
-    if found.predicate_type == attestation.VALIDATION_V1:
+    if found.predicate_type == statements.VALIDATION_V1:
         ran = predicate.get("ranOn") or {}
         where = ran.get("kind", "?") + (f" ({ran['emulated']})" if ran.get("emulated") else "") + (
             f" (stand-in: {ran['standIn']})" if ran.get("standIn") else "")
@@ -65,14 +65,14 @@ def _says(found: attached.Found) -> str:
             where += f", chip {npu.get('chip')}, driver {npu.get('driver')}, firmware {npu.get('firmware')}"
         return (f"{predicate.get('verdict')}: cell {predicate.get('cell')} ({predicate.get('variant')}), "
                 f"content hash {predicate.get('contentHash')}, on {where}\n         tiers: {_tiers(predicate)}")
-    if found.predicate_type == attestation.SLSA_PROVENANCE_V1:
+    if found.predicate_type == statements.SLSA_PROVENANCE_V1:
         build = predicate.get("buildDefinition") or {}
         builder = (predicate.get("runDetails") or {}).get("builder") or {}
         params = build.get("externalParameters") or {}
         version = ", ".join(f"{k} {v}" for k, v in (builder.get("version") or {}).items())
         return (f"built by {builder.get('id')} ({version}) from {params.get('matrix')}, cell {params.get('cell')}; "
                 f"{len(build.get('resolvedDependencies') or [])} resolved dependencies")
-    if found.predicate_type == attestation.CYCLONEDX_BOM:
+    if found.predicate_type == statements.CYCLONEDX_BOM:
         components = [c for c in predicate.get("components") or [] if isinstance(c, dict)]
         return (f"SBOM (CycloneDX {predicate.get('specVersion')}): {len(components)} components, "
                 f"{sum(c.get('type') == 'library' for c in components)} Python distributions of the lock, "
@@ -142,11 +142,11 @@ def policy_kyverno_command(
     import yaml
     from cryptography.hazmat.primitives import serialization
 
-    from builder import policy
+    from builder.k8s import kyverno
 
     public = signing.load_public(key)
     pem = public.public_bytes(serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo).decode()
-    document = policy.kyverno(pem, images, require, name)
+    document = kyverno.kyverno(pem, images, require, name)
     typer.echo(f"# made by ascend-build policy kyverno; key {key} (keyid {signing.fingerprint(public)[:16]})")
     class Dumper(yaml.SafeDumper):
         """Multi-line strings (the PEM key) as literal blocks, as one writes them by hand."""

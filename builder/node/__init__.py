@@ -2,5 +2,5 @@
 pull), how to start it (run), the pre-flight checklist (doctor), the error table (explain)
 and the run record.
 
-Nothing here imports builder.build: the node reads only what images and registries carry.
+Nothing here imports builder.images: the node reads only what images and registries carry.
 """

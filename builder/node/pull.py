@@ -19,13 +19,13 @@ from dataclasses import dataclass
 from typing import Callable, Dict, List, Optional, Tuple
 
 from builder import bounded, versions
-from builder.attached import is_attached_tag
+from builder.trust.attached import is_attached_tag
 from builder.cell_id import parse_id
 from builder.errors import UserError
 from builder.registry import ImageInfo, Registry
 from builder.vocabulary import CANDIDATE_SUFFIX, NPU, Label
 
-# ImageInfo -> "" when its signed validation statement is trusted, else why not (`builder.policy.trusted`)
+# ImageInfo -> "" when its signed validation statement is trusted, else why not (`builder.trust.policy.trusted`)
 Trust = Callable[[ImageInfo], str]
 TRUST_REFUSED = "signed validation refused: "
 
@@ -175,19 +175,19 @@ def pick(registry: Registry, repository: str, node: Node, wanted: Wanted, key=No
     """The choice `pull` and `k8s job` both make: every image of ``repository`` for ``node.arch``,
     the best that fits ``node`` and ``wanted``, and every rejected one with its reasons.
 
-    With a public ``key`` (`builder.signing.load_public`), an image fitting on its labels is a
+    With a public ``key`` (`builder.trust.signing.load_public`), an image fitting on its labels is a
     candidate only when its signed validation statement verifies and says ``require`` passed.
 
     Parameters:
         registry, repository: where the images are (``split_registry`` of ``--registry``).
         node: what the node, or the weakest node of a pool, offers.
         wanted: the CANN/torch/Python/variant asked for.
-        key, require: ``--trust-key`` and ``--require`` (``builder.policy``).
+        key, require: ``--trust-key`` and ``--require`` (``builder.trust.policy``).
 
     Example:
         >>> best, rejected = pick(Registry("127.0.0.1:5000"), "ascend-build/pytorch", node, Wanted(cann="8.0.RC3"))  # doctest: +SKIP
     """
-    from builder import policy
+    from builder.trust import policy
 
     def trust(image: ImageInfo) -> str:
         return policy.trusted(registry, repository, image.digest, image.labels, key, require)

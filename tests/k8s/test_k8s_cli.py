@@ -18,9 +18,9 @@ from pathlib import Path
 
 import pytest
 import yaml
-from helpers_images import ROOT, cell_8_0_rc3, labelled_image, pipeline_labels
-from helpers_k8s import CLUSTER, POOL_910B, admitted, nodes, validate_k8s, validate_volcano
-from helpers_node import SMI_910B3, make_node
+from tests.support.images import ROOT, cell_8_0_rc3, labelled_image, pipeline_labels
+from tests.support.k8s import CLUSTER, POOL_910B, admitted, nodes, validate_k8s, validate_volcano
+from tests.support.node import SMI_910B3, make_node
 
 from builder.k8s.pod import GUARD_PATH
 
@@ -161,7 +161,7 @@ def test_bad_json_is_a_clear_error(repo, tmp_path):
 
 def test_with_a_trust_key_an_image_without_a_verifying_statement_is_refused_fake_npu(repo, tmp_path):
     # the images here carry no signed statement: labels alone would choose "fits" (tests above)
-    from builder import signing
+    from builder.trust import signing
 
     _, public = signing.generate(tmp_path, "team")
     done = k8s_job(repo, "--npus", "8", "--nodes", str(POOL_910B), "--trust-key", str(public), "--", "python", "t.py")

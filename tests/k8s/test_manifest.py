@@ -7,11 +7,11 @@ from dataclasses import replace
 import kubernetes_validate
 import pytest
 import yaml
-from helpers_k8s import CLUSTER, POOL_910B, admitted, nodes, validate_k8s, validate_volcano
+from tests.support.k8s import CLUSTER, POOL_910B, admitted, nodes, validate_k8s, validate_volcano
 
 from builder import devices
 from builder.errors import UserError
-from builder.k8s import job, pod, pool, render, volcano
+from builder.k8s import job, pod, pool, manifest_yaml, volcano
 from builder.node.labels import CHIP_LABELS, DRIVER_ORDINAL_LABEL
 from builder.versions import driver_ordinal
 
@@ -147,7 +147,7 @@ def test_the_volcano_job_spreads_k_pods_with_pod_zero_as_master():
 
 
 def test_rendering_is_deterministic_and_round_trips():
-    first, second = render.render(the_volcano(), ["h"]), render.render(the_volcano(), ["h"])
+    first, second = manifest_yaml.render(the_volcano(), ["h"]), manifest_yaml.render(the_volcano(), ["h"])
     assert first == second and first.startswith("# h\napiVersion: batch.volcano.sh/v1alpha1\nkind: Job\n")
     assert yaml.safe_load(first) == the_volcano()
     assert "&id" not in first and "*id" not in first  # shared expressions are written out, not aliased

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from helpers_k8s import CLUSTER, POOL_910B, nodes
+from tests.support.k8s import CLUSTER, POOL_910B, nodes
 
 from builder.errors import UserError
 from builder.k8s.pool import describe, host_pool, node_facts, read_pool

@@ -20,7 +20,7 @@ from builder import knowledge, versions
 from builder.node.doctor import FAIL, OK, WARN, Check
 from builder.engine import RunResult
 from builder.node.host import HostInfo, probe
-from helpers_node import (DRIVER_INFO, FIRMWARE_INFO, SMI_910B3, TABLE_910B3, board, make_node, write)
+from tests.support.node import (DRIVER_INFO, FIRMWARE_INFO, TABLE_910B3, board, make_node, write)
 
 GOOD_ENV = {"HCCL_CONNECT_TIMEOUT": "1800", "ASCEND_GLOBAL_LOG_LEVEL": "3",
             "PYTORCH_NPU_ALLOC_CONF": "expandable_segments:True"}
@@ -99,7 +99,7 @@ def test_fake_npu_mismatched_node_end_to_end(tmp_path):
 
 
 def test_fake_npu_dcmi_error_is_explained(tmp_path):
-    from helpers_node import fake_npu_smi
+    from tests.support.node import fake_npu_smi
     make_node(tmp_path)
     fake_npu_smi(tmp_path, {"info": "dcmi model initialized failed, because the device is used. ret is -8020\n"},
                  exit_code=255)
@@ -415,7 +415,7 @@ def test_visible_devices_of_any_length_or_script_fail_the_check_without_error(va
 @pytest.mark.parametrize("table", ["", "garbage\n", "| npu-smi 24.1.rc3   Version: 24.1.rc3 |\n"])
 def test_fake_npu_smi_that_answers_but_lists_no_npu_fails_where_devices_exist(tmp_path, table):
     """Not "OK ... NPU none": npu-smi exits 0 listing nothing while /dev/davinci0..7 are there."""
-    from helpers_node import fake_npu_smi
+    from tests.support.node import fake_npu_smi
     make_node(tmp_path)
     fake_npu_smi(tmp_path, {"info": table, "info -t board -i 0": table, "info -t board -i 0 -c 0": table})
     c = by_name(doctor.run_host_checks(probe(tmp_path), GOOD_ENV), "npu-smi")
@@ -425,7 +425,7 @@ def test_fake_npu_smi_that_answers_but_lists_no_npu_fails_where_devices_exist(tm
 
 
 def test_fake_npu_smi_listing_no_npu_on_a_node_without_devices_warns(tmp_path):
-    from helpers_node import fake_npu_smi
+    from tests.support.node import fake_npu_smi
     make_node(tmp_path, devices=0)
     fake_npu_smi(tmp_path, {"info": "", "info -t board -i 0": "", "info -t board -i 0 -c 0": ""})
     c = by_name(doctor.run_host_checks(probe(tmp_path), GOOD_ENV), "npu-smi")

@@ -17,7 +17,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from builder import knowledge, versions, vocabulary
-from builder.build import render
+from builder.images import render
 from builder.devices import run_argv
 from builder.node import explain
 from builder.smoke import driver_guard as guard
@@ -127,8 +127,8 @@ def shipped(tmp_path) -> Path:
 
 
 def _any_cell():
-    from builder.build import matrix
-    from helpers_matrix import SHIPPED_MATRIX
+    from builder.images import matrix
+    from tests.support.matrix import SHIPPED_MATRIX
 
     return matrix.load(SHIPPED_MATRIX).cells[0]
 

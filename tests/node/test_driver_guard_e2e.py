@@ -20,9 +20,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from helpers_cann import installers_91
-from helpers_matrix import run_cli
-from helpers_node import DRIVER_INFO, make_node
+from tests.support.cann import installers_91
+from tests.support.matrix import run_cli
+from tests.support.node import DRIVER_INFO, make_node
 
 WHEELHOUSE = Path("/opt/wheels")
 CELL = {"cann": "9.1.0", "chip": "910b", "os": "debian12", "env": "venv", "arch": "x86_64", "python": "3.11"}
@@ -170,7 +170,7 @@ def test_the_rendered_pod_runs_under_podman_kube_play_and_the_guard_holds(engine
     """The twin pushed to the loopback registry, its Pod (from k8s job's template) played for real by
     podman, pulling by digest (plain HTTP: --tls-verify=false), on a fixture node whose driver is at
     the image's minimum (the command runs) and below it (the guard refuses; the pod's log says why)."""
-    from builder.k8s.render import render
+    from builder.k8s.manifest_yaml import render
 
     ref = f"{registry.host}/ascend-build-test/guard-pod:{uuid.uuid4().hex[:8]}"
     engine.tag(engine.image_id(twin), ref)

@@ -23,7 +23,7 @@ from builder.node import host as hostmod
 from builder import knowledge
 from builder.node.host import format_host, probe
 
-from helpers_node import (COMPAT, SAMPLES, DRIVER_INFO, INSTALL_INFO, VERSION_CFG, TOOLKIT_INSTALL, SUBPACKAGE_INFO, BOARD_25_5_2, SUMMARY_HEADER, TABLE_910B3, TABLE_A3, CHIP_A2, CHIP_A3, TABLE_310P3, TABLE_950, BOARD_950, TABLE_910PROB, board, write, fake_npu_smi, make_node, SMI_910B3)
+from tests.support.node import (COMPAT, SAMPLES, DRIVER_INFO, INSTALL_INFO, VERSION_CFG, TOOLKIT_INSTALL, SUBPACKAGE_INFO, BOARD_25_5_2, SUMMARY_HEADER, TABLE_910B3, TABLE_A3, CHIP_A2, CHIP_A3, TABLE_310P3, TABLE_950, BOARD_950, TABLE_910PROB, board, write, fake_npu_smi, make_node, SMI_910B3)
 
 
 
@@ -382,7 +382,7 @@ def test_parse_smi_table_skips_an_npu_id_of_any_length():
 
 
 def test_fake_npu_smi_printing_absurdly_long_numbers_is_read_without_error(tmp_path):
-    from helpers_matrix import run_cli
+    from tests.support.matrix import run_cli
     make_node(tmp_path, smi={"info": TABLE_910B3.replace("| 0     910B3 ", f"| {HUGE}     910B3 "),
                              "info -t board -i 1": board("24.1.rc3", "7.5.0.1.129")})
     write(tmp_path / f"dev/davinci{HUGE[:200]}", "")  # a device name with too many digits is no device

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import re
-import sys
 from pathlib import Path
 from typing import Dict
 
@@ -26,8 +25,8 @@ from builder.errors import UserError
 from builder.node import cdi, nfd
 from builder.node import labels as keys
 from builder.node.host import HostInfo, probe
-from helpers_matrix import run_cli
-from helpers_node import DRIVER_INFO, SMI_910B3, board, make_node
+from tests.support.matrix import run_cli
+from tests.support.node import DRIVER_INFO, SMI_910B3, board, make_node
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 LABEL_VALUE = re.compile(r"(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?")  # k8s.io/apimachinery validation
@@ -105,8 +104,7 @@ def test_unknown_facts_are_left_out_with_a_comment_not_written_empty(tmp_path):
 def test_the_ordinal_labels_select_only_nodes_whose_driver_suffices(tmp_path):
     """The labels of three fixture nodes, as NFD publishes them (plus the kubelet's arch label),
     against the node affinity `k8s job` writes for an image needing 25.0.RC1."""
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "k8s"))
-    from helpers_k8s import admitted
+    from tests.support.k8s import admitted
 
     from builder.k8s.pod import PodSpec, affinity
 

@@ -20,8 +20,8 @@ import pytest
 
 from builder.node.pull import Node, Wanted, choose, fetch, listing
 from builder.registry import Registry
-from helpers_images import cell_8_0_rc3, labelled_image, pipeline_labels
-from helpers_node import SMI_910B3, make_node
+from tests.support.images import cell_8_0_rc3, labelled_image, pipeline_labels
+from tests.support.node import SMI_910B3, make_node
 
 CLI = [str(Path(sys.executable).with_name("ascend-build"))]
 ROOT = Path(__file__).resolve().parents[2]

@@ -18,7 +18,7 @@ import pytest
 
 from builder import devices
 from builder.node import doctor, host
-from builder.build import matrix
+from builder.images import matrix
 
 pytestmark = [pytest.mark.npu, pytest.mark.engine]
 

@@ -4,7 +4,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from builder.build.matrix import derive_id
+from builder.images.matrix import derive_id
 from builder.cell_id import parse_id
 from builder.errors import UserError
 from builder.node.pull import Node, Wanted, cann_of, choose, split_registry, suggestions, verify_pulled, why_not

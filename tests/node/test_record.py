@@ -10,7 +10,7 @@ import pytest
 from builder.node import record as rec
 from builder.errors import UserError
 from builder.node.host import HostInfo, probe
-from helpers_node import SMI_910B3, make_node, write
+from tests.support.node import SMI_910B3, make_node, write
 
 GUIDE_EXAMPLE = ["model=qwen2.5-27b", "train_mode=lora", "seq_len=4096", "batch_size=8",
                  "learning_rate=3e-5", "world_size=8"]

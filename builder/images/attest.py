@@ -1,0 +1,175 @@
+"""What a passed, pushed image is attested with: a validation statement and SLSA provenance, signed.
+
+After the push (`pipeline.conclude`), `attest` attaches two in-toto statements to the pushed
+digest (`builder.trust.attached`: cosign's ``.att`` tag), each in a DSSE envelope signed with the
+team's key:
+
+- **validation** (`statements.VALIDATION_V1`): the smoke report tier by tier (name, status,
+  summary), which tiers passed and which were skipped and why, where it ran (the device; CPU
+  twin, stand-in, emulated under qemu, or an NPU host with its driver, firmware and chip), the
+  cell, its variant and content hash, and the verdict;
+- **provenance** (SLSA v1, `statements.SLSA_PROVENANCE_V1`): the matrix file and cell
+  (external parameters), the lock's and CANN installers' sha256 and the base image
+  (resolved dependencies), and this builder's version and git commit;
+- **SBOM** (CycloneDX 1.5, `statements.CYCLONEDX_BOM`, made by `builder.images.sbom`): every
+  distribution of the lock and every CANN package, with the hashes the build checked.
+
+Example:
+    >>> predicate = validation_predicate({"device": "cpu", "host": {}, "tiers": [
+    ...     {"name": "versions", "status": "passed", "summary": "ok"}]}, ("versions",), "c", "cpu", "h")
+    >>> predicate["verdict"], predicate["passedTiers"], predicate["ranOn"]["kind"]
+    ('passed', ['versions'], 'cpu-twin')
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Dict, List, Optional, Tuple
+
+from builder import __version__
+
+from builder.trust import attached, statements
+from builder.images import oci
+from builder.images.prepare import Job, host_arch
+from builder.errors import UserError
+from builder.registry import Registry
+from builder.trust.signing import PrivateKey
+from builder.vocabulary import CPU, NPU
+
+REPO_ROOT = Path(__file__).resolve().parent.parent.parent
+
+
+@dataclass(frozen=True)
+class Evidence:
+    """What the provenance says of one image, gathered from its job before the build."""
+
+    cell_id: str
+    variant: str
+    arch: str
+    matrix_file: str                       # as given on the command line
+    matrix_sha256: str                     # "" when the file cannot be read
+    lock_sha256: str                       # of the lock the build installed from ("" when none)
+    lock_state: str
+    installers: Tuple[Tuple[str, str, str], ...]  # (file, url, sha256) of CANN installers (NPU image)
+    base_image: str                        # the reference the build started from
+
+
+def _sha256_of(path: Path) -> str:
+    try:
+        return hashlib.sha256(path.read_bytes()).hexdigest()
+    except OSError:
+        return ""
+
+
+def evidence(job: Job) -> Evidence:
+    """The job's inputs, hashed now: what was built from, as the provenance names it."""
+    matrix = job.matrix_path
+    return Evidence(
+        cell_id=job.plan.cell_id, variant=job.variant, arch=job.plan.arch, matrix_file=matrix,
+        matrix_sha256=_sha256_of(Path(matrix)) if matrix else "", lock_sha256=_sha256_of(job.lock_file),
+        lock_state=job.plan.lock_state,
+        installers=tuple((i.filename, i.url, i.sha256) for i in job.image.installers) if job.npu else (),
+        base_image=job.image.base_image)
+
+
+def _ran_on(report: Dict) -> Dict:
+    """Where the smoke test ran, in the words a policy checks: ``kind`` is ``npu-host``,
+    ``emulated``, ``stand-in`` or ``cpu-twin`` (the first that applies)."""
+    host = report.get("host") or {}
+    device_tier: Dict = next((t for t in report.get("tiers", []) if t.get("name") == "device"), {})
+    details = device_tier.get("details") or {}
+    npu = report.get("device") == NPU
+    kind = ("npu-host" if npu and not report.get("emulated") else "emulated" if report.get("emulated")
+            else "stand-in" if report.get("stand_in") else "cpu-twin")
+    return {
+        "kind": kind, "device": report.get("device") or CPU, "cpuTwin": not npu,
+        "emulated": report.get("emulated") or None, "standIn": report.get("stand_in") or None,
+        "buildHostArch": host_arch(),
+        "npuHost": {"driver": host.get("driver") or None, "firmware": host.get("firmware") or None,
+                    "chip": details.get("device_name") or None, "npus": details.get("device_count")} if npu else None,
+    }
+
+
+def validation_predicate(report: Dict, tiers: Tuple[str, ...], cell_id: str, variant: str,
+                         content_hash: str) -> Dict:
+    """The validation statement's predicate, from a report whose required ``tiers`` passed."""
+    ran = [t for t in report.get("tiers", []) if isinstance(t, dict)]
+    status = {t.get("name"): t.get("status") for t in ran}
+    return {
+        "verdict": "passed", "cell": cell_id, "variant": variant, "contentHash": content_hash,
+        "requiredTiers": list(tiers),
+        "passedTiers": [t for t in tiers if status.get(t) == "passed"],
+        "skippedTiers": [{"name": t.get("name"), "reason": t.get("summary", "")} for t in ran
+                         if t.get("name") in tiers and t.get("status") == "skipped"],
+        "tiers": [{"name": t.get("name"), "status": t.get("status"), "summary": t.get("summary", "")} for t in ran],
+        "ranOn": _ran_on(report),
+        "smoke": {"started": report.get("started"), "python": report.get("python"), "exitCode": report.get("exit_code"),
+                  "lock": report.get("lock")},
+    }
+
+
+def provenance_predicate(proof: Evidence, report: Dict) -> Dict:
+    """SLSA provenance v1 (https://slsa.dev/spec/v1.1/provenance) of the image ``proof`` describes."""
+    base = report.get("base_image") or {}
+    base_digests = [d.rpartition("@")[2] for d in base.get("digests") or [] if "@sha256:" in d]
+    base_dep: Dict = {"name": "base-image", "uri": str(base.get("ref") or proof.base_image)}
+    if base_digests:
+        base_dep["digest"] = {"sha256": base_digests[0].split(":", 1)[1]}
+    elif str(base.get("id") or "").startswith("sha256:"):  # made locally (docker import): no registry digest
+        base_dep["digest"] = {"sha256": str(base["id"]).split(":", 1)[1]}
+        base_dep["annotations"] = {"digestOf": "image config (image ID): the base has no registry digest"}
+    dependencies: List[Dict] = [base_dep]
+    if proof.lock_sha256:
+        dependencies.append({"name": "requirements.lock", "digest": {"sha256": proof.lock_sha256},
+                             "annotations": {"state": proof.lock_state}})
+    dependencies += [{"name": name, "uri": url, "digest": {"sha256": sha}} for name, url, sha in proof.installers if sha]
+    if proof.matrix_sha256:
+        dependencies.append({"name": "matrix", "uri": proof.matrix_file, "digest": {"sha256": proof.matrix_sha256}})
+    commit, dirty = oci.git_head(REPO_ROOT)  # this builder's own checkout
+    version = {"ascend-build": __version__}
+    if commit:
+        version["git-commit"] = commit + ("-dirty" if dirty else "")
+    return {
+        "buildDefinition": {
+            "buildType": statements.BUILD_TYPE_V1,
+            "externalParameters": {"matrix": proof.matrix_file, "cell": proof.cell_id, "variant": proof.variant,
+                                   "arch": proof.arch, "baseImage": proof.base_image},
+            "internalParameters": {"contentHash": report.get("content_hash"), "emulated": report.get("emulated")},
+            "resolvedDependencies": dependencies,
+        },
+        "runDetails": {"builder": {"id": statements.BUILDER_ID, "version": version},
+                       "metadata": {"startedOn": report.get("started")} if report.get("started") else {}},
+    }
+
+
+def attest(pushed: str, digest: str, predicates: List[Tuple[str, Dict]], key: PrivateKey) -> str:
+    """Sign ``predicates`` ((predicate type, predicate), ...) about ``pushed``'s ``digest`` and attach
+    them in its registry; the ``.att`` manifest's digest. Raises UserError when attaching fails."""
+    host, _, rest = pushed.partition("/")
+    repository = rest.rpartition(":")[0] if ":" in rest.rpartition("/")[2] else rest
+    registry = Registry(host)
+    try:
+        image = registry.manifest(repository, digest)
+    except LookupError:
+        raise UserError(f"{host}/{repository}@{digest} is not in the registry after its push", exit_code=1,
+                        fix="check the registry; then push again") from None
+    name = f"{host}/{repository}"
+    envelopes = [(statements.sign(statements.statement(name, digest, kind, predicate), key), kind)
+                 for kind, predicate in predicates]
+    return attached.attach(registry, repository, image, envelopes)
+
+
+def statements_for(report: Dict, tiers: Tuple[str, ...], cell_id: str, variant: str, content_hash: str,
+                   proof: Optional[Evidence], bom: Optional[Dict] = None) -> List[Tuple[str, Dict]]:
+    """The validation statement, and the provenance and SBOM (``bom``, `builder.images.sbom`) when
+    the build's inputs are known (``promote`` tests an image built elsewhere: it knows no inputs,
+    so it signs the validation only)."""
+    made = [(statements.VALIDATION_V1,
+             validation_predicate(report, tiers, cell_id, variant, content_hash))]
+    if proof is not None:
+        made.append((statements.SLSA_PROVENANCE_V1, provenance_predicate(proof, report)))
+    if bom is not None:
+        made.append((statements.CYCLONEDX_BOM, bom))
+    return made

@@ -1,0 +1,75 @@
+"""The trust decision as a Kyverno admission policy: a Pod's image is admitted only when its signed
+validation statement says what `builder.trust.policy.judge` asks of it.
+
+Example:
+    >>> kyverno("PEM", ["registry.example/ascend-build/*"])["kind"]
+    'ClusterPolicy'
+"""
+
+from __future__ import annotations
+
+from typing import Dict, List
+
+from builder.trust import statements
+from builder.trust.policy import ANY, NPU_HOST, check_requirement
+
+KYVERNO_API = "kyverno.io/v1"  # ClusterPolicy's version in Kyverno v1.19.0's CRD (tests/fixtures/kyverno)
+
+
+def kyverno(public_pem: str, images: List[str], require: str = ANY, name: str = "ascend-build-validated") -> Dict:
+    """A Kyverno ``ClusterPolicy`` admitting a Pod's image matching ``images`` only when a validation
+    statement in cosign's layout verifies with ``public_pem`` and its predicate says passed, every
+    required tier passed or was skipped (and, under ``npu-host``, that it ran on an NPU host).
+
+    Only the statement is verified (``attestations`` with their own attestors): images are not
+    signed with cosign's ``.sig``, so no top-level attestor is set. No transparency log holds our
+    statements, hence ``ignoreTlog``/``ignoreSCT``. The statement-versus-labels check of `judge`
+    (same cell and variant) has no counterpart here: Kyverno's conditions see the predicate only.
+
+    Example:
+        >>> rule = kyverno("PEM", ["registry.example/ascend-build/*"])["spec"]["rules"][0]
+        >>> rule["verifyImages"][0]["attestations"][0]["type"] == statements.VALIDATION_V1
+        True
+    """
+    check_requirement(require)
+    conditions = [
+        {"key": "{{ verdict }}", "operator": "Equals", "value": "passed",
+         "message": "the ascend-build validation statement does not say passed"},
+        {"key": "{{ length(requiredTiers) }}", "operator": "GreaterThan", "value": 0,
+         "message": "the ascend-build validation statement names no required tiers"},
+        {"key": "{{ requiredTiers }}", "operator": "AllIn",
+         "value": "{{ tiers[?status == 'passed' || status == 'skipped'].name }}",
+         "message": "not every required smoke tier passed (or was skipped with a reason)"},
+    ]
+    if require == NPU_HOST:
+        conditions.append({"key": "{{ ranOn.kind }}", "operator": "Equals", "value": NPU_HOST,
+                           "message": "the smoke test did not run on an NPU host"})
+    attestor = {"entries": [{"keys": {"publicKeys": public_pem.strip() + "\n", "signatureAlgorithm": "sha256",
+                                      "rekor": {"ignoreTlog": True}, "ctlog": {"ignoreSCT": True}}}]}
+    return {
+        "apiVersion": KYVERNO_API,
+        "kind": "ClusterPolicy",
+        "metadata": {"name": name, "annotations": {
+            "policies.kyverno.io/title": "Images validated by ascend-build",
+            "policies.kyverno.io/description": (
+                "Admit an image only when a validation statement signed by the team's key "
+                f"({statements.VALIDATION_V1}) is attached to its digest and says every required smoke tier "
+                "passed" + (" on an NPU host" if require == NPU_HOST else "") + ".")}},
+        "spec": {
+            "background": False,
+            "webhookTimeoutSeconds": 30,
+            "rules": [{
+                "name": "validated-by-ascend-build",
+                "match": {"any": [{"resources": {"kinds": ["Pod"]}}]},
+                "verifyImages": [{
+                    "imageReferences": list(images),
+                    "failureAction": "Enforce",
+                    "mutateDigest": True,
+                    "verifyDigest": True,
+                    "required": True,
+                    "attestations": [{"type": statements.VALIDATION_V1, "attestors": [attestor],
+                                      "conditions": [{"all": conditions}]}],
+                }],
+            }],
+        },
+    }

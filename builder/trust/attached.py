@@ -1,0 +1,215 @@
+"""Statements kept beside an image in its registry, in cosign's tag layout, and checked from there.
+
+An image ``REPO@sha256:<hex>`` has its attestations under the tag ``sha256-<hex>.att`` of the
+same repository: an OCI image manifest whose layers are the DSSE envelopes, each annotated
+with its ``predicateType``, as ``cosign attest`` writes them; so ``cosign verify-attestation
+--key``, Kyverno's ``verifyImages`` and sigstore's policy-controller find them. The manifest
+also sets OCI 1.1's ``subject`` to the image's descriptor, so a registry with the referrers
+API lists them too (Debian's docker-registry 2.8 stores the field but has no referrers API).
+
+Each spelling below is cosign's, from its source (sigstore/cosign, v3.1.2):
+
+- the tag: ``pkg/oci/remote/remote.go`` (``normalize``: ``sha256:<hex>`` -> ``sha256-<hex>.<suffix>``)
+  and ``pkg/oci/remote/options.go`` (``AttestationTagSuffix = "att"``);
+- the layer media type: ``pkg/types/payload.go`` (``DssePayloadType``), set by
+  ``cmd/cosign/cli/attest/attest.go`` (``static.WithLayerMediaType``);
+- the layer annotations: ``predicateType`` (``cmd/cosign/cli/attest/attest.go``) and an empty
+  ``dev.cosignproject.cosign/signature`` (``pkg/oci/static/signature.go``: an attestation's
+  signature is inside its envelope);
+- the manifest and config: ``pkg/oci/empty/empty.go`` (an OCI manifest whose config has the OCI
+  config media type) grown by go-containerregistry's ``mutate.Append`` (the config's
+  ``rootfs.diff_ids`` and ``history`` get one entry per layer).
+
+Appending reads the manifest there and adds a layer, so earlier statements (another predicate,
+an older key) stay. Two writers at once could lose one's layer: attach from one place at a time.
+
+Example:
+    >>> attestation_tag("sha256:" + "0f" * 32)
+    'sha256-0f0f0f0f0f0f0f0f0f0f0f0f0f0f0f0f0f0f0f0f0f0f0f0f0f0f0f0f0f0f0f0f.att'
+    >>> is_attached_tag("sha256-" + "0f" * 32 + ".sig"), is_attached_tag("cann8.0.rc3-910b-x86_64")
+    (True, False)
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from dataclasses import dataclass, field
+from typing import Any, Dict, List, Optional, Sequence, Tuple
+
+from builder import documents
+
+from builder.trust import statements
+from builder.errors import UserError
+from builder.registry import OCI_MANIFEST, Manifest, Registry
+from builder.trust.signing import PublicKey
+
+DSSE_MEDIA_TYPE = "application/vnd.dsse.envelope.v1+json"      # cosign pkg/types/payload.go DssePayloadType
+OCI_CONFIG = "application/vnd.oci.image.config.v1+json"        # go-containerregistry types.OCIConfigJSON
+SIGNATURE_ANNOTATION = "dev.cosignproject.cosign/signature"    # cosign pkg/oci/static/signature.go
+PREDICATE_TYPE_ANNOTATION = "predicateType"                    # cosign cmd/cosign/cli/attest/attest.go
+ATTESTATION_SUFFIX = "att"                                     # cosign pkg/oci/remote/options.go
+_ATTACHED = re.compile(r"sha256-[0-9a-f]{64}\.(att|sig|sbom)")  # cosign's .att, .sig and .sbom tags
+_ZERO_TIME = "0001-01-01T00:00:00Z"                              # Go's zero time.Time, as cosign's config has it
+
+
+def attestation_tag(digest: str) -> str:
+    """The tag cosign keeps the attestations of ``digest`` under."""
+    algorithm, _, hexdigest = digest.partition(":")
+    return f"{algorithm}-{hexdigest}.{ATTESTATION_SUFFIX}"
+
+
+def is_attached_tag(tag: str) -> bool:
+    """True for cosign's tags of signatures, attestations and SBOMs: they name no image."""
+    return bool(_ATTACHED.fullmatch(tag))
+
+
+def _go_json(value) -> bytes:
+    """Compact JSON, keys in the order given, as Go's encoding/json writes cosign's structs."""
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode()
+
+
+def _config(previous: Optional[dict], new_layers: Sequence[str]) -> bytes:
+    """The config after appending layers: cosign's empty config, or the one there, with one
+    ``diff_ids`` and ``history`` entry per new layer (an envelope's diff ID is its digest)."""
+    config: Dict[str, Any] = previous if previous is not None else {
+        "architecture": "", "created": _ZERO_TIME, "history": [], "os": "",
+        "rootfs": {"type": "layers", "diff_ids": []}, "config": {}}
+    history = config["history"] if isinstance(config.get("history"), list) else []
+    rootfs: Dict[str, Any] = config["rootfs"] if isinstance(config.get("rootfs"), dict) else {"type": "layers"}
+    diff_ids: List[str] = rootfs["diff_ids"] if isinstance(rootfs.get("diff_ids"), list) else []
+    config["history"] = history + [{"created": _ZERO_TIME} for _ in new_layers]
+    config["rootfs"] = {**rootfs, "diff_ids": diff_ids + list(new_layers)}
+    return _go_json(config)
+
+
+def _descriptor(media_type: str, body: bytes, annotations: Optional[Dict[str, str]] = None) -> dict:
+    described = {"mediaType": media_type, "size": len(body), "digest": "sha256:" + hashlib.sha256(body).hexdigest()}
+    if annotations:
+        described["annotations"] = dict(sorted(annotations.items()))  # Go writes map keys sorted
+    return described
+
+
+def _existing(registry: Registry, repository: str, digest: str) -> Optional[Manifest]:
+    try:
+        return registry.manifest(repository, attestation_tag(digest))
+    except LookupError:
+        return None
+
+
+def _config_of(registry: Registry, repository: str, manifest: Manifest) -> Optional[dict]:
+    """The config of the .att manifest there, as JSON; None when it cannot be read."""
+    try:
+        config = documents.load_json(registry.blob(repository, manifest.data["config"]["digest"]), "an .att config")
+    except (KeyError, TypeError, ValueError, LookupError, UserError):
+        return None
+    return config if isinstance(config, dict) else None
+
+
+def attach(registry: Registry, repository: str, image: Manifest, envelopes: Sequence[Tuple[bytes, str]]) -> str:
+    """Append ``envelopes`` ((DSSE bytes, predicate type), ...) to ``image``'s attestations; the new
+    ``.att`` manifest's digest. An envelope already there (same bytes) is not added twice."""
+    there = _existing(registry, repository, image.digest)
+    layers = [layer for layer in (there.data.get("layers") or []) if isinstance(layer, dict)] if there else []
+    previous = _config_of(registry, repository, there) if there else None
+    present = {str(layer.get("digest")) for layer in layers}
+    added = []
+    for body, predicate_type in envelopes:
+        described = _descriptor(DSSE_MEDIA_TYPE, body, {PREDICATE_TYPE_ANNOTATION: predicate_type,
+                                                        SIGNATURE_ANNOTATION: ""})
+        if described["digest"] in present:
+            continue
+        registry.put_blob(repository, body)
+        layers.append(described)
+        present.add(described["digest"])
+        added.append(described["digest"])
+    # the config there grows by the new layers; an unreadable one is made anew from every layer
+    config = _config(previous, added) if previous is not None else _config(None, [str(x.get("digest")) for x in layers])
+    registry.put_blob(repository, config)
+    manifest = {"schemaVersion": 2, "mediaType": OCI_MANIFEST, "config": _descriptor(OCI_CONFIG, config),
+                "layers": layers,
+                "subject": {"mediaType": image.media_type, "size": len(image.body), "digest": image.digest}}
+    return registry.put_manifest(repository, attestation_tag(image.digest), _go_json(manifest), OCI_MANIFEST)
+
+
+@dataclass(frozen=True)
+class Found:
+    """One statement attached to an image, checked: the layer's claimed type and the verdict."""
+
+    layer: str                    # the layer's digest in the .att manifest
+    claimed_type: str             # its predicateType annotation (unsigned: what it says it is)
+    checked: statements.Checked
+
+    @property
+    def predicate_type(self) -> str:
+        """The signed predicate type when it verified, else the claimed one."""
+        return self.checked.predicate_type or self.claimed_type
+
+
+@dataclass(frozen=True)
+class Verification:
+    """Every statement attached to ``digest`` checked against one key."""
+
+    reference: str
+    digest: str
+    tag: str                                  # where they were looked for (the .att tag)
+    found: List[Found] = field(default_factory=list)
+    missing: str = ""                         # why none could be read, when none could
+
+    def verified(self, predicate_type: str) -> List[Found]:
+        return [f for f in self.found if f.checked.ok and f.checked.predicate_type == predicate_type]
+
+    @property
+    def validated(self) -> bool:
+        """A validation statement about this digest, signed by the key, whose verdict is "passed"."""
+        return any(f.checked.predicate.get("verdict") == "passed" for f in self.verified(statements.VALIDATION_V1))
+
+    def why_not_validated(self) -> str:
+        """Why `validated` is False ("" when it is True)."""
+        if self.validated:
+            return ""
+        if self.missing:
+            return self.missing
+        claimed = [f for f in self.found if f.predicate_type == statements.VALIDATION_V1]
+        if not claimed:
+            return "no validation statement is attached (only: " + (
+                ", ".join(sorted({f.predicate_type or "?" for f in self.found})) or "nothing") + ")"
+        verified = [f for f in claimed if f.checked.ok]
+        if verified:
+            verdicts = sorted({str(f.checked.predicate.get("verdict")) for f in verified})
+            return f"its validation statement says {', '.join(verdicts)}, not passed"
+        return "; ".join(sorted({f.checked.reason for f in claimed}))
+
+
+def verify(registry: Registry, repository: str, reference: str, key: PublicKey) -> Verification:
+    """Check every statement attached to ``repository:reference`` (tag or digest) against ``key``."""
+    try:
+        image = registry.manifest(repository, reference)
+    except LookupError:
+        raise UserError(f"{registry.name}/{repository}:{reference} is not in the registry", exit_code=1,
+                        fix="check the repository and tag (`ascend-build pull` lists what is there)") from None
+    tag = attestation_tag(image.digest)
+    there = _existing(registry, repository, image.digest)
+    if there is None:
+        why = ("it is an image index, and statements are attached to each arch's image: verify the arch's tag"
+               if image.is_index else "pushed without --sign-key, or by someone without the key")
+        return Verification(reference, image.digest, tag,
+                            missing=f"no statement is attached: {registry.name}/{repository} has no tag {tag} ({why})")
+    found = []
+    for layer in there.data.get("layers") or []:
+        if not isinstance(layer, dict) or not isinstance(layer.get("digest"), str):
+            continue
+        annotations = layer["annotations"] if isinstance(layer.get("annotations"), dict) else {}
+        claimed = str(annotations.get(PREDICATE_TYPE_ANNOTATION, ""))
+        if layer.get("mediaType") != DSSE_MEDIA_TYPE:
+            found.append(Found(layer["digest"], claimed, statements.Checked(
+                False, f"its layer is {layer.get('mediaType')!r}, not a DSSE envelope ({DSSE_MEDIA_TYPE})")))
+            continue
+        try:
+            body = registry.blob(repository, layer["digest"], limit=statements.ENVELOPE_LIMIT)
+        except LookupError:
+            found.append(Found(layer["digest"], claimed, statements.Checked(False, "its layer's blob is not in the registry")))
+            continue
+        found.append(Found(layer["digest"], claimed, statements.check(body, key, image.digest)))
+    return Verification(reference, image.digest, tag, found)

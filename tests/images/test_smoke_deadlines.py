@@ -1,0 +1,80 @@
+"""The pipeline's side of the smoke deadlines (no engine): the smoke program's command line, the
+engine's limit over every tier's deadline, and a failed report when the engine had to kill it.
+The real hangs are in tests/test_smoke.py (the program) and test_pipeline_e2e.py (a container)."""
+
+from __future__ import annotations
+
+import pytest
+
+from builder import vocabulary
+from builder.images import pipeline
+from builder.engine import RunResult, RunTimeout
+from builder.errors import UserError
+
+
+class _Engine:
+    """Answers engine.run with ``result``, or raises RunTimeout with it; records each call."""
+
+    def __init__(self, result: RunResult, times_out: bool = False):
+        self.result, self.times_out, self.calls = result, times_out, []
+
+    def run(self, image, command, **kwargs):
+        self.calls.append((command, kwargs))
+        if self.times_out:
+            raise RunTimeout("killed", self.result, kwargs["timeout"])
+        return self.result
+
+
+LOG = ("[smoke] versions ...\n[smoke] versions passed (0.1 s): python 3.11.7, torch 2.13.0\n"
+       "[smoke] import ...\nnoise from a library\n[smoke] import failed (12.5 s): ImportError: no torch\n"
+       "[smoke] collective ...\n[smoke] collective: hanging on purpose\n")
+
+
+def test_native_runs_keep_the_old_command_and_the_limit_covers_every_deadline(monkeypatch):
+    monkeypatch.delenv(pipeline.SCALE_ENV, raising=False)
+    engine = _Engine(RunResult(0, '{"schema": 1, "passed": true, "tiers": []}\n', "", 1.0))
+    report, _ = pipeline.smoke(engine, "img", "cpu", vocabulary.TIERS, [], [], (), pipeline.smoke_scale(False))
+    [(command, kwargs)] = engine.calls
+    assert "--timeout-scale" not in command  # a -candidate image from before the option still runs
+    assert kwargs["timeout"] == pipeline.engine_timeout(vocabulary.TIERS, 1.0) == sum(
+        vocabulary.TIER_SECONDS.values()) + 2 * vocabulary.SMOKE_STARTUP_SECONDS + pipeline.ENGINE_MARGIN_SECONDS
+    assert report["exit_code"] == 0
+
+
+def test_under_qemu_every_deadline_and_the_limit_are_scaled(monkeypatch):
+    monkeypatch.setenv(pipeline.SCALE_ENV, "2")
+    assert pipeline.smoke_scale(True) == 2 * pipeline.EMULATED_SCALE and pipeline.smoke_scale(False) == 2
+    engine = _Engine(RunResult(0, '{"tiers": []}', "", 1.0))
+    pipeline.smoke(engine, "img", "cpu", ("versions", "train"), [], [], ("--steps", "4"), 8.0)
+    [(command, kwargs)] = engine.calls
+    assert command[-4:] == ["--steps", "4", "--timeout-scale", "8"]
+    assert kwargs["timeout"] == (240 + 180 + 120) * 8 + pipeline.ENGINE_MARGIN_SECONDS
+
+
+@pytest.mark.parametrize("value", ["0", "-1", "x", "1e9"])
+def test_a_bad_scale_is_a_usage_error(monkeypatch, value):
+    monkeypatch.setenv(pipeline.SCALE_ENV, value)
+    with pytest.raises(UserError, match=pipeline.SCALE_ENV):
+        pipeline.smoke_scale(False)
+
+
+def test_killed_by_the_engine_the_report_is_a_failed_one_with_the_tiers_it_logged(monkeypatch):
+    monkeypatch.delenv(pipeline.SCALE_ENV, raising=False)
+    engine = _Engine(RunResult(-1, "", LOG, 300.4), times_out=True)
+    report, seconds = pipeline.smoke(engine, "img", "cpu", vocabulary.TIERS, [], [])
+    assert seconds == 300.4 and report["passed"] is False and report["exit_code"] == -1
+    assert [(t["name"], t["status"], t["seconds"]) for t in report["tiers"]] == [
+        ("versions", "passed", 0.1), ("import", "failed", 12.5), ("smoke", "failed", 300.4)]
+    smoke = report["tiers"][-1]
+    limit = pipeline.engine_timeout(vocabulary.TIERS, 1.0)
+    assert smoke["summary"].startswith(f"the smoke program did not finish within {limit:g} s, the engine's limit")
+    assert f"{pipeline.SCALE_ENV}=2 doubles every deadline" in smoke["summary"]
+    assert "collective: hanging on purpose" in smoke["details"]["stderr_tail"]
+    judged = pipeline.verdict(report, vocabulary.TIERS, final=True)
+    assert judged.status == "failed" and "smoke: the smoke program did not finish" in judged.message
+    assert "collective: not run" in judged.message and "raise the timeout" not in judged.message
+
+
+def test_the_engine_fix_names_no_option_that_does_not_exist():
+    exc = RunTimeout("x did not finish", RunResult(-1, "", "", 1.0), 5)
+    assert "timeout" not in exc.fix and exc.timeout == 5
