@@ -35,7 +35,8 @@ from builder.errors import Location, UserError
 MAX_DEPTH = 64    # a matrix is 5 levels deep, an OCI manifest 4, the knowledge base 6
 MAX_DIGITS = 100  # sizes, counts and timestamps have under 20; int() refuses 4300 and more
 LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
-_INT_TAG = "tag:yaml.org,2002:int"
+_CORE = "tag:yaml.org,2002:"  # YAML's own tags, written !!name
+_INT_TAG = _CORE + "int"
 
 
 class Refused(UserError, ValueError):
@@ -54,6 +55,16 @@ class TooDeep(Refused):
 
     def __init__(self, name: str, where: Optional[Location] = None, exit_code: int = 2) -> None:
         super().__init__(name, f"is nested deeper than {MAX_DEPTH} levels", where, exit_code)
+
+
+class UnknownTag(Refused):
+    """A YAML tag the safe schema does not define (``!foo``, ``!!python/name:os.system``): the safe
+    loader would refuse it late or, on a mapping key, the reader would drop it without a word."""
+
+    def __init__(self, name: str, where: Optional[Location] = None, exit_code: int = 2, tag: str = "") -> None:
+        shown = "!!" + tag[len(_CORE):] if tag.startswith(_CORE) else tag
+        super().__init__(name, f"uses the YAML tag {shown!r}, which no file ascend-build reads defines", where, exit_code)
+        self.fix = "remove the tag (write the plain value)"
 
 
 class NumberTooLong(Refused):
@@ -110,12 +121,21 @@ def _composed(reader: Any, name: str, exit_code: int) -> Optional[yaml.Node]:
     except RecursionError:  # the pure-Python composer recurses once per level
         raise TooDeep(name, exit_code=exit_code) from None
     if node is not None:
-        found = _out_of_bounds(node)
+        found = _out_of_bounds(node, _known_tags(reader))
         if found is not None:
             refusal, bad = found
             mark = bad.start_mark
-            raise refusal(name, Location(name, mark.line + 1, mark.column + 1), exit_code)
+            where = Location(name, mark.line + 1, mark.column + 1)
+            if refusal is UnknownTag:
+                raise UnknownTag(name, where, exit_code, tag=bad.tag)
+            raise refusal(name, where, exit_code)
     return node
+
+
+def _known_tags(reader: Any) -> Set[str]:
+    """The tags the reader's loader constructs (the safe schema's: str, int, map, ...), and the merge
+    key's, which the loader resolves without a constructor (the matrix refuses it in its own words)."""
+    return {tag for tag in type(reader).yaml_constructors if isinstance(tag, str)} | {_CORE + "merge"}
 
 
 def _children(node: yaml.Node) -> List[yaml.Node]:
@@ -126,9 +146,9 @@ def _children(node: yaml.Node) -> List[yaml.Node]:
     return []
 
 
-def _out_of_bounds(root: yaml.Node) -> Optional[Tuple[type, yaml.Node]]:
-    """(TooDeep or NumberTooLong, the first node found past the bounds), else None; a node
-    inside itself counts as too deep.
+def _out_of_bounds(root: yaml.Node, known_tags: Set[str]) -> Optional[Tuple[type, yaml.Node]]:
+    """(TooDeep, NumberTooLong or UnknownTag, the first node found past the bounds), else None; a
+    node inside itself counts as too deep.
 
     Aliases make the tree a graph (the same node under many parents, or under itself), so
     each node's height is computed once (post-order, no recursion): an alias bomb costs
@@ -152,11 +172,13 @@ def _out_of_bounds(root: yaml.Node) -> Optional[Tuple[type, yaml.Node]]:
             return TooDeep, node  # an anchor inside itself: endless when walked
         if node.tag == _INT_TAG and len(node.value) > MAX_DIGITS:
             return NumberTooLong, node
+        if node.tag not in known_tags:
+            return UnknownTag, node
         open_nodes.add(key)
         stack.append((node, True))
         stack.extend((kid, False) for kid in _children(node) if id(kid) not in height)
     return None
 
 
-__all__ = ["MAX_DEPTH", "MAX_DIGITS", "LOADER", "Refused", "TooDeep", "NumberTooLong", "load_json",
+__all__ = ["MAX_DEPTH", "MAX_DIGITS", "LOADER", "Refused", "TooDeep", "NumberTooLong", "UnknownTag", "load_json",
            "compose_yaml", "load_yaml"]

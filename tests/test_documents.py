@@ -98,3 +98,25 @@ def test_a_yaml_integer_of_any_length_is_refused_with_its_place(loader):
         assert refused.value.where is not None and (refused.value.where.line, refused.value.where.column) == (2, 6)
     assert documents.load_yaml("a: '" + "1" * 5000 + "'\n", "f.yaml") == {"a": "1" * 5000}
     assert documents.load_yaml("a: 1" + "0" * 5000 + ".5\n", "f.yaml") == {"a": float("inf")}  # a float is bounded
+
+
+@pytest.mark.parametrize("loader", [documents.LOADER, yaml.SafeLoader], ids=["libyaml", "python"])
+@pytest.mark.parametrize("text, where, shown", [
+    ("cells:\n  - {cann: '9.1.0', chip: !foo 910b}\n", (2, 27), "!foo"),          # a local tag on a value
+    ("!!python/name:os.system cells:\n  - {cann: '9.1.0'}\n", (1, 1), "!!python/name:os.system"),  # on a key
+    ("cells:\n  - !!python/object:os.system {}\n", (2, 5), "!!python/object:os.system"),
+    ("a: !!binary aGk=\nb: !<tag:example.com,2026:x> 1\n", (2, 4), "tag:example.com,2026:x"),
+])
+def test_a_yaml_tag_outside_the_safe_schema_is_refused_with_its_place(loader, text, where, shown):
+    """A tag the safe loader does not construct is refused before any value is built, on a key
+    too (where a reader walking the composed nodes would drop it without a word)."""
+    for read in (documents.compose_yaml, documents.load_yaml):
+        with pytest.raises(documents.UnknownTag) as refused:
+            read(text, "m.yaml", loader=loader)
+        assert refused.value.where is not None and (refused.value.where.line, refused.value.where.column) == where
+        assert f"uses the YAML tag {shown!r}" in refused.value.message and refused.value.fix
+
+
+def test_the_safe_schemas_own_tags_still_read():
+    text = "a: !!str 1\nb: !!int '2'\nc: !!float 3\nd: !!bool true\ne: !!null ''\nf: !!seq [1]\ng: !!map {h: 1}\n"
+    assert documents.load_yaml(text, "f.yaml") == {"a": "1", "b": 2, "c": 3.0, "d": True, "e": None, "f": [1], "g": {"h": 1}}

@@ -528,6 +528,9 @@ def _cells_of(doc: _Val, name: str, out: _Collector) -> Iterator[Cell]:
         out.error("schema-type", "'cells' must be a list", "write each cell as a '- key: value' item",
                   cells_val.where, "cells")
         return
+    if not cells_val.value:  # as an empty file is: a matrix that builds nothing is a mistake, not "0 cells valid"
+        out.error("schema-value", "'cells' is an empty list", "add at least one cell", cells_val.where, "cells")
+        return
     for index, item in enumerate(cells_val.value):
         path = f"cells[{index}]"
         raw = _mapping(item, path, out)

@@ -109,12 +109,14 @@ def fetch_project_page(http: Http, url: str) -> Tuple[str, str, List[IndexFile]]
         head = body.lstrip()[:1]
         kind = _JSON_TYPES[0] if head == b"{" else _HTML_TYPES[0] if head == b"<" else kind
     if kind in _JSON_TYPES:
-        version, files = parse_json_page(body, final)
-        return "json", version, files
-    if kind in _HTML_TYPES:
-        version, files = parse_html_page(body, final)
-        return "html", version, files
-    raise url_error(final, f"malformed project page: content type {kind or 'none'!r} is neither JSON nor HTML")
+        api, (version, files) = "json", parse_json_page(body, final)
+    elif kind in _HTML_TYPES:
+        api, (version, files) = "html", parse_html_page(body, final)
+    else:
+        raise url_error(final, f"malformed project page: content type {kind or 'none'!r} is neither JSON nor HTML")
+    if not files:  # a project that publishes wheels has files: an empty page is a wrong or broken index, not "nothing new"
+        raise url_error(final, "the project page lists no files at all, so nothing can be compared with the knowledge base")
+    return api, version, files
 
 
 def _check_api_version(version: str, url: str) -> None:
@@ -143,7 +145,9 @@ def parse_json_page(body: bytes, url: str) -> Tuple[str, List[IndexFile]]:
         raise url_error(url, f"malformed project page: not JSON ({getattr(exc, 'message', exc)})") from None
     if not isinstance(doc, dict) or not isinstance(doc.get("files"), list):
         raise url_error(url, "malformed project page: JSON without a 'files' list")
-    meta = doc["meta"] if isinstance(doc.get("meta"), dict) else {}
+    if "meta" in doc and not isinstance(doc["meta"], dict):  # PEP 691: an object holding api-version
+        raise url_error(url, "malformed project page: 'meta' is not an object")
+    meta = doc.get("meta") or {}
     version = str(meta.get("api-version", ""))
     _check_api_version(version, url)
     files = []

@@ -435,6 +435,16 @@ def test_findings_of_a_folder_name_their_own_file(tmp_path):
     ]
 
 
+@pytest.mark.parametrize("text", ["cells: []\n", "image: r/x\ncells: []\n", "cells:\n"])
+def test_a_matrix_of_no_cells_is_an_error_with_its_line_as_an_empty_file_is(tmp_path, text):
+    path = tmp_path / "m.yaml"
+    path.write_text(text)
+    findings = matrix.load(path).findings
+    assert [(f.rule, f.where.line, f.severity) for f in findings] in (
+        [("schema-value", text.count("\n"), "error")],   # cells: []
+        [("schema-type", 1, "error")])                     # cells: (null): not a list
+
+
 def test_empty_folder_is_an_error(tmp_path):
     (tmp_path / "README.md").write_text("no matrix here\n")
     with pytest.raises(UserError) as info:

@@ -386,6 +386,9 @@ def check_then_write(url: str, data: Path) -> None:
     (("text/html", b"<html><body><a>torch_npu-2.15.0-cp310-cp310-manylinux_2_28_x86_64.whl</a></body></html>"),
      "has no href"),
     (("application/octet-stream", b"\x00\x01\x02"), "neither JSON nor HTML"),
+    # a page of no files is a wrong or broken index, not "no new releases"
+    (("application/vnd.pypi.simple.v1+json", b'{"meta": {"api-version": "1.1"}, "files": []}'), "lists no files at all"),
+    (("text/html", b"<html><body><h1>torch-npu</h1></body></html>"), "lists no files at all"),
 ])
 def test_a_malformed_page_is_a_user_error_and_nothing_is_written(serve, compat_copy, page, what):
     index = serve(mode=page)
@@ -805,7 +808,8 @@ def test_an_index_that_trickles_is_cut_off_at_the_deadline(monkeypatch, trickle,
 
 @pytest.mark.parametrize("body, outcome", [
     (b"[" * 100000 + b"]" * 100000, "malformed project page: JSON nested too deep"),
-    (b'{"meta": "x", "files": []}', []),
+    (b'{"meta": "x", "files": []}', "malformed project page: 'meta' is not an object"),
+    (b'{"meta": [1], "files": []}', "malformed project page: 'meta' is not an object"),
     (b'{"meta": {"api-version": "1.0"}, "files": [{"filename": "torch_npu-2.1.0-cp39-cp39-manylinux2014_x86_64.whl",'
      b' "url": "t.whl", "hashes": [1, 2], "requires-python": 3, "upload-time": [], "yanked": 7}]}',
      [("torch_npu-2.1.0-cp39-cp39-manylinux2014_x86_64.whl", {}, None, None)]),
