@@ -11,8 +11,9 @@ installed equals the lock.
 platform without installing anything; nothing here resolves by itself. The lock is
 written to ``dockerfiles/<cell>/requirements.lock``: a pip requirements file (pip and
 uv can install it as it is) whose header says what it was made from (`Inputs.digest`,
-so a changed cell makes it stale), for which target, and what is **incomplete** and
-why. An entry without hashes is incomplete: its source could not be reached where the
+so a changed cell makes it stale), for which target, how many entries it holds and their
+sha256 (so a lock cut short, even between two entries, is refused as damaged), and what is
+**incomplete** and why. An entry without hashes is incomplete: its source could not be reached where the
 lock was made (the PyTorch CPU index serves x86_64's ``torch==X+cpu``); the build
 refuses it unless asked (``--allow-incomplete-lock``), and a lock made where the source
 is reachable completes it.
@@ -148,7 +149,8 @@ class Lock:
 
     def text(self) -> str:
         head = [f"# ascend-build lock of cell {self.cell}: written by `ascend-build lock`, do not edit.",
-                f"# inputs: {self.inputs}", f"# target: {self.target}", f"# resolver: {self.resolver}"]
+                f"# inputs: {self.inputs}", f"# target: {self.target}", f"# resolver: {self.resolver}",
+                f"# entries: {_entries_seal(self.entries)}"]
         head += [f"# unpinned: {u}" for u in self.unpinned]
         head += [f"# installer: {name} sha256:{sha}" for name, sha in sorted(self.installers)]
         head += [f"# incomplete: {e.name}=={e.version}: {e.note}" for e in self.incomplete]
@@ -182,6 +184,13 @@ class Lock:
         if not meta.get("inputs"):
             raise UserError(f"{where}: no '# inputs:' line: not written by `ascend-build lock`",
                             fix=f"run {commands.suggest('lock')} to write it again")
+        sealed, held = (meta.get("entries") or [None])[0], _entries_seal(entries)
+        if sealed is not None and sealed != held:  # cut short (on an entry boundary too) or edited
+            raise UserError(f"{where}: damaged: its header says {sealed.split(' sha256:')[0]} entries "
+                            f"({sealed.rpartition(':')[2][:12]}...), the file holds {len(entries)} "
+                            f"({held.rpartition(':')[2][:12]}...): it was cut short or edited",
+                            fix=f"restore it from version control, or run {commands.suggest('lock')} to write it again",
+                            exit_code=1)
         notes = dict(_incomplete_note(n) for n in meta.get("incomplete", []))
         entries = [replace(e, note=notes.get(e.name, "")) if not e.complete else e for e in entries]
         first = text.split("\n", 1)[0]  # "# ascend-build lock of cell <id>: ..."
@@ -198,6 +207,14 @@ class Lock:
         """The entries but ``names``: the twin's closure is the lock without torch_npu."""
         drop = {canonicalize_name(n) for n in names}
         return tuple(e for e in self.entries if e.name not in drop)
+
+
+def _entries_seal(entries: Sequence[Entry]) -> str:
+    """``N sha256:<hex>``: how many entries a lock holds and the sha256 of their lines, written in
+    its header so that a lock cut short, even between two entries, is told from a whole one (a
+    lock written before this line existed has none, and is read as it is)."""
+    body = "\n".join(line for e in entries for line in e.lines())
+    return f"{len(entries)} sha256:{hashlib.sha256(body.encode()).hexdigest()}"
 
 
 def _installer_line(text: str, where: str) -> Tuple[str, str]:

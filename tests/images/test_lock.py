@@ -56,6 +56,54 @@ def test_a_damaged_lock_is_refused_naming_the_line():
         lock.Lock.parse("numpy==1.0\n")
 
 
+def _cut_after(text: str, kept: int) -> str:
+    """``text`` cut on an entry boundary: the header and the first ``kept`` entries, whole."""
+    lines, entries = text.splitlines(keepends=True), 0
+    for number, line in enumerate(lines):
+        if not line.startswith((" ", "#")):
+            entries += 1
+            if entries > kept:
+                return "".join(lines[:number])
+    return text
+
+
+def test_a_lock_cut_short_between_two_entries_or_edited_is_damaged_not_complete():
+    """The header counts and hashes the entries: a lock cut on an entry boundary still parses
+    line by line, and only the count tells it from a whole one."""
+    shipped = (SHIPPED_DOCKERFILES / DEMO.id / lock.LOCK_FILE).read_text()
+    whole = lock.Lock.parse(shipped)
+    assert whole.complete and len(whole.entries) > 3
+    for damaged in (_cut_after(shipped, len(whole.entries) - 1), _cut_after(shipped, 1),
+                    shipped.replace(whole.entries[0].hashes[0], "0" * 64),          # a hash edited
+                    shipped.replace(f"{whole.entries[1].name}=={whole.entries[1].version}",
+                                    f"{whole.entries[1].name}==0.0.1")):             # a version edited
+        assert damaged != shipped
+        with pytest.raises(UserError) as refused:
+            lock.Lock.parse(damaged, where="x/requirements.lock")
+        assert refused.value.message.startswith(f"x/requirements.lock: damaged: its header says {len(whole.entries)} entries")
+        assert "cut short or edited" in refused.value.message and refused.value.exit_code == 1
+    legacy = "".join(line for line in shipped.splitlines(keepends=True) if not line.startswith("# entries: "))
+    assert lock.Lock.parse(legacy) == whole  # written before the count existed: read as it is
+
+
+def test_lock_check_and_validate_refuse_a_lock_cut_short(tmp_path, monkeypatch):
+    import shutil
+
+    out = tmp_path / "dockerfiles"
+    shutil.copytree(SHIPPED_DOCKERFILES / DEMO.id, out / DEMO.id)
+    path = out / DEMO.id / lock.LOCK_FILE
+    path.write_text(_cut_after(path.read_text(), 5))
+    monkeypatch.chdir(SHIPPED_DOCKERFILES.parent)
+    matrix_file, _ = write_cells(tmp_path, {k: getattr(DEMO, k) for k in ("cann", "chip", "arch", "os", "env", "python",
+                                                                         "torch_npu")})
+    for args in (["lock", "--check", "--matrix", str(matrix_file), "--out", str(out)],
+                 ["validate", "--matrix", str(matrix_file), "--out", str(out)]):
+        result = CliRunner().invoke(cli.app, args)
+        said = result.output + getattr(result.exception, "message", "")  # a UserError reaches main() as it is
+        assert result.exit_code != 0, (args, said)
+        assert f"{path}: damaged: its header says 30 entries" in said and "the file holds 5" in said, (args, said)
+
+
 def test_states():
     inputs = lock_inputs(DEMO, KB)
     made = lock.Lock("c", inputs.digest, "", "", (lock.Entry("a", "1", ("0" * 64,)),))
