@@ -184,7 +184,7 @@ class Lock:
         if not meta.get("inputs"):
             raise UserError(f"{where}: no '# inputs:' line: not written by `ascend-build lock`",
                             fix=f"run {commands.suggest('lock')} to write it again")
-        sealed, held = (meta.get("entries") or [None])[0], _entries_seal(entries)
+        sealed, held = next(iter(meta.get("entries", [])), None), _entries_seal(entries)
         if sealed is not None and sealed != held:  # cut short (on an entry boundary too) or edited
             raise UserError(f"{where}: damaged: its header says {sealed.split(' sha256:')[0]} entries "
                             f"({sealed.rpartition(':')[2][:12]}...), the file holds {len(entries)} "
