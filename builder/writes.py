@@ -8,6 +8,16 @@ without hard links, `create_file` writes in place: a kill mid-write may leave a 
 there). A write that fails (no space left, no permission) removes its temporary file and
 says which file system is full (`write_error`).
 
+Why a reader sees old or new bytes, never a prefix: a kill (SIGKILL, OOM) stops the process,
+not the kernel, so every byte written before it stays in the page cache and a rename is atomic:
+the name points at the old file or the new one. A crash of the machine or a power cut can lose
+what was not yet on disk, so a file's bytes are flushed before its name moves to it: after a
+crash the name points at the old file, or at the new one with all its bytes. `replace_file` and
+`create_file` flush each file (an fsync); a writer of many files (`render`) stages them all with
+``sync=False``, flushes them in one `flush`, and only then renames them: the same order, one
+flush instead of one per file. The folders are not flushed after the renames: after a crash a
+name may still point at its old file (a rerun writes it again), never at a half-written one.
+
 Example:
     >>> import tempfile
     >>> folder = Path(tempfile.mkdtemp())
@@ -19,11 +29,12 @@ Example:
 
 from __future__ import annotations
 
+import ctypes
 import errno
 import os
 import shutil
 from pathlib import Path
-from typing import Union
+from typing import Callable, Dict, Iterable, Optional, Union
 
 from builder.errors import UserError
 
@@ -35,29 +46,84 @@ def temporary_name(path: Path) -> Path:
     return path.with_name(f".{path.name}{TMP_SUFFIX}")
 
 
-def stage(path: Path, data: bytes) -> Path:
+def stage(path: Path, data: bytes, sync: bool = True) -> Path:
     """``data`` in a file of its own beside ``path``, under `temporary_name`; returns that name.
 
-    Whatever is at that name already is removed first (a run killed midway leaves its file
-    there; unlink removes a link, never what it points at), then the file is created
-    exclusively and without following a link: one put there meanwhile makes the open fail,
-    never redirects it. On a failed write (a full disk) the partial file is removed.
+    The file is created exclusively and without following a link: a link put at that name
+    makes the open fail, never redirects it. Whatever is there already (a run killed midway
+    leaves its file; a link someone planted) is then removed (unlink removes a link, never
+    what it points at) and the file created afresh. On a failed write (a full disk) the
+    partial file is removed.
+
+    ``sync``: the bytes are on disk (fsync) before this returns, so the caller may rename the
+    file into place. With ``sync=False`` they may not be yet: the caller must `flush` every
+    file it staged so before it renames any of them.
     """
     tmp = temporary_name(path)
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0)
     try:
+        fd = os.open(tmp, flags, 0o666)
+    except FileExistsError:
         tmp.unlink()
-    except FileNotFoundError:
-        pass
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o666)
+        fd = os.open(tmp, flags, 0o666)
     try:
         with os.fdopen(fd, "wb") as fh:
             fh.write(data)
-            fh.flush()
-            os.fsync(fh.fileno())  # the bytes are on disk before the name points at them
+            if sync:
+                fh.flush()
+                os.fsync(fh.fileno())  # the bytes are on disk before the name points at them
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
     return tmp
+
+
+def flush(staged: Iterable[Path]) -> int:
+    """Put the bytes of ``staged`` (files written by `stage` with ``sync=False``) on disk, in
+    one pass; returns how many flushes that took.
+
+    On Linux: one ``syncfs`` per file system the files lie on, which writes out everything
+    written there and waits for it; since Linux 5.8 it fails (an `OSError` here) when a
+    write-back there failed and no other syncfs has reported it yet. Where there is no
+    syncfs: an fsync of each file. Either way a caller renames nothing when this raises.
+    """
+    files = set(map(os.fspath, staged))
+    if _syncfs is None:
+        for path in sorted(files):
+            fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+        return len(files)
+    one_per_device: Dict[int, str] = {}
+    for folder in sorted({os.path.dirname(path) for path in files}):
+        one_per_device.setdefault(os.stat(folder).st_dev, folder)
+    for folder in one_per_device.values():
+        fd = os.open(folder, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+        try:
+            _syncfs(fd, folder)
+        finally:
+            os.close(fd)
+    return len(one_per_device)
+
+
+def _load_syncfs() -> Optional[Callable[[int, str], None]]:
+    """Linux's syncfs(2) through the C library, raising `OSError` on failure; None where there is none."""
+    try:
+        call = ctypes.CDLL(None, use_errno=True).syncfs
+    except (OSError, AttributeError):
+        return None
+    call.argtypes, call.restype = [ctypes.c_int], ctypes.c_int
+
+    def syncfs(fd: int, folder: str) -> None:
+        if call(fd) != 0:
+            code = ctypes.get_errno()
+            raise OSError(code, os.strerror(code), folder)
+    return syncfs
+
+
+_syncfs = _load_syncfs()
 
 
 def replace_file(path: Path, data: bytes) -> None:

@@ -118,14 +118,20 @@ def files(resolved: planning.CellPlan) -> Dict[str, bytes]:
         if p.uv:
             out[p.uv_file] = (p.uv + "\n").encode()
         if any(f.bundle for f in p.installers):
-            out[UNPACK_SCRIPT] = (TEMPLATES / UNPACK_SCRIPT).read_bytes()
+            out[UNPACK_SCRIPT] = _shipped(UNPACK_SCRIPT)
         if p.conda_packages:
             out[p.conda_packages] = p.conda_explicit.encode()
-            out[p.conda_fetch] = (TEMPLATES / p.conda_fetch).read_bytes()
+            out[p.conda_fetch] = _shipped(p.conda_fetch)
     if resolved.lock is not None:
         out[locking.LOCK_FILE] = resolved.lock.text().encode()
     out.update(_smoke_files())
     return out
+
+
+@lru_cache(maxsize=None)
+def _shipped(name: str) -> bytes:
+    """A file of ``TEMPLATES`` shipped as it is (read once per process, not once per cell)."""
+    return (TEMPLATES / name).read_bytes()
 
 
 def render_cell(cell: Cell, kb=None, lock: Optional[locking.Lock] = None,
@@ -246,18 +252,23 @@ def _refuse(out: Path, rendered: Dict[str, Dict[str, bytes]], changes: List[Tupl
     file, an ``out`` that is no folder, and an empty matrix removing every cell's folder."""
     if out.exists() and not out.is_dir():
         raise UserError(f"--out {out} is not a folder", fix="pass a folder (it is created when missing)", exit_code=2)
-    for path, _, _ in changes:
-        for part in [path, *path.relative_to(out).parents]:
-            part = out / part if not part.is_absolute() else part
-            if part != out and part.is_symlink():
-                raise UserError(f"{part} is a symlink: render writes only inside {out}, nothing was written",
-                                fix="replace the symlink with a folder or file of its own", exit_code=1)
+    seen = {out}  # folders looked at already: a cell's folder is looked at once, not once per file
+    for path, why, _ in changes:
+        # a "missing" path was not in its folder's listing: no link there (its folder is checked)
+        parts = [path.parent] if why == "missing" else [path, path.parent]
+        for part in parts:
+            while part not in seen:
+                seen.add(part)
+                if part.is_symlink():
+                    raise UserError(f"{part} is a symlink: render writes only inside {out}, nothing was written",
+                                    fix="replace the symlink with a folder or file of its own", exit_code=1)
+                part = part.parent
     for cell_id in rendered:
         if (out / cell_id).exists() and not (out / cell_id).is_dir():
             raise UserError(f"{out / cell_id} is a file where cell {cell_id}'s folder goes; nothing was written",
                             fix="move the file away and render again", exit_code=1)
-    for path, _, data in changes:
-        if data not in (None, KEEP) and path.exists() and not path.is_file():
+    for path, why, data in changes:
+        if data is not None and data is not KEEP and why != "missing" and path.exists() and not path.is_file():
             raise UserError(f"{path} is not a regular file (a folder, a FIFO, a device) where render writes one; "
                             "nothing was written", fix="move it away and render again", exit_code=1)
     if not rendered and any(data is None for _, _, data in changes):
@@ -320,26 +331,33 @@ def write(rendered: Dict[str, Dict[str, bytes]], out: Path) -> Written:
     Checked first (see `_refuse`), then in two steps: every new file is written beside its
     target under a temporary name, created exclusively (`writes.stage`), and every file to be
     replaced or removed is opened for writing (an immutable or read-only one fails here);
-    only when all of that worked are the files renamed into place and the leftovers
-    removed. A failure in the first step leaves ``out`` as it was (the staged files and
-    the folders made for them removed again); the second only renames and unlinks.
+    then all the new files are flushed to disk at once (`writes.flush`: one flush for the
+    whole render, not one per file); only when all of that worked are the files renamed into
+    place and the leftovers removed. A failure in the first step leaves ``out`` as it was (the
+    staged files and the folders made for them removed again); the second only renames and
+    unlinks. A kill at any point leaves each path with its old bytes or its new ones, and
+    so does a crash of the machine: nothing is renamed before its bytes are on disk.
     """
     changes = list(_differences(rendered, out))
     _refuse(out, rendered, changes)
     staged: Dict[Path, Path] = {}  # target -> its new bytes under a temporary name
     made: List[Path] = []  # folders made for them, outermost first
+    there: set = set()  # folders known to exist: each is looked up (or made) once
     path = out
     try:
-        for path, _, data in changes:
+        for path, why, data in changes:
             if data is KEEP:
                 continue
             targets = [p for p in path.iterdir() if _renders(p)] if data is None and path.is_dir() else [path]
             for target in targets:
-                if target.exists():
+                if why != "missing" and target.exists():
                     os.close(os.open(target, os.O_WRONLY | os.O_APPEND))  # writable? (changes nothing)
             if data is not None:
-                made += _make_folders(path.parent)
-                staged[path] = writes.stage(path, data)
+                if path.parent not in there:
+                    made += _make_folders(path.parent)
+                    there.add(path.parent)
+                staged[path] = writes.stage(path, data, sync=False)
+        writes.flush(staged.values())  # every new byte on disk before any name points at it
     except OSError as exc:
         for tmp in staged.values():
             tmp.unlink(missing_ok=True)
@@ -350,6 +368,7 @@ def write(rendered: Dict[str, Dict[str, bytes]], out: Path) -> Written:
                 pass
         raise writes.write_error(exc, exc.filename or path, "nothing was changed") from None
     written = Written([], [])
+    temporary = set(staged.values())
     try:
         for path, why, data in changes:
             line = _line(path, why)
@@ -363,7 +382,7 @@ def write(rendered: Dict[str, Dict[str, bytes]], out: Path) -> Written:
                 if kept:
                     written.said.append(kept)
             elif data is None:
-                if path not in staged.values():  # a killed run's staged file: staged afresh above
+                if path not in temporary:  # a killed run's staged file: staged afresh above
                     path.unlink()
             else:
                 os.replace(staged[path], path)

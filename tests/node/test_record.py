@@ -41,6 +41,8 @@ def no_torch(monkeypatch):
     ("8", 8), ("-3", -3), ("0", 0), ("4096", 4096), ("3e-5", 3e-05), ("0.1", 0.1), ("1e3", 1000.0), ("1.", 1.0),
     ("2.1.0", "2.1.0"), ("08", "08"), ("0x10", "0x10"), ("nan", "nan"), ("inf", "inf"), ("1e999", "1e999"),
     ("true", "true"), ("", ""), ("+5", "+5"), ("1_000", "1_000"), ("qwen2.5-27b", "qwen2.5-27b"),
+    # a float would drop the written zero: 1.10 is a version (data_version=1.10), not 1.1
+    ("1.10", "1.10"), ("0.50", "0.50"), ("1.50e3", "1.50e3"), ("2.0", 2.0), ("2.05", 2.05),
 ])
 def test_parse_value(text, value):
     got = rec.parse_value(text)
