@@ -76,6 +76,7 @@ def job_command(
     if kind == "volcano" and nodes is not None and nodes_count > len(found.names):
         raise UserError(f"--nodes-count {nodes_count}: the pool has {len(found.names)} node(s) and each pod needs its own",
                         fix=f"--nodes-count {len(found.names)} or fewer", exit_code=1)
+    pool.check_npus(found, npus, nodes_count)
     for left in found.left_out:
         typer.echo(f"note: left out (--chip {chip}): {left}", err=True)
     wanted = chooser.Wanted(cann=cann, torch=torch, python=python)

@@ -24,6 +24,7 @@ from builder import versions
 from builder.errors import UserError
 from builder.node import labels as keys
 from builder.node.host import HostInfo, chip_of_soc, soc_name
+from builder.k8s.pod import resource
 from builder.node.pull import Node
 from builder.vocabulary import CHIPS, normalize_arch
 
@@ -40,6 +41,7 @@ class NodeFacts:
     chip_label: str
     driver: str
     firmware: Optional[str]
+    npus: Optional[int] = None  # status.allocatable of the chip's device-plugin resource; None when not listed
 
 
 @dataclass(frozen=True)
@@ -58,6 +60,7 @@ class Pool:
     chip_values: Tuple[str, ...]
     drivers: Tuple[str, ...]
     left_out: Tuple[str, ...] = ()
+    allocatable: Tuple[Tuple[str, Optional[int]], ...] = ()  # (node, NPUs it can give a pod) of the pool's nodes
 
 
 def _first_label(labels: Mapping[str, str], names: Sequence[str]) -> Tuple[Optional[str], Optional[str]]:
@@ -79,7 +82,7 @@ def node_facts(item: Any, where: str) -> NodeFacts:
     Examples:
         >>> node_facts({"metadata": {"name": "n1", "labels": {"kubernetes.io/arch": "arm64",
         ...     "huawei.com/npu.chip.name": "910B3", "huawei.com/npu.driver.version": "24.1.RC3"}}}, "f")
-        NodeFacts(name='n1', arch='aarch64', chip='910b', chip_label='910B3', driver='24.1.RC3', firmware=None)
+        NodeFacts(name='n1', arch='aarch64', chip='910b', chip_label='910B3', driver='24.1.RC3', firmware=None, npus=None)
         >>> try:
         ...     node_facts({"metadata": {"name": "cpu-1", "labels": {"kubernetes.io/arch": "amd64"}}}, "f")
         ... except UserError as e:
@@ -122,11 +125,21 @@ def node_facts(item: Any, where: str) -> NodeFacts:
     if firmware is not None and versions.lenient("firmware", firmware) is None:
         problems.append(f"{keys.FIRMWARE_VERSION_LABEL}={firmware} is not an NPU firmware version")
 
+    npus = None
+    if chip is not None:
+        status = item.get("status")
+        allocatable = status.get("allocatable") if isinstance(status, dict) else None
+        listed = allocatable.get(resource(chip)) if isinstance(allocatable, dict) else None
+        if listed is not None:
+            npus = int(listed) if isinstance(listed, (str, int)) and str(listed).isdigit() else None
+            if npus is None:
+                problems.append(f"status.allocatable[{resource(chip)}]={listed!r} is not a count of NPUs")
+
     if problems:
         raise UserError(f"{where}: node {name}: " + "; ".join(problems),
                         fix="the Ascend Device Plugin labels NPU nodes with these; " + LIST_ONLY_NPU_NODES)
     assert arch and chip and chip_text and driver  # the problems above say why otherwise
-    return NodeFacts(name, arch, chip, chip_text, driver, firmware)
+    return NodeFacts(name, arch, chip, chip_text, driver, firmware, npus)
 
 
 def _items(text: str, where: str) -> List[Any]:
@@ -195,7 +208,38 @@ def read_pool(text: str, where: str, chip: Optional[str] = None) -> Pool:
     return Pool(node=node, names=tuple(f.name for f in kept), weakest=weakest.name,
                 chip_values=tuple(sorted({f.chip_label for f in kept})),
                 drivers=tuple(sorted({f.driver for f in kept}, key=versions.hdk)),
-                left_out=tuple(f"{f.name}: chip {f.chip}" for f in facts if f not in kept))
+                left_out=tuple(f"{f.name}: chip {f.chip}" for f in facts if f not in kept),
+                allocatable=tuple((f.name, f.npus) for f in kept))
+
+
+def check_npus(pool: Pool, npus: int, pods: int = 1) -> None:
+    """Refuse ``npus`` per pod (``pods`` of them, each on its own node) that fewer than ``pods``
+    nodes of the pool can give: the scheduler would leave such a pod Pending, with no word here.
+
+    A node that does not list the resource in ``status.allocatable`` (a node list trimmed to
+    labels, or this host) cannot be judged and counts as able to.
+
+    Example:
+        >>> pool = Pool(Node("aarch64", "910b", "24.1.RC3", None), ("a", "b"), "b", ("910B3",), ("24.1.RC3",),
+        ...             allocatable=(("a", 8), ("b", 8)))
+        >>> try:
+        ...     check_npus(pool, 16)
+        ... except UserError as e:
+        ...     print(e.message)
+        --npus 16: no node of the pool can give a pod that many (allocatable NPUs: a 8, b 8)
+    """
+    able = [name for name, count in pool.allocatable if count is None or count >= npus]
+    if not pool.allocatable or len(able) >= pods:
+        return
+    listed = ", ".join(f"{name} {count if count is not None else '?'}" for name, count in pool.allocatable)
+    most = max((count for _, count in pool.allocatable if count is not None), default=0)
+    if not able:
+        raise UserError(f"--npus {npus}: no node of the pool can give a pod that many (allocatable NPUs: {listed})",
+                        fix=f"--npus {most} or fewer per pod; for more NPUs, more pods: --kind volcano --nodes-count N",
+                        exit_code=1)
+    raise UserError(f"--npus {npus} on {pods} pods: only {len(able)} node(s) of the pool can give a pod that many "
+                    f"({', '.join(able)}; allocatable NPUs: {listed})",
+                    fix=f"--nodes-count {len(able)} or fewer, or fewer NPUs per pod", exit_code=1)
 
 
 def host_pool(info: HostInfo, arch: str, chip: Optional[str] = None) -> Pool:

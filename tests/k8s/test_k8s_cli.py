@@ -109,6 +109,13 @@ def test_more_pods_than_nodes_is_refused(repo):
     assert "--nodes-count 4: the pool has 3 node(s) and each pod needs its own" in done.stderr
 
 
+def test_npus_beyond_every_nodes_allocatable_is_refused_not_emitted_as_a_pending_pod(repo):
+    done = k8s_job(repo, "--npus", "16", "--nodes", str(POOL_910B), "--", "python", "train.py")
+    assert done.returncode == 1 and done.stdout == ""
+    assert "--npus 16: no node of the pool can give a pod that many (allocatable NPUs: npu-a 8, npu-b 8, npu-c 8)" in done.stderr
+    assert "fix: --npus 8 or fewer per pod" in done.stderr
+
+
 def test_where_nothing_fits_the_pool_says_why_and_which_upgrade_fits_fake_npu(repo):
     where, _, _ = repo
     done = k8s_job(repo, "--npus", "8", "--nodes", str(CLUSTER), "--chip", "910b", "--", "python", "train.py")

@@ -138,3 +138,50 @@ def test_this_hosts_chip_is_not_overridden():
     with pytest.raises(UserError, match="--chip a3: this host's chip is 910b"):
         host_pool(info, "aarch64", chip="a3")
     assert host_pool(info, "aarch64", chip="910b").node.chip == "910b"
+
+
+def test_the_pools_allocatable_npus_are_read_from_the_chips_resource():
+    pool = read_pool(POOL_910B.read_text(), "pool.json")
+    assert pool.allocatable == (("npu-a", 8), ("npu-b", 8), ("npu-c", 8))
+    trimmed = [dict(n, status={}) for n in nodes(POOL_910B)]  # a list trimmed to labels: nothing to judge
+    assert read_pool(as_list(trimmed), "pool.json").allocatable == (("npu-a", None), ("npu-b", None), ("npu-c", None))
+
+
+@pytest.mark.parametrize("npus, pods, refusal", [
+    (8, 1, None), (8, 3, None), (1, 2, None),
+    (16, 1, "--npus 16: no node of the pool can give a pod that many (allocatable NPUs: npu-a 8, npu-b 8, npu-c 8)"),
+    (9, 2, "--npus 9: no node of the pool can give a pod that many"),
+])
+def test_npus_per_pod_beyond_every_nodes_allocatable_is_refused_not_left_pending(npus, pods, refusal):
+    from builder.k8s.pool import check_npus
+
+    pool = read_pool(POOL_910B.read_text(), "pool.json")
+    if refusal is None:
+        check_npus(pool, npus, pods)
+        return
+    with pytest.raises(UserError) as refused:
+        check_npus(pool, npus, pods)
+    assert refused.value.message.startswith(refusal) and refused.value.exit_code == 1
+    assert "--npus 8 or fewer per pod" in refused.value.fix
+
+
+def test_pods_beyond_the_nodes_that_can_hold_them_are_refused_and_unknown_nodes_are_not_judged():
+    from builder.k8s.pool import check_npus
+
+    items = nodes(POOL_910B)
+    items[0] = dict(items[0], status={"allocatable": {"huawei.com/Ascend910": "16"}})
+    pool = read_pool(as_list(items), "pool.json")
+    check_npus(pool, 16, 1)
+    with pytest.raises(UserError) as refused:
+        check_npus(pool, 16, 2)
+    assert refused.value.message.startswith("--npus 16 on 2 pods: only 1 node(s) of the pool can give a pod that many (npu-a;")
+    assert refused.value.fix.startswith("--nodes-count 1 or fewer")
+    items[1] = dict(items[1], status={})  # npu-b lists no allocatable: it may hold 16
+    check_npus(read_pool(as_list(items), "pool.json"), 16, 2)
+
+
+def test_an_allocatable_that_is_no_count_is_named():
+    items = nodes(POOL_910B)
+    items[2] = dict(items[2], status={"allocatable": {"huawei.com/Ascend910": "8k"}})
+    with pytest.raises(UserError, match=r"node npu-c: status.allocatable\[huawei.com/Ascend910\]='8k' is not a count of NPUs"):
+        read_pool(as_list(items), "pool.json")
