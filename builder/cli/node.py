@@ -296,7 +296,9 @@ def explain_command(
         labels = Engine.connect().labels(image_ref)
     matches = table.explain(text, host=host_probe.probe(root=root, run_npu_smi=False), labels=labels)
     if not matches:
-        typer.echo("no known Ascend error in that text", err=True)
+        typer.echo(f"no known Ascend error in that text ({len(table.table())} errors are known)\n"
+                   "  next: `ascend-build explain --list` shows every one; give the lines that hold the error code "
+                   "(e.g. EI0006), not only the last line of the log", err=True)
         raise typer.Exit(1)
     typer.echo(json.dumps([m.to_dict() for m in matches], indent=2) if as_json else table.format_explanations(matches))
 

@@ -312,3 +312,10 @@ def test_explain_without_text_or_list_is_a_usage_error():
     done = explain_cli()
     assert done.returncode == 2 and "explain needs the error text (or --list)" in done.stderr
     assert "Traceback" not in done.stderr
+
+
+def test_a_miss_says_how_many_errors_are_known_and_points_at_the_list(tmp_path):
+    done = explain_cli("aclrtDoSomething failed: an error no table holds", "--root", str(tmp_path))
+    assert done.returncode == 1 and done.stdout == ""
+    assert f"no known Ascend error in that text ({len(ex.table())} errors are known)" in done.stderr
+    assert "next: `ascend-build explain --list` shows every one" in done.stderr
