@@ -37,6 +37,7 @@ from docker.auth import resolve_repository_name
 from docker.types import Mount
 from docker.utils import parse_repository_tag
 
+from builder import leftovers
 from builder.errors import UserError
 
 DEFAULT_HOST = "unix:///var/run/docker.sock"
@@ -148,6 +149,9 @@ def _drain(stream) -> Tuple[str, str]:
     return error, digest
 
 
+_DIE_WITH_US = ["setpriv", "--pdeathsig", "TERM", "--"] if shutil.which("setpriv") else []
+
+
 def _stop(proc: subprocess.Popen) -> None:
     """SIGTERM first: the CLI then cancels the build in the daemon."""
     proc.terminate()
@@ -202,16 +206,6 @@ def _container_labels() -> Dict[str, str]:
     return {"ascend-build.run": "1", OWNER_LABEL: _owner()}
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # alive, another user's
-        return True
-    return True
-
-
 class Engine:
     """A connected Docker Engine. Create with ``Engine.connect()``."""
 
@@ -262,9 +256,12 @@ class Engine:
                                 fix="pass an existing file (e.g. /etc/ssl/certs/ca-certificates.crt)")
         cli = self.build_cli
         log_path.parent.mkdir(parents=True, exist_ok=True)
-        with tempfile.TemporaryDirectory(prefix="ascend-build-") as tmp:
+        self.remove_orphans()
+        with tempfile.TemporaryDirectory(prefix=leftovers.temp_prefix("build")) as tmp:
             iidfile = Path(tmp) / "iid"
-            argv = [*cli.argv, "--progress=plain", "--iidfile", str(iidfile),
+            # setpriv --pdeathsig: the CLI gets SIGTERM (and cancels the build) when this process
+            # dies, SIGKILL included, instead of building on for nobody
+            argv = [*_DIE_WITH_US, *cli.argv, "--progress=plain", "--iidfile", str(iidfile),
                     "-f", str(context / dockerfile)]
             argv += [a for v in PROXY_VARS if v in os.environ and v not in build_args
                      for a in ("--build-arg", v)]
@@ -364,11 +361,17 @@ class Engine:
         """Remove the containers `run` and `read_file` made for an ascend-build process of this
         host that is gone (killed with SIGKILL, which no ``finally`` survives); their IDs. A
         running one (a smoke test nobody waits for) is killed first. Containers of live
-        processes, of other hosts and of other tools are left alone."""
+        processes, of other hosts and of other tools are left alone. The seal's temporary tags
+        and the temporary folders of such a process go too (`builder.leftovers`)."""
+        leftovers.sweep_temp()
+        for image in self.client.images.list(name=leftovers.CANDIDATE_REPOSITORY):
+            for ref in image.tags:
+                if ref.startswith(leftovers.CANDIDATE_REPOSITORY + ":") and leftovers.orphaned(ref):
+                    self.untag(ref)
         host, removed = socket.gethostname(), []
         for ctr in self.client.containers.list(all=True, filters={"label": OWNER_LABEL}):
             owner_host, _, pid = str((ctr.labels or {}).get(OWNER_LABEL, "")).rpartition(":")
-            if owner_host != host or not pid.isdigit() or _alive(int(pid)):
+            if owner_host != host or not pid.isdigit() or leftovers.alive(int(pid)):
                 continue
             try:
                 ctr.remove(force=True)

@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Dict, List, Optional, Tuple
 
-from builder import claims, devices, documents, writes
+from builder import claims, devices, documents, leftovers, writes
 from builder.images import plan as planning
 from builder.images import attest, fetch, oci, own_wheel, publish, render, sbom, stage, wheelhouse
 from builder.images.prepare import Job, Options, host_arch, prepare
@@ -362,7 +362,7 @@ def verdict(report: Dict, tiers: Tuple[str, ...], final: bool) -> Verdict:
 def seal(engine: Engine, candidate: str, report_bytes: bytes, labels: Dict[str, str], folder: Path,
          log: Path) -> str:
     """A tiny ``FROM candidate`` build adding the validation report and labels; returns the new ID."""
-    temp_ref = f"ascend-build-candidate:{candidate.split(':')[-1][:20]}"
+    temp_ref = leftovers.candidate_tag(candidate)  # a killed run's is swept by the next (Engine.remove_orphans)
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "validation.json").write_bytes(report_bytes)
     (folder / "Dockerfile").write_text(f"FROM {temp_ref}\nCOPY validation.json {VALIDATION_REPORT}\n")

@@ -29,6 +29,7 @@ import tempfile
 from pathlib import Path
 from typing import Dict, Iterator, Optional, Protocol, Sequence, Tuple
 
+from builder import leftovers
 from builder.errors import UserError
 
 
@@ -140,7 +141,8 @@ def secrets(settings: Settings, ca_bundle: Optional[Path], offline_pip: bool = F
     if ca_bundle is not None and not ca_bundle.is_file():
         raise UserError(f"CA bundle {ca_bundle} is not a file",
                         fix="pass --ca-bundle with a PEM file, e.g. /etc/ssl/certs/ca-certificates.crt")
-    with tempfile.TemporaryDirectory(prefix="ascend-build-secrets-") as tmp:
+    # named for this process: a run killed with SIGKILL leaves it, and the next run sweeps it
+    with tempfile.TemporaryDirectory(prefix=leftovers.temp_prefix("secrets")) as tmp:
         env_file = Path(tmp) / "buildenv"
         env_file.write_text(buildenv(settings, ca_bundle is not None, offline_pip))
         env_file.chmod(0o600)
