@@ -77,6 +77,40 @@ def test_keys_generate_refuses_to_overwrite_either_file(tmp_path, no_passphrase)
     assert (tmp_path / "team.pub").read_text() == "someone's key\n" and not (tmp_path / "team.key").exists()
 
 
+def test_keys_generate_on_a_full_disk_leaves_neither_file_and_a_retry_works(no_passphrase):
+    """A pair is made whole or not at all: a 0-byte .key, or a .key without its .pub, would make
+    every retry refuse ("never overwritten") until someone deleted it by hand."""
+    from tests.support.faults import CannotMount, fill, small_fs
+
+    try:
+        with small_fs("64k") as point:
+            (point / "k").mkdir()
+            filler = fill(point)
+            done = cli("keys", "generate", str(point / "k"), "--name", "team")
+            assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr
+            assert "no space left on the file system of" in done.stderr and "no key was written (neither file)" in done.stderr
+            assert list((point / "k").iterdir()) == []  # no 0-byte .key, no staged file
+            filler.unlink()
+            again = cli("keys", "generate", str(point / "k"), "--name", "team")
+            assert again.returncode == 0, again.stderr
+            assert sorted(p.name for p in (point / "k").iterdir()) == ["team.key", "team.pub"]
+    except CannotMount as why:
+        pytest.skip(f"no tmpfs here: {why}")
+
+
+def test_keys_generate_in_a_git_checkout_warns_unless_gitignore_covers_the_key(tmp_path, no_passphrase):
+    subprocess.run(["git", "init", "-q", str(tmp_path)], check=True)
+    done = cli("keys", "generate", str(tmp_path / "keys"), "--name", "team")
+    assert done.returncode == 0, done.stderr
+    assert (f"warning: {tmp_path / 'keys' / 'team.key'} is inside the git checkout {tmp_path} and no .gitignore "
+            f"covers it: add '*.key' to {tmp_path}/.gitignore") in done.stderr
+    (tmp_path / ".gitignore").write_text("*.key\n")
+    covered = cli("keys", "generate", str(tmp_path / "keys"), "--name", "team-2")
+    assert covered.returncode == 0 and "warning" not in covered.stderr, covered.stderr
+    outside = cli("keys", "generate", str(tmp_path.parent / f"{tmp_path.name}-plain"), "--name", "team")
+    assert outside.returncode == 0 and "warning" not in outside.stderr, outside.stderr
+
+
 def test_an_encrypted_key_needs_its_passphrase(tmp_path, monkeypatch):
     monkeypatch.setenv(signing.PASSPHRASE_ENV, "correct horse")
     key_path, _ = signing.generate(tmp_path, "team")

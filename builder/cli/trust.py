@@ -38,6 +38,10 @@ def keys_generate_command(
     encrypted = (f"encrypted with ${signing.PASSPHRASE_ENV}" if signing.encrypting()
                  else f"NOT encrypted: {signing.PASSPHRASE_ENV} is not set")
     typer.echo(f"private key: {key_path} (mode 0600, {encrypted}): keep it where images are signed")
+    checkout = signing.unignored_in_git(key_path)
+    if checkout:
+        typer.echo(f"warning: {key_path} is inside the git checkout {checkout} and no .gitignore covers it: "
+                   f"add '*{signing.KEY_SUFFIX}' to {checkout}/.gitignore before any `git add`", err=True)
     typer.echo(f"public key:  {pub_path}: give it to whoever verifies (ascend-build verify --key, cosign --key)")
     typer.echo(f"keyid:       {signing.fingerprint(signing.load_public(pub_path))}")
 

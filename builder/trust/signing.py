@@ -26,13 +26,13 @@ import hashlib
 import os
 import re
 from pathlib import Path
-from typing import Optional, Tuple
+from typing import List, Optional, Tuple
 
 from cryptography.exceptions import UnsupportedAlgorithm
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 
-from builder import bounded
+from builder import bounded, writes
 from builder.errors import UserError
 
 PASSPHRASE_ENV = "ASCEND_BUILD_KEY_PASSPHRASE"
@@ -64,20 +64,57 @@ def generate(folder: Path, name: str = "ascend-build") -> Tuple[Path, Path]:
         raise UserError(f"{' and '.join(present)} already exist(s): a key is never overwritten", exit_code=1,
                         fix="choose another --name or folder (rotating keys: make a new pair, re-attest, "
                             "then hand out the new .pub)")
-    folder.mkdir(parents=True, exist_ok=True)
     key = ec.generate_private_key(ec.SECP256R1())
     secret = _passphrase()
     encryption = (serialization.BestAvailableEncryption(secret) if secret else serialization.NoEncryption())
     private_pem = key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, encryption)
     public_pem = key.public_key().public_bytes(serialization.Encoding.PEM,
                                                serialization.PublicFormat.SubjectPublicKeyInfo)
-    # O_EXCL: a file that appeared since the check above is not overwritten either
-    for path, data, mode in ((key_path, private_pem, 0o600), (pub_path, public_pem, 0o644)):
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode)
-        with os.fdopen(fd, "wb") as out:
-            out.write(data)
-        os.chmod(path, mode)  # the umask may have taken bits of the 0644
+    # Whole or not at all: each file is written under a temporary name, then linked to its own
+    # (a link never replaces a file: one that appeared since the check above is kept); a failure
+    # (a full disk) removes what this call made, so a retry is not refused as "never overwritten".
+    made: List[Path] = []
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        for path, data, mode in ((key_path, private_pem, 0o600), (pub_path, public_pem, 0o644)):
+            staged = writes.temporary_name(path)
+            fd = os.open(staged, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)  # never readable by others, even half
+            try:
+                with os.fdopen(fd, "wb") as out:
+                    out.write(data)
+                    out.flush()
+                    os.fsync(out.fileno())
+                os.chmod(staged, mode)  # the umask may have taken bits of the 0644
+                os.link(staged, path)
+                made.append(path)
+            finally:
+                staged.unlink(missing_ok=True)
+    except OSError as exc:
+        for path in made:
+            path.unlink(missing_ok=True)
+        if isinstance(exc, FileExistsError):
+            raise UserError(f"{exc.filename2 or exc.filename or key_path} appeared meanwhile: a key is never overwritten",
+                            exit_code=1, fix="choose another --name or folder") from None
+        raise writes.write_error(exc, key_path, "no key was written (neither file)") from None
     return key_path, pub_path
+
+
+def unignored_in_git(key_path: Path) -> Optional[str]:
+    """The work tree of the git checkout ``key_path`` lies in when its ``.gitignore`` does not cover
+    it (a private key one ``git add .`` from a commit); None otherwise, or when git cannot tell."""
+    import subprocess
+
+    def git(*args: str) -> Optional[subprocess.CompletedProcess]:
+        try:
+            return subprocess.run(["git", "-C", str(key_path.parent), *args], capture_output=True, text=True, timeout=10)
+        except (OSError, subprocess.TimeoutExpired):  # no git here
+            return None
+
+    top = git("rev-parse", "--show-toplevel")
+    if top is None or top.returncode != 0:
+        return None
+    ignored = git("check-ignore", "-q", "--", key_path.name)
+    return top.stdout.strip() if ignored is not None and ignored.returncode == 1 else None
 
 
 def _read(path: Path, what: str) -> bytes:
