@@ -33,6 +33,7 @@ from typing import Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 import docker
 import docker.errors
 import requests
+import urllib3.exceptions
 from docker.auth import resolve_repository_name
 from docker.types import Mount
 from docker.utils import parse_repository_tag
@@ -525,6 +526,12 @@ class Engine:
                     repo, tag or "latest", stream=True, decode=True, auth_config=auth))
             except (docker.errors.APIError, requests.RequestException) as e:
                 error = getattr(e, "explanation", None) or str(e)
+            except urllib3.exceptions.HTTPError:  # the stream itself went silent (urllib3's, not requests')
+                # dropping the stream closes the connection, and the engine cancels the push
+                raise UserError(f"push of {ref} to {registry} stalled: the engine reported no progress for "
+                                f"{self.client.api.timeout:g} s; no digest was reported, so nothing counts as published",
+                                fix="check that the registry (and any proxy before it) answers, then push again",
+                                exit_code=1) from None
             low = f" {error.lower()} "
             if not error and digest:
                 return digest
@@ -549,6 +556,8 @@ class Engine:
                                                    auth_config=self._auth(username, password)))
         except (docker.errors.APIError, requests.RequestException) as e:
             error = getattr(e, "explanation", None) or str(e)
+        except urllib3.exceptions.HTTPError:  # the stream itself went silent
+            error = f"stalled: the engine reported no progress for {self.client.api.timeout:g} s"
         if any(s in error.lower() for s in AUTH_ERRORS):
             raise self._auth_error(registry, ref_with_digest, "cannot pull", error)
         img = self._get(ref_with_digest)

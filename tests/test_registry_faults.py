@@ -252,3 +252,35 @@ def test_image_push_to_a_failing_registry_reports_an_error_no_digest_and_keeps_t
         for name in (ref, pushed):
             engine.untag(name)
         engine.remove_if_unnamed(candidate)
+
+
+@pytest.mark.engine
+def test_a_registry_that_stalls_mid_upload_ends_the_push_with_a_clear_error_and_no_tag(engine, registry, proxy, tmp_path):
+    """The engine's push stream goes silent when the registry stops answering a blob upload; the
+    SDK then raises urllib3's ReadTimeoutError from the stream (not requests'), which was a
+    traceback. The engine's silence limit is shortened here (5 s) so the test does not wait 300 s."""
+    token = uuid.uuid4().hex[:10]
+    (tmp_path / "ctx").mkdir()
+    (tmp_path / "ctx" / "Dockerfile").write_text("FROM scratch\nCOPY a.txt /a.txt\n")
+    (tmp_path / "ctx" / "a.txt").write_text(f"stall {token}\n")
+    image = engine.build(tmp_path / "ctx", log_path=tmp_path / "build.log")
+    ref = f"{proxy.host}/ascend-build-test/stall-{token}:cell-cpu"
+    engine.tag(image, ref)
+    proxy.plan("PUT", r"/blobs/uploads/", always="stall")
+    proxy.plan("PATCH", r"/blobs/uploads/", always="stall")
+    saved = engine.client.api.timeout
+    engine.client.api.timeout = 5
+    start = time.monotonic()
+    try:
+        with pytest.raises(UserError) as stalled:
+            engine.push(ref, username=registry.username, password=registry.password)
+        elapsed = time.monotonic() - start
+        assert f"push of {ref} to {proxy.host} stalled: the engine reported no progress for 5 s" in stalled.value.message
+        assert "nothing counts as published" in stalled.value.message and elapsed < 60
+        direct = Registry(registry.host, registry.username, registry.password)
+        assert direct.tags(f"ascend-build-test/stall-{token}") == []
+    finally:
+        engine.client.api.timeout = saved
+        proxy.stop()
+        engine.untag(ref)
+        engine.remove_if_unnamed(image)

@@ -40,7 +40,8 @@ class FaultProxy:
     """Forwards to ``upstream`` ("127.0.0.1:PORT"). ``plan(method, pattern, faults)``: the Nth
     request whose method is ``method`` and whose path matches ``pattern`` gets ``faults[N-1]``
     ("500", "503", "429", "429:SECONDS" with Retry-After, "reset" (half the request read, then a
-    TCP reset), "cut" (the real answer's head and half its body, then a reset), or "" to forward);
+    TCP reset), "cut" (the real answer's head and half its body, then a reset), "stall" (the request
+    read, then no answer until the proxy stops or 120 s pass), or "" to forward);
     ``always`` applies to every such request. ``count(method, pattern)``: requests seen."""
 
     def __init__(self, upstream: str):
@@ -48,6 +49,7 @@ class FaultProxy:
         self.plans: List[Tuple[str, "re.Pattern[str]", List[str], str, int]] = []
         self.seen: Counter = Counter()
         self.lock = threading.Lock()
+        self.stopping = threading.Event()
         proxy = self
 
         class Handler(http.server.BaseHTTPRequestHandler):
@@ -115,6 +117,9 @@ class FaultProxy:
         body = handler.rfile.read(length) if length else b""
         if "chunked" in (handler.headers.get("Transfer-Encoding") or "").lower():  # Docker Engine's blob PATCH
             body, length = self._chunked(handler.rfile), 1
+        if fault == "stall":  # a registry that stops answering mid-upload
+            self.stopping.wait(120)
+            return self._reset(handler)
         if fault.split(":")[0] in ("500", "502", "503", "429"):
             code, _, after = fault.partition(":")
             handler.send_response(int(code))
@@ -144,6 +149,7 @@ class FaultProxy:
         handler.wfile.write(data)
 
     def stop(self) -> None:
+        self.stopping.set()
         self.server.shutdown()
         self.server.server_close()
 
