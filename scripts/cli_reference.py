@@ -2,7 +2,7 @@
 
     .venv/bin/python scripts/cli_reference.py [OUTPUT]      (make cli-reference)
 
-It runs ``typer builder.cli utils docs`` (``builder.cli`` imports every command module,
+It runs ``python -m typer builder.cli utils docs`` (``builder.cli`` imports every command module,
 so the generator sees every command) at a fixed terminal width, then escapes ``<`` and
 ``>`` outside code, so that ``dockerfiles/<cell>/`` in a help text is shown as written and
 not taken for an HTML tag. tests/test_docs.py fails when the committed file differs.
@@ -42,11 +42,10 @@ def escape_outside_code(markdown: str) -> str:
 
 def generate() -> str:
     """The reference as typer's generator writes it, escaped."""
-    typer_cli = Path(sys.executable).with_name("typer")
     env = dict(os.environ, COLUMNS="100", TERMINAL_WIDTH="100", NO_COLOR="1")
     with tempfile.TemporaryDirectory() as folder:
         raw = Path(folder) / "cli.md"
-        subprocess.run([str(typer_cli), "builder.cli", "utils", "docs", "--name", "ascend-build",
+        subprocess.run([sys.executable, "-m", "typer", "builder.cli", "utils", "docs", "--name", "ascend-build",
                         "--title", TITLE, "--output", str(raw)],
                        cwd=ROOT, env=env, check=True, stdout=subprocess.DEVNULL)
         text = raw.read_text(encoding="utf-8")

@@ -92,7 +92,7 @@ def test_the_site_builds_strictly(tmp_path):
     done = mkdocs_build(ROOT, tmp_path / "site")
     assert done.returncode == 0, done.stdout + done.stderr
     assert (tmp_path / "site" / "index.html").is_file()
-    assert (tmp_path / "site" / "reference" / "cli" / "index.html").is_file()
+    assert (tmp_path / "site" / "reference" / "cli.html").is_file()
 
 
 @needs_mkdocs
