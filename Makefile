@@ -1,6 +1,7 @@
 # The two commands of the README's quick start, and the pieces they are made of.
 #   make demo   set up, then run the main job on the shipped matrix
 #   make test   set up, then pass the lint checks and the whole test suite (what .ci/run calls)
+#   make docs   the documentation site (docs/, mkdocs.yml), built strictly into .state/site
 
 VENV        ?= .venv
 BIN         := $(VENV)/bin
@@ -17,7 +18,7 @@ WHEELHOUSE  ?= $(wildcard /opt/wheels)
 # A host Python with torch runs the smoke program's own tests outside images.
 TORCH_VENV  ?= .venv-torch
 
-.PHONY: setup engine demo lint test test-fast bench torch-venv
+.PHONY: setup engine demo lint docs cli-reference test test-fast bench torch-venv
 
 $(BIN)/ascend-build: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -52,7 +53,16 @@ lint: setup
 # TEST_WORKERS=0 runs the suite serially in one process.
 TEST_WORKERS ?= 3
 
-test: setup lint engine torch-venv
+# The docs site, built strictly: a broken link, a missing anchor or a page left out of mkdocs.yml's
+# nav fails it. The site is not committed.
+docs: setup
+	$(BIN)/mkdocs build --strict --site-dir $(STATE)/site
+
+# docs/reference/cli.md from the CLI's own help (typer's generator); tests/test_docs.py fails when stale.
+cli-reference: setup
+	$(BIN)/python scripts/cli_reference.py
+
+test: setup lint docs engine torch-venv
 	ASCEND_BUILD_TORCH_PYTHON=$(TORCH_VENV)/bin/python $(BIN)/pytest \
 		$(if $(filter-out 0,$(TEST_WORKERS)),-n $(TEST_WORKERS) --dist loadgroup --no-loadscope-reorder)
 
