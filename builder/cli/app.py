@@ -1,7 +1,8 @@
 """What every command module shares: the typer apps, the common options, Ctrl-C handling.
 
-The commands live in ``build.py`` (matrix -> images), ``kb.py`` (the knowledge base) and
-``node.py`` (a cluster node), as in the README's two command blocks.
+The commands live in ``build.py`` (matrix -> images), ``kb.py`` (the knowledge base),
+``node.py`` (a cluster node), ``k8s.py`` (manifests) and ``trust.py`` (keys, verify, policy);
+docs/reference/cli.md is generated from them.
 """
 
 from __future__ import annotations

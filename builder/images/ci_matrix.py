@@ -104,7 +104,7 @@ def check_runners(runners: Mapping) -> Dict[str, Dict[str, RunsOn]]:
     """Validate a runners mapping (``{"build": {arch: ...}, "npu": {chip or chip/arch: ...}}``)."""
     if not isinstance(runners, Mapping):
         raise UserError("runners file: the top level must be a mapping with 'build' and/or 'npu'",
-                        fix="see `builder/ci_matrix.py` or the README section on CI for the format")
+                        fix="see docs/ci.md (the runners file) for the format")
     unknown = sorted(set(runners) - {"build", "npu"})
     if unknown:
         raise UserError(f"runners file: unknown key(s) {', '.join(map(str, unknown))}", fix="use only 'build' and 'npu'")
