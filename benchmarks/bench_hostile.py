@@ -28,7 +28,7 @@ Prints one row per class (inputs, clean, tracebacks, timeouts, foreign credentia
 files changed outside, worst time, peak memory), a totals line, then every input that
 is not clean with the reason. Exit 0 only if everything is clean.
 
-Run: .venv/bin/python benchmarks/bench_hostile.py [-v] [-k TEXT]   (about 2 minutes; no Docker, loopback only)
+Run: .venv/bin/python -m benchmarks.bench_hostile [-v] [-k TEXT]   (about 2 minutes; no Docker, loopback only)
      -v: one line per input; -k TEXT: only the inputs whose label contains TEXT
 """
 
@@ -45,10 +45,9 @@ from pathlib import Path
 from typing import Dict, List, Optional
 
 sys.dont_write_bytecode = True  # leave no __pycache__ behind in the repository
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from hostile import fakes, fixtures as fx, runner  # noqa: E402
-from hostile.inputs import CLASSES, Case, Ctx, Shared, Skip, all_cases  # noqa: E402
+from benchmarks.hostile import fakes, fixtures as fx, runner
+from benchmarks.hostile.inputs import CLASSES, Case, Ctx, Shared, Skip, all_cases
 
 REPO = runner.REPO
 COMPAT = REPO / "builder/data/ascend-compat.yaml"

@@ -9,7 +9,7 @@ from one builder module into another. Prints, for that one cell:
     modules, how many stops return to a module the path had already been in, and the
     stops per module.
 
-Run: .venv/bin/python benchmarks/trace_cell_path.py   (needs `make engine`)
+Run: .venv/bin/python -m benchmarks.trace_cell_path   (needs `make engine`)
 """
 
 from __future__ import annotations
@@ -20,11 +20,10 @@ import tempfile
 from pathlib import Path
 from typing import Dict, List, Tuple
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+from builder.images import matrix, pipeline
+from builder.engine import Engine
 
-from builder.images import matrix, pipeline  # noqa: E402
-from builder.engine import Engine  # noqa: E402
+ROOT = Path(__file__).resolve().parent.parent
 
 CELL_ID = "cann9.1.0-910b-debian12-py3.11-torch_npu2.13.0-x86_64"
 PACKAGE = str(ROOT / "builder")
