@@ -82,7 +82,7 @@ def cell_lock(cell: matrix.Cell) -> lock.Lock:
     (a bump is a relock that keeps every other pin)."""
     inputs = lock_inputs(cell, knowledge.load())
     made = lock.read(ROOT / "dockerfiles" / cell.id)
-    if lock.status(made, inputs) != "ok":
+    if made is None or lock.status(made, inputs) != "ok":
         made = lock.resolve(inputs, wheelhouse=WHEELHOUSE if WHEELHOUSE.is_dir() else None,
                             previous=lock.read(ROOT / "dockerfiles" / CELL_ID))
     return made

@@ -82,6 +82,8 @@ def main() -> Dict[str, str]:
     engine = Engine.connect()
     cell = replace(next(c for c in cells if c.id == CELL_ID), base_image=BASE)
     made = lock.read(ROOT / "dockerfiles" / CELL_ID)
+    if made is None:
+        raise SystemExit(f"no lock in dockerfiles/{CELL_ID}: make it with `ascend-build lock --cell {CELL_ID}`")
     expected = sorted((e.name, e.version) for e in made.without("torch-npu"))
     with tempfile.TemporaryDirectory(prefix="ascend-bench-repro-") as tmp:
         runs = []

@@ -17,7 +17,7 @@ import os
 import statistics
 import tempfile
 from pathlib import Path
-from typing import Dict
+from typing import Dict, List
 
 from builder.images import matrix, pipeline
 from builder.engine import Engine
@@ -42,7 +42,7 @@ def main() -> Dict[str, str]:
         [out] = pipeline.run([cell], options, engine, lambda line: None)
         if out.status != "passed":
             raise SystemExit(f"the twin did not pass: {out.message}")
-        per_tier = {name: [] for name in TIERS}
+        per_tier: Dict[str, List[float]] = {name: [] for name in TIERS}
         totals = []
         print(f"host: {os.cpu_count()} CPUs, {cpu_model()}")
         for run in range(RUNS):
