@@ -26,6 +26,10 @@ import pytest
 from builder.errors import UserError
 from tests.support.loopback_registry import REGISTRY_BIN, Registry, free_port, serve_registry, stop, wait_up
 
+# Fixtures defined in helper modules, offered to every test by pytest: imported into a test module,
+# a fixture is a name that the test functions' arguments redefine (pyflakes' F811).
+pytest_plugins = ("tests.support.trust",)
+
 # --- scheduling under pytest-xdist --------------------------------------------------------
 #
 # Most of the suite's time is the engine's, and most of that is two arm64 builds under qemu

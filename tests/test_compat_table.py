@@ -48,7 +48,7 @@ def _cells(rows, kb):
     CANN's installation guide supports, where the knowledge base holds it (the table's Python
     column is PyTorch's, not torch_npu's wheels')."""
     cells = []
-    for npu, torch, cann in rows:
+    for npu, _torch, cann in rows:
         release = kb.torch_npu(npu)
         stated = python_env.python_range(cann)
         for arch in ("x86_64", "aarch64"):

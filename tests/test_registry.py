@@ -137,7 +137,7 @@ def test_a_manifest_whose_bytes_do_not_match_its_digest_is_refused(token_registr
             Registry(token_registry.host).manifest(public, digests[public])
     finally:
         blob.write_bytes(original)
-    assert f"hashes to sha256:" in forged.value.message and f"not {digests[public]}" in forged.value.message
+    assert "hashes to sha256:" in forged.value.message and f"not {digests[public]}" in forged.value.message
 
 
 @pytest.mark.engine

@@ -35,7 +35,7 @@ from builder.images.prepare import Options
 from builder.node.pull import listing
 from builder.registry import OCI_MANIFEST, Registry
 from builder.vocabulary import CPU, TIERS, Label
-from tests.support.trust import CELL_ID, CLI, ROOT, TAG, creds, images, keys, report  # noqa: F401  (fixtures)
+from tests.support.trust import CELL_ID, CLI, ROOT, TAG, report
 
 REPO = f"ascend-build-test/trust-{uuid.uuid4().hex[:8]}"
 

@@ -658,7 +658,7 @@ def _final_env(dockerfile: str) -> dict:
         if line.startswith("ENV "):
             before = dict(env)
             for name, value in re.findall(r'([A-Za-z_][A-Za-z0-9_]*)="([^"]*)"', line):
-                env[name] = re.sub(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}", lambda m: before.get(m.group(1), m.group(0)), value)
+                env[name] = re.sub(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}", lambda m, before=before: before.get(m.group(1), m.group(0)), value)
     return env
 
 

@@ -1,7 +1,8 @@
 """What the trust tests share: keys, tiny images with a sealed twin's labels, pushes, and the four forgeries.
 
 Used by tests/test_trust_e2e.py (`verify`) and tests/test_trust_policy_e2e.py (`pull`, `run`,
-`index` with --trust-key). Fixtures are imported into each test module by name.
+`index` with --trust-key). Its fixtures (`creds`, `keys`, `images`) reach the tests as a pytest
+plugin that tests/conftest.py names (pytest_plugins), not by import.
 
 The forgeries, each under the genuine image's tag, with labels identical to the genuine one's:
 
