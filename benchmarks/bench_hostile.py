@@ -66,6 +66,12 @@ class Outcome:
     def clean(self) -> bool:
         return not self.reasons
 
+    @property
+    def finished(self) -> runner.Run:
+        """The run, for an outcome whose input ran (``run`` is set)."""
+        assert self.run is not None, self.case.label
+        return self.run
+
 
 # --- the environment every run gets ------------------------------------------------------
 
@@ -156,10 +162,10 @@ def _short(paths, folder: Path) -> str:
 
 def _row(name: str, outcomes: List[Outcome]) -> List[str]:
     ran = [o for o in outcomes if o.run]
-    worst = max((o.run.seconds for o in ran), default=0.0)
-    peak = max((o.run.rss_mb for o in ran), default=0.0)
+    worst = max((o.finished.seconds for o in ran), default=0.0)
+    peak = max((o.finished.rss_mb for o in ran), default=0.0)
     return [name, str(len(ran)), str(sum(o.clean for o in ran)),
-            str(sum("Traceback" in o.run.text for o in ran)), str(sum(o.run.timed_out for o in ran)),
+            str(sum("Traceback" in o.finished.text for o in ran)), str(sum(o.finished.timed_out for o in ran)),
             str(sum(o.foreign_credentials for o in ran)), str(sum(o.outside_changed for o in ran)),
             f"{worst:.1f}", f"{peak:.0f}"]
 
@@ -212,18 +218,18 @@ def main(verbose: bool = False, only: str = "") -> Dict[str, str]:
             print(f"  [{o.case.cls}] {o.case.label}: " + "; ".join(o.reasons))
     if not ran:
         raise SystemExit("no input ran" + (f" (none matches -k {only!r})" if only else ""))
-    slowest = max(ran, key=lambda o: o.run.seconds)
-    biggest = max(ran, key=lambda o: o.run.rss_mb)
+    slowest = max(ran, key=lambda o: o.finished.seconds)
+    biggest = max(ran, key=lambda o: o.finished.rss_mb)
     all_clean = not bad and compat_same
     return {
         "hostile inputs clean": f"{len(ran) - len(bad)} of {len(ran)}"
                                 + (f" ({len(skipped)} skipped)" if skipped else ""),
-        "tracebacks / timeouts": f"{sum('Traceback' in o.run.text for o in ran)} / {sum(o.run.timed_out for o in ran)}",
+        "tracebacks / timeouts": f"{sum('Traceback' in o.finished.text for o in ran)} / {sum(o.finished.timed_out for o in ran)}",
         "credentials seen by a foreign host": str(sum(o.foreign_credentials for o in ran)),
         "files changed outside --out": str(sum(o.outside_changed for o in ran)),
         "knowledge base (ascend-compat.yaml)": "unchanged" if compat_same else "CHANGED",
-        "slowest input": f"{slowest.run.seconds:.1f} s ({slowest.case.label})",
-        "peak memory of one run": f"{biggest.run.rss_mb:.0f} MB ({biggest.case.label})",
+        "slowest input": f"{slowest.finished.seconds:.1f} s ({slowest.case.label})",
+        "peak memory of one run": f"{biggest.finished.rss_mb:.0f} MB ({biggest.case.label})",
         "hostile verdict": "clean" if all_clean else "NOT clean",
         "hostile suite time": f"{elapsed:.0f} s",
     }
