@@ -118,7 +118,7 @@ def pytest_collection_modifyitems(config, items):
     items.sort(key=lambda item: rank[id(item)])  # stable: file order within each group
     result = yield  # xdist's own hook, deselection
     for item in items:
-        group = groups.get(id(item))
+        group = groups.get(id(item), "")
         if group and not item.nodeid.endswith("@" + group):
             # xdist 3.8 sets item._nodeid = "<id>@<group>" (what its scheduler groups by), which
             # pytest 9.2 no longer reads: its node ids live in item._id.

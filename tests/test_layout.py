@@ -119,6 +119,7 @@ def path_edits_and_test_imports(path: Path):
     test module (a program text built for a subprocess is a string, not an edit, and passes)."""
     tree = ast.parse(path.read_text(encoding="utf-8"))
     for node in sorted(ast.walk(tree), key=lambda n: getattr(n, "lineno", 0)):
+        line = getattr(node, "lineno", 0)
         target = None
         if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
             target = node.func.value
@@ -126,13 +127,13 @@ def path_edits_and_test_imports(path: Path):
             target = node.targets[0] if isinstance(node, ast.Assign) else node.target
         if isinstance(target, ast.Attribute) and target.attr == "path" and isinstance(target.value, ast.Name) \
                 and target.value.id == "sys":
-            yield f"{path.name}:{node.lineno}: edits sys.path"
+            yield f"{path.name}:{line}: edits sys.path"
         if isinstance(node, (ast.Import, ast.ImportFrom)):
             names = [a.name for a in node.names] if isinstance(node, ast.Import) else [node.module or ""]
             if isinstance(node, ast.ImportFrom):
                 names += [f"{node.module or ''}.{a.name}" for a in node.names]
             if any(part.startswith("test_") or part == "conftest" for name in names for part in name.split(".")):
-                yield f"{path.name}:{node.lineno}: imports a test module"
+                yield f"{path.name}:{line}: imports a test module"
 
 
 def test_no_test_or_benchmark_edits_sys_path_or_imports_a_test_module():

@@ -150,7 +150,7 @@ def test_immutable_and_picklable():
     with pytest.raises(AttributeError):
         v.text = "x"  # type: ignore[misc]
     with pytest.raises(AttributeError):
-        v.other = 1  # type: ignore[attr-defined]
+        v.other = 1
     for clone in (pickle.loads(pickle.dumps(v)), copy.copy(v), copy.deepcopy(v)):
         assert clone == v and clone.text == v.text and clone.kind == v.kind
 
@@ -252,9 +252,9 @@ def test_version_error_is_a_user_error_with_forms_and_examples_in_the_fix():
 @pytest.mark.parametrize("value", [8.0, 8, None, b"8.0.RC1", ["8.0.RC1"]])
 def test_non_strings_raise_version_error(value):
     with pytest.raises(VersionError, match="quote them in YAML"):
-        cann(value)  # type: ignore[arg-type]
+        cann(value)
     with pytest.raises(VersionError):
-        hdk(value)  # type: ignore[arg-type]
+        hdk(value)
 
 
 # --- HDK line names -----------------------------------------------------------------
