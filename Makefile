@@ -71,4 +71,4 @@ test-fast: setup lint
 	$(BIN)/pytest -m 'not engine'
 
 bench: setup engine
-	$(BIN)/python benchmarks/run_all.py
+	$(BIN)/python -m benchmarks.run_all

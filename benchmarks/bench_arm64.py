@@ -14,23 +14,21 @@ build would. Prints build and smoke seconds of each, the emulated/native ratios,
 the native fetch saved, the train tier's step time of each, and the smoke steps the
 emulated run uses instead of 30.
 
-Run: .venv/bin/python benchmarks/bench_arm64.py   (needs `make engine`; prunes the BuildKit cache)
+Run: .venv/bin/python -m benchmarks.bench_arm64   (needs `make engine`; prunes the BuildKit cache)
 """
 
 from __future__ import annotations
 
 import os
 import subprocess
-import sys
 import tempfile
 from pathlib import Path
 from typing import Dict
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+from builder.images import matrix, pipeline
+from builder.engine import Engine
 
-from builder.images import matrix, pipeline  # noqa: E402
-from builder.engine import Engine  # noqa: E402
+ROOT = Path(__file__).resolve().parent.parent
 
 CA = Path("/etc/ssl/certs/ca-certificates.crt")
 WHEELHOUSE = Path("/opt/wheels")

@@ -7,7 +7,7 @@ statement and the SLSA provenance, attach both in cosign's .att layout) and
 `attached.verify` (read them back, check both), timed apart, in-process (the CLI adds
 Python's start-up, about 0.3 s). Real signatures, real HTTP.
 
-Run: .venv/bin/python benchmarks/bench_attest.py   (needs /usr/bin/docker-registry)
+Run: .venv/bin/python -m benchmarks.bench_attest   (needs /usr/bin/docker-registry)
 """
 
 from __future__ import annotations
@@ -16,20 +16,18 @@ import json
 import socket
 import statistics
 import subprocess
-import sys
 import tempfile
 import time
 import urllib.request
 from pathlib import Path
 from typing import Dict, Tuple
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+from builder.trust import attached, signing, statements
+from builder.images import attest
+from builder.registry import OCI_MANIFEST, Registry
+from builder.vocabulary import TIERS
 
-from builder.trust import attached, signing  # noqa: E402
-from builder.images import attest  # noqa: E402
-from builder.registry import OCI_MANIFEST, Registry  # noqa: E402
-from builder.vocabulary import TIERS  # noqa: E402
+ROOT = Path(__file__).resolve().parent.parent
 
 RUNS = 10
 GOAL = 1.0

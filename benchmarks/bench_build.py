@@ -19,13 +19,12 @@ own (toolkit, chip's package, torch_npu's step as shipped), and the cold build i
 longer for CANN than a build without it. Both builds get the same wheelhouse, CA bundle
 and base image, so the comparison is fair.
 
-Run: .venv/bin/python benchmarks/bench_build.py   (needs `make engine` first; prunes the BuildKit cache)
+Run: .venv/bin/python -m benchmarks.bench_build   (needs `make engine` first; prunes the BuildKit cache)
 """
 
 from __future__ import annotations
 
 import subprocess
-import sys
 import tempfile
 import time
 from dataclasses import replace
@@ -33,16 +32,14 @@ from pathlib import Path
 from collections import Counter
 from typing import Dict, List, Optional, Tuple
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "tests"))
+from builder import knowledge
+from builder.images import lock, matrix, render
+from builder.images import stage
+from builder.images.plan import lock_inputs
+from builder.engine import Engine
+from tests.support.cann import installers_91
 
-from builder import knowledge  # noqa: E402
-from builder.images import lock, matrix, render  # noqa: E402
-from builder.images import stage  # noqa: E402
-from builder.images.plan import lock_inputs  # noqa: E402
-from builder.engine import Engine  # noqa: E402
-from tests.support.cann import installers_91  # noqa: E402
+ROOT = Path(__file__).resolve().parent.parent
 
 BASE = "local/debian:12"
 CA = Path("/etc/ssl/certs/ca-certificates.crt")
@@ -85,7 +82,7 @@ def cell_lock(cell: matrix.Cell) -> lock.Lock:
     (a bump is a relock that keeps every other pin)."""
     inputs = lock_inputs(cell, knowledge.load())
     made = lock.read(ROOT / "dockerfiles" / cell.id)
-    if lock.status(made, inputs) != "ok":
+    if made is None or lock.status(made, inputs) != "ok":
         made = lock.resolve(inputs, wheelhouse=WHEELHOUSE if WHEELHOUSE.is_dir() else None,
                             previous=lock.read(ROOT / "dockerfiles" / CELL_ID))
     return made

@@ -10,26 +10,22 @@ Prints each image's size, the bytes the two share (their layers of the same diff
 each has of its own, and the share. Everything below the chip's package is shared, and so
 is torch_npu's layer above it (built to be the same bytes on every chip, see the template).
 
-Run: .venv/bin/python benchmarks/bench_chips.py   (needs `make engine` first)
+Run: .venv/bin/python -m benchmarks.bench_chips   (needs `make engine` first)
 """
 
 from __future__ import annotations
 
-import sys
 import tempfile
 from dataclasses import replace
 from pathlib import Path
 from typing import Dict
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "tests"))
-sys.path.insert(0, str(ROOT / "benchmarks"))
+from benchmarks.bench_build import CELL_ID, CHIP_PACKAGES, ascend_build, on_installers, shared_bytes, size
+from builder.images import lock, matrix
+from builder.engine import Engine
+from tests.support.cann import installers_91
 
-from bench_build import CELL_ID, CHIP_PACKAGES, ascend_build, on_installers, shared_bytes, size  # noqa: E402
-from builder.images import lock, matrix  # noqa: E402
-from builder.engine import Engine  # noqa: E402
-from tests.support.cann import installers_91  # noqa: E402
+ROOT = Path(__file__).resolve().parent.parent
 
 TOOLKIT_MB, CHIP_MB = 1024, 256
 

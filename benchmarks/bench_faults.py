@@ -18,7 +18,7 @@ unvalidated images (must be 0), files corrupted (a file neither its old nor its 
 a record that does not parse, a wrong or missing message; must be 0), and the worst time
 to a clear failure.
 
-Run: .venv/bin/python benchmarks/bench_faults.py [--no-engine]   (about 5 minutes with the engine;
+Run: .venv/bin/python -m benchmarks.bench_faults [--no-engine]   (about 5 minutes with the engine;
      needs root for tmpfs mounts, docker-registry and htpasswd, and the engine unless --no-engine)
 """
 
@@ -39,16 +39,13 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple
 
 sys.dont_write_bytecode = True
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "tests"))
-sys.path.insert(0, str(ROOT / "tests" / "build"))
-sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from tests.support import faults as hf  # noqa: E402
-from builder import knowledge, writes  # noqa: E402
-from builder.images import lock, matrix, relock  # noqa: E402
-from builder.errors import UserError  # noqa: E402
+from tests.support import faults as hf
+from builder import knowledge, writes
+from builder.images import lock, matrix, relock
+from builder.errors import UserError
+
+ROOT = Path(__file__).resolve().parent.parent
 
 SHIPPED_MATRIX = ROOT / "matrix" / "default.yaml"
 SHIPPED_DOCKERFILES = ROOT / "dockerfiles"
@@ -81,7 +78,7 @@ def _clean(done: subprocess.CompletedProcess, *must: str) -> bool:
 
 
 def _matrices(folder: Path, cells: int = 120) -> List[Path]:
-    import bench_validate_render as generated
+    from tests.support import generated_matrix as generated
 
     combos = generated.combinations()
     text = generated._yaml([generated._cell(i, k) for i, k in enumerate((combos * (cells // len(combos) + 1))[:cells])])
@@ -309,7 +306,7 @@ def engine_parts(tmp: Path):
 
 
 def image_faults(tmp: Path, rows: Dict[str, Row]) -> None:
-    import test_pipeline_e2e as e2e
+    from tests.support import pipeline as e2e
 
     with engine_parts(tmp) as parts:
         if parts is None:

@@ -28,7 +28,7 @@ Prints one row per class (inputs, clean, tracebacks, timeouts, foreign credentia
 files changed outside, worst time, peak memory), a totals line, then every input that
 is not clean with the reason. Exit 0 only if everything is clean.
 
-Run: .venv/bin/python benchmarks/bench_hostile.py [-v] [-k TEXT]   (about 2 minutes; no Docker, loopback only)
+Run: .venv/bin/python -m benchmarks.bench_hostile [-v] [-k TEXT]   (about 2 minutes; no Docker, loopback only)
      -v: one line per input; -k TEXT: only the inputs whose label contains TEXT
 """
 
@@ -45,10 +45,9 @@ from pathlib import Path
 from typing import Dict, List, Optional
 
 sys.dont_write_bytecode = True  # leave no __pycache__ behind in the repository
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from hostile import fakes, fixtures as fx, runner  # noqa: E402
-from hostile.inputs import CLASSES, Case, Ctx, Shared, Skip, all_cases  # noqa: E402
+from benchmarks.hostile import fakes, fixtures as fx, runner
+from benchmarks.hostile.inputs import CLASSES, Case, Ctx, Shared, Skip, all_cases
 
 REPO = runner.REPO
 COMPAT = REPO / "builder/data/ascend-compat.yaml"
@@ -66,6 +65,12 @@ class Outcome:
     @property
     def clean(self) -> bool:
         return not self.reasons
+
+    @property
+    def finished(self) -> runner.Run:
+        """The run, for an outcome whose input ran (``run`` is set)."""
+        assert self.run is not None, self.case.label
+        return self.run
 
 
 # --- the environment every run gets ------------------------------------------------------
@@ -157,10 +162,10 @@ def _short(paths, folder: Path) -> str:
 
 def _row(name: str, outcomes: List[Outcome]) -> List[str]:
     ran = [o for o in outcomes if o.run]
-    worst = max((o.run.seconds for o in ran), default=0.0)
-    peak = max((o.run.rss_mb for o in ran), default=0.0)
+    worst = max((o.finished.seconds for o in ran), default=0.0)
+    peak = max((o.finished.rss_mb for o in ran), default=0.0)
     return [name, str(len(ran)), str(sum(o.clean for o in ran)),
-            str(sum("Traceback" in o.run.text for o in ran)), str(sum(o.run.timed_out for o in ran)),
+            str(sum("Traceback" in o.finished.text for o in ran)), str(sum(o.finished.timed_out for o in ran)),
             str(sum(o.foreign_credentials for o in ran)), str(sum(o.outside_changed for o in ran)),
             f"{worst:.1f}", f"{peak:.0f}"]
 
@@ -213,18 +218,18 @@ def main(verbose: bool = False, only: str = "") -> Dict[str, str]:
             print(f"  [{o.case.cls}] {o.case.label}: " + "; ".join(o.reasons))
     if not ran:
         raise SystemExit("no input ran" + (f" (none matches -k {only!r})" if only else ""))
-    slowest = max(ran, key=lambda o: o.run.seconds)
-    biggest = max(ran, key=lambda o: o.run.rss_mb)
+    slowest = max(ran, key=lambda o: o.finished.seconds)
+    biggest = max(ran, key=lambda o: o.finished.rss_mb)
     all_clean = not bad and compat_same
     return {
         "hostile inputs clean": f"{len(ran) - len(bad)} of {len(ran)}"
                                 + (f" ({len(skipped)} skipped)" if skipped else ""),
-        "tracebacks / timeouts": f"{sum('Traceback' in o.run.text for o in ran)} / {sum(o.run.timed_out for o in ran)}",
+        "tracebacks / timeouts": f"{sum('Traceback' in o.finished.text for o in ran)} / {sum(o.finished.timed_out for o in ran)}",
         "credentials seen by a foreign host": str(sum(o.foreign_credentials for o in ran)),
         "files changed outside --out": str(sum(o.outside_changed for o in ran)),
         "knowledge base (ascend-compat.yaml)": "unchanged" if compat_same else "CHANGED",
-        "slowest input": f"{slowest.run.seconds:.1f} s ({slowest.case.label})",
-        "peak memory of one run": f"{biggest.run.rss_mb:.0f} MB ({biggest.case.label})",
+        "slowest input": f"{slowest.finished.seconds:.1f} s ({slowest.case.label})",
+        "peak memory of one run": f"{biggest.finished.rss_mb:.0f} MB ({biggest.case.label})",
         "hostile verdict": "clean" if all_clean else "NOT clean",
         "hostile suite time": f"{elapsed:.0f} s",
     }

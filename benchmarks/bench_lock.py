@@ -10,7 +10,7 @@
 Prints the lock time, the per-cell mean, what uv's cache grew by, and for the two builds: identical closures
 (yes/no), the count of distributions, equal to the lock (yes/no), and each build time.
 
-Run: .venv/bin/python benchmarks/bench_lock.py   (needs `make engine`; prunes the BuildKit cache)
+Run: .venv/bin/python -m benchmarks.bench_lock   (needs `make engine`; prunes the BuildKit cache)
 """
 
 from __future__ import annotations
@@ -18,19 +18,17 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 import tempfile
 import time
 from dataclasses import replace
 from pathlib import Path
 from typing import Dict
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+from builder import knowledge
+from builder.images import lock, matrix, relock, render, stage
+from builder.engine import Engine
 
-from builder import knowledge  # noqa: E402
-from builder.images import lock, matrix, relock, render, stage  # noqa: E402
-from builder.engine import Engine  # noqa: E402
+ROOT = Path(__file__).resolve().parent.parent
 
 BASE = "local/debian:12"
 CA = Path("/etc/ssl/certs/ca-certificates.crt")
@@ -84,6 +82,8 @@ def main() -> Dict[str, str]:
     engine = Engine.connect()
     cell = replace(next(c for c in cells if c.id == CELL_ID), base_image=BASE)
     made = lock.read(ROOT / "dockerfiles" / CELL_ID)
+    if made is None:
+        raise SystemExit(f"no lock in dockerfiles/{CELL_ID}: make it with `ascend-build lock --cell {CELL_ID}`")
     expected = sorted((e.name, e.version) for e in made.without("torch-npu"))
     with tempfile.TemporaryDirectory(prefix="ascend-bench-repro-") as tmp:
         runs = []

@@ -11,7 +11,7 @@ and, as subprocesses (wall time, interpreter start included):
     ascend-build validate --matrix M
     ascend-build render --matrix M --out DIR      (first write, then an unchanged re-run)
 
-Run:  .venv/bin/python benchmarks/bench_validate_render.py [--cells N] [--keep DIR]
+Run: .venv/bin/python -m benchmarks.bench_validate_render [--cells N] [--keep DIR]
 """
 
 from __future__ import annotations
@@ -26,12 +26,11 @@ import time
 from pathlib import Path
 from typing import Dict
 
-REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
+from builder.images import checks, matrix
+from builder.images import render
+from tests.support.generated_matrix import _cell, _yaml, combinations
 
-from builder.images import checks, matrix  # noqa: E402
-from builder.images import render  # noqa: E402
-from tests.support.generated_matrix import _cell, _yaml, combinations  # noqa: E402
+REPO = Path(__file__).resolve().parent.parent
 
 GOAL_S = 1.0
 

@@ -8,24 +8,22 @@ prints the host's load average before it, and what the train tier saw of the CPU
 container (usable CPUs, cgroup quota, torch's threads and the ones it trained with, ATen's
 kernel level, whether bf16 matmuls go to oneDNN): the train tier's time depends on them.
 
-Run: .venv/bin/python benchmarks/bench_verdict.py   (needs `make engine`)
+Run: .venv/bin/python -m benchmarks.bench_verdict   (needs `make engine`)
 """
 
 from __future__ import annotations
 
 import os
 import statistics
-import sys
 import tempfile
 from pathlib import Path
-from typing import Dict
+from typing import Dict, List
+
+from builder.images import matrix, pipeline
+from builder.engine import Engine
+from builder.vocabulary import TIERS
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-
-from builder.images import matrix, pipeline  # noqa: E402
-from builder.engine import Engine  # noqa: E402
-from builder.vocabulary import TIERS  # noqa: E402
 
 CELL_ID = "cann9.1.0-910b-debian12-py3.11-torch_npu2.13.0-x86_64"
 CA = Path("/etc/ssl/certs/ca-certificates.crt")
@@ -44,7 +42,7 @@ def main() -> Dict[str, str]:
         [out] = pipeline.run([cell], options, engine, lambda line: None)
         if out.status != "passed":
             raise SystemExit(f"the twin did not pass: {out.message}")
-        per_tier = {name: [] for name in TIERS}
+        per_tier: Dict[str, List[float]] = {name: [] for name in TIERS}
         totals = []
         print(f"host: {os.cpu_count()} CPUs, {cpu_model()}")
         for run in range(RUNS):

@@ -9,7 +9,7 @@ from one builder module into another. Prints, for that one cell:
     modules, how many stops return to a module the path had already been in, and the
     stops per module.
 
-Run: .venv/bin/python benchmarks/trace_cell_path.py   (needs `make engine`)
+Run: .venv/bin/python -m benchmarks.trace_cell_path   (needs `make engine`)
 """
 
 from __future__ import annotations
@@ -18,13 +18,12 @@ import collections
 import sys
 import tempfile
 from pathlib import Path
-from typing import Dict, List, Tuple
+from typing import Dict, List, NamedTuple, Tuple
+
+from builder.images import matrix, pipeline
+from builder.engine import Engine
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-
-from builder.images import matrix, pipeline  # noqa: E402
-from builder.engine import Engine  # noqa: E402
 
 CELL_ID = "cann9.1.0-910b-debian12-py3.11-torch_npu2.13.0-x86_64"
 PACKAGE = str(ROOT / "builder")
@@ -76,7 +75,15 @@ class Trace:
             sys.setprofile(None)
 
 
-def summary(calls: List[Tuple[str, str, str, str]]) -> Dict[str, object]:
+class Summary(NamedTuple):
+    modules: int
+    calls: int
+    stops: int
+    returns: int
+    entered: "collections.Counter[str]"  # module -> stops in it
+
+
+def summary(calls: List[Tuple[str, str, str, str]]) -> Summary:
     """Stops: the modules the unique calls enter, in order, a module entered twice in a row
     counted once; returns: stops at a module an earlier stop already was."""
     stops: List[str] = []
@@ -85,8 +92,8 @@ def summary(calls: List[Tuple[str, str, str, str]]) -> Dict[str, object]:
             stops.append(callee)
     returns = sum(1 for i, module in enumerate(stops) if module in stops[:i])
     modules = {m for c in calls for m in (c[0], c[2])}
-    return {"modules": len(modules), "calls": len(calls), "stops": len(stops), "returns": returns,
-            "entered": collections.Counter(stops)}
+    return Summary(modules=len(modules), calls=len(calls), stops=len(stops), returns=returns,
+                   entered=collections.Counter(stops))
 
 
 def main() -> Dict[str, str]:
@@ -103,17 +110,17 @@ def main() -> Dict[str, str]:
     if [o.status for o in outcomes] != ["passed"]:
         raise SystemExit(f"the twin did not pass: {[(o.status, o.message) for o in outcomes]}")
     found = summary(list(traced.unique))
-    print(f"one cell's path ({CELL_ID}, cpu): {found['calls']} distinct cross-module calls, "
-          f"{found['stops']} stops in {found['modules']} modules, {found['returns']} returns to a module it had left")
-    for module, count in sorted(found["entered"].items(), key=lambda kv: (-kv[1], kv[0])):
+    print(f"one cell's path ({CELL_ID}, cpu): {found.calls} distinct cross-module calls, "
+          f"{found.stops} stops in {found.modules} modules, {found.returns} returns to a module it had left")
+    for module, count in sorted(found.entered.items(), key=lambda kv: (-kv[1], kv[0])):
         print(f"  {module:40s} {count} stop(s)")
     asked = sum(n for name, n in traced.counts.items() if name.startswith("builder.knowledge."))
     print(f"calls of the knowledge base's functions: {asked}; lock inputs derived {traced.counts['builder.images.plan.lock_inputs']} "
           f"time(s), the lock's state {traced.counts['builder.images.lock.status']} time(s)")
     later = ", ".join(f"{name} x{n}" for name, n in sorted(traced.after_build.items())) or "none"
     print(f"once the build started, calls into the knowledge base, the plan or the cell: {later}")
-    return {"one cell's path (traced)": f"{found['stops']} stops in {found['modules']} modules, "
-                                        f"{found['returns']} returns; after the build started, "
+    return {"one cell's path (traced)": f"{found.stops} stops in {found.modules} modules, "
+                                        f"{found.returns} returns; after the build started, "
                                         f"{sum(traced.after_build.values())} calls back into knowledge/plan/cell"}
 
 

@@ -26,6 +26,10 @@ import pytest
 from builder.errors import UserError
 from tests.support.loopback_registry import REGISTRY_BIN, Registry, free_port, serve_registry, stop, wait_up
 
+# Fixtures defined in helper modules, offered to every test by pytest: imported into a test module,
+# a fixture is a name that the test functions' arguments redefine (pyflakes' F811).
+pytest_plugins = ("tests.support.trust",)
+
 # --- scheduling under pytest-xdist --------------------------------------------------------
 #
 # Most of the suite's time is the engine's, and most of that is two arm64 builds under qemu
@@ -114,7 +118,7 @@ def pytest_collection_modifyitems(config, items):
     items.sort(key=lambda item: rank[id(item)])  # stable: file order within each group
     result = yield  # xdist's own hook, deselection
     for item in items:
-        group = groups.get(id(item))
+        group = groups.get(id(item), "")
         if group and not item.nodeid.endswith("@" + group):
             # xdist 3.8 sets item._nodeid = "<id>@<group>" (what its scheduler groups by), which
             # pytest 9.2 no longer reads: its node ids live in item._id.

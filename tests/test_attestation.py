@@ -220,7 +220,7 @@ def smoke_report(device=CPU, skipped=(), **extra):
             "started": "2026-12-01T10:00:00.123456+00:00", "content_hash": "0123456789abcdef", "lock": "ok",
             "host": {"driver": "24.1.rc3" if device == NPU else None, "firmware": "7.5.0.1.129" if device == NPU else None},
             "tiers": [{"name": t, "status": "skipped" if t in skipped else "passed",
-                       "summary": f"skipped: 1 NPU visible, hccl all-reduce needs >= 2" if t in skipped else f"{t} ok",
+                       "summary": "skipped: 1 NPU visible, hccl all-reduce needs >= 2" if t in skipped else f"{t} ok",
                        "details": {"device_name": "Ascend910B3", "device_count": 1} if t == "device" and device == NPU else {}}
                       for t in TIERS],
             "base_image": {"ref": "local/debian:12", "id": "sha256:" + "11" * 32, "digests": []}, **extra}

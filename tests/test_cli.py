@@ -19,6 +19,7 @@ from typer.testing import CliRunner
 
 from builder import cli
 from builder.images import conda_lock, lock, matrix, render
+from tests.support import locks
 from tests.support.matrix import SHIPPED_DOCKERFILES, SHIPPED_MATRIX, VALID, run_cli, write_cells
 
 runner = CliRunner()
@@ -32,7 +33,7 @@ def test_clean_matrix_exits_0(tmp_path):
     # its conda part is incomplete (no conda channel answers here): completed, as `lock` writes it where one does
     path, _ = write_cells(tmp_path, dict(VALID, arch="aarch64"))
     cell_id = "cann8.0.rc3-910b-ubuntu22.04-py3.10-torch_npu2.4.0-aarch64"
-    shipped = lock.read(SHIPPED_DOCKERFILES / cell_id)
+    shipped = locks.read(SHIPPED_DOCKERFILES / cell_id)
     warned = run_cli("validate", "--matrix", path)
     assert warned.returncode == 0 and "lock-incomplete" in warned.stderr and "the conda part (the conda channel" in warned.stderr
     (tmp_path / "out" / cell_id).mkdir(parents=True)

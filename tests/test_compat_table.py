@@ -10,12 +10,14 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
+from typing import Dict, List
 
 import pytest
 import yaml
 
 from builder import knowledge, python_env, versions
 from builder.images import checks, matrix
+from tests.support.matrix import cell_index
 
 TABLE = Path(__file__).parent / "fixtures" / "ascend-pytorch-COMPATIBILITY.en.md"
 ROW = re.compile(r"^\|\s*(\d[\w.]*)(?: \(beta\))?\s*\|\s*[^|]+\|\s*([\d.]+)\s*\|\s*CANN ([\w.]+)\s*\|", re.M)
@@ -47,8 +49,8 @@ def _cells(rows, kb):
     """One cell per row and arch, on the newest Python that torch_npu has a wheel for and the
     CANN's installation guide supports, where the knowledge base holds it (the table's Python
     column is PyTorch's, not torch_npu's wheels')."""
-    cells = []
-    for npu, torch, cann in rows:
+    cells: List[dict] = []
+    for npu, _torch, cann in rows:
         release = kb.torch_npu(npu)
         stated = python_env.python_range(cann)
         for arch in ("x86_64", "aarch64"):
@@ -67,9 +69,9 @@ def test_every_published_pairing_since_7_0_validates(tmp_path):
     path.write_text(yaml.safe_dump({"image": "table/check", "cells": _cells(rows, kb)}))
     loaded = matrix.load(path)
     errors = [f for f in loaded.findings + checks.check(loaded.cells, kb) if f.severity == "error"]
-    by_cell = {}
+    by_cell: Dict[int, List[str]] = {}
     for f in errors:
-        by_cell.setdefault(int(re.match(r"cells\[(\d+)\]", f.field).group(1)), []).append(f.rule)
+        by_cell.setdefault(cell_index(f.field), []).append(f.rule)
     refused = {rows[i // 2][0] for i in by_cell}
     assert set(rule for rules in by_cell.values() for rule in rules) == {"torch-npu-unpublished"}, by_cell
     assert refused == {"1.11.0.post14", "1.11.0.post11", "2.1.0.post4", "1.11.0.post8", "1.11.0.post4", "2.0.1",

@@ -330,7 +330,8 @@ def test_push_retries_transient_errors_then_returns_digest(monkeypatch):
         [{"status": "Pushing"}, {"error": "read tcp: connection reset by peer"}],
         [{"status": "Pushed"}, {"aux": {"Tag": "1", "Digest": "sha256:" + "a" * 64, "Size": 9}}],
     ])
-    digest = Engine(client, "unix:///fake").push("reg.local:5000/a/b:1", username="u", password="p")
+    digest = Engine(client, "unix:///fake").push(  # type: ignore[arg-type]  # a fake docker client
+        "reg.local:5000/a/b:1", username="u", password="p")
     assert digest == "sha256:" + "a" * 64
     assert client.api.calls == [("reg.local:5000/a/b", "1", {"username": "u", "password": "p"})] * 3
 
@@ -339,7 +340,7 @@ def test_push_gives_up_on_permanent_errors_without_retrying(monkeypatch):
     monkeypatch.setattr(time, "sleep", lambda s: None)
     client = _FakeClient([[{"error": "name invalid: invalid repository name"}]] * 4)
     with pytest.raises(UserError, match="name invalid") as e:
-        Engine(client, "unix:///fake").push("reg.local:5000/a/b:1")
+        Engine(client, "unix:///fake").push("reg.local:5000/a/b:1")  # type: ignore[arg-type]  # a fake docker client
     assert e.value.exit_code == 1 and len(client.api.calls) == 1
 
 
@@ -361,7 +362,7 @@ def test_a_container_read_file_leaves_behind_is_swept_once_its_process_is_gone(e
     leaves it, and the next run's `remove_orphans` must find it by its owner label."""
     import socket
 
-    import docker
+    import docker.models.containers
 
     from builder import engine as engine_module
 

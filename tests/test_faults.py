@@ -15,7 +15,7 @@ import shutil
 import signal
 import time
 from pathlib import Path
-from typing import Dict, List
+from typing import Dict, List, Union
 
 import pytest
 
@@ -144,7 +144,8 @@ def test_lock_killed_while_resolving_leaves_no_half_lock_nor_claim_and_a_second_
     out = _tree_copy(tmp_path)
     (out / DEMO / lock.LOCK_FILE).unlink()
     before = tree(out)
-    argv = ["lock", "--matrix", SHIPPED_MATRIX, "--out", out, "--cell", DEMO, "--wheelhouse", "/opt/wheels"]
+    argv: List[Union[str, Path]] = ["lock", "--matrix", SHIPPED_MATRIX, "--out", out, "--cell", DEMO, "--wheelhouse",
+                                    "/opt/wheels"]
     env = dict(os.environ, UV_CACHE_DIR=str(tmp_path / "uv-cache"))
     run = Killable(argv, tmp_path, env)
     assert run.wait_for(r"resolving for"), run.finish().stderr
@@ -275,7 +276,7 @@ def test_a_lock_stopped_while_resolving_fetches_no_installer_and_writes_no_lock(
     fetched: List[str] = []
 
     def resolve(inputs, **_):  # uv, still running when Ctrl-C reaches the main thread
-        signal.pthread_kill(threading.main_thread().ident, signal.SIGINT)
+        signal.pthread_kill(threading.main_thread().ident or 0, signal.SIGINT)  # ident: set, the main thread runs
         time.sleep(1)
         return previous
 

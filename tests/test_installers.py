@@ -155,11 +155,13 @@ def test_installers_name_their_source(kb):
 
 def test_conda_installer(kb):
     x86 = conda_installer(kb, "x86_64")
+    assert x86 is not None
     assert x86.kind == "conda" and x86.version == "26.3.2-3"
     assert x86.filename == "Miniforge3-26.3.2-3-Linux-x86_64.sh"
     assert x86.sha256 == "848194851a98903134187fbb4ab50efe87b003e0c0f808f97644b7524a62bf2c"
     assert x86.url.endswith("/26.3.2-3/" + x86.filename)
     arm = conda_installer(kb, "aarch64")
+    assert arm is not None
     assert arm.sha256 == "2c113a69297e612b01ca0f320c22a3107a11f2ab9b573d79ac868a175945ce29"
     assert conda_installer(kb, "arm64") == arm
     assert "spack/spack-packages" in arm.source

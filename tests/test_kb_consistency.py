@@ -10,12 +10,14 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
+from typing import Dict, List, Tuple
 
 import pytest
 import yaml
 
 from builder import installers, knowledge, python_env, versions
 from builder.images import checks, matrix
+from tests.support.matrix import cell_index
 
 DATA = Path(knowledge.__file__).parent / "data"
 
@@ -117,7 +119,7 @@ def test_every_cross_reference_of_the_data_resolves(kb, compat):
 
 def _cells(kb, compat):
     """One cell per pairing, arch and Python the torch_npu wheel and CANN's stated range both allow."""
-    cells = []
+    cells: List[Tuple[str, dict]] = []
     for npu, cann, where in _pairings(compat):
         release = kb.torch_npu(npu)
         if release is None:  # not on PyPI: the torch_npu-published rule refuses it by design
@@ -143,10 +145,10 @@ def test_every_pairing_the_knowledge_base_lists_validates(kb, compat, tmp_path):
     path.write_text(yaml.safe_dump({"image": "kb/consistency", "cells": [c for _, c in cells]}))
     loaded = matrix.load(path)
     assert loaded.findings == []
-    errors = {}
+    errors: Dict[tuple, List[str]] = {}
     for f in checks.check(loaded.cells, kb):
         if f.severity == "error":
-            cell = cells[int(re.match(r"cells\[(\d+)\]", f.field).group(1))]
+            cell = cells[cell_index(f.field)]
             errors.setdefault((cell[0], cell[1]["torch_npu"], cell[1]["cann"], cell[1]["arch"]), []).append(f.rule)
     assert errors == {}
     assert len(cells) >= 380
@@ -205,6 +207,7 @@ def test_every_piece_of_disagreeing_evidence_names_what_the_knowledge_base_knows
         assert all(re.fullmatch(r"vllm-project/vllm-ascend@v[\w.]+:Dockerfile", e) for e in item["evidence"].values())
     for item in env["python"]:  # a Python shipped outside the guide's range is outside it
         stated = python_env.python_range(item["cann"])
+        assert stated is not None, item["cann"]
         assert [d["python"] for d in item.get("shipped", ()) if stated.allows(d["python"])] == []
     for entry in compat["cann_hdk"]["releases"]:
         named = [str(h) for h in (entry.get("downstream_hdk") or {}).get("hdk", ())]

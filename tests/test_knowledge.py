@@ -390,8 +390,8 @@ def test_describe_cann(kb):
 def _paired():
     from packaging.version import Version
     kb = knowledge.load()
-    return kb, sorted((kb.torch_npu(v) for v in kb.torch_npu_versions() if kb.torch_npu(v).cann),
-                      key=lambda r: Version(r.version))
+    releases = [kb.torch_npu(v) for v in kb.torch_npu_versions()]
+    return kb, sorted((r for r in releases if r is not None and r.cann), key=lambda r: Version(r.version))
 
 
 def test_within_a_torch_line_a_later_torch_npu_never_pairs_with_an_older_cann():
@@ -406,7 +406,7 @@ def test_within_a_torch_line_a_later_torch_npu_never_pairs_with_an_older_cann():
 def test_first_final_releases_of_newer_lines_never_pair_with_an_older_cann():
     from packaging.version import Version
     kb, paired = _paired()
-    firsts = {}
+    firsts: dict = {}  # (major, minor) -> its first final release
     for r in paired:
         if not Version(r.version).is_prerelease:
             firsts.setdefault(Version(r.version).release[:2], r)
@@ -434,7 +434,7 @@ def test_the_floor_names_its_evidence():
 
 def test_the_minimum_driver_never_falls_as_cann_rises():
     kb = knowledge.load()
-    known = [(c, kb.min_driver(c)) for c in kb.cann_releases() if kb.min_driver(c)]
+    known = [(c, driver) for c in kb.cann_releases() for driver in [kb.min_driver(c)] if driver]
     falls = [(a, da, b, db) for i, (a, da) in enumerate(known) for b, db in known[i + 1:]
              if versions.hdk(da) > versions.hdk(db)]
     assert falls == [] and len(known) >= 20

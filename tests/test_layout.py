@@ -107,3 +107,46 @@ def test_the_spelling_check_can_fail(tmp_path):
     sample.write_text('KEY = "io.ascend-build.min-driver"\nTIERS = ("versions", "libraries")\n')
     assert list(spelled(sample)) == ["sample.py:1: KEY = \"io.ascend-build.min-driver\"",
                                      "sample.py:2: tier name 'libraries'"]
+
+
+# --- tests and benchmarks: packages run from the repository root ------------------------------
+
+REPOSITORY = BUILDER.parent
+
+
+def path_edits_and_test_imports(path: Path):
+    """Where ``path`` edits its own sys.path (insert, append, extend, assignment) or imports a
+    test module (a program text built for a subprocess is a string, not an edit, and passes)."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    for node in sorted(ast.walk(tree), key=lambda n: getattr(n, "lineno", 0)):
+        line = getattr(node, "lineno", 0)
+        target = None
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
+            target = node.func.value
+        elif isinstance(node, (ast.Assign, ast.AugAssign)):
+            target = node.targets[0] if isinstance(node, ast.Assign) else node.target
+        if isinstance(target, ast.Attribute) and target.attr == "path" and isinstance(target.value, ast.Name) \
+                and target.value.id == "sys":
+            yield f"{path.name}:{line}: edits sys.path"
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else [node.module or ""]
+            if isinstance(node, ast.ImportFrom):
+                names += [f"{node.module or ''}.{a.name}" for a in node.names]
+            if any(part.startswith("test_") or part == "conftest" for name in names for part in name.split(".")):
+                yield f"{path.name}:{line}: imports a test module"
+
+
+def test_no_test_or_benchmark_edits_sys_path_or_imports_a_test_module():
+    files = [p for folder in ("tests", "benchmarks") for p in modules(REPOSITORY / folder)]
+    assert len(files) > 50
+    assert [hit for path in files for hit in path_edits_and_test_imports(path)] == []
+
+
+def test_the_sys_path_and_test_import_check_can_fail(tmp_path):
+    sample = tmp_path / "sample.py"
+    sample.write_text("import sys\nsys.path.insert(0, 'x')\nsys.path = []\nimport test_pipeline_e2e as e2e\n"
+                      "from tests.images.test_render import x\nfrom tests.images import test_render\n"
+                      "PROGRAM = 'import sys; sys.path.insert(0, \"y\")'\nfrom tests.support.pipeline import CELL_ID\n")
+    assert list(path_edits_and_test_imports(sample)) == [
+        "sample.py:2: edits sys.path", "sample.py:3: edits sys.path", "sample.py:4: imports a test module",
+        "sample.py:5: imports a test module", "sample.py:6: imports a test module"]

@@ -19,6 +19,7 @@ CELLS = matrix.load(SHIPPED_MATRIX).cells
 
 def smoke_module():
     spec = importlib.util.spec_from_file_location("smoke_for_min_driver", knowledge.DATA_DIR.parent / "smoke" / "smoke.py")
+    assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
@@ -45,7 +46,8 @@ def decisions(cell, driver):
     refused = [r for r in pull.why_not(image(cell), node, pull.Wanted()) if r.startswith(("driver", "node driver"))]
     checked = doctor.image_checks(image(cell).labels, {}, HostInfo(driver=driver, arch=cell.arch, chip=cell.chip))
     status = [c.status for c in checked if c.name == "image: driver vs CANN"]
-    by_doctor = {(doctor.OK,): True, (doctor.FAIL,): False, (doctor.WARN,): None}[tuple(status)]
+    [one] = status
+    by_doctor = {doctor.OK: True, doctor.FAIL: False, doctor.WARN: None}[one]
     problems, notes = SMOKE.check_host(driver, None, {"min_driver": cell.driver}, "npu")
     by_smoke = False if problems else (None if any("cannot order" in n for n in notes) else True)
     by_pull = not refused if by_doctor is not None else (None if refused else True)

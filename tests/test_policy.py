@@ -147,8 +147,8 @@ def test_index_refuses_an_arch_whose_statement_is_refused_and_writes_nothing(mon
                                       "application/vnd.oci.image.manifest.v1+json", 10, {}) for arch in ("x86_64", "aarch64")}
     monkeypatch.setattr(publish, "read_arch", lambda registry, repository, fam, variant, arch: (images[arch], []))
     with pytest.raises(UserError) as caught:
-        publish.publish(reg, "r", family, CPU, trust=lambda image: "no statement is attached"
-                        if image.arch == "aarch64" else "")  # type: ignore[arg-type]
+        publish.publish(reg, "r", family, CPU, trust=lambda image: "no statement is attached"  # type: ignore[arg-type]  # a fake registry
+                        if image.arch == "aarch64" else "")
     assert f"{family}-aarch64-cpu (sha256:{'a' * 64}): signed validation refused: no statement is attached" \
         in str(caught.value)
     assert "x86_64-cpu (" not in str(caught.value) and not reg.written

@@ -16,14 +16,15 @@ The refusals that must stay are at the end.
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
+from typing import Dict, List, Tuple
 
 import pytest
 import yaml
 
 from builder import knowledge, versions
 from builder.images import checks, matrix
+from tests.support.matrix import cell_index
 
 FIXTURES = Path(__file__).parent / "fixtures"
 # chip spellings the image matrix used at times (the typo included), as the matrix writes them
@@ -44,10 +45,10 @@ def validate(tmp_path, cells):
     path.write_text(yaml.safe_dump({"image": "published/check", "cells": cells}))
     loaded = matrix.load(path)
     findings = loaded.findings + (checks.check(loaded.cells, knowledge.load()) if not loaded.findings else [])
-    errors = {}
+    errors: Dict[int, List[str]] = {}
     for f in findings:
         if f.severity == "error":
-            errors.setdefault(int(re.match(r"cells\[(\d+)\]", f.field).group(1)), []).append(str(f))
+            errors.setdefault(cell_index(f.field), []).append(str(f))
     return errors, findings
 
 
@@ -82,7 +83,7 @@ KNOWN_DIFFERENCES = {
 def test_the_installers_the_official_images_install_are_the_ones_named_here():
     kb = knowledge.load()
     rows = fixture("published-cann-image-packages.yaml")
-    differ = {}
+    differ: Dict[Tuple[str, str], List[tuple]] = {}
     for r in rows:
         ours = [i.run for i in kb.installers(r["cann"], chip(r["chip"]), r["arch"], nnal=True)]
         if ours != r["files"]:
@@ -98,7 +99,7 @@ def test_the_installers_the_official_images_install_are_the_ones_named_here():
 def vllm_cells(rows):
     """One cell per Dockerfile and arch; a torch_npu PyPI does not serve as the cell's own wheel."""
     kb = knowledge.load()
-    cells = []
+    cells: List[dict] = []
     for r in rows:
         for arch in (("x86_64", "aarch64") if r["arch"] == "both" else (r["arch"],)):
             cell = {"name": f"vllm-{len(cells)}", "cann": r["cann"], "chip": chip(r["chip"]), "os": r["os"],

@@ -27,6 +27,7 @@ SMOKE = Path(__file__).resolve().parents[1] / "builder" / "smoke" / "smoke.py"
 @pytest.fixture(scope="module")
 def smoke():
     spec = importlib.util.spec_from_file_location("ascend_build_smoke_under_test", SMOKE)
+    assert spec is not None and spec.loader is not None, SMOKE
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     return mod
@@ -233,7 +234,7 @@ def test_runs_on_oldest_supported_python(tmp_path):
     """The image Python may be 3.8: the file must parse and its torch-free tiers run there."""
     ast.parse(SMOKE.read_text(), feature_version=(3, 8))
     candidates = [str(p) for p in sorted(Path.home().glob(".pyenv/versions/3.8*/bin/python3.8"))]
-    candidates += [shutil.which("python3.8")] if shutil.which("python3.8") else []
+    candidates += [found for found in [shutil.which("python3.8")] if found]
     exe = next((c for c in candidates if subprocess.run([c, "-c", "pass"], capture_output=True).returncode == 0),
                None)
     if not exe:
@@ -561,6 +562,7 @@ def test_sigterm_stops_the_tier_process_and_still_prints_a_report(tmp_path, torc
     proc = subprocess.Popen([torch_python["exe"], str(SMOKE), "--manifest", str(path), "--device", "cpu",
                              "--tiers", "versions,collective"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True, env=dict(os.environ, ASCEND_BUILD_SMOKE_TEST="1", **{HANG_HOOK: "collective"}))
+    assert proc.stderr is not None  # piped
     try:
         deadline = time.monotonic() + 120
         seen = ""

@@ -25,6 +25,7 @@ import subprocess
 import time
 import uuid
 from pathlib import Path
+from typing import List
 
 import pytest
 
@@ -35,7 +36,7 @@ from builder.images.prepare import Options
 from builder.node.pull import listing
 from builder.registry import OCI_MANIFEST, Registry
 from builder.vocabulary import CPU, TIERS, Label
-from tests.support.trust import CELL_ID, CLI, ROOT, TAG, creds, images, keys, report  # noqa: F401  (fixtures)
+from tests.support.trust import CELL_ID, CLI, ROOT, TAG, report
 
 REPO = f"ascend-build-test/trust-{uuid.uuid4().hex[:8]}"
 
@@ -56,7 +57,7 @@ def attested(engine, registry, creds, keys, images):
     ref = f"{registry.host}/{REPO}:{TAG}"
     options = Options(push=registry.host, sign_key=signing.load_private(keys["team"][0]))
     out = pipeline.Outcome(CELL_ID, CPU, status="passed", digests={ref: digest})
-    said = []
+    said: List[str] = []
     start = time.monotonic()
     out = pipeline.attest_pushed(out, report(), TIERS, "0123456789abcdef", None, options, said.append)
     seconds = time.monotonic() - start
@@ -138,7 +139,8 @@ def test_forgeries_are_refused_by_verify_naming_why(attested, keys, creds, regis
 
     # 1. same labels, same tag, no statement
     forged = ht.forge("unsigned", engine, registry, images, REPO, genuine, keys)
-    assert reg.inspect(REPO, TAG, "x86_64").labels[Label.VALIDATED] == "true"  # the labels alone would pass
+    info = reg.inspect(REPO, TAG, "x86_64")
+    assert info and info.labels[Label.VALIDATED] == "true"  # the labels alone would pass
     out = refused("same labels, same tag, no statement")
     assert f"digest {forged}" in out and "no statement is attached" in out and attached.attestation_tag(forged) in out
 
@@ -228,7 +230,9 @@ def test_image_push_sign_key_attests_the_twin_and_verify_accepts_it(registry, cr
         validation = by_type[statements.VALIDATION_V1]["predicate"]
         assert validation["cell"] == CELL_ID and validation["ranOn"]["kind"] == "cpu-twin"
         assert [t["name"] for t in validation["tiers"]] == list(TIERS)
-        labels = Registry(registry.host).inspect(repo, TAG, "x86_64").labels
+        info = Registry(registry.host).inspect(repo, TAG, "x86_64")
+        assert info
+        labels = info.labels
         assert labels[Label.VALIDATED_TIERS] == ",".join(validation["passedTiers"])  # label and statement agree
         provenance = by_type[statements.SLSA_PROVENANCE_V1]["predicate"]
         assert provenance["buildDefinition"]["externalParameters"]["matrix"] == str(matrix_file)

@@ -26,7 +26,7 @@ import pytest
 
 from tests.support import trust as ht
 from builder.registry import Registry
-from tests.support.trust import CELL_ID, CLI, REFUSED_FOR, TAG, creds, images, keys  # noqa: F401  (fixtures)
+from tests.support.trust import CELL_ID, CLI, REFUSED_FOR, TAG
 
 REPO = f"ascend-build-test/trust-policy-{uuid.uuid4().hex[:8]}"
 INDEX_REPO = REPO + "-index"  # apart: once written, the index tag would offer pull the genuine image again

@@ -32,7 +32,7 @@ import time
 import urllib.parse
 import zipfile
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Dict, List, Optional
+from typing import Callable, Dict, List, Optional
 
 REPO = "ascend-build/pytorch"
 N5000 = "9" * 5000
@@ -40,6 +40,7 @@ DEEP = 100_000  # nesting depth of the "deep JSON" bodies: far past Python's rec
 
 
 class _QuietServer(ThreadingHTTPServer):
+    owner: "_Server"  # the fake that answers (set by _Server)
     daemon_threads = True
     block_on_close = False  # an endless handler must not hold up stop()
 
@@ -47,10 +48,12 @@ class _QuietServer(ThreadingHTTPServer):
         # HTTPServer.server_bind calls socket.getfqdn(), a reverse DNS query: skip it,
         # the suite talks to nothing but loopback and 192.0.2.2.
         socketserver.TCPServer.server_bind(self)
-        self.server_name, self.server_port = self.server_address[:2]
+        host, port = self.server_address[:2]
+        self.server_name, self.server_port = str(host), int(port)
 
 
 class _Handler(BaseHTTPRequestHandler):
+    server: _QuietServer
     protocol_version = "HTTP/1.1"
 
     def log_message(self, *args):  # keep the suite's output readable
@@ -98,7 +101,7 @@ class _Server:
         self.stopping = False
         self.httpd = _QuietServer((host, 0), _Handler)
         self.httpd.owner = self
-        self.host, self.port = self.httpd.server_address[:2]
+        self.host, self.port = host, self.httpd.server_port
         self.url = f"http://{self.host}:{self.port}"
         self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
 
@@ -150,7 +153,7 @@ def sha(body: bytes) -> str:
 
 
 def labels(**over) -> Dict[str, object]:
-    base = {
+    base: Dict[str, object] = {
         "io.ascend-build.cell": "c1", "io.ascend-build.variant": "npu", "io.ascend-build.validated": "true",
         "io.ascend-build.arch": "x86_64", "io.ascend-build.chip": "910b", "io.ascend-build.cann": "8.0.RC3",
         "io.ascend-build.torch": "2.4.0", "io.ascend-build.torch-npu": "2.4.0",
@@ -358,7 +361,8 @@ class FakeIndex(_Server):
         return json.dumps({"meta": meta or {"api-version": "1.1"}, "name": "torch-npu", "files": files}).encode()
 
     def build_page(self) -> bytes:
-        m, e, cm = self.mode, self.entry, {"core-metadata": True}
+        e: Callable[..., dict] = self.entry  # given fields of the wrong type on purpose (the hostile pages)
+        m, cm = self.mode, {"core-metadata": True}
         n = wheel_name()
         pages = {
             "ok": lambda: self.page([e(n, **cm)]),

@@ -474,7 +474,7 @@ def hangs_memory() -> List[Case]:
         _file(ctx, "images.json", json.dumps({"cann": [{"tags": ["1-" + "a-" * 3000 + "1"]}]}))
         return ["releases", "cann", "--table", "table.md", "--images", "images.json"]
 
-    def root_with(path: str, make: Callable[[Path], None], command: str = "host", **host):
+    def root_with(path: str, make: Callable[[Path], object], command: str = "host", **host):
         def setup(ctx):
             root = fx.host_root(ctx.dir / "root", **host)
             target = root / path
@@ -500,6 +500,10 @@ def hangs_memory() -> List[Case]:
             [("cannot import name " * 216)[:4085]] * 30),
         "120000 newlines": "\n" * 120_000,
     }
+
+    def explain(text: str) -> Callable[[Ctx], List[str]]:
+        return lambda ctx: ["explain", text, "--root", str(ctx.shared.root_ok)]
+
     two_gib = 2 << 30
     cases = [
         Case(H, "render --check: out/<cell>/errors.json -> /dev/zero (was FAIL)",
@@ -534,7 +538,7 @@ def hangs_memory() -> List[Case]:
         Case(H, "host: driver/version.info -> /dev/zero (out of --root)", root_with(fx.DRIVER, zero), (0,)),
         Case(H, "host: driver/version.info is a 2 GiB sparse file",
              root_with(fx.DRIVER, lambda p: fx.sparse(p, 2 << 30)), (0,), memory=two_gib),
-        *[Case(H, f"explain {label}", lambda ctx, t=text: ["explain", t, "--root", str(ctx.shared.root_ok)], (0, 1))
+        *[Case(H, f"explain {label}", explain(text), (0, 1))
           for label, text in explain_texts.items()],
         Case(H, "pull: manifest announced as 8 GiB", pull("huge_announced"), (1,)),
         Case(H, "pull: tag list body never ends", pull("endless_body"), (1,)),
@@ -554,7 +558,7 @@ def hangs_memory() -> List[Case]:
 def tracebacks() -> List[Case]:
     T = "traceback"
 
-    def render_out(out, check=False, prepare: Optional[Callable[[Ctx], None]] = None):
+    def render_out(out, check=False, prepare: Optional[Callable[[Ctx], object]] = None):
         def setup(ctx):
             if prepare:
                 prepare(ctx)

@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 from builder import vocabulary
-from builder.images import lock
+from tests.support import locks
 
 CELL_ID = "cann7.0.rc1-910b-ubuntu22.04-py3.9-torch_npu2.1.0rc1-aarch64"
 ARM64_BASE = "local/debian:11-arm64"
@@ -78,7 +78,7 @@ def test_the_mission_closure_as_an_arm64_twin_under_qemu(engine, registry, tmp_p
         assert report["base_image"]["id"] == engine.image_id(ARM64_BASE)
 
         # the closure is the cell's lock (minus torch_npu), in an arm64 userland
-        locked = {e.name: e.version for e in lock.read(REPO_ROOT / "dockerfiles" / CELL_ID).without("torch-npu")}
+        locked = {e.name: e.version for e in locks.read(REPO_ROOT / "dockerfiles" / CELL_ID).without("torch-npu")}
         versions_tier = next(t for t in out["tiers"] if t["name"] == "versions")
         installed = dict(versions_tier["details"]["distributions"])
         assert installed.pop("pkg-resources", "0.0.0") == "0.0.0"  # Debian 11's venv leaves this record, no package

@@ -25,7 +25,7 @@ import zipfile
 from dataclasses import replace
 from hashlib import sha256
 from pathlib import Path
-from typing import Dict, Optional
+from typing import Dict, List, Optional
 
 import pytest
 
@@ -104,7 +104,7 @@ CELL_80 = {"name": "synthetic-80", "os": "debian12", "env": "venv", "arch": "x86
 
 @pytest.fixture
 def built(engine, base_image):
-    images = []
+    images: List[str] = []
     yield images
     for image in images:
         engine.remove(image, force=True)

@@ -11,6 +11,7 @@ import doctest
 import hashlib
 import re
 from pathlib import Path
+from typing import Dict, List
 
 import pytest
 from typer.testing import CliRunner
@@ -420,8 +421,9 @@ class _NoCondaChecksum:
 def test_conda_installer_without_sha256(tmp_path):
     path, lines = write_cells(tmp_path, dict(VALID, env="conda"))
     kb = _NoCondaChecksum(knowledge.load())
-    name = installers.conda_installer(kb, "x86_64").filename
-    assert installers.conda_installer(kb, "x86_64").sha256 is None
+    bootstrap = installers.conda_installer(kb, "x86_64")  # type: ignore[arg-type]  # a KnowledgeBase stand-in
+    assert bootstrap is not None and bootstrap.sha256 is None
+    name = bootstrap.filename
     f = only(checks.check(matrix.load(path).cells, kb), "installer-sha256-unknown")
     assert (f.severity, f.field, f.where.line) == ("error", "cells[0].env", lines[(0, "env")])
     assert f.message == f"no verified sha256 for {name} (x86_64)"
@@ -544,10 +546,13 @@ def test_nnal_from_cann_9_1_on_an_os_older_than_glibc_2_38_is_refused(tmp_path):
 def test_nnal_glibc_is_a_warning_where_ascends_own_image_installs_it():
     """The official 9.1.0-beta.3 Ubuntu 22.04 images install NNAL (glibc 2.35): a warning naming them."""
     kb = knowledge.load()
-    needs, source, image = kb.torch_atb_glibc("9.1.0-beta.3", "ubuntu22.04")
+    found = kb.torch_atb_glibc("9.1.0-beta.3", "ubuntu22.04")
+    assert found is not None
+    needs, source, image = found
     assert needs == "2.38" and "ascendtb_0034" in source
     assert image.startswith("Ascend/cann-container-image@fe522a35") and "9.1.0-beta.3-910b-ubuntu22.04" in image
-    assert kb.torch_atb_glibc("9.1.0", "ubuntu22.04")[2] == ""  # no official image of the final release there
+    final = kb.torch_atb_glibc("9.1.0", "ubuntu22.04")
+    assert final is not None and final[2] == ""  # no official image of the final release there
     assert kb.torch_atb_glibc("9.1.0", "openeuler24.03") is None  # glibc 2.38
     assert kb.torch_atb_glibc("9.0.0", "ubuntu22.04") is None
 
@@ -794,7 +799,7 @@ def test_lock_states_become_warnings_on_the_cell():
 # One matrix per rule id (a one- or two-key change of VALID or CANN_7): each must produce that rule.
 A3_LOCAL = dict(VALID, arch="aarch64", chip="a3", cann="8.3.RC1", torch_npu="2.7.1", cann_source={"local": "/srv/cann"},
                 sha256={"unrelated.run": "0" * 64})
-SHAPE_CASES = {
+SHAPE_CASES: Dict[str, List[dict]] = {
     "torch-npu-unpublished": [dict(CANN_7, torch_npu="2.1.0.post5")],
     "torch-mismatch": [dict(CANN_7, torch="2.2.0")],
     "cann-mismatch": [dict(CANN_7, torch_npu="2.4.0")],

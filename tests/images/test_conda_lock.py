@@ -19,7 +19,7 @@ import subprocess
 import tempfile
 from dataclasses import replace
 from pathlib import Path
-from typing import Dict, Sequence
+from typing import Dict, Optional, Sequence
 
 import pytest
 from typer.testing import CliRunner
@@ -32,6 +32,7 @@ from builder.images import conda_lock, lock, matrix, prepare, relock, render, st
 from builder.images.plan import lock_inputs
 from builder.errors import UserError
 from builder.smoke import smoke
+from tests.support import locks
 from tests.support.matrix import CANN_7, SHIPPED_DOCKERFILES, SHIPPED_MATRIX, write_cells
 
 KB = knowledge.load()
@@ -41,7 +42,7 @@ MISSION_ARM = "cann7.0.rc1-910b-ubuntu22.04-py3.9-torch_npu2.1.0rc1-aarch64"
 
 
 def make_package(channel: Path, subdir: str, name: str, version: str, build: str, depends: Sequence[str] = (),
-                 files: Dict[str, str] = None) -> Path:
+                 files: Optional[Dict[str, str]] = None) -> Path:
     """A real conda package (.tar.bz2): info/index.json, paths.json, files, and its payload."""
     import conda_package_handling.api as cph
 
@@ -228,7 +229,8 @@ def test_lock_resolves_the_conda_part_and_check_sees_it_stale_when_the_channel_c
     out = tmp_path / "dockerfiles"
     rows = relock.run([cell], KB, out, resolve=_stub_pip)
     assert [(r.state, r.detail) for r in rows] == [("ok", "1 distributions and 3 conda packages, every one with its sha256")]
-    made = lock.read(out / cell.id)
+    made = locks.read(out / cell.id)
+    assert made.conda is not None
     assert [p.name for p in made.conda.packages] == ["libzz", "python", "pip"] and made.unpinned == ()
     check = CliRunner().invoke(cli.app, ["lock", "--check", "--matrix", str(path), "--out", str(out), "--cell", cell.id])
     assert check.exit_code == 0, check.output
@@ -283,12 +285,14 @@ def test_an_incomplete_conda_part_is_refused_unless_asked(tmp_path, serve_folder
 def test_the_conda_bootstrap_comes_from_a_local_file_or_a_mirror_and_its_failure_names_both(channel, tmp_path):
     _, cell = _cell(tmp_path, channel[1])
     docker = render.render_cell(cell, KB)["Dockerfile"].decode()
-    name = KB.conda_installer("x86_64").filename
+    bootstrap = KB.conda_installer("x86_64")
+    assert bootstrap is not None
+    name = bootstrap.filename
     assert f"installer='/tmp/conda-installer/{name}'" in docker
     assert f'url="${{CONDA_INSTALLER_URL%/}}/{name}"' in docker
     assert (f"could not download Miniforge's installer {name}: put the file in the build context's conda-installer/ "
             "folder (ascend-build image --conda-installer FILE), or set mirrors.conda_installer") in docker
-    assert f"echo '{KB.conda_installer('x86_64').sha256}  '\"$installer\" | sha256sum -c -" in docker
+    assert f"echo '{bootstrap.sha256}  '\"$installer\" | sha256sum -c -" in docker
     assert "export CONDA_INSTALLER_URL=https://mirror.example/miniforge" in stage.buildenv(
         replace(cell, mirrors=(("conda_installer", "https://mirror.example/miniforge"),)), with_ca=False)
     local = tmp_path / "Miniforge-local.sh"
@@ -336,8 +340,9 @@ def test_the_conda_step_refuses_a_layer_where_conda_wrote_the_channels_credentia
 def test_a_stand_in_twin_is_not_held_back_by_the_conda_part_it_does_not_install(tmp_path):
     """`image --twin-os debian11` builds the mission cell's twin in a venv on Debian 11: the
     pip closure only. The shipped lock's incomplete conda part is not that image's."""
-    shipped = lock.read(SHIPPED_DOCKERFILES / MISSION_ARM)
+    shipped = locks.read(SHIPPED_DOCKERFILES / MISSION_ARM)
     cell = next(c for c in matrix.load(SHIPPED_MATRIX).cells if c.id == MISSION_ARM)
+    assert shipped.conda is not None
     assert lock.status(shipped, lock_inputs(cell, KB)) == "incomplete" and not shipped.conda.complete
     stand_in = prepare.prepare(cell, vocabulary.CPU, prepare.Options(locks_dir=SHIPPED_DOCKERFILES, twin_os="debian11"))
     assert stand_in.plan.lock_state == "ok"

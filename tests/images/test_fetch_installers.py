@@ -9,6 +9,7 @@ at that server instead of the release folder's host.
 from __future__ import annotations
 
 import hashlib
+from typing import List
 from dataclasses import replace
 from http.server import BaseHTTPRequestHandler
 
@@ -18,6 +19,7 @@ from tests.support import registry as hr
 from builder import knowledge
 from builder.images import fetch, lock as locking, matrix, plan, relock
 from builder.errors import UserError
+from tests.support import locks
 from tests.support.matrix import REPO, SHIPPED_MATRIX
 
 DEMO = "cann9.1.0-910b-debian12-py3.11-torch_npu2.13.0-x86_64"
@@ -68,8 +70,8 @@ def test_lock_records_each_unhashed_installer_once_and_keeps_it(release_folder):
     def local(url, referer):  # the real fetch, at the loopback copy of the release folder
         return fetch.sha256_of_url(url.replace(published, folder), referer=referer)
 
-    lock = locking.read(REPO / "dockerfiles" / DEMO)
-    said = []
+    lock = locks.read(REPO / "dockerfiles" / DEMO)
+    said: List[str] = []
     made, missing = relock.record_installers(cell, kb, lock, local, said.append)
     assert missing == () and dict(made.installers) == {n: hashlib.sha256(b).hexdigest() for n, b in FILES.items()}
     assert len(seen) == 2 and set(seen) == {kb.download_referer()}
@@ -90,7 +92,7 @@ def test_a_cell_with_nnal_records_its_installer_too(release_folder):
     kb = knowledge.load()
     cell = replace(next(c for c in matrix.load(SHIPPED_MATRIX).cells if c.id == DEMO), nnal=True)
     published = kb.cann_release_folder("9.1.0")
-    lock = locking.read(REPO / "dockerfiles" / DEMO)
+    lock = locks.read(REPO / "dockerfiles" / DEMO)
     made, missing = relock.record_installers(
         cell, kb, lock, lambda url, referer: fetch.sha256_of_url(url.replace(published, folder), referer=referer),
         lambda _: None)

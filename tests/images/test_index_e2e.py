@@ -15,6 +15,7 @@ import sys
 import uuid
 from dataclasses import replace
 from pathlib import Path
+from typing import List
 
 import pytest
 
@@ -101,7 +102,8 @@ def test_an_index_of_two_validated_arches_resolves_per_arch_on_pull_fake_npu(arc
         ("arm64", digests["aarch64"]), ("amd64", digests["x86_64"])]
 
     for arch in ("x86_64", "aarch64"):
-        assert reg.inspect(repository, family(), arch).digest == digests[arch]
+        info = reg.inspect(repository, family(), arch)
+        assert info and info.digest == digests[arch]
         by_tag = {i.tag: i.digest for i in listing(reg, repository, arch)}
         assert by_tag[family()] == digests[arch]
         node = make_node(tmp_path / f"node-{arch}", arch=arch, smi=SMI_910B3)
@@ -169,7 +171,7 @@ def test_an_index_is_refused_when_an_arch_is_missing_or_differs_fake_npu(arch_im
 def test_image_push_indexes_a_cell_once_its_last_arch_is_in_the_registry_fake_npu(arch_images, registry, creds):
     """`image --push` calls `indexes` with its outcomes; the other arch may come from another run."""
     repository, push = arch_images
-    said = []
+    said: List[str] = []
     x86 = pipeline.Outcome(cell_of("x86_64").id, "npu", status="passed")
     x86.digests = {f"{registry.host}/{repository}:{cell_of('x86_64').id}": push("x86_64")}
     assert pipeline.indexes([x86], registry.host, said.append) == []

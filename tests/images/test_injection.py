@@ -19,6 +19,7 @@ import collections
 import dataclasses
 import tempfile
 from pathlib import Path
+from typing import Any, Dict
 
 import pytest
 import yaml
@@ -65,8 +66,8 @@ TOKENS = ("\n", "\r", "$(", "`", "'", '"', "\\", ";", " &&")
 
 def _document(field: str, value: str, where: str):
     """(matrix document, field path of the value) with ``value`` placed in ``field``."""
-    section = {}
-    doc = {"cells": [dict(BASE_CELL)]}
+    section: Dict[str, Any] = {}
+    doc: Dict[str, Any] = {"cells": [dict(BASE_CELL)]}
     if field == "image":
         doc["image"] = value
         return doc, "image"

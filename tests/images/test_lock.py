@@ -19,6 +19,8 @@ from builder import cli, knowledge
 from builder.images import conda_lock, lock, matrix, relock
 from builder.images.plan import lock_inputs
 from builder.errors import UserError
+from tests.support import locks
+from tests.support.locks import entry
 from tests.support.matrix import CANN_7, SHIPPED_DOCKERFILES, SHIPPED_MATRIX, write_cells
 
 KB = knowledge.load()
@@ -45,7 +47,7 @@ def test_text_and_parse_are_each_others_inverse():
     assert lock.Lock.parse(text) == made
     assert "# incomplete: torch==2.1.0+cpu: its index could not be reached\n" in text
     assert "numpy==1.26.4 \\\n    --hash=sha256:" + "a" * 64 + " \\\n    --hash=sha256:" + "b" * 64 + "\n" in text
-    assert made.without("torch").__len__() == 1 and not made.complete and made.entry("NumPy").version == "1.26.4"
+    assert made.without("torch").__len__() == 1 and not made.complete and entry(made, "NumPy").version == "1.26.4"
 
 
 def test_a_damaged_lock_is_refused_naming_the_line():
@@ -137,7 +139,7 @@ def test_every_shipped_cell_has_a_lock_made_from_its_current_inputs():
     rows = relock.check(list(CELLS.values()), KB, SHIPPED_DOCKERFILES)
     assert {r.state for r in rows} <= {"ok", "incomplete"}, [(r.cell, r.state) for r in rows]
     for row in rows:
-        made = lock.read(SHIPPED_DOCKERFILES / row.cell)
+        made = locks.read(SHIPPED_DOCKERFILES / row.cell)
         # what is incomplete is x86_64's torch==X+cpu alone, the PyTorch CPU index being unreachable here
         assert [(e.name, e.version.endswith("+cpu")) for e in made.incomplete] in ([], [("torch", True)]), row.cell
         assert made.entry("torch-npu") and made.entry("pip") and made.entry("numpy"), row.cell
@@ -146,8 +148,8 @@ def test_every_shipped_cell_has_a_lock_made_from_its_current_inputs():
 
 def test_the_mission_cells_numpy_is_below_2_and_protobuf_3_20():
     for cell in (c for c in CELLS.values() if c.cann == "7.0.RC1"):
-        made = lock.read(SHIPPED_DOCKERFILES / cell.id)
-        assert made.entry("numpy").version.startswith("1.") and made.entry("protobuf").version.startswith("3.20.")
+        made = locks.read(SHIPPED_DOCKERFILES / cell.id)
+        assert entry(made, "numpy").version.startswith("1.") and entry(made, "protobuf").version.startswith("3.20.")
 
 
 def test_lock_check_passes_on_the_committed_tree_and_fails_on_a_stale_one(tmp_path, monkeypatch):
@@ -189,15 +191,16 @@ def test_relock_writes_each_cell_and_a_failure_stops_no_other_with_a_stub_resolv
 @pytest.mark.index
 @needs_wheel
 def test_the_demo_cell_resolves_completely_from_the_index_and_the_wheelhouse(tmp_path, monkeypatch):
+    assert TORCH_WHEEL is not None  # needs_wheel
     monkeypatch.setenv("UV_CACHE_DIR", str(tmp_path / "uv-cache"))
     made = lock.resolve(lock_inputs(DEMO, KB), wheelhouse=WHEELHOUSE)
     # uv would unpack the 700 MB torch into its cache on every resolve; nothing is left there
     assert not [p for p in (tmp_path / "uv-cache").rglob("*") if p.is_file()]
     assert made.complete and made.inputs == lock_inputs(DEMO, KB).digest
-    assert made.entry("torch").version == "2.13.0+cpu"
-    assert made.entry("torch").hashes == (sha256(TORCH_WHEEL),)  # the wheel this machine holds, exactly
-    assert made.entry("torch-npu").version == "2.13.0"
-    assert Version(made.entry("protobuf").version) >= Version("4")  # CANN 9.1.0 lifts the 3.20 limit of 9.0.x
+    assert entry(made, "torch").version == "2.13.0+cpu"
+    assert entry(made, "torch").hashes == (sha256(TORCH_WHEEL),)  # the wheel this machine holds, exactly
+    assert entry(made, "torch-npu").version == "2.13.0"
+    assert Version(entry(made, "protobuf").version) >= Version("4")  # CANN 9.1.0 lifts the 3.20 limit of 9.0.x
     assert not [e.name for e in made.entries if e.name.startswith("nvidia-")]
     assert made.resolver.startswith("uv ")
 
@@ -207,24 +210,25 @@ def test_an_unreachable_torch_index_leaves_torch_incomplete_and_no_cuda_package(
     seven = next(c for c in CELLS.values() if c.cann == "7.0.RC1" and c.arch == "x86_64")
     made = lock.resolve(lock_inputs(seven, KB), is_reachable=lambda url: False)
     assert [e.name for e in made.incomplete] == ["torch"]
-    torch = made.entry("torch")
+    torch = entry(made, "torch")
     assert torch.version == "2.1.0+cpu" and "could not be reached" in torch.note
     assert {"sympy", "networkx", "jinja2", "filelock", "fsspec"} <= {e.name for e in made.entries}
     assert not [e.name for e in made.entries if e.name.startswith("nvidia-") or e.name == "triton"]
-    assert made.entry("numpy").version.startswith("1.")
+    assert entry(made, "numpy").version.startswith("1.")
 
 
 @pytest.mark.index
 @needs_wheel
 def test_a_reachable_torch_index_page_completes_torch(tmp_path, serve_folder):
     """A loopback page in the PyTorch CPU index's shape (one project page, #sha256 fragments)."""
+    assert TORCH_WHEEL is not None  # needs_wheel
     (tmp_path / "torch").mkdir()
     (tmp_path / "torch" / TORCH_WHEEL.name).symlink_to(TORCH_WHEEL)
     href = TORCH_WHEEL.name.replace("+", "%2B")
     (tmp_path / "torch" / "index.html").write_text(
         f'<html><body><a href="{href}#sha256={sha256(TORCH_WHEEL)}">{TORCH_WHEEL.name}</a></body></html>')
     made = lock.resolve(replace(lock_inputs(DEMO, KB), torch_index=serve_folder(tmp_path)))
-    assert made.complete and made.entry("torch").hashes == (sha256(TORCH_WHEEL),)
+    assert made.complete and entry(made, "torch").hashes == (sha256(TORCH_WHEEL),)
 
 
 @pytest.mark.index
@@ -234,8 +238,8 @@ def test_locking_again_keeps_what_still_fits():
     first = lock.resolve(inputs, wheelhouse=WHEELHOUSE)
     older = replace(first, entries=tuple(replace(e, version="2.2.6") if e.name == "numpy" else e for e in first.entries))
     again = lock.resolve(inputs, wheelhouse=WHEELHOUSE, previous=older)
-    assert again.entry("numpy").version == "2.2.6"  # uv kept the earlier pin
-    assert again.entry("torch").version == first.entry("torch").version
+    assert entry(again, "numpy").version == "2.2.6"  # uv kept the earlier pin
+    assert entry(again, "torch").version == entry(first, "torch").version
 
 
 @pytest.mark.index
@@ -304,7 +308,7 @@ def test_an_aarch64_cell_from_torch_2_11_locks_the_cpu_build_from_the_cpu_index(
 def test_an_aarch64_2_13_lock_holds_no_cuda_package_and_pypis_cuda_torch_is_refused(tmp_path):
     # the CPU index is not reachable here: torch stays incomplete, its closure without CUDA packages
     made = lock.resolve(lock_inputs(_aarch64_2_13(tmp_path), KB), is_reachable=lambda url: False)
-    assert [e.name for e in made.incomplete] == ["torch"] and made.entry("torch").version == "2.13.0+cpu"
+    assert [e.name for e in made.incomplete] == ["torch"] and entry(made, "torch").version == "2.13.0+cpu"
     assert not [e.name for e in made.entries if e.name.startswith(("nvidia-", "cuda-")) or e.name == "triton"]
     # PyPI's aarch64 torch 2.13.0, as a new user would lock it: its CUDA closure is refused by the lock code
     cuda_twin = replace(lock_inputs(_aarch64_2_13(tmp_path), KB), torch_index="",

@@ -14,7 +14,7 @@ import pytest
 
 from builder.images import matrix
 from builder.errors import Location, UserError
-from tests.support.matrix import VALID, load_text, write_cells
+from tests.support.matrix import VALID, load_text, where, write_cells
 
 
 def _yaml(text: str) -> str:
@@ -87,7 +87,7 @@ def test_arch_and_chip_lists_expand_in_order(tmp_path):
     ]
     assert [(c.arch, c.chip) for c in m.cells[:4]] == [
         ("aarch64", "910b"), ("aarch64", "a3"), ("x86_64", "910b"), ("x86_64", "a3")]
-    assert all(c.where.line == 2 for c in m.cells[:4])
+    assert all(where(c).line == 2 for c in m.cells[:4])
 
 
 def test_a_named_single_cell_keeps_its_name(tmp_path):
@@ -95,7 +95,8 @@ def test_a_named_single_cell_keeps_its_name(tmp_path):
     m = matrix.load(path)
     assert [c.id for c in m.cells] == ["my-cell"]
     assert m.cells[0].ref == "ascend-build/pytorch:my-cell"
-    assert m.cells[0].locate("name")[1].line == lines[(0, "name")] == 2
+    _, named = m.cells[0].locate("name")
+    assert named and named.line == lines[(0, "name")] == 2
 
 
 def test_derived_id():
@@ -194,7 +195,7 @@ def test_schema_error_carries_file_line_column_and_field(tmp_path):
                                    "cells[1].torch_npu = '2.4.0 && rm -rf /' is not a valid version")
     assert "never allowed" in finding.fix
     # the bad cell is dropped, the good one stays
-    assert [c.where.line for c in m.cells] == [7]
+    assert [where(c).line for c in m.cells] == [7]
 
 
 def test_every_schema_error_of_a_file_is_reported_with_its_place(tmp_path):
@@ -214,7 +215,7 @@ def test_every_schema_error_of_a_file_is_reported_with_its_place(tmp_path):
             sha256: {file.run: ABC}
             cann_source: {image: "x:1", local: /srv}
         """))
-    got = [(f.rule, f.field, f.where.line, f.where.column) for f in m.findings]
+    got = [(f.rule, f.field, where(f).line, where(f).column) for f in m.findings]
     assert got == [
         ("schema-value", "defaults.os", 2, 7),
         ("schema-value", "cells[0].chip", 5, 11),
@@ -248,7 +249,7 @@ def test_unknown_key_suggests_the_known_one(tmp_path):
     assert finding.field == "cells[0].torch_nup"
     assert finding.message == "unknown key cells[0].torch_nup"
     assert finding.fix.startswith("did you mean 'torch_npu'? known keys: name, os, arch, chip, cann,")
-    assert (finding.where.line, finding.where.column) == (7, 5)  # the key itself
+    assert (where(finding).line, where(finding).column) == (7, 5)  # the key itself
 
 
 def test_unknown_top_level_key(tmp_path):
@@ -257,7 +258,7 @@ def test_unknown_top_level_key(tmp_path):
         cell:
           - os: ubuntu22.04
         """))
-    rules = [(f.rule, f.field, f.where.line) for f in m.findings]
+    rules = [(f.rule, f.field, where(f).line) for f in m.findings]
     assert rules == [("schema-unknown-key", "cell", 2), ("schema-missing", "cells", 1)]
     assert m.findings[0].message == "unknown top-level key 'cell'"
     assert m.findings[0].fix == "did you mean 'cells'? allowed: image, defaults, cells"
@@ -277,7 +278,7 @@ def test_missing_required_keys_named_with_help(tmp_path):
     assert finding.rule == "schema-missing"
     assert finding.field == "cells[0]"
     assert finding.message == "cells[0] lacks python"  # not torch_npu: without it the cell is CANN-only
-    assert (finding.where.line, finding.where.column) == (4, 5)
+    assert (where(finding).line, where(finding).column) == (4, 5)
     assert 'python: Python version, e.g. "3.10" (quote it)' in finding.fix
 
 
@@ -293,8 +294,8 @@ def test_missing_required_keys_named_with_help(tmp_path):
 def test_shape_errors(tmp_path, text, rule, message):
     m = load_text(tmp_path, text)
     assert (m.findings[0].rule, m.findings[0].message) == (rule, message)
-    assert m.findings[0].where.file == str(tmp_path / "matrix.yaml")
-    assert m.findings[0].where.line >= 1 and m.findings[0].where.column >= 1
+    assert where(m.findings[0]).file == str(tmp_path / "matrix.yaml")
+    assert where(m.findings[0]).line >= 1 and where(m.findings[0]).column >= 1
 
 
 def test_duplicate_key_in_one_mapping_is_refused(tmp_path):
@@ -333,7 +334,7 @@ def test_aliases_are_refused(tmp_path):
               - *shared
             """))
     assert info.value.message == "YAML anchors and aliases are not supported in a matrix"
-    assert info.value.where.file == str(tmp_path / "matrix.yaml")
+    assert where(info.value).file == str(tmp_path / "matrix.yaml")
     assert "defaults" in info.value.fix
 
 
@@ -354,7 +355,7 @@ def test_alias_bomb_is_refused_before_expansion(tmp_path):
     with pytest.raises(UserError) as info:
         load_text(tmp_path, "\n".join(lines) + "\n")
     assert info.value.message == "YAML anchors and aliases are not supported in a matrix"
-    assert info.value.where.line == 1  # refused at the first repeated node, nothing expanded
+    assert where(info.value).line == 1  # refused at the first repeated node, nothing expanded
 
 
 # --- files and folders ------------------------------------------------------------------
@@ -419,7 +420,7 @@ def test_folder_of_several_files(tmp_path):
     (tmp_path / "sub.yaml").mkdir()  # a folder, not a file: ignored
     m = matrix.load(tmp_path)
     assert m.files == [str(tmp_path / "a.yaml"), str(tmp_path / "b.yml")]
-    assert [(c.ref, c.where.file, c.where.line) for c in m.cells] == [
+    assert [(c.ref, where(c).file, where(c).line) for c in m.cells] == [
         ("team/one:cann7.0.rc1-910b-ubuntu22.04-py3.9-torch_npu2.1.0rc1-aarch64", str(tmp_path / "a.yaml"), 3),
         ("ascend-build/pytorch:cann8.0.rc3-910b-ubuntu22.04-py3.10-torch_npu2.4.0-x86_64", str(tmp_path / "b.yml"), 2),
     ]
@@ -429,7 +430,7 @@ def test_findings_of_a_folder_name_their_own_file(tmp_path):
     (tmp_path / "a.yaml").write_text("cells:\n  - {os: ubuntu22.04}\n")
     (tmp_path / "b.yaml").write_text("cells:\n  - os: ubuntu22.04\n    cann: \"8.0.RC3;\"\n")
     m = matrix.load(tmp_path)
-    assert [(f.where.file, f.where.line, f.rule) for f in m.findings] == [
+    assert [(where(f).file, where(f).line, f.rule) for f in m.findings] == [
         (str(tmp_path / "a.yaml"), 2, "schema-missing"),
         (str(tmp_path / "b.yaml"), 3, "schema-value"),
     ]

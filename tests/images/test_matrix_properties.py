@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import itertools
 from pathlib import Path
+from typing import Any, Dict, List
 
 import yaml
 from hypothesis import HealthCheck, event, given, settings
@@ -14,7 +15,7 @@ from hypothesis import strategies as st
 from builder.images import checks, matrix, render
 from builder.errors import UserError
 
-REAL = {  # spellings the knowledge base knows, so some cells get past the schema to the rules
+REAL: Dict[str, List[Any]] = {  # spellings the knowledge base knows, so some cells get past the schema to the rules
     "os": ["ubuntu22.04", "debian12", "openeuler24.03"], "arch": ["x86_64", "aarch64", "arm64"],
     "chip": ["910b", "a3", "310p"], "cann": ["8.0.RC3", "9.1.0", "8.5.0", "7.0.RC1"],
     "python": ["3.9", "3.10", "3.11"], "torch_npu": ["2.4.0", "2.13.0", "2.1.0rc1", "2.8.0.post2"],

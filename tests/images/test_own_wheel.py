@@ -15,6 +15,7 @@ from builder import knowledge
 from builder.images import lock, own_wheel, plan, render, stage
 from builder.errors import UserError
 from tests.support.cann import synthetic_torch_npu_wheel
+from tests.support.locks import entry
 from tests.support.matrix import SHIPPED_MATRIX, all_findings, by_rule, write_cells
 from builder.images import matrix
 
@@ -133,8 +134,8 @@ def test_the_lock_records_exactly_the_wheels_sha256(tmp_path, monkeypatch):
     wheel = synthetic_torch_npu_wheel(tmp_path)
     cell = replace(DEMO, torch_npu_wheel=(str(wheel), sha256(wheel)))
     made = lock.resolve(plan.lock_inputs(cell, knowledge.load()), wheelhouse=wheelhouse)
-    assert made.entry("torch-npu").hashes == (sha256(wheel),)
-    assert made.complete and made.entry("torch").version == "2.13.0+cpu"
+    assert entry(made, "torch-npu").hashes == (sha256(wheel),)
+    assert made.complete and entry(made, "torch").version == "2.13.0+cpu"
     with pytest.raises(UserError, match="not the 0000"):
         lock.resolve(plan.lock_inputs(replace(cell, torch_npu_wheel=(str(wheel), "0" * 64)), knowledge.load()),
                      wheelhouse=wheelhouse)
@@ -236,7 +237,7 @@ def test_the_lock_downloads_a_url_wheel_and_records_its_sha256(tmp_path, wheel_s
     wheel = synthetic_torch_npu_wheel(folder)
     cell = replace(DEMO, torch_npu_wheel=(f"{base}/{wheel.name}", sha256(wheel)))
     made = lock.resolve(plan.lock_inputs(cell, knowledge.load()), wheelhouse=wheelhouse)
-    assert made.entry("torch-npu").hashes == (sha256(wheel),) and made.complete
+    assert entry(made, "torch-npu").hashes == (sha256(wheel),) and made.complete
 
 
 @pytest.mark.engine

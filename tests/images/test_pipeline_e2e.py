@@ -41,9 +41,10 @@ from typing import Dict, List, Optional
 import pytest
 
 from builder.images.prepare import smoke_plan
-from builder.images import lock, matrix, pipeline, render, stage
+from builder.images import matrix, pipeline, render, stage
 from builder import vocabulary
 from builder.errors import UserError
+from tests.support.locks import entry, read as read_lock
 
 TOKEN = uuid.uuid4().hex[:10]
 REPO = f"ascend-build-test/pytorch-{TOKEN}"  # every tag this module makes lives under it
@@ -340,7 +341,7 @@ def test_a_different_numpy_in_the_twin_fails_the_smoke_naming_numpy_and_gets_no_
     floating dependency would). The versions tier compares every distribution with the lock."""
     repo = f"{REPO}-numpy"
     [cell] = matrix.load(write_matrix(tmp_path, repo)).cells
-    locked = lock.read(Path("dockerfiles") / cell.id).entry("numpy").version
+    locked = entry(read_lock(Path("dockerfiles") / cell.id), "numpy").version
     other = "2.3.5" if locked != "2.3.5" else "2.3.4"
     real_render = render.files
 
@@ -369,7 +370,7 @@ def test_a_tampered_hash_in_the_lock_fails_the_build_before_anything_installs(en
                                                                              tmp_path):
     repo = f"{REPO}-tampered"
     [cell] = matrix.load(write_matrix(tmp_path, repo)).cells
-    made = lock.read(Path("dockerfiles") / cell.id)
+    made = read_lock(Path("dockerfiles") / cell.id)
     bad = replace(made, entries=tuple(replace(e, hashes=("0" * 64,)) if e.name == "numpy" else e for e in made.entries))
     locks = tmp_path / "locks"
     (locks / cell.id).mkdir(parents=True)
@@ -389,7 +390,7 @@ def test_a_tampered_hash_in_the_lock_fails_the_build_before_anything_installs(en
 def test_an_incomplete_lock_builds_only_when_asked_and_the_image_says_so(engine, base_image, session_images, tmp_path):
     repo = f"{REPO}-incomplete"
     [cell] = matrix.load(write_matrix(tmp_path, repo)).cells
-    made = lock.read(Path("dockerfiles") / cell.id)
+    made = read_lock(Path("dockerfiles") / cell.id)
     partial = replace(made, entries=tuple(replace(e, hashes=(), note="test: no sha256") if e.name == "torch" else e
                                           for e in made.entries))
     locks = tmp_path / "locks"
@@ -462,14 +463,16 @@ def _interrupt(cmd: List[str], cwd: Path, env: Dict[str, str], ready: "re.Patter
     give the step 3 s to be well under way, then Ctrl-C the group as a terminal would."""
     proc = subprocess.Popen(cmd, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             start_new_session=True)
+    stdout, stderr = proc.stdout, proc.stderr
+    assert stdout is not None and stderr is not None  # both piped
     lines: List[str] = []
     out: List[str] = []
     def read_stderr():
-        for line in proc.stderr:
+        for line in stderr:
             lines.append(line)
 
     readers = [threading.Thread(target=read_stderr, daemon=True),
-               threading.Thread(target=lambda: out.append(proc.stdout.read()), daemon=True)]
+               threading.Thread(target=lambda: out.append(stdout.read()), daemon=True)]
     for t in readers:
         t.start()
     try:
@@ -515,6 +518,7 @@ def test_ctrl_c_leaves_no_tag_no_container_no_temp_tag_no_secret_file(engine, ba
         wheelhouse = tmp_path / "wheels"
         wheelhouse.mkdir()
         wheel = _torch_wheel()
+        assert wheel is not None, "no torch wheel in the wheelhouse"
         try:
             os.link(wheel, wheelhouse / wheel.name)
         except OSError:
@@ -654,7 +658,7 @@ def test_a_hung_smoke_fails_the_image_keeping_seconds_and_report_and_tags_nothin
                             limit=None if by_deadline else 25)
     opts = pipeline.Options(variants=("cpu",), state_dir=tmp_path / "state", base_image=base_image,
                             wheelhouse=WHEELHOUSE, ca_bundle=CA_BUNDLE if CA_BUNDLE.is_file() else None, quiet=True)
-    [out] = pipeline.run([cell], opts, hanging, lambda line: None)
+    [out] = pipeline.run([cell], opts, hanging, lambda line: None)  # type: ignore[arg-type]  # an Engine stand-in whose smoke hangs
     print(f"{ended_by}: build {out.build_seconds:.1f} s, smoke {out.smoke_seconds:.1f} s; {out.message}")
 
     assert out.status == "failed" and out.tags == [] and out.digests == {}, out.message

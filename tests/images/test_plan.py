@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import re
+from typing import Any, Dict
 
 import pytest
 from packaging.requirements import Requirement
@@ -30,8 +31,9 @@ HOME = "/usr/local/Ascend/cann-9.1.0"
 DRIVER = "/usr/local/Ascend/driver/lib64"
 DIGEST = "0123456789abcdef"
 SHIPPED = ("smoke.py", "parsers.py", "error_table.py", "versions.py", "vocabulary.py", "errors.json")
+GUARD_REQUIREMENT = (("ASCEND_REQUIRE_DRIVER", "25.2.RC1"), ("ASCEND_REQUIRE_FIRMWARE", ""))
 DRIVER_GUARD = {"shipped_guard": "driver_guard.py", "guard": "/usr/local/bin/ascend-driver-guard",
-         "requirement": (("ASCEND_REQUIRE_DRIVER", "25.2.RC1"), ("ASCEND_REQUIRE_FIRMWARE", ""))}
+                "requirement": GUARD_REQUIREMENT}
 FIELD_GUIDE_ENV = (("ASCEND_GLOBAL_LOG_LEVEL", "3"), ("HCCL_CONNECT_TIMEOUT", "1800"),
                    ("PYTORCH_NPU_ALLOC_CONF", "expandable_segments:True"))
 LOCK_PATH = "/etc/ascend-build/requirements.lock"
@@ -42,6 +44,11 @@ HASH_LINE = re.compile(r"^    --hash=sha256:[0-9a-f]{64}( \\)?$")
 UNLOCKED_7 = ("attrs", "cython", "numpy<2", "decorator", "sympy", "cffi", "pyyaml", "pathlib2", "psutil",
               "protobuf<3.21,>=3.20", "scipy", "requests", "absl-py", "torch==2.1.0+cpu", "pip", "setuptools<82",
               "wheel")
+
+
+def manifest(*args, **kwargs) -> Dict[str, Any]:
+    """`plan.manifest`, read as the JSON document it is written as."""
+    return plan.manifest(*args, **kwargs)
 
 
 @pytest.fixture(scope="module")
@@ -301,16 +308,16 @@ def test_final_env_is_literal(demo):
         "ASCEND_GLOBAL_LOG_LEVEL": "3",
         "HCCL_CONNECT_TIMEOUT": "1800",
         "PYTORCH_NPU_ALLOC_CONF": "expandable_segments:True",
-        **dict(DRIVER_GUARD["requirement"]),
+        **dict(GUARD_REQUIREMENT),
     }
-    assert plan.final_env(demo, "cpu", knowledge.load()) == {**dict(FIELD_GUIDE_ENV), **dict(DRIVER_GUARD["requirement"])}
+    assert plan.final_env(demo, "cpu", knowledge.load()) == {**dict(FIELD_GUIDE_ENV), **dict(GUARD_REQUIREMENT)}
     tuned = dataclasses.replace(demo, env_vars=(("LD_LIBRARY_PATH", "/opt/mine"),))
     assert plan.final_env(tuned, "npu", knowledge.load())["LD_LIBRARY_PATH"] == "/opt/mine"  # the cell's value wins
-    assert plan.manifest(demo, "npu", DIGEST, knowledge.load())["env"] == plan.final_env(demo, "npu", knowledge.load())
+    assert manifest(demo, "npu", DIGEST, knowledge.load())["env"] == plan.final_env(demo, "npu", knowledge.load())
 
 
 def test_manifest_names_the_twin_by_its_release_tag(demo):
-    npu, cpu = plan.manifest(demo, "npu", DIGEST, knowledge.load()), plan.manifest(demo, "cpu", DIGEST, knowledge.load())
+    npu, cpu = manifest(demo, "npu", DIGEST, knowledge.load()), manifest(demo, "cpu", DIGEST, knowledge.load())
     assert (npu["image"], cpu["image"]) == (f"ascend-build/pytorch:{DEMO}", f"ascend-build/pytorch:{DEMO}-cpu")
     assert (cpu["chip"], cpu["cann_version"], cpu["torch_npu_version"], cpu["min_driver"]) == (None, None, None, None)
     assert (npu["content_hash"], cpu["content_hash"]) == (DIGEST, DIGEST)
@@ -382,7 +389,7 @@ def test_render_writes_what_the_plans_say(demo, demo_lock, kb):
     for variant in vocabulary.VARIANTS:
         p = plan.plan(demo, kb, variant, digest, demo_lock)
         assert files[p.dockerfile] == render.dockerfile(p)
-        assert json.loads(files[p.manifest_file]) == plan.manifest(demo, variant, digest, kb, demo_lock)
+        assert json.loads(files[p.manifest_file]) == manifest(demo, variant, digest, kb, demo_lock)
         for install in p.installs:
             assert files[install.file] == install.text()
     assert files["requirements.lock"] == demo_lock.text().encode()
@@ -596,7 +603,7 @@ def test_the_allocator_default_only_where_torch_npu_takes_it(shipped, demo, cell
     assert plan.env_vars(cell7) == general
     assert plan.plan(cell7, kb, "npu", DIGEST).env_vars == general
     assert "PYTORCH_NPU_ALLOC_CONF" not in plan.final_env(cell7, "npu", knowledge.load())
-    assert "PYTORCH_NPU_ALLOC_CONF" not in plan.manifest(cell7, "cpu", DIGEST, knowledge.load())["env"]
+    assert "PYTORCH_NPU_ALLOC_CONF" not in manifest(cell7, "cpu", DIGEST, knowledge.load())["env"]
     assert "PYTORCH_NPU_ALLOC_CONF" not in _dockerfile(cell7, kb, "npu", None)
     assert plan.env_vars(demo) == FIELD_GUIDE_ENV
     assert 'ENV PYTORCH_NPU_ALLOC_CONF="expandable_segments:True"\n' in _dockerfile(demo, kb, "npu", None)
@@ -609,7 +616,7 @@ def test_the_allocator_default_only_where_torch_npu_takes_it(shipped, demo, cell
         text = _dockerfile(tuned, kb, "npu", None)
         assert [line for line in text.splitlines() if "PYTORCH_NPU_ALLOC_CONF" in line] == \
             ['ENV PYTORCH_NPU_ALLOC_CONF="max_split_size_mb:128"']
-        assert plan.manifest(tuned, "npu", DIGEST, knowledge.load())["env"]["PYTORCH_NPU_ALLOC_CONF"] == "max_split_size_mb:128"
+        assert manifest(tuned, "npu", DIGEST, knowledge.load())["env"]["PYTORCH_NPU_ALLOC_CONF"] == "max_split_size_mb:128"
 
 
 def test_a_cells_allocator_value_from_the_matrix_is_kept(tmp_path, kb):
@@ -628,19 +635,19 @@ def test_a_cells_allocator_value_from_the_matrix_is_kept(tmp_path, kb):
 
 def test_manifest_lock_of_the_npu_image_and_its_twin(demo, demo_lock, cell7, lock7, kb):
     everything = {e.name: e.version for e in demo_lock.entries}
-    npu = plan.manifest(demo, "npu", DIGEST, kb, demo_lock)["lock"]
-    cpu = plan.manifest(demo, "cpu", DIGEST, kb, demo_lock)["lock"]
+    npu = manifest(demo, "npu", DIGEST, kb, demo_lock)["lock"]
+    cpu = manifest(demo, "cpu", DIGEST, kb, demo_lock)["lock"]
     assert npu == {"state": "ok", "file": LOCK_PATH, "distributions": everything, "unverified": []}
     assert cpu == {"state": "ok", "file": LOCK_PATH,
                    "distributions": {k: v for k, v in everything.items() if k != "torch-npu"}, "unverified": []}
     assert (npu["distributions"]["torch-npu"], npu["distributions"]["torch"]) == ("2.13.0", "2.13.0+cpu")
     assert "torch-npu" not in cpu["distributions"] and cpu["distributions"]["torch"] == "2.13.0+cpu"
-    incomplete = plan.manifest(cell7, "cpu", DIGEST, kb, lock7)["lock"]
+    incomplete = manifest(cell7, "cpu", DIGEST, kb, lock7)["lock"]
     assert (incomplete["state"], incomplete["file"], incomplete["unverified"]) == ("incomplete", LOCK_PATH, ["torch"])
     assert incomplete["distributions"]["torch"] == "2.1.0+cpu" and "torch-npu" not in incomplete["distributions"]
-    nothing = {"state": "missing", "file": None, "distributions": {}, "unverified": []}
-    assert plan.manifest(cell7, "npu", DIGEST, kb, None)["lock"] == nothing
-    stale = plan.manifest(cell7, "npu", DIGEST, kb, dataclasses.replace(lock7, inputs="0" * 16))["lock"]
+    nothing: Dict[str, Any] = {"state": "missing", "file": None, "distributions": {}, "unverified": []}
+    assert manifest(cell7, "npu", DIGEST, kb, None)["lock"] == nothing
+    stale = manifest(cell7, "npu", DIGEST, kb, dataclasses.replace(lock7, inputs="0" * 16))["lock"]
     assert stale == dict(nothing, state="stale")
 
 

@@ -19,6 +19,7 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
+from typing import Dict
 
 import pytest
 from typer.testing import CliRunner
@@ -649,16 +650,21 @@ def test_render_all_takes_each_cells_own_lock(shipped, lock7, kb):
     assert _labels(wrong["Dockerfile"].decode())["io.ascend-build.lock"] == "stale"
 
 
+def _expand(value: str, env: Dict[str, str]) -> str:
+    """``value`` with each ``${NAME}`` that ``env`` holds replaced by its value."""
+    return re.sub(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}", lambda m: env.get(m.group(1), m.group(0)), value)
+
+
 def _final_env(dockerfile: str) -> dict:
     """The image's ENV as Docker computes it: each ENV instruction expands ``${NAME}`` with the
     values set before it; a variable the Dockerfile never set (PATH of the base image) stays
     a reference, so such values are told apart."""
-    env = {}
+    env: Dict[str, str] = {}
     for line in dockerfile.splitlines():
         if line.startswith("ENV "):
             before = dict(env)
             for name, value in re.findall(r'([A-Za-z_][A-Za-z0-9_]*)="([^"]*)"', line):
-                env[name] = re.sub(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}", lambda m: before.get(m.group(1), m.group(0)), value)
+                env[name] = _expand(value, before)
     return env
 
 

@@ -99,7 +99,7 @@ def test_push_of_an_image_sealed_already_pushes_it_without_building_or_testing_i
     monkeypatch.setenv("ASCEND_BUILD_REGISTRY_USER", registry.username)
     monkeypatch.setenv("ASCEND_BUILD_REGISTRY_PASSWORD", registry.password)
     said: List[str] = []
-    out = pipeline.build_one(cell, CPU, replace(options, push=registry.host), NoBuild(engine), said.append)
+    out = pipeline.build_one(cell, CPU, replace(options, push=registry.host), NoBuild(engine), said.append)  # type: ignore[arg-type]  # an Engine stand-in that refuses to build
     pushed = f"{registry.host}/{job.ref}"
     assert (out.status, out.image_id, out.tags) == ("passed", sealed.image_id, [job.ref, pushed]), out.message
     assert (out.build_seconds, out.smoke_seconds) == (0.0, 0.0)
@@ -113,7 +113,7 @@ def test_an_image_of_other_inputs_under_the_tag_is_built_again(engine, sealed_se
     seal_as_release(engine, job, options, candidate(), 1.0)
     other = replace(cell, env_vars=(("TEAM", "x"),))  # other inputs: another content hash, the same tag
     with pytest.raises(AssertionError, match="built again"):
-        pipeline.build_one(other, CPU, options, NoBuild(engine), lambda line: None)
+        pipeline.build_one(other, CPU, options, NoBuild(engine), lambda line: None)  # type: ignore[arg-type]  # an Engine stand-in that refuses to build
 
 
 def test_a_sealed_image_whose_report_is_gone_is_built_again(engine, base_image, sealed_setup, tmp_path):
@@ -126,7 +126,7 @@ def test_a_sealed_image_whose_report_is_gone_is_built_again(engine, base_image, 
     engine.tag(made[-1], job.ref)
     assert pipeline.already_sealed(job, engine) is None
     with pytest.raises(AssertionError, match="built again"):
-        pipeline.build_one(cell, CPU, options, NoBuild(engine), lambda line: None)
+        pipeline.build_one(cell, CPU, options, NoBuild(engine), lambda line: None)  # type: ignore[arg-type]  # an Engine stand-in that refuses to build
 
 
 def test_the_report_reused_is_the_one_the_sealed_image_carries(engine, sealed_setup):
@@ -145,6 +145,6 @@ def test_an_sbom_that_cannot_be_kept_fails_the_image_before_it_is_pushed(engine,
     monkeypatch.setenv("ASCEND_BUILD_REGISTRY_USER", registry.username)
     monkeypatch.setenv("ASCEND_BUILD_REGISTRY_PASSWORD", registry.password)
     (options.state_dir / "sbom").write_text("a file where the sbom folder goes\n")
-    [out] = pipeline.run([cell], replace(options, push=registry.host), NoBuild(engine), lambda line: None)
+    [out] = pipeline.run([cell], replace(options, push=registry.host), NoBuild(engine), lambda line: None)  # type: ignore[arg-type]  # an Engine stand-in that refuses to build
     assert out.status == "error" and "nothing was tagged" in out.message, out.message
     assert engine.image_id(f"{registry.host}/{job.ref}") is None  # neither tagged for the registry nor pushed

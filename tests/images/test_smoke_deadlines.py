@@ -4,6 +4,8 @@ The real hangs are in tests/test_smoke.py (the program) and test_pipeline_e2e.py
 
 from __future__ import annotations
 
+from typing import List
+
 import pytest
 
 from builder import vocabulary
@@ -16,7 +18,8 @@ class _Engine:
     """Answers engine.run with ``result``, or raises RunTimeout with it; records each call."""
 
     def __init__(self, result: RunResult, times_out: bool = False):
-        self.result, self.times_out, self.calls = result, times_out, []
+        self.result, self.times_out = result, times_out
+        self.calls: List[tuple] = []
 
     def run(self, image, command, **kwargs):
         self.calls.append((command, kwargs))
@@ -33,7 +36,7 @@ LOG = ("[smoke] versions ...\n[smoke] versions passed (0.1 s): python 3.11.7, to
 def test_native_runs_keep_the_old_command_and_the_limit_covers_every_deadline(monkeypatch):
     monkeypatch.delenv(pipeline.SCALE_ENV, raising=False)
     engine = _Engine(RunResult(0, '{"schema": 1, "passed": true, "tiers": []}\n', "", 1.0))
-    report, _ = pipeline.smoke(engine, "img", "cpu", vocabulary.TIERS, [], [], (), pipeline.smoke_scale(False))
+    report, _ = pipeline.smoke(engine, "img", "cpu", vocabulary.TIERS, [], [], (), pipeline.smoke_scale(False))  # type: ignore[arg-type]  # an Engine stand-in
     [(command, kwargs)] = engine.calls
     assert "--timeout-scale" not in command  # a -candidate image from before the option still runs
     assert kwargs["timeout"] == pipeline.engine_timeout(vocabulary.TIERS, 1.0) == sum(
@@ -45,7 +48,7 @@ def test_under_qemu_every_deadline_and_the_limit_are_scaled(monkeypatch):
     monkeypatch.setenv(pipeline.SCALE_ENV, "2")
     assert pipeline.smoke_scale(True) == 2 * pipeline.EMULATED_SCALE and pipeline.smoke_scale(False) == 2
     engine = _Engine(RunResult(0, '{"tiers": []}', "", 1.0))
-    pipeline.smoke(engine, "img", "cpu", ("versions", "train"), [], [], ("--steps", "4"), 8.0)
+    pipeline.smoke(engine, "img", "cpu", ("versions", "train"), [], [], ("--steps", "4"), 8.0)  # type: ignore[arg-type]  # an Engine stand-in
     [(command, kwargs)] = engine.calls
     assert command[-4:] == ["--steps", "4", "--timeout-scale", "8"]
     assert kwargs["timeout"] == (240 + 180 + 120) * 8 + pipeline.ENGINE_MARGIN_SECONDS
@@ -61,7 +64,7 @@ def test_a_bad_scale_is_a_usage_error(monkeypatch, value):
 def test_killed_by_the_engine_the_report_is_a_failed_one_with_the_tiers_it_logged(monkeypatch):
     monkeypatch.delenv(pipeline.SCALE_ENV, raising=False)
     engine = _Engine(RunResult(-1, "", LOG, 300.4), times_out=True)
-    report, seconds = pipeline.smoke(engine, "img", "cpu", vocabulary.TIERS, [], [])
+    report, seconds = pipeline.smoke(engine, "img", "cpu", vocabulary.TIERS, [], [])  # type: ignore[arg-type]  # an Engine stand-in
     assert seconds == 300.4 and report["passed"] is False and report["exit_code"] == -1
     assert [(t["name"], t["status"], t["seconds"]) for t in report["tiers"]] == [
         ("versions", "passed", 0.1), ("import", "failed", 12.5), ("smoke", "failed", 300.4)]

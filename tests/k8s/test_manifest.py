@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import replace
+from typing import Any, Dict
 
 import kubernetes_validate
 import pytest
@@ -21,7 +22,7 @@ IMAGE = f"127.0.0.1:5000/ascend-build/pytorch@{DIGEST}"
 
 def spec_for(min_driver: str, npus: int = 8, path=POOL_910B, chip=None, **over) -> pod.PodSpec:
     found = pool.read_pool(path.read_text(), path.name, chip)
-    fields = dict(image=IMAGE, chip=found.node.chip, arch=found.node.arch, npus=npus,
+    fields: Dict[str, Any] = dict(image=IMAGE, chip=found.node.chip, arch=found.node.arch, npus=npus,
                   command=("torchrun", "--nproc_per_node", str(npus), "train.py"), min_driver=min_driver,
                   chip_values=found.chip_values, drivers=found.drivers)
     fields.update(over)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-from typing import Dict
+from typing import Dict, List
 
 import pytest
 
@@ -214,8 +214,8 @@ HOST_910B = HostInfo(arch="aarch64", driver="24.1.rc3", firmware="7.5.0.1.129", 
 
 
 def test_image_checks_all_ok():
-    kb = knowledge.load()
-    assert kb.torch_npu("2.4.0").cann == "8.0.RC3"  # the fixture's own premise
+    release = knowledge.load().torch_npu("2.4.0")
+    assert release and release.cann == "8.0.RC3"  # the fixture's own premise
     checks = doctor.image_checks(NPU_LABELS, NPU_FACTS, HOST_910B)
     bad = [c for c in checks if c.status != OK]
     assert bad == []
@@ -238,7 +238,8 @@ def test_image_needs_a_newer_driver():
 def test_image_min_driver_from_the_knowledge_base_without_labels():
     facts = dict(NPU_FACTS, cann=[{"path": "x", "version": "8.0.RC3"}])
     c = by_name(doctor.image_checks({}, facts, HostInfo(driver="23.0.3")), "image: driver vs CANN")
-    assert c.status == FAIL and knowledge.load().min_driver("8.0.RC3") in c.detail
+    driver = knowledge.load().min_driver("8.0.RC3")
+    assert driver and c.status == FAIL and driver in c.detail
 
 
 def test_image_torch_npu_cann_mismatch_uses_the_explain_fix():
@@ -348,7 +349,8 @@ class FakeEngine:
     """labels() and run() as builder.engine.Engine has them; run executes the program locally."""
 
     def __init__(self, labels: Dict[str, str], fail: str = ""):
-        self._labels, self.fail, self.calls = labels, fail, []
+        self._labels, self.fail = labels, fail
+        self.calls: List[tuple] = []
 
     def labels(self, ref):
         return dict(self._labels)

@@ -198,7 +198,9 @@ def hdk_texts(draw) -> str:
 def test_the_guard_and_the_schedulers_ordinal_selection_agree(node_driver, need):
     """A node the `k8s job` affinity admits (ordinal > ordinal(minimum) - 1) is one the guard lets
     run, and the other way round: the two ends decide "driver at least the minimum" alike."""
-    admitted = versions.driver_ordinal(node_driver) > versions.driver_ordinal(versions.minimum("hdk", need)) - 1
+    minimum = versions.minimum("hdk", need)
+    assert minimum is not None, need
+    admitted = versions.driver_ordinal(node_driver) > versions.driver_ordinal(minimum) - 1
     runs = guard.decide({"ASCEND_REQUIRE_DRIVER": need}, info(node_driver), None, TABLE).run
     assert admitted is runs
 

@@ -162,7 +162,8 @@ def test_atb_undefined_symbol_names_the_pairings():
     labels = {"io.ascend-build.torch-npu": "2.4.0", "io.ascend-build.cann": "8.0.RC2"}
     [m] = ex.explain(REAL["torch-npu-cann-mismatch"][0], HostInfo(), labels)
     kb = knowledge.load()
-    assert f"pairs with CANN {kb.torch_npu('2.4.0').cann}" in m.fix
+    release = kb.torch_npu("2.4.0")
+    assert release and f"pairs with CANN {release.cann}" in m.fix
     assert "the image has CANN 8.0.RC2" in m.fix
     paired = [r.version for r in kb.torch_npu_for_cann("8.0.RC2")]
     assert paired and all(v in m.fix for v in paired)

@@ -43,7 +43,7 @@ def test_full_node_from_the_real_samples(tmp_path):
     assert info.firmware == "7.5.0.1.129"
     assert info.firmware_drv_ranges == [["23.0.0", "23.0.0."], ["24.0", "24.0."], ["24.1", "24.1."]]
     assert info.devices == list(range(8))
-    assert info.cann == "8.0.0" and info.cann_file.endswith("latest/version.cfg")
+    assert info.cann == "8.0.0" and info.cann_file and info.cann_file.endswith("latest/version.cfg")
     assert info.arch == "aarch64"
     assert info.shm_bytes and info.shm_bytes > 0
     assert info.problems == []
@@ -149,7 +149,9 @@ def test_toolkit_install_info_of_cann_8_5_layout(tmp_path):
 def test_every_observed_toolkit_install_info(tmp_path, line):
     make_node(tmp_path, cann_cfg=None)
     text = "\n".join(line.split(" ")) + "\n"
-    want = re.search(r"version=(\S+)", line).group(1)
+    found = re.search(r"version=(\S+)", line)
+    assert found, line
+    want = found.group(1)
     write(tmp_path / "usr/local/Ascend/ascend-toolkit/latest/aarch64-linux/ascend_toolkit_install.info", text)
     assert probe(tmp_path, run_npu_smi=False).cann == want
 

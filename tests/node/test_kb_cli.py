@@ -23,7 +23,9 @@ def test_kb_alone_lists_the_cann_and_torch_npu_releases_and_the_chips():
     assert done.returncode == 0, done.stderr
     kb_data = knowledge.load()
     text = done.stdout
-    listed = re.search(r"^cann_releases: (.*?)^torch_npu_releases:", text, re.S | re.M).group(1)
+    found = re.search(r"^cann_releases: (.*?)^torch_npu_releases:", text, re.S | re.M)
+    assert found, text
+    listed = found.group(1)
     assert [v.strip() for v in listed.replace("\n", " ").split(",")] == kb_data.cann_releases()
     assert "2.4.0" in text.split("torch_npu_releases:")[1].split("chips:")[0]
     assert re.search(r"^  a3    8\.1\.RC1$", text, re.M)  # the chips as a table, with their first CANN

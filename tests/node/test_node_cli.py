@@ -256,7 +256,7 @@ def test_a_tag_moved_between_listing_and_pull_still_pulls_what_was_checked_fake_
     reg = Registry(registry.host, registry.username, registry.password)
     node = Node(arch="x86_64", chip="910b", driver="24.1.rc3", firmware="7.5.0.1.129")
     best, _ = choose(listing(reg, repository, node.arch), node, Wanted(cann="8.0.RC3"))
-    assert best.tag == "fits"
+    assert best and best.tag == "fits"
     # Someone re-pushes the tag with another image between the choice and the pull.
     other = labelled(dict(pipeline_labels(cell_8_0_rc3()), **{"io.ascend-build.content-hash": "0" * 16}))
     moved_ref = f"{registry.host}/{repository}:fits"

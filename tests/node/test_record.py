@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any, Dict
 
 import pytest
 
@@ -14,7 +15,7 @@ from tests.support.node import SMI_910B3, make_node, write
 
 GUIDE_EXAMPLE = ["model=qwen2.5-27b", "train_mode=lora", "seq_len=4096", "batch_size=8",
                  "learning_rate=3e-5", "world_size=8"]
-MANIFEST = {
+MANIFEST: Dict[str, Any] = {
     "schema": 1, "framework": "pytorch", "cell": "cann8.0.rc3-910b-ubuntu22.04-py3.10-torch_npu2.4.0-aarch64",
     "variant": "npu", "image": "ascend-build/pytorch:cann8.0.rc3-910b-ubuntu22.04-py3.10-torch_npu2.4.0-aarch64",
     "os": "ubuntu22.04", "arch": "aarch64", "chip": "910b", "python_version": "3.10", "torch_version": "2.4.0",

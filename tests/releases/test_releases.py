@@ -203,9 +203,9 @@ def _handler(index: Index):
                 return self._page()
             m = re.fullmatch(r"/files/([^/]+?)(\.metadata)?", path)
             f = index.files.get(m.group(1)) if m else None
-            if f is None or (m.group(2) and (f.metadata is None or not f.metadata_served)):
+            if m is None or f is None or (m.group(2) and (f.metadata is None or not f.metadata_served)):
                 return self._send(404, "text/plain", b"not found")
-            if m.group(2):
+            if m.group(2) and f.metadata is not None:  # (not None: refused above)
                 return self._send(200, "application/octet-stream", f.metadata)
             return self._file(f.body)
 
@@ -501,7 +501,8 @@ def test_write_inserts_in_version_order(serve, compat_copy):
     assert listed[at - 1: at + 2] == ["2.8.0.post5", "2.8.0.post6", "2.9.0rc1"]
     text = compat_copy.read_text()
     assert text.index("  - version: 2.8.0.post6\n") < text.index("  - version: 2.9.0rc1\n")
-    assert kb_of(compat_copy).torch_npu("2.8.0.post6").python == {"x86_64": ("3.11",)}
+    release = kb_of(compat_copy).torch_npu("2.8.0.post6")
+    assert release and release.python == {"x86_64": ("3.11",)}
 
 
 def test_a_failed_verification_restores_the_original_bytes(serve, compat_copy, monkeypatch):
@@ -905,6 +906,7 @@ def test_a_knowledge_base_copy_with_an_absurdly_long_version_is_refused_and_left
                                                                                            version, why):
     text = compat_copy.read_text()
     first = re.search(r"^  - version: (\S+)$", text, re.M)
+    assert first
     compat_copy.write_text(text.replace(first.group(0), "  - version: " + version, 1))
     before = compat_copy.read_bytes()
     result = releases.check(serve().url, timeout=5)

@@ -28,7 +28,7 @@ import threading
 import time
 from collections import Counter
 from pathlib import Path
-from typing import Dict, Iterator, List, Optional, Sequence, Tuple
+from typing import IO, Dict, Iterator, List, Optional, Sequence, Tuple, Union
 
 CLI = Path(sys.executable).with_name("ascend-build")
 
@@ -68,7 +68,7 @@ class FaultProxy:
         self.host = f"127.0.0.1:{self.server.server_port}"
         threading.Thread(target=self.server.serve_forever, daemon=True).start()
 
-    def plan(self, method: str, pattern: str, faults: List[str] = (), always: str = "") -> None:
+    def plan(self, method: str, pattern: str, faults: Sequence[str] = (), always: str = "") -> None:
         """Faults for the requests from now on (the Nth after this call gets ``faults[N-1]``)."""
         compiled = re.compile(pattern)
         with self.lock:
@@ -208,20 +208,22 @@ class Killable:
     """The real CLI (``argv`` after the program name) in a session of its own; its stderr
     lines are collected as they come (``lines``), its stdout kept whole."""
 
-    def __init__(self, argv: Sequence[str], cwd: Path, env: Optional[Dict[str, str]] = None):
+    def __init__(self, argv: Sequence[Union[str, "os.PathLike[str]"]], cwd: Path, env: Optional[Dict[str, str]] = None):
         self.started = time.monotonic()
         self.proc = subprocess.Popen([str(CLI), *map(str, argv)], cwd=cwd, env=env, stdin=subprocess.DEVNULL,
                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                                      start_new_session=True)
+        out, err = self.proc.stdout, self.proc.stderr
+        assert out is not None and err is not None  # both piped
         self.lines: List[str] = []
         self.out: List[str] = []
-        self.readers = [threading.Thread(target=self._read_err, daemon=True),
-                        threading.Thread(target=lambda: self.out.append(self.proc.stdout.read()), daemon=True)]
+        self.readers = [threading.Thread(target=self._read_err, args=(err,), daemon=True),
+                        threading.Thread(target=lambda: self.out.append(out.read()), daemon=True)]
         for reader in self.readers:
             reader.start()
 
-    def _read_err(self) -> None:
-        for line in self.proc.stderr:
+    def _read_err(self, err: IO[str]) -> None:
+        for line in err:
             self.lines.append(line)
 
     def wait_for(self, pattern: str, timeout: float = 900) -> bool:

@@ -7,6 +7,7 @@ import itertools
 import json
 import tempfile
 from pathlib import Path
+from typing import Tuple
 
 from builder import knowledge
 from builder.images import checks, matrix
@@ -22,7 +23,11 @@ def combinations():
     for cell in shipped:
         release = kb.torch_npu(cell.torch_npu)
         for arch, chip in itertools.product(matrix.ARCHS, ("910b", "a3")):
-            pythons = (cell.python,) if cell.env == "venv" else release.python.get(arch, ())
+            if cell.env == "venv":
+                pythons: Tuple[str, ...] = (cell.python,)
+            else:
+                assert release is not None, f"{cell.id}: torch_npu {cell.torch_npu} is not in the knowledge base"
+                pythons = release.python.get(arch, ())
             for python in pythons:
                 key = (cell.cann, cell.torch_npu, cell.os, cell.env, arch, chip, python)
                 if key in seen:
@@ -36,7 +41,9 @@ def combinations():
         path = Path(folder) / "probe.yaml"
         path.write_text(text)
         loaded = matrix.load(path)
-        bad = {f.where.line for f in loaded.findings + checks.check(loaded.cells) if f.severity == "error"}
+        errors = [f for f in loaded.findings + checks.check(loaded.cells) if f.severity == "error"]
+        assert all(f.where for f in errors), [str(f) for f in errors if not f.where]  # each names its cell's line
+        bad = {f.where.line for f in errors if f.where}
     return [key for key, line in zip(out, range(2, 2 + len(out))) if line not in bad]
 
 

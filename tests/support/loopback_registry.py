@@ -48,7 +48,7 @@ def wait_up(proc, port: int, root: Path) -> None:
             return
         except OSError:
             if proc.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"registry did not start: {(root / 'registry.log').read_text()}")
+                raise RuntimeError(f"registry did not start: {(root / 'registry.log').read_text()}") from None
             time.sleep(0.1)
 
 

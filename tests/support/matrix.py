@@ -8,11 +8,13 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
-from typing import Dict, List, Optional, Tuple
+from typing import Dict, List, Optional, Tuple, Union
 
+from builder.errors import Location
 from builder.images import checks, matrix
 
 REPO = Path(__file__).resolve().parents[2]
@@ -88,13 +90,26 @@ def by_rule(findings, rule: str):
     return [f for f in findings if f.rule == rule]
 
 
+def where(item) -> Location:
+    """The location of a cell, a finding or an error, which the test expects to be known."""
+    assert item.where is not None, f"{item} has no location"
+    return item.where
+
+
+def cell_index(field: str) -> int:
+    """The cell a finding's field names: ``cells[3].python`` -> 3."""
+    found = re.match(r"cells\[(\d+)\]", field)
+    assert found, f"{field!r} names no cell"
+    return int(found.group(1))
+
+
 def cli_exe() -> List[str]:
     """The installed `ascend-build` entry point (its real `main`, with its error handling)."""
     exe = Path(sys.executable).with_name("ascend-build")
     return [str(exe)] if exe.exists() else [sys.executable, "-c", "from builder.cli import main; main()"]
 
 
-def run_cli(*args: str, cwd: Optional[Path] = None, timeout: float = 60) -> subprocess.CompletedProcess:
+def run_cli(*args: Union[str, "os.PathLike[str]"], cwd: Optional[Path] = None, timeout: float = 60) -> subprocess.CompletedProcess:
     env = dict(os.environ, COLUMNS="200", NO_COLOR="1")
     return subprocess.run(cli_exe() + [str(a) for a in args], cwd=str(cwd or REPO), env=env,
                           capture_output=True, text=True, timeout=timeout)

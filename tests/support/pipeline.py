@@ -101,7 +101,8 @@ def smoke_containers(engine, release: str) -> List:
 def stream_find(chunks: Iterable[bytes], needles: Iterable[bytes]) -> Set[bytes]:
     """Which ``needles`` occur in a byte stream, without holding it (docker save is > 1 GB)."""
     needles = [n for n in set(needles) if n]
-    keep, found = b"", set()
+    keep = b""
+    found: Set[bytes] = set()
     width = max(len(n) for n in needles) - 1
     for chunk in chunks:
         buf = keep + chunk

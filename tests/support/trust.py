@@ -1,7 +1,8 @@
 """What the trust tests share: keys, tiny images with a sealed twin's labels, pushes, and the four forgeries.
 
 Used by tests/test_trust_e2e.py (`verify`) and tests/test_trust_policy_e2e.py (`pull`, `run`,
-`index` with --trust-key). Fixtures are imported into each test module by name.
+`index` with --trust-key). Its fixtures (`creds`, `keys`, `images`) reach the tests as a pytest
+plugin that tests/conftest.py names (pytest_plugins), not by import.
 
 The forgeries, each under the genuine image's tag, with labels identical to the genuine one's:
 
@@ -20,7 +21,7 @@ import os
 import sys
 from dataclasses import replace
 from pathlib import Path
-from typing import Dict
+from typing import Dict, Optional
 
 import pytest
 
@@ -86,7 +87,8 @@ def images(engine, base_image, tmp_path_factory):
     twin's labels (+ one of its own)."""
     made, twin = [], sealed_twin_labels()
 
-    def build(marker: str, labels: Dict[str, str] = None, base: str = None, platform: str = None) -> str:
+    def build(marker: str, labels: Optional[Dict[str, str]] = None, base: Optional[str] = None,
+              platform: Optional[str] = None) -> str:
         folder = tmp_path_factory.mktemp("ctx")
         (folder / "Dockerfile").write_text(f"FROM {base or base_image}\n")
         image = engine.build(folder, labels={**(labels or twin), "test.marker": marker},
@@ -114,7 +116,7 @@ def attest_as(registry, repo: str, tag: str, digest: str, key_file: Path, cell_i
 
 
 def forge(kind: str, engine, registry, images, repo: str, genuine: str, keys, tag: str = TAG,
-          labels: Dict[str, str] = None, base: str = None, platform: str = None) -> str:
+          labels: Optional[Dict[str, str]] = None, base: Optional[str] = None, platform: Optional[str] = None) -> str:
     """Push forgery ``kind`` (one of FORGERIES) under ``tag``, with the genuine image's labels; its digest."""
     reg = Registry(registry.host)
     forged = push(engine, registry, images(f"forged-{kind}", labels, base, platform), repo, tag)
