@@ -43,7 +43,7 @@ $(TORCH_VENV)/bin/python:
 
 torch-venv: $(TORCH_VENV)/bin/python
 
-# ruff (pyflakes, bugbear) and mypy over builder/, configured in pyproject.toml; both must find nothing.
+# ruff (pyflakes, bugbear) and mypy over builder/, tests/ and benchmarks/, configured in pyproject.toml; both must find nothing.
 lint: setup
 	$(BIN)/ruff check
 	$(BIN)/mypy
