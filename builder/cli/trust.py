@@ -15,6 +15,7 @@ import typer
 from builder.trust import attached, signing, statements
 from builder.registry import split_reference
 from builder.cli.app import JsonOpt, app
+from builder.cli import paths
 
 keys_app = typer.Typer(no_args_is_help=True, help="The team's signing keys (ECDSA P-256, plain PEM).")
 app.add_typer(keys_app, name="keys")
@@ -22,7 +23,7 @@ app.add_typer(keys_app, name="keys")
 
 @keys_app.command("generate")
 def keys_generate_command(
-    folder: Path = typer.Argument(..., metavar="DIR", help="Folder of the new pair (made if missing)."),
+    folder: Path = typer.Argument(..., metavar="DIR", callback=paths.FOLDER, help="Folder of the new pair (made if missing)."),
     name: str = typer.Option("ascend-build", "--name", help="The pair's file name: DIR/NAME.key and DIR/NAME.pub."),
 ) -> None:
     """Make an ECDSA P-256 key pair: DIR/NAME.key (PKCS#8 PEM, mode 0600) signs, DIR/NAME.pub
@@ -84,7 +85,8 @@ def _says(found: attached.Found) -> str:
 def verify_command(
     ref: str = typer.Argument(..., metavar="REGISTRY/REPOSITORY:TAG",
                               help="The image, by tag or @sha256: digest, e.g. 127.0.0.1:5000/ascend-build/pytorch:<cell>-x86_64-cpu"),
-    key: Path = typer.Option(..., "--key", help="The team's public key (the .pub of `ascend-build keys generate`)."),
+    key: Path = typer.Option(..., "--key", callback=paths.FILE,
+                             help="The team's public key (the .pub of `ascend-build keys generate`)."),
     as_json: bool = JsonOpt,
 ) -> None:
     """Check the signed statements attached to an image (cosign's sha256-<digest>.att tag): which
@@ -125,7 +127,8 @@ app.add_typer(policy_app, name="policy")
 
 @policy_app.command("kyverno")
 def policy_kyverno_command(
-    key: Path = typer.Option(..., "--key", help="The team's public key (the .pub of `ascend-build keys generate`)."),
+    key: Path = typer.Option(..., "--key", callback=paths.FILE,
+                             help="The team's public key (the .pub of `ascend-build keys generate`)."),
     images: List[str] = typer.Option(..., "--images", metavar="PATTERN",
                                      help="Image references the policy covers, e.g. 'registry.example/ascend-build/*' "
                                           "(repeatable)."),
