@@ -92,7 +92,9 @@ def verify_command(
     """Check the signed statements attached to an image (cosign's sha256-<digest>.att tag): which
     verify with KEY and are about this very digest, what they say (the smoke test tier by tier,
     the provenance), and why any does not (another key, changed after signing, another image's
-    statement, none attached). Exits 1 unless a validation statement verifies and says passed.
+    statement, none attached). Exits 1 unless a validation statement verifies and says passed, and,
+    when TAG names a cell (<cell>, <cell>-cpu, ...), is about that cell and variant: another
+    cell's image under this tag is refused, naming both (--json: tag_mismatch).
 
     Example: ascend-build verify 127.0.0.1:5000/ascend-build/pytorch:cann9.1.0-910b-debian12-py3.11-torch_npu2.13.0-x86_64-cpu --key team.pub
     """
@@ -106,6 +108,8 @@ def verify_command(
         typer.echo(json.dumps({
             "reference": ref, "digest": result.digest, "tag": result.tag, "key": signing.fingerprint(public),
             "validated": result.validated, "why_not": why,
+            "tag_names": {"cell": result.named[0], "variant": result.named[1]} if result.named else None,
+            "tag_mismatch": result.tag_mismatch(),
             "statements": [{"layer": f.layer, "predicateType": f.predicate_type, "verified": f.checked.ok,
                             "reason": f.checked.reason, "predicate": f.checked.predicate if f.checked.ok else None}
                            for f in result.found]}, indent=2))
@@ -115,8 +119,9 @@ def verify_command(
         for f in result.found:
             typer.echo(f"  {'OK  ' if f.checked.ok else 'FAIL'} {f.predicate_type or '(no predicate type)'}")
             typer.echo(f"         {_says(f) if f.checked.ok else f.checked.reason}")
-        typer.echo("verified: a validation statement about this digest, signed by this key, says passed" if not why
-                   else f"NOT verified: {why}", err=bool(why))
+        about = f", about cell {result.named[0]} ({result.named[1]}) as its tag names" if result.named else ""
+        typer.echo(f"verified: a validation statement about this digest, signed by this key, says passed{about}"
+                   if not why else f"NOT verified: {why}", err=bool(why))
     if why:
         raise typer.Exit(1)
 
