@@ -5,7 +5,7 @@ one layer put by the registry API) with real P-256 signatures: the genuine image
 x86_64 twin, its validation statement signed with the team's key, is also tagged as the aarch64
 twin and as the x86_64 NPU image. `verify` of those tags exits 1 naming the cell the statement is
 about and the one the tag names (in `--json` too); the genuine tag, the digest and a tag naming
-no cell still verify.
+no cell still verify. `run --trust-key` of the lying tag is refused as well.
 """
 
 from __future__ import annotations
@@ -35,12 +35,13 @@ NPU_TAG = CELL_ID                     # the same cell's NPU image
 
 
 def _put_image(registry: Registry, repository: str, tag: str) -> str:
-    """A tiny image (one empty layer, the sealed twin's labels) put under ``tag``; its digest."""
+    """A tiny image (one empty layer, the sealed twin's labels and ``tag`` as its own, so each is another
+    digest) put under ``tag``; its digest."""
     raw = io.BytesIO()
     with tarfile.open(fileobj=raw, mode="w"):
         pass
     layer = gzip.compress(raw.getvalue(), mtime=0)
-    config = json.dumps({"architecture": "amd64", "os": "linux", "config": {"Labels": ht.sealed_twin_labels()},
+    config = json.dumps({"architecture": "amd64", "os": "linux", "config": {"Labels": {**ht.sealed_twin_labels(), "test.marker": tag}},
                          "rootfs": {"type": "layers",
                                     "diff_ids": ["sha256:" + hashlib.sha256(raw.getvalue()).hexdigest()]}}).encode()
     described = []
@@ -122,3 +123,14 @@ def test_a_statement_about_the_tags_cell_beside_another_validates(genuine, regis
     reg.put_manifest(REPO, tag, reg.manifest(REPO, digest).body, OCI_MANIFEST)
     done = verify(registry, creds, keys, f":{tag}", "--json")
     assert done.returncode == 0 and json.loads(done.stdout)["tag_mismatch"] is None, done.stdout
+
+
+def test_run_of_another_cells_tag_is_refused_too(genuine, registry, creds, keys, tmp_path):
+    """`run --trust-key` of a tag checks the statement against the tag as well as the labels: here both
+    agree (the genuine image's), the tag does not. Refused before anything starts (no engine needed)."""
+    ref = f"{registry.host}/{REPO}:{ARM_TAG}"
+    done = subprocess.run([CLI, "run", "--print", "--root", str(tmp_path), "--trust-key", str(keys["team"][1]), ref],
+                          capture_output=True, text=True, timeout=120, env={**os.environ, **creds})
+    assert done.returncode == 1 and done.stdout == "", done.stdout + done.stderr
+    assert done.stderr.startswith(f"error: {ref}: signed validation refused: its validation statement is about cell "
+                                  f"{CELL_ID} (cpu), the tag names cell {ARM_CELL} (cpu)\n"), done.stderr

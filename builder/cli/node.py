@@ -216,6 +216,7 @@ def _verified_ref(image_ref: str, trusted: TrustKey, require: str, insecure: boo
     """``image_ref`` as ``REGISTRY/REPOSITORY@sha256:...`` when its validation statement is trusted; refused
     (UserError) when it is not, unless ``insecure`` (then said loudly, and ``image_ref`` is started as given).
     ``arch``: this node's, whose image of an index is the one checked."""
+    from builder.cell_id import named_by_tag
     from builder.trust import policy
     from builder.registry import split_reference
     from builder.node import doctor
@@ -234,7 +235,8 @@ def _verified_ref(image_ref: str, trusted: TrustKey, require: str, insecure: boo
         if not info.labels and info.architecture.startswith("none of"):
             why = f"it has no image for this node's arch {arch} ({info.architecture})"
         else:
-            why = policy.trusted(registry, repository, info.digest, info.labels, trusted.key, require)
+            named = None if reference.startswith("sha256:") else named_by_tag(reference)
+            why = policy.trusted(registry, repository, info.digest, info.labels, trusted.key, require, named)
         if not why:
             verified = f"{host}/{repository}@{info.digest}"
             typer.echo(f"verified: {verified}: its validation statement verifies with {trusted.path} "
