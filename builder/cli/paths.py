@@ -2,10 +2,12 @@
 
 An option that takes a value takes the next word, whatever it is: ``host --nfd --cdi -``
 gives ``--nfd`` the value ``--cdi`` and would write a file of that name. Every option or
-argument naming a file or folder is declared with one of the callbacks below (``names``), which refuses
-a value that starts with ``-`` (``-`` itself only where the option gives it a meaning,
-standard output or input), before the command does anything. The command `--trust-key`
-is read by `builder.cli.trust_key`, which asks `refusal` the same question.
+argument naming a file or folder is declared with one of the callbacks at the end (made by
+``names``): while the command line is parsed, before the command runs, it refuses a value
+that starts with ``-`` (a usage error, exit 2); ``-`` itself passes only where the option
+gives it a meaning (``--nfd -``: standard output). ``--trust-key`` is read by
+`builder.cli.trust_key`, which asks `refusal` the same question. tests/test_cli_file_options.py
+finds every such option from the CLI and checks it carries one.
 
 Example:
     >>> refusal("--nfd", "--cdi", "file", dash="standard output")
