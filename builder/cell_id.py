@@ -14,9 +14,9 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Optional
+from typing import Optional, Tuple
 
-from builder.vocabulary import ARCHS, CHIPS, CPU, NPU
+from builder.vocabulary import ARCHS, CANDIDATE_SUFFIX, CHIPS, CPU, NPU
 
 
 @dataclass(frozen=True)
@@ -62,4 +62,33 @@ def parse_id(text: str) -> Optional[CellId]:
     return CellId(cann, m["chip"], m["os"], m["python"], m["torch_npu"] or "", m["arch"], CPU if m["cpu"] else NPU)
 
 
-__all__ = ["CellId", "parse_id"]
+_STAND_IN = re.compile(r"-" + CPU + r"-on-[a-z]{1,20}[0-9]{1,4}(?:\.[0-9]{1,4})?")  # vocabulary.stand_in_tag's tail
+
+
+def named_by_tag(tag: str) -> Optional[Tuple[str, str]]:
+    """The (cell id, variant) an image tag names: a release tag (``<cell>``, ``<cell>-cpu``), a
+    ``-candidate`` or a stand-in twin's (``<cell>-cpu-on-<os>``); None for a tag that names no
+    derived cell id (``latest``, a matrix's own ``id:``, an index's tag without its arch).
+
+    Examples
+    --------
+    >>> named_by_tag("cann9.1.0-910b-debian12-py3.11-torch_npu2.13.0-x86_64-cpu")
+    ('cann9.1.0-910b-debian12-py3.11-torch_npu2.13.0-x86_64', 'cpu')
+    >>> named_by_tag("cann8.5.0-a3-ubuntu22.04-py3.11-aarch64-cpu-on-debian12")
+    ('cann8.5.0-a3-ubuntu22.04-py3.11-aarch64', 'cpu')
+    >>> named_by_tag("cann8.5.0-a3-ubuntu22.04-py3.11-aarch64-candidate"), named_by_tag("latest")
+    (('cann8.5.0-a3-ubuntu22.04-py3.11-aarch64', 'npu'), None)
+    """
+    text = str(tag).strip().lower()[:200]
+    if text.endswith(CANDIDATE_SUFFIX):
+        text = text[: -len(CANDIDATE_SUFFIX)]
+    stand_in = _STAND_IN.search(text)
+    if stand_in is not None and stand_in.end() == len(text):
+        text = text[: stand_in.start()] + "-" + CPU
+    parsed = parse_id(text)
+    if parsed is None:
+        return None
+    return (text[: -len("-" + CPU)] if parsed.variant == CPU else text), parsed.variant
+
+
+__all__ = ["CellId", "named_by_tag", "parse_id"]

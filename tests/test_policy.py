@@ -78,6 +78,17 @@ def test_a_statement_about_another_cell_or_variant_than_the_labels_refuses():
         verification(predicate()), {**LABELS, Label.VARIANT: NPU})
 
 
+def test_a_statement_about_another_cell_than_the_tag_names_refuses():
+    """`run` of a tag: the labels and the statement agree (both bound to the digest), the tag does not."""
+    arm = CELL[: -len("x86_64")] + "aarch64"
+    assert policy.judge(verification(predicate()), LABELS, named=(arm, CPU)) == (
+        f"its validation statement is about cell {CELL} (cpu), the tag names cell {arm} (cpu)")
+    assert policy.judge(verification(predicate()), LABELS, named=(CELL, NPU)) == (
+        f"its validation statement is about cell {CELL} (cpu), the tag names cell {CELL} (npu)")
+    assert policy.judge(verification(predicate()), LABELS, named=(CELL, CPU)) == ""
+    assert policy.judge(verification(predicate()), LABELS, named=None) == ""  # a digest, or a tag naming no cell
+
+
 def test_unverified_statements_say_why_and_no_key_checks_nothing():
     stranger = ec.generate_private_key(ec.SECP256R1())
     assert "signed by another key" in policy.judge(verification(predicate(), key=stranger), LABELS)

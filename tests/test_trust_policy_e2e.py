@@ -12,7 +12,9 @@ shared with test_trust_e2e.py):
 - forgeries, each pushed under the genuine tag with identical labels (unsigned, statements
   copied from the genuine digest, edited predicate, signed by another key): `pull --trust-key`
   names it refused with the reason (and without a key picks it, as labels allow), `run
-  --trust-key` refuses it unless --insecure (which says so), `index --trust-key` writes nothing.
+  --trust-key` refuses it unless --insecure (which says so), `index --trust-key` writes nothing;
+- a key naming no file (`--trust-key .`, $ASCEND_BUILD_TRUST_KEY set to nothing) before a
+  stranger-signed image: `run --print` and `index` refuse (exit 2), never "no key".
 """
 
 from __future__ import annotations
@@ -159,3 +161,34 @@ def test_forgeries_with_identical_labels_are_refused_by_pull_run_and_index(genui
                      f"$ ascend-build index {registry.host}/{INDEX_REPO}:{INDEX_TAG} --trust-key team.pub\n"
                      f"{index.stderr}")
     print("\n" + "\n".join(shown))
+
+
+@pytest.mark.engine
+def test_a_key_naming_no_file_is_refused_not_switched_off(genuine, creds, keys, registry, engine, images, tmp_path):
+    """A stranger-signed image: `--trust-key .` and $ASCEND_BUILD_TRUST_KEY set to nothing used to mean
+    "no key", and `run --print` printed its docker run (exit 0). Now each is refused, naming the option or
+    variable; `run` and `index` print nothing and write nothing. With no key at all, labels decide, as before."""
+    repo = REPO + "-keyless"
+    forged = ht.push(engine, registry, images("forged-keyless"), repo, TAG)  # the genuine labels, a stranger's statement
+    ht.attest_as(registry, repo, TAG, forged, keys["stranger"][0])
+    ref = f"{registry.host}/{repo}:{TAG}"
+    unset = {k: v for k, v in os.environ.items() if k != "ASCEND_BUILD_TRUST_KEY"}
+    dot = run_print(creds, ref, tmp_path, "--trust-key", ".")
+    empty = subprocess.run([CLI, "run", "--print", "--root", str(tmp_path), ref, "--", "python", "train.py"],
+                           capture_output=True, text=True, timeout=300,
+                           env={**unset, **creds, "ASCEND_BUILD_TRUST_KEY": ""})
+    index = cli(creds, "index", f"{registry.host}/{repo}:{INDEX_TAG}", "--trust-key", ".")
+    print(f"\n$ ascend-build run --print --trust-key . {ref} -- python train.py\n{dot.stderr}"
+          f"$ ASCEND_BUILD_TRUST_KEY= ascend-build run --print {ref} -- python train.py\n{empty.stderr}"
+          f"$ ascend-build index {registry.host}/{repo}:{INDEX_TAG} --trust-key .\n{index.stderr}")
+    for done in (dot, empty, index):
+        assert done.returncode == 2 and done.stdout == "", done.stdout + done.stderr
+    assert dot.stderr.startswith("error: --trust-key '.' is a folder, not the team's public key file\n")
+    assert "or pass --insecure to start the image with no statement checked" in dot.stderr
+    assert empty.stderr.startswith("error: ASCEND_BUILD_TRUST_KEY is set but empty: it names no public key file\n")
+    assert index.stderr.startswith("error: --trust-key '.' is a folder, not the team's public key file\n")
+    assert INDEX_TAG not in Registry(registry.host).tags(repo)
+    # no option and the variable unset: no key, the labels decide (and the docker run names the image as given)
+    keyless = subprocess.run([CLI, "run", "--print", "--root", str(tmp_path), ref, "--", "python", "train.py"],
+                             capture_output=True, text=True, timeout=300, env={**unset, **creds})
+    assert keyless.returncode == 0 and keyless.stdout.rstrip().endswith(f"{ref} python train.py"), keyless.stderr

@@ -16,6 +16,8 @@ import typer
 
 from builder import commands, knowledge, writes
 from builder.images import checks, lock, matrix, relock, render
+from builder.cli import paths
+from builder.cli.trust_key import TrustKeyOpt, trust_key as trust_key_of
 from builder.cli.app import LOCK_DEADLINE, DeadlineOpt, JsonOpt, app, host_arch, interruptible, releases_app, within
 from builder.errors import Finding, UserError
 from builder.vocabulary import release_tag
@@ -30,7 +32,7 @@ def _default(name: str) -> Path:
     return here if here.exists() else REPO_ROOT / name
 
 
-MatrixOpt = typer.Option(None, "--matrix", "-m", help="Matrix file or folder of *.yaml (default: the shipped matrix/).")
+MatrixOpt = typer.Option(None, "--matrix", "-m", callback=paths.FILE_OR_FOLDER, help="Matrix file or folder of *.yaml (default: the shipped matrix/).")
 StrictOpt = typer.Option(False, "--strict", help="Treat warnings as errors.")
 
 
@@ -39,7 +41,7 @@ def _echo_findings(findings: List[Finding]) -> None:
         typer.echo(str(finding), err=True)
 
 
-OutOpt = typer.Option(None, "--out", "-o", help="Folder of the rendered cells and their locks (default: dockerfiles/).")
+OutOpt = typer.Option(None, "--out", "-o", callback=paths.FOLDER, help="Folder of the rendered cells and their locks (default: dockerfiles/).")
 
 
 def _with_flags(command: Callable) -> Callable:
@@ -143,7 +145,8 @@ def lock_command(
     cell: Optional[str] = typer.Option(None, "--cell", help="Only the cell with this id."),
     cann: Optional[str] = typer.Option(None, "--cann", help="Only cells of this CANN release."),
     check: bool = typer.Option(False, "--check", help="Resolve nothing; exit 1 if a lock is missing or stale."),
-    wheelhouse: Optional[Path] = typer.Option(None, "--wheelhouse", help="Folder of wheels the lock may take files from."),
+    wheelhouse: Optional[Path] = typer.Option(None, "--wheelhouse", callback=paths.FOLDER,
+                                              help="Folder of wheels the lock may take files from."),
     index_url: Optional[str] = typer.Option(None, "--index-url", help="Package index to resolve from (default: uv's)."),
     jobs: int = typer.Option(relock.JOBS, "--jobs", "-j", help="Cells resolved at once."),
     deadline: Optional[float] = DeadlineOpt,
@@ -227,7 +230,7 @@ def _progress(quiet: bool):
         yield say
 
 
-SignKeyOpt = typer.Option(None, "--sign-key", metavar="FILE",
+SignKeyOpt = typer.Option(None, "--sign-key", metavar="FILE", callback=paths.FILE,
                           help="The team's private key (ascend-build keys generate; its passphrase in "
                                "ASCEND_BUILD_KEY_PASSPHRASE): sign and attach statements to what is pushed.")
 
@@ -262,13 +265,14 @@ def image_command(
                                           help="Build the CPU twins on this OS (venv, its python3) when the cell's own OS "
                                                "or conda cannot be had here: same arch, Python and lock; tagged "
                                                "<cell>-cpu-on-<os>, labelled as a stand-in."),
-    wheelhouse: Optional[Path] = typer.Option(None, "--wheelhouse", help="Folder of wheels preferred over the index."),
-    conda_installer: Optional[Path] = typer.Option(None, "--conda-installer", exists=True, dir_okay=False,
+    wheelhouse: Optional[Path] = typer.Option(None, "--wheelhouse", callback=paths.FOLDER,
+                                              help="Folder of wheels preferred over the index."),
+    conda_installer: Optional[Path] = typer.Option(None, "--conda-installer", callback=paths.EXISTING_FILE,
                                                    help="Miniforge's installer as a local file (air-gapped sites): "
                                                         "used instead of downloading it; its sha256 is still checked."),
-    ca_bundle: Optional[Path] = typer.Option(None, "--ca-bundle",
+    ca_bundle: Optional[Path] = typer.Option(None, "--ca-bundle", callback=paths.FILE,
                                              help="CA bundle for TLS-intercepting proxies (default: the host's)."),
-    state_dir: Path = typer.Option(Path(".state"), "--state-dir", help="Logs, reports and contexts go here."),
+    state_dir: Path = typer.Option(Path(".state"), "--state-dir", callback=paths.FOLDER, help="Logs, reports and contexts go here."),
     allow_incomplete_lock: bool = typer.Option(False, "--allow-incomplete-lock",
                                                help="Build a cell whose lock is missing, stale or lacks a sha256, "
                                                     "installing those entries unverified (the image's labels say so)."),
@@ -322,7 +326,7 @@ def promote_command(
     devices_opt: Optional[str] = typer.Option(None, "--devices", help="NPU devices to use, e.g. 0,1."),
     push: Optional[str] = typer.Option(None, "--push", help="Push the sealed image to this registry."),
     sign_key: Optional[Path] = SignKeyOpt,
-    state_dir: Path = typer.Option(Path(".state"), "--state-dir"),
+    state_dir: Path = typer.Option(Path(".state"), "--state-dir", callback=paths.FOLDER),
     as_json: bool = JsonOpt,
 ) -> None:
     """Run the device tiers of a -candidate image on this NPU host; seal and tag it if they pass.
@@ -345,9 +349,7 @@ def index_command(
     ref: str = typer.Argument(..., metavar="REGISTRY/REPOSITORY:CELL",
                               help="The cell's tag without its arch (add -cpu for the twins), e.g. "
                                    "127.0.0.1:5000/ascend-build/pytorch:cann7.0.rc1-910b-ubuntu22.04-py3.9-torch_npu2.1.0rc1"),
-    trust_key: Optional[Path] = typer.Option(
-        None, "--trust-key", envvar="ASCEND_BUILD_TRUST_KEY", metavar="FILE",
-        help="The team's public key (.pub): each arch's image must carry a validation statement that verifies with it."),
+    trust_key: Optional[str] = TrustKeyOpt,
     require: str = typer.Option("any", "--require", metavar="any|npu-host",
                                 help="What each arch's verified statement must say of where the smoke test ran: any "
                                      "(default) or npu-host."),
@@ -367,6 +369,7 @@ def index_command(
     from builder.images import pipeline, publish
     from builder.registry import Registry
 
+    key = trust_key_of(trust_key).key
     host, _, rest = ref.partition("/")
     repository, _, tag = rest.rpartition(":")
     if not host or not repository or not tag or "@" in ref:
@@ -377,10 +380,9 @@ def index_command(
     if one_arch is not None:
         raise UserError(f"{tag!r} names one arch; the index goes under the cell's tag without its arch", exit_code=2,
                         fix=f"drop the arch: {host}/{repository}:{publish.index_tag(*one_arch)}")
-    from builder.trust import policy, signing
+    from builder.trust import policy
 
     policy.check_requirement(require)
-    key = signing.load_public(trust_key) if trust_key is not None and str(trust_key) not in ("", ".") else None
     registry = Registry(host)
 
     def trust(image) -> str:
@@ -431,7 +433,7 @@ def _summary(outcomes, as_json: bool, index: bool = False) -> None:
 def ci_matrix_command(
     changed_since: Optional[str] = typer.Option(None, "--changed-since", metavar="REF",
                                                 help="Only cells whose rendered context differs from REF's."),
-    runners: Optional[Path] = typer.Option(None, "--runners", help="YAML/JSON file of runner labels."),
+    runners: Optional[Path] = typer.Option(None, "--runners", callback=paths.FILE, help="YAML/JSON file of runner labels."),
     matrix_path: Optional[Path] = MatrixOpt,
 ) -> None:
     """Print the GitHub Actions strategy.matrix of the cells to (re)build.
@@ -477,15 +479,17 @@ def releases_check_command(
 
 @releases_app.command("cann")
 def releases_cann_command(
-    table: str = typer.Option(..., "--table", envvar="ASCEND_BUILD_COMPAT_TABLE",
+    table: str = typer.Option(..., "--table", envvar="ASCEND_BUILD_COMPAT_TABLE", callback=paths.URL_OR_FILE,
                               help="Ascend/pytorch's COMPATIBILITY.en.md: a URL or a file."),
-    images: Optional[str] = typer.Option(None, "--images", envvar="ASCEND_BUILD_IMAGE_MATRIX",
+    images: Optional[str] = typer.Option(None, "--images", envvar="ASCEND_BUILD_IMAGE_MATRIX", callback=paths.URL_OR_FILE,
                                          help="The official CANN images' build_cann_arg.json, or a listing of their "
                                               "cann/<tag>/Dockerfile paths: a URL or a file."),
     notes: Optional[str] = typer.Option(None, "--release-notes", envvar="ASCEND_BUILD_RELEASE_NOTES",
+                                        callback=paths.URL_OR_FILE,
                                         help="A listing of cann/release-management's files (<version>/release-notes.md "
                                              "per line): a URL or a file."),
-    out: Optional[Path] = typer.Option(None, "--out", help="Also write the proposal to this file."),
+    out: Optional[Path] = typer.Option(None, "--out", callback=paths.FILE,
+                                         help="Also write the proposal to this file."),
     deadline: Optional[float] = DeadlineOpt,
 ) -> None:
     """Propose what Ascend's compatibility table and the official CANN images name and the knowledge

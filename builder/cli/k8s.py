@@ -11,7 +11,9 @@ from typing import Optional
 import typer
 
 from builder.cli.app import DeadlineOpt, app, host_arch, within
-from builder.cli.node import RequireOpt, RootOpt, TrustKeyOpt, _trust_key, how_chosen
+from builder.cli.node import RequireOpt, RootOpt, how_chosen
+from builder.cli import paths
+from builder.cli.trust_key import TrustKeyOpt, trust_key as decide_trust_key
 from builder.errors import UserError
 from builder.vocabulary import DEFAULT_IMAGE, Label
 
@@ -28,7 +30,7 @@ def job_command(
     cann: Optional[str] = typer.Option(None, "--cann", help="The CANN release wanted, e.g. 8.0.RC3."),
     npus: int = typer.Option(..., "--npus", help="NPUs per pod (the device plugin's resource, limits = requests)."),
     chip: Optional[str] = typer.Option(None, "--chip", help="Run on this chip's nodes of --nodes only (910b, a3, ...)."),
-    nodes: Optional[Path] = typer.Option(None, "--nodes", metavar="FILE",
+    nodes: Optional[Path] = typer.Option(None, "--nodes", metavar="FILE", callback=paths.FILE,
                                          help="`kubectl get nodes -o json` output: the pool (default: this host)."),
     kind: str = typer.Option("job", "--kind", metavar="job|volcano",
                              help="A batch/v1 Job (one pod), or a Volcano Job over --nodes-count nodes."),
@@ -37,7 +39,7 @@ def job_command(
     shm_size: str = typer.Option("16Gi", "--shm-size", help="Size limit of the in-memory /dev/shm."),
     torch: Optional[str] = typer.Option(None, "--torch", help="Pin torch (default: the newest that fits)."),
     python: Optional[str] = typer.Option(None, "--python", help="Pin Python, e.g. 3.10."),
-    trust_key: Optional[Path] = TrustKeyOpt,
+    trust_key: Optional[str] = TrustKeyOpt,
     require: str = RequireOpt,
     root: Path = RootOpt,
     deadline: Optional[float] = DeadlineOpt,
@@ -56,6 +58,8 @@ def job_command(
     from builder.node import pull as chooser
     from builder.registry import Registry
 
+    trusted = decide_trust_key(trust_key)
+    key = trusted.key
     if kind not in KINDS:
         raise UserError(f"--kind {kind!r} is none of {', '.join(KINDS)}", fix="--kind job or --kind volcano")
     if nodes_count != 1 and kind != "volcano":
@@ -63,7 +67,6 @@ def job_command(
                         fix="add --kind volcano, or leave --nodes-count out")
     job.check_name(name)
     policy.check_requirement(require)
-    key = _trust_key(trust_key)
     if nodes is not None:
         try:
             text = nodes.read_text(encoding="utf-8")
@@ -98,7 +101,7 @@ def job_command(
     annotations = {"ascend-build.io/image-tag": best.tag, "ascend-build.io/min-driver": spec.min_driver}
     manifest = (job.job(name, spec, annotations) if kind == "job"
                 else volcano.volcano_job(name, spec, nodes_count, annotations))
-    verified = how_chosen(key, trust_key, require)
+    verified = how_chosen(trusted, require)
     header = [f"ascend-build k8s job: image tag {best.tag}, chosen for {subject} ({pool.describe(found)}arch "
               f"{found.node.arch}, chip {found.node.chip}, driver {found.node.driver})", verified]
     typer.echo(manifest_yaml.render(manifest, header), nl=False)

@@ -14,38 +14,32 @@ from typing import List, Optional
 import typer
 
 from builder.cli.app import DeadlineOpt, JsonOpt, app, host_arch, within
+from builder.cli import paths
+from builder.cli.trust_key import TrustKey, TrustKeyOpt, trust_key as decide_trust_key
 from builder.errors import UserError
-from builder.trust.policy import ANY, REQUIRE_HELP, TRUST_KEY_ENV
+from builder.trust.policy import ANY, REQUIRE_HELP
 from builder.vocabulary import DEFAULT_IMAGE, GUARD_ENV, GUARD_OFF, NPU, VARIANTS, Label
 
 
-RootOpt = typer.Option(Path("/"), "--root", help="Read the host's files under this folder (a fixture tree).")
-TrustKeyOpt = typer.Option(None, "--trust-key", envvar=TRUST_KEY_ENV, metavar="FILE",
-                           help="The team's public key (.pub): only images whose signed validation statement "
-                                f"verifies with it are trusted (also ${TRUST_KEY_ENV}).")
+RootOpt = typer.Option(Path("/"), "--root", callback=paths.FOLDER,
+                       help="Read the host's files under this folder (a fixture tree).")
 RequireOpt = typer.Option(ANY, "--require", metavar="any|npu-host", help=REQUIRE_HELP)
-
-
-def _trust_key(path: Optional[Path]):
-    """The public key of --trust-key / $ASCEND_BUILD_TRUST_KEY; None when neither is set (or it is empty)."""
-    from builder.trust import signing
-
-    return signing.load_public(path) if path is not None and str(path) not in ("", ".") else None
 
 
 def _file_opt(flag: str, what: str):
     """``--nfd FILE`` writes FILE, ``--nfd -`` prints (typer has no option with an optional value)."""
-    return typer.Option(None, flag, metavar="FILE|-", help=f"Write {what} to FILE (replaced atomically); - prints it.")
+    return typer.Option(None, flag, metavar="FILE|-", callback=paths.FILE_OR_STDOUT,
+                        help=f"Write {what} to FILE (replaced atomically); - prints it.")
 
 
-def how_chosen(key, key_path: Optional[Path], require: str) -> str:
+def how_chosen(trusted: TrustKey, require: str) -> str:
     """What vouches for the chosen image, said by `pull` and `k8s job` alike: the statement checked, or nothing.
 
     Example:
-        >>> how_chosen(None, None, "any")
+        >>> how_chosen(TrustKey(None), "any")
         'chosen on its labels alone: no --trust-key, no statement checked'
     """
-    return (f"its validation statement verifies with {key_path} (--require {require})" if key is not None
+    return (f"its validation statement verifies with {trusted.path} (--require {require})" if trusted.key is not None
             else "chosen on its labels alone: no --trust-key, no statement checked")
 
 
@@ -89,7 +83,7 @@ def pull_command(
     python: Optional[str] = typer.Option(None, "--python", help="Pin Python, e.g. 3.10."),
     variant: str = typer.Option(NPU, "--variant", metavar="npu|cpu",
                                 help="The NPU image (default), or its CPU twin (a numerical reference; no NPU needed)."),
-    trust_key: Optional[Path] = TrustKeyOpt,
+    trust_key: Optional[str] = TrustKeyOpt,
     require: str = RequireOpt,
     root: Path = RootOpt,
     as_json: bool = JsonOpt,
@@ -112,11 +106,12 @@ def pull_command(
     from builder.registry import Registry
 
     try:
+        trusted = decide_trust_key(trust_key)
+        key = trusted.key
         if variant not in VARIANTS:
             raise UserError(f"--variant {variant!r} is none of {', '.join(VARIANTS)}", exit_code=2,
                             fix="--variant npu (the NPU image) or --variant cpu (its CPU twin)")
         policy.check_requirement(require)
-        key = _trust_key(trust_key)
         info = host_probe.probe(root=root, run_npu_smi=True)
         node = chooser.Node(arch=info.arch or host_arch(), chip=info.chip, driver=info.driver, firmware=info.firmware)
         wanted = chooser.Wanted(cann=cann, torch=torch, python=python, variant=variant)
@@ -136,13 +131,13 @@ def pull_command(
         if as_json:
             typer.echo(json.dumps({"ref": None, "error": exc.message, "fix": exc.fix or None}, indent=2))
         raise
-    verified = how_chosen(key, trust_key, require)
+    verified = how_chosen(trusted, require)
     if as_json:
         typer.echo(json.dumps({"ref": ref, "tag": best.tag, "digest": best.digest, "labels": best.labels,
                                "verified": key is not None, "require": require if key is not None else None},
                               indent=2))
     else:
-        run_it = f"ascend-build run {ref}" + (f" --trust-key {trust_key}" if key is not None else "")
+        run_it = f"ascend-build run {ref}" + (f" --trust-key {trusted.path}" if key is not None else "")
         typer.echo(f"pulled {ref}\n  tag {best.tag}\n  {verified}\n  run it: {run_it}")
     if moved:
         typer.echo(f"note: tag {best.tag} moved to {moved} after it was chosen; pulled the validated {best.digest}",
@@ -157,11 +152,11 @@ def run_command(
     print_only: bool = typer.Option(False, "--print", help="Print the docker run line instead of running it."),
     force: bool = typer.Option(False, "--force", help="Start even if the image needs a newer driver than this node's "
                                                       "(passes ASCEND_DRIVER_GUARD=off-unsafe to the image's driver guard)."),
-    trust_key: Optional[Path] = TrustKeyOpt,
+    trust_key: Optional[str] = TrustKeyOpt,
     require: str = RequireOpt,
     insecure: bool = typer.Option(False, "--insecure",
-                                  help="With --trust-key: start IMAGE even when its statement does not verify "
-                                       "(said loudly, with the reason)."),
+                                  help="With --trust-key: start IMAGE even when its statement does not verify, or the "
+                                       "key given cannot be read (said loudly, with the reason)."),
     root: Path = RootOpt,
 ) -> None:
     """Start IMAGE with the NPU devices and driver mounts of this node (`-- CMD...` after the image).
@@ -178,11 +173,14 @@ def run_command(
     from builder.node import host as host_probe
     from builder.engine import Engine
 
-    policy_key = _trust_key(trust_key)
+    trusted = decide_trust_key(trust_key, insecure)
     host = host_probe.probe(root=root, run_npu_smi=False)  # once: its devices, arch and driver serve every step
     host.arch = host.arch or host_arch()
-    if policy_key is not None:
-        image_ref = _verified_ref(image_ref, policy_key, trust_key, require, insecure, host.arch)
+    if trusted.key is not None:
+        image_ref = _verified_ref(image_ref, trusted, require, insecure, host.arch)
+    elif trusted.refused:
+        typer.echo(f"WARNING: --insecure: {trusted.refused}; starting {image_ref} with no statement checked: nothing "
+                   "signed says it passed the smoke test, nor that it is the image that was tested", err=True)
     elif insecure:
         typer.echo("note: --insecure skips nothing without --trust-key: no statement is checked", err=True)
     chosen = devices.choose(host.devices, devices_opt)
@@ -214,10 +212,11 @@ def run_command(
     engine.exec_cli(argv)
 
 
-def _verified_ref(image_ref: str, key, key_path: Optional[Path], require: str, insecure: bool, arch: str) -> str:
+def _verified_ref(image_ref: str, trusted: TrustKey, require: str, insecure: bool, arch: str) -> str:
     """``image_ref`` as ``REGISTRY/REPOSITORY@sha256:...`` when its validation statement is trusted; refused
     (UserError) when it is not, unless ``insecure`` (then said loudly, and ``image_ref`` is started as given).
     ``arch``: this node's, whose image of an index is the one checked."""
+    from builder.cell_id import named_by_tag
     from builder.trust import policy
     from builder.registry import split_reference
     from builder.node import doctor
@@ -236,10 +235,11 @@ def _verified_ref(image_ref: str, key, key_path: Optional[Path], require: str, i
         if not info.labels and info.architecture.startswith("none of"):
             why = f"it has no image for this node's arch {arch} ({info.architecture})"
         else:
-            why = policy.trusted(registry, repository, info.digest, info.labels, key, require)
+            named = None if reference.startswith("sha256:") else named_by_tag(reference)
+            why = policy.trusted(registry, repository, info.digest, info.labels, trusted.key, require, named)
         if not why:
             verified = f"{host}/{repository}@{info.digest}"
-            typer.echo(f"verified: {verified}: its validation statement verifies with {key_path} "
+            typer.echo(f"verified: {verified}: its validation statement verifies with {trusted.path} "
                        f"(--require {require}); starting it by that digest", err=True)
             return verified
     if not insecure:
@@ -305,7 +305,8 @@ def explain_command(
 
 @app.command("record")
 def record_command(
-    output_dir: Path = typer.Argument(..., help="The training run's output folder (its parent must exist)."),
+    output_dir: Path = typer.Argument(..., callback=paths.FOLDER,
+                                      help="The training run's output folder (its parent must exist)."),
     sets: List[str] = typer.Option([], "--set", help="Your own key=value, e.g. --set seq_len=4096 (repeatable)."),
     image_ref: Optional[str] = typer.Option(None, "--image",
                                             help="The image the run used: its environment is measured inside it "

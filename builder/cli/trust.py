@@ -15,6 +15,7 @@ import typer
 from builder.trust import attached, signing, statements
 from builder.registry import split_reference
 from builder.cli.app import JsonOpt, app
+from builder.cli import paths
 
 keys_app = typer.Typer(no_args_is_help=True, help="The team's signing keys (ECDSA P-256, plain PEM).")
 app.add_typer(keys_app, name="keys")
@@ -22,7 +23,7 @@ app.add_typer(keys_app, name="keys")
 
 @keys_app.command("generate")
 def keys_generate_command(
-    folder: Path = typer.Argument(..., metavar="DIR", help="Folder of the new pair (made if missing)."),
+    folder: Path = typer.Argument(..., metavar="DIR", callback=paths.FOLDER, help="Folder of the new pair (made if missing)."),
     name: str = typer.Option("ascend-build", "--name", help="The pair's file name: DIR/NAME.key and DIR/NAME.pub."),
 ) -> None:
     """Make an ECDSA P-256 key pair: DIR/NAME.key (PKCS#8 PEM, mode 0600) signs, DIR/NAME.pub
@@ -88,13 +89,16 @@ def _says(found: attached.Found) -> str:
 def verify_command(
     ref: str = typer.Argument(..., metavar="REGISTRY/REPOSITORY:TAG",
                               help="The image, by tag or @sha256: digest, e.g. 127.0.0.1:5000/ascend-build/pytorch:<cell>-x86_64-cpu"),
-    key: Path = typer.Option(..., "--key", help="The team's public key (the .pub of `ascend-build keys generate`)."),
+    key: Path = typer.Option(..., "--key", callback=paths.FILE,
+                             help="The team's public key (the .pub of `ascend-build keys generate`)."),
     as_json: bool = JsonOpt,
 ) -> None:
     """Check the signed statements attached to an image (cosign's sha256-<digest>.att tag): which
     verify with KEY and are about this very digest, what they say (the smoke test tier by tier,
     the provenance), and why any does not (another key, changed after signing, another image's
-    statement, none attached). Exits 1 unless a validation statement verifies and says passed.
+    statement, none attached). Exits 1 unless a validation statement verifies and says passed, and,
+    when TAG names a cell (<cell>, <cell>-cpu, ...), is about that cell and variant: another
+    cell's image under this tag is refused, naming both (--json: tag_mismatch).
 
     Example: ascend-build verify 127.0.0.1:5000/ascend-build/pytorch:cann9.1.0-910b-debian12-py3.11-torch_npu2.13.0-x86_64-cpu --key team.pub
     """
@@ -108,6 +112,8 @@ def verify_command(
         typer.echo(json.dumps({
             "reference": ref, "digest": result.digest, "tag": result.tag, "key": signing.fingerprint(public),
             "validated": result.validated, "why_not": why,
+            "tag_names": {"cell": result.named[0], "variant": result.named[1]} if result.named else None,
+            "tag_mismatch": result.tag_mismatch(),
             "statements": [{"layer": f.layer, "predicateType": f.predicate_type, "verified": f.checked.ok,
                             "reason": f.checked.reason, "predicate": f.checked.predicate if f.checked.ok else None}
                            for f in result.found]}, indent=2))
@@ -117,8 +123,9 @@ def verify_command(
         for f in result.found:
             typer.echo(f"  {'OK  ' if f.checked.ok else 'FAIL'} {f.predicate_type or '(no predicate type)'}")
             typer.echo(f"         {_says(f) if f.checked.ok else f.checked.reason}")
-        typer.echo("verified: a validation statement about this digest, signed by this key, says passed" if not why
-                   else f"NOT verified: {why}", err=bool(why))
+        about = f", about cell {result.named[0]} ({result.named[1]}) as its tag names" if result.named else ""
+        typer.echo(f"verified: a validation statement about this digest, signed by this key, says passed{about}"
+                   if not why else f"NOT verified: {why}", err=bool(why))
     if why:
         raise typer.Exit(1)
 
@@ -129,7 +136,8 @@ app.add_typer(policy_app, name="policy")
 
 @policy_app.command("kyverno")
 def policy_kyverno_command(
-    key: Path = typer.Option(..., "--key", help="The team's public key (the .pub of `ascend-build keys generate`)."),
+    key: Path = typer.Option(..., "--key", callback=paths.FILE,
+                             help="The team's public key (the .pub of `ascend-build keys generate`)."),
     images: List[str] = typer.Option(..., "--images", metavar="PATTERN",
                                      help="Image references the policy covers, e.g. 'registry.example/ascend-build/*' "
                                           "(repeatable)."),

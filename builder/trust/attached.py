@@ -40,6 +40,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from builder import documents
 
+from builder.cell_id import named_by_tag
 from builder.trust import statements
 from builder.errors import UserError
 from builder.registry import OCI_MANIFEST, Manifest, Registry
@@ -149,21 +150,44 @@ class Found:
 
 @dataclass(frozen=True)
 class Verification:
-    """Every statement attached to ``digest`` checked against one key."""
+    """Every statement attached to ``digest`` checked against one key.
+
+    ``named``: the (cell id, variant) the reference's tag names (`builder.cell_id.named_by_tag`),
+    None for a digest or a tag that names no cell: a tag is a claim anyone who can push makes,
+    so a statement about another cell does not validate the image under that tag.
+    """
 
     reference: str
     digest: str
     tag: str                                  # where they were looked for (the .att tag)
     found: List[Found] = field(default_factory=list)
     missing: str = ""                         # why none could be read, when none could
+    named: Optional[Tuple[str, str]] = None   # (cell id, variant) the reference's tag names
 
     def verified(self, predicate_type: str) -> List[Found]:
         return [f for f in self.found if f.checked.ok and f.checked.predicate_type == predicate_type]
 
+    def _passed(self) -> List[Dict[str, Any]]:
+        return [f.checked.predicate for f in self.verified(statements.VALIDATION_V1)
+                if f.checked.predicate.get("verdict") == "passed"]
+
     @property
     def validated(self) -> bool:
-        """A validation statement about this digest, signed by the key, whose verdict is "passed"."""
-        return any(f.checked.predicate.get("verdict") == "passed" for f in self.verified(statements.VALIDATION_V1))
+        """A validation statement about this digest, signed by the key, whose verdict is "passed" and,
+        when the tag names a cell, about that cell and variant."""
+        return any(self.named is None or (p.get("cell"), p.get("variant")) == self.named for p in self._passed())
+
+    def tag_mismatch(self) -> Optional[Dict[str, Any]]:
+        """When the tag names a cell and every passed statement is about another: what each says (else None)."""
+        passed = self._passed()
+        if self.named is None or not passed or self.validated:
+            return None
+        about = sorted({(str(p.get("cell")), str(p.get("variant"))) for p in passed})
+        cells = " and ".join(f"cell {cell} ({variant})" for cell, variant in about)
+        return {"tagNames": {"cell": self.named[0], "variant": self.named[1]},
+                "statementIsAbout": [{"cell": cell, "variant": variant} for cell, variant in about],
+                "why": f"the tag {self.reference} names cell {self.named[0]} ({self.named[1]}), but its validation "
+                       f"statement is about {cells}: another cell's image under this cell's tag"}
 
     def why_not_validated(self) -> str:
         """Why `validated` is False ("" when it is True)."""
@@ -171,6 +195,9 @@ class Verification:
             return ""
         if self.missing:
             return self.missing
+        mismatch = self.tag_mismatch()
+        if mismatch is not None:
+            return str(mismatch["why"])
         claimed = [f for f in self.found if f.predicate_type == statements.VALIDATION_V1]
         if not claimed:
             return "no validation statement is attached (only: " + (
@@ -183,7 +210,9 @@ class Verification:
 
 
 def verify(registry: Registry, repository: str, reference: str, key: PublicKey) -> Verification:
-    """Check every statement attached to ``repository:reference`` (tag or digest) against ``key``."""
+    """Check every statement attached to ``repository:reference`` (tag or digest) against ``key``; a tag
+    naming a cell (`builder.cell_id.named_by_tag`) is validated only by a statement about that cell."""
+    named = None if reference.startswith("sha256:") else named_by_tag(reference)
     try:
         image = registry.manifest(repository, reference)
     except LookupError:
@@ -194,7 +223,7 @@ def verify(registry: Registry, repository: str, reference: str, key: PublicKey) 
     if there is None:
         why = ("it is an image index, and statements are attached to each arch's image: verify the arch's tag"
                if image.is_index else "pushed without --sign-key, or by someone without the key")
-        return Verification(reference, image.digest, tag,
+        return Verification(reference, image.digest, tag, named=named,
                             missing=f"no statement is attached: {registry.name}/{repository} has no tag {tag} ({why})")
     found = []
     for layer in there.data.get("layers") or []:
@@ -212,4 +241,4 @@ def verify(registry: Registry, repository: str, reference: str, key: PublicKey) 
             found.append(Found(layer["digest"], claimed, statements.Checked(False, "its layer's blob is not in the registry")))
             continue
         found.append(Found(layer["digest"], claimed, statements.check(body, key, image.digest)))
-    return Verification(reference, image.digest, tag, found)
+    return Verification(reference, image.digest, tag, found, named=named)

@@ -8,7 +8,9 @@ very digest, and says:
 - ``verdict: passed``, and each of its ``requiredTiers`` passed (or was skipped with a reason,
   as the seal and `index` count a skipped tier: not failed);
 - the same cell and variant as the image's labels (both are bound to the digest; a mismatch
-  means the statement and the labels disagree about what the image is);
+  means the statement and the labels disagree about what the image is), and, for `run` of a
+  tag that names a cell, as that tag (a tag is not bound to the digest: anyone who can push
+  can put one cell's signed image under another cell's tag);
 - under ``--require npu-host``: ``ranOn.kind`` is ``npu-host`` (the smoke test ran on an NPU
   host); under ``--require any`` (the default) whatever kind the signer reported (a CPU twin,
   an emulated or stand-in run) is enough: the signer decided that passing there is passing.
@@ -24,7 +26,7 @@ Example:
 
 from __future__ import annotations
 
-from typing import Dict, List, Optional
+from typing import Dict, List, Optional, Tuple
 
 from builder.trust import attached, statements
 from builder.errors import UserError
@@ -46,7 +48,7 @@ def check_requirement(require: str) -> str:
     return require
 
 
-def _why_not(predicate: Dict, labels: Dict[str, str], require: str) -> str:
+def _why_not(predicate: Dict, labels: Dict[str, str], require: str, named: Optional[Tuple[str, str]] = None) -> str:
     """Why this verified validation predicate does not satisfy the policy ("" when it does)."""
     if predicate.get("verdict") != "passed":
         return f"its validation statement says {predicate.get('verdict')}, not passed"
@@ -62,20 +64,25 @@ def _why_not(predicate: Dict, labels: Dict[str, str], require: str) -> str:
         if labels.get(key) != predicate.get(field):
             return (f"its validation statement is about {field} {predicate.get(field)!r}, the image's labels say "
                     f"{labels.get(key)!r}")
+    if named is not None and (predicate.get("cell"), predicate.get("variant")) != named:
+        return (f"its validation statement is about cell {predicate.get('cell')} ({predicate.get('variant')}), "
+                f"the tag names cell {named[0]} ({named[1]})")
     ran: Dict = predicate["ranOn"] if isinstance(predicate.get("ranOn"), dict) else {}
     if require == NPU_HOST and ran.get("kind") != NPU_HOST:
         return f"its validation statement says it ran on {ran.get('kind') or 'an unnamed host'}; --require {NPU_HOST}"
     return ""
 
 
-def judge(verification: attached.Verification, labels: Dict[str, str], require: str = ANY) -> str:
-    """"" when a validation statement of ``verification`` verified and satisfies the policy; else why not."""
+def judge(verification: attached.Verification, labels: Dict[str, str], require: str = ANY,
+          named: Optional[Tuple[str, str]] = None) -> str:
+    """"" when a validation statement of ``verification`` verified and satisfies the policy; else why not.
+    ``named``: the (cell id, variant) of the tag the user gave (`builder.cell_id.named_by_tag`), when it names one."""
     verified = verification.verified(statements.VALIDATION_V1)
     if not verified:
         return verification.why_not_validated()
     reasons: List[str] = []
     for found in verified:
-        why = _why_not(found.checked.predicate, labels, require)
+        why = _why_not(found.checked.predicate, labels, require, named)
         if not why:
             return ""
         reasons.append(why)
@@ -83,12 +90,12 @@ def judge(verification: attached.Verification, labels: Dict[str, str], require: 
 
 
 def trusted(registry: Registry, repository: str, digest: str, labels: Dict[str, str], key: Optional[PublicKey],
-            require: str = ANY) -> str:
+            require: str = ANY, named: Optional[Tuple[str, str]] = None) -> str:
     """"" when ``repository@digest`` (whose config carries ``labels``) is trusted under the policy; else
-    why not. Without a key nothing is checked ("")."""
+    why not. Without a key nothing is checked (""). ``named``: as `judge`'s (`run` of a tag passes it)."""
     if key is None:
         return ""
-    return judge(attached.verify(registry, repository, digest, key), labels, require)
+    return judge(attached.verify(registry, repository, digest, key), labels, require, named)
 
 
 # --- the same rules for a Kubernetes cluster: a Kyverno ClusterPolicy ------------------------------
