@@ -14,6 +14,7 @@ import re
 from pathlib import Path
 from typing import Iterator, List, Tuple
 
+import click
 import pytest
 import typer.main
 from typer.testing import CliRunner
@@ -30,7 +31,7 @@ FILLERS = {"--registry": "127.0.0.1:1", "--npus": "1", "--images": "x/*", "--tab
            "folder": "keys"}
 
 
-def _commands(command, path: Tuple[str, ...] = ()) -> Iterator[Tuple[Tuple[str, ...], object]]:
+def _commands(command, path: Tuple[str, ...] = ()) -> Iterator[Tuple[Tuple[str, ...], click.Command]]:
     subcommands = getattr(command, "commands", None)
     if subcommands:
         for name, sub in sorted(subcommands.items()):
@@ -47,7 +48,7 @@ def _names_a_file(param) -> bool:
             or bool(_SAYS_FILE.search(getattr(param, "help", None) or "")))
 
 
-def _file_params() -> List[Tuple[Tuple[str, ...], object, object]]:
+def _file_params() -> List[Tuple[Tuple[str, ...], click.Command, click.Parameter]]:
     return [(path, command, param) for path, command in _commands(typer.main.get_command(cli.app))
             for param in command.params if _names_a_file(param)]
 

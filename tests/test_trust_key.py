@@ -117,9 +117,10 @@ def test_only_no_option_and_an_unset_variable_mean_no_key(tmp_path):
     assert trust_key(None, environ={}).key is None
     from_env = trust_key(None, environ={TRUST_KEY_ENV: str(pub)})
     assert from_env.path == str(pub) and from_env.named == TRUST_KEY_ENV
-    assert signing.fingerprint(from_env.key) == signing.fingerprint(signing.load_public(pub))
+    assert from_env.key is not None and signing.fingerprint(from_env.key) == signing.fingerprint(signing.load_public(pub))
     given = trust_key(str(other), environ={TRUST_KEY_ENV: str(pub)})  # the option over the variable
-    assert given.named == "--trust-key" and signing.fingerprint(given.key) == signing.fingerprint(signing.load_public(other))
+    assert given.named == "--trust-key" and given.key is not None
+    assert signing.fingerprint(given.key) == signing.fingerprint(signing.load_public(other))
     with pytest.raises(UserError, match="set but empty"):
         trust_key(None, environ={TRUST_KEY_ENV: ""})
     refused = trust_key("", insecure=True, environ={})

@@ -26,7 +26,7 @@ from builder.registry import OCI_MANIFEST, Registry
 from builder.trust import signing
 from builder.vocabulary import CPU, NPU, TIERS
 from tests.support import trust as ht
-from tests.support.trust import CELL_ID, CLI, TAG, creds, keys  # noqa: F401  (fixtures)
+from tests.support.trust import CELL_ID, CLI, TAG  # the fixtures (creds, keys) come from the plugin tests/conftest.py names
 
 REPO = f"ascend-build-test/verify-tag-{uuid.uuid4().hex[:8]}"
 ARM_CELL = CELL_ID[: -len("x86_64")] + "aarch64"
