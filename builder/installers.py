@@ -7,7 +7,8 @@ name those files and, where the data lists them, give their URL and checksum. Th
 take the knowledge base (:class:`builder.knowledge.KnowledgeBase`) and read it only
 through its public methods: ``cann_package`` (the cann-packages.json entry of a
 release), ``canonical_cann``, ``chip_min_cann``, ``nnal_since``, ``cann_release_folder``
-and ``conda_installers``.
+and ``conda_installer``. This module imports the knowledge base (its `Installer` record
+and ``known_arch`` are the knowledge base's); the knowledge base never imports this one.
 
 Names follow the file listed in cann-packages.json when there is one, else the naming
 rule of the CANN era (see :func:`ops_package`). Only listed files come with a sha256.
@@ -25,59 +26,16 @@ Example:
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Dict, List, Mapping, Optional, Tuple
+from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 from builder import versions
 from builder.errors import UserError
+from builder.knowledge import Installer, KnowledgeBase, known_arch
+from builder.knowledge.releases import listed as _listed
 from builder.vocabulary import CHIPS, normalize_arch
-
-if TYPE_CHECKING:  # knowledge imports this module; the type is only for hints
-    from builder.knowledge import KnowledgeBase
 
 # Name of the chip inside ops package file names (case matters: ``A3``).
 _CHIP_FILE_NAME = {"910": "910", "910b": "910b", "a3": "A3", "310p": "310p", "950": "950"}
-
-
-@dataclass(frozen=True)
-class Installer:
-    """A file to download, check and run: a CANN package or the conda bootstrap.
-
-    ``filename`` is the published file (``.zip`` for CANN packages), ``run`` the installer
-    to execute (the ``.run`` of the same stem inside the zip; the ``.sh`` itself for conda),
-    ``sha256`` the checksum of ``filename`` (``None`` only when it could not be verified).
-
-    Example:
-        >>> from builder.knowledge import load
-        >>> cann_installers(load(), "8.5.0", "910b", "aarch64")[0].run
-        'Ascend-cann-toolkit_8.5.0_linux-aarch64.run'
-    """
-
-    kind: str  # "toolkit" | "ops" | "nnal" | "conda"
-    filename: str
-    url: str
-    sha256: Optional[str]
-    run: str
-    source: str
-    version: str = ""
-    arch: str = ""
-
-
-def _listed(value: Any) -> Tuple[str, ...]:
-    """A data field that holds one string or a list of them, as a tuple."""
-    if value is None:
-        return ()
-    if isinstance(value, (list, tuple)):
-        return tuple(str(v) for v in value)
-    return (str(value),)
-
-
-def known_arch(arch: str) -> str:
-    """``arch`` in its canonical spelling (``arm64`` -> ``aarch64``); a UserError when unknown."""
-    found = normalize_arch(arch)
-    if found is None:
-        raise UserError(f"unknown arch {arch!r}", fix="use x86_64 or aarch64")
-    return found
 
 
 def _cann_version(cann: str) -> "versions.AscendVersion":
@@ -87,7 +45,7 @@ def _cann_version(cann: str) -> "versions.AscendVersion":
     return found
 
 
-def _ops_zip(kb: "KnowledgeBase", chip: str, cann: str, arch: str) -> Optional[Tuple[str, Mapping[str, Any], str]]:
+def _ops_zip(kb: KnowledgeBase, chip: str, cann: str, arch: str) -> Optional[Tuple[str, Mapping[str, Any], str]]:
     """(filename, entry, release text) of the chip's ops/kernels zip in cann-packages.json."""
     pk = kb.cann_package(cann)
     if not pk:
@@ -107,7 +65,7 @@ def _ops_zip(kb: "KnowledgeBase", chip: str, cann: str, arch: str) -> Optional[T
     return None
 
 
-def ops_package(kb: "KnowledgeBase", chip: str, cann: str, arch: str) -> str:
+def ops_package(kb: KnowledgeBase, chip: str, cann: str, arch: str) -> str:
     """The chip's ops/kernels installer (``.run``) for that CANN and arch.
 
     The exact name listed in cann-packages.json when there is one (same stem as the
@@ -152,7 +110,7 @@ def ops_package(kb: "KnowledgeBase", chip: str, cann: str, arch: str) -> str:
     return f"Ascend-cann-kernels-{name}_{ver}_linux.run"
 
 
-def toolkit_package(kb: "KnowledgeBase", cann: str, arch: str) -> str:
+def toolkit_package(kb: KnowledgeBase, cann: str, arch: str) -> str:
     """The CANN toolkit installer (``.run``) for that CANN and arch.
 
     The exact name listed in cann-packages.json when there is one (same stem as the
@@ -189,7 +147,7 @@ def kinds(nnal: bool) -> Tuple[str, ...]:
     return KINDS if nnal else KINDS[:2]
 
 
-def nnal_package(kb: "KnowledgeBase", cann: str, arch: str) -> str:
+def nnal_package(kb: KnowledgeBase, cann: str, arch: str) -> str:
     """The NNAL installer (``.run``) of that CANN release and arch, as the official images fetch it.
 
     Raises UserError for an unknown arch, a CANN string that is no version, or a release
@@ -209,7 +167,7 @@ def nnal_package(kb: "KnowledgeBase", cann: str, arch: str) -> str:
     return f"Ascend-cann-nnal_{kb.canonical_cann(cann)}_linux-{a}.run"
 
 
-def cann_installers(kb: "KnowledgeBase", cann: str, chip: str, arch: str, nnal: bool = False) -> List[Installer]:
+def cann_installers(kb: KnowledgeBase, cann: str, chip: str, arch: str, nnal: bool = False) -> List[Installer]:
     """Official CANN installers with URL: the toolkit first, then the chip's ops package, then
     NNAL when asked (``nnal``).
 
@@ -260,7 +218,7 @@ def cann_installers(kb: "KnowledgeBase", cann: str, chip: str, arch: str, nnal: 
     return [found[k] for k in wanted if k in found]
 
 
-def package(kb: "KnowledgeBase", kind: str, cann: str, chip: str, arch: str) -> str:
+def package(kb: KnowledgeBase, kind: str, cann: str, chip: str, arch: str) -> str:
     """The ``.run`` of one kind of CANN package: ``toolkit``, ``ops`` (the chip's) or ``nnal``.
 
     Example:
@@ -275,26 +233,9 @@ def package(kb: "KnowledgeBase", kind: str, cann: str, chip: str, arch: str) -> 
     return ops_package(kb, chip, cann, arch)
 
 
-def read_conda(conda_doc: Mapping[str, Any]) -> Dict[str, Installer]:
-    """The Miniforge3 installer per arch from ``data/conda.yaml`` (the knowledge base reads it once).
-
-    Example:
-        >>> doc = {"version": "1.0-0", "installers": {"x86_64": {"filename": "M.sh", "url": "https://x/M.sh",
-        ...        "sha256": None, "source": ["upstream"]}}}
-        >>> read_conda(doc)["x86_64"].sha256 is None, read_conda(doc)["x86_64"].source
-        (True, 'upstream')
-    """
-    found: Dict[str, Installer] = {}
-    for arch, e in (conda_doc.get("installers") or {}).items():
-        found[str(arch)] = Installer(
-            kind="conda", filename=str(e["filename"]), url=str(e["url"]),
-            sha256=(str(e["sha256"]) if e.get("sha256") else None), run=str(e["filename"]),
-            source="; ".join(_listed(e.get("source"))), version=str(conda_doc.get("version", "")), arch=str(arch),
-        )
-    return found
 
 
-def conda_installer(kb: "KnowledgeBase", arch: str) -> Optional[Installer]:
+def conda_installer(kb: KnowledgeBase, arch: str) -> Optional[Installer]:
     """The Miniforge3 installer for that arch (``data/conda.yaml``); None when unknown.
 
     Example:
@@ -302,8 +243,8 @@ def conda_installer(kb: "KnowledgeBase", arch: str) -> Optional[Installer]:
         >>> conda_installer(load(), "x86_64").filename, conda_installer(load(), "ppc64le")
         ('Miniforge3-26.3.2-3-Linux-x86_64.sh', None)
     """
-    return kb.conda_installers().get(normalize_arch(arch) or "")
+    return kb.conda_installer(arch)
 
 
-__all__ = ["KINDS", "Installer", "cann_installers", "conda_installer", "kinds", "nnal_package", "ops_package", "package", "read_conda",
-           "toolkit_package"]
+__all__ = ["KINDS", "Installer", "cann_installers", "conda_installer", "kinds", "known_arch", "nnal_package", "ops_package",
+           "package", "toolkit_package"]
