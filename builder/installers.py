@@ -259,7 +259,7 @@ def conda_installer(kb: KnowledgeBase, arch: str) -> Optional[Installer]:
         >>> conda_installer(load(), "x86_64").filename, conda_installer(load(), "ppc64le")
         ('Miniforge3-26.3.2-3-Linux-x86_64.sh', None)
     """
-    return kb.conda_installer(arch)
+    return kb.conda_installers().get(normalize_arch(arch) or "")
 
 
 __all__ = ["KINDS", "Installer", "cann_installers", "conda_installer", "kinds", "known_arch", "nnal_package", "ops_package",

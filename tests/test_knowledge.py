@@ -50,7 +50,7 @@ def test_load_is_cached(kb):
 
 
 def test_module_examples_hold():
-    parts = (knowledge, knowledge.releases, knowledge.environment, knowledge.drivers, knowledge.downloads, knowledge.errors)
+    parts = (knowledge, knowledge.releases, knowledge.environment, knowledge.drivers, knowledge.downloads, knowledge.ascend_errors)
     results = [doctest.testmod(part, optionflags=doctest.ELLIPSIS) for part in parts]
     assert sum(r.attempted for r in results) > 20
     assert sum(r.failed for r in results) == 0

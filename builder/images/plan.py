@@ -385,8 +385,18 @@ def unrecorded_installers(cell: Cell, kb, lock: Optional[locking.Lock]) -> Tuple
     if cell.cann_source != "installer":
         return ()
     try:
-        return _unhashed(installer_files(resolve_facts(cell, kb, lock)))
-    except UserError:  # a local cell missing its sha256, or odd data: other rules report it
+        return unrecorded(resolve_facts(cell, kb, lock))
+    except UserError:  # odd data: other rules report it
+        return ()
+
+
+def unrecorded(f: CellFacts) -> Tuple[str, ...]:
+    """`unrecorded_installers` of a cell whose facts are resolved (`f.lock` the one to look in)."""
+    if f.cell.cann_source != "installer":
+        return ()
+    try:
+        return _unhashed(installer_files(f))
+    except UserError:  # a value a rule refuses (`_safe`): other rules report it
         return ()
 
 

@@ -2,7 +2,8 @@
 
 `prepare` applies the run's options to a cell (a stand-in OS for the CPU twin, a base
 image override), reads the cell's lock, resolves the cell once (`render.resolve`: its
-plan, from the build context to the report), decides which tiers this host can run, and
+facts, the one pass over the knowledge base, then its plan, from the build context to the
+report), decides which tiers this host can run, and
 refuses what cannot succeed (a lock that is missing, stale or incomplete; CANN installers
 with no sha256 anywhere) before a build starts. The pipeline's later steps take the
 `Job` alone: none goes back to the cell or the knowledge base.

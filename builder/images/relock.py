@@ -27,7 +27,7 @@ from builder.images import fetch as fetching
 from builder.images import lock as locking
 from builder.images.matrix import Cell
 from builder.images.facts import CellFacts, conda_channel, resolve_facts
-from builder.images.plan import unrecorded_installers
+from builder.images.plan import unrecorded
 from builder.errors import UserError
 
 JOBS = 4  # uv processes at once: resolving waits on the index far more than on the CPU
@@ -63,8 +63,9 @@ def check(cells: Sequence[Cell], kb, out: Path) -> List[Row]:
     rows = []
     for cell in cells:
         lock = locking.read(Path(out) / cell.id)
-        state = locking.status(lock, resolve_facts(cell, kb).inputs)
-        rows.append(Row(cell.id, state, _describe(lock, state), unrecorded=unrecorded_installers(cell, kb, lock)))
+        facts = resolve_facts(cell, kb, lock)
+        state = locking.status(lock, facts.inputs)
+        rows.append(Row(cell.id, state, _describe(lock, state), unrecorded=unrecorded(facts)))
     return rows
 
 

@@ -13,7 +13,7 @@ It is split by concern, one part per module, each reading only its own data:
 * `environment`  the Python environment: torch pins, Python lines, base OSes (``Environment``);
 * `drivers`      chips, driver (HDK) minimums, firmware (``Drivers``);
 * `downloads`    where installers come from, Miniforge, uv (``Downloads``, ``Installer``);
-* `errors`       the error table (``error_entries``).
+* `ascend_errors` the error table (``error_entries``).
 
 `KnowledgeBase` is the facade over them: it builds the parts and hands out their methods
 under one name each (``kb.min_driver`` is the ``Drivers`` part's own bound method, so a
@@ -43,7 +43,7 @@ from typing import Any, Mapping, Optional, Tuple
 from builder.knowledge.downloads import CannRelease, Downloads, Installer
 from builder.knowledge.drivers import Drivers, chip_of_soc, chip_min_cann
 from builder.knowledge.environment import Environment, OsInfo, known_arch
-from builder.knowledge.errors import ERRORS_FILE, error_entries
+from builder.knowledge.ascend_errors import ERRORS_FILE, error_entries
 from builder.knowledge.files import DATA_DIR, read_json, read_yaml
 from builder.knowledge.releases import Releases, TorchNpu
 from builder.vocabulary import CHIPS

@@ -23,7 +23,7 @@ from tests.support.matrix import REPO, SHIPPED_DOCKERFILES, SHIPPED_MATRIX
 
 DEMO = "cann9.1.0-910b-debian12-py3.11-torch_npu2.13.0-x86_64"
 KNOWLEDGE = Path(knowledge.__file__).resolve().parent
-# The knowledge base proper: its facade and its parts. The error table (errors.py, read through
+# The knowledge base proper: its facade and its parts. The error table (ascend_errors.py, read through
 # files.py) is no cell's fact: render ships it into every image, read once per process.
 ASKED = {KNOWLEDGE / f"{name}.py" for name in ("__init__", "releases", "environment", "drivers", "downloads")}
 # What the knowledge base is made of: none of it may be inside a cell's facts.

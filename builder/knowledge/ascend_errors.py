@@ -1,4 +1,5 @@
-"""The error table (``data/errors.yaml``): known Ascend error strings with cause, fix and source."""
+"""The error table (``data/errors.yaml``): known Ascend error strings with cause, fix and source
+(named apart from `builder.errors`, the tool's own errors)."""
 
 from __future__ import annotations
 
