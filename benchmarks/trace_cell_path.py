@@ -12,9 +12,10 @@ from one builder module into another. Prints, for that one cell:
 First, the planning step alone (`prepare.prepare` of the same image, traced the same way):
 its distinct cross-module calls, the stops per module, the calls of the knowledge base's
 functions, and how many of those come after the cell's facts are resolved
-(`builder.images.facts.resolve_facts` returned). ``--plan`` stops there (no engine needed).
+(`builder.images.facts.resolve_facts` returned). ``--plan`` stops there (no engine needed);
+``--path`` traces the whole path alone (its first calls then fill the caches, as a run's do).
 
-Run: .venv/bin/python benchmarks/trace_cell_path.py [--plan]   (the whole path needs `make engine`)
+Run: .venv/bin/python benchmarks/trace_cell_path.py [--plan | --path]   (the whole path needs `make engine`)
 """
 
 from __future__ import annotations
@@ -45,7 +46,7 @@ def _module(filename: str) -> str:
 
 
 # Where a cell's facts come from: the knowledge base, the plan's resolution, the raw cell.
-SOURCES = ("builder.knowledge", "builder.images.plan", "builder.images.matrix")
+SOURCES = ("builder.knowledge", "builder.images.facts", "builder.images.plan", "builder.images.matrix")
 
 
 class Trace:
@@ -160,8 +161,9 @@ def planning_step(cell: matrix.Cell, options: pipeline.Options) -> Dict[str, obj
 
 def main() -> Dict[str, str]:
     cell = next(c for c in matrix.load(ROOT / "matrix").cells if c.id == CELL_ID)
-    with tempfile.TemporaryDirectory(prefix="ascend-trace-") as tmp:
-        planning_step(cell, _options(tmp))
+    if "--path" not in sys.argv[1:]:
+        with tempfile.TemporaryDirectory(prefix="ascend-trace-") as tmp:
+            planning_step(cell, _options(tmp))
     if "--plan" in sys.argv[1:]:
         return {}
     engine = Engine.connect()
@@ -178,7 +180,7 @@ def main() -> Dict[str, str]:
     for module, count in sorted(found["entered"].items(), key=lambda kv: (-kv[1], kv[0])):
         print(f"  {module:40s} {count} stop(s)")
     asked = sum(n for name, n in traced.counts.items() if name.startswith("builder.knowledge."))
-    print(f"calls of the knowledge base's functions: {asked}; lock inputs derived {traced.counts['builder.images.plan.lock_inputs']} "
+    print(f"calls of the knowledge base's functions: {asked}; lock inputs derived {traced.counts['builder.images.facts._inputs']} "
           f"time(s), the lock's state {traced.counts['builder.images.lock.status']} time(s)")
     later = ", ".join(f"{name} x{n}" for name, n in sorted(traced.after_build.items())) or "none"
     print(f"once the build started, calls into the knowledge base, the plan or the cell: {later}")
