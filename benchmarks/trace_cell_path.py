@@ -9,12 +9,19 @@ from one builder module into another. Prints, for that one cell:
     modules, how many stops return to a module the path had already been in, and the
     stops per module.
 
-Run: .venv/bin/python -m benchmarks.trace_cell_path   (needs `make engine`)
+First, the planning step alone (`prepare.prepare` of the same image, traced the same way):
+its distinct cross-module calls, the stops per module, the calls of the knowledge base's
+functions, and how many of those come after the cell's facts are resolved
+(`builder.images.facts.resolve_facts` returned). ``--plan`` stops there (no engine needed);
+``--path`` traces the whole path alone (its first calls then fill the caches, as a run's do).
+
+Run: .venv/bin/python -m benchmarks.trace_cell_path [--plan | --path]   (the whole path needs `make engine`)
 """
 
 from __future__ import annotations
 
 import collections
+import importlib.util
 import sys
 import tempfile
 from pathlib import Path
@@ -38,7 +45,7 @@ def _module(filename: str) -> str:
 
 
 # Where a cell's facts come from: the knowledge base, the plan's resolution, the raw cell.
-SOURCES = ("builder.knowledge", "builder.images.plan", "builder.images.matrix")
+SOURCES = ("builder.knowledge", "builder.images.facts", "builder.images.plan", "builder.images.matrix")
 
 
 class Trace:
@@ -96,14 +103,79 @@ def summary(calls: List[Tuple[str, str, str, str]]) -> Summary:
                    entered=collections.Counter(stops))
 
 
+def _options(tmp: str) -> pipeline.Options:
+    return pipeline.Options(variants=("cpu",), state_dir=Path(tmp), base_image="local/debian:12",
+                            wheelhouse=Path("/opt/wheels") if Path("/opt/wheels").is_dir() else None,
+                            ca_bundle=Path("/etc/ssl/certs/ca-certificates.crt"), quiet=True,
+                            locks_dir=ROOT / "dockerfiles")
+
+
+# The planning step's resolution of a cell's facts; calls into the knowledge base after it returns are counted.
+RESOLVED = ("builder.images.facts", "resolve_facts")
+
+
+class PlanningTrace(Trace):
+    """What ``prepare`` called, from one builder module into another, and which calls of the
+    knowledge base's functions came once the cell's facts were resolved (see `RESOLVED`)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.resolved = False
+        self.asked_after: collections.Counter = collections.Counter()
+
+    def record(self, run) -> None:
+        def profile(frame, event, arg):
+            callee = _module(frame.f_code.co_filename)
+            if event == "return" and (callee, frame.f_code.co_name) == RESOLVED:
+                self.resolved = True
+            if event != "call" or not callee:
+                return
+            name = f"{callee}.{frame.f_code.co_name}"
+            self.counts[name] += 1
+            if self.resolved and callee.startswith("builder.knowledge"):
+                self.asked_after[name] += 1
+            caller_frame = frame.f_back
+            caller = _module(caller_frame.f_code.co_filename) if caller_frame else ""
+            if caller and callee != caller:
+                self.unique.setdefault((caller, caller_frame.f_code.co_name, callee, frame.f_code.co_name), None)
+
+        sys.setprofile(profile)
+        try:
+            run()
+        finally:
+            sys.setprofile(None)
+
+
+def planning_step(cell: matrix.Cell, options: pipeline.Options) -> Dict[str, object]:
+    """Trace `prepare.prepare` of ``cell``'s CPU twin and print what it did (see the module docstring)."""
+    from builder.images import prepare
+
+    traced = PlanningTrace()
+    traced.record(lambda: prepare.prepare(cell, "cpu", options))
+    found = summary(list(traced.unique))
+    asked = sum(n for name, n in traced.counts.items() if name.startswith("builder.knowledge"))
+    after = sum(traced.asked_after.values())
+    print(f"the planning step (prepare): {found.calls} distinct cross-module calls, "
+          f"{found.stops} stops in {found.modules} modules, {found.returns} returns to a module it had left")
+    for module, count in sorted(found.entered.items(), key=lambda kv: (-kv[1], kv[0])):
+        print(f"  {module:40s} {count} stop(s)")
+    has_facts = importlib.util.find_spec(RESOLVED[0]) is not None
+    print(f"the planning step's calls of the knowledge base's functions: {asked}; after the facts were resolved: "
+          + (str(after) if has_facts else f"(no {RESOLVED[0]} module)"))
+    return {"calls": found.calls, "entered": found.entered, "asked": asked, "asked_after": after,
+            "unique": list(traced.unique)}
+
+
 def main() -> Dict[str, str]:
-    engine = Engine.connect()
     cell = next(c for c in matrix.load(ROOT / "matrix").cells if c.id == CELL_ID)
+    if "--path" not in sys.argv[1:]:
+        with tempfile.TemporaryDirectory(prefix="ascend-trace-") as tmp:
+            planning_step(cell, _options(tmp))
+    if "--plan" in sys.argv[1:]:
+        return {}
+    engine = Engine.connect()
     with tempfile.TemporaryDirectory(prefix="ascend-trace-") as tmp:
-        options = pipeline.Options(variants=("cpu",), state_dir=Path(tmp), base_image="local/debian:12",
-                                   wheelhouse=Path("/opt/wheels") if Path("/opt/wheels").is_dir() else None,
-                                   ca_bundle=Path("/etc/ssl/certs/ca-certificates.crt"), quiet=True,
-                                   locks_dir=ROOT / "dockerfiles")
+        options = _options(tmp)
         outcomes: list = []
         traced = Trace()
         traced.record(lambda: outcomes.extend(pipeline.run([cell], options, engine, lambda line: None)))
@@ -115,7 +187,7 @@ def main() -> Dict[str, str]:
     for module, count in sorted(found.entered.items(), key=lambda kv: (-kv[1], kv[0])):
         print(f"  {module:40s} {count} stop(s)")
     asked = sum(n for name, n in traced.counts.items() if name.startswith("builder.knowledge."))
-    print(f"calls of the knowledge base's functions: {asked}; lock inputs derived {traced.counts['builder.images.plan.lock_inputs']} "
+    print(f"calls of the knowledge base's functions: {asked}; lock inputs derived {traced.counts['builder.images.facts._inputs']} "
           f"time(s), the lock's state {traced.counts['builder.images.lock.status']} time(s)")
     later = ", ".join(f"{name} x{n}" for name, n in sorted(traced.after_build.items())) or "none"
     print(f"once the build started, calls into the knowledge base, the plan or the cell: {later}")

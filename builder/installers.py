@@ -5,9 +5,10 @@ a third when the cell asks for it, NNAL (the ATB library); an image with ``env: 
 first runs the Miniforge3 bootstrap. The functions here
 name those files and, where the data lists them, give their URL and checksum. They
 take the knowledge base (:class:`builder.knowledge.KnowledgeBase`) and read it only
-through its public methods: ``cann_package`` (the cann-packages.json entry of a
-release), ``canonical_cann``, ``chip_min_cann``, ``nnal_since``, ``cann_release_folder``
-and ``conda_installers``.
+through one question per release, ``cann_release`` (a `CannRelease`: the release's own
+spelling, its cann-packages.json entry, its folder, NNAL's first release), and
+``conda_installer``; a chip's first CANN is ``knowledge.chip_min_cann``. This module imports the knowledge base (its `Installer` record
+and ``known_arch`` are the knowledge base's); the knowledge base never imports this one.
 
 Names follow the file listed in cann-packages.json when there is one, else the naming
 rule of the CANN era (see :func:`ops_package`). Only listed files come with a sha256.
@@ -25,59 +26,16 @@ Example:
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Dict, List, Mapping, Optional, Tuple
+from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 from builder import versions
 from builder.errors import UserError
+from builder.knowledge import CannRelease, Installer, KnowledgeBase, chip_min_cann, known_arch
+from builder.knowledge.pairings import listed as _listed
 from builder.vocabulary import CHIPS, normalize_arch
-
-if TYPE_CHECKING:  # knowledge imports this module; the type is only for hints
-    from builder.knowledge import KnowledgeBase
 
 # Name of the chip inside ops package file names (case matters: ``A3``).
 _CHIP_FILE_NAME = {"910": "910", "910b": "910b", "a3": "A3", "310p": "310p", "950": "950"}
-
-
-@dataclass(frozen=True)
-class Installer:
-    """A file to download, check and run: a CANN package or the conda bootstrap.
-
-    ``filename`` is the published file (``.zip`` for CANN packages), ``run`` the installer
-    to execute (the ``.run`` of the same stem inside the zip; the ``.sh`` itself for conda),
-    ``sha256`` the checksum of ``filename`` (``None`` only when it could not be verified).
-
-    Example:
-        >>> from builder.knowledge import load
-        >>> cann_installers(load(), "8.5.0", "910b", "aarch64")[0].run
-        'Ascend-cann-toolkit_8.5.0_linux-aarch64.run'
-    """
-
-    kind: str  # "toolkit" | "ops" | "nnal" | "conda"
-    filename: str
-    url: str
-    sha256: Optional[str]
-    run: str
-    source: str
-    version: str = ""
-    arch: str = ""
-
-
-def _listed(value: Any) -> Tuple[str, ...]:
-    """A data field that holds one string or a list of them, as a tuple."""
-    if value is None:
-        return ()
-    if isinstance(value, (list, tuple)):
-        return tuple(str(v) for v in value)
-    return (str(value),)
-
-
-def known_arch(arch: str) -> str:
-    """``arch`` in its canonical spelling (``arm64`` -> ``aarch64``); a UserError when unknown."""
-    found = normalize_arch(arch)
-    if found is None:
-        raise UserError(f"unknown arch {arch!r}", fix="use x86_64 or aarch64")
-    return found
 
 
 def _cann_version(cann: str) -> "versions.AscendVersion":
@@ -87,14 +45,12 @@ def _cann_version(cann: str) -> "versions.AscendVersion":
     return found
 
 
-def _ops_zip(kb: "KnowledgeBase", chip: str, cann: str, arch: str) -> Optional[Tuple[str, Mapping[str, Any], str]]:
-    """(filename, entry, release text) of the chip's ops/kernels zip in cann-packages.json."""
-    pk = kb.cann_package(cann)
-    if not pk:
+def _ops_zip(release: CannRelease, chip: str, arch: str) -> Optional[Tuple[str, Mapping[str, Any]]]:
+    """(filename, entry) of the chip's ops/kernels zip in cann-packages.json."""
+    if not release.listed:
         return None
-    ver, entry = pk
+    ver, files = release.listed[0], release.files
     name = _CHIP_FILE_NAME.get(chip, chip)
-    files = entry.get("files", {})
     candidates = [
         f"Ascend-cann-{name}-ops_{ver}_linux-{arch}.zip",
         f"Atlas-{name}-cann-kernels_{ver}_linux-{arch}.zip",
@@ -103,11 +59,11 @@ def _ops_zip(kb: "KnowledgeBase", chip: str, cann: str, arch: str) -> Optional[T
     ]
     for fname in candidates:
         if fname in files:
-            return fname, files[fname], ver
+            return fname, files[fname]
     return None
 
 
-def ops_package(kb: "KnowledgeBase", chip: str, cann: str, arch: str) -> str:
+def ops_package(kb: KnowledgeBase, chip: str, cann: str, arch: str) -> str:
     """The chip's ops/kernels installer (``.run``) for that CANN and arch.
 
     The exact name listed in cann-packages.json when there is one (same stem as the
@@ -127,21 +83,27 @@ def ops_package(kb: "KnowledgeBase", chip: str, cann: str, arch: str) -> str:
         >>> ops_package(load(), "a3", "8.1.RC1", "x86_64")
         'Atlas-A3-cann-kernels_8.1.RC1_linux-x86_64.run'
     """
+    return _ops(kb.cann_release(cann), chip, arch)
+
+
+def _ops(release: CannRelease, chip: str, arch: str) -> str:
+    """`ops_package` of the release the knowledge base told of."""
     c = str(chip).lower()
     if c not in CHIPS:
         raise UserError(f"unknown chip {chip!r}", fix=f"use one of {', '.join(CHIPS)}")
     a = known_arch(arch)
+    cann = release.asked
     cv = _cann_version(cann)
-    found = _ops_zip(kb, c, cann, a)
+    found = _ops_zip(release, c, a)
     if found:
         return found[0][: -len(".zip")] + ".run"
-    floor = kb.chip_min_cann(c)
+    floor = chip_min_cann(c)
     if floor and cv < versions.cann(floor):
         raise UserError(
             f"CANN {cann} has no ops package for chip {c}: support starts at CANN {floor}",
             fix=f"use CANN >= {floor} for {c}",
         )
-    ver = kb.canonical_cann(cann)
+    ver = release.name
     name = _CHIP_FILE_NAME[c]
     if cv >= versions.cann("8.5.0"):  # its alphas still ship kernels packages (the official images install them)
         return f"Ascend-cann-{name}-ops_{ver}_linux-{a}.run"
@@ -152,7 +114,7 @@ def ops_package(kb: "KnowledgeBase", chip: str, cann: str, arch: str) -> str:
     return f"Ascend-cann-kernels-{name}_{ver}_linux.run"
 
 
-def toolkit_package(kb: "KnowledgeBase", cann: str, arch: str) -> str:
+def toolkit_package(kb: KnowledgeBase, cann: str, arch: str) -> str:
     """The CANN toolkit installer (``.run``) for that CANN and arch.
 
     The exact name listed in cann-packages.json when there is one (same stem as the
@@ -166,14 +128,18 @@ def toolkit_package(kb: "KnowledgeBase", cann: str, arch: str) -> str:
         >>> toolkit_package(load(), "8.3.rc1", "amd64")
         'Ascend-cann-toolkit_8.3.RC1_linux-x86_64.run'
     """
+    return _toolkit(kb.cann_release(cann), arch)
+
+
+def _toolkit(release: CannRelease, arch: str) -> str:
+    """`toolkit_package` of the release the knowledge base told of."""
     a = known_arch(arch)
-    _cann_version(cann)
-    pk = kb.cann_package(cann)
-    if pk:
-        name = f"Ascend-cann-toolkit_{pk[0]}_linux-{a}.zip"
-        if name in pk[1].get("files", {}):
+    _cann_version(release.asked)
+    if release.listed:
+        name = f"Ascend-cann-toolkit_{release.listed[0]}_linux-{a}.zip"
+        if name in release.files:
             return name[: -len(".zip")] + ".run"
-    return f"Ascend-cann-toolkit_{kb.canonical_cann(cann)}_linux-{a}.run"
+    return f"Ascend-cann-toolkit_{release.name}_linux-{a}.run"
 
 
 KINDS = ("toolkit", "ops", "nnal")  # the CANN packages, in the order they install
@@ -189,7 +155,7 @@ def kinds(nnal: bool) -> Tuple[str, ...]:
     return KINDS if nnal else KINDS[:2]
 
 
-def nnal_package(kb: "KnowledgeBase", cann: str, arch: str) -> str:
+def nnal_package(kb: KnowledgeBase, cann: str, arch: str) -> str:
     """The NNAL installer (``.run``) of that CANN release and arch, as the official images fetch it.
 
     Raises UserError for an unknown arch, a CANN string that is no version, or a release
@@ -200,16 +166,22 @@ def nnal_package(kb: "KnowledgeBase", cann: str, arch: str) -> str:
         >>> nnal_package(load(), "9.1.0", "arm64")
         'Ascend-cann-nnal_9.1.0_linux-aarch64.run'
     """
+    return _nnal(kb.cann_release(cann), arch)
+
+
+def _nnal(release: CannRelease, arch: str) -> str:
+    """`nnal_package` of the release the knowledge base told of."""
     a = known_arch(arch)
+    cann = release.asked
     cv = _cann_version(cann)
-    since = kb.nnal_since()
+    since = release.nnal_since
     if not since or cv < versions.cann(since):
         raise UserError(f"CANN {cann} has no NNAL package the knowledge base knows: the first is CANN {since}",
                         fix=f"use CANN >= {since}, or drop nnal: true")
-    return f"Ascend-cann-nnal_{kb.canonical_cann(cann)}_linux-{a}.run"
+    return f"Ascend-cann-nnal_{release.name}_linux-{a}.run"
 
 
-def cann_installers(kb: "KnowledgeBase", cann: str, chip: str, arch: str, nnal: bool = False) -> List[Installer]:
+def cann_installers(kb: KnowledgeBase, cann: str, chip: str, arch: str, nnal: bool = False) -> List[Installer]:
     """Official CANN installers with URL: the toolkit first, then the chip's ops package, then
     NNAL when asked (``nnal``).
 
@@ -232,35 +204,35 @@ def cann_installers(kb: "KnowledgeBase", cann: str, chip: str, arch: str, nnal: 
     a = normalize_arch(arch)
     if a is None:
         return []
-    pk = kb.cann_package(cann)
+    release = kb.cann_release(cann)  # the one question: everything below is named from its answer
     found: Dict[str, Installer] = {}
-    if pk:
-        ver, entry = pk
+    if release.listed:
+        ver, entry = release.listed
         source = "cann-packages.json (ascend-deployer " + ", ".join(_listed(entry.get("seen_in"))) + ")"
-        files = entry.get("files", {})
+        files = release.files
         toolkit = f"Ascend-cann-toolkit_{ver}_linux-{a}.zip"
         if toolkit in files:
             f = files[toolkit]
             found["toolkit"] = Installer("toolkit", toolkit, f["url"], f["sha256"], toolkit[:-4] + ".run", source, ver, a)
-        ops = _ops_zip(kb, str(chip).lower(), cann, a)
+        ops = _ops_zip(release, str(chip).lower(), a)
         if ops:
-            fname, f, _ = ops
+            fname, f = ops
             found["ops"] = Installer("ops", fname, f["url"], f["sha256"], fname[:-4] + ".run", source, ver, a)
-    folder = kb.cann_release_folder(cann)
+    folder = release.folder
     wanted = kinds(nnal)
     for kind in wanted:
         if kind in found or folder is None:
             continue
         try:  # the .run the install guides fetch from the release's folder; its sha256 comes from the lock
-            run = package(kb, kind, cann, chip, a)
+            run = _package(release, kind, chip, a)
         except UserError:  # a chip or NNAL this release predates, or no version: other rules say so
             continue
         found[kind] = Installer(kind, run, folder + run, None, run, "release folder (cann-downloads.yaml)",
-                                kb.canonical_cann(cann), a)
+                                release.name, a)
     return [found[k] for k in wanted if k in found]
 
 
-def package(kb: "KnowledgeBase", kind: str, cann: str, chip: str, arch: str) -> str:
+def package(kb: KnowledgeBase, kind: str, cann: str, chip: str, arch: str) -> str:
     """The ``.run`` of one kind of CANN package: ``toolkit``, ``ops`` (the chip's) or ``nnal``.
 
     Example:
@@ -268,33 +240,18 @@ def package(kb: "KnowledgeBase", kind: str, cann: str, chip: str, arch: str) -> 
         >>> package(load(), "ops", "8.5.0", "a3", "x86_64")
         'Ascend-cann-A3-ops_8.5.0_linux-x86_64.run'
     """
+    return _package(kb.cann_release(cann), kind, chip, arch)
+
+
+def _package(release: CannRelease, kind: str, chip: str, arch: str) -> str:
     if kind == "toolkit":
-        return toolkit_package(kb, cann, arch)
+        return _toolkit(release, arch)
     if kind == "nnal":
-        return nnal_package(kb, cann, arch)
-    return ops_package(kb, chip, cann, arch)
+        return _nnal(release, arch)
+    return _ops(release, chip, arch)
 
 
-def read_conda(conda_doc: Mapping[str, Any]) -> Dict[str, Installer]:
-    """The Miniforge3 installer per arch from ``data/conda.yaml`` (the knowledge base reads it once).
-
-    Example:
-        >>> doc = {"version": "1.0-0", "installers": {"x86_64": {"filename": "M.sh", "url": "https://x/M.sh",
-        ...        "sha256": None, "source": ["upstream"]}}}
-        >>> read_conda(doc)["x86_64"].sha256 is None, read_conda(doc)["x86_64"].source
-        (True, 'upstream')
-    """
-    found: Dict[str, Installer] = {}
-    for arch, e in (conda_doc.get("installers") or {}).items():
-        found[str(arch)] = Installer(
-            kind="conda", filename=str(e["filename"]), url=str(e["url"]),
-            sha256=(str(e["sha256"]) if e.get("sha256") else None), run=str(e["filename"]),
-            source="; ".join(_listed(e.get("source"))), version=str(conda_doc.get("version", "")), arch=str(arch),
-        )
-    return found
-
-
-def conda_installer(kb: "KnowledgeBase", arch: str) -> Optional[Installer]:
+def conda_installer(kb: KnowledgeBase, arch: str) -> Optional[Installer]:
     """The Miniforge3 installer for that arch (``data/conda.yaml``); None when unknown.
 
     Example:
@@ -305,5 +262,5 @@ def conda_installer(kb: "KnowledgeBase", arch: str) -> Optional[Installer]:
     return kb.conda_installers().get(normalize_arch(arch) or "")
 
 
-__all__ = ["KINDS", "Installer", "cann_installers", "conda_installer", "kinds", "nnal_package", "ops_package", "package", "read_conda",
-           "toolkit_package"]
+__all__ = ["KINDS", "Installer", "cann_installers", "conda_installer", "kinds", "known_arch", "nnal_package", "ops_package",
+           "package", "toolkit_package"]

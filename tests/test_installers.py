@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import doctest
 import json
-from pathlib import Path
 
 import pytest
 
@@ -14,7 +13,7 @@ from builder import installers, knowledge
 from builder.errors import UserError
 from builder.installers import Installer, cann_installers, conda_installer, ops_package, toolkit_package
 
-DATA = Path(knowledge.__file__).parent / "data"
+DATA = knowledge.DATA_DIR
 
 
 @pytest.fixture(scope="module")
@@ -170,5 +169,5 @@ def test_conda_installer(kb):
 
 def test_read_conda_leaves_an_unverified_sha256_empty():
     doc = {"version": "1.0-0", "installers": {"aarch64": {"filename": "M.sh", "url": "https://x/M.sh", "sha256": ""}}}
-    found = installers.read_conda(doc)["aarch64"]
+    found = knowledge.downloads.read_conda(doc)["aarch64"]
     assert (found.sha256, found.run, found.source, found.version, found.arch) == (None, "M.sh", "", "1.0-0", "aarch64")

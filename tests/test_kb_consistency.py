@@ -9,7 +9,6 @@ torch_npu pairing with a release nobody lists) fails here by name.
 from __future__ import annotations
 
 import re
-from pathlib import Path
 from typing import Dict, List, Tuple
 
 import pytest
@@ -19,7 +18,7 @@ from builder import installers, knowledge, python_env, versions
 from builder.images import checks, matrix
 from tests.support.matrix import cell_index
 
-DATA = Path(knowledge.__file__).parent / "data"
+DATA = knowledge.DATA_DIR
 
 # Pre-releases the knowledge base pairs torch_npu with although no official image fetched
 # them, so their download folder is unknown (cann-downloads.yaml, prerelease_folders): a
@@ -71,7 +70,7 @@ def test_every_cann_a_torch_npu_pairs_with_is_a_known_release_with_hdk_and_insta
         assert kb.min_driver(cann) is not None, cann
         assert kb.hdk_known(kb.min_driver(cann))[0] or versions.lenient("hdk", kb.min_driver(cann)) is not None, cann
         for arch in knowledge.ARCHES:
-            kinds = [i.kind for i in kb.installers(cann, "910b", arch)]
+            kinds = [i.kind for i in installers.cann_installers(kb, cann, "910b", arch)]
             if kb.canonical_cann(cann) in FOLDER_UNKNOWN:
                 assert kinds == [], cann
             else:

@@ -8,7 +8,6 @@ from __future__ import annotations
 import doctest
 import json
 import time
-from pathlib import Path
 
 import pytest
 import yaml
@@ -21,7 +20,7 @@ from builder.cli.kb import describe_cann, describe_torch_npu
 from builder.errors import UserError
 from builder.knowledge import OsInfo, TorchNpu, load
 
-DATA = Path(knowledge.__file__).parent / "data"
+DATA = knowledge.DATA_DIR
 
 
 @pytest.fixture(scope="module")
@@ -50,9 +49,10 @@ def test_load_is_cached(kb):
 
 
 def test_module_examples_hold():
-    result = doctest.testmod(knowledge, optionflags=doctest.ELLIPSIS)
-    assert result.attempted > 20
-    assert result.failed == 0
+    parts = (knowledge, knowledge.pairings, knowledge.environment, knowledge.drivers, knowledge.downloads, knowledge.ascend_errors)
+    results = [doctest.testmod(part, optionflags=doctest.ELLIPSIS) for part in parts]
+    assert sum(r.attempted for r in results) > 20
+    assert sum(r.failed for r in results) == 0
 
 
 def test_queries_are_fast(kb):
@@ -67,8 +67,8 @@ def test_queries_are_fast(kb):
         kb.glibc_floor(v, arch)
         kb.min_driver(c)
         kb.paired_firmware(kb.min_driver(c), "910b")
-        kb.ops_package("910b", c, arch)
-        kb.installers(c, "910b", arch)
+        installers.ops_package(kb, "910b", c, arch)
+        installers.cann_installers(kb, c, "910b", arch)
         kb.torch_npu_for_cann(c)
     assert time.perf_counter() - start < 0.5
 
@@ -196,7 +196,7 @@ def test_lookups_are_lenient(kb):
     assert kb.min_driver("") is None
     assert kb.paired_firmware(None, "910b") is None
     assert kb.firmware_range("nope") is None
-    assert kb.installers("8.0", "910b", "x86_64") == []
+    assert installers.cann_installers(kb, "8.0", "910b", "x86_64") == []
 
 
 # -- CANN, driver, firmware --------------------------------------------------------------
@@ -268,11 +268,13 @@ def test_chips(kb):
         assert kb.chip_min_cann(chip) is None
 
 
-def test_installer_delegations_answer_like_builder_installers(kb):
-    """render.py still asks the kb; the names themselves are tested in test_installers.py."""
-    assert kb.ops_package("a3", "8.3.RC1", "x86_64") == installers.ops_package(kb, "a3", "8.3.RC1", "x86_64")
-    assert kb.toolkit_package("8.3.rc1", "amd64") == installers.toolkit_package(kb, "8.3.rc1", "amd64")
-    assert kb.installers("7.0.RC1", "910b", "aarch64") == installers.cann_installers(kb, "7.0.RC1", "910b", "aarch64")
+def test_the_facade_hands_out_its_parts_methods(kb):
+    """The knowledge base is one facade over its parts: each name is the part's own method
+    (no second copy of a rule), and no installer file name is the knowledge base's (those are
+    builder.installers', which imports the knowledge base, never the other way round)."""
+    assert kb.min_driver == kb.drivers.min_driver and kb.os_info == kb.environment.os_info
+    assert kb.canonical_cann == kb.releases.canonical_cann and kb.uv_requirement == kb.downloads.uv_requirement
+    assert not any(hasattr(kb, name) for name in ("ops_package", "toolkit_package", "installers"))
     assert kb.conda_installer("arm64") == installers.conda_installer(kb, "aarch64")
 
 
@@ -471,7 +473,7 @@ def test_the_cpu_build_of_torch_per_arch_and_version(kb):
     # x86_64: always the CPU index (PyPI's x86_64 torch is the CUDA build)
     assert kb.cpu_torch("2.1.0", "x86_64") == ("torch==2.1.0+cpu", "pytorch-cpu")
     assert kb.cpu_torch("2.13.0", "amd64") == ("torch==2.13.0+cpu", "pytorch-cpu")
-    # aarch64: PyPI's torch is the CPU build up to 2.10, the CUDA build from 2.11 (measured, see knowledge.py)
+    # aarch64: PyPI's torch is the CPU build up to 2.10, the CUDA build from 2.11 (measured, see knowledge/environment.py)
     assert kb.cpu_torch("2.10.0", "aarch64") == ("torch==2.10.0", "pypi")
     assert kb.cpu_torch("2.11.0", "aarch64") == ("torch==2.11.0+cpu", "pytorch-cpu")
     assert kb.cpu_torch("2.13.0+cpu", "aarch64") == ("torch==2.13.0+cpu", "pytorch-cpu")  # a local label is not doubled

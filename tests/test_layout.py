@@ -42,6 +42,11 @@ def test_no_folder_is_named_like_one_that_tools_skip_and_no_module_name_is_used_
     assert [p for p in BUILDER.rglob("*") if p.is_dir() and p.name in skipped] == []
     stems = [p.stem for p in modules(BUILDER) if p.stem != "__init__"]
     assert sorted({s for s in stems if stems.count(s) > 1}) == []
+    # nor a module named like a package (knowledge/releases.py beside releases/); the command
+    # modules of builder/cli are named for the wing they drive, on purpose
+    packages = {p.parent.name for p in modules(BUILDER) if p.stem == "__init__"}
+    outside_cli = {p.stem for p in modules(BUILDER) if p.parent.name != "cli" and p.stem != p.parent.name}  # smoke/smoke.py: its program
+    assert sorted(packages & outside_cli) == []
 
 
 @pytest.mark.parametrize("wing", WINGS)

@@ -22,7 +22,7 @@ from typing import Dict, List, Tuple
 import pytest
 import yaml
 
-from builder import knowledge, versions
+from builder import installers, knowledge, versions
 from builder.images import checks, matrix
 from tests.support.matrix import cell_index
 
@@ -85,14 +85,14 @@ def test_the_installers_the_official_images_install_are_the_ones_named_here():
     rows = fixture("published-cann-image-packages.yaml")
     differ: Dict[Tuple[str, str], List[tuple]] = {}
     for r in rows:
-        ours = [i.run for i in kb.installers(r["cann"], chip(r["chip"]), r["arch"], nnal=True)]
+        ours = [i.run for i in installers.cann_installers(kb, r["cann"], chip(r["chip"]), r["arch"], nnal=True)]
         if ours != r["files"]:
             differ.setdefault((r["cann"], chip(r["chip"])), []).append((ours, r["files"], r["source"]))
     assert set(differ) == set(KNOWN_DIFFERENCES), {k: v[0] for k, v in differ.items() if k not in KNOWN_DIFFERENCES}
     assert len(rows) - sum(map(len, differ.values())) == 180 and len(rows) == 188
     # the same image rows also list the spelling the knowledge base uses, at another commit
     for cann, name in (("8.1.rc1", "a3"), ("9.0.0", "a3")):
-        assert any(r["files"] == [i.run for i in kb.installers(cann, name, r["arch"], nnal=True)]
+        assert any(r["files"] == [i.run for i in installers.cann_installers(kb, cann, name, r["arch"], nnal=True)]
                    for r in rows if (r["cann"], chip(r["chip"])) == (cann, name))
 
 

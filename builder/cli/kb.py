@@ -26,6 +26,7 @@ import typer
 
 from builder import knowledge, python_env, versions
 from builder.installers import KINDS as installer_kinds
+from builder.installers import cann_installers
 from builder.cli.app import JsonOpt, kb_app
 from builder.errors import UserError
 from builder.knowledge import ARCHES, CHIPS, KnowledgeBase
@@ -158,7 +159,7 @@ def _installer_rows(kb: KnowledgeBase, version: str, arch: str) -> List[Dict[str
     """The toolkit once, then every chip's ops package, then NNAL once (when published), for one arch."""
     rows: List[Dict[str, Any]] = []
     for chip in CHIPS:
-        for inst in kb.installers(version, chip, arch, nnal=True):
+        for inst in cann_installers(kb, version, chip, arch, nnal=True):
             if inst.kind != "ops" and any(row["kind"] == inst.kind for row in rows):
                 continue
             rows.append({"kind": inst.kind, "chip": chip if inst.kind == "ops" else None,

@@ -239,13 +239,15 @@ def read(folder: Path) -> Optional[Lock]:
     path = Path(folder) / LOCK_FILE
     if not path.is_file():
         return None
-    fix = f"run {commands.suggest('lock')} to make it again (or restore it from version control)"
+    def fix() -> str:  # only a refusal says it
+        return f"run {commands.suggest('lock')} to make it again (or restore it from version control)"
+
     if path.stat().st_size > MAX_LOCK_BYTES:
-        raise UserError(f"{path} has {path.stat().st_size} bytes: no lock is that large", fix=fix, exit_code=1)
+        raise UserError(f"{path} has {path.stat().st_size} bytes: no lock is that large", fix=fix(), exit_code=1)
     try:
         text = path.read_bytes().decode("utf-8")
     except UnicodeDecodeError as exc:
-        raise UserError(f"{path} is not UTF-8 text (byte {exc.start}): not a lock", fix=fix, exit_code=1) from None
+        raise UserError(f"{path} is not UTF-8 text (byte {exc.start}): not a lock", fix=fix(), exit_code=1) from None
     return Lock.parse(text, where=str(path))
 
 

@@ -1,17 +1,21 @@
 """What goes into one cell's images: every decision, made once, as typed values.
 
-`resolve(cell, kb, digest, lock)` asks the knowledge base and the vocabulary, once,
+`resolve(facts)` decides, from a cell's facts (`builder.images.facts.CellFacts`, which
+`resolve_facts` gathered from the knowledge base in one pass) and the vocabulary,
 everything both images of a cell (the NPU image and its CPU twin) need: base image, OS
 packages, CANN installers and environment, Python environment from the lock and the
-lock's state, pins, files, labels, manifests, tags. It returns a `CellPlan` holding a
-`Plan` per variant (the facts of its Dockerfile) and what the pipeline needs beside them.
+lock's state, pins, files, labels, manifests, tags. It asks the knowledge base nothing.
+It returns a `CellPlan` holding a `Plan` per variant (the facts of its Dockerfile) and
+what the pipeline needs beside them. The functions that take ``(cell, kb, ...)``
+(`plan`, `manifest`, `lock_inputs`, `unrecorded_installers`, `final_env`) resolve the
+cell's facts first, for the callers that hold a cell and not its facts.
 The template (``builder/templates/Dockerfile.j2``) only formats a `Plan`; `render`
 writes the files; the pipeline's steps take the `CellPlan` (see `builder.images.prepare`).
 Values from the knowledge base are re-checked against strict patterns here, exactly like
 the matrix's own values, so none can change a Dockerfile's structure.
 
 Example:
-    >>> resolved = resolve(cell, knowledge.load(), "0123456789abcdef", lock)        # doctest: +SKIP
+    >>> resolved = resolve(resolve_facts(cell, knowledge.load(), lock, digest="0123456789abcdef"))  # doctest: +SKIP
     >>> p = resolved.plans[vocabulary.CPU]                                          # doctest: +SKIP
     >>> p.base_image, p.steps, p.number("closure")                                  # doctest: +SKIP
     ('debian:bookworm-slim', ('os', 'python', 'closure', 'env', 'files'), 3)
@@ -21,7 +25,7 @@ from __future__ import annotations
 
 import os
 import re
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 from typing import Dict, Mapping, Optional, Tuple
@@ -29,17 +33,12 @@ from typing import Dict, Mapping, Optional, Tuple
 from packaging.utils import canonicalize_name
 
 from builder import installers as installer_names
-from builder import python_env, versions, vocabulary
+from builder import python_env, vocabulary
 from builder.images import conda_lock, stage
 from builder.images import lock as locking
+from builder.images.facts import CellFacts, resolve_facts
 from builder.images.matrix import Cell
 from builder.errors import UserError
-from builder.knowledge import KnowledgeBase, OsInfo
-
-# The PyTorch project's index of CPU-only torch wheels. x86_64 torch_npu up to
-# 2.11 pins torch==X+cpu, which exists only there; later releases still want a
-# CPU torch, not the multi-GB CUDA build PyPI serves for x86_64.
-PYTORCH_CPU_INDEX = "https://download.pytorch.org/whl/cpu"
 
 # Field-guide defaults (section 2/3/5); a cell's env_vars override them by name. The
 # allocator default (PYTORCH_NPU_ALLOC_CONF) comes from python_env: only the torch_npu
@@ -89,7 +88,7 @@ NNAL_SETTINGS = (
     ("ATB_MATMUL_SHUFFLE_K_ENABLE", "1"), ("LCCL_DETERMINISTIC", "0"), ("LCCL_PARALLEL", "0"),
 )
 
-_cann = lru_cache(maxsize=4096)(versions.cann)
+TORCH_NPU = "torch-npu"  # torch_npu's canonical name: its own step, and not in the twin
 
 _SAFE = {
     "url": re.compile(r"^https://[A-Za-z0-9._~:/?#@!&+,=%-]+$"),
@@ -277,26 +276,19 @@ class Plan:
         return self.steps.index(step) + 1
 
 
-def cann_home(cell: Cell) -> str:
-    """Where CANN lives: ``ascend-toolkit/latest`` up to 8.3, ``cann-<ver>`` from 8.5 on."""
-    if _cann(cell.cann) >= _cann("8.5.0-beta.1"):
-        return f"/usr/local/Ascend/cann-{cell.cann}"
-    return "/usr/local/Ascend/ascend-toolkit/latest"
-
-
-def atb_home(cell: Cell, kb) -> str:
-    """Where NNAL's ATB for the ABI of the cell's torch lives (``ATB_HOME_PATH``).
+def atb_home(torch: str) -> str:
+    """Where NNAL's ATB for the ABI of the cell's torch (its requirement) lives (``ATB_HOME_PATH``).
 
     Example:
-        >>> atb_home(cell, knowledge.load())   # torch 2.1.0                    # doctest: +SKIP
-        '/usr/local/Ascend/nnal/atb/latest/atb/cxx_abi_0'
+        >>> atb_home("torch==2.1.0+cpu"), atb_home("torch==2.13.0+cpu")[-9:]
+        ('/usr/local/Ascend/nnal/atb/latest/atb/cxx_abi_0', 'cxx_abi_1')
     """
-    found = re.search(r"==\s*(\d+)\.(\d+)", torch(cell, kb)[0])
+    found = re.search(r"==\s*(\d+)\.(\d+)", torch)
     release = (int(found.group(1)), int(found.group(2))) if found else CXX11_ABI_SINCE_TORCH
     return ATB_HOME.format(abi=int(release >= CXX11_ABI_SINCE_TORCH))
 
 
-def cann_env(cell: Cell, kb) -> Tuple[Tuple[str, str], ...]:
+def cann_env(f: CellFacts) -> Tuple[Tuple[str, str], ...]:
     """CANN's ``set_env.sh`` written out as ENV lines, so non-interactive shells have it too
     (and NNAL's, for a cell with ``nnal``).
 
@@ -309,14 +301,14 @@ def cann_env(cell: Cell, kb) -> Tuple[Tuple[str, str], ...]:
     """
     home = "${" + HOME_VARIABLE + "}"
     nnal = (
-        ("ATB_HOME_PATH", atb_home(cell, kb)),
+        ("ATB_HOME_PATH", atb_home(f.torch)),
         ("LD_LIBRARY_PATH", "${LD_LIBRARY_PATH}:${ATB_HOME_PATH}/lib:${ATB_HOME_PATH}/examples"
                             ":${ATB_HOME_PATH}/tests/atbopstest"),
         ("PATH", "${PATH}:${ATB_HOME_PATH}/bin"),
         *NNAL_SETTINGS,
-    ) if cell.nnal else ()
+    ) if f.cell.nnal else ()
     return (
-        (HOME_VARIABLE, cann_home(cell)),
+        (HOME_VARIABLE, f.cann_home),
         ("ASCEND_HOME_PATH", home),
         ("ASCEND_AICPU_PATH", home),
         ("ASCEND_OPP_PATH", f"{home}/opp"),
@@ -332,9 +324,10 @@ def cann_env(cell: Cell, kb) -> Tuple[Tuple[str, str], ...]:
     )
 
 
-def env_vars(cell: Cell) -> Tuple[Tuple[str, str], ...]:
-    """The field-guide defaults (and those its torch_npu accepts) with the cell's env_vars over them, by name."""
-    merged = dict(DEFAULT_ENV + python_env.default_env(cell.torch_npu))
+def env_vars(cell: Cell, defaults: Optional[Tuple[Tuple[str, str], ...]] = None) -> Tuple[Tuple[str, str], ...]:
+    """The field-guide defaults (and ``defaults``, those its torch_npu accepts: `CellFacts.default_env`)
+    with the cell's env_vars over them, by name."""
+    merged = dict(DEFAULT_ENV + (python_env.default_env(cell.torch_npu) if defaults is None else defaults))
     merged.update(dict(cell.env_vars))
     return tuple(sorted(merged.items()))
 
@@ -344,7 +337,8 @@ def final_env(cell: Cell, variant: str, kb) -> Dict[str, str]:
     then the cell's env_vars (written later, so they win). A value referring to a variable
     this plan does not set (PATH: the Python step prepends to it again) is left out. The driver
     guard's requirement comes last (both images state it)."""
-    return _expand(cann_env(cell, kb) if variant == vocabulary.NPU else (), env_vars(cell), cell)
+    f = resolve_facts(cell, kb)
+    return _expand(cann_env(f) if variant == vocabulary.NPU else (), env_vars(cell, f.default_env), cell)
 
 
 def _expand(cann: Tuple[Tuple[str, str], ...], own: Tuple[Tuple[str, str], ...], cell: Cell) -> Dict[str, str]:
@@ -360,23 +354,24 @@ def _expand(cann: Tuple[Tuple[str, str], ...], own: Tuple[Tuple[str, str], ...],
     return env
 
 
-def installer_files(cell: Cell, kb, lock: Optional[locking.Lock] = None) -> Tuple[InstallerFile, ...]:
+def installer_files(f: CellFacts) -> Tuple[InstallerFile, ...]:
     """Toolkit first, then the chip's ops package, then NNAL when the cell asks for it, each with
     the sha256 that must match: the cell's own, else the knowledge base's, else the one the lock
-    recorded on first fetch."""
-    given = dict(cell.sha256)
-    known = {item.kind: item for item in kb.installers(cell.cann, cell.chip, cell.arch, cell.nnal)}
+    recorded on first fetch. A local folder supplies each package the knowledge base lacks."""
+    given, recorded = dict(f.cell.sha256), dict(f.lock.installers if f.lock else ())
+    known = {item.kind: item for item in f.installers}
+    local = dict(f.local_packages)
     files = []
-    for kind in installer_names.kinds(cell.nnal):  # a local folder supplies each package the knowledge base lacks
+    for kind in installer_names.KINDS:  # in install order
         sources = TOOLKIT_SET_ENV if kind == "nnal" else ""
         item = known.get(kind)
         if item is not None:
-            sha = given.get(item.filename) or item.sha256 or (lock.installer_sha256(item.filename) if lock else None)
+            sha = given.get(item.filename) or item.sha256 or recorded.get(item.filename)
             files.append(InstallerFile(_safe("file", item.filename, "installer file"), _safe("url", item.url, "installer URL"),
                                        _safe("sha256", sha, f"sha256 of {item.filename}") if sha else "",
                                        _safe("file", item.run, "installer"), sources, kind))
-        elif cell.cann_source == "local":
-            name = installer_names.package(kb, kind, cell.cann, cell.chip, cell.arch)
+        elif kind in local:
+            name = local[kind]
             if name not in given:
                 raise UserError(f"no sha256 for {name}", fix=f"add sha256: {{{name}: HEX}} to the cell")
             files.append(InstallerFile(_safe("file", name, "installer file"), "", _safe("sha256", given[name], f"sha256 of {name}"),
@@ -390,8 +385,18 @@ def unrecorded_installers(cell: Cell, kb, lock: Optional[locking.Lock]) -> Tuple
     if cell.cann_source != "installer":
         return ()
     try:
-        return _unhashed(installer_files(cell, kb, lock))
-    except UserError:  # a local cell missing its sha256, or odd data: other rules report it
+        return unrecorded(resolve_facts(cell, kb, lock))
+    except UserError:  # odd data: other rules report it
+        return ()
+
+
+def unrecorded(f: CellFacts) -> Tuple[str, ...]:
+    """`unrecorded_installers` of a cell whose facts are resolved (`f.lock` the one to look in)."""
+    if f.cell.cann_source != "installer":
+        return ()
+    try:
+        return _unhashed(installer_files(f))
+    except UserError:  # a value a rule refuses (`_safe`): other rules report it
         return ()
 
 
@@ -403,84 +408,46 @@ def env_prefix(cell: Cell) -> str:
     return "/opt/conda/envs/ascend" if cell.env == "conda" else "/opt/venv"
 
 
-def torch(cell: Cell, kb) -> Tuple[str, str]:
-    """The torch requirement and the extra index that serves it: the CPU build of the torch
-    torch_npu pins, on every arch (``knowledge.cpu_torch``: ``torch==X+cpu`` from the PyTorch
-    CPU index on x86_64, and on aarch64 from 2.11, where PyPI's torch is the CUDA build),
-    which also meets torch_npu's ``torch==X``/``torch==X.*`` pins.
-    A CANN-only cell has none: ("", "")."""
-    if cell.cann_only:
-        return "", ""
-    requirement, _ = kb.torch_requirement(cell.torch_npu, cell.arch)
-    version = requirement.split("==", 1)[1] if "==" in requirement else str(cell.torch)
-    pinned, where = kb.cpu_torch(version, cell.arch)
-    return pinned, (PYTORCH_CPU_INDEX if where == "pytorch-cpu" else "")
-
-
 def lock_inputs(cell: Cell, kb) -> locking.Inputs:
-    """What the cell's lock is resolved from: CANN's packages within CANN's limits, the CPU
-    torch torch_npu pins, torch_npu (neither for a CANN-only cell), the matrix's extra pins,
-    and the installer itself (pip; setuptools, which venvs of Python < 3.12 carry; wheel,
-    which conda's env has)."""
-    os_info = kb.os_info(cell.os)
-    requirement, index = torch(cell, kb)
-    framework = () if cell.cann_only else (requirement, f"torch-npu=={cell.torch_npu}")
-    tools = ("pip", "setuptools") + (("wheel",) if cell.env == "conda" else ())
-    return locking.Inputs(
-        cell=cell.id, python=cell.python, platform=locking.python_platform(cell.arch, os_info.glibc),
-        requirements=(*python_env.cann_packages(), *framework, *cell.pip, *tools),
-        constraints=tuple(c.requirement for c in python_env.constraints(cell.cann, cell.python)),
-        torch_index=index,
-        own_wheels=(cell.torch_npu_wheel,) if cell.torch_npu_wheel else (),
-        conda=conda_lock.specs(cell.python) if cell.env == "conda" else (),
-        conda_channel=conda_lock.public(conda_channel(cell)) if cell.env == "conda" else "",
-    )
-
-
-def conda_channel(cell: Cell) -> str:
-    """The channel a conda cell's environment comes from: ``mirrors.conda_channel`` (as given,
-    credentials and all: only `ascend-build lock` and the build's secret see it), else conda-forge."""
-    return dict(cell.mirrors).get("conda_channel") or conda_lock.DEFAULT_CHANNEL
-
-
-def lock_unpinned(cell: Cell, kb) -> Tuple[str, ...]:
-    """What the lock cannot pin for ``cell``, and why (written into its header). A conda cell's
-    Python is in the lock's conda part (or that part says why it is incomplete)."""
-    if cell.env == "conda":
-        return ()
-    os_info = kb.os_info(cell.os)
-    return (f"python: the base image's own python3 ({os_info.python} on {cell.os}; its patch release follows "
-            f"the distribution's updates)",)
-
-
-def _unlocked_lines(inputs: locking.Inputs, cann: str) -> Tuple[str, ...]:
-    """Without a usable lock: the top-level requirements, CANN's limits on the packages they bound."""
-    limits: Dict[str, str] = {}
-    for c in python_env.constraints(cann, inputs.python):
-        limits[c.name] = ",".join(filter(None, [limits.get(c.name), str(python_env.requirement(c.requirement).specifier)]))
-    lines = []
-    for requirement in inputs.requirements:
-        req = python_env.requirement(requirement)
-        name = canonicalize_name(req.name)
-        lines.append(f"{name}{limits[name]}" if name in limits and not req.specifier else requirement)
-    return tuple(lines)
-
-
-def stand_in_reason(cell: Cell, closure_of: Cell) -> str:
-    """Why a twin runs on ``cell``'s base instead of its own cell's."""
-    return (f"{cell.os} stands in for {closure_of.os} with {closure_of.env}, which cannot be had on this build machine "
-            f"(same arch, Python {closure_of.python} and locked packages)")
+    """What the cell's lock is resolved from (`CellFacts.inputs`)."""
+    return resolve_facts(cell, kb).inputs
 
 
 def labels(cell: Cell, variant: str, digest: str, lock_state: str = "missing",
            stand_in: str = "") -> Tuple[Tuple[str, str], ...]:
     """The image's labels: the node decides from these alone."""
+    return _labels(cell, variant, digest, lock_state, stand_in, _words(cell.ref, cell.tag, cell.id, cell.os, stand_in)[variant],
+                   cell.cann_only)
+
+
+@dataclass(frozen=True)
+class _Words:
+    """One image's names in the vocabulary's words."""
+
+    title: str       # image:tag it is released as (a stand-in: its own)
+    tag: str         # its tag
+    name: str        # its name in the state folder
+    dockerfile: str  # its Dockerfile's file name
+    manifest: str    # its manifest's file name
+
+
+def _words(ref: str, tag: str, cell_id: str, os_id: str, stand_in: str, suffix: str = "") -> Dict[str, _Words]:
+    """Each variant's `_Words`, asked of the vocabulary once."""
+    return {v: _Words(title=vocabulary.stand_in_tag(ref, os_id) if stand_in else vocabulary.release_tag(ref, v),
+                      tag=vocabulary.stand_in_tag(tag, os_id) if stand_in else vocabulary.release_tag(tag, v),
+                      name=vocabulary.release_tag(cell_id, v) + suffix,
+                      dockerfile=vocabulary.dockerfile_name(v), manifest=vocabulary.manifest_name(v))
+            for v in vocabulary.VARIANTS}
+
+
+def _labels(cell: Cell, variant: str, digest: str, lock_state: str, stand_in: str, words: _Words,
+            cann_only: bool) -> Tuple[Tuple[str, str], ...]:
     npu = variant == vocabulary.NPU
     Label = vocabulary.Label
     pairs = [
-        (Label.OCI_TITLE, vocabulary.stand_in_tag(cell.ref, cell.os) if stand_in else vocabulary.release_tag(cell.ref, variant)),
-        (Label.OCI_DESCRIPTION, _description(cell, npu)),
-        (Label.OCI_VERSION, _tag(cell, variant, stand_in)),
+        (Label.OCI_TITLE, words.title),
+        (Label.OCI_DESCRIPTION, _description(cell, npu, cann_only)),
+        (Label.OCI_VERSION, words.tag),
         (Label.CELL, cell.id),
         (Label.VARIANT, variant),
         (Label.OS, cell.os),
@@ -514,13 +481,8 @@ def requirement(cell: Cell) -> Tuple[Tuple[str, str], ...]:
                                                        (vocabulary.REQUIRE_FIRMWARE_ENV, cell.firmware or "")))
 
 
-def _tag(cell: Cell, variant: str, stand_in: str) -> str:
-    """The image's tag: the release tag of ``variant``, or a stand-in's own tag (never the twin's)."""
-    return vocabulary.stand_in_tag(cell.tag, cell.os) if stand_in else vocabulary.release_tag(cell.tag, variant)
-
-
-def _description(cell: Cell, npu: bool) -> str:
-    if cell.cann_only:
+def _description(cell: Cell, npu: bool, cann_only: bool) -> str:
+    if cann_only:
         return (f"CANN {cell.cann} for {cell.chip} with Python {cell.python} (no PyTorch)" if npu
                 else f"CPU twin of {cell.id}: Python {cell.python} and its locked packages without CANN")
     return (f"PyTorch {cell.torch} + torch_npu {cell.torch_npu} on CANN {cell.cann} for {cell.chip}" if npu
@@ -544,39 +506,7 @@ def _display_path(file: str) -> str:
 
 # --- one cell, resolved once ---------------------------------------------------------------
 
-@dataclass(frozen=True)
-class _Facts:
-    """What both images of a cell are decided from, each looked up once (see `resolve`)."""
-
-    cell: Cell
-    kb: KnowledgeBase
-    os_info: OsInfo
-    digest: str
-    lock: Optional[locking.Lock]
-    closure_of: Optional[Cell]   # the cell whose closure a stand-in twin installs
-    inputs: locking.Inputs       # what the lock is resolved from (the closure's owner's)
-    state: str                   # the lock's state (locking.status)
-    torch_index: str
-    stand_in: str                # why a stand-in twin runs on another OS ("" if not one)
-    cann_env: Tuple[Tuple[str, str], ...]  # the NPU image's ENV from CANN
-    env_vars: Tuple[Tuple[str, str], ...]  # the field guide's and the cell's
-    unlocked: Tuple[str, ...]    # the requirements when the lock is not usable (else ())
-
-
-def _facts(cell: Cell, kb, digest: str, lock: Optional[locking.Lock] = None,
-           closure_of: Optional[Cell] = None) -> _Facts:
-    os_info = kb.os_info(cell.os)
-    if os_info is None:  # `checks` refuses such a cell first; a knowledge base edited since may not have it
-        raise UserError(f"{cell.id}: OS {cell.os!r} is not in builder/data/os.yaml", fix="pick an OS listed there")
-    inputs = lock_inputs(closure_of or cell, kb)
-    # a stand-in twin (a venv) installs the pip closure alone: the conda part is not its to complete
-    state = locking.status(replace(lock, conda=None) if lock is not None and cell.env != "conda" else lock, inputs)
-    return _Facts(cell, kb, os_info, digest, lock, closure_of, inputs, state, inputs.torch_index,
-                  stand_in_reason(cell, closure_of) if closure_of else "", cann_env(cell, kb), env_vars(cell),
-                  _unlocked_lines(inputs, cell.cann) if state in ("missing", "stale") else ())
-
-
-def _installs(f: _Facts, variant: str) -> Tuple[Install, ...]:
+def _installs(f: CellFacts, variant: str) -> Tuple[Install, ...]:
     """The Python steps of ``variant``: the verified closure, then what the lock could not
     verify, then torch_npu (NPU image only). The twin's steps are the same minus torch_npu:
     the same closure.
@@ -595,24 +525,23 @@ def _installs(f: _Facts, variant: str) -> Tuple[Install, ...]:
             steps.append(Install("torch_npu", LOCK_STEPS["torch_npu"], tuple(line for line, own in zip(lines, is_npu) if own),
                                  False, True, reason))
         return tuple(steps)
-    lock = f.lock
-    assert lock is not None  # "ok" and "incomplete" are states of a lock that exists
-    tnpu = lock.entry("torch-npu")
-    rest = lock.without("torch-npu")
+    # "ok" and "incomplete" are states of a lock that exists: f.locked is its entries
+    tnpu = next((e for e in f.locked if e.name == TORCH_NPU), None)
+    rest = tuple(e for e in f.locked if e.name != TORCH_NPU)
     steps = []
-    verified = tuple(line for e in rest if e.complete for line in e.lines())
+    verified = tuple(line for e in rest if e.complete for line in e.lines)
     if verified:
         steps.append(Install("closure", LOCK_STEPS["closure"], verified, True))
     missing = tuple(e for e in rest if not e.complete)
     if missing:
-        steps.append(Install("unverified", LOCK_STEPS["unverified"], tuple(line for e in missing for line in e.lines()), False,
+        steps.append(Install("unverified", LOCK_STEPS["unverified"], tuple(line for e in missing for line in e.lines), False,
                              False, "; ".join(f"{e.name}: {e.note}" for e in missing)))
     if npu and tnpu is not None:
-        steps.append(Install("torch_npu", LOCK_STEPS["torch_npu"], tuple(tnpu.lines()), tnpu.complete, False, tnpu.note))
+        steps.append(Install("torch_npu", LOCK_STEPS["torch_npu"], tnpu.lines, tnpu.complete, False, tnpu.note))
     return tuple(steps)
 
 
-def _manifest(f: _Facts, variant: str) -> Dict[str, object]:
+def _manifest(f: CellFacts, variant: str, words: _Words) -> Dict[str, object]:
     """The run record of the field guide (section 7), describing what the image must contain.
 
     The lock lists every distribution the environment must hold, at its locked version
@@ -620,13 +549,13 @@ def _manifest(f: _Facts, variant: str) -> Dict[str, object]:
     """
     cell, lock, npu = f.cell, f.lock, variant == vocabulary.NPU
     usable = lock is not None and f.state in ("ok", "incomplete")
-    entries = (lock.entries if npu else lock.without("torch-npu")) if lock is not None and usable else ()
+    entries = tuple(e for e in f.locked if npu or e.name != TORCH_NPU) if usable else ()
     return {
         "schema": 1,
-        "framework": None if cell.cann_only else "pytorch",  # None: CANN and Python only
+        "framework": None if f.cann_only else "pytorch",  # None: CANN and Python only
         "cell": cell.id,
         "variant": variant,
-        "image": vocabulary.stand_in_tag(cell.ref, cell.os) if f.stand_in else vocabulary.release_tag(cell.ref, variant),
+        "image": words.title,
         "os": cell.os,
         "arch": cell.arch,
         "chip": cell.chip if npu else None,
@@ -638,7 +567,7 @@ def _manifest(f: _Facts, variant: str) -> Dict[str, object]:
         "min_firmware": cell.firmware if npu else None,
         "env_manager": cell.env,
         "pip": list(cell.pip),
-        "env": _expand(f.cann_env if npu else (), f.env_vars, cell),
+        "env": _expand(cann_env(f) if npu else (), env_vars(cell, f.default_env), cell),
         "content_hash": f.digest,
         "lock": {"state": f.state, "file": vocabulary.LOCK if usable else None,
                  "distributions": {e.name: e.version for e in entries},
@@ -650,55 +579,53 @@ def _manifest(f: _Facts, variant: str) -> Dict[str, object]:
     }
 
 
-def _plan(f: _Facts, variant: str) -> Plan:
+def _plan(f: CellFacts, variant: str, words: _Words) -> Plan:
     """Every fact of the Dockerfile of ``variant``, from the facts looked up once."""
-    if variant not in vocabulary.VARIANTS:
-        raise ValueError(f"unknown variant {variant!r}")
-    cell, kb, os_info, npu = f.cell, f.kb, f.os_info, variant == vocabulary.NPU
-    conda = kb.conda_installer(cell.arch) if cell.env == "conda" else None
+    cell, os_info, npu = f.cell, f.os, variant == vocabulary.NPU
+    conda = f.conda
     conda_sha = dict(cell.sha256).get(conda.filename, conda.sha256) if conda else ""
     from_image = npu and cell.cann_source == "image"
     base = cell.cann_image if from_image else (cell.base_image or os_info.image)
     python_steps = _installs(f, variant)
     usable = f.state in ("ok", "incomplete")
     verified = any(step.verified for step in python_steps)
-    uv = kb.uv_requirement(cell.arch) if verified else ""
+    uv = f.uv if verified else ""
     if verified and not uv:
         raise UserError(f"no uv for {cell.arch} in builder/data/uv.yaml", fix="add its wheel's sha256 there")
-    installers = installer_files(cell, kb, f.lock) if npu and not from_image else ()
+    installers = installer_files(f) if npu and not from_image else ()
     python = tuple(i.step for i in python_steps)
     if any(i.kind != "toolkit" for i in installers):  # the chip's layers: right below torch_npu's, else last
         python = (*python[:-1], "chip", python[-1]) if python[-1:] == ("torch_npu",) else (*python, "chip")
     steps = ("os", *(("cann",) if npu else ()), "python", *python, "env", "files")
     return Plan(
         cell_id=cell.id, variant=variant, npu=npu, matrix_file=matrix_name(cell),
-        dockerfile=vocabulary.dockerfile_name(variant), base_image=_safe("image", base, "base image"),
+        dockerfile=words.dockerfile, base_image=_safe("image", base, "base image"),
         wheelhouse=stage.WHEELHOUSE, installers_folder=stage.INSTALLERS,
         os_family=os_info.family, os_codename=os_info.codename or "",
         apt_components=APT_COMPONENTS.get(re.sub(r"[0-9.]+$", "", cell.os), "main"),
         os_packages=(OS_PACKAGES if npu else OS_PACKAGES_CPU)[os_info.family],
         cann=cell.cann if npu else "", chip=cell.chip if npu else "", cann_source=cell.cann_source if npu else "",
         installers=installers,
-        download_referer=_safe("url", kb.download_referer(), "download referer") if npu else "",
-        cann_env=f.cann_env if npu else (),
+        download_referer=_safe("url", f.download_referer, "download referer") if npu else "",
+        cann_env=cann_env(f) if npu else (),
         python=cell.python, env_manager=cell.env, env_prefix=env_prefix(cell),
         conda_url=_safe("url", conda.url, "conda installer URL") if conda else "",
         conda_sha256=_safe("sha256", conda_sha, "conda sha256") if conda else "",
         conda_file=_safe("file", conda.filename, "conda installer file") if conda else "",
         conda_explicit=_conda_explicit(f) if conda else "",
         lock_state=f.state, installs=python_steps, torch_index=f.torch_index,
-        torch_npu=cell.torch_npu if npu else "", uv=uv, env_vars=f.env_vars,
+        torch_npu=cell.torch_npu if npu else "", uv=uv, env_vars=env_vars(cell, f.default_env),
         tool_dir=vocabulary.TOOL_DIR,
         shipped_files=tuple(n for n in vocabulary.SHIPPED_FILES if n != vocabulary.GUARD_FILE),
-        manifest_file=vocabulary.manifest_name(variant), manifest_path=vocabulary.MANIFEST,
+        manifest_file=words.manifest, manifest_path=vocabulary.MANIFEST,
         lock_file=locking.LOCK_FILE if usable else "", lock_path=vocabulary.LOCK,
-        labels=labels(cell, variant, f.digest, f.state, f.stand_in),
+        labels=_labels(cell, variant, f.digest, f.state, f.stand_in, words, f.cann_only),
         shipped_guard=vocabulary.GUARD_FILE, guard=vocabulary.GUARD, requirement=requirement(cell),
         steps=steps,
     )
 
 
-def _conda_explicit(f: _Facts) -> str:
+def _conda_explicit(f: CellFacts) -> str:
     """The lock's conda part as an explicit list, when the lock is usable and that part complete."""
     part = f.lock.conda if f.lock is not None and f.state in ("ok", "incomplete") else None
     if part is None or not part.complete:
@@ -711,13 +638,15 @@ def plan(cell: Cell, kb, variant: str, digest: str, lock: Optional[locking.Lock]
          closure_of: Optional[Cell] = None) -> Plan:
     """Decide everything about the Dockerfile of ``cell`` in ``variant``; ``digest`` is its content
     hash, ``lock`` the cell's lock (None: none yet). `resolve` decides both images at once."""
-    return _plan(_facts(cell, kb, digest, lock, closure_of), variant)
+    f = resolve_facts(cell, kb, lock, closure_of, digest)
+    return _plan(f, variant, _variant_words(f, variant))
 
 
 def manifest(cell: Cell, variant: str, digest: str, kb, lock: Optional[locking.Lock] = None,
              closure_of: Optional[Cell] = None) -> Dict[str, object]:
     """The run record of ``cell``'s image of ``variant`` (see `_manifest`)."""
-    return _manifest(_facts(cell, kb, digest, lock, closure_of), variant)
+    f = resolve_facts(cell, kb, lock, closure_of, digest)
+    return _manifest(f, variant, _variant_words(f, variant))
 
 
 @dataclass(frozen=True)
@@ -736,6 +665,7 @@ class CellPlan:
     uv: str                               # uv's requirement line for ``arch`` (the build's installer)
     repository: str                       # where the release tags go (the matrix's image name)
     tags: Mapping[str, str]               # the release tag of each variant (a stand-in's own tag)
+    refs: Mapping[str, str]               # image:tag of each variant's release
     names: Mapping[str, str]              # each image's name in the state folder (logs, reports)
     lock: Optional[locking.Lock]
     lock_owner: str                       # the cell whose lock it is (a stand-in's: the cell it stands in for)
@@ -752,32 +682,40 @@ class CellPlan:
 
     def ref(self, variant: str) -> str:
         """``image:tag`` of ``variant``'s release."""
-        return f"{self.repository}:{self.tags[variant]}"
+        return self.refs[variant]
 
 
-def resolve(cell: Cell, kb, digest: str, lock: Optional[locking.Lock] = None,
-            closure_of: Optional[Cell] = None) -> CellPlan:
-    """Decide everything about both images of ``cell``: each fact is looked up once. ``digest``
-    is the cell's content hash, ``lock`` its lock (None: none yet), ``closure_of`` the cell a
-    stand-in twin installs the closure of.
+def _facts_words(f: CellFacts) -> Dict[str, _Words]:
+    return _words(f.ref, f.tag, f.cell.id, f.cell.os, f.stand_in, f"-on-{f.cell.os}" if f.closure_of else "")
+
+
+def _variant_words(f: CellFacts, variant: str) -> _Words:
+    if variant not in vocabulary.VARIANTS:
+        raise ValueError(f"unknown variant {variant!r}")
+    return _facts_words(f)[variant]
+
+
+def resolve(f: CellFacts) -> CellPlan:
+    """Decide everything about both images of a cell from its facts (`resolve_facts`), asking
+    the knowledge base nothing.
 
     Example:
-        >>> resolved = resolve(cell, knowledge.load(), "0123456789abcdef", lock)     # doctest: +SKIP
-        >>> resolved.lock_state, resolved.plans["cpu"].steps                         # doctest: +SKIP
+        >>> resolved = resolve(resolve_facts(cell, knowledge.load(), lock, digest=digest))  # doctest: +SKIP
+        >>> resolved.lock_state, resolved.plans["cpu"].steps                                # doctest: +SKIP
         ('ok', ('os', 'python', 'closure', 'env', 'files'))
     """
-    f = _facts(cell, kb, digest, lock, closure_of)
-    plans = {variant: _plan(f, variant) for variant in vocabulary.VARIANTS}
+    cell, closure_of = f.cell, f.closure_of
+    words = _facts_words(f)
+    plans = {variant: _plan(f, variant, words[variant]) for variant in vocabulary.VARIANTS}
     npu = plans[vocabulary.NPU]
-    suffix = f"-on-{cell.os}" if closure_of else ""
     return CellPlan(
-        cell_id=cell.id, arch=cell.arch, python=cell.python, glibc=f.os_info.glibc,
-        uv=kb.uv_requirement(cell.arch), repository=cell.image,
-        tags={v: _tag(cell, v, f.stand_in) for v in vocabulary.VARIANTS},
-        names={v: vocabulary.release_tag(cell.id, v) + suffix for v in vocabulary.VARIANTS},
-        lock=lock, lock_owner=(closure_of or cell).id, lock_state=f.state, content_hash=digest, stand_in=f.stand_in,
-        unrecorded=_unhashed(npu.installers) if cell.cann_source == "installer" else (),
+        cell_id=cell.id, arch=cell.arch, python=cell.python, glibc=f.os.glibc,
+        uv=f.uv, repository=cell.image,
+        tags={v: w.tag for v, w in words.items()}, refs={v: f"{cell.image}:{w.tag}" for v, w in words.items()},
+        names={v: w.name for v, w in words.items()},
+        lock=f.lock, lock_owner=(closure_of or cell).id, lock_state=f.state, content_hash=f.digest,
+        stand_in=f.stand_in, unrecorded=_unhashed(npu.installers) if cell.cann_source == "installer" else (),
         installers_dir=(cell.cann_local or "") if cell.cann_source == "local" else "",
-        own_wheel=cell.torch_npu_wheel, mirrors=cell.mirrors, cann_only=cell.cann_only,
-        plans=plans, manifests={variant: _manifest(f, variant) for variant in vocabulary.VARIANTS},
+        own_wheel=cell.torch_npu_wheel, mirrors=cell.mirrors, cann_only=f.cann_only,
+        plans=plans, manifests={variant: _manifest(f, variant, words[variant]) for variant in vocabulary.VARIANTS},
     )

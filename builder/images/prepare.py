@@ -2,7 +2,8 @@
 
 `prepare` applies the run's options to a cell (a stand-in OS for the CPU twin, a base
 image override), reads the cell's lock, resolves the cell once (`render.resolve`: its
-plan, from the build context to the report), decides which tiers this host can run, and
+facts, the one pass over the knowledge base, then its plan, from the build context to the
+report), decides which tiers this host can run, and
 refuses what cannot succeed (a lock that is missing, stale or incomplete; CANN installers
 with no sha256 anywhere) before a build starts. The pipeline's later steps take the
 `Job` alone: none goes back to the cell or the knowledge base.
@@ -151,7 +152,7 @@ def prepare(cell: Cell, variant: str, options: Options) -> Job:
     owner = (closure_of or cell).id
     resolved = render.resolve(cell, lock=locking.read(options.locks_dir / owner), closure_of=closure_of)
     _refuse_unusable(resolved, variant, options)
-    return Job(variant=variant, plan=resolved, name=resolved.names[variant], ref=resolved.ref(variant),
+    return Job(variant=variant, plan=resolved, name=resolved.names[variant], ref=resolved.refs[variant],
                emulated=resolved.arch != host_arch(), lock_file=options.locks_dir / owner / locking.LOCK_FILE,
                smoke=smoke_plan(variant, options, resolved.cann_only),
                matrix_path=(closure_of or cell).where.file if (closure_of or cell).where else "")

@@ -1,6 +1,7 @@
 """`ascend-build lock`: each selected cell's lock made (again) or checked, side by side.
 
-A cell's inputs come from its plan (`plan.lock_inputs`); `lock.resolve` turns them into a
+A cell's inputs come from its facts (`facts.resolve_facts`, the one pass over the knowledge
+base; nothing here asks it again); `lock.resolve` turns them into a
 lock with uv. Cells are resolved a few at a time (each is one uv process, mostly waiting
 on the index). A lock that is made again keeps every version that still fits, so a
 changed cell moves only what it must.
@@ -21,12 +22,12 @@ from pathlib import Path
 from typing import Callable, List, Optional, Sequence, Tuple
 
 from builder import writes
-from builder import installers as installer_names
 from builder.images import conda_lock
 from builder.images import fetch as fetching
 from builder.images import lock as locking
 from builder.images.matrix import Cell
-from builder.images.plan import conda_channel, lock_inputs, lock_unpinned, unrecorded_installers
+from builder.images.facts import CellFacts, conda_channel, resolve_facts
+from builder.images.plan import unrecorded
 from builder.errors import UserError
 
 JOBS = 4  # uv processes at once: resolving waits on the index far more than on the CPU
@@ -62,24 +63,26 @@ def check(cells: Sequence[Cell], kb, out: Path) -> List[Row]:
     rows = []
     for cell in cells:
         lock = locking.read(Path(out) / cell.id)
-        state = locking.status(lock, lock_inputs(cell, kb))
-        rows.append(Row(cell.id, state, _describe(lock, state), unrecorded=unrecorded_installers(cell, kb, lock)))
+        facts = resolve_facts(cell, kb, lock)
+        state = locking.status(lock, facts.inputs)
+        rows.append(Row(cell.id, state, _describe(lock, state), unrecorded=unrecorded(facts)))
     return rows
 
 
-def record_installers(cell: Cell, kb, made: locking.Lock, fetch: Callable, say: Callable[[str], None]
+def record_installers(facts: CellFacts, made: locking.Lock, fetch: Callable, say: Callable[[str], None]
                       ) -> Tuple[locking.Lock, Tuple[str, ...]]:
     """Record in the lock the sha256 of each CANN installer published without one, fetching it
     once; a recorded one is kept (later downloads must match it, never replace it). Returns the
     lock and the installers still without a hash (their server did not answer)."""
+    cell = facts.cell
     if cell.cann_source != "installer":
         return made, ()
     recorded, missing = dict(made.installers), []
-    for item in installer_names.cann_installers(kb, cell.cann, cell.chip, cell.arch, cell.nnal):
+    for item in facts.installers:
         if item.sha256 or item.filename in recorded or dict(cell.sha256).get(item.filename):
             continue
         try:
-            recorded[item.filename], size = fetch(item.url, referer=kb.download_referer())
+            recorded[item.filename], size = fetch(item.url, referer=facts.download_referer)
             say(f"[{cell.id}] recorded {item.filename}: {size} bytes, sha256 {recorded[item.filename]}")
         except UserError as exc:
             say(f"[{cell.id}] {item.filename} not recorded: {exc.message}")
@@ -102,22 +105,22 @@ def run(cells: Sequence[Cell], kb, out: Path, *, wheelhouse: Optional[Path] = No
     def one(cell: Cell) -> Row:
         folder = Path(out) / cell.id
         previous = locking.read(folder)
-        inputs = lock_inputs(cell, kb)
+        facts = resolve_facts(cell, kb, previous)
+        inputs = facts.inputs
         if previous is not None and locking.status(previous, inputs) == "ok":  # nothing to resolve; its notes may be new
-            made = replace(previous, unpinned=lock_unpinned(cell, kb))
+            made = replace(previous, unpinned=facts.unpinned)
         else:
             say(f"[{cell.id}] resolving for {inputs.platform}, Python {inputs.python}")
             try:
                 made = replace(resolve(inputs, wheelhouse=wheelhouse, index_url=index_url, previous=previous),
-                               unpinned=lock_unpinned(cell, kb), installers=previous.installers if previous else ())
+                               unpinned=facts.unpinned, installers=previous.installers if previous else ())
                 if inputs.conda:
-                    made = replace(made, conda=resolve_conda(conda_channel(cell), cell.python, cell.arch,
-                                                             kb.os_info(cell.os).glibc))
+                    made = replace(made, conda=resolve_conda(conda_channel(cell), cell.python, cell.arch, facts.os.glibc))
             except UserError as exc:
                 return Row(cell.id, "failed", exc.message)
         if stopped.is_set():  # Ctrl-C or SIGTERM came while uv ran: no installer is downloaded to be thrown away
             return Row(cell.id, "failed", "stopped before its lock was written")
-        made, missing = record_installers(cell, kb, made, fetch, say)
+        made, missing = record_installers(facts, made, fetch, say)
         if stopped.is_set():  # ... or while they downloaded: a stopped run writes nothing more
             return Row(cell.id, "failed", "stopped before its lock was written")
         if previous is not None and previous.text() == made.text():

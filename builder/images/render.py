@@ -39,6 +39,7 @@ from builder import claims, knowledge, vocabulary, writes
 from builder.images import lock as locking
 from builder.images import plan as planning
 from builder.images import stage
+from builder.images.facts import resolve_facts
 from builder.images.matrix import Cell
 from builder.errors import UserError
 
@@ -102,8 +103,10 @@ def dockerfile(p: planning.Plan) -> bytes:
 
 def resolve(cell: Cell, kb=None, lock: Optional[locking.Lock] = None,
             closure_of: Optional[Cell] = None) -> planning.CellPlan:
-    """``cell`` resolved once (`plan.resolve`), with the content hash of what its context is made of."""
-    return planning.resolve(cell, kb or knowledge.load(), content_hash(cell, lock), lock, closure_of)
+    """``cell`` resolved once: its facts (`facts.resolve_facts`, the one pass over the knowledge
+    base), with the content hash of what its context is made of, then its plan (`plan.resolve`)."""
+    cell_facts = resolve_facts(cell, kb or knowledge.load(), lock, closure_of, content_hash(cell, lock))
+    return planning.resolve(cell_facts)
 
 
 def files(resolved: planning.CellPlan) -> Dict[str, bytes]:

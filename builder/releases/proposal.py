@@ -23,7 +23,7 @@ _OS_PREFERENCE = ("ubuntu22.04", "ubuntu24.04", "openeuler24.03", "debian12", "o
 def default_proposal_path() -> Path:
     """``./matrix/proposed/torch_npu.yaml`` when ./matrix exists, else beside the shipped matrix/."""
     here = Path("matrix")
-    folder = here if here.is_dir() else Path(knowledge.__file__).resolve().parent.parent / "matrix"
+    folder = here if here.is_dir() else knowledge.DATA_DIR.parent.parent / "matrix"
     return folder / PROPOSAL_NAME
 
 

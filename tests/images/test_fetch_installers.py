@@ -18,6 +18,7 @@ import pytest
 from tests.support import registry as hr
 from builder import knowledge
 from builder.images import fetch, lock as locking, matrix, plan, relock
+from builder.images.facts import resolve_facts
 from builder.errors import UserError
 from tests.support import locks
 from tests.support.matrix import REPO, SHIPPED_MATRIX
@@ -72,7 +73,7 @@ def test_lock_records_each_unhashed_installer_once_and_keeps_it(release_folder):
 
     lock = locks.read(REPO / "dockerfiles" / DEMO)
     said: List[str] = []
-    made, missing = relock.record_installers(cell, kb, lock, local, said.append)
+    made, missing = relock.record_installers(resolve_facts(cell, kb), lock, local, said.append)
     assert missing == () and dict(made.installers) == {n: hashlib.sha256(b).hexdigest() for n, b in FILES.items()}
     assert len(seen) == 2 and set(seen) == {kb.download_referer()}
     assert locking.Lock.parse(made.text()).installers == made.installers  # written and read back
@@ -81,9 +82,9 @@ def test_lock_records_each_unhashed_installer_once_and_keeps_it(release_folder):
     def unreachable(url, referer):
         raise UserError(f"{url}: cannot be fetched")
 
-    again, missing = relock.record_installers(cell, kb, made, unreachable, said.append)
+    again, missing = relock.record_installers(resolve_facts(cell, kb), made, unreachable, said.append)
     assert (again.installers, missing) == (made.installers, ())  # recorded once, never fetched again
-    untouched, missing = relock.record_installers(cell, kb, lock, unreachable, said.append)
+    untouched, missing = relock.record_installers(resolve_facts(cell, kb), lock, unreachable, said.append)
     assert untouched.installers == () and set(missing) == set(FILES)
 
 
@@ -94,7 +95,7 @@ def test_a_cell_with_nnal_records_its_installer_too(release_folder):
     published = kb.cann_release_folder("9.1.0")
     lock = locks.read(REPO / "dockerfiles" / DEMO)
     made, missing = relock.record_installers(
-        cell, kb, lock, lambda url, referer: fetch.sha256_of_url(url.replace(published, folder), referer=referer),
+        resolve_facts(cell, kb), lock, lambda url, referer: fetch.sha256_of_url(url.replace(published, folder), referer=referer),
         lambda _: None)
     assert missing == () and dict(made.installers) == {n: hashlib.sha256(b).hexdigest() for n, b in {**FILES, **NNAL}.items()}
     assert plan.unrecorded_installers(cell, kb, made) == () != plan.unrecorded_installers(cell, kb, lock)

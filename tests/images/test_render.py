@@ -24,10 +24,10 @@ from typing import Dict
 import pytest
 from typer.testing import CliRunner
 
-from builder import cli, knowledge, python_env, vocabulary
+from builder import cli, installers, knowledge, python_env, vocabulary
 from builder.errors import UserError
 from builder.images import lock as locking
-from builder.images import conda_lock, matrix, plan, render
+from builder.images import conda_lock, facts, matrix, plan, render
 from tests.support.matrix import REPO, SHIPPED_DOCKERFILES, SHIPPED_MATRIX, hadolint_exe, write_cells
 
 CELL_7_X86 = "cann7.0.rc1-910b-ubuntu22.04-py3.9-torch_npu2.1.0rc1-x86_64"
@@ -151,7 +151,7 @@ def test_header_names_the_matrix_by_folder_and_file_from_anywhere(tmp_path, monk
 
 
 def test_cann_block_checks_every_installer_before_running_any(npu7):
-    toolkit, kernels = knowledge.load().installers("7.0.RC1", "910b", "x86_64")
+    toolkit, kernels = installers.cann_installers(knowledge.load(), "7.0.RC1", "910b", "x86_64")
     assert toolkit.url.startswith("https://") and toolkit.url.endswith("/Ascend-cann-toolkit_7.0.RC1_linux-x86_64.zip")
     assert kernels.url.startswith("https://") and kernels.url.endswith("/Ascend-cann-kernels-910b_7.0.RC1_linux.zip")
     expected = f"""\
@@ -291,7 +291,7 @@ RUN --mount=type=secret,id=buildenv --mount=type=secret,id=ca \\
     if [ "${{ASCEND_BUILD_ALLOW_UNVERIFIED}}" != 1 ]; then \\
         echo "refusing to install torch without a sha256 (pass --build-arg ASCEND_BUILD_ALLOW_UNVERIFIED=1 to allow it)" >&2; exit 1; \\
     fi && \\
-    torch_index="${{TORCH_INDEX:-{plan.PYTORCH_CPU_INDEX}}}" && \\
+    torch_index="${{TORCH_INDEX:-{facts.PYTORCH_CPU_INDEX}}}" && \\
     pip install --no-deps --find-links /wheelhouse ${{torch_index:+--extra-index-url "$torch_index"}} -r /tmp/lock.unverified.txt
 
 # 6. The 910b operator package.

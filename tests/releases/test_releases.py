@@ -41,7 +41,7 @@ from builder.images import matrix
 from builder.errors import UserError
 from builder.releases import compat_file, http_client, index as index_module, metadata
 
-DATA = Path(knowledge.__file__).parent / "data"
+DATA = knowledge.DATA_DIR
 NEW = "2.15.0"
 LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 PAYLOAD = 256 * 1024  # stands in for the shared libraries that make real wheels large

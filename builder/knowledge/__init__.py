@@ -1,0 +1,145 @@
+"""The knowledge base: typed answers about the Ascend stack, read once from ``builder/data``.
+
+Everything the checks, the plan and the CLI know about torch_npu releases, CANN releases,
+driver/firmware pairing, chips, base operating systems and where installers come from
+comes from here. The data files keep a ``source`` for every fact; the knowledge base only
+reads them, builds its lookup tables once, and answers with small frozen dataclasses,
+tuples and strings (never a raw YAML dict, except ``unpublished()`` and ``cann_entry()``,
+which hand back a copy of their entry, and ``cann_package()``, a read-only view).
+
+It is split by concern, one part per module, each reading only its own data:
+
+* `releases`     torch_npu and CANN releases and their pairings (``Releases``);
+* `environment`  the Python environment: torch pins, Python lines, base OSes (``Environment``);
+* `drivers`      chips, driver (HDK) minimums, firmware (``Drivers``);
+* `downloads`    where installers come from, Miniforge, uv (``Downloads``, ``Installer``);
+* `ascend_errors` the error table (``error_entries``).
+
+`KnowledgeBase` is the facade over them: it builds the parts and hands out their methods
+under one name each (``kb.min_driver`` is the ``Drivers`` part's own bound method, so a
+call through the facade makes no extra hop). Installer file names are not here: they are
+`builder.installers`'s, which reads this package (never the other way round).
+
+Lookups are lenient (``versions.lenient``): a version string that does not parse, or
+that the data does not know, yields ``None`` (or ``[]``); the matrix stage reports
+malformed strings with file:line. The ``ascend-build kb`` descriptions are in
+``builder.cli.kb``.
+
+Example:
+    >>> kb = load()
+    >>> kb.torch_npu("2.1.0.rc1").cann
+    '7.0.RC1'
+    >>> kb.torch_requirement("2.1.0.post3", "x86_64")
+    ('torch==2.1.0+cpu', 'pytorch-cpu')
+    >>> kb.paired_hdk("7.0.RC1")
+    '23.0.RC3'
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from typing import Any, Mapping, Optional, Tuple
+
+from builder.knowledge.downloads import CannRelease, Downloads, Installer
+from builder.knowledge.drivers import Drivers, chip_of_soc, chip_min_cann
+from builder.knowledge.environment import Environment, OsInfo, known_arch
+from builder.knowledge.ascend_errors import ERRORS_FILE, error_entries
+from builder.knowledge.files import DATA_DIR, read_json, read_yaml
+from builder.knowledge.pairings import Releases, TorchNpu
+from builder.vocabulary import CHIPS
+
+# vocabulary.ARCHS in the order the ``kb`` commands and the release tools list them.
+ARCHES: Tuple[str, ...] = ("x86_64", "aarch64")
+# CHIPS (from vocabulary): the matrix's chip ids; the data also knows 310b, which ascend-build does not build for.
+
+
+class KnowledgeBase:
+    """The parts of the knowledge base, composed; their methods under one name each.
+
+    Build it with :func:`load` (cached); the constructor takes already parsed documents
+    so tests can feed their own.
+
+    Example:
+        >>> kb = load()
+        >>> kb.min_driver("8.0.RC3"), kb.firmware_range("24.1.rc3")
+        ('24.1.RC3', ('7.0.0', '7.5.99'))
+        >>> kb.min_driver == kb.drivers.min_driver
+        True
+    """
+
+    def __init__(
+        self,
+        compat: Mapping[str, Any],
+        packages: Mapping[str, Any],
+        os_doc: Mapping[str, Any],
+        conda_doc: Mapping[str, Any],
+        downloads_doc: Optional[Mapping[str, Any]] = None,
+        uv_doc: Optional[Mapping[str, Any]] = None,
+    ) -> None:
+        self.releases = releases = Releases(compat, packages)
+        self.environment = environment = Environment(releases, compat, os_doc)
+        self.drivers = drivers = Drivers(releases, compat)
+        self.downloads = downloads = Downloads(releases, environment, conda_doc, downloads_doc, uv_doc)
+        # releases and pairings
+        self.torch_npu = releases.torch_npu
+        self.torch_npu_versions = releases.torch_npu_versions
+        self.unpublished = releases.unpublished
+        self.torch_npu_for_cann = releases.torch_npu_for_cann
+        self.cann_floor = releases.cann_floor
+        self.cann_releases = releases.cann_releases
+        self.canonical_cann = releases.canonical_cann
+        self.cann_entry = releases.cann_entry
+        self.cann_package = releases.cann_package
+        self.downstream_evidence = releases.downstream_evidence
+        # the Python environment
+        self.torch_requirement = environment.torch_requirement
+        self.cpu_torch = environment.cpu_torch
+        self.glibc_floor = environment.glibc_floor
+        self.python_official = environment.python_official
+        self.os_info = environment.os_info
+        self.os_ids = environment.os_ids
+        # drivers and products
+        self.chips = drivers.chips
+        self.chip_min_cann = drivers.chip_min_cann
+        self.paired_hdk = drivers.paired_hdk
+        self.min_driver_reason = drivers.min_driver_reason
+        self.min_driver = drivers.min_driver
+        self.downstream_driver = drivers.downstream_driver
+        self.hdk_known = drivers.hdk_known
+        self.supported_hdk_lines = drivers.supported_hdk_lines
+        self.firmware_range = drivers.firmware_range
+        self.firmware_ranges = drivers.firmware_ranges
+        self.firmware_observed = drivers.firmware_observed
+        self.paired_firmware = drivers.paired_firmware
+        # installers' sources
+        self.nnal_since = downloads.nnal_since
+        self.torch_atb_glibc = downloads.torch_atb_glibc
+        self.cann_release = downloads.cann_release
+        self.cann_release_folder = downloads.cann_release_folder
+        self.cann_release_folder_source = downloads.cann_release_folder_source
+        self.uv_requirement = downloads.uv_requirement
+        self.download_referer = downloads.download_referer
+        self.conda_installer = downloads.conda_installer
+        self.conda_installers = downloads.conda_installers
+
+
+@lru_cache(maxsize=None)
+def load() -> KnowledgeBase:
+    """The knowledge base, read from ``builder/data`` once per process (cached).
+
+    Example:
+        >>> load() is load()
+        True
+    """
+    return KnowledgeBase(
+        compat=read_yaml(DATA_DIR / "ascend-compat.yaml"),
+        packages=read_json(DATA_DIR / "cann-packages.json"),
+        os_doc=read_yaml(DATA_DIR / "os.yaml"),
+        conda_doc=read_yaml(DATA_DIR / "conda.yaml"),
+        downloads_doc=read_yaml(DATA_DIR / "cann-downloads.yaml"),
+        uv_doc=read_yaml(DATA_DIR / "uv.yaml"),
+    )
+
+
+__all__ = ["load", "KnowledgeBase", "TorchNpu", "OsInfo", "Installer", "CannRelease", "ARCHES", "CHIPS", "DATA_DIR", "ERRORS_FILE",
+           "error_entries", "chip_of_soc", "chip_min_cann", "known_arch"]

@@ -1,0 +1,195 @@
+"""The Python environment of an image: which torch goes with a torch_npu, which Pythons a
+PyTorch line supports, what each base OS ships (glibc, python3, image).
+
+Reads ``ascend-compat.yaml`` (``pytorch_python_official``) and ``os.yaml`` once; asks the
+`releases` part for a torch_npu release's data. ``known_arch`` (an arch in its canonical
+spelling, or a clear error) lives here so that `builder.installers` can take it from the
+knowledge base without the knowledge base importing `builder.installers`.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Any, Dict, Mapping, Optional, Tuple
+
+from packaging.version import Version
+
+from builder import versions
+from builder.errors import UserError
+from builder.knowledge.pairings import Releases
+from builder.vocabulary import normalize_arch
+
+# torch_npu releases whose x86_64 wheels pin torch==X.Y.Z+cpu (PyTorch CPU index only):
+# every release below 2.12 (torch_npu_releases.note, ascend-facts.md "Compatibility rules").
+_CPU_PIN_BEFORE = Version("2.12")
+
+# Where the CPU build of torch X lives per arch. x86_64: PyPI's torch is the CUDA build; the
+# CPU build is torch==X+cpu on the PyTorch CPU index (every release). aarch64: PyPI's torch was
+# the CPU build up to 2.10 (pytorch/pytorch#160162: "until pytorch 2.8, the pypi wheel only has
+# CPU version pytorch on aarch64"; #168065: 2.9's is CPU; measured: `uv pip compile` of
+# torch==2.10.0 for aarch64-manylinux_2_35 resolves 9 distributions, no nvidia-*), and is the
+# CUDA build from 2.11 (torch==2.11.0, 2.12.0, 2.13.0: 29 distributions, nvidia-cublas ...,
+# cuda-toolkit; measured the same way 2026-12-01); its CPU build is then torch==X+cpu on the CPU
+# index too (vllm-project/guidellm#442's pylock: torch-2.9.0+cpu-...-manylinux_2_28_aarch64.whl
+# from the CPU index; Ascend/pytorch@9e73e708:README.md#L85 installs torch from that index).
+_AARCH64_PYPI_CUDA_FROM = Version("2.11")
+
+
+def known_arch(arch: str) -> str:
+    """``arch`` in its canonical spelling (``arm64`` -> ``aarch64``); a UserError when unknown.
+
+    Example:
+        >>> known_arch("arm64")
+        'aarch64'
+    """
+    found = normalize_arch(arch)
+    if found is None:
+        raise UserError(f"unknown arch {arch!r}", fix="use x86_64 or aarch64")
+    return found
+
+
+@dataclass(frozen=True)
+class OsInfo:
+    """A supported base OS (``data/os.yaml``): what the distribution itself ships.
+
+    Example:
+        >>> from builder.knowledge import load
+        >>> info = load().os_info("ubuntu22.04")
+        >>> info.glibc, info.python, info.image
+        ((2, 35), '3.10', 'ubuntu:22.04')
+    """
+
+    id: str
+    glibc: Tuple[int, int]
+    python: str
+    family: str
+    codename: Optional[str]
+    image: str
+    name: str = ""
+    source: str = field(default="", compare=False)
+
+
+class Environment:
+    """torch pins, official Python lists and base operating systems."""
+
+    def __init__(self, releases: Releases, compat: Mapping[str, Any], os_doc: Mapping[str, Any]) -> None:
+        self._releases = releases
+        # official Python list per PyTorch line
+        table = compat.get("pytorch_python_official", {}).get("table", {})
+        self._python_official = {str(k): tuple(str(p) for p in v) for k, v in table.items()}
+        # base operating systems
+        self._os: Dict[str, OsInfo] = {}
+        for os_id, e in (os_doc.get("os") or {}).items():
+            major, minor = (int(x) for x in str(e["glibc"]).split(".")[:2])
+            src = e.get("source") or ""
+            if isinstance(src, Mapping):
+                src = "; ".join(f"{k}: {v}" for k, v in src.items())
+            self._os[str(os_id)] = OsInfo(
+                id=str(os_id), glibc=(major, minor), python=str(e["python"]), family=str(e["family"]),
+                codename=e.get("codename"), image=str(e["image"]), name=str(e.get("name", "")), source=str(src),
+            )
+
+    def torch_requirement(self, torch_npu: str, arch: str) -> Tuple[str, str]:
+        """The torch pin to install next to that torch_npu, and the index it comes from.
+
+        Rule (ascend-facts.md, torch_npu_releases.note): torch_npu X.Y.Z[.postN] needs torch
+        X.Y.Z. On x86_64, every torch_npu below 2.12 pins ``torch==X.Y.Z+cpu``, which exists
+        only on the PyTorch CPU index (``"pytorch-cpu"``); from 2.12 and on aarch64 always,
+        plain ``torch==X.Y.Z`` from PyPI (``"pypi"``). The exact pin also satisfies the
+        ``torch==X.Y.Z.*`` that wheels from 2.13.0 declare. Works for versions not on PyPI
+        too (torch is the version's release part).
+
+        Raises UserError for an unknown arch or a string that is no version.
+
+        Example:
+            >>> from builder.knowledge import load
+            >>> load().torch_requirement("2.1.0.post3", "aarch64")
+            ('torch==2.1.0', 'pypi')
+        """
+        a = known_arch(arch)
+        rel = self._releases.torch_npu(torch_npu)
+        if rel is not None:
+            torch = rel.torch
+        else:
+            key = versions.lenient("python_package", torch_npu)
+            if key is None:
+                raise versions.VersionError(
+                    f"{torch_npu!r} is not a torch_npu version", fix="write it like 2.4.0 or 2.1.0.post3"
+                )
+            torch = key.base_version
+        if a == "x86_64" and Version(torch) < _CPU_PIN_BEFORE:
+            return f"torch=={torch}+cpu", "pytorch-cpu"
+        return f"torch=={torch}", "pypi"
+
+    def cpu_torch(self, torch: str, arch: str) -> Tuple[str, str]:
+        """The CPU build of torch ``torch`` for that arch, and where it lives: ``pytorch-cpu``
+        (the PyTorch CPU index, as ``torch==X+cpu``) or ``pypi`` (plain ``torch==X``).
+
+        An Ascend image never takes a CUDA build: PyPI's x86_64 torch is one, and so is its
+        aarch64 torch from 2.11 on (see ``_AARCH64_PYPI_CUDA_FROM``).
+
+        Raises UserError for an unknown arch, VersionError for a string that is no version.
+
+        Example:
+            >>> from builder.knowledge import load
+            >>> load().cpu_torch("2.1.0", "x86_64"), load().cpu_torch("2.9.0", "aarch64")
+            (('torch==2.1.0+cpu', 'pytorch-cpu'), ('torch==2.9.0', 'pypi'))
+            >>> load().cpu_torch("2.13.0", "arm64")
+            ('torch==2.13.0+cpu', 'pytorch-cpu')
+        """
+        a = known_arch(arch)
+        parsed = versions.python_package(torch)
+        public = parsed.public
+        if a == "aarch64" and Version(parsed.base_version) < _AARCH64_PYPI_CUDA_FROM:
+            return f"torch=={public}", "pypi"
+        return f"torch=={public}+cpu", "pytorch-cpu"
+
+    def glibc_floor(self, torch_npu: str, arch: str) -> Optional[Tuple[int, int]]:
+        """The glibc the torch_npu wheel needs on that arch, from its manylinux tag; None when unknown.
+
+        Example:
+            >>> from builder.knowledge import load
+            >>> load().glibc_floor("2.7.1", "x86_64")
+            (2, 28)
+        """
+        rel = self._releases.torch_npu(torch_npu)
+        tag = rel.manylinux.get(normalize_arch(arch) or "") if rel else None
+        if not tag:
+            return None
+        m = re.match(r"(\d+)_(\d+)$", tag)
+        return (int(m.group(1)), int(m.group(2))) if m else None
+
+    def python_official(self, torch: str) -> Tuple[str, ...]:
+        """Python versions Huawei lists for that PyTorch line (``pytorch_python_official``); () when unknown.
+
+        Example:
+            >>> from builder.knowledge import load
+            >>> load().python_official("2.1.0")
+            ('3.8', '3.9', '3.10', '3.11')
+        """
+        key = versions.lenient("python_package", torch)
+        for k, v in self._python_official.items():
+            if versions.lenient("python_package", k) == key:
+                return v
+        return ()
+
+    def os_info(self, os_id: str) -> Optional[OsInfo]:
+        """The base OS entry (``data/os.yaml``); None when unknown.
+
+        Example:
+            >>> from builder.knowledge import load
+            >>> load().os_info("debian12").codename
+            'bookworm'
+        """
+        return self._os.get(str(os_id).lower())
+
+    def os_ids(self) -> Tuple[str, ...]:
+        """Every supported base OS id.
+
+        Example:
+            >>> from builder.knowledge import load
+            >>> "ubuntu22.04" in load().os_ids()
+            True
+        """
+        return tuple(self._os)

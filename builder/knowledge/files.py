@@ -1,0 +1,20 @@
+"""Where the knowledge base's data files are, and how one is read (``builder/data``)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Dict
+
+from builder import documents
+
+DATA_DIR = Path(__file__).resolve().parent.parent / "data"
+
+
+def read_yaml(path: Path) -> Dict[str, Any]:
+    """A YAML data file as a mapping ({} when empty)."""
+    return documents.load_yaml(path.read_text(encoding="utf-8"), str(path)) or {}
+
+
+def read_json(path: Path) -> Any:
+    """A JSON data file."""
+    return documents.load_json(path.read_text(encoding="utf-8"), str(path))

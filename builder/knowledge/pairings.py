@@ -1,0 +1,304 @@
+"""Releases and their pairings: torch_npu on PyPI, CANN releases and their packages.
+
+Reads ``ascend-compat.yaml`` (``torch_npu_releases``, ``torch_npu_not_on_pypi``,
+``cann_hdk.releases``, ``downstream_pairings``) and ``cann-packages.json`` once, and
+answers which torch_npu a CANN pairs with, how a CANN release is spelled, what its
+package entry lists. The other parts of the knowledge base (`drivers`, `environment`,
+`downloads`) read a release's data through this part; it reads none of theirs.
+"""
+
+from __future__ import annotations
+
+import copy
+import re
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any, Dict, List, Mapping, Optional, Tuple
+
+from builder import versions
+
+_TORCH_REQ = re.compile(r"^torch\s*(?:[=<>!~;\[(]|$)")
+
+
+@dataclass(frozen=True)
+class TorchNpu:
+    """One torch_npu release on PyPI (``torch_npu_releases.items[]``).
+
+    ``requires_torch`` is the torch part of the wheel's Requires-Dist per arch
+    (``"torch==2.1.0+cpu"``; ``""`` when the wheel declares none), ``python`` the CPython
+    versions that have a wheel per arch, ``manylinux`` the glibc tag per arch (``"2_17"``),
+    ``cann`` the paired CANN release (``None`` = no published pairing).
+
+    Example:
+        >>> from builder.knowledge import load
+        >>> load().torch_npu("2.3.1").python["x86_64"]
+        ('3.8', '3.9', '3.10')
+    """
+
+    version: str
+    torch: str
+    requires_torch: Dict[str, str] = field(hash=False)
+    python: Dict[str, Tuple[str, ...]] = field(hash=False)
+    manylinux: Dict[str, str] = field(hash=False)
+    cann: Optional[str]
+    prerelease: bool
+    branch: Optional[str]
+    sources: Tuple[str, ...]
+    requires_dist: Dict[str, str] = field(default_factory=dict, hash=False, compare=False)
+    cann_sources: Tuple[str, ...] = field(default=(), compare=False)
+    first_upload: str = field(default="", compare=False)
+    notes: Tuple[str, ...] = field(default=(), compare=False)
+
+
+def line_of(release: TorchNpu) -> Tuple[int, int]:
+    """The torch line of a torch_npu release: 2.9.0.post2 -> (2, 9)."""
+    v = versions.lenient("python_package", release.version)
+    return (v.major, v.minor) if v is not None else (0, 0)
+
+
+def listed(value: Any) -> Tuple[str, ...]:
+    """A data field that holds one value or a list of them, as a tuple of strings."""
+    if value is None:
+        return ()
+    if isinstance(value, (list, tuple)):
+        return tuple(str(v) for v in value)
+    return (str(value),)
+
+
+def _torch_part(requires_dist: str) -> str:
+    """The torch requirement inside a comma-joined Requires-Dist (``"torch==2.7.1+cpu, numpy"``)."""
+    for part in (requires_dist or "").split(","):
+        part = part.strip()
+        if _TORCH_REQ.match(part):
+            return part
+    return ""
+
+
+def _frozen(value: Any) -> Any:
+    """A parsed JSON document made read-only: mappings as views, lists as tuples."""
+    if isinstance(value, Mapping):
+        return MappingProxyType({k: _frozen(v) for k, v in value.items()})
+    if isinstance(value, list):
+        return tuple(_frozen(v) for v in value)
+    return value
+
+
+class Releases:
+    """torch_npu and CANN releases, looked up by version (lenient: ``versions.lenient``)."""
+
+    def __init__(self, compat: Mapping[str, Any], packages: Mapping[str, Any]) -> None:
+        # torch_npu on PyPI, keyed by PEP 440 version
+        self._releases: Dict[Any, TorchNpu] = {}
+        for item in compat["torch_npu_releases"]["items"]:
+            rel = self._release(item)
+            self._releases[versions.lenient("python_package", rel.version) or rel.version] = rel
+        self._release_order = sorted(self._releases)
+        # named by Huawei, never on PyPI
+        self._unpublished: Dict[Any, Dict[str, Any]] = {}
+        for item in compat.get("torch_npu_not_on_pypi", {}).get("items", []):
+            self._unpublished[versions.lenient("python_package", item["version"]) or str(item["version"])] = item
+        # CANN -> torch_npu releases, by CANN version (equality per versions.cann)
+        self._by_cann: Dict[Any, List[TorchNpu]] = {}
+        for key in reversed(self._release_order):  # newest first
+            rel = self._releases[key]
+            cv = versions.lenient("cann", rel.cann)
+            if cv is not None:
+                self._by_cann.setdefault(cv, []).append(rel)
+        # CANN -> HDK pairing entries (cann_hdk.releases)
+        self._cann_entries: Dict[Any, Dict[str, Any]] = {}
+        for entry in compat["cann_hdk"]["releases"]:
+            cv = versions.lenient("cann", entry["version"])
+            if cv is not None and cv not in self._cann_entries:
+                self._cann_entries[cv] = entry
+        # CANN packages (cann-packages.json), read-only: handed out by cann_package()
+        self._packages: Dict[Any, Tuple[str, Mapping[str, Any]]] = {}
+        for ver, entry in packages.get("cann", {}).items():
+            cv = versions.lenient("cann", ver)
+            if cv is not None:
+                self._packages[cv] = (ver, _frozen(entry))
+        names = {str(e["version"]) for e in compat["cann_hdk"]["releases"]} | {v for v, _ in self._packages.values()}
+        self._cann_names = tuple(sorted((n for n in names if versions.lenient("cann", n) is not None), key=versions.cann))
+        # torch_npu/CANN pairs a downstream project ships that the table does not publish
+        self._downstream = {(str(e["torch_npu"]), str(e["cann"])): str(e["evidence"])
+                            for e in (compat.get("downstream_pairings") or {}).get("pairs") or ()}
+        # answers that scan every release, kept per release (one knowledge base per process)
+        self._cann_floor: Dict[str, Optional[Tuple[str, str]]] = {}
+
+    def known(self, cann: str) -> bool:
+        """Whether the data lists that CANN release (``cann_hdk.releases`` or cann-packages.json)."""
+        return self.entry(cann) is not None or self.cann_package(cann) is not None
+
+    @staticmethod
+    def _release(item: Mapping[str, Any]) -> TorchNpu:
+        rd = {str(a): str(v or "") for a, v in (item.get("requires_dist") or {}).items()}
+        notes = tuple(str(item[k]) for k in ("note", "cann_note") if item.get(k))
+        return TorchNpu(
+            version=str(item["version"]),
+            torch=str(item["torch"]),
+            requires_torch={a: _torch_part(v) for a, v in rd.items()},
+            python={str(a): listed(v) for a, v in (item.get("python") or {}).items()},
+            manylinux={str(a): str(v).replace("manylinux_", "") for a, v in (item.get("manylinux") or {}).items()},
+            cann=(str(item["cann"]) if item.get("cann") else None),
+            prerelease=bool(item.get("prerelease")),
+            branch=(str(item["branch"]) if item.get("branch") else None),
+            sources=listed(item.get("source")),
+            requires_dist=rd,
+            cann_sources=listed(item.get("cann_source")),
+            first_upload=str(item.get("first_upload") or ""),
+            notes=notes,
+        )
+
+    def torch_npu(self, version: str) -> Optional[TorchNpu]:
+        """The torch_npu release on PyPI, PEP 440-normalised lookup; None when not on PyPI.
+
+        Example:
+            >>> from builder.knowledge import load
+            >>> load().torch_npu("2.1.0.rc1").version
+            '2.1.0rc1'
+        """
+        key = versions.lenient("python_package", version)
+        return self._releases.get(key) if key else None
+
+    def torch_npu_versions(self) -> List[str]:
+        """Every torch_npu version on PyPI, in PEP 440 order.
+
+        Example:
+            >>> from builder.knowledge import load
+            >>> load().torch_npu_versions()[:2]
+            ['2.1.0rc1', '2.1.0']
+        """
+        return [self._releases[k].version for k in self._release_order]
+
+    def unpublished(self, version: str) -> Optional[Dict[str, Any]]:
+        """The ``torch_npu_not_on_pypi`` entry (named in Huawei tables, no PyPI files), a copy.
+
+        Example:
+            >>> from builder.knowledge import load
+            >>> load().unpublished("2.1.0.post4")["cann"]
+            '8.0.RC1'
+        """
+        key = versions.lenient("python_package", version)
+        entry = self._unpublished.get(key) if key else None
+        return copy.deepcopy(entry) if entry is not None else None
+
+    def torch_npu_for_cann(self, cann: str) -> List[TorchNpu]:
+        """torch_npu releases paired with that CANN (``versions.cann`` equality), newest first.
+
+        Example:
+            >>> from builder.knowledge import load
+            >>> [r.version for r in load().torch_npu_for_cann("7.0.RC1")]
+            ['2.1.0rc1']
+        """
+        cv = versions.lenient("cann", cann)
+        return list(self._by_cann.get(cv, ())) if cv is not None else []
+
+    def cann_floor(self, torch_npu: str) -> Optional[Tuple[str, str]]:
+        """The oldest CANN a torch_npu release can need, inferred from published pairs:
+        (that CANN, the published torch_npu it is inferred from); None when nothing bounds it.
+
+        Two orders the published table keeps (``tests/test_knowledge.py`` checks both over
+        every pair, so new data that breaks them fails the suite):
+
+        1. within one torch line (2.9.x), a later torch_npu never pairs with an older CANN;
+        2. the first final release of a newer line never pairs with an older CANN than the
+           first final release of an older line (pre-releases do: 2.12.0rc1 pairs with
+           8.5.0 while 2.11.0 pairs with 9.1.0, so rule 2 bounds final releases only).
+
+        Example:
+            >>> from builder.knowledge import load
+            >>> load().cann_floor("2.13.0")
+            ('9.1.0', '2.12.0')
+            >>> load().cann_floor("2.1.0rc1") is None
+            True
+        """
+        if torch_npu not in self._cann_floor:
+            self._cann_floor[torch_npu] = self._infer_cann_floor(torch_npu)
+        return self._cann_floor[torch_npu]
+
+    def _infer_cann_floor(self, torch_npu: str) -> Optional[Tuple[str, str]]:
+        key = versions.lenient("python_package", torch_npu)
+        if key is None:
+            return None
+        line = (key.major, key.minor)
+        paired = [self._releases[k] for k in self._release_order if self._releases[k].cann]
+        evidence = [r for r in paired if line_of(r) == line and versions.lenient("python_package", r.version) < key]
+        if not key.is_prerelease:
+            firsts: Dict[Tuple[int, int], TorchNpu] = {}
+            for r in paired:
+                if not r.prerelease and not versions.python_package(r.version).is_prerelease:
+                    firsts.setdefault(line_of(r), r)
+            evidence += [r for ln, r in firsts.items() if ln < line]
+        known = [r for r in evidence if versions.lenient("cann", r.cann) is not None]
+        if not known:
+            return None
+        best = max(known, key=lambda r: (versions.lenient("cann", r.cann), versions.lenient("python_package", r.version)))
+        assert best.cann is not None  # known holds only releases with a readable CANN
+        return best.cann, best.version
+
+    def cann_releases(self) -> List[str]:
+        """Every CANN version the data knows (``cann_hdk.releases`` + cann-packages.json), in CANN order.
+
+        Example:
+            >>> from builder.knowledge import load
+            >>> "7.0.RC1" in load().cann_releases()
+            True
+        """
+        return list(self._cann_names)
+
+    def canonical_cann(self, cann: str) -> str:
+        """The release's own spelling (``8.3.rc1`` -> ``8.3.RC1``), as file names use it.
+
+        Example:
+            >>> from builder.knowledge import load
+            >>> load().canonical_cann("8.3.rc1"), load().canonical_cann("9.9.rc1")
+            ('8.3.RC1', '9.9.RC1')
+        """
+        text = str(cann)
+        for name in self._cann_names:
+            if name.lower() == text.lower():
+                return name
+        return re.sub(r"\.rc(\d)", r".RC\1", text)
+
+    def entry(self, cann: str) -> Optional[Dict[str, Any]]:
+        """The ``cann_hdk.releases`` entry itself, for the knowledge base's other parts (read, never changed)."""
+        cv = versions.lenient("cann", cann)
+        return self._cann_entries.get(cv) if cv is not None else None
+
+    def cann_entry(self, cann: str) -> Optional[Dict[str, Any]]:
+        """The ``cann_hdk.releases`` entry of that CANN (pairing, lines, sources), a copy; None when unknown.
+
+        Example:
+            >>> from builder.knowledge import load
+            >>> load().cann_entry("7.0.rc1")["version"]
+            '7.0.RC1'
+        """
+        entry = self.entry(cann)
+        return copy.deepcopy(entry) if entry is not None else None
+
+    def cann_package(self, cann: str) -> Optional[Tuple[str, Mapping[str, Any]]]:
+        """(release as cann-packages.json spells it, its entry: ``files``, ``requires``,
+        ``seen_in``), read-only; None when that file does not list the release.
+
+        Example:
+            >>> from builder.knowledge import load
+            >>> ver, entry = load().cann_package("8.0.rc3")
+            >>> ver, sorted(entry)
+            ('8.0.RC3', ['files', 'requires', 'seen_in'])
+        """
+        cv = versions.lenient("cann", cann)
+        return self._packages.get(cv) if cv is not None else None
+
+    def downstream_evidence(self, torch_npu: str, cann: str) -> str:
+        """Where a well-known downstream project ships torch_npu on that CANN although Ascend's
+        table pairs it with another ("" when none does).
+
+        Example:
+            >>> from builder.knowledge import load
+            >>> load().downstream_evidence("2.9.0", "8.5.1")
+            'vllm-project/vllm-ascend@v0.16.0rc1:Dockerfile'
+        """
+        npu, wanted = versions.lenient("python_package", torch_npu), versions.lenient("cann", cann)
+        for (pair_npu, pair_cann), evidence in self._downstream.items():
+            if versions.lenient("python_package", pair_npu) == npu and versions.lenient("cann", pair_cann) == wanted:
+                return evidence
+        return ""
