@@ -85,3 +85,19 @@ def test_without_syncfs_flush_fsyncs_each_file(tmp_path, monkeypatch):
     monkeypatch.setattr(os, "fsync", lambda fd: (calls.append(fd), fsync(fd)))
     monkeypatch.setattr(writes, "_syncfs", None)
     assert writes.flush(staged) == 7 and len(calls) == 7
+
+
+def test_stage_writes_every_byte_when_the_os_takes_a_few_at_a_time(tmp_path, monkeypatch):
+    write = os.write
+    monkeypatch.setattr(os, "write", lambda fd, data: write(fd, bytes(data[:3])))  # a short write each time
+    data = bytes(range(256)) * 4
+    assert writes.stage(tmp_path / "a.bin", data, sync=False).read_bytes() == data
+
+
+def test_a_failed_write_leaves_no_staged_file(tmp_path, monkeypatch):
+    def full(fd, data):
+        raise OSError(errno.ENOSPC, "No space left on device")
+    monkeypatch.setattr(os, "write", full)
+    with pytest.raises(OSError):
+        writes.stage(tmp_path / "a.txt", b"new\n", sync=False)
+    assert list(tmp_path.iterdir()) == []
