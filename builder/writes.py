@@ -67,11 +67,14 @@ def stage(path: Path, data: bytes, sync: bool = True) -> Path:
         tmp.unlink()
         fd = os.open(tmp, flags, 0o666)
     try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
+        try:
+            view, written = memoryview(data), 0
+            while written < len(view):  # os.write may write less than it was given
+                written += os.write(fd, view[written:])
             if sync:
-                fh.flush()
-                os.fsync(fh.fileno())  # the bytes are on disk before the name points at them
+                os.fsync(fd)  # the bytes are on disk before the name points at them
+        finally:
+            os.close(fd)  # a file system that reports a failed write only here fails here too
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise

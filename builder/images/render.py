@@ -334,7 +334,7 @@ def write(rendered: Dict[str, Dict[str, bytes]], out: Path) -> Written:
     Checked first (see `_refuse`), then in two steps: every new file is written beside its
     target under a temporary name, created exclusively (`writes.stage`), and every file to be
     replaced or removed is opened for writing (an immutable or read-only one fails here);
-    then all the new files are flushed to disk at once (`writes.flush`: one flush for the
+    then all the new files are flushed to disk at once (`writes.flush`: one flush per file system for the
     whole render, not one per file); only when all of that worked are the files renamed into
     place and the leftovers removed. A failure in the first step leaves ``out`` as it was (the
     staged files and the folders made for them removed again); the second only renames and

@@ -87,13 +87,15 @@ def repo(pristine: Path, tmp_path: Path) -> Path:
 
 @pytest.fixture
 def fresh_render_caches():
-    """render caches the template environment and the inputs digest; tests that swap
+    """render caches the template environment, the inputs digest and the shipped templates; tests that swap
     the templates or the smoke program clear them before and after."""
     render._environment.cache_clear()
     render._inputs_digest.cache_clear()
+    render._shipped.cache_clear()
     yield
     render._environment.cache_clear()
     render._inputs_digest.cache_clear()
+    render._shipped.cache_clear()
 
 
 def edit_matrix(repo: Path, old: str, new: str) -> None:
