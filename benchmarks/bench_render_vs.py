@@ -151,8 +151,8 @@ def main() -> Dict[str, str]:
 
     rows = {}
     for what, figures, digits in (("render, first write", writes, 2), ("validate + render, in-process", inproc, 3)):
-        this, that = statistics.median(figures["this"]), statistics.median(figures["that"])
-        line = f"{this:.{digits}f} s here vs {that:.{digits}f} s at {commit} (x {ratio(figures):.2f})"
+        here, there = statistics.median(figures["this"]), statistics.median(figures["that"])
+        line = f"{here:.{digits}f} s here vs {there:.{digits}f} s at {commit} (x {ratio(figures):.2f})"
         rows[f"{what}, {args.cells} cells"] = line
         print(f"{what} ({args.cells} cells, median of {args.runs}): {line}")
     rows["the same files created bare (the disk's floor)"] = f"{statistics.median(bare):.2f} s"

@@ -17,6 +17,7 @@ needs_syncfs = pytest.mark.skipif(writes._syncfs is None, reason="no syncfs here
 def _count_syncfs(monkeypatch) -> List[str]:
     folders: List[str] = []
     real = writes._syncfs
+    assert real is not None, "no syncfs on this system"
 
     def counted(fd, folder):
         folders.append(folder)
@@ -80,9 +81,12 @@ def test_a_failing_syncfs_is_an_oserror_naming_the_folder():
 
 def test_without_syncfs_flush_fsyncs_each_file(tmp_path, monkeypatch):
     staged = [writes.stage(tmp_path / f"f{i}", b"x", sync=False) for i in range(7)]
-    calls = []
+    calls: List[int] = []
     fsync = os.fsync
-    monkeypatch.setattr(os, "fsync", lambda fd: (calls.append(fd), fsync(fd)))
+    def counted(fd: int) -> None:
+        calls.append(fd)
+        fsync(fd)
+    monkeypatch.setattr(os, "fsync", counted)
     monkeypatch.setattr(writes, "_syncfs", None)
     assert writes.flush(staged) == 7 and len(calls) == 7
 
