@@ -42,7 +42,7 @@ from builder import documents
 
 from builder.trust import statements
 from builder.errors import UserError
-from builder.registry import OCI_MANIFEST, Manifest, Registry
+from builder.registry import OCI_MANIFEST, Manifest, Reader, Registry
 from builder.trust.signing import PublicKey
 
 DSSE_MEDIA_TYPE = "application/vnd.dsse.envelope.v1+json"      # cosign pkg/types/payload.go DssePayloadType
@@ -91,7 +91,7 @@ def _descriptor(media_type: str, body: bytes, annotations: Optional[Dict[str, st
     return described
 
 
-def _existing(registry: Registry, repository: str, digest: str) -> Optional[Manifest]:
+def _existing(registry: Reader, repository: str, digest: str) -> Optional[Manifest]:
     try:
         return registry.manifest(repository, attestation_tag(digest))
     except LookupError:
@@ -182,7 +182,7 @@ class Verification:
         return "; ".join(sorted({f.checked.reason for f in claimed}))
 
 
-def verify(registry: Registry, repository: str, reference: str, key: PublicKey) -> Verification:
+def verify(registry: Reader, repository: str, reference: str, key: PublicKey) -> Verification:
     """Check every statement attached to ``repository:reference`` (tag or digest) against ``key``."""
     try:
         image = registry.manifest(repository, reference)

@@ -28,7 +28,7 @@ from typing import Dict, List, Optional
 
 from builder.trust import attached, statements
 from builder.errors import UserError
-from builder.registry import Registry
+from builder.registry import Reader
 from builder.trust.signing import PublicKey
 from builder.vocabulary import Label
 
@@ -82,7 +82,7 @@ def judge(verification: attached.Verification, labels: Dict[str, str], require: 
     return "; ".join(sorted(set(reasons)))
 
 
-def trusted(registry: Registry, repository: str, digest: str, labels: Dict[str, str], key: Optional[PublicKey],
+def trusted(registry: Reader, repository: str, digest: str, labels: Dict[str, str], key: Optional[PublicKey],
             require: str = ANY) -> str:
     """"" when ``repository@digest`` (whose config carries ``labels``) is trusted under the policy; else
     why not. Without a key nothing is checked ("")."""
