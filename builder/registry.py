@@ -391,7 +391,11 @@ class Registry:
                 if exc.code in TRANSIENT_STATUS:
                     raise Transient(f"answered HTTP {exc.code} for {method} {what}",
                                     retry_after(exc.headers.get("Retry-After"))) from None
-                raise self._fail(f"answered HTTP {exc.code} for {method} {what}") from exc
+                if method in ("GET", "HEAD"):
+                    raise self._fail(f"answered HTTP {exc.code} for {method} {what}") from exc
+                raise self._fail(f"answered HTTP {exc.code} for {method} {what}",
+                                 "the registry refuses this write: check that it accepts pushes (not read-only, "
+                                 "not a pull-through cache) and has room") from exc
             except (ConnectionResetError, ConnectionAbortedError, BrokenPipeError, http.client.HTTPException) as exc:
                 raise Transient(f"the connection broke during {method} {what} "
                                 f"({type(exc).__name__})") from None

@@ -29,7 +29,7 @@ Example:
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import BinaryIO, Callable, ContextManager, Dict, List, Optional, Sequence, Tuple
+from typing import BinaryIO, Callable, ContextManager, Dict, List, Optional, Sequence, Set, Tuple
 
 from builder import documents
 from builder.errors import UserError
@@ -195,6 +195,7 @@ class Figures:
     manifests_put: int = 0
     tags_put: List[str] = field(default_factory=list)
     tags_unchanged: List[str] = field(default_factory=list)
+    done: Set[str] = field(default_factory=set, repr=False)  # blobs handled in this run (counted once)
 
     def count(self, how: str, size: int) -> None:
         if how == "sent":
@@ -205,7 +206,7 @@ class Figures:
             self.blobs_there, self.bytes_there = self.blobs_there + 1, self.bytes_there + size
 
     def to_dict(self) -> Dict[str, object]:
-        return dict(self.__dict__)
+        return {k: v for k, v in self.__dict__.items() if k != "done"}
 
 
 def _labels(source: Place, manifest: Manifest) -> Dict[str, str]:
@@ -320,8 +321,10 @@ def _copy(source: Place, destination: Place, unit: Unit, key: Optional[PublicKey
     blobs = list(dict.fromkeys(b for m in manifests if not m.is_index for b in _descriptors(m)))
     progress.blobs_total = len(blobs)
     for digest, size in blobs:
-        _, how = destination.put_blob(digest, size, _opener(source, digest, size), source)
-        figures.count(how, size)
+        if digest not in figures.done:  # another tag of this run brought it already
+            _, how = destination.put_blob(digest, size, _opener(source, digest, size), source)
+            figures.count(how, size)
+            figures.done.add(digest)
         progress.blobs += 1
     for manifest in manifests:  # images, the index, then the .att manifests: their order in `manifests`
         attested = next((i.manifest.digest for i in unit.images if i.statements is manifest), None)
