@@ -71,7 +71,10 @@ def check_registry(registry: str) -> str:
 
 def check_mirror(url: str) -> str:
     """``url`` when it is ``http(s)://HOST[:PORT][/PATH]`` (nothing else reaches the TOML)."""
-    parts = urllib.parse.urlsplit(url.strip())
+    try:
+        parts = urllib.parse.urlsplit(url.strip())
+    except ValueError:  # e.g. an unbalanced "[" in the host
+        parts = urllib.parse.SplitResult("", "", "", "", "")
     if (parts.scheme not in ("http", "https") or not _HOST.fullmatch(parts.netloc) or not _PATH.fullmatch(parts.path)
             or parts.query or parts.fragment):
         raise UserError(f"--mirror {url!r} is not http(s)://HOST[:PORT][/PATH]", exit_code=2,

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Dict, List, Optional
 
 from builder.registry import OCI_INDEX, OCI_MANIFEST, Registry
-from tests.support.loopback_registry import free_port, serve_registry, stop, wait_up
+from tests.support.loopback_registry import REGISTRY_BIN, free_port, serve_registry, stop, wait_up  # noqa: F401
 
 PLATFORM = {"x86_64": "amd64", "aarch64": "arm64"}
 
