@@ -287,3 +287,32 @@ def test_bad_places_are_refused_with_a_fix(creds, tmp_path):
     assert done.returncode == 2 and "names no registry host" in done.stderr
     done = cli(creds, "mirror", "127.0.0.1:9/x", "oci:")
     assert done.returncode == 2 and "names no folder" in done.stderr
+
+
+@pytest.mark.engine
+def test_pull_trust_key_on_the_mirror_works_as_on_the_source(engine, registry, creds, keys, source, far, tmp_path):
+    """`ascend-build pull --trust-key` through the CLI (Docker Engine pulls the layers) from the source
+    and from its mirror: the same digest chosen, verified, and pulled; the mirror's unsigned twin refused."""
+    key_file = str(keys["team"][1])
+    figures(run_mirror(creds, f"{registry.host}/{REPO}", f"{far.host}/{REPO}", "--trust-key", key_file, "--json"))
+    root = tmp_path / "node"  # an empty root: no NPU, this machine's arch
+    root.mkdir()
+    pulled = []
+    try:
+        for host in (registry.host, far.host):
+            done = cli(creds, "pull", "--registry", f"{host}/{REPO}", "--variant", "cpu", "--cann", "9.1.0",
+                       "--root", str(root), "--trust-key", key_file, "--json")
+            assert done.returncode == 0, done.stdout + done.stderr
+            result = json.loads(done.stdout)
+            pulled.append(result["ref"])
+            assert result["digest"] == source["x86_64"] and result["verified"] is True
+            assert result["ref"] == f"{host}/{REPO}@{source['x86_64']}"
+        # an image mirrored without its statements (pushed there directly) is refused on the mirror
+        bare = REPO + "-bare"
+        hm.push_image(Registry(far.host), bare, TAG, ht.sealed_twin_labels(), b"x86 payload " * 4000)
+        refused = cli(creds, "pull", "--registry", f"{far.host}/{bare}", "--variant", "cpu", "--cann", "9.1.0",
+                      "--root", str(root), "--trust-key", key_file)
+        assert refused.returncode == 1 and "no statement is attached" in refused.stderr
+    finally:
+        for ref in pulled:
+            engine.remove(ref, force=True)
