@@ -373,7 +373,8 @@ class Registry:
                 request.add_header("Authorization", self._auth[scope])
             try:
                 with self._open(request, deadline) as response:
-                    body = self._read(response, limit, what, deadline)
+                    # a HEAD's Content-Length is the size of what a GET would send (a layer of GBs): no body
+                    body = b"" if method == "HEAD" else self._read(response, limit, what, deadline)
                     return body, {k.lower(): v for k, v in response.headers.items()}
             except bounded.Cut as cut:
                 raise self._cut(cut, what, limit) from None

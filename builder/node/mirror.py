@@ -20,9 +20,9 @@ A failure stops the run with a `UserError` naming the image and what was and was
 a run again skips what is there, so an unchanged selection moves no blob byte.
 
 Example:
-    >>> matches({"io.ascend-build.cann": "8.0.RC3", "io.ascend-build.chip": "910b"}, Selection(cann="8.0.RC3"))
+    >>> matches({Label.CANN: "8.0.RC3", Label.CHIP: "910b"}, Selection(cann="8.0.RC3"))
     True
-    >>> matches({"io.ascend-build.cann": "8.0.RC3"}, Selection(chip="a3"))
+    >>> matches({Label.CANN: "8.0.RC3"}, Selection(chip="a3"))
     False
 """
 

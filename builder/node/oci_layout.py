@@ -5,7 +5,7 @@ The folder is what the OCI image-layout spec (image-spec ``image-layout.md``) de
 - ``oci-layout``: ``{"imageLayoutVersion": "1.0.0"}``;
 - ``blobs/sha256/<hex>``: every blob and every manifest, named by the sha256 of its bytes;
 - ``index.json``: an image index whose entries are the layout's tags, each a manifest
-  descriptor annotated ``org.opencontainers.image.ref.name`` = the tag (cosign's
+  descriptor annotated with the OCI ``ref.name`` annotation (`REF_NAME`) = the tag (cosign's
   ``sha256-<hex>.att`` tags are entries too, so the statements travel with the images).
 
 A blob is written under a temporary name beside its place, hashed while it is written, and
@@ -36,12 +36,13 @@ from typing import BinaryIO, Callable, ContextManager, Dict, Iterator, List, Opt
 
 from builder import bounded, documents, writes
 from builder.errors import UserError
+from builder.vocabulary import OCI_PREFIX
 from builder.registry import CONFIG_LIMIT, MANIFEST_LIMIT, OCI_INDEX, BadBlob, Checked, Manifest
 
 LAYOUT_FILE = "oci-layout"
 LAYOUT_VERSION = "1.0.0"
 INDEX_FILE = "index.json"
-REF_NAME = "org.opencontainers.image.ref.name"  # image-spec annotations.md
+REF_NAME = OCI_PREFIX + "ref.name"  # image-spec annotations.md
 _DIGEST = re.compile(r"^sha256:[0-9a-f]{64}$")
 _TMP = ".partial-"  # a blob being written: blobs/sha256/.partial-<hex>
 

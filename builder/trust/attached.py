@@ -183,7 +183,8 @@ class Verification:
 
 
 def verify(registry: Reader, repository: str, reference: str, key: PublicKey) -> Verification:
-    """Check every statement attached to ``repository:reference`` (tag or digest) against ``key``."""
+    """Check every statement attached to ``repository:reference`` (tag or digest) against ``key``;
+    ``registry`` is a `Registry` or an OCI image layout (`builder.registry.Reader`)."""
     try:
         image = registry.manifest(repository, reference)
     except LookupError:

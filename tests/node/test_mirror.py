@@ -316,3 +316,31 @@ def test_pull_trust_key_on_the_mirror_works_as_on_the_source(engine, registry, c
     finally:
         for ref in pulled:
             engine.remove(ref, force=True)
+
+
+def test_a_blob_larger_than_the_clients_read_limit_streams_through_and_a_wrong_one_is_refused(registry, creds, far,
+                                                                                           tmp_path):
+    """A layer over CONFIG_LIMIT (what `Registry.blob` would refuse to hold) goes registry -> layout ->
+    registry by streaming; a layer whose bytes do not match its digest is refused, nothing kept."""
+    from builder.registry import CONFIG_LIMIT
+
+    reg = Registry(registry.host)
+    repo = REPO + "-big"
+    big = hm.layer(os.urandom(CONFIG_LIMIT + (1 << 20)), "big.bin")
+    digest = hm.push_image(reg, repo, TAG, {}, b"top", base=[big])
+    layer = reg.manifest(repo, digest).data["layers"][0]
+    assert layer["size"] > CONFIG_LIMIT
+    folder = tmp_path / "big"
+    out = figures(run_mirror(creds, f"{registry.host}/{repo}", f"oci:{folder}", "--json"))
+    assert out["bytes_sent"] > CONFIG_LIMIT and out["verified"] is False
+    back = figures(run_mirror(creds, f"oci:{folder}", f"{far.host}/{repo}", "--json"))
+    assert back["bytes_sent"] == out["bytes_sent"] and Registry(far.host).has_blob(repo, layer["digest"])
+    # the layout's copy of the layer damaged (same size, other bytes): refused, and nothing kept there
+    path = folder / "blobs" / "sha256" / layer["digest"].split(":")[1]
+    data = bytearray(path.read_bytes())
+    data[-1] ^= 0xFF
+    path.write_bytes(bytes(data))
+    damaged = run_mirror(creds, f"oci:{folder}", f"{far.host}/{repo}-damaged")
+    assert damaged.returncode == 1 and "does not hash to its digest" in damaged.stderr
+    assert not Registry(far.host).has_blob(repo + "-damaged", layer["digest"])
+    assert Registry(far.host).tags(repo + "-damaged") == []
