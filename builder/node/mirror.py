@@ -310,6 +310,9 @@ def mirror(source: Place, destination: Place, selection: Selection, key: Optiona
             _copy(source, destination, unit, key, require, figures, progress)
         except UserError as exc:
             raise _stopped(destination, units, number, progress, exc) from None
+        except KeyboardInterrupt as stop:  # Ctrl-C, SIGTERM: said with what was and was not copied
+            told = _stopped(destination, units, number, progress, UserError("interrupted"))
+            raise type(stop)(told.message.replace("\n  ", "; ")) from None
         say(f"{unit.tag}: {unit.top.digest} ({len(unit.images)} image(s), "
             f"{sum(1 for i in unit.images if i.statements)} with statements)")
     return units, figures

@@ -275,6 +275,22 @@ def test_an_interrupted_copy_names_what_was_copied_and_a_rerun_completes(registr
     assert figures.tags_put == [INDEX_TAG, TAG]
 
 
+class CtrlC(mirror.RegistryPlace):
+    def put_manifest(self, reference, manifest):
+        raise KeyboardInterrupt()
+
+
+def test_ctrl_c_says_what_was_copied_and_no_tag_is_put(registry, creds, keys, source, far):
+    repo = REPO + "-ctrl-c"
+    with pytest.raises(KeyboardInterrupt) as stopped:
+        mirror.mirror(mirror.RegistryPlace(Registry(registry.host), REPO), CtrlC(Registry(far.host), repo),
+                      mirror.Selection(cells=(CELL_ID,)))
+    said = str(stopped.value)
+    assert f"stopped at {INDEX_TAG} ({source['index']}): interrupted" in said
+    assert "8 of 8 blobs and 0 of 5 manifests were copied, no tag was put for it" in said
+    assert Registry(far.host).tags(repo) == []
+
+
 def test_bad_places_are_refused_with_a_fix(creds, tmp_path):
     not_layout = tmp_path / "plain"
     not_layout.mkdir()
