@@ -35,6 +35,7 @@ Example:
 from __future__ import annotations
 
 import base64
+import contextlib
 import email.utils
 import hashlib
 import http.client
@@ -48,7 +49,7 @@ import urllib.parse
 import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Dict, List, Optional, Set, Tuple
+from typing import BinaryIO, Callable, ContextManager, Dict, Iterator, List, Optional, Protocol, Set, Tuple
 
 from builder import bounded, documents
 from builder.errors import UserError
@@ -137,6 +138,17 @@ class Manifest:
     @property
     def is_index(self) -> bool:
         return self.media_type in INDEX_TYPES or "manifests" in self.data
+
+
+class Reader(Protocol):
+    """What reads manifests and small blobs by digest: a `Registry`, or an OCI image layout on disk
+    (`builder.node.oci_layout.Layout`); `builder.trust.attached.verify` checks statements in either."""
+
+    name: str
+
+    def manifest(self, repository: str, reference: str) -> Manifest: ...
+
+    def blob(self, repository: str, digest: str, limit: int = ...) -> bytes: ...
 
 
 def is_loopback(host: str) -> bool:
@@ -361,7 +373,8 @@ class Registry:
                 request.add_header("Authorization", self._auth[scope])
             try:
                 with self._open(request, deadline) as response:
-                    body = self._read(response, limit, what, deadline)
+                    # a HEAD's Content-Length is the size of what a GET would send (a layer of GBs): no body
+                    body = b"" if method == "HEAD" else self._read(response, limit, what, deadline)
                     return body, {k.lower(): v for k, v in response.headers.items()}
             except bounded.Cut as cut:
                 raise self._cut(cut, what, limit) from None
@@ -379,7 +392,11 @@ class Registry:
                 if exc.code in TRANSIENT_STATUS:
                     raise Transient(f"answered HTTP {exc.code} for {method} {what}",
                                     retry_after(exc.headers.get("Retry-After"))) from None
-                raise self._fail(f"answered HTTP {exc.code} for {method} {what}") from exc
+                if method in ("GET", "HEAD"):
+                    raise self._fail(f"answered HTTP {exc.code} for {method} {what}") from exc
+                raise self._fail(f"answered HTTP {exc.code} for {method} {what}",
+                                 "the registry refuses this write: check that it accepts pushes (not read-only, "
+                                 "not a pull-through cache) and has room") from exc
             except (ConnectionResetError, ConnectionAbortedError, BrokenPipeError, http.client.HTTPException) as exc:
                 raise Transient(f"the connection broke during {method} {what} "
                                 f"({type(exc).__name__})") from None
@@ -599,3 +616,185 @@ class Registry:
         except LookupError:
             raise self._fail(f"lost the upload session of {digest} in {repository} (404)") from None
         return digest
+
+    # --- streaming blobs (`builder.node.mirror`: layers of GBs, never held in memory) -------------------
+
+    def blob_deadline(self, size: int) -> float:
+        """Seconds one blob of ``size`` bytes may take to stream: the request deadline, plus
+        ``size`` at `STREAM_FLOOR` bytes a second (a GB layer gets about 17 minutes more)."""
+        return self.deadline + max(0, size) / STREAM_FLOOR
+
+    @contextlib.contextmanager
+    def open_blob(self, repository: str, digest: str, size: int) -> Iterator["Checked"]:
+        """The blob ``digest`` of ``repository`` as a stream (`Checked`): nothing is held in memory;
+        reading past ``size`` bytes, or to an end whose sha256 is not ``digest``, raises `BadBlob`.
+        LookupError when the registry has none. Not retried: the caller reopens it."""
+        repository = self.repository(repository)
+        if not _DIGEST.match(digest):
+            raise self._fail(f"{digest!r} is not a sha256 digest")
+        path = f"/v2/{repository}/blobs/{digest}"
+        scope = f"repository:{repository}:pull"
+        deadline = time.monotonic() + self.blob_deadline(size)
+        with contextlib.ExitStack() as stack:
+            for attempt in range(2):
+                request = urllib.request.Request(self.base + path, method="GET")
+                if scope in self._auth:
+                    request.add_header("Authorization", self._auth[scope])
+                try:
+                    response = stack.enter_context(self._open(request, deadline))
+                    break
+                except urllib.error.HTTPError as exc:
+                    if exc.code == 401 and attempt == 0:
+                        self._authorize(str(exc.headers.get("WWW-Authenticate", ""))[:4096], scope)
+                        continue
+                    raise self._http_failure(exc, "GET", path) from None
+                except bounded.Cut as cut:
+                    raise self._cut(cut, path, size) from None
+                except (http.client.HTTPException, OSError) as exc:
+                    raise Transient(f"the connection broke during GET {path} ({type(exc).__name__})") from None
+            # the consumer's own failures (a full disk, a refused upload) pass through unchanged
+            yield Checked(response, digest, size, f"{self.name}/{repository}@{digest}")
+
+    def _http_failure(self, exc: urllib.error.HTTPError, method: str, what: str) -> Exception:
+        if exc.code == 404:
+            return LookupError(what)
+        if exc.code in TRANSIENT_STATUS:
+            return Transient(f"answered HTTP {exc.code} for {method} {what}", retry_after(exc.headers.get("Retry-After")))
+        if exc.code in (401, 403):
+            return self._fail(f"refused {method} {what} (HTTP {exc.code})",
+                              "check the credentials (ASCEND_BUILD_REGISTRY_USER/_PASSWORD or "
+                              f"`docker login {self.name}`) and that they may write there")
+        return self._fail(f"answered HTTP {exc.code} for {method} {what}",
+                          "check that the registry accepts writes (not read-only) and has room")
+
+    def mount_blob(self, repository: str, digest: str, source_repository: str) -> Optional[str]:
+        """Ask the registry to mount ``digest`` from ``source_repository`` into ``repository`` (the
+        distribution API's cross-repository mount: no byte is sent). None when it mounted it; else
+        the upload location it opened instead (the registry may decline a mount)."""
+        repository, source_repository = self.repository(repository), self.repository(source_repository)
+        query = urllib.parse.urlencode({"mount": digest, "from": source_repository})
+        try:
+            _, headers = self._send("POST", f"/v2/{repository}/blobs/uploads/?{query}",
+                                    f"repository:{repository}:pull,push", data=b"")
+        except LookupError:
+            raise self._fail(f"refused to start a blob upload in {repository} (404)") from None
+        if "docker-upload-uuid" not in headers and headers.get("docker-content-digest") == digest:
+            return None
+        return self._upload_location(headers)
+
+    def _upload_location(self, headers: Dict[str, str]) -> str:
+        location = urllib.parse.urljoin(self.base + "/", headers.get("location", ""))
+        if not headers.get("location") or _host_of(location) != _host_of(self.base):
+            raise self._fail(f"sent an upload location on another host ({_host_of(location) or 'none'})")
+        return location
+
+    def put_blob_stream(self, repository: str, digest: str, size: int,
+                        source: Callable[[], ContextManager[BinaryIO]], mount_from: Optional[str] = None) -> int:
+        """Upload the blob ``digest`` of ``size`` bytes from the stream ``source()`` opens, unless
+        ``repository`` holds it already or can mount it from ``mount_from`` (a repository of this
+        registry); the bytes sent (0 when it was there or mounted).
+
+        One monolithic PUT with Content-Length, read from the stream as it goes: the registry checks
+        the digest, and a `Checked` source checks it while it is read. After a transient failure the
+        whole upload is made again from a new ``source()``, `RETRIES` times.
+        """
+        if not _DIGEST.match(digest):
+            raise self._fail(f"{digest!r} is not a sha256 digest")
+        started, attempt = time.monotonic(), 0
+        while True:
+            try:
+                if self.has_blob(repository, digest):
+                    return 0
+                location = None
+                if mount_from is not None:
+                    location = self.mount_blob(repository, digest, mount_from)
+                    if location is None:
+                        return 0
+                return self._stream_once(repository, digest, size, source, location)
+            except Transient as failure:
+                attempt += 1
+                self._pause(failure, attempt, f"the upload of {digest}", started)
+
+    def _stream_once(self, repository: str, digest: str, size: int, source: Callable[[], ContextManager[BinaryIO]],
+                     location: Optional[str]) -> int:
+        api_repository = self.repository(repository)
+        scope = f"repository:{api_repository}:pull,push"
+        if location is None:
+            try:
+                _, headers = self._send("POST", f"/v2/{api_repository}/blobs/uploads/", scope, data=b"")
+            except LookupError:
+                raise self._fail(f"refused to start a blob upload in {api_repository} (404)") from None
+            location = self._upload_location(headers)
+        separator = "&" if urllib.parse.urlsplit(location).query else "?"
+        url = location + separator + urllib.parse.urlencode({"digest": digest})
+        what = f"/v2/{api_repository}/blobs/{digest}"
+        deadline = time.monotonic() + self.blob_deadline(size)
+        with source() as stream:
+            request = urllib.request.Request(url, data=stream, method="PUT")
+            request.add_header("Content-Type", "application/octet-stream")
+            request.add_header("Content-Length", str(size))
+            if scope in self._auth:  # the POST above (or the HEAD before it) answered the challenge
+                request.add_header("Authorization", self._auth[scope])
+            try:
+                with self._open(request, deadline) as response:
+                    self._read(response, MANIFEST_LIMIT, what, deadline)
+                    stored = response.headers.get("Docker-Content-Digest") or digest
+            except urllib.error.HTTPError as exc:
+                raise self._http_failure(exc, "PUT", what) from None
+            except bounded.Cut as cut:
+                raise self._cut(cut, what, size) from None
+            except (http.client.HTTPException, OSError) as exc:
+                raise Transient(f"the connection broke during PUT {what} ({type(exc).__name__})") from None
+        if stored != digest:
+            raise self._fail(f"stored the blob {digest} of {api_repository} as {stored}")
+        return size
+
+
+STREAM_FLOOR = 1 << 20  # bytes a second a blob stream may not fall below on average (see `Registry.blob_deadline`)
+
+
+class BadBlob(UserError):
+    """A blob's bytes are not the ones its digest and size name."""
+
+    def __init__(self, message: str):
+        super().__init__(message, exit_code=1, fix="the source served bytes other than the ones named; nothing of "
+                                                    "this blob was kept: check the source, then run again")
+
+
+class Checked:
+    """A readable stream of one blob that hashes what passes through it: more than ``size`` bytes,
+    or an end whose sha256 is not ``digest`` or that comes before ``size`` bytes, raises `BadBlob`
+    (so a consumer that reads to the end has read the named bytes, or fails).
+
+    Example:
+        >>> import io
+        >>> blob = b"layer"
+        >>> Checked(io.BytesIO(blob), "sha256:" + hashlib.sha256(blob).hexdigest(), 5, "x").read()
+        b'layer'
+        >>> other = Checked(io.BytesIO(b"other"), "sha256:" + hashlib.sha256(blob).hexdigest(), 5, "x")
+        >>> try:
+        ...     other.read(), other.read()
+        ... except BadBlob as bad:
+        ...     print(bad.message.split(":")[0])
+        x does not hash to its digest
+    """
+
+    def __init__(self, stream, digest: str, size: int, what: str):
+        self._stream, self.digest, self.size, self.what = stream, digest, size, what
+        self._hash = hashlib.sha256()
+        self.read_bytes = 0
+
+    def read(self, n: int = -1) -> bytes:
+        want = bounded.CHUNK if n is None or n < 0 else min(n, bounded.CHUNK)
+        read = self._stream.read1 if hasattr(self._stream, "read1") else self._stream.read
+        chunk = read(min(want, self.size + 1 - self.read_bytes))
+        self.read_bytes += len(chunk)
+        if self.read_bytes > self.size:
+            raise BadBlob(f"{self.what} is longer than the {self.size} bytes its descriptor names")
+        self._hash.update(chunk)
+        if not chunk:
+            if self.read_bytes != self.size:
+                raise BadBlob(f"{self.what} ended after {self.read_bytes} of its {self.size} bytes")
+            if "sha256:" + self._hash.hexdigest() != self.digest:
+                raise BadBlob(f"{self.what} does not hash to its digest")
+        return chunk

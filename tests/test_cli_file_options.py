@@ -28,7 +28,8 @@ _SAYS_FILE = re.compile(r"\b(a|this) file\b|\bfolder\b", re.IGNORECASE)
 # what a required parameter other than the one under test is given (nothing is read: the refusal comes first)
 FILLERS = {"--registry": "127.0.0.1:1", "--npus": "1", "--images": "x/*", "--table": "table.md", "--key": "team.pub",
            "ref": "127.0.0.1:1/r:t", "image_ref": "127.0.0.1:1/r:t", "version": "2.4.0", "output_dir": "out",
-           "folder": "keys"}
+           "folder": "keys", "--mirror": "http://127.0.0.1:2", "source": "127.0.0.1:1/r",
+           "destination": "oci:carry"}
 
 
 def _commands(command, path: Tuple[str, ...] = ()) -> Iterator[Tuple[Tuple[str, ...], click.Command]]:
@@ -90,13 +91,16 @@ def test_every_option_naming_a_file_carries_the_check(path, command, param):
 def test_a_value_like_an_option_is_refused_and_nothing_is_written(path, command, param, tmp_path, monkeypatch):
     args: List[str] = list(path)
     for other in command.params:
-        if other.required and other is not param and not other.opts[0].startswith("-"):
-            args.append(FILLERS[other.name])
-    for other in command.params:
         if other.required and other is not param and other.opts[0].startswith("-"):
             args += [other.opts[0], FILLERS[other.opts[0]]]
     flag = _flag(param)
-    args += [flag, BOGUS] if param.opts[0].startswith("-") else ["--", BOGUS]
+    if param.opts[0].startswith("-"):
+        args += [flag, BOGUS]
+    # the arguments in their declared order, the one under test in its own place (after --)
+    positional = [other for other in command.params if not other.opts[0].startswith("-")
+                  and (other.required or other is param)]
+    values = [BOGUS if other is param else FILLERS[str(other.name)] for other in positional]
+    args += (["--"] if BOGUS in values else []) + values
     what = _check_of(param).names if _check_of(param) else "file"
     monkeypatch.chdir(tmp_path)
     done = CliRunner().invoke(cli.app, args)

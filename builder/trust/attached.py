@@ -43,7 +43,7 @@ from builder import documents
 from builder.cell_id import named_by_tag
 from builder.trust import statements
 from builder.errors import UserError
-from builder.registry import OCI_MANIFEST, Manifest, Registry
+from builder.registry import OCI_MANIFEST, Manifest, Reader, Registry
 from builder.trust.signing import PublicKey
 
 DSSE_MEDIA_TYPE = "application/vnd.dsse.envelope.v1+json"      # cosign pkg/types/payload.go DssePayloadType
@@ -92,7 +92,7 @@ def _descriptor(media_type: str, body: bytes, annotations: Optional[Dict[str, st
     return described
 
 
-def _existing(registry: Registry, repository: str, digest: str) -> Optional[Manifest]:
+def _existing(registry: Reader, repository: str, digest: str) -> Optional[Manifest]:
     try:
         return registry.manifest(repository, attestation_tag(digest))
     except LookupError:
@@ -209,9 +209,10 @@ class Verification:
         return "; ".join(sorted({f.checked.reason for f in claimed}))
 
 
-def verify(registry: Registry, repository: str, reference: str, key: PublicKey) -> Verification:
-    """Check every statement attached to ``repository:reference`` (tag or digest) against ``key``; a tag
-    naming a cell (`builder.cell_id.named_by_tag`) is validated only by a statement about that cell."""
+def verify(registry: Reader, repository: str, reference: str, key: PublicKey) -> Verification:
+    """Check every statement attached to ``repository:reference`` (tag or digest) against ``key``;
+    ``registry`` is a `Registry` or an OCI image layout (`builder.registry.Reader`). A tag naming a
+    cell (`builder.cell_id.named_by_tag`) is validated only by a statement about that cell."""
     named = None if reference.startswith("sha256:") else named_by_tag(reference)
     try:
         image = registry.manifest(repository, reference)

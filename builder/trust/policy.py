@@ -30,7 +30,7 @@ from typing import Dict, List, Optional, Tuple
 
 from builder.trust import attached, statements
 from builder.errors import UserError
-from builder.registry import Registry
+from builder.registry import Reader
 from builder.trust.signing import PublicKey
 from builder.vocabulary import Label
 
@@ -89,13 +89,10 @@ def judge(verification: attached.Verification, labels: Dict[str, str], require: 
     return "; ".join(sorted(set(reasons)))
 
 
-def trusted(registry: Registry, repository: str, digest: str, labels: Dict[str, str], key: Optional[PublicKey],
+def trusted(registry: Reader, repository: str, digest: str, labels: Dict[str, str], key: Optional[PublicKey],
             require: str = ANY, named: Optional[Tuple[str, str]] = None) -> str:
     """"" when ``repository@digest`` (whose config carries ``labels``) is trusted under the policy; else
     why not. Without a key nothing is checked (""). ``named``: as `judge`'s (`run` of a tag passes it)."""
     if key is None:
         return ""
     return judge(attached.verify(registry, repository, digest, key), labels, require, named)
-
-
-# --- the same rules for a Kubernetes cluster: a Kyverno ClusterPolicy ------------------------------

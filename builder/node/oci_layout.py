@@ -1,0 +1,198 @@
+"""An OCI image layout on disk (a folder a team carries into an air-gapped site): read and written.
+
+The folder is what the OCI image-layout spec (image-spec ``image-layout.md``) describes:
+
+- ``oci-layout``: ``{"imageLayoutVersion": "1.0.0"}``;
+- ``blobs/sha256/<hex>``: every blob and every manifest, named by the sha256 of its bytes;
+- ``index.json``: an image index whose entries are the layout's tags, each a manifest
+  descriptor annotated with the OCI ``ref.name`` annotation (`REF_NAME`) = the tag (cosign's
+  ``sha256-<hex>.att`` tags are entries too, so the statements travel with the images).
+
+A blob is written under a temporary name beside its place, hashed while it is written, and
+renamed into place only when its sha256 and size are the ones named: a blob file that is there
+is whole. ``index.json`` is replaced whole (`builder.writes.replace_file`), after the blobs it
+names. It reads like the registry client (`manifest`, `blob`), so `builder.trust.attached.verify`
+checks statements in a layout exactly as in a registry.
+
+Example:
+    >>> import tempfile
+    >>> layout = Layout(Path(tempfile.mkdtemp()) / "mirror", create=True)
+    >>> body = b'{"schemaVersion": 2, "layers": []}'
+    >>> digest = layout.put_manifest(body, "application/vnd.oci.image.manifest.v1+json", tag="v1")
+    >>> layout.tags(), layout.manifest("any", "v1").digest == digest
+    (['v1'], True)
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import io
+import json
+import os
+import re
+from pathlib import Path
+from typing import BinaryIO, Callable, ContextManager, Dict, Iterator, List, Optional
+
+from builder import bounded, documents, writes
+from builder.errors import UserError
+from builder.vocabulary import OCI_PREFIX
+from builder.registry import CONFIG_LIMIT, MANIFEST_LIMIT, OCI_INDEX, BadBlob, Checked, Manifest
+
+LAYOUT_FILE = "oci-layout"
+LAYOUT_VERSION = "1.0.0"
+INDEX_FILE = "index.json"
+REF_NAME = OCI_PREFIX + "ref.name"  # image-spec annotations.md
+_DIGEST = re.compile(r"^sha256:[0-9a-f]{64}$")
+_TMP = ".partial-"  # a blob being written: blobs/sha256/.partial-<hex>
+
+
+class Layout:
+    """One OCI image layout folder. ``create``: make it when it is not there (a destination)."""
+
+    def __init__(self, folder: Path, create: bool = False):
+        self.folder = Path(folder)
+        self.name = f"oci:{self.folder}"
+        marker = self.folder / LAYOUT_FILE
+        if not marker.is_file():
+            if not create:
+                raise UserError(f"{self.folder} is not an OCI image layout (it has no {LAYOUT_FILE} file)",
+                                exit_code=2, fix="name a folder `ascend-build mirror REGISTRY/REPO oci:FOLDER` wrote")
+            if self.folder.exists() and any(self.folder.iterdir()):
+                raise UserError(f"{self.folder} is neither empty nor an OCI image layout", exit_code=2,
+                                fix="name an empty or new folder for the layout")
+            try:
+                (self.folder / "blobs" / "sha256").mkdir(parents=True, exist_ok=True)
+            except OSError as exc:
+                raise writes.write_error(exc, self.folder, "nothing was written") from None
+            writes.replace_file(self.folder / INDEX_FILE, _index_json([]))
+            writes.replace_file(marker, json.dumps({"imageLayoutVersion": LAYOUT_VERSION}).encode())
+        version = self._json(marker, 4096).get("imageLayoutVersion")
+        if version != LAYOUT_VERSION:
+            raise UserError(f"{marker}: imageLayoutVersion {version!r}, not {LAYOUT_VERSION}", exit_code=1,
+                            fix="this tool reads layouts of the OCI image-layout spec 1.0.0")
+
+    # --- reading ------------------------------------------------------------------------------------
+
+    def _json(self, path: Path, limit: int) -> dict:
+        try:
+            data = documents.load_json(bounded.read_file(path, limit + 1), str(path))
+        except (OSError, ValueError) as exc:
+            raise UserError(f"{path}: cannot be read as JSON ({exc})", exit_code=1,
+                            fix="the layout is damaged: write it again with `ascend-build mirror`") from None
+        if not isinstance(data, dict):
+            raise UserError(f"{path}: not a JSON object", exit_code=1, fix="the layout is damaged: write it again")
+        return data
+
+    def entries(self) -> List[dict]:
+        """``index.json``'s manifest descriptors."""
+        listed = self._json(self.folder / INDEX_FILE, MANIFEST_LIMIT).get("manifests") or []
+        return [e for e in listed if isinstance(e, dict) and isinstance(e.get("digest"), str)
+                and _DIGEST.match(e["digest"])] if isinstance(listed, list) else []
+
+    def tags(self) -> List[str]:
+        return sorted({str(e["annotations"][REF_NAME]) for e in self.entries()
+                       if isinstance(e.get("annotations"), dict) and e["annotations"].get(REF_NAME)})
+
+    def path(self, digest: str) -> Path:
+        if not _DIGEST.match(digest):
+            raise UserError(f"{digest!r} is not a sha256 digest", exit_code=1, fix="the layout is damaged")
+        return self.folder / "blobs" / "sha256" / digest.split(":", 1)[1]
+
+    def manifest(self, repository: str, reference: str) -> Manifest:
+        """The manifest a tag of ``index.json`` (or a digest) names, checked against its digest;
+        LookupError when there is none. ``repository`` is ignored: a layout holds one."""
+        digest = reference
+        if not reference.startswith("sha256:"):
+            named = [e for e in self.entries()
+                     if isinstance(e.get("annotations"), dict) and e["annotations"].get(REF_NAME) == reference]
+            if not named:
+                raise LookupError(reference)
+            digest = named[-1]["digest"]
+        body = self.blob(repository, digest, MANIFEST_LIMIT)
+        data = documents.load_json(body, f"{self.name}@{digest}")
+        if not isinstance(data, dict):
+            raise UserError(f"{self.name}@{digest} is not a JSON manifest", exit_code=1, fix="the layout is damaged")
+        return Manifest(digest, str(data.get("mediaType", "")), body, data)
+
+    def blob(self, repository: str, digest: str, limit: int = CONFIG_LIMIT) -> bytes:
+        """The blob ``digest``, at most ``limit`` bytes, checked against its digest; LookupError if absent."""
+        try:
+            body = bounded.read_file(self.path(digest), limit + 1)
+        except FileNotFoundError:
+            raise LookupError(digest) from None
+        except OSError as exc:
+            raise UserError(f"{self.name}: cannot read the blob {digest} ({exc})", exit_code=1,
+                            fix="check the layout folder") from None
+        if len(body) > limit or "sha256:" + hashlib.sha256(body).hexdigest() != digest:
+            raise UserError(f"{self.name}: the blob {digest} does not hash to its digest", exit_code=1,
+                            fix="the layout is damaged: write it again with `ascend-build mirror`")
+        return body
+
+    def has_blob(self, digest: str, size: int) -> bool:
+        """Whether the blob is there whole (a blob file is renamed into place only once checked)."""
+        try:
+            return self.path(digest).stat().st_size == size
+        except FileNotFoundError:
+            return False
+
+    @contextlib.contextmanager
+    def open_blob(self, digest: str, size: int) -> Iterator[Checked]:
+        """The blob as a `Checked` stream; LookupError when it is not there."""
+        try:
+            stream = open(self.path(digest), "rb")
+        except FileNotFoundError:
+            raise LookupError(digest) from None
+        with stream:
+            yield Checked(stream, digest, size, f"{self.name}@{digest}")
+
+    # --- writing ------------------------------------------------------------------------------------
+
+    def put_blob(self, digest: str, size: int, source: Callable[[], ContextManager[BinaryIO]]) -> int:
+        """Write the blob from ``source()`` unless it is there; the bytes written (0 when it was).
+        A full disk or any failed write leaves no partial blob and raises `UserError`."""
+        final = self.path(digest)
+        if self.has_blob(digest, size):
+            return 0
+        partial = final.with_name(_TMP + final.name)
+        try:
+            with source() as stream, open(partial, "wb") as out:
+                checked = stream if isinstance(stream, Checked) else Checked(stream, digest, size, digest)
+                while True:
+                    chunk = checked.read(bounded.CHUNK)
+                    if not chunk:
+                        break
+                    out.write(chunk)
+                out.flush()
+                os.fsync(out.fileno())
+            os.replace(partial, final)
+        except OSError as exc:
+            partial.unlink(missing_ok=True)
+            raise writes.write_error(exc, final, "no part of this blob was kept") from None
+        except BaseException:
+            partial.unlink(missing_ok=True)
+            raise
+        return size
+
+    def put_manifest(self, body: bytes, media_type: str, tag: Optional[str] = None) -> str:
+        """Write a manifest's bytes as a blob, and with ``tag`` name it in ``index.json`` (the one
+        there under that tag replaced); its digest."""
+        digest = "sha256:" + hashlib.sha256(body).hexdigest()
+        if not self.has_blob(digest, len(body)):
+            self.put_blob(digest, len(body), lambda: contextlib.nullcontext(io.BytesIO(body)))
+        if tag is not None:
+            entry: Dict = {"mediaType": media_type, "digest": digest, "size": len(body),
+                           "annotations": {REF_NAME: tag}}
+            kept = [e for e in self.entries()
+                    if not (isinstance(e.get("annotations"), dict) and e["annotations"].get(REF_NAME) == tag)]
+            if entry not in kept:
+                writes.replace_file(self.folder / INDEX_FILE, _index_json(sorted(
+                    kept + [entry], key=lambda e: str((e.get("annotations") or {}).get(REF_NAME, "")))))
+        return digest
+
+
+def _index_json(manifests: List[dict]) -> bytes:
+    return (json.dumps({"schemaVersion": 2, "mediaType": OCI_INDEX, "manifests": manifests}, indent=2) + "\n").encode()
+
+
+__all__ = ["Layout", "BadBlob", "LAYOUT_FILE", "INDEX_FILE", "REF_NAME"]

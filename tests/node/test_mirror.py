@@ -1,0 +1,362 @@
+"""`ascend-build mirror`, end to end against real docker-registry processes on loopback.
+
+The source is the session's htpasswd registry; destinations are registries of this module's own
+(no auth; one read-only), an OCI image layout on disk, and another repository of the source.
+The images are real (tests/support/mirror.py pushes them through the registry API: a gzip tar
+layer, a config with a sealed twin's labels) and their statements are signed with real keys
+(tests/support/trust.py). What is checked:
+
+- registry -> registry: `verify` and the choice `pull --trust-key` makes pass on the destination
+  as on the source; an index comes with both arches and their statements;
+- registry -> layout -> registry: the same, and the layout is the OCI image-layout spec's;
+- a run again of the unchanged selection moves 0 blob bytes; into another repository of the same
+  registry, blobs are mounted, not sent;
+- a statement dropped or altered on the way is refused on the destination and no tag is put;
+- a source image whose statement does not verify is refused before any byte is copied;
+- a read-only destination and a full layout disk: a clear error naming the image, no tag, no traceback;
+- an interrupted copy: a run again completes, sending only what was missing.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import uuid
+from pathlib import Path
+
+import pytest
+
+from builder.errors import UserError
+from builder.node import mirror, pull as chooser
+from builder.node.oci_layout import INDEX_FILE, LAYOUT_FILE, REF_NAME, Layout
+from builder.registry import Registry
+from builder.trust import attached, signing
+from builder.trust import policy
+from tests.support import mirror as hm
+from tests.support import trust as ht
+from tests.support.trust import CELL_ID, CLI, TAG  # the fixtures (creds, keys) come from the plugin tests/conftest.py names
+
+REPO = f"ascend-build-test/mirror-{uuid.uuid4().hex[:8]}"
+FAMILY = CELL_ID[: -len("-x86_64")]
+ARM_CELL = FAMILY + "-aarch64"
+ARM_TAG = ARM_CELL + "-cpu"
+INDEX_TAG = FAMILY + "-cpu"
+BAD_TAG = CELL_ID + "-cpu-stranger"
+
+
+def cli(env, *args) -> subprocess.CompletedProcess:
+    done = subprocess.run([CLI, *args], capture_output=True, text=True, timeout=300, env={**os.environ, **env})
+    assert "Traceback" not in done.stderr, done.stderr
+    return done
+
+
+@pytest.fixture(scope="module")
+def source(registry, creds, keys):
+    """REPO on the session registry: the x86_64 and aarch64 twins under their arch tags and an
+    index of both, each arch signed with the team's key; {"x86_64": digest, "aarch64": digest, "index": digest}."""
+    reg = Registry(registry.host)
+    x86 = hm.push_image(reg, REPO, TAG, ht.sealed_twin_labels(), b"x86 payload " * 4000)
+    arm = hm.push_image(reg, REPO, ARM_TAG, ht.sealed_twin_labels("aarch64"), b"arm payload " * 4000, arch="aarch64")
+    ht.attest_as(registry, REPO, TAG, x86, keys["team"][0])
+    ht.attest_as(registry, REPO, ARM_TAG, arm, keys["team"][0], ARM_CELL)
+    index = hm.push_index(reg, REPO, INDEX_TAG, {"x86_64": x86, "aarch64": arm})
+    return {"x86_64": x86, "aarch64": arm, "index": index}
+
+
+@pytest.fixture(scope="module")
+def far(tmp_path_factory):
+    """A second registry (no auth) on loopback: the mirror."""
+    served = hm.serve(tmp_path_factory.mktemp("far"))
+    yield served
+    served.stop()
+
+
+def run_mirror(creds, src: str, dst: str, *extra) -> subprocess.CompletedProcess:
+    return cli(creds, "mirror", src, dst, *extra)
+
+
+def figures(done: subprocess.CompletedProcess) -> dict:
+    assert done.returncode == 0, done.stdout + done.stderr
+    return json.loads(done.stdout)
+
+
+def chosen(host: str, repo: str, key) -> str:
+    """The digest `pull --trust-key --variant cpu` chooses there for an x86_64 node without NPUs."""
+    node = chooser.Node(arch="x86_64", chip=None, driver=None, firmware=None)
+    best, rejected = chooser.pick(Registry(host), repo, node, chooser.Wanted(cann="9.1.0", variant="cpu"), key)
+    assert best is not None, rejected
+    return best.digest
+
+
+def test_registry_to_registry_round_trip_verifies_on_the_mirror_and_a_rerun_moves_no_blob_byte(
+        registry, creds, keys, source, far):
+    key_file = str(keys["team"][1])
+    first = figures(run_mirror(creds, f"{registry.host}/{REPO}", f"{far.host}/{REPO}", "--trust-key", key_file, "--json"))
+    print(f"\nfirst copy: {first['blobs_sent']} blobs, {first['bytes_sent']} bytes; tags {first['tags']}")
+    assert sorted(first["tags"]) == sorted([TAG, ARM_TAG, INDEX_TAG]) and first["verified"] is True
+    assert first["bytes_sent"] > 2 * 4000 * 11 // 20 and first["blobs_sent"] >= 4  # two configs, two layers, envelopes
+    dst = Registry(far.host)
+    assert dst.manifest(REPO, INDEX_TAG).digest == source["index"]
+    for arch in ("x86_64", "aarch64"):  # both arches of the index, each with its .att manifest
+        assert dst.manifest(REPO, attached.attestation_tag(source[arch])).digest == \
+            Registry(registry.host).manifest(REPO, attached.attestation_tag(source[arch])).digest
+    # `verify` on the mirror, through the CLI, as on the source
+    for host in (registry.host, far.host):
+        done = cli(creds, "verify", f"{host}/{REPO}:{TAG}", "--key", key_file)
+        assert done.returncode == 0 and "verified: a validation statement about this digest" in done.stdout, done.stderr
+    # the choice pull --trust-key makes is the same on both
+    key = signing.load_public(Path(key_file))
+    assert chosen(far.host, REPO, key) == chosen(registry.host, REPO, key) == source["x86_64"]
+    # a run again of the same selection: no blob byte moves, no tag is put again
+    again = figures(run_mirror(creds, f"{registry.host}/{REPO}", f"{far.host}/{REPO}", "--trust-key", key_file, "--json"))
+    print(f"re-run: {again['blobs_sent']} blobs, {again['bytes_sent']} bytes sent; {again['blobs_there']} there")
+    assert (again["bytes_sent"], again["blobs_sent"], again["tags_put"], again["manifests_put"]) == (0, 0, [], 0)
+    assert again["blobs_there"] == first["blobs_sent"] + first["blobs_there"]
+    text = run_mirror(creds, f"{registry.host}/{REPO}", f"{far.host}/{REPO}", "--trust-key", key_file)
+    assert "blobs: 0 copied (0 bytes)" in text.stdout and "statements verified at the source and on the destination" \
+        in text.stdout
+
+
+def test_registry_to_layout_to_registry_round_trip(registry, creds, keys, source, far, tmp_path):
+    key_file = str(keys["team"][1])
+    folder = tmp_path / "carry"
+    out = figures(run_mirror(creds, f"{registry.host}/{REPO}", f"oci:{folder}", "--trust-key", key_file,
+                             "--cell", CELL_ID, "--json"))
+    assert out["tags"] == [INDEX_TAG, TAG] and out["bytes_sent"] > 0  # --cell: the x86_64 tag, the index with it...
+    out = figures(run_mirror(creds, f"{registry.host}/{REPO}", f"oci:{folder}", "--trust-key", key_file, "--json"))
+    assert sorted(out["tags"]) == sorted([TAG, ARM_TAG, INDEX_TAG])  # ... then the arm64 tag too, the rest skipped
+    assert out["blobs_there"] >= 2
+    # the OCI image-layout spec's folder
+    assert json.loads((folder / LAYOUT_FILE).read_text()) == {"imageLayoutVersion": "1.0.0"}
+    index = json.loads((folder / INDEX_FILE).read_text())
+    names = {m["annotations"][REF_NAME]: m["digest"] for m in index["manifests"]}
+    assert names[INDEX_TAG] == source["index"] and names[TAG] == source["x86_64"]
+    assert names[attached.attestation_tag(source["x86_64"])]  # the statements travel with the images
+    assert (folder / "blobs" / "sha256" / source["x86_64"].split(":")[1]).is_file()
+    key = signing.load_public(Path(key_file))
+    layout = Layout(folder)
+    assert policy.trusted(layout, "", source["x86_64"], ht.sealed_twin_labels(), key) == ""
+    # ... and from the layout into a registry
+    back = REPO + "-from-layout"
+    done = figures(run_mirror(creds, f"oci:{folder}", f"{far.host}/{back}", "--trust-key", key_file, "--json"))
+    assert sorted(done["tags"]) == sorted([TAG, ARM_TAG, INDEX_TAG])
+    assert chosen(far.host, back, key) == source["x86_64"]
+    verified = cli(creds, "verify", f"{far.host}/{back}:{ARM_TAG}", "--key", key_file)
+    assert verified.returncode == 0, verified.stdout + verified.stderr
+    again = figures(run_mirror(creds, f"oci:{folder}", f"{far.host}/{back}", "--trust-key", key_file, "--json"))
+    assert again["bytes_sent"] == 0 and again["tags_put"] == []
+
+
+def test_within_one_registry_blobs_are_mounted_not_sent(registry, creds, keys, source):
+    out = figures(run_mirror(creds, f"{registry.host}/{REPO}", f"{registry.host}/{REPO}-copy",
+                             "--trust-key", str(keys["team"][1]), "--json"))
+    print(f"\nmount: {out['blobs_mounted']} blobs ({out['bytes_mounted']} bytes) mounted, {out['bytes_sent']} sent")
+    assert out["bytes_sent"] == 0 and out["blobs_mounted"] >= 4
+    assert chosen(registry.host, REPO + "-copy", signing.load_public(keys["team"][1])) == source["x86_64"]
+
+
+def test_a_source_statement_that_does_not_verify_is_refused_before_any_copy(registry, creds, keys, source, far):
+    reg = Registry(registry.host)
+    repo = REPO + "-stranger"
+    labels = ht.sealed_twin_labels()
+    digest = hm.push_image(reg, repo, TAG, labels, b"stranger payload")
+    ht.attest_as(registry, repo, TAG, digest, keys["stranger"][0])
+    done = run_mirror(creds, f"{registry.host}/{repo}", f"{far.host}/{repo}", "--trust-key", str(keys["team"][1]))
+    assert done.returncode == 1
+    assert f"{TAG} ({digest}): signed by another key" in done.stderr and "nothing was copied" in done.stderr
+    config = reg.manifest(repo, TAG).data["config"]["digest"]
+    assert not Registry(far.host).has_blob(repo, config) and Registry(far.host).tags(repo) == []
+
+
+class Tampering(mirror.RegistryPlace):
+    """A destination on whose way the statements are dropped, or replaced by another envelope."""
+
+    def __init__(self, registry, repository, mode, substitute=None):
+        super().__init__(registry, repository)
+        self.mode, self.substitute = mode, substitute
+
+    def put_manifest(self, reference, manifest):
+        if attached.is_attached_tag(reference):
+            if self.mode == "drop":
+                return
+            manifest = self.substitute
+        super().put_manifest(reference, manifest)
+
+
+@pytest.mark.parametrize("mode", ["drop", "alter"])
+def test_a_statement_dropped_or_altered_in_transit_is_refused_on_the_destination_and_no_tag_is_put(
+        registry, creds, keys, source, far, mode):
+    key = signing.load_public(keys["team"][1])
+    src = mirror.RegistryPlace(Registry(registry.host), REPO)
+    repo = f"{REPO}-{mode}"
+    substitute = None
+    if mode == "alter":  # a statement signed by another key, in the genuine .att manifest's place
+        scratch = f"{REPO}-scratch"
+        forged = hm.push_image(Registry(registry.host), scratch, TAG, ht.sealed_twin_labels(), b"x86 payload " * 4000)
+        assert forged == source["x86_64"]  # the same bytes: the same digest, another statement about it
+        ht.attest_as(registry, scratch, TAG, forged, keys["stranger"][0])
+        substitute = Registry(registry.host).manifest(scratch, attached.attestation_tag(forged))
+        hm_reg = Registry(far.host)  # its blobs are on the destination, as a tamperer would put them
+        for layer in [substitute.data["config"], *substitute.data["layers"]]:
+            hm_reg.put_blob(repo, Registry(registry.host).blob(scratch, layer["digest"]))
+    dst = Tampering(Registry(far.host), repo, mode, substitute)
+    with pytest.raises(UserError) as failed:
+        mirror.mirror(src, dst, mirror.Selection(cells=(CELL_ID,)), key)
+    message = failed.value.message
+    print(f"\n{mode}: {message}")
+    assert f"stopped at {INDEX_TAG} ({source['index']})" in message and "no tag was put for it" in message
+    assert f"the statements of {source['x86_64']} on {far.host}/{repo} are not the source's" in message
+    assert [t for t in Registry(far.host).tags(repo) if not attached.is_attached_tag(t)] == []  # no image tag
+    # and had the digests matched, the one trust decision refuses the altered statement there too
+    if mode == "alter":
+        why = policy.trusted(Registry(far.host), repo, source["x86_64"], ht.sealed_twin_labels(), key)
+        assert "signed by another key" in why
+
+
+def test_a_read_only_destination_gives_a_clear_error_and_no_tag(registry, creds, keys, source, tmp_path):
+    readonly = hm.serve(tmp_path / "ro", storage_extra=", maintenance: {readonly: {enabled: true}}")
+    try:
+        done = run_mirror(creds, f"{registry.host}/{REPO}", f"{readonly.host}/{REPO}", "--cell", CELL_ID,
+                          "--trust-key", str(keys["team"][1]))
+        print("\n" + done.stderr)
+        assert done.returncode == 1
+        assert f"stopped at {INDEX_TAG} ({source['index']})" in done.stderr and "HTTP 405" in done.stderr
+        assert "check that it accepts pushes (not read-only" in done.stderr
+        assert "0 of " in done.stderr and "no tag was put for it" in done.stderr
+        assert "run the same command again" in done.stderr
+        assert Registry(readonly.host).tags(REPO) == []
+    finally:
+        readonly.stop()
+
+
+def test_a_layout_on_a_full_disk_gives_a_clear_error_and_keeps_no_partial_blob(registry, creds, keys, source, tmp_path):
+    disk = tmp_path / "small"
+    disk.mkdir()
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=40k", "tmpfs", str(disk)], capture_output=True).returncode:
+        pytest.skip("cannot mount a small tmpfs here (needs root)")
+    try:
+        done = run_mirror(creds, f"{registry.host}/{REPO}", f"oci:{disk / 'carry'}", "--cell", CELL_ID)
+        print("\n" + done.stderr)
+        assert done.returncode == 1 and "no space left on the file system of" in done.stderr
+        assert f"stopped at {INDEX_TAG}" in done.stderr and "no tag was put for it" in done.stderr
+        index = json.loads((disk / "carry" / INDEX_FILE).read_text())
+        assert index["manifests"] == []
+        assert not [p for p in (disk / "carry" / "blobs" / "sha256").iterdir() if p.name.startswith(".partial-")]
+    finally:
+        subprocess.run(["umount", str(disk)], check=True)
+
+
+class Interrupted(mirror.RegistryPlace):
+    """A destination whose connection breaks after ``after`` blobs were sent."""
+
+    def __init__(self, registry, repository, after):
+        super().__init__(registry, repository)
+        self.left = after
+
+    def put_blob(self, digest, size, source, origin):
+        if self.left == 0:
+            raise UserError("the connection broke (simulated)", fix="check the network")
+        self.left -= 1
+        return super().put_blob(digest, size, source, origin)
+
+
+def test_an_interrupted_copy_names_what_was_copied_and_a_rerun_completes(registry, creds, keys, source, far):
+    key = signing.load_public(keys["team"][1])
+    repo = REPO + "-interrupted"
+    src = mirror.RegistryPlace(Registry(registry.host), REPO)
+    with pytest.raises(UserError) as failed:
+        mirror.mirror(src, Interrupted(Registry(far.host), repo, 2), mirror.Selection(cells=(CELL_ID,)), key)
+    assert "2 of " in failed.value.message and "no tag was put for it" in failed.value.message
+    assert Registry(far.host).tags(repo) == []
+    units, figures = mirror.mirror(src, mirror.RegistryPlace(Registry(far.host), repo),
+                                   mirror.Selection(cells=(CELL_ID,)), key)
+    assert (figures.blobs_there, figures.blobs_sent) == (2, 6)  # the index's 2 arches: 2 configs, 2 layers, 4 envelopes
+    assert figures.tags_put == [INDEX_TAG, TAG]
+
+
+class CtrlC(mirror.RegistryPlace):
+    def put_manifest(self, reference, manifest):
+        raise KeyboardInterrupt()
+
+
+def test_ctrl_c_says_what_was_copied_and_no_tag_is_put(registry, creds, keys, source, far):
+    repo = REPO + "-ctrl-c"
+    with pytest.raises(KeyboardInterrupt) as stopped:
+        mirror.mirror(mirror.RegistryPlace(Registry(registry.host), REPO), CtrlC(Registry(far.host), repo),
+                      mirror.Selection(cells=(CELL_ID,)))
+    said = str(stopped.value)
+    assert f"stopped at {INDEX_TAG} ({source['index']}): interrupted" in said
+    assert "8 of 8 blobs and 0 of 5 manifests were copied, no tag was put for it" in said
+    assert Registry(far.host).tags(repo) == []
+
+
+def test_bad_places_are_refused_with_a_fix(creds, tmp_path):
+    not_layout = tmp_path / "plain"
+    not_layout.mkdir()
+    (not_layout / "file").write_text("x")
+    done = cli(creds, "mirror", f"oci:{not_layout}", "127.0.0.1:9/x")
+    assert done.returncode == 2 and "is not an OCI image layout" in done.stderr
+    done = cli(creds, "mirror", "127.0.0.1:9/x", f"oci:{not_layout}")
+    assert done.returncode == 2 and "neither empty nor an OCI image layout" in done.stderr
+    done = cli(creds, "mirror", "/", f"oci:{tmp_path / 'new'}")
+    assert done.returncode == 2 and "names no registry host" in done.stderr
+    done = cli(creds, "mirror", "127.0.0.1:9/x", "oci:")
+    assert done.returncode == 2 and "names no folder" in done.stderr
+
+
+@pytest.mark.engine
+def test_pull_trust_key_on_the_mirror_works_as_on_the_source(engine, registry, creds, keys, source, far, tmp_path):
+    """`ascend-build pull --trust-key` through the CLI (Docker Engine pulls the layers) from the source
+    and from its mirror: the same digest chosen, verified, and pulled; the mirror's unsigned twin refused."""
+    key_file = str(keys["team"][1])
+    figures(run_mirror(creds, f"{registry.host}/{REPO}", f"{far.host}/{REPO}", "--trust-key", key_file, "--json"))
+    root = tmp_path / "node"  # an empty root: no NPU, this machine's arch
+    root.mkdir()
+    pulled = []
+    try:
+        for host in (registry.host, far.host):
+            done = cli(creds, "pull", "--registry", f"{host}/{REPO}", "--variant", "cpu", "--cann", "9.1.0",
+                       "--root", str(root), "--trust-key", key_file, "--json")
+            assert done.returncode == 0, done.stdout + done.stderr
+            result = json.loads(done.stdout)
+            pulled.append(result["ref"])
+            assert result["digest"] == source["x86_64"] and result["verified"] is True
+            assert result["ref"] == f"{host}/{REPO}@{source['x86_64']}"
+        # an image mirrored without its statements (pushed there directly) is refused on the mirror
+        bare = REPO + "-bare"
+        hm.push_image(Registry(far.host), bare, TAG, ht.sealed_twin_labels(), b"x86 payload " * 4000)
+        refused = cli(creds, "pull", "--registry", f"{far.host}/{bare}", "--variant", "cpu", "--cann", "9.1.0",
+                      "--root", str(root), "--trust-key", key_file)
+        assert refused.returncode == 1 and "no statement is attached" in refused.stderr
+    finally:
+        for ref in pulled:
+            engine.remove(ref, force=True)
+
+
+def test_a_blob_larger_than_the_clients_read_limit_streams_through_and_a_wrong_one_is_refused(registry, creds, far,
+                                                                                           tmp_path):
+    """A layer over CONFIG_LIMIT (what `Registry.blob` would refuse to hold) goes registry -> layout ->
+    registry by streaming; a layer whose bytes do not match its digest is refused, nothing kept."""
+    from builder.registry import CONFIG_LIMIT
+
+    reg = Registry(registry.host)
+    repo = REPO + "-big"
+    big = hm.layer(os.urandom(CONFIG_LIMIT + (1 << 20)), "big.bin")
+    digest = hm.push_image(reg, repo, TAG, {}, b"top", base=[big])
+    layer = reg.manifest(repo, digest).data["layers"][0]
+    assert layer["size"] > CONFIG_LIMIT
+    folder = tmp_path / "big"
+    out = figures(run_mirror(creds, f"{registry.host}/{repo}", f"oci:{folder}", "--json"))
+    assert out["bytes_sent"] > CONFIG_LIMIT and out["verified"] is False
+    back = figures(run_mirror(creds, f"oci:{folder}", f"{far.host}/{repo}", "--json"))
+    assert back["bytes_sent"] == out["bytes_sent"] and Registry(far.host).has_blob(repo, layer["digest"])
+    # the layout's copy of the layer damaged (same size, other bytes): refused, and nothing kept there
+    path = folder / "blobs" / "sha256" / layer["digest"].split(":")[1]
+    data = bytearray(path.read_bytes())
+    data[-1] ^= 0xFF
+    path.write_bytes(bytes(data))
+    damaged = run_mirror(creds, f"oci:{folder}", f"{far.host}/{repo}-damaged")
+    assert damaged.returncode == 1 and "does not hash to its digest" in damaged.stderr
+    assert not Registry(far.host).has_blob(repo + "-damaged", layer["digest"])
+    assert Registry(far.host).tags(repo + "-damaged") == []
