@@ -13,8 +13,8 @@ Decisions:
 
 - **Values**: a user value becomes an int when it is a plain decimal integer without
   leading zeros (``8``, ``-3``), a float when it is a finite decimal or exponent number
-  (``3e-5``, ``0.1``); everything else stays a string (``2.1.0``, ``08``, ``0x10``,
-  ``nan``, ``true``). So the guide's ``"seq_len": 4096, "learning_rate": 3e-5`` come
+  (``3e-5``, ``0.1``, ``2.0``) that a float writes back with the same digits; everything else
+  stays a string (``2.1.0``, ``1.10``, ``08``, ``0x10``, ``nan``, ``true``). So the guide's ``"seq_len": 4096, "learning_rate": 3e-5`` come
   out as numbers and version strings never do.
 - **User keys** may not replace a measured key (``torch_version``, ``driver``, ...):
   that would make the record lie. They must look like identifiers (``[A-Za-z_][\\w.-]*``).
@@ -67,11 +67,14 @@ def parse_value(text: str) -> Value:
     """A user value as int, float or str (see the module docstring).
 
     Example:
-        >>> parse_value("-3"), parse_value("0.5"), parse_value("1e3"), parse_value("nan")
-        (-3, 0.5, 1000.0, 'nan')
+        >>> parse_value("-3"), parse_value("0.5"), parse_value("1e3"), parse_value("nan"), parse_value("1.10")
+        (-3, 0.5, 1000.0, 'nan', '1.10')
     """
     if _INT.fullmatch(text) and len(text.lstrip("+-")) <= 18:  # a longer number stays text, as written
         return int(text)
+    fraction = re.split("[eE]", text)[0].partition(".")[2]
+    if len(fraction) > 1 and fraction.endswith("0"):  # 1.10 as a float is 1.1: a version, or digits the writer meant
+        return text
     if _FLOAT.fullmatch(text) and any(ch in text for ch in ".eE"):
         value = float(text)
         if math.isfinite(value):
