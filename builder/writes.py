@@ -46,7 +46,7 @@ def temporary_name(path: Path) -> Path:
     return path.with_name(f".{path.name}{TMP_SUFFIX}")
 
 
-def stage(path: Path, data: bytes, sync: bool = True) -> Path:
+def stage(path: Path, data: bytes, sync: bool = True, mode: int = 0o666) -> Path:
     """``data`` in a file of its own beside ``path``, under `temporary_name`; returns that name.
 
     The file is created exclusively and without following a link: a link put at that name
@@ -57,15 +57,16 @@ def stage(path: Path, data: bytes, sync: bool = True) -> Path:
 
     ``sync``: the bytes are on disk (fsync) before this returns, so the caller may rename the
     file into place. With ``sync=False`` they may not be yet: the caller must `flush` every
-    file it staged so before it renames any of them.
+    file it staged so before it renames any of them. ``mode``: the file's permissions from its
+    creation on, less the umask (0o600: a private key is never readable by others, even half).
     """
     tmp = temporary_name(path)
     flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0)
     try:
-        fd = os.open(tmp, flags, 0o666)
+        fd = os.open(tmp, flags, mode)
     except FileExistsError:
         tmp.unlink()
-        fd = os.open(tmp, flags, 0o666)
+        fd = os.open(tmp, flags, mode)
     try:
         try:
             view, written = memoryview(data), 0

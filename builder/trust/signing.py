@@ -77,13 +77,8 @@ def generate(folder: Path, name: str = "ascend-build") -> Tuple[Path, Path]:
     try:
         folder.mkdir(parents=True, exist_ok=True)
         for path, data, mode in ((key_path, private_pem, 0o600), (pub_path, public_pem, 0o644)):
-            staged = writes.temporary_name(path)
-            fd = os.open(staged, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)  # never readable by others, even half
+            staged = writes.stage(path, data, mode=0o600)  # never readable by others, even half
             try:
-                with os.fdopen(fd, "wb") as out:
-                    out.write(data)
-                    out.flush()
-                    os.fsync(out.fileno())
                 os.chmod(staged, mode)  # the umask may have taken bits of the 0644
                 os.link(staged, path)
                 made.append(path)
