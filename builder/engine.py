@@ -370,7 +370,11 @@ class Engine:
                 if ref.startswith(leftovers.CANDIDATE_REPOSITORY + ":") and leftovers.orphaned(ref):
                     self.untag(ref)
         host, removed = socket.gethostname(), []
-        for ctr in self.client.containers.list(all=True, filters={"label": OWNER_LABEL}):
+        try:  # the SDK inspects each container it lists: one another run's sweep removed meanwhile is gone
+            found = self.client.containers.list(all=True, filters={"label": OWNER_LABEL}, ignore_removed=True)
+        except docker.errors.NotFound:
+            found = []
+        for ctr in found:
             owner_host, _, pid = str((ctr.labels or {}).get(OWNER_LABEL, "")).rpartition(":")
             if owner_host != host or not pid.isdigit() or leftovers.alive(int(pid)):
                 continue
