@@ -479,3 +479,16 @@ def test_the_cpu_build_of_torch_per_arch_and_version(kb):
     assert kb.cpu_torch("2.13.0+cpu", "aarch64") == ("torch==2.13.0+cpu", "pytorch-cpu")  # a local label is not doubled
     with pytest.raises(UserError):
         kb.cpu_torch("2.13.0", "sparc")
+
+
+def test_kb_shows_the_published_compatibility_window_of_a_release_and_of_a_cann():
+    kb = knowledge.load()
+    data = describe_torch_npu(kb, "2.6.0.post3")
+    assert data["pta"] == "7.2.0"
+    assert data["cann_window"] == {"cann": "8.0.RC2, 8.0.RC3, 8.0.0, 8.1.RC1, 8.2.RC1, 8.3.RC1",
+                                   "pta": "6.0.0, 7.0.0, 7.1.0, 7.2.0",
+                                   "source": "https://www.hiascend.com/document/detail/zh/Pytorch/720/releasenote/"
+                                             "releasenote_0005.html"}
+    assert describe_torch_npu(kb, "2.4.0")["cann_window"] is None  # PTA 6.0.rc3: no window published
+    assert describe_cann(kb, "8.1.RC1")["compatible_pta"]["pta"] == "6.0.0, 7.0.0, 7.1.0, 7.2.0"
+    assert describe_cann(kb, "8.5.0")["compatible_pta"] is None

@@ -127,6 +127,8 @@ def describe_torch_npu(kb: KnowledgeBase, version: str) -> Dict[str, Any]:
         "cann": rel.cann,
         "cann_sources": list(rel.cann_sources),
         "cann_at_least": (lambda f: f"{f[0]} (inferred from torch_npu {f[1]})" if f else None)(kb.cann_floor(rel.version)),
+        "pta": kb.pta_of(rel.version),
+        "cann_window": _window_row(kb, rel.version),
         "python": {a: list(rel.python.get(a, ())) for a in ARCHES},
         "manylinux": dict(rel.manylinux),
         "glibc_floor": {a: ".".join(map(str, g)) for a in ARCHES if (g := kb.glibc_floor(rel.version, a))},
@@ -135,6 +137,15 @@ def describe_torch_npu(kb: KnowledgeBase, version: str) -> Dict[str, Any]:
         "notes": list(rel.notes),
         "sources": list(rel.sources),
     }
+
+
+def _window_row(kb: KnowledgeBase, torch_npu: str) -> Optional[Dict[str, Any]]:
+    """The compatibility window Huawei publishes for the release's PTA; None when none does."""
+    pta = kb.pta_of(torch_npu)
+    for window in kb.compat_windows():
+        if pta in window.pta:
+            return {"cann": window.cann_text, "pta": window.pta_text, "source": ", ".join(window.sources)}
+    return None
 
 
 def _nearby_hint(kb: KnowledgeBase, version: str) -> str:
@@ -199,12 +210,21 @@ def describe_cann(kb: KnowledgeBase, version: str) -> Dict[str, Any]:
         "supported_hdk": list(kb.supported_hdk_lines(version)),
         "not_supported_hdk": _listed((entry or {}).get("not_supported_hdk")),
         "torch_npu": [r.version for r in kb.torch_npu_for_cann(version)],
+        "compatible_pta": _compatible_pta(kb, version),
         "python": _python_rows(version),
         "download_folder": kb.cann_release_folder(version),
         "download_folder_source": kb.cann_release_folder_source(version) or None,
         "installers": {a: _installer_rows(kb, version, a) for a in ARCHES},
         "sources": _listed((entry or {}).get("source")),
     }
+
+
+def _compatible_pta(kb: KnowledgeBase, cann: str) -> Optional[Dict[str, Any]]:
+    """The PTA releases a published compatibility window lists with that CANN; None when none does."""
+    for window in kb.compat_windows():
+        if window.covers(cann):
+            return {"pta": window.pta_text, "source": ", ".join(window.sources)}
+    return None
 
 
 def _python_rows(version: str) -> Optional[Dict[str, Any]]:

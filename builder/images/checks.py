@@ -95,7 +95,9 @@ def torch_matches_pin(cell: Cell, kb) -> Findings:
 
 
 def cann_paired(cell: Cell, kb) -> Findings:
-    """Each torch_npu release is built for one CANN release; another CANN breaks its symbols."""
+    """Each torch_npu release is built for one CANN release; another CANN breaks its symbols, unless
+    Huawei's release notes publish a compatibility window holding both (PTA 6.0.0..7.2.0 each with
+    CANN 8.0.RC2..8.3.RC1): then a warning naming the window (``cann-window``)."""
     release = kb.torch_npu(cell.torch_npu)
     if release is None:
         if cell.torch_npu_wheel:  # a build of the cell's own: nothing published to pair it with
@@ -132,6 +134,16 @@ def cann_paired(cell: Cell, kb) -> Findings:
         return  # reported by cann_known
     if paired == wanted:
         return
+    window = kb.compat_window(cell.torch_npu, cell.cann)
+    if window is not None:  # published compatible, though not the pair: a warning naming the window
+        yield _finding(cell, "cann", "cann-window",
+                       f"torch_npu {cell.torch_npu} is paired with CANN {release.cann}; CANN {cell.cann} is not its "
+                       f"pair but inside a published compatibility window: Ascend Extension for PyTorch "
+                       f"{window.pta_text} each with CANN {window.cann_text} (per {', '.join(window.sources)}; "
+                       f"torch_npu {cell.torch_npu} is PTA {kb.pta_of(cell.torch_npu)})",
+                       f"keep it (Huawei documents it compatible), or set cann: {release.cann} for the paired release",
+                       severity="warning")
+        return
     if wanted > paired and wanted.release[:2] == paired.release[:2]:
         yield _finding(cell, "cann", "cann-adjacent",
                        f"torch_npu {cell.torch_npu} is paired with CANN {release.cann} (published); CANN {cell.cann} "
@@ -146,9 +158,14 @@ def cann_paired(cell: Cell, kb) -> Findings:
                        f"is not published for it, but a downstream project ships this pair ({evidence})",
                        f"validate the image on an NPU host, or set cann: {release.cann}", severity="warning")
         return
+    pta = kb.pta_of(cell.torch_npu)
+    windows = [w for w in kb.compat_windows() if pta in w.pta]
+    outside = (f" (nor inside the compatibility window Huawei publishes for its PTA {pta}: CANN "
+               f"{'; '.join(w.cann_text for w in windows)})" if windows else "")
     yield _finding(cell, "torch_npu", "cann-mismatch",
-                   f"torch_npu {cell.torch_npu} is paired with CANN {release.cann}, not CANN {cell.cann}",
-                   f"set cann: {release.cann}, or {_suggest_torch_npu(kb, cell)}")
+                   f"torch_npu {cell.torch_npu} is paired with CANN {release.cann}, not CANN {cell.cann}" + outside,
+                   f"set cann: {release.cann}" + (" or another CANN of its window" if windows else "")
+                   + f", or {_suggest_torch_npu(kb, cell)}")
 
 
 def cann_known(cell: Cell, kb) -> Findings:

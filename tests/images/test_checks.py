@@ -582,7 +582,8 @@ COVERED = {
     "cann_known": ("cann-unknown", "version-syntax", "cann-unlisted-unverifiable", "cann-unlisted"),
     "torch_npu_published": ("torch-npu-unpublished",),
     "torch_matches_pin": ("torch-mismatch",),
-    "cann_paired": ("cann-mismatch", "cann-pairing-unknown", "cann-below-inferred", "cann-adjacent", "cann-downstream"),
+    "cann_paired": ("cann-mismatch", "cann-pairing-unknown", "cann-below-inferred", "cann-adjacent", "cann-downstream",
+                    "cann-window"),
     "python_has_wheel": ("python-no-wheel",),
     "python_within_cann": ("python-outside-cann", "python-outside-cann-shipped"),
     "glibc_new_enough": ("glibc-too-old",),
@@ -804,7 +805,8 @@ SHAPE_CASES: Dict[str, List[dict]] = {
     "torch-mismatch": [dict(CANN_7, torch="2.2.0")],
     "cann-mismatch": [dict(CANN_7, torch_npu="2.4.0")],
     "cann-adjacent": [dict(VALID, cann="8.5.1", python="3.11", torch_npu="2.9.0", min_driver="25.0.RC1")],
-    "cann-downstream": [dict(VALID, cann="8.0.0", torch_npu="2.5.1")],
+    "cann-downstream": [dict(VALID, cann="9.1.0-beta.1", torch_npu="2.10.0", python="3.11")],
+    "cann-window": [dict(VALID, cann="8.0.RC3", torch_npu="2.5.1")],
     "cann-pairing-unknown": [dict(VALID, os="debian12", cann="9.1.0", python="3.11", torch_npu="2.13.0", env="venv")],
     "cann-below-inferred": [dict(VALID, os="debian12", cann="9.0.0", python="3.11", torch_npu="2.13.0", env="venv")],
     "nnal-glibc-too-old": [dict(VALID, os="debian12", cann="9.1.0", python="3.11", torch_npu="2.13.0", env="venv",
@@ -899,11 +901,43 @@ def test_the_shape_cases_cover_every_rule_id():
 
 
 def test_a_pair_a_downstream_project_ships_is_a_warning_naming_it(tmp_path):
-    findings, lines, _ = cell_findings(tmp_path, dict(VALID, cann="8.0.0", torch_npu="2.5.1"))
+    findings, lines, _ = cell_findings(tmp_path, dict(VALID, cann="9.1.0-beta.1", torch_npu="2.10.0", python="3.11"))
     f = only(findings, "cann-downstream")
     assert f.severity == "warning" and (f.field, f.where.line) == ("cells[0].cann", lines[(0, "cann")])
-    assert f.message == ("torch_npu 2.5.1 is paired with CANN 8.1.RC1 (published); CANN 8.0.0 is not published for it, "
-                         "but a downstream project ships this pair (vllm-project/vllm-ascend@v0.8.4rc2:Dockerfile)")
+    assert f.message == ("torch_npu 2.10.0 is paired with CANN 9.0.0 (published); CANN 9.1.0-beta.1 is not published "
+                         "for it, but a downstream project ships this pair (vllm-project/vllm-ascend@v0.20.2rc1:Dockerfile.310p)")
     assert not by_rule(findings, "cann-mismatch")
     # one release further from the pair, with no such evidence: still refused
-    assert by_rule(cell_findings(tmp_path, dict(VALID, cann="8.0.RC3", torch_npu="2.5.1"))[0], "cann-mismatch")
+    assert by_rule(cell_findings(tmp_path, dict(VALID, cann="9.2.0", torch_npu="2.10.0", python="3.11"))[0],
+                   "cann-mismatch")
+
+
+def test_a_pair_inside_a_published_compatibility_window_is_a_warning_naming_the_window(tmp_path):
+    """Huawei's PTA 7.2.0 release notes list PTA 6.0.0 .. 7.2.0 each with CANN 8.0.RC2 .. 8.3.RC1:
+    torch_npu 2.5.1 (PTA 7.0.0, paired with 8.1.RC1) on CANN 8.0.RC3 is documented compatible."""
+    findings, lines, _ = cell_findings(tmp_path, dict(VALID, cann="8.0.RC3", torch_npu="2.5.1"))
+    f = only(findings, "cann-window")
+    assert f.severity == "warning" and (f.field, f.where.line) == ("cells[0].cann", lines[(0, "cann")])
+    assert f.message == ("torch_npu 2.5.1 is paired with CANN 8.1.RC1; CANN 8.0.RC3 is not its pair but inside a "
+                         "published compatibility window: Ascend Extension for PyTorch 6.0.0, 7.0.0, 7.1.0, 7.2.0 "
+                         "each with CANN 8.0.RC2, 8.0.RC3, 8.0.0, 8.1.RC1, 8.2.RC1, 8.3.RC1 (per "
+                         "https://www.hiascend.com/document/detail/zh/Pytorch/720/releasenote/releasenote_0005.html; "
+                         "torch_npu 2.5.1 is PTA 7.0.0)")
+    assert f.fix == "keep it (Huawei documents it compatible), or set cann: 8.1.RC1 for the paired release"
+    assert not [g for g in findings if g.severity == "error"]
+    # every PTA of the window with every CANN of it, both directions (an older and a newer CANN)
+    for npu, cann in (("2.1.0.post10", "8.3.RC1"), ("2.6.0.post3", "8.0.RC2"), ("2.4.0.post2", "8.2.RC1")):
+        found = cell_findings(tmp_path, dict(VALID, cann=cann, torch_npu=npu, python="3.10"))[0]
+        assert by_rule(found, "cann-window") and not by_rule(found, "cann-mismatch"), (npu, cann)
+    # outside every window: refused as before, the message naming the window it missed
+    outside = only(cell_findings(tmp_path, dict(VALID, cann="8.5.0", torch_npu="2.5.1", python="3.10"))[0],
+                   "cann-mismatch")
+    assert outside.severity == "error"
+    assert outside.message == ("torch_npu 2.5.1 is paired with CANN 8.1.RC1, not CANN 8.5.0 (nor inside the "
+                               "compatibility window Huawei publishes for its PTA 7.0.0: CANN 8.0.RC2, 8.0.RC3, "
+                               "8.0.0, 8.1.RC1, 8.2.RC1, 8.3.RC1)")
+    # a PTA outside the window (6.0.rc3, paired with 8.0.RC3) is not widened by it
+    assert by_rule(cell_findings(tmp_path, dict(VALID, cann="8.3.RC1", torch_npu="2.4.0"))[0], "cann-mismatch")
+    # what `lock` and `image` take (checks.refused) is what validate accepts
+    path, _ = write_cells(tmp_path, dict(VALID, cann="8.0.RC3", torch_npu="2.5.1"))
+    assert checks.refused(matrix.load(path).cells) == []
