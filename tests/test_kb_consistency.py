@@ -230,8 +230,8 @@ def test_every_compatibility_window_names_known_releases_and_each_of_its_pairs_v
             if kb.pta_of(npu) not in {str(p) for p in window["pta"]}:
                 continue
             for cann in window["cann"]:
-                pythons = [p for p in kb.torch_npu(npu).python.get("aarch64", ())
-                           if python_env.python_range(str(cann)) is None or python_env.python_range(str(cann)).allows(p)]
+                stated = python_env.python_range(str(cann))
+                pythons = [p for p in kb.torch_npu(npu).python.get("aarch64", ()) if stated is None or stated.allows(p)]
                 assert kb.compat_window(npu, str(cann)) is not None, (npu, cann)
                 cells.append({"name": f"w-{len(cells)}", "cann": str(cann), "chip": "910b", "os": "ubuntu22.04",
                               "env": "conda", "python": pythons[0], "arch": "aarch64", "torch_npu": npu})
