@@ -220,7 +220,7 @@ def test_every_compatibility_window_names_known_releases_and_each_of_its_pairs_v
     windows = compat["pta_lines"]["compat_windows"]
     assert windows and kb.compat_windows()
     lines = {str(e["pta"]) for e in compat["pta_lines"]["lines"]}
-    cells = []
+    cells: List[dict] = []
     for window in windows:
         assert window["source"] and all(s in compat["sources"] for s in window["source"]), window
         assert {str(p) for p in window["pta"]} <= lines, window  # each PTA is a release line the data pairs
