@@ -150,6 +150,15 @@ class PythonRange:
     high: str
     source: str
     shipped: Mapping[str, str]
+    nnal: Tuple[str, ...] = ()  # the Pythons NNAL's Python library (torch_atb) needs, where the guide says
+    nnal_source: str = ""       # the guide's words on it, and the page
+
+    def nnal_allows(self, python: str) -> Optional[bool]:
+        """Whether NNAL's Python library supports ``python``; None when the guide does not say."""
+        if not self.nnal:
+            return None
+        minor = _minor(python)
+        return minor is not None and ".".join(map(str, minor)) in self.nnal
 
     def allows(self, python: str) -> bool:
         minor = _minor(python)
@@ -169,7 +178,7 @@ def python_range(cann: str) -> Optional[PythonRange]:
         >>> r = python_range("8.0.RC2")
         >>> r.text, r.allows("3.10"), r.allows("3.11")
         ('3.7 to 3.10', True, False)
-        >>> python_range("8.1.RC1") is None
+        >>> python_range("8.1.RC1") is None  # marked not checked: python_not_checked("8.1.RC1")
         True
     """
     wanted = versions.lenient("cann", cann)
@@ -179,8 +188,28 @@ def python_range(cann: str) -> Optional[PythonRange]:
         if versions.lenient("cann", str(item["cann"])) == wanted:
             low, high = (str(v) for v in item["python"])
             shipped = {str(d["python"]): str(d["evidence"]) for d in item.get("shipped") or ()}
-            return PythonRange(str(item["cann"]), low, high, str(item["source"]), MappingProxyType(shipped))
+            page = str(item["source"]).rsplit(" ", 1)[-1]
+            nnal_source = f"CANN {item['cann']} installation guide: '{item['nnal_quote']}': {page}" if item.get("nnal") else ""
+            return PythonRange(str(item["cann"]), low, high, str(item["source"]), MappingProxyType(shipped),
+                               tuple(str(p) for p in item.get("nnal") or ()), nnal_source)
     return None
+
+
+def python_not_checked(cann: str) -> str:
+    """Why ``cann``'s Python range is not checked ("" when the knowledge base holds its range, or
+    does not know the release): ``cann_python.python_not_checked``, the explicit marker.
+
+    Example:
+        >>> python_not_checked("8.1.RC1")[:26], python_not_checked("8.5.0")
+        ('searched, not found: no in', '')
+    """
+    wanted = versions.lenient("cann", cann)
+    if wanted is None or python_range(cann) is not None:
+        return ""
+    for item in _doc()["cann_python"].get("python_not_checked", ()):
+        if versions.lenient("cann", str(item["cann"])) == wanted:
+            return str(item["why"])
+    return ""
 
 
 def _releases(variable: str) -> Dict[Any, Mapping[str, Any]]:

@@ -242,3 +242,21 @@ def test_every_compatibility_window_names_known_releases_and_each_of_its_pairs_v
     errors = [(cells[cell_index(f.field)]["torch_npu"], cells[cell_index(f.field)]["cann"], f.rule)
               for f in checks.check(loaded.cells, kb) if f.severity == "error"]
     assert errors == []
+
+
+def test_every_cann_release_has_a_python_range_with_a_source_or_the_not_checked_marker(kb):
+    env = _yaml("python-env.yaml")["cann_python"]
+    ranged = [str(i["cann"]) for i in env["python"]]
+    marked = [str(i["cann"]) for i in env["python_not_checked"]]
+    assert all(re.search(r"https?://\S+$", str(i["source"])) for i in env["python"])  # ends with the page read
+    assert all(str(i["why"]).strip() for i in env["python_not_checked"])
+    assert [c for c in ranged + marked if not _known(kb, c)] == []
+    both = {kb.canonical_cann(c) for c in ranged} & {kb.canonical_cann(c) for c in marked}
+    assert both == set()  # a range read and a marker would contradict each other
+    for cann in kb.cann_releases():  # exactly one of the two, for every release the knowledge base knows
+        assert (python_env.python_range(cann) is not None) != bool(python_env.python_not_checked(cann)), cann
+    # NNAL's Pythons, where stated, lie inside the release's own range, each with the guide's words
+    for item in env["python"]:
+        if item.get("nnal"):
+            stated = python_env.python_range(str(item["cann"]))
+            assert stated is not None and all(stated.allows(p) for p in item["nnal"]) and item["nnal_quote"], item

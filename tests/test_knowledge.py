@@ -460,7 +460,8 @@ def test_kb_cann_shows_the_python_range_and_the_download_folder():
     # the pre-release's folder is the internal-code folder its official image fetches from
     assert "download_folder: https://ascend-repo.obs.cn-east-2.myhuaweicloud.com/Milan-ASL/Milan-ASL%20V100R001C22B800TP052/" in out
     assert "download_folder_source: Ascend/cann-container-image@75e81fcb3b8f063a7780ed45c5d88d73bb891333:" in out
-    assert "python: unknown" in out  # no guide of 8.2.RC1.alpha003 is held: unknown, not refused
+    # no guide of 8.2.RC1.alpha003 is held: an explicit marker says so (unknown, not refused)
+    assert "python:\n  supported: not checked\n  why: no installation guide of this release was read" in out
     out = CliRunner().invoke(cli.app, ["kb", "cann", "9.1.0"]).output
     assert "python:\n  supported: 3.7 to 3.14\n  source: CANN 9.1.0 installation guide" in out
     assert "download_folder: https://ascend-repo.obs.cn-east-2.myhuaweicloud.com/CANN/CANN%209.1.0/\n" in out

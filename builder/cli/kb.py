@@ -189,8 +189,8 @@ def describe_cann(kb: KnowledgeBase, version: str) -> Dict[str, Any]:
         >>> d = describe_cann(load(), "7.0.RC1")
         >>> d["min_driver"], d["torch_npu"], [row["kind"] for row in d["installers"]["x86_64"]][:2]
         ('23.0.RC3', ['2.1.0rc1'], ['toolkit', 'ops'])
-        >>> describe_cann(load(), "8.5.0")["python"]["supported"], describe_cann(load(), "7.0.RC1")["python"]
-        ('3.7 to 3.13', None)
+        >>> describe_cann(load(), "8.5.0")["python"]["supported"], describe_cann(load(), "7.0.RC1")["python"]["supported"]
+        ('3.7 to 3.13', 'not checked')
     """
     entry = kb.cann_entry(version)
     package = kb.cann_package(version)
@@ -232,8 +232,12 @@ def _python_rows(version: str) -> Optional[Dict[str, Any]]:
     outside it that is shipped all the same; None when the knowledge base holds no guide."""
     stated = python_env.python_range(version)
     if stated is None:
-        return None
+        why = python_env.python_not_checked(version)
+        return {"supported": "not checked", "why": why} if why else None
     rows: Dict[str, Any] = {"supported": stated.text, "source": stated.source}
+    if stated.nnal:
+        rows["nnal"] = " or ".join(stated.nnal)
+        rows["nnal_source"] = stated.nnal_source
     rows.update({f"also shipped on {py}": evidence for py, evidence in stated.shipped.items()})
     return rows
 

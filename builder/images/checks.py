@@ -239,6 +239,38 @@ def python_within_cann(cell: Cell, kb) -> Findings:
                    f"use Python {stated.low} to {stated.high}, or a CANN release that supports Python {minor}")
 
 
+def nnal_python(cell: Cell, kb) -> Findings:
+    """The installation guides say which Pythons NNAL's Python library (torch_atb) needs (8.5.0:
+    3.10 or 3.11): an ``nnal: true`` cell on another Python gets a warning (the guides say
+    "install", not "only": NNAL's C++ libraries do not depend on the Python)."""
+    stated = python_env.python_range(cell.cann) if cell.nnal else None
+    if stated is None or stated.nnal_allows(cell.python) is not False:
+        return
+    minor = ".".join(cell.python.split(".")[:2])
+    yield _finding(cell, "nnal", "nnal-python",
+                   f"NNAL's Python library (torch_atb) of CANN {cell.cann} needs Python {' or '.join(stated.nnal)}; "
+                   f"the cell has Python {minor} (per {stated.nnal_source})",
+                   f"use Python {' or '.join(stated.nnal)}, or drop nnal: true if the image needs no torch_atb",
+                   severity="warning")
+
+
+def not_checked(cells: List[Cell]) -> List[Finding]:
+    """What `validate --strict` reports as not checked (a warning each, so --strict refuses it):
+    a cell whose CANN release's Python range the knowledge base marks as not published or not
+    found (``python_not_checked``). Without --strict nothing is said: unknown is not incompatible."""
+    out = []
+    for cell in cells:
+        why = python_env.python_not_checked(cell.cann)
+        if why:
+            minor = ".".join(cell.python.split(".")[:2])
+            out.append(_finding(cell, "python", "python-not-checked",
+                                f"Python {minor} is not checked against CANN {cell.cann}: the knowledge base holds no "
+                                f"Python range of that release ({why})",
+                                "validate the image on an NPU host; when the release's installation guide is found, "
+                                "add its range with its source to builder/data/python-env.yaml", severity="warning"))
+    return list(dict.fromkeys(out))
+
+
 def glibc_new_enough(cell: Cell, kb) -> Findings:
     """manylinux_2_28 wheels do not load on an OS with an older glibc."""
     floor = kb.glibc_floor(cell.torch_npu, cell.arch)
@@ -535,7 +567,7 @@ def own_wheel_fits(cell: Cell, kb) -> Findings:
 
 RULES = (
     cann_known, torch_npu_published, torch_matches_pin, cann_paired, python_has_wheel, python_within_cann,
-    glibc_new_enough,
+    nnal_python, glibc_new_enough,
     driver_supports_cann, driver_known, firmware_in_range, chip_supported, venv_python_matches, installers_verifiable, tag_fits,
     pins_within_cann_limits, env_vars_accepted, nnal_published, torch_atb_glibc, own_wheel_fits,
 )

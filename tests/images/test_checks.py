@@ -586,6 +586,7 @@ COVERED = {
                     "cann-window"),
     "python_has_wheel": ("python-no-wheel",),
     "python_within_cann": ("python-outside-cann", "python-outside-cann-shipped"),
+    "nnal_python": ("nnal-python",),
     "glibc_new_enough": ("glibc-too-old",),
     "driver_supports_cann": ("driver-too-old", "driver-missing", "version-syntax", "driver-downstream"),
     "firmware_in_range": ("firmware-out-of-range", "version-syntax", "firmware-unknown", "firmware-unlisted"),
@@ -643,7 +644,10 @@ def test_strict_turns_the_warning_into_exit_1():
     assert strict.output.count("the conda part (the conda channel https://conda.anaconda.org/conda-forge could not be "
                                "reached") == 12
     assert strict.output.count("warning: installer-sha256-unrecorded") == 1  # the demo cell's CANN 9.1.0
-    assert f"14 error(s) in {SHIPPED_MATRIX}" in strict.output
+    # and what --strict alone reports: the Python of CANN 7.0.RC1's, 8.0.RC3's and 8.3.RC1's cells is not
+    # checked (the knowledge base holds no installation guide's range of theirs); without --strict, not said
+    assert strict.output.count("warning: python-not-checked") == 3 and "python-not-checked" not in relaxed.output
+    assert f"17 error(s) in {SHIPPED_MATRIX}" in strict.output
 
 
 # --- CANN's Python limits and torch_npu's environment options (builder/data/python-env.yaml) -----------
@@ -838,6 +842,7 @@ SHAPE_CASES: Dict[str, List[dict]] = {
                                          driver="25.0.RC1")],
     "venv-python-mismatch": [dict(VALID, os="debian12", env="venv")],
     "nnal-unpublished": [dict(CANN_7, nnal=True)],
+    "nnal-python": [dict(VALID, cann="8.5.0", python="3.9", torch_npu="2.8.0.post2", nnal=True)],
     "tag-too-long": [dict(CANN_7, name="x" * 120)],
     "duplicate-tag": [dict(VALID, name="same"), dict(CANN_7, name="same")],
     "cann-python-constraint": [dict(CANN_7, pip=["numpy==2.0.2"])],
@@ -897,7 +902,43 @@ def test_the_shape_cases_cover_every_rule_id():
     emitted |= {rule for rule, _, _ in checks.LOCK_RULES.values()}
     assert len(emitted) > 30
     assert emitted - set(SHAPE_CASES) - {"lock-missing", "lock-stale", "lock-incomplete",
-                                          "installer-sha256-unrecorded"} == set()
+                                          "installer-sha256-unrecorded", "python-not-checked"} == set()
+
+
+def test_python_not_checked_is_reported_by_strict_only_with_the_marker_and_the_same_shape(tmp_path):
+    """A release whose Python range no guide gave the knowledge base carries an explicit marker
+    (python_not_checked): `validate --strict` names it, plain `validate` stays silent (unknown is
+    not incompatible), `kb cann` says "not checked"."""
+    cell = dict(VALID, cann="8.1.RC1", torch_npu="2.5.1", arch="aarch64")
+    path, _ = write_cells(tmp_path, cell)
+    made = checks.not_checked(matrix.load(path).cells)
+    assert [f.rule for f in made] == ["python-not-checked"] and made[0].severity == "warning"
+    assert made[0].message.startswith("Python 3.10 is not checked against CANN 8.1.RC1: the knowledge base holds no "
+                                      "Python range of that release (searched, not found:")
+    assert SHAPE.fullmatch(str(made[0])), str(made[0])
+    assert checks.not_checked(matrix.load(write_cells(tmp_path, dict(VALID, cann="8.5.0", python="3.11",
+                                                                     torch_npu="2.8.0.post2"),
+                                                          name="ranged.yaml")[0]).cells) == []
+    runner = CliRunner()
+    relaxed = runner.invoke(cli.app, ["validate", "--matrix", str(path), "--out", str(tmp_path / "out")])
+    strict = runner.invoke(cli.app, ["validate", "--matrix", str(path), "--out", str(tmp_path / "out"), "--strict"])
+    assert "python-not-checked" not in relaxed.output and relaxed.exit_code == 0, relaxed.output
+    assert "warning: python-not-checked [cells[0].python]" in strict.output and strict.exit_code == 1
+
+
+def test_nnal_on_a_python_its_guide_does_not_list_for_nnal_is_a_warning(tmp_path):
+    findings, lines, _ = cell_findings(tmp_path, dict(VALID, cann="8.5.0", python="3.9", torch_npu="2.8.0.post2",
+                                                      nnal=True))
+    f = only(findings, "nnal-python")
+    assert f.severity == "warning" and (f.field, f.where.line) == ("cells[0].nnal", lines[(0, "nnal")])
+    assert f.message.startswith("NNAL's Python library (torch_atb) of CANN 8.5.0 needs Python 3.10 or 3.11; the cell "
+                                "has Python 3.9 (per CANN 8.5.0 installation guide: 'If the Python library of the NNAL")
+    for python, npu in (("3.10", "2.8.0.post2"), ("3.11", "2.8.0.post2")):  # the Pythons it names
+        assert not by_rule(cell_findings(tmp_path, dict(VALID, cann="8.5.0", python=python, torch_npu=npu,
+                                                        nnal=True))[0], "nnal-python"), python
+    # without nnal, or on a release whose guide says nothing of NNAL's Python, nothing is said
+    assert not by_rule(cell_findings(tmp_path, dict(VALID, cann="8.5.0", python="3.9", torch_npu="2.8.0.post2"))[0],
+                       "nnal-python")
 
 
 def test_a_pair_a_downstream_project_ships_is_a_warning_naming_it(tmp_path):
