@@ -10,6 +10,8 @@ contradicts either; the plan sets an allocator default only where it is accepted
 Example:
     >>> [c.requirement for c in constraints("7.0.RC1")]
     ['numpy<2', 'protobuf>=3.20,<3.21', 'setuptools<82']
+    >>> [c.requirement for c in constraints("8.0.RC3")]
+    ['numpy>=1.19.2,<=1.24.0', 'protobuf>=3.20,<3.21', 'decorator>=4.4.0', 'sympy>=1.5.1', 'cffi>=1.12.3', 'setuptools<82']
     >>> accepts("PYTORCH_NPU_ALLOC_CONF", "expandable_segments", "2.1.0rc1")
     False
     >>> default_env("2.1.0rc1"), default_env("2.4.0")
@@ -115,6 +117,24 @@ def constraints(cann: str, python: str = "") -> Tuple[Constraint, ...]:
                       for r in item["requirements"]]
     for item in doc.get("always", []):
         found += [Constraint(r, item["source"], bool(item.get("inferred"))) for r in item["requirements"]]
+    return tuple(found)
+
+
+def release_constraints(cann: str) -> Tuple[Constraint, ...]:
+    """Every limit ``cann`` states, on any Python (each says which Pythons in ``python``); what
+    `kb cann X` shows. :func:`constraints` gives those that hold on one Python.
+
+    Example:
+        >>> [c.requirement for c in release_constraints("8.0.RC3")][:5]
+        ['numpy>=1.19.2,<=1.24.0', 'protobuf>=3.20,<3.21', 'decorator>=4.4.0', 'sympy>=1.5.1', 'cffi>=1.12.3']
+    """
+    version = versions.lenient("cann", cann)
+    found = []
+    for item in _doc()["cann_python"]["constraints"]:
+        low, high = versions.lenient("cann", item["cann_from"]), versions.lenient("cann", item.get("below"))
+        if version is not None and low <= version and (high is None or version < high):
+            found += [Constraint(r, item["source"], bool(item.get("inferred")), _python_text(item))
+                      for r in item["requirements"]]
     return tuple(found)
 
 

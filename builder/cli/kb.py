@@ -212,6 +212,8 @@ def describe_cann(kb: KnowledgeBase, version: str) -> Dict[str, Any]:
         "torch_npu": [r.version for r in kb.torch_npu_for_cann(version)],
         "compatible_pta": _compatible_pta(kb, version),
         "python": _python_rows(version),
+        "python_limits": [c.requirement + (f" (on {c.python})" if c.python else "")
+                          for c in python_env.release_constraints(version)],
         "download_folder": kb.cann_release_folder(version),
         "download_folder_source": kb.cann_release_folder_source(version) or None,
         "installers": {a: _installer_rows(kb, version, a) for a in ARCHES},

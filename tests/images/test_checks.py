@@ -17,6 +17,7 @@ import pytest
 from typer.testing import CliRunner
 
 from builder.images import checks, matrix, plan
+from builder.cli.kb import describe_cann
 from builder import cli, installers, knowledge, python_env, versions
 from tests.support.cann import synthetic_torch_npu_wheel
 from tests.support.matrix import CANN_7, SHIPPED_MATRIX, VALID, all_findings, by_rule, write_cells
@@ -670,6 +671,25 @@ def test_cann_8_limits_come_from_the_install_guide(tmp_path):
     assert len(messages) == 2
     assert "numpy==1.26.4 is outside numpy>=1.19.2,<=1.24.0, which CANN 8.0.RC3 needs (per CANN installation guide" in messages[0]
     assert "protobuf==4.25.3 is outside protobuf>=3.20,<3.21" in messages[1]
+
+
+def test_canns_own_floors_on_the_packages_its_tools_import_refuse_a_pin_below_them(tmp_path):
+    """The 8.0.RC2 .. 9.1.0 guides: decorator >=4.4.0, sympy >=1.5.1, cffi >=1.12.3."""
+    findings, _, _ = cell_findings(tmp_path, dict(VALID, pip=["sympy==1.4", "decorator==4.3.2", "cffi==1.12.3"]))
+    found = by_rule(findings, "cann-python-constraint")
+    assert [f.message.split(",")[0] for f in found] == ["sympy==1.4 is outside sympy>=1.5.1",
+                                                        "decorator==4.3.2 is outside decorator>=4.4.0"]
+    assert all(f.severity == "error" and "which CANN 8.0.RC3 needs (per CANN installation guides" in f.message
+               for f in found)
+    assert found[0].fix == "pin sympy within sympy>=1.5.1, or drop the pin and let the lock choose"
+    for cann, npu, python in (("8.0.RC2", "2.3.1", "3.10"), ("9.1.0", "2.11.0", "3.11")):  # both ends of the guides read
+        cell = dict(VALID, cann=cann, torch_npu=npu, python=python, pip=["sympy==1.4"])
+        assert by_rule(cell_findings(tmp_path, cell)[0], "cann-python-constraint"), cann
+    # before 8.0.RC2 no guide read states them: not checked there
+    assert not by_rule(cell_findings(tmp_path, dict(CANN_7, pip=["sympy==1.4"]))[0], "cann-python-constraint")
+    # kb cann shows the floors
+    assert {"decorator>=4.4.0", "sympy>=1.5.1", "cffi>=1.12.3"} <= set(describe_cann(knowledge.load(), "8.3.RC1")
+                                                                       ["python_limits"])
 
 
 def test_a_driver_cann_refuses_but_mindie_runs_is_a_warning_naming_mindie(tmp_path):
