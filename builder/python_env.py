@@ -10,6 +10,8 @@ contradicts either; the plan sets an allocator default only where it is accepted
 Example:
     >>> [c.requirement for c in constraints("7.0.RC1")]
     ['numpy<2', 'protobuf>=3.20,<3.21', 'setuptools<82']
+    >>> [c.requirement for c in constraints("8.0.RC3")]
+    ['numpy>=1.19.2,<=1.24.0', 'protobuf>=3.20,<3.21', 'decorator>=4.4.0', 'sympy>=1.5.1', 'cffi>=1.12.3', 'setuptools<82']
     >>> accepts("PYTORCH_NPU_ALLOC_CONF", "expandable_segments", "2.1.0rc1")
     False
     >>> default_env("2.1.0rc1"), default_env("2.4.0")
@@ -118,6 +120,24 @@ def constraints(cann: str, python: str = "") -> Tuple[Constraint, ...]:
     return tuple(found)
 
 
+def release_constraints(cann: str) -> Tuple[Constraint, ...]:
+    """Every limit ``cann`` states, on any Python (each says which Pythons in ``python``); what
+    `kb cann X` shows. :func:`constraints` gives those that hold on one Python.
+
+    Example:
+        >>> [c.requirement for c in release_constraints("8.0.RC3")][:5]
+        ['numpy>=1.19.2,<=1.24.0', 'protobuf>=3.20,<3.21', 'decorator>=4.4.0', 'sympy>=1.5.1', 'cffi>=1.12.3']
+    """
+    version = versions.lenient("cann", cann)
+    found = []
+    for item in _doc()["cann_python"]["constraints"]:
+        low, high = versions.lenient("cann", item["cann_from"]), versions.lenient("cann", item.get("below"))
+        if version is not None and low <= version and (high is None or version < high):
+            found += [Constraint(r, item["source"], bool(item.get("inferred")), _python_text(item))
+                      for r in item["requirements"]]
+    return tuple(found)
+
+
 def shipped(cann: str, name: str, version: str) -> str:
     """Where a major downstream ships ``name`` at ``version`` on ``cann`` although CANN's
     limits exclude it ("" when none does): ``cann_python.shipped``.
@@ -150,6 +170,15 @@ class PythonRange:
     high: str
     source: str
     shipped: Mapping[str, str]
+    nnal: Tuple[str, ...] = ()  # the Pythons NNAL's Python library (torch_atb) needs, where the guide says
+    nnal_source: str = ""       # the guide's words on it, and the page
+
+    def nnal_allows(self, python: str) -> Optional[bool]:
+        """Whether NNAL's Python library supports ``python``; None when the guide does not say."""
+        if not self.nnal:
+            return None
+        minor = _minor(python)
+        return minor is not None and ".".join(map(str, minor)) in self.nnal
 
     def allows(self, python: str) -> bool:
         minor = _minor(python)
@@ -169,7 +198,7 @@ def python_range(cann: str) -> Optional[PythonRange]:
         >>> r = python_range("8.0.RC2")
         >>> r.text, r.allows("3.10"), r.allows("3.11")
         ('3.7 to 3.10', True, False)
-        >>> python_range("8.1.RC1") is None
+        >>> python_range("8.1.RC1") is None  # marked not checked: python_not_checked("8.1.RC1")
         True
     """
     wanted = versions.lenient("cann", cann)
@@ -179,8 +208,28 @@ def python_range(cann: str) -> Optional[PythonRange]:
         if versions.lenient("cann", str(item["cann"])) == wanted:
             low, high = (str(v) for v in item["python"])
             shipped = {str(d["python"]): str(d["evidence"]) for d in item.get("shipped") or ()}
-            return PythonRange(str(item["cann"]), low, high, str(item["source"]), MappingProxyType(shipped))
+            page = str(item["source"]).rsplit(" ", 1)[-1]
+            nnal_source = f"CANN {item['cann']} installation guide: '{item['nnal_quote']}': {page}" if item.get("nnal") else ""
+            return PythonRange(str(item["cann"]), low, high, str(item["source"]), MappingProxyType(shipped),
+                               tuple(str(p) for p in item.get("nnal") or ()), nnal_source)
     return None
+
+
+def python_not_checked(cann: str) -> str:
+    """Why ``cann``'s Python range is not checked ("" when the knowledge base holds its range, or
+    does not know the release): ``cann_python.python_not_checked``, the explicit marker.
+
+    Example:
+        >>> python_not_checked("8.1.RC1")[:26], python_not_checked("8.5.0")
+        ('searched, not found: no in', '')
+    """
+    wanted = versions.lenient("cann", cann)
+    if wanted is None or python_range(cann) is not None:
+        return ""
+    for item in _doc()["cann_python"].get("python_not_checked", ()):
+        if versions.lenient("cann", str(item["cann"])) == wanted:
+            return str(item["why"])
+    return ""
 
 
 def _releases(variable: str) -> Dict[Any, Mapping[str, Any]]:

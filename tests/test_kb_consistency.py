@@ -214,3 +214,49 @@ def test_every_piece_of_disagreeing_evidence_names_what_the_knowledge_base_knows
         if named:  # some of it lies below CANN's own minimum, else it would not disagree
             minimum = versions.hdk(kb.min_driver(str(entry["version"])))
             assert any(versions.hdk(h) < minimum for h in named), entry["version"]
+
+
+def test_every_compatibility_window_names_known_releases_and_each_of_its_pairs_validates(kb, compat, tmp_path):
+    windows = compat["pta_lines"]["compat_windows"]
+    assert windows and kb.compat_windows()
+    lines = {str(e["pta"]) for e in compat["pta_lines"]["lines"]}
+    cells: List[dict] = []
+    for window in windows:
+        assert window["source"] and all(s in compat["sources"] for s in window["source"]), window
+        assert {str(p) for p in window["pta"]} <= lines, window  # each PTA is a release line the data pairs
+        assert [c for c in window["cann"] if not _known(kb, c)] == [], window
+        # every torch_npu on PyPI of the window's PTAs, with every CANN of the window, validates
+        for npu in kb.torch_npu_versions():
+            if kb.pta_of(npu) not in {str(p) for p in window["pta"]}:
+                continue
+            for cann in window["cann"]:
+                stated = python_env.python_range(str(cann))
+                pythons = [p for p in kb.torch_npu(npu).python.get("aarch64", ()) if stated is None or stated.allows(p)]
+                assert kb.compat_window(npu, str(cann)) is not None, (npu, cann)
+                cells.append({"name": f"w-{len(cells)}", "cann": str(cann), "chip": "910b", "os": "ubuntu22.04",
+                              "env": "conda", "python": pythons[0], "arch": "aarch64", "torch_npu": npu})
+    assert len(cells) >= 80
+    path = tmp_path / "windows.yaml"
+    path.write_text(yaml.safe_dump({"image": "kb/windows", "cells": cells}))
+    loaded = matrix.load(path)
+    errors = [(cells[cell_index(f.field)]["torch_npu"], cells[cell_index(f.field)]["cann"], f.rule)
+              for f in checks.check(loaded.cells, kb) if f.severity == "error"]
+    assert errors == []
+
+
+def test_every_cann_release_has_a_python_range_with_a_source_or_the_not_checked_marker(kb):
+    env = _yaml("python-env.yaml")["cann_python"]
+    ranged = [str(i["cann"]) for i in env["python"]]
+    marked = [str(i["cann"]) for i in env["python_not_checked"]]
+    assert all(re.search(r"https?://\S+$", str(i["source"])) for i in env["python"])  # ends with the page read
+    assert all(str(i["why"]).strip() for i in env["python_not_checked"])
+    assert [c for c in ranged + marked if not _known(kb, c)] == []
+    both = {kb.canonical_cann(c) for c in ranged} & {kb.canonical_cann(c) for c in marked}
+    assert both == set()  # a range read and a marker would contradict each other
+    for cann in kb.cann_releases():  # exactly one of the two, for every release the knowledge base knows
+        assert (python_env.python_range(cann) is not None) != bool(python_env.python_not_checked(cann)), cann
+    # NNAL's Pythons, where stated, lie inside the release's own range, each with the guide's words
+    for item in env["python"]:
+        if item.get("nnal"):
+            stated = python_env.python_range(str(item["cann"]))
+            assert stated is not None and all(stated.allows(p) for p in item["nnal"]) and item["nnal_quote"], item

@@ -460,7 +460,8 @@ def test_kb_cann_shows_the_python_range_and_the_download_folder():
     # the pre-release's folder is the internal-code folder its official image fetches from
     assert "download_folder: https://ascend-repo.obs.cn-east-2.myhuaweicloud.com/Milan-ASL/Milan-ASL%20V100R001C22B800TP052/" in out
     assert "download_folder_source: Ascend/cann-container-image@75e81fcb3b8f063a7780ed45c5d88d73bb891333:" in out
-    assert "python: unknown" in out  # no guide of 8.2.RC1.alpha003 is held: unknown, not refused
+    # no guide of 8.2.RC1.alpha003 is held: an explicit marker says so (unknown, not refused)
+    assert "python:\n  supported: not checked\n  why: no installation guide of this release was read" in out
     out = CliRunner().invoke(cli.app, ["kb", "cann", "9.1.0"]).output
     assert "python:\n  supported: 3.7 to 3.14\n  source: CANN 9.1.0 installation guide" in out
     assert "download_folder: https://ascend-repo.obs.cn-east-2.myhuaweicloud.com/CANN/CANN%209.1.0/\n" in out
@@ -479,3 +480,16 @@ def test_the_cpu_build_of_torch_per_arch_and_version(kb):
     assert kb.cpu_torch("2.13.0+cpu", "aarch64") == ("torch==2.13.0+cpu", "pytorch-cpu")  # a local label is not doubled
     with pytest.raises(UserError):
         kb.cpu_torch("2.13.0", "sparc")
+
+
+def test_kb_shows_the_published_compatibility_window_of_a_release_and_of_a_cann():
+    kb = knowledge.load()
+    data = describe_torch_npu(kb, "2.6.0.post3")
+    assert data["pta"] == "7.2.0"
+    assert data["cann_window"] == {"cann": "8.0.RC2, 8.0.RC3, 8.0.0, 8.1.RC1, 8.2.RC1, 8.3.RC1",
+                                   "pta": "6.0.0, 7.0.0, 7.1.0, 7.2.0",
+                                   "source": "https://www.hiascend.com/document/detail/zh/Pytorch/720/releasenote/"
+                                             "releasenote_0005.html"}
+    assert describe_torch_npu(kb, "2.4.0")["cann_window"] is None  # PTA 6.0.rc3: no window published
+    assert describe_cann(kb, "8.1.RC1")["compatible_pta"]["pta"] == "6.0.0, 7.0.0, 7.1.0, 7.2.0"
+    assert describe_cann(kb, "8.5.0")["compatible_pta"] is None

@@ -77,6 +77,8 @@ def _load(path: Optional[Path], strict: bool, locks_in: Optional[Path] = None,
                        f"{', '.join(c.id for c in refused)}\n  fix: {commands.suggest('validate')} says why; "
                        "render needs every cell valid", err=True)
         loaded.cells, loaded.refused = chosen, refused
+    if strict and not checks.has_errors(findings):  # what --strict reports as not checked
+        findings += checks.not_checked(loaded.cells)
     if locks_in is not None and not checks.has_errors(findings):
         rows = relock.check(loaded.cells, knowledge.load(), locks_in)
         findings += checks.lock_findings(loaded.cells, {r.cell: (r.state, r.detail) for r in rows})

@@ -127,6 +127,8 @@ def describe_torch_npu(kb: KnowledgeBase, version: str) -> Dict[str, Any]:
         "cann": rel.cann,
         "cann_sources": list(rel.cann_sources),
         "cann_at_least": (lambda f: f"{f[0]} (inferred from torch_npu {f[1]})" if f else None)(kb.cann_floor(rel.version)),
+        "pta": kb.pta_of(rel.version),
+        "cann_window": _window_row(kb, rel.version),
         "python": {a: list(rel.python.get(a, ())) for a in ARCHES},
         "manylinux": dict(rel.manylinux),
         "glibc_floor": {a: ".".join(map(str, g)) for a in ARCHES if (g := kb.glibc_floor(rel.version, a))},
@@ -135,6 +137,15 @@ def describe_torch_npu(kb: KnowledgeBase, version: str) -> Dict[str, Any]:
         "notes": list(rel.notes),
         "sources": list(rel.sources),
     }
+
+
+def _window_row(kb: KnowledgeBase, torch_npu: str) -> Optional[Dict[str, Any]]:
+    """The compatibility window Huawei publishes for the release's PTA; None when none does."""
+    pta = kb.pta_of(torch_npu)
+    for window in kb.compat_windows():
+        if pta in window.pta:
+            return {"cann": window.cann_text, "pta": window.pta_text, "source": ", ".join(window.sources)}
+    return None
 
 
 def _nearby_hint(kb: KnowledgeBase, version: str) -> str:
@@ -178,8 +189,8 @@ def describe_cann(kb: KnowledgeBase, version: str) -> Dict[str, Any]:
         >>> d = describe_cann(load(), "7.0.RC1")
         >>> d["min_driver"], d["torch_npu"], [row["kind"] for row in d["installers"]["x86_64"]][:2]
         ('23.0.RC3', ['2.1.0rc1'], ['toolkit', 'ops'])
-        >>> describe_cann(load(), "8.5.0")["python"]["supported"], describe_cann(load(), "7.0.RC1")["python"]
-        ('3.7 to 3.13', None)
+        >>> describe_cann(load(), "8.5.0")["python"]["supported"], describe_cann(load(), "7.0.RC1")["python"]["supported"]
+        ('3.7 to 3.13', 'not checked')
     """
     entry = kb.cann_entry(version)
     package = kb.cann_package(version)
@@ -199,7 +210,10 @@ def describe_cann(kb: KnowledgeBase, version: str) -> Dict[str, Any]:
         "supported_hdk": list(kb.supported_hdk_lines(version)),
         "not_supported_hdk": _listed((entry or {}).get("not_supported_hdk")),
         "torch_npu": [r.version for r in kb.torch_npu_for_cann(version)],
+        "compatible_pta": _compatible_pta(kb, version),
         "python": _python_rows(version),
+        "python_limits": [c.requirement + (f" (on {c.python})" if c.python else "")
+                          for c in python_env.release_constraints(version)],
         "download_folder": kb.cann_release_folder(version),
         "download_folder_source": kb.cann_release_folder_source(version) or None,
         "installers": {a: _installer_rows(kb, version, a) for a in ARCHES},
@@ -207,13 +221,25 @@ def describe_cann(kb: KnowledgeBase, version: str) -> Dict[str, Any]:
     }
 
 
+def _compatible_pta(kb: KnowledgeBase, cann: str) -> Optional[Dict[str, Any]]:
+    """The PTA releases a published compatibility window lists with that CANN; None when none does."""
+    for window in kb.compat_windows():
+        if window.covers(cann):
+            return {"pta": window.pta_text, "source": ", ".join(window.sources)}
+    return None
+
+
 def _python_rows(version: str) -> Optional[Dict[str, Any]]:
     """The Python range of the release's installation guide, its source, and any Python
     outside it that is shipped all the same; None when the knowledge base holds no guide."""
     stated = python_env.python_range(version)
     if stated is None:
-        return None
+        why = python_env.python_not_checked(version)
+        return {"supported": "not checked", "why": why} if why else None
     rows: Dict[str, Any] = {"supported": stated.text, "source": stated.source}
+    if stated.nnal:
+        rows["nnal"] = " or ".join(stated.nnal)
+        rows["nnal_source"] = stated.nnal_source
     rows.update({f"also shipped on {py}": evidence for py, evidence in stated.shipped.items()})
     return rows
 

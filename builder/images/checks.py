@@ -95,7 +95,9 @@ def torch_matches_pin(cell: Cell, kb) -> Findings:
 
 
 def cann_paired(cell: Cell, kb) -> Findings:
-    """Each torch_npu release is built for one CANN release; another CANN breaks its symbols."""
+    """Each torch_npu release is built for one CANN release; another CANN breaks its symbols, unless
+    Huawei's release notes publish a compatibility window holding both (PTA 6.0.0..7.2.0 each with
+    CANN 8.0.RC2..8.3.RC1): then a warning naming the window (``cann-window``)."""
     release = kb.torch_npu(cell.torch_npu)
     if release is None:
         if cell.torch_npu_wheel:  # a build of the cell's own: nothing published to pair it with
@@ -132,6 +134,16 @@ def cann_paired(cell: Cell, kb) -> Findings:
         return  # reported by cann_known
     if paired == wanted:
         return
+    window = kb.compat_window(cell.torch_npu, cell.cann)
+    if window is not None:  # published compatible, though not the pair: a warning naming the window
+        yield _finding(cell, "cann", "cann-window",
+                       f"torch_npu {cell.torch_npu} is paired with CANN {release.cann}; CANN {cell.cann} is not its "
+                       f"pair but inside a published compatibility window: Ascend Extension for PyTorch "
+                       f"{window.pta_text} each with CANN {window.cann_text} (per {', '.join(window.sources)}; "
+                       f"torch_npu {cell.torch_npu} is PTA {kb.pta_of(cell.torch_npu)})",
+                       f"keep it (Huawei documents it compatible), or set cann: {release.cann} for the paired release",
+                       severity="warning")
+        return
     if wanted > paired and wanted.release[:2] == paired.release[:2]:
         yield _finding(cell, "cann", "cann-adjacent",
                        f"torch_npu {cell.torch_npu} is paired with CANN {release.cann} (published); CANN {cell.cann} "
@@ -146,9 +158,14 @@ def cann_paired(cell: Cell, kb) -> Findings:
                        f"is not published for it, but a downstream project ships this pair ({evidence})",
                        f"validate the image on an NPU host, or set cann: {release.cann}", severity="warning")
         return
+    pta = kb.pta_of(cell.torch_npu)
+    windows = [w for w in kb.compat_windows() if pta in w.pta]
+    outside = (f" (nor inside the compatibility window Huawei publishes for its PTA {pta}: CANN "
+               f"{'; '.join(w.cann_text for w in windows)})" if windows else "")
     yield _finding(cell, "torch_npu", "cann-mismatch",
-                   f"torch_npu {cell.torch_npu} is paired with CANN {release.cann}, not CANN {cell.cann}",
-                   f"set cann: {release.cann}, or {_suggest_torch_npu(kb, cell)}")
+                   f"torch_npu {cell.torch_npu} is paired with CANN {release.cann}, not CANN {cell.cann}" + outside,
+                   f"set cann: {release.cann}" + (" or another CANN of its window" if windows else "")
+                   + f", or {_suggest_torch_npu(kb, cell)}")
 
 
 def cann_known(cell: Cell, kb) -> Findings:
@@ -220,6 +237,38 @@ def python_within_cann(cell: Cell, kb) -> Findings:
                    f"Python {minor} is outside {stated.text}, the Pythons CANN {cell.cann}'s installation guide "
                    f"supports (per {stated.source})",
                    f"use Python {stated.low} to {stated.high}, or a CANN release that supports Python {minor}")
+
+
+def nnal_python(cell: Cell, kb) -> Findings:
+    """The installation guides say which Pythons NNAL's Python library (torch_atb) needs (8.5.0:
+    3.10 or 3.11): an ``nnal: true`` cell on another Python gets a warning (the guides say
+    "install", not "only": NNAL's C++ libraries do not depend on the Python)."""
+    stated = python_env.python_range(cell.cann) if cell.nnal else None
+    if stated is None or stated.nnal_allows(cell.python) is not False:
+        return
+    minor = ".".join(cell.python.split(".")[:2])
+    yield _finding(cell, "nnal", "nnal-python",
+                   f"NNAL's Python library (torch_atb) of CANN {cell.cann} needs Python {' or '.join(stated.nnal)}; "
+                   f"the cell has Python {minor} (per {stated.nnal_source})",
+                   f"use Python {' or '.join(stated.nnal)}, or drop nnal: true if the image needs no torch_atb",
+                   severity="warning")
+
+
+def not_checked(cells: List[Cell]) -> List[Finding]:
+    """What `validate --strict` reports as not checked (a warning each, so --strict refuses it):
+    a cell whose CANN release's Python range the knowledge base marks as not published or not
+    found (``python_not_checked``). Without --strict nothing is said: unknown is not incompatible."""
+    out = []
+    for cell in cells:
+        why = python_env.python_not_checked(cell.cann)
+        if why:
+            minor = ".".join(cell.python.split(".")[:2])
+            out.append(_finding(cell, "python", "python-not-checked",
+                                f"Python {minor} is not checked against CANN {cell.cann}: the knowledge base holds no "
+                                f"Python range of that release ({why})",
+                                "validate the image on an NPU host; when the release's installation guide is found, "
+                                "add its range with its source to builder/data/python-env.yaml", severity="warning"))
+    return list(dict.fromkeys(out))
 
 
 def glibc_new_enough(cell: Cell, kb) -> Findings:
@@ -518,7 +567,7 @@ def own_wheel_fits(cell: Cell, kb) -> Findings:
 
 RULES = (
     cann_known, torch_npu_published, torch_matches_pin, cann_paired, python_has_wheel, python_within_cann,
-    glibc_new_enough,
+    nnal_python, glibc_new_enough,
     driver_supports_cann, driver_known, firmware_in_range, chip_supported, venv_python_matches, installers_verifiable, tag_fits,
     pins_within_cann_limits, env_vars_accepted, nnal_published, torch_atb_glibc, own_wheel_fits,
 )

@@ -108,7 +108,9 @@ def affinity(spec: PodSpec) -> Dict[str, Any]:
     version label, its deprecated key) is one term.
     """
     floor = driver_floor(spec.min_driver)
-    sufficient = [d for d in spec.drivers if versions.meets_minimum("hdk", d, spec.min_driver)]
+    # every spelling of each: a node's label may say 24.1.rc3 (the driver's, MindCluster's) or 24.1.RC3, and In compares bytes
+    sufficient = list(dict.fromkeys(spelled for d in spec.drivers if versions.meets_minimum("hdk", d, spec.min_driver)
+                                    for spelled in keys.driver_label_spellings(d)))
     driver_tests: List[Dict[str, Any]] = [
         {"key": keys.DRIVER_ORDINAL_LABEL, "operator": "Gt", "values": [str(versions.driver_ordinal(floor) - 1)]}]
     if sufficient:

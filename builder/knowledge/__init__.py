@@ -9,7 +9,7 @@ which hand back a copy of their entry, and ``cann_package()``, a read-only view)
 
 It is split by concern, one part per module, each reading only its own data:
 
-* `releases`     torch_npu and CANN releases and their pairings (``Releases``);
+* `releases`     torch_npu and CANN releases, their pairings and compatibility windows (``Releases``);
 * `environment`  the Python environment: torch pins, Python lines, base OSes (``Environment``);
 * `drivers`      chips, driver (HDK) minimums, firmware (``Drivers``);
 * `downloads`    where installers come from, Miniforge, uv (``Downloads``, ``Installer``);
@@ -45,7 +45,7 @@ from builder.knowledge.drivers import Drivers, chip_of_soc, chip_min_cann
 from builder.knowledge.environment import Environment, OsInfo, known_arch
 from builder.knowledge.ascend_errors import ERRORS_FILE, error_entries
 from builder.knowledge.files import DATA_DIR, read_json, read_yaml
-from builder.knowledge.pairings import Releases, TorchNpu
+from builder.knowledge.pairings import CompatWindow, Releases, TorchNpu
 from builder.vocabulary import CHIPS
 
 # vocabulary.ARCHS in the order the ``kb`` commands and the release tools list them.
@@ -91,6 +91,9 @@ class KnowledgeBase:
         self.cann_entry = releases.cann_entry
         self.cann_package = releases.cann_package
         self.downstream_evidence = releases.downstream_evidence
+        self.pta_of = releases.pta_of
+        self.compat_window = releases.compat_window
+        self.compat_windows = releases.compat_windows
         # the Python environment
         self.torch_requirement = environment.torch_requirement
         self.cpu_torch = environment.cpu_torch
@@ -141,5 +144,5 @@ def load() -> KnowledgeBase:
     )
 
 
-__all__ = ["load", "KnowledgeBase", "TorchNpu", "OsInfo", "Installer", "CannRelease", "ARCHES", "CHIPS", "DATA_DIR", "ERRORS_FILE",
+__all__ = ["load", "KnowledgeBase", "TorchNpu", "CompatWindow", "OsInfo", "Installer", "CannRelease", "ARCHES", "CHIPS", "DATA_DIR", "ERRORS_FILE",
            "error_entries", "chip_of_soc", "chip_min_cann", "known_arch"]

@@ -50,6 +50,37 @@ class TorchNpu:
     notes: Tuple[str, ...] = field(default=(), compare=False)
 
 
+@dataclass(frozen=True)
+class CompatWindow:
+    """A compatibility window Huawei's release notes publish (``pta_lines.compat_windows[]``):
+    every PTA (Ascend Extension for PyTorch) release of ``pta`` with every CANN of ``cann``.
+
+    Example:
+        >>> from builder.knowledge import load
+        >>> w = load().compat_window("2.6.0.post3", "8.0.RC2")
+        >>> w.pta, w.cann_text
+        (('6.0.0', '7.0.0', '7.1.0', '7.2.0'), '8.0.RC2, 8.0.RC3, 8.0.0, 8.1.RC1, 8.2.RC1, 8.3.RC1')
+    """
+
+    pta: Tuple[str, ...]
+    cann: Tuple[str, ...]
+    text: str
+    sources: Tuple[str, ...]  # where it is published: a page address or repository@ref:path
+
+    @property
+    def cann_text(self) -> str:
+        return ", ".join(self.cann)
+
+    @property
+    def pta_text(self) -> str:
+        return ", ".join(self.pta)
+
+    def covers(self, cann: str) -> bool:
+        """Whether ``cann`` is one of the window's CANN releases (``versions.cann`` equality)."""
+        wanted = versions.lenient("cann", cann)
+        return wanted is not None and any(versions.lenient("cann", c) == wanted for c in self.cann)
+
+
 def line_of(release: TorchNpu) -> Tuple[int, int]:
     """The torch line of a torch_npu release: 2.9.0.post2 -> (2, 9)."""
     v = versions.lenient("python_package", release.version)
@@ -81,6 +112,18 @@ def _frozen(value: Any) -> Any:
     if isinstance(value, list):
         return tuple(_frozen(v) for v in value)
     return value
+
+
+def _where(source: Any) -> str:
+    """A ``sources`` entry as one address: its url, else ``repo@ref:path``, else its package or note."""
+    if not isinstance(source, Mapping):
+        return str(source)
+    if source.get("url"):
+        return str(source["url"])
+    if source.get("repo"):
+        ref = str(source.get("ref") or "").split(" ")[0]
+        return f"{source['repo']}@{ref}:{source.get('path', '')}" if ref else f"{source['repo']}:{source.get('path', '')}"
+    return str(source.get("package") or source.get("index") or source.get("note") or "")
 
 
 class Releases:
@@ -123,6 +166,13 @@ class Releases:
                             for e in (compat.get("downstream_pairings") or {}).get("pairs") or ()}
         # answers that scan every release, kept per release (one knowledge base per process)
         self._cann_floor: Dict[str, Optional[Tuple[str, str]]] = {}
+        # PTA (Ascend Extension for PyTorch) release lines: PTA -> its paired CANN, and the windows
+        lines = compat.get("pta_lines") or {}
+        self._pta_by_cann = {versions.lenient("cann", str(e["cann"])): str(e["pta"]) for e in lines.get("lines") or ()}
+        where = {str(k): _where(v) for k, v in (compat.get("sources") or {}).items()}
+        self._windows = tuple(CompatWindow(listed(w.get("pta")), listed(w.get("cann")), str(w.get("text") or ""),
+                                           tuple(where.get(s, s) for s in listed(w.get("source"))))
+                              for w in lines.get("compat_windows") or ())
 
     def known(self, cann: str) -> bool:
         """Whether the data lists that CANN release (``cann_hdk.releases`` or cann-packages.json)."""
@@ -287,6 +337,42 @@ class Releases:
         """
         cv = versions.lenient("cann", cann)
         return self._packages.get(cv) if cv is not None else None
+
+    def pta_of(self, torch_npu: str) -> Optional[str]:
+        """The PTA (Ascend Extension for PyTorch) release a torch_npu on PyPI belongs to: the PTA
+        line paired with its CANN (``pta_lines.lines``); None when it has no pairing or no line.
+
+        Example:
+            >>> from builder.knowledge import load
+            >>> load().pta_of("2.6.0.post3"), load().pta_of("2.13.0")
+            ('7.2.0', None)
+        """
+        release = self.torch_npu(torch_npu)
+        cann = versions.lenient("cann", release.cann) if release is not None and release.cann else None
+        return self._pta_by_cann.get(cann) if cann is not None else None
+
+    def compat_windows(self) -> Tuple[CompatWindow, ...]:
+        """Every compatibility window the data holds (``pta_lines.compat_windows``)."""
+        return self._windows
+
+    def compat_window(self, torch_npu: str, cann: str) -> Optional[CompatWindow]:
+        """The published window that makes ``torch_npu`` compatible with ``cann`` (its PTA release
+        and that CANN both in it); None when no window covers the pair.
+
+        Example:
+            >>> from builder.knowledge import load
+            >>> load().compat_window("2.1.0.post10", "8.3.RC1").pta_text
+            '6.0.0, 7.0.0, 7.1.0, 7.2.0'
+            >>> load().compat_window("2.1.0.post10", "8.5.0") is None, load().compat_window("2.1.0.post3", "8.0.RC2") is None
+            (True, True)
+        """
+        pta = self.pta_of(torch_npu)
+        if pta is None:
+            return None
+        for window in self._windows:
+            if pta in window.pta and window.covers(cann):
+                return window
+        return None
 
     def downstream_evidence(self, torch_npu: str, cann: str) -> str:
         """Where a well-known downstream project ships torch_npu on that CANN although Ascend's

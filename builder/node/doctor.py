@@ -621,6 +621,11 @@ def _torch_checks(kb, lab, facts, cann, npu, host, labels) -> List[Check]:
     elif cann is None:
         out.append(Check("image: torch_npu vs CANN", WARN, f"torch_npu {tnpu} pairs with CANN {rel.cann}; "
                                                            "the image's CANN is unknown", "check ASCEND_HOME_PATH"))
+    elif versions.lenient("cann", rel.cann) != versions.lenient("cann", cann) and kb.compat_window(tnpu, cann):
+        window = kb.compat_window(tnpu, cann)
+        out.append(Check("image: torch_npu vs CANN", OK, f"torch_npu {tnpu} + CANN {cann}: not its pair (CANN "
+                                                         f"{rel.cann}), inside the compatibility window Huawei "
+                                                         f"publishes (PTA {window.pta_text} with CANN {window.cann_text})"))
     elif versions.lenient("cann", rel.cann) != versions.lenient("cann", cann):
         out.append(Check("image: torch_npu vs CANN", FAIL, f"torch_npu {tnpu} pairs with CANN {rel.cann}, "
                                                            f"the image has {cann}",

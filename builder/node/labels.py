@@ -6,7 +6,8 @@ ascend-build's own through node-feature-discovery. The keys, as MindCluster defi
 (Ascend/mind-cluster, ``component/ascend-common/api`` ``label`` package and its node
 labelers in the device plugin; docs/en/scheduling/api/k8s.md "Node Labels"):
 
-- ``huawei.com/npu.driver.version``: the HDK driver version (``24.1.RC3``); written
+- ``huawei.com/npu.driver.version``: the HDK driver version as the driver spells it (``24.1.rc3``,
+  `driver_label_value`); written
   together with the older ``huawei.com/driver.version`` during the migration ("dual-write
   in Phase 1, removed in Phase 2").
 - ``huawei.com/npu.chip.name``: the chip name as npu-smi prints it (``910B3``, ``310P3``,
@@ -30,7 +31,7 @@ Example:
 from __future__ import annotations
 
 import re
-from typing import Optional
+from typing import Optional, Tuple
 
 # ascend-build's own keys, written by `ascend-build host --nfd` as a node-feature-discovery local
 # feature file. The name carries its own prefix, else NFD would put it under feature.node.kubernetes.io;
@@ -67,6 +68,40 @@ KUBE_ARCH_VALUES = {"aarch64": "arm64", "x86_64": "amd64"}
 
 
 
+_RC = re.compile(r"\.rc(?=\d)", re.IGNORECASE)
+
+
+def driver_label_value(driver: Optional[str]) -> Optional[str]:
+    """A driver (HDK) version as the driver label's value: the driver's own spelling, ``rc`` in
+    lower case (``24.1.RC3`` -> ``24.1.rc3``), whichever way it was read.
+
+    That is the spelling MindCluster's labels carry: its device plugin copies the DCMI version
+    string as the driver reports it into ``huawei.com/driver.version``
+    (Ascend/mind-cluster@22bb3d987bc0208c3eb7395e222b661276133c58:component/ascend-device-plugin/pkg/server/manager.go,
+    ``newLabelMap[common.DcmiDriverVersion] = driverVersion``; its test mock: ``mockDcmiVersion = "24.0.rc2"``,
+    component/ascend-common/devmanager/devmanager_test.go), and the driver's ``version.info`` and
+    ``npu-smi`` print ``24.1.rc3``. A Kubernetes ``In`` term compares bytes, so a reader lists
+    every spelling a node may carry (:func:`driver_label_spellings`).
+
+    Examples:
+        >>> driver_label_value("24.1.RC3"), driver_label_value("25.0.rc1.1"), driver_label_value("25.2.0")
+        ('24.1.rc3', '25.0.rc1.1', '25.2.0')
+    """
+    return _RC.sub(".rc", driver) if driver else driver
+
+
+def driver_label_spellings(driver: str) -> Tuple[str, ...]:
+    """Every spelling of one driver version a node's label may carry: the driver's own (lower-case
+    ``rc``, :func:`driver_label_value`), the release name's (``RC``, as Huawei's documents and the
+    knowledge base write it), and the text as given, each once.
+
+    Examples:
+        >>> driver_label_spellings("24.1.RC3"), driver_label_spellings("25.2.0")
+        (('24.1.rc3', '24.1.RC3'), ('25.2.0',))
+    """
+    return tuple(dict.fromkeys((_RC.sub(".rc", driver), _RC.sub(".RC", driver), driver)))
+
+
 def chip_label_value(soc: Optional[str]) -> Optional[str]:
     """A SoC name (`builder.node.host.soc_name`) as the chip label's value, without ``Ascend``:
     ``Ascend910B3`` -> ``910B3``, MindCluster's spelling for the 910 family. For the 950 MindCluster
@@ -83,7 +118,7 @@ def chip_label_value(soc: Optional[str]) -> Optional[str]:
 
 __all__ = [
     "ACCELERATOR_LABEL_DEPRECATED", "ACCELERATOR_TYPE_LABEL_DEPRECATED", "ARCH_LABEL", "ASCEND_BUILD_PREFIX",
-    "CHIP_LABEL", "CHIP_LABELS", "chip_label_value", "CHIP_LABEL_DEPRECATED", "DRIVER_ORDINAL_LABEL", "DRIVER_VERSION_LABEL",
+    "CHIP_LABEL", "CHIP_LABELS", "chip_label_value", "driver_label_spellings", "driver_label_value", "CHIP_LABEL_DEPRECATED", "DRIVER_ORDINAL_LABEL", "DRIVER_VERSION_LABEL",
     "DRIVER_VERSION_LABELS", "DRIVER_VERSION_LABEL_DEPRECATED", "FIRMWARE_VERSION_LABEL", "HOST_ARCH_VALUES",
     "KUBE_ARCH_LABEL", "KUBE_ARCH_VALUES", "NFD_ARCH_LABEL", "NPU_COUNT_LABEL",
 ]

@@ -62,6 +62,8 @@ def features(info: HostInfo) -> Tuple[List[Tuple[str, str]], List[str]]:
         >>> pairs, missing = features(HostInfo(arch="x86_64", driver="25.0.RC1", firmware="7.7.0.1.231"))
         >>> dict(pairs)["ascend-build.io/npu.driver.ordinal"], dict(pairs)["ascend-build.io/npu.count"]
         ('2500010010000000', '0')
+        >>> dict(pairs)["huawei.com/npu.driver.version"]  # the driver's own spelling, as MindCluster's label
+        '25.0.rc1'
         >>> missing
         ['chip unknown']
     """
@@ -76,7 +78,7 @@ def features(info: HostInfo) -> Tuple[List[Tuple[str, str]], List[str]]:
     facts = (
         (keys.NFD_ARCH_LABEL, info.arch, "arch"),
         (keys.NPU_COUNT_LABEL, str(len(info.devices)), "NPU count"),
-        (keys.DRIVER_VERSION_LABEL, info.driver, "driver"),
+        (keys.DRIVER_VERSION_LABEL, keys.driver_label_value(info.driver), "driver"),
         (keys.DRIVER_ORDINAL_LABEL, ordinal, "driver ordinal" if info.driver else "driver"),
         (keys.FIRMWARE_VERSION_LABEL, info.firmware, "firmware"),
         (keys.CHIP_LABEL, keys.chip_label_value(info.soc), "chip"),

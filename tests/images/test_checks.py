@@ -17,6 +17,7 @@ import pytest
 from typer.testing import CliRunner
 
 from builder.images import checks, matrix, plan
+from builder.cli.kb import describe_cann
 from builder import cli, installers, knowledge, python_env, versions
 from tests.support.cann import synthetic_torch_npu_wheel
 from tests.support.matrix import CANN_7, SHIPPED_MATRIX, VALID, all_findings, by_rule, write_cells
@@ -582,9 +583,11 @@ COVERED = {
     "cann_known": ("cann-unknown", "version-syntax", "cann-unlisted-unverifiable", "cann-unlisted"),
     "torch_npu_published": ("torch-npu-unpublished",),
     "torch_matches_pin": ("torch-mismatch",),
-    "cann_paired": ("cann-mismatch", "cann-pairing-unknown", "cann-below-inferred", "cann-adjacent", "cann-downstream"),
+    "cann_paired": ("cann-mismatch", "cann-pairing-unknown", "cann-below-inferred", "cann-adjacent", "cann-downstream",
+                    "cann-window"),
     "python_has_wheel": ("python-no-wheel",),
     "python_within_cann": ("python-outside-cann", "python-outside-cann-shipped"),
+    "nnal_python": ("nnal-python",),
     "glibc_new_enough": ("glibc-too-old",),
     "driver_supports_cann": ("driver-too-old", "driver-missing", "version-syntax", "driver-downstream"),
     "firmware_in_range": ("firmware-out-of-range", "version-syntax", "firmware-unknown", "firmware-unlisted"),
@@ -642,7 +645,10 @@ def test_strict_turns_the_warning_into_exit_1():
     assert strict.output.count("the conda part (the conda channel https://conda.anaconda.org/conda-forge could not be "
                                "reached") == 12
     assert strict.output.count("warning: installer-sha256-unrecorded") == 1  # the demo cell's CANN 9.1.0
-    assert f"14 error(s) in {SHIPPED_MATRIX}" in strict.output
+    # and what --strict alone reports: the Python of CANN 7.0.RC1's, 8.0.RC3's and 8.3.RC1's cells is not
+    # checked (the knowledge base holds no installation guide's range of theirs); without --strict, not said
+    assert strict.output.count("warning: python-not-checked") == 3 and "python-not-checked" not in relaxed.output
+    assert f"17 error(s) in {SHIPPED_MATRIX}" in strict.output
 
 
 # --- CANN's Python limits and torch_npu's environment options (builder/data/python-env.yaml) -----------
@@ -665,6 +671,25 @@ def test_cann_8_limits_come_from_the_install_guide(tmp_path):
     assert len(messages) == 2
     assert "numpy==1.26.4 is outside numpy>=1.19.2,<=1.24.0, which CANN 8.0.RC3 needs (per CANN installation guide" in messages[0]
     assert "protobuf==4.25.3 is outside protobuf>=3.20,<3.21" in messages[1]
+
+
+def test_canns_own_floors_on_the_packages_its_tools_import_refuse_a_pin_below_them(tmp_path):
+    """The 8.0.RC2 .. 9.1.0 guides: decorator >=4.4.0, sympy >=1.5.1, cffi >=1.12.3."""
+    findings, _, _ = cell_findings(tmp_path, dict(VALID, pip=["sympy==1.4", "decorator==4.3.2", "cffi==1.12.3"]))
+    found = by_rule(findings, "cann-python-constraint")
+    assert [f.message.split(",")[0] for f in found] == ["sympy==1.4 is outside sympy>=1.5.1",
+                                                        "decorator==4.3.2 is outside decorator>=4.4.0"]
+    assert all(f.severity == "error" and "which CANN 8.0.RC3 needs (per CANN installation guides" in f.message
+               for f in found)
+    assert found[0].fix == "pin sympy within sympy>=1.5.1, or drop the pin and let the lock choose"
+    for cann, npu, python in (("8.0.RC2", "2.3.1", "3.10"), ("9.1.0", "2.11.0", "3.11")):  # both ends of the guides read
+        cell = dict(VALID, cann=cann, torch_npu=npu, python=python, pip=["sympy==1.4"])
+        assert by_rule(cell_findings(tmp_path, cell)[0], "cann-python-constraint"), cann
+    # before 8.0.RC2 no guide read states them: not checked there
+    assert not by_rule(cell_findings(tmp_path, dict(CANN_7, pip=["sympy==1.4"]))[0], "cann-python-constraint")
+    # kb cann shows the floors
+    assert {"decorator>=4.4.0", "sympy>=1.5.1", "cffi>=1.12.3"} <= set(describe_cann(knowledge.load(), "8.3.RC1")
+                                                                       ["python_limits"])
 
 
 def test_a_driver_cann_refuses_but_mindie_runs_is_a_warning_naming_mindie(tmp_path):
@@ -804,7 +829,8 @@ SHAPE_CASES: Dict[str, List[dict]] = {
     "torch-mismatch": [dict(CANN_7, torch="2.2.0")],
     "cann-mismatch": [dict(CANN_7, torch_npu="2.4.0")],
     "cann-adjacent": [dict(VALID, cann="8.5.1", python="3.11", torch_npu="2.9.0", min_driver="25.0.RC1")],
-    "cann-downstream": [dict(VALID, cann="8.0.0", torch_npu="2.5.1")],
+    "cann-downstream": [dict(VALID, cann="9.1.0-beta.1", torch_npu="2.10.0", python="3.11")],
+    "cann-window": [dict(VALID, cann="8.0.RC3", torch_npu="2.5.1")],
     "cann-pairing-unknown": [dict(VALID, os="debian12", cann="9.1.0", python="3.11", torch_npu="2.13.0", env="venv")],
     "cann-below-inferred": [dict(VALID, os="debian12", cann="9.0.0", python="3.11", torch_npu="2.13.0", env="venv")],
     "nnal-glibc-too-old": [dict(VALID, os="debian12", cann="9.1.0", python="3.11", torch_npu="2.13.0", env="venv",
@@ -836,6 +862,7 @@ SHAPE_CASES: Dict[str, List[dict]] = {
                                          driver="25.0.RC1")],
     "venv-python-mismatch": [dict(VALID, os="debian12", env="venv")],
     "nnal-unpublished": [dict(CANN_7, nnal=True)],
+    "nnal-python": [dict(VALID, cann="8.5.0", python="3.9", torch_npu="2.8.0.post2", nnal=True)],
     "tag-too-long": [dict(CANN_7, name="x" * 120)],
     "duplicate-tag": [dict(VALID, name="same"), dict(CANN_7, name="same")],
     "cann-python-constraint": [dict(CANN_7, pip=["numpy==2.0.2"])],
@@ -895,15 +922,83 @@ def test_the_shape_cases_cover_every_rule_id():
     emitted |= {rule for rule, _, _ in checks.LOCK_RULES.values()}
     assert len(emitted) > 30
     assert emitted - set(SHAPE_CASES) - {"lock-missing", "lock-stale", "lock-incomplete",
-                                          "installer-sha256-unrecorded"} == set()
+                                          "installer-sha256-unrecorded", "python-not-checked"} == set()
+
+
+def test_python_not_checked_is_reported_by_strict_only_with_the_marker_and_the_same_shape(tmp_path):
+    """A release whose Python range no guide gave the knowledge base carries an explicit marker
+    (python_not_checked): `validate --strict` names it, plain `validate` stays silent (unknown is
+    not incompatible), `kb cann` says "not checked"."""
+    cell = dict(VALID, cann="8.1.RC1", torch_npu="2.5.1", arch="aarch64")
+    path, _ = write_cells(tmp_path, cell)
+    made = checks.not_checked(matrix.load(path).cells)
+    assert [f.rule for f in made] == ["python-not-checked"] and made[0].severity == "warning"
+    assert made[0].message.startswith("Python 3.10 is not checked against CANN 8.1.RC1: the knowledge base holds no "
+                                      "Python range of that release (searched, not found:")
+    assert SHAPE.fullmatch(str(made[0])), str(made[0])
+    assert checks.not_checked(matrix.load(write_cells(tmp_path, dict(VALID, cann="8.5.0", python="3.11",
+                                                                     torch_npu="2.8.0.post2"),
+                                                          name="ranged.yaml")[0]).cells) == []
+    runner = CliRunner()
+    relaxed = runner.invoke(cli.app, ["validate", "--matrix", str(path), "--out", str(tmp_path / "out")])
+    strict = runner.invoke(cli.app, ["validate", "--matrix", str(path), "--out", str(tmp_path / "out"), "--strict"])
+    assert "python-not-checked" not in relaxed.output and relaxed.exit_code == 0, relaxed.output
+    assert "warning: python-not-checked [cells[0].python]" in strict.output and strict.exit_code == 1
+
+
+def test_nnal_on_a_python_its_guide_does_not_list_for_nnal_is_a_warning(tmp_path):
+    findings, lines, _ = cell_findings(tmp_path, dict(VALID, cann="8.5.0", python="3.9", torch_npu="2.8.0.post2",
+                                                      nnal=True))
+    f = only(findings, "nnal-python")
+    assert f.severity == "warning" and (f.field, f.where.line) == ("cells[0].nnal", lines[(0, "nnal")])
+    assert f.message.startswith("NNAL's Python library (torch_atb) of CANN 8.5.0 needs Python 3.10 or 3.11; the cell "
+                                "has Python 3.9 (per CANN 8.5.0 installation guide: 'If the Python library of the NNAL")
+    for python, npu in (("3.10", "2.8.0.post2"), ("3.11", "2.8.0.post2")):  # the Pythons it names
+        assert not by_rule(cell_findings(tmp_path, dict(VALID, cann="8.5.0", python=python, torch_npu=npu,
+                                                        nnal=True))[0], "nnal-python"), python
+    # without nnal, or on a release whose guide says nothing of NNAL's Python, nothing is said
+    assert not by_rule(cell_findings(tmp_path, dict(VALID, cann="8.5.0", python="3.9", torch_npu="2.8.0.post2"))[0],
+                       "nnal-python")
 
 
 def test_a_pair_a_downstream_project_ships_is_a_warning_naming_it(tmp_path):
-    findings, lines, _ = cell_findings(tmp_path, dict(VALID, cann="8.0.0", torch_npu="2.5.1"))
+    findings, lines, _ = cell_findings(tmp_path, dict(VALID, cann="9.1.0-beta.1", torch_npu="2.10.0", python="3.11"))
     f = only(findings, "cann-downstream")
     assert f.severity == "warning" and (f.field, f.where.line) == ("cells[0].cann", lines[(0, "cann")])
-    assert f.message == ("torch_npu 2.5.1 is paired with CANN 8.1.RC1 (published); CANN 8.0.0 is not published for it, "
-                         "but a downstream project ships this pair (vllm-project/vllm-ascend@v0.8.4rc2:Dockerfile)")
+    assert f.message == ("torch_npu 2.10.0 is paired with CANN 9.0.0 (published); CANN 9.1.0-beta.1 is not published "
+                         "for it, but a downstream project ships this pair (vllm-project/vllm-ascend@v0.20.2rc1:Dockerfile.310p)")
     assert not by_rule(findings, "cann-mismatch")
     # one release further from the pair, with no such evidence: still refused
-    assert by_rule(cell_findings(tmp_path, dict(VALID, cann="8.0.RC3", torch_npu="2.5.1"))[0], "cann-mismatch")
+    assert by_rule(cell_findings(tmp_path, dict(VALID, cann="9.2.0", torch_npu="2.10.0", python="3.11"))[0],
+                   "cann-mismatch")
+
+
+def test_a_pair_inside_a_published_compatibility_window_is_a_warning_naming_the_window(tmp_path):
+    """Huawei's PTA 7.2.0 release notes list PTA 6.0.0 .. 7.2.0 each with CANN 8.0.RC2 .. 8.3.RC1:
+    torch_npu 2.5.1 (PTA 7.0.0, paired with 8.1.RC1) on CANN 8.0.RC3 is documented compatible."""
+    findings, lines, _ = cell_findings(tmp_path, dict(VALID, cann="8.0.RC3", torch_npu="2.5.1"))
+    f = only(findings, "cann-window")
+    assert f.severity == "warning" and (f.field, f.where.line) == ("cells[0].cann", lines[(0, "cann")])
+    assert f.message == ("torch_npu 2.5.1 is paired with CANN 8.1.RC1; CANN 8.0.RC3 is not its pair but inside a "
+                         "published compatibility window: Ascend Extension for PyTorch 6.0.0, 7.0.0, 7.1.0, 7.2.0 "
+                         "each with CANN 8.0.RC2, 8.0.RC3, 8.0.0, 8.1.RC1, 8.2.RC1, 8.3.RC1 (per "
+                         "https://www.hiascend.com/document/detail/zh/Pytorch/720/releasenote/releasenote_0005.html; "
+                         "torch_npu 2.5.1 is PTA 7.0.0)")
+    assert f.fix == "keep it (Huawei documents it compatible), or set cann: 8.1.RC1 for the paired release"
+    assert not [g for g in findings if g.severity == "error"]
+    # every PTA of the window with every CANN of it, both directions (an older and a newer CANN)
+    for npu, cann in (("2.1.0.post10", "8.3.RC1"), ("2.6.0.post3", "8.0.RC2"), ("2.4.0.post2", "8.2.RC1")):
+        found = cell_findings(tmp_path, dict(VALID, cann=cann, torch_npu=npu, python="3.10"))[0]
+        assert by_rule(found, "cann-window") and not by_rule(found, "cann-mismatch"), (npu, cann)
+    # outside every window: refused as before, the message naming the window it missed
+    outside = only(cell_findings(tmp_path, dict(VALID, cann="8.5.0", torch_npu="2.5.1", python="3.10"))[0],
+                   "cann-mismatch")
+    assert outside.severity == "error"
+    assert outside.message == ("torch_npu 2.5.1 is paired with CANN 8.1.RC1, not CANN 8.5.0 (nor inside the "
+                               "compatibility window Huawei publishes for its PTA 7.0.0: CANN 8.0.RC2, 8.0.RC3, "
+                               "8.0.0, 8.1.RC1, 8.2.RC1, 8.3.RC1)")
+    # a PTA outside the window (6.0.rc3, paired with 8.0.RC3) is not widened by it
+    assert by_rule(cell_findings(tmp_path, dict(VALID, cann="8.3.RC1", torch_npu="2.4.0"))[0], "cann-mismatch")
+    # what `lock` and `image` take (checks.refused) is what validate accepts
+    path, _ = write_cells(tmp_path, dict(VALID, cann="8.0.RC3", torch_npu="2.5.1"))
+    assert checks.refused(matrix.load(path).cells) == []

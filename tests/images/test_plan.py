@@ -588,7 +588,8 @@ def test_lock_inputs(shipped, kb, cell7):
     assert "torch==2.1.0" in arm.requirements  # aarch64: PyPI's torch is the CPU build
     demo = plan.lock_inputs(shipped[DEMO], kb)
     assert demo.requirements[-4:] == ("torch==2.13.0+cpu", "torch-npu==2.13.0", "pip", "setuptools")  # venv: no wheel
-    assert demo.constraints == ("numpy>=1.19.2", "setuptools<82")  # CANN 9.1.0 lifts the protobuf 3.20 limit
+    # CANN 9.1.0 lifts the protobuf 3.20 limit; its guide's floors on decorator, sympy and cffi reach the lock
+    assert demo.constraints == ("decorator>=4.4.0", "sympy>=1.5.1", "cffi>=1.12.3", "numpy>=1.19.2", "setuptools<82")
     pinned = dataclasses.replace(cell7, pip=("six==1.16.0",))
     assert plan.lock_inputs(pinned, kb).requirements[-4:] == ("six==1.16.0", "pip", "setuptools", "wheel")
 

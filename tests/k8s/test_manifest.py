@@ -13,7 +13,7 @@ from tests.support.k8s import CLUSTER, POOL_910B, admitted, nodes, validate_k8s,
 from builder import devices
 from builder.errors import UserError
 from builder.k8s import job, pod, pool, manifest_yaml, volcano
-from builder.node.labels import CHIP_LABELS, DRIVER_ORDINAL_LABEL
+from builder.node.labels import CHIP_LABELS, DRIVER_ORDINAL_LABEL, DRIVER_VERSION_LABELS
 from builder.versions import driver_ordinal
 
 DIGEST = "sha256:" + "ab" * 32
@@ -83,6 +83,19 @@ def test_the_ordinal_term_alone_admits_exactly_the_drivers_at_or_above_the_minim
                                                   DRIVER_ORDINAL_LABEL: str(driver_ordinal(d))}}}
                for d in ("24.1.RC2", "24.1.rc3", "24.1.RC3.b080", "24.1.0", "23.0.2.1")]
     assert admitted(pod.pod_spec(spec, []), cluster) == ["24.1.rc3", "24.1.RC3.b080", "24.1.0"]
+
+
+def test_the_version_label_term_admits_both_spellings_of_a_driver_a_node_may_carry():
+    # no ordinal label: only MindCluster's driver label, spelled as the driver spells it (24.1.rc3, what the
+    # device plugin copies from DCMI and host --nfd writes) or as release names do (24.1.RC3); In compares bytes
+    spec = spec_for("24.1.RC3", drivers=("24.1.RC3", "25.0.rc1"))
+    cluster = [{"metadata": {"name": f"{key}={d}", "labels": {"kubernetes.io/arch": "amd64", CHIP_LABELS[0]: "910B3",
+                                                             key: d}}}
+               for key in DRIVER_VERSION_LABELS for d in ("24.1.rc3", "24.1.RC3", "25.0.RC1", "25.0.rc1", "24.1.rc2")]
+    assert admitted(pod.pod_spec(spec, []), cluster) == [f"{key}={d}" for key in DRIVER_VERSION_LABELS
+                                                        for d in ("24.1.rc3", "24.1.RC3", "25.0.RC1", "25.0.rc1")]
+    terms = pod.affinity(spec)["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
+    assert terms[1]["matchExpressions"][2]["values"] == ["24.1.rc3", "24.1.RC3", "25.0.rc1", "25.0.RC1"]
 
 
 def test_a_line_name_minimum_selects_from_the_lines_first_release():

@@ -251,6 +251,15 @@ def test_image_torch_npu_cann_mismatch_uses_the_explain_fix():
                                     image_cann="8.0.RC2")
 
 
+def test_image_torch_npu_inside_a_published_compatibility_window_is_ok_as_validate_accepts_it():
+    # torch_npu 2.5.1 (PTA 7.0.0, paired with 8.1.RC1) on CANN 8.0.RC3: in PTA 7.2.0's published window
+    facts = dict(NPU_FACTS, torch_npu="2.5.1", torch="2.5.1", cann=[{"path": "x", "version": "8.0.RC3"}])
+    c = by_name(doctor.image_checks({}, facts, HOST_910B), "image: torch_npu vs CANN")
+    assert c.status == OK and "inside the compatibility window Huawei publishes" in c.detail, c
+    outside = dict(facts, cann=[{"path": "x", "version": "8.5.0"}])
+    assert by_name(doctor.image_checks({}, outside, HOST_910B), "image: torch_npu vs CANN").status == FAIL
+
+
 def test_image_label_and_files_disagree_on_cann():
     facts = dict(NPU_FACTS, cann=[{"path": "x", "version": "8.0.RC2"}])
     assert by_name(doctor.image_checks(NPU_LABELS, facts, HOST_910B), "image: CANN").status == FAIL

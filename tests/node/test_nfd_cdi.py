@@ -51,6 +51,15 @@ def fixture_node(root: Path, driver: str = "24.1.rc3", npus: int = 8) -> Path:
     return make_node(root, driver=DRIVER_INFO.replace("24.1.rc3", driver), devices=npus, smi=smi)
 
 
+def test_the_driver_label_has_one_spelling_the_drivers_own_whichever_way_it_was_read():
+    # version.info says 24.1.rc3; a probe that read 24.1.RC3 (a release name) writes the same label value
+    for read in ("24.1.rc3", "24.1.RC3", "24.1.Rc3"):
+        pairs, _ = nfd.features(HostInfo(arch="aarch64", driver=read, soc="Ascend910B3"))
+        assert dict(pairs)[keys.DRIVER_VERSION_LABEL] == "24.1.rc3", read
+    pairs, _ = nfd.features(HostInfo(arch="aarch64", driver="25.0.RC1.1"))
+    assert dict(pairs)[keys.DRIVER_VERSION_LABEL] == "25.0.rc1.1"
+
+
 def test_host_nfd_writes_the_probed_facts_as_node_labels(tmp_path):
     root = fixture_node(tmp_path / "node")
     out = run_cli("host", "--root", root, "--nfd", "-")
