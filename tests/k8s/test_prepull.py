@@ -148,3 +148,17 @@ def test_the_daemonset_takes_the_affinity_not_the_jobs_volumes_or_env():
     pod = prepull.daemonset("t", spec, {})["spec"]["template"]["spec"]
     assert set(pod) == {"affinity", "automountServiceAccountToken", "terminationGracePeriodSeconds", "containers"}
     assert pod["containers"][0]["securityContext"]["runAsNonRoot"] is True
+
+
+def test_without_nodes_this_hosts_probe_decides_as_for_k8s_job(source, tmp_path):
+    from tests.support.node import SMI_910B3, make_node
+
+    where, pushed = source
+    node = make_node(tmp_path / "node", arch="x86_64", smi=SMI_910B3)  # driver 24.1.rc3, 910B3
+    done = cli(where, "prepull", "--root", str(node))
+    job = cli(where, "job", "--root", str(node), "--npus", "2", "--", "python", "t.py")
+    assert done.returncode == job.returncode == 0, done.stderr + job.stderr
+    pod = yaml.safe_load(done.stdout)["spec"]["template"]["spec"]
+    assert pod["containers"][0]["image"] == f"{where}@{pushed['fits']}"
+    assert pod["affinity"] == yaml.safe_load(job.stdout)["spec"]["template"]["spec"]["affinity"]
+    assert admitted(pod, nodes(POOL_910B)) == ["npu-a", "npu-b"]  # npu-c's 910B4 is not this host's chip
