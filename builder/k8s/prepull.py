@@ -4,9 +4,10 @@
   (`builder.k8s.pod.affinity` of the same `PodSpec`), so the DaemonSet controller puts one pod
   on exactly the nodes the job may be scheduled on. Its one container is the image **by digest**
   with ``command: ["sleep", "infinity"]``: the command replaces the image's ENTRYPOINT (the
-  driver guard), so nothing of the image's payload runs and no driver is read; ``sleep`` is the
-  image's own coreutils (every image ascend-build builds is Debian or Ubuntu based). It asks for
-  no NPU, 1m of CPU and 16Mi of memory, runs as ``nobody`` with no capabilities and a read-only
+  driver guard), so nothing of the image's payload runs and no driver is read. ``sleep`` is the
+  image's own GNU coreutils (Debian, Ubuntu and openEuler, the OSes ascend-build builds on, ship
+  it; the engine test ran it on Debian). It asks for no NPU, 1m of CPU and 16Mi of memory, and
+  runs as user 65534 with no capabilities, no privilege escalation and a read-only
   root file system. A pod is Ready once its container runs, which is only after the node holds
   the image: the DaemonSet's status (``numberReady`` of ``desiredNumberScheduled``; ``kubectl
   rollout status``) and each pod's Ready condition (``kubectl get pods -o wide``) say which
