@@ -29,7 +29,7 @@ ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "benchmarks" / "RESULTS.md"
 
 BENCHMARKS = ("bench_validate_render", "bench_build", "bench_chips", "bench_verdict", "bench_lock", "bench_arm64",
-              "bench_hostile", "bench_faults", "bench_attest", "trace_cell_path")
+              "bench_hostile", "bench_faults", "bench_attest", "bench_distribution", "trace_cell_path")
 
 Row = Tuple[str, str, str]  # benchmark, figure, value
 
@@ -98,8 +98,10 @@ def markdown(rows: Sequence[Row], ran: Sequence[str], whole: bool, started: date
 
 def parse(argv: Optional[Sequence[str]]) -> List[str]:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--only", default="", help="comma-separated benchmark names, e.g. bench_verdict,bench_chips")
+    parser.add_argument("--only", default="", help="comma-separated benchmark names, e.g. bench_verdict,bench_chips "
+                                                   "(bench_ may be left out: --only distribution)")
     only = [name.strip() for name in parser.parse_args(argv).only.split(",") if name.strip()]
+    only = [f"bench_{name}" if f"bench_{name}" in BENCHMARKS else name for name in only]  # --only distribution
     unknown = [name for name in only if name not in BENCHMARKS]
     if unknown:
         parser.error(f"--only: no benchmark named {', '.join(unknown)}; the benchmarks are {', '.join(BENCHMARKS)}")

@@ -28,7 +28,7 @@ from tests.support.loopback_registry import REGISTRY_BIN, Registry, free_port, s
 
 # Fixtures defined in helper modules, offered to every test by pytest: imported into a test module,
 # a fixture is a name that the test functions' arguments redefine (pyflakes' F811).
-pytest_plugins = ("tests.support.trust",)
+pytest_plugins = ("tests.support.trust", "tests.support.podman")
 
 # --- scheduling under pytest-xdist --------------------------------------------------------
 #

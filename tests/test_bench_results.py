@@ -93,3 +93,8 @@ def test_a_failing_benchmark_leaves_the_results_as_they_were(fake_benchmarks, mo
 def test_every_benchmark_named_in_run_all_is_a_module_of_the_package():
     assert sorted(run_all.BENCHMARKS) == sorted(
         p.stem for p in (ROOT / "benchmarks").glob("*.py") if p.stem not in ("__init__", "run_all"))
+
+
+def test_only_takes_a_name_without_its_bench_prefix():
+    assert run_all.parse(["--only", "distribution"]) == ["bench_distribution"]
+    assert run_all.parse(["--only", "bench_distribution,attest"]) == ["bench_attest", "bench_distribution"]

@@ -10,12 +10,13 @@ from typing import Optional
 
 import typer
 
-from builder.cli.app import DeadlineOpt, app, host_arch, within
+from builder.cli.app import DeadlineOpt, app
+from builder.cli import k8s_choice
 from builder.cli.node import RequireOpt, RootOpt, how_chosen
 from builder.cli import paths
 from builder.cli.trust_key import TrustKeyOpt, trust_key as decide_trust_key
 from builder.errors import UserError
-from builder.vocabulary import DEFAULT_IMAGE, Label
+from builder.vocabulary import Label
 
 k8s_app = typer.Typer(no_args_is_help=True, help="Kubernetes manifests for the validated image that fits a node pool.")
 app.add_typer(k8s_app, name="k8s")
@@ -43,6 +44,8 @@ def job_command(
     require: str = RequireOpt,
     root: Path = RootOpt,
     deadline: Optional[float] = DeadlineOpt,
+    prepull: bool = typer.Option(False, "--prepull",
+                                 help="Also print `k8s prepull`'s DaemonSet for the same image and nodes (a second YAML document)."),
 ) -> None:
     """Print (YAML) a Job for the validated image that fits every node of the pool, pinned by digest (`-- CMD...`).
 
@@ -53,10 +56,8 @@ def job_command(
     (nodes.json: kubectl get nodes -o json > nodes.json)
     """
     from builder.trust import policy
-    from builder.k8s import job, pod, pool, manifest_yaml, volcano
-    from builder.node import host as host_probe
+    from builder.k8s import job, pod, pool, manifest_yaml, prepull as prepulls, volcano
     from builder.node import pull as chooser
-    from builder.registry import Registry
 
     trusted = decide_trust_key(trust_key)
     key = trusted.key
@@ -67,34 +68,18 @@ def job_command(
                         fix="add --kind volcano, or leave --nodes-count out")
     job.check_name(name)
     policy.check_requirement(require)
-    if nodes is not None:
-        try:
-            text = nodes.read_text(encoding="utf-8")
-        except (OSError, UnicodeDecodeError) as exc:
-            raise UserError(f"--nodes {nodes}: cannot read it ({exc})", fix="write it with: kubectl get nodes -o json > nodes.json") from None
-        found = pool.read_pool(text, str(nodes), chip)
-    else:
-        info = host_probe.probe(root=root, run_npu_smi=True)
-        found = pool.host_pool(info, info.arch or host_arch(), chip)
+    found = k8s_choice.read_pool(nodes, chip, root)
     if kind == "volcano" and nodes is not None and nodes_count > len(found.names):
         raise UserError(f"--nodes-count {nodes_count}: the pool has {len(found.names)} node(s) and each pod needs its own",
                         fix=f"--nodes-count {len(found.names)} or fewer", exit_code=1)
     pool.check_npus(found, npus, nodes_count)
-    for left in found.left_out:
-        typer.echo(f"note: left out (--chip {chip}): {left}", err=True)
     wanted = chooser.Wanted(cann=cann, torch=torch, python=python)
-    address, repository = chooser.split_registry(registry, DEFAULT_IMAGE)
-    subject = "this node" if nodes is None else "the pool"
-    with within(deadline):
-        best, rejected = chooser.pick(Registry(address), repository, found.node, wanted, key, require)
-    if best is None:
-        typer.echo(chooser.refusal(f"{address}/{repository}", found.node, rejected, wanted, subject,
-                                   "ascend-build k8s job", pool.describe(found)), err=True)
-        raise typer.Exit(1)
+    chosen = k8s_choice.choose(registry, found, wanted, key, require, deadline, nodes is None, "ascend-build k8s job")
+    best, subject = chosen.best, chosen.subject
     if "firmware" in found.node.unchecked and best.labels.get(Label.MIN_FIRMWARE):
         typer.echo(f"note: firmware not checked: not every node carries a firmware label; the image needs "
                    f"{best.labels[Label.MIN_FIRMWARE]} or newer (`ascend-build host --nfd` labels it)", err=True)
-    spec = pod.PodSpec(image=f"{address}/{repository}@{best.digest}", chip=best.labels.get(Label.CHIP) or found.node.chip or "",
+    spec = pod.PodSpec(image=chosen.image, chip=best.labels.get(Label.CHIP) or found.node.chip or "",
                        arch=found.node.arch, npus=npus, command=tuple(ctx.args),
                        min_driver=best.labels.get(Label.MIN_DRIVER, ""), chip_values=found.chip_values,
                        drivers=found.drivers, shm_size=shm_size)
@@ -104,4 +89,8 @@ def job_command(
     verified = how_chosen(trusted, require)
     header = [f"ascend-build k8s job: image tag {best.tag}, chosen for {subject} ({pool.describe(found)}arch "
               f"{found.node.arch}, chip {found.node.chip}, driver {found.node.driver})", verified]
-    typer.echo(manifest_yaml.render(manifest, header), nl=False)
+    text = manifest_yaml.render(manifest, header)
+    if prepull:
+        text += "---\n" + manifest_yaml.render(prepulls.daemonset(name, spec, annotations),
+                                               prepulls.header(name))
+    typer.echo(text, nl=False)

@@ -10,10 +10,6 @@ the pipeline seals); it states its NPU image's minimum driver, 25.2.RC1 for CANN
 from __future__ import annotations
 
 import json
-import os
-import shutil
-import subprocess
-import tempfile
 import uuid
 from pathlib import Path
 
@@ -105,31 +101,6 @@ def test_at_the_minimum_the_command_runs_and_without_a_driver_it_runs_with_one_l
 
 
 # --- the rendered Pod under podman kube play -----------------------------------------------------
-
-PODMAN = "/usr/bin/podman"
-# This sandbox refuses raising RLIMIT_NOFILE (podman's default ulimits) and runs no systemd.
-CONTAINERS_CONF = 'default_ulimits = []\n'
-ENGINE_CONF = 'cgroup_manager = "cgroupfs"\nevents_logger = "file"\n'
-
-
-@pytest.fixture
-def podman(tmp_path):
-    """podman with storage of its own under tmp_path (nothing shared with other tests), reset after."""
-    if not Path(PODMAN).exists() or not shutil.which("catatonit"):
-        pytest.skip("podman or catatonit missing: run scripts/setup-engine.sh as root")
-    conf = tmp_path / "containers.conf"
-    conf.write_text(f"[containers]\n{CONTAINERS_CONF}[engine]\n{ENGINE_CONF}")
-    runroot = tempfile.mkdtemp(prefix="podman-")  # podman refuses a runroot longer than 50 characters
-    base = [PODMAN, "--root", str(tmp_path / "storage"), "--runroot", runroot]
-
-    def run(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
-        return subprocess.run([*base, *args], env={**os.environ, "CONTAINERS_CONF": str(conf)},
-                              capture_output=True, text=True, timeout=timeout)
-
-    yield run
-    run("system", "reset", "--force", timeout=300)
-    shutil.rmtree(runroot, ignore_errors=True)
-
 
 def driver_tree(root: Path, version: str) -> Path:
     """A fixture node with every file the Pod mounts from the node, and its NPU device files."""

@@ -97,3 +97,16 @@ def validate_volcano(manifest: Dict[str, Any]) -> None:
         pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", **task["template"].get("metadata", {})},
                "spec": task["template"]["spec"]}
         validate_k8s(pod)
+
+
+OPENKRUISE_CRD = FIXTURES / "openkruise" / "apps.kruise.io_imagepulljobs.yaml"
+
+
+def validate_openkruise(manifest: Dict[str, Any]) -> None:
+    """Against OpenKruise's ImagePullJob CRD, for the manifest's version (v1alpha1, served beside the
+    stored v1beta1), unknown fields refused."""
+    crd = yaml.safe_load(OPENKRUISE_CRD.read_text())
+    assert manifest["apiVersion"] == f"{crd['spec']['group']}/v1alpha1" and manifest["kind"] == crd["spec"]["names"]["kind"]
+    version = next(v for v in crd["spec"]["versions"] if v["name"] == "v1alpha1")
+    assert version["served"] is True
+    jsonschema.validate(manifest, _closed(copy.deepcopy(version["schema"]["openAPIV3Schema"])))

@@ -1,0 +1,60 @@
+"""The choice `k8s job` and `k8s prepull` share: read the pool, pick the validated image that fits
+it, or say why none does (stderr, exit 1). Parsing and printing only: the pool is
+`builder.k8s.pool`'s, the pick `builder.node.pull`'s.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from builder.cli.app import host_arch, within
+from builder.errors import UserError
+from builder.k8s.pool import Pool
+from builder.registry import ImageInfo
+from builder.vocabulary import DEFAULT_IMAGE
+
+
+def read_pool(nodes: Optional[Path], chip: Optional[str], root: Path) -> Pool:
+    """``--nodes FILE`` (kubectl get nodes -o json), or this host's probe under ``root``."""
+    from builder.k8s import pool
+    from builder.node import host as host_probe
+
+    if nodes is not None:
+        try:
+            text = nodes.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            raise UserError(f"--nodes {nodes}: cannot read it ({exc})", fix="write it with: kubectl get nodes -o json > nodes.json") from None
+        return pool.read_pool(text, str(nodes), chip)
+    info = host_probe.probe(root=root, run_npu_smi=True)
+    return pool.host_pool(info, info.arch or host_arch(), chip)
+
+
+@dataclass(frozen=True)
+class Choice:
+    best: ImageInfo
+    image: str  # HOST[:PORT]/REPOSITORY@DIGEST
+    subject: str  # "this node" or "the pool"
+
+
+def choose(registry: str, found: Pool, wanted, key, require: str, deadline: Optional[float], on_host: bool,
+           retry: str) -> Choice:
+    """The image of ``registry`` that fits every node of ``found``; nothing fits: why, on stderr, exit 1."""
+    from builder.k8s import pool
+    from builder.node import pull as chooser
+    from builder.registry import Registry
+
+    for left in found.left_out:
+        typer.echo(f"note: left out (--chip {found.node.chip}): {left}", err=True)
+    address, repository = chooser.split_registry(registry, DEFAULT_IMAGE)
+    subject = "this node" if on_host else "the pool"
+    with within(deadline):
+        best, rejected = chooser.pick(Registry(address), repository, found.node, wanted, key, require)
+    if best is None:
+        typer.echo(chooser.refusal(f"{address}/{repository}", found.node, rejected, wanted, subject,
+                                   retry, pool.describe(found)), err=True)
+        raise typer.Exit(1)
+    return Choice(best, f"{address}/{repository}@{best.digest}", subject)

@@ -1,0 +1,78 @@
+"""`k8s prepull`: print the manifest that pulls the image `k8s job` would choose onto the nodes its
+Job may land on. Parses, calls `builder.cli.k8s_choice` and `builder.k8s.prepull`, prints.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from builder.cli import k8s_choice, paths
+from builder.cli.app import DeadlineOpt
+from builder.cli.k8s import k8s_app
+from builder.cli.node import RequireOpt, RootOpt, how_chosen
+from builder.cli.trust_key import TrustKeyOpt, trust_key as decide_trust_key
+from builder.errors import UserError
+from builder.vocabulary import Label
+
+PREPULL_KINDS = ("daemonset", "openkruise")
+
+
+@k8s_app.command("prepull")
+def prepull_command(
+    registry: str = typer.Option(..., "--registry", help="HOST[:PORT][/REPOSITORY] the images are in."),
+    cann: Optional[str] = typer.Option(None, "--cann", help="The CANN release wanted, e.g. 8.0.RC3."),
+    chip: Optional[str] = typer.Option(None, "--chip", help="Pull on this chip's nodes of --nodes only (910b, a3, ...)."),
+    nodes: Optional[Path] = typer.Option(None, "--nodes", metavar="FILE", callback=paths.FILE,
+                                         help="`kubectl get nodes -o json` output: the pool (default: this host)."),
+    kind: str = typer.Option("daemonset", "--kind", metavar="daemonset|openkruise",
+                             help="An apps/v1 DaemonSet, or an OpenKruise ImagePullJob (needs --nodes: it names the nodes)."),
+    name: str = typer.Option("ascend-train", "--name", help="The job's name (the manifest is NAME-prepull)."),
+    torch: Optional[str] = typer.Option(None, "--torch", help="Pin torch (default: the newest that fits)."),
+    python: Optional[str] = typer.Option(None, "--python", help="Pin Python, e.g. 3.10."),
+    trust_key: Optional[str] = TrustKeyOpt,
+    require: str = RequireOpt,
+    root: Path = RootOpt,
+    deadline: Optional[float] = DeadlineOpt,
+) -> None:
+    """Print (YAML) what pulls the image `k8s job` chooses (same options, same choice) onto the nodes
+    its Job may land on, running nothing of the image.
+
+    daemonset: the Job's node affinity, one pod per admitted node running `sleep infinity` (not the
+    image's entrypoint), Ready once its node holds the image. openkruise: an ImagePullJob naming
+    the pool's nodes. Nothing fits: why, on stderr, exit 1, nothing on stdout.
+
+    Example: ascend-build k8s prepull --registry registry.example:5000 --cann 8.0.RC3 --nodes nodes.json
+    """
+    from builder.k8s import job, manifest_yaml, pod, prepull
+    from builder.node import pull as chooser
+    from builder.trust import policy
+
+    trusted = decide_trust_key(trust_key)
+    if kind not in PREPULL_KINDS:
+        raise UserError(f"--kind {kind!r} is none of {', '.join(PREPULL_KINDS)}", fix="--kind daemonset or --kind openkruise")
+    if kind == "openkruise" and nodes is None:
+        raise UserError("--kind openkruise names the nodes to pull on, and without --nodes there are none to name",
+                        fix="pass --nodes (kubectl get nodes -o json > nodes.json), or --kind daemonset")
+    job.check_name(name)
+    policy.check_requirement(require)
+    found = k8s_choice.read_pool(nodes, chip, root)
+    wanted = chooser.Wanted(cann=cann, torch=torch, python=python)
+    chosen = k8s_choice.choose(registry, found, wanted, trusted.key, require, deadline, nodes is None,
+                               "ascend-build k8s prepull")
+    best = chosen.best
+    annotations = {"ascend-build.io/image-tag": best.tag}
+    if kind == "daemonset":
+        spec = pod.PodSpec(image=chosen.image, chip=best.labels.get(Label.CHIP) or found.node.chip or "",
+                           arch=found.node.arch, npus=1, command=(), min_driver=best.labels.get(Label.MIN_DRIVER, ""),
+                           chip_values=found.chip_values, drivers=found.drivers)
+        manifest, notes = prepull.daemonset(name, spec, annotations), prepull.header(name)
+    else:
+        manifest = prepull.image_pull_job(name, chosen.image, found.names, annotations)
+        notes = [f"pre-pull: OpenKruise pulls the image on the pool's {len(found.names)} node(s) by name",
+                 f"per node: kubectl get imagepulljob {prepull.prepull_name(name)} -o yaml (status.failedNodes)"]
+    header = [f"ascend-build k8s prepull: image tag {best.tag}, chosen for {chosen.subject} (arch {found.node.arch}, "
+              f"chip {found.node.chip}, driver {found.node.driver})", how_chosen(trusted, require), *notes]
+    typer.echo(manifest_yaml.render(manifest, header), nl=False)
