@@ -178,6 +178,21 @@ def test_securesystemslib_verifies_our_envelope_and_refuses_an_edited_one(pair):
         Envelope.from_dict(json.loads(json.dumps(envelope))).verify([_sslib_key(other, keyid)], 1)
 
 
+def test_a_strangers_envelope_carrying_the_team_keyid_is_not_signed_by_the_trusted_key(pair):
+    """The keyid is unsigned: a stranger writes the team's, and the refusal must not take it at its word
+    ("changed after signing" would say the team's key signed something); only the signature is read."""
+    key, public = pair
+    body = statements.statement("reg.example/team/img", DIGEST, statements.VALIDATION_V1, {"verdict": "passed"})
+    data = json.loads(statements.sign(body, ec.generate_private_key(ec.SECP256R1())))
+    reasons = set()
+    for keyid in (signing.fingerprint(public), "", "someone-else"):  # the team's, none, another's
+        data["signatures"][0]["keyid"] = keyid
+        reason = statements.check(json.dumps(data).encode(), public, DIGEST).reason
+        assert reason.startswith(f"not signed by the trusted key (keyid {signing.fingerprint(public)[:16]})"), reason
+        reasons.add(reason)
+    assert len(reasons) == 1  # the keyid written changes nothing said
+
+
 def test_check_names_why_an_envelope_does_not_verify(pair):
     key, public = pair
     body = statements.statement("reg.example/team/img", DIGEST, statements.VALIDATION_V1, {"verdict": "passed"})
@@ -194,7 +209,7 @@ def test_check_names_why_an_envelope_does_not_verify(pair):
     data = json.loads(envelope)
     data["signatures"][0]["keyid"] = ""
     data["payload"] = base64.b64encode(b"{}").decode()
-    assert "does not verify with this key" in statements.check(json.dumps(data).encode(), public, DIGEST).reason
+    assert "not signed by the trusted key" in statements.check(json.dumps(data).encode(), public, DIGEST).reason
     assert "not a DSSE envelope" in statements.check(b"[]", public, DIGEST).reason
     assert "payload type" in statements.check(json.dumps(dict(json.loads(envelope), payloadType="text/plain")).encode(),
                                                public, DIGEST).reason
