@@ -431,7 +431,8 @@ def build(job: Job, options: Options, engine: Engine, say: Say, out: Outcome) ->
                 out.image_id = engine.build(
                     context, job.image.dockerfile, secrets=secret_files, log_path=Path(out.log),
                     build_args={planning.ALLOW_UNVERIFIED: "1"} if plan.lock_state != "ok" else {},
-                    labels=oci.build_labels(job.matrix_path, job.image.base_image),
+                    labels=oci.build_labels(job.matrix_path, job.image.base_image,
+                                            base_digest=_base_digest(engine, job.image.base_image)),
                     on_line=_Progress(job.name, say, options.quiet),
                     platform=platform_of(plan.arch) if job.emulated else None)
         except BuildFailed as exc:
@@ -440,6 +441,14 @@ def build(job: Job, options: Options, engine: Engine, say: Say, out: Outcome) ->
         finally:
             out.build_seconds = time.monotonic() - start
     return True
+
+
+def _base_digest(engine: Engine, base: str) -> str:
+    """The registry manifest digest of the base image when the engine knows one (it was pulled), else ""."""
+    for found in engine.repo_digests(base):
+        if "@sha256:" in found:
+            return found.rpartition("@")[2]
+    return ""
 
 
 def smoke_test(job: Job, engine: Engine, say: Say, out: Outcome) -> Dict:
