@@ -24,7 +24,7 @@ from builder.vocabulary import CONTROL_DEVICES
 DRIVER_MOUNTS = (
     "/usr/local/Ascend/driver/lib64",
     "/usr/local/Ascend/driver/version.info",
-    "/usr/local/Ascend/firmware/version.info",
+    "/usr/local/Ascend/firmware/version.info",  # FIRMWARE_INFO
     "/etc/ascend_install.info",
     "/usr/local/dcmi",
     "/usr/local/bin/npu-smi",
@@ -40,6 +40,9 @@ DRIVER_DIRECTORIES = frozenset({"/usr/local/Ascend/driver/lib64", "/usr/local/dc
 # Where npu-smi sits on some hosts only (ascend-facts.md): mounted where it exists (`run`), left
 # out where the node cannot be looked at beforehand (a Kubernetes pool).
 SOME_HOSTS_ONLY = frozenset({"/usr/local/sbin/npu-smi"})
+# The firmware's version.info: read by nothing in an image but the driver guard, and by it only when
+# the image states a firmware minimum (ASCEND_REQUIRE_FIRMWARE); `run` mounts it only then.
+FIRMWARE_INFO = "/usr/local/Ascend/firmware/version.info"
 # Without these two a container sees devices but cannot open them (libascend_hal.so, the driver's
 # version): a node that has a driver must have both, or `run` refuses rather than drop the mount.
 REQUIRED_MOUNTS = DRIVER_MOUNTS[:2]
@@ -99,12 +102,13 @@ def missing_mounts(root: Path = Path("/")) -> List[str]:
 
 
 def run_argv(image: str, chosen: Sequence[int], command: Sequence[str] = (), root: Path = Path("/"),
-             interactive: bool = True, env: Sequence[Tuple[str, str]] = ()) -> List[str]:
+             interactive: bool = True, env: Sequence[Tuple[str, str]] = (), firmware: bool = True) -> List[str]:
     """The ``docker run`` argv every Ascend project writes by hand, for the paths this host has.
 
     ``--ipc=host``: HCCL and the dataloader workers exchange tensors through
     shared memory, which Docker's default 64 MiB ``/dev/shm`` starves. ``env``: ``-e`` pairs.
-    The image's ENTRYPOINT (the driver guard) stays: ``command`` is its argument.
+    The image's ENTRYPOINT (the driver guard) stays: ``command`` is its argument. ``firmware``: mount
+    ``FIRMWARE_INFO`` (when the host has it); False for an image stating no firmware minimum.
 
     >>> run_argv("img", [0], ["python"], root=Path("/nonexistent"), interactive=False)
     ['docker', 'run', '--rm', '--ipc=host', '--device', '/dev/davinci0', 'img', 'python']
@@ -113,7 +117,8 @@ def run_argv(image: str, chosen: Sequence[int], command: Sequence[str] = (), roo
     for device in docker_devices(chosen, root):
         argv += ["--device", device]
     for host, container, read_only in driver_mounts(root):
-        argv += ["-v", f"{host}:{container}{':ro' if read_only else ''}"]
+        if firmware or host != FIRMWARE_INFO:
+            argv += ["-v", f"{host}:{container}{':ro' if read_only else ''}"]
     for name, value in env:
         argv += ["-e", f"{name}={value}"]
     return argv + [image, *command]

@@ -178,6 +178,21 @@ def test_securesystemslib_verifies_our_envelope_and_refuses_an_edited_one(pair):
         Envelope.from_dict(json.loads(json.dumps(envelope))).verify([_sslib_key(other, keyid)], 1)
 
 
+def test_a_strangers_envelope_carrying_the_team_keyid_is_not_signed_by_the_trusted_key(pair):
+    """The keyid is unsigned: a stranger writes the team's, and the refusal must not take it at its word
+    ("changed after signing" would say the team's key signed something); only the signature is read."""
+    key, public = pair
+    body = statements.statement("reg.example/team/img", DIGEST, statements.VALIDATION_V1, {"verdict": "passed"})
+    data = json.loads(statements.sign(body, ec.generate_private_key(ec.SECP256R1())))
+    reasons = set()
+    for keyid in (signing.fingerprint(public), "", "someone-else"):  # the team's, none, another's
+        data["signatures"][0]["keyid"] = keyid
+        reason = statements.check(json.dumps(data).encode(), public, DIGEST).reason
+        assert reason.startswith(f"not signed by the trusted key (keyid {signing.fingerprint(public)[:16]})"), reason
+        reasons.add(reason)
+    assert len(reasons) == 1  # the keyid written changes nothing said
+
+
 def test_check_names_why_an_envelope_does_not_verify(pair):
     key, public = pair
     body = statements.statement("reg.example/team/img", DIGEST, statements.VALIDATION_V1, {"verdict": "passed"})
@@ -194,7 +209,7 @@ def test_check_names_why_an_envelope_does_not_verify(pair):
     data = json.loads(envelope)
     data["signatures"][0]["keyid"] = ""
     data["payload"] = base64.b64encode(b"{}").decode()
-    assert "does not verify with this key" in statements.check(json.dumps(data).encode(), public, DIGEST).reason
+    assert "not signed by the trusted key" in statements.check(json.dumps(data).encode(), public, DIGEST).reason
     assert "not a DSSE envelope" in statements.check(b"[]", public, DIGEST).reason
     assert "payload type" in statements.check(json.dumps(dict(json.loads(envelope), payloadType="text/plain")).encode(),
                                                public, DIGEST).reason
@@ -274,6 +289,41 @@ def test_the_statements_validate_against_the_in_toto_and_slsa_schemas(job, pair)
     installers = [i for i in job.image.installers if i.sha256]
     assert installers and all(deps[i.filename]["digest"]["sha256"] == i.sha256 for i in installers)
     assert provenance["runDetails"]["builder"]["version"]["ascend-build"]
+
+
+
+def test_the_provenance_reads_with_in_toto_attestations_own_bindings_times_in_utc_and_uris_real(pair):
+    """in-toto-attestation (the framework's Python bindings) parses the statement and the SLSA predicate
+    strictly; startedOn is RFC 3339 UTC with Z (in-toto's timestamp rule), whatever offset the smoke
+    report had; each resolved dependency's uri is a URI with a scheme: the base image a docker purl
+    (packageurl-python reads it back), the matrix a file: URI."""
+    import urllib.parse
+
+    import google.protobuf.json_format as pb_json
+    from in_toto_attestation.predicates.provenance.v1 import provenance_pb2
+    from in_toto_attestation.v1.resource_descriptor import ResourceDescriptor
+    from in_toto_attestation.v1.statement import Statement
+    from packageurl import PackageURL
+
+    job = prepare(next(c for c in matrix.load(ROOT / "matrix").cells if c.id == MISSION_CELL), NPU,
+                  Options(locks_dir=ROOT / "dockerfiles", allow_incomplete_lock=True))
+    report = smoke_report(NPU, started="2026-12-01T11:00:00.5+01:00")
+    (_, predicate) = attest.statements_for(report, TIERS, MISSION_CELL, NPU, "h", attest.evidence(job))[1]
+    body = statements.statement("127.0.0.1:5000/team/img", DIGEST, statements.SLSA_PROVENANCE_V1, predicate)
+    from in_toto_attestation.v1 import statement_pb2
+
+    Statement.copy_from_pb(pb_json.ParseDict(body, statement_pb2.Statement())).validate()
+    parsed = pb_json.ParseDict(predicate, provenance_pb2.Provenance())
+    assert predicate["runDetails"]["metadata"]["startedOn"] == "2026-12-01T10:00:00.500000Z"
+    assert parsed.run_details.metadata.started_on.ToJsonString() == "2026-12-01T10:00:00.500Z"
+    for dependency in parsed.build_definition.resolved_dependencies:
+        ResourceDescriptor.copy_from_pb(dependency).validate()
+        if dependency.uri:
+            assert urllib.parse.urlsplit(dependency.uri).scheme, dependency.uri
+    deps = {d["name"]: d for d in predicate["buildDefinition"]["resolvedDependencies"]}
+    base = PackageURL.from_string(deps["base-image"]["uri"])
+    assert (base.type, base.namespace, base.name, base.version) == ("docker", "local", "debian", "12")
+    assert deps["matrix"]["uri"] == (ROOT / "matrix" / "default.yaml").as_uri()
 
 
 @pytest.mark.parametrize("report, kind", [

@@ -82,9 +82,11 @@ def test_a_statement_about_another_cell_than_the_tag_names_refuses():
     """`run` of a tag: the labels and the statement agree (both bound to the digest), the tag does not."""
     arm = CELL[: -len("x86_64")] + "aarch64"
     assert policy.judge(verification(predicate()), LABELS, named=(arm, CPU)) == (
-        f"its validation statement is about cell {CELL} (cpu), the tag names cell {arm} (cpu)")
+        f"the tag names cell {arm} (cpu), but its validation statement is about cell {CELL} (cpu): "
+        "another cell's image under this cell's tag")
     assert policy.judge(verification(predicate()), LABELS, named=(CELL, NPU)) == (
-        f"its validation statement is about cell {CELL} (cpu), the tag names cell {CELL} (npu)")
+        f"the tag names cell {CELL} (npu), but its validation statement is about cell {CELL} (cpu): "
+        "another cell's image under this cell's tag")
     assert policy.judge(verification(predicate()), LABELS, named=(CELL, CPU)) == ""
     assert policy.judge(verification(predicate()), LABELS, named=None) == ""  # a digest, or a tag naming no cell
 
@@ -163,3 +165,80 @@ def test_index_refuses_an_arch_whose_statement_is_refused_and_writes_nothing(mon
     assert f"{family}-aarch64-cpu (sha256:{'a' * 64}): signed validation refused: no statement is attached" \
         in str(caught.value)
     assert "x86_64-cpu (" not in str(caught.value) and not reg.written
+
+
+# --- a skipped tier counts only with its reason; the Kyverno policy states the same rule -------------------
+
+
+def skipped(reason) -> dict:
+    found = copy.deepcopy(predicate(statuses={"collective": "skipped"}))
+    found["skippedTiers"] = [{"name": "collective", "reason": reason}] if reason is not None else []
+    return found
+
+
+def test_a_required_tier_skipped_without_a_reason_refuses():
+    assert policy.judge(verification(skipped("one NPU: nothing to collect over")), LABELS) == ""
+    for reason in ("", None, 5):
+        assert policy.judge(verification(skipped(reason)), LABELS) == (
+            "its validation statement says required tier(s) collective skipped without a reason "
+            "(a skipped tier counts only with its reason in skippedTiers)"), reason
+
+
+def kyverno_admits(predicate: dict, require: str) -> bool:
+    """Kyverno's verdict on ``predicate``: its conditions evaluated as Kyverno does, with JMESPath
+    (https://kyverno.io/docs/writing-policies/preconditions/: Equals, GreaterThan, AllIn)."""
+    import jmespath
+
+    from builder.k8s import kyverno
+
+    rule = kyverno.kyverno("PEM", ["r/*"], require)["spec"]["rules"][0]
+    (conditions,) = rule["verifyImages"][0]["attestations"][0]["conditions"]
+
+    def value(text):
+        if isinstance(text, str) and text.startswith("{{") and text.endswith("}}"):
+            return jmespath.search(text[2:-2].strip(), predicate)
+        return text
+
+    for condition in conditions["all"]:
+        key, operator, wanted = value(condition["key"]), condition["operator"], value(condition["value"])
+        if operator == "Equals":
+            ok = key == wanted
+        elif operator == "GreaterThan":
+            ok = isinstance(key, (int, float)) and key > wanted
+        elif operator == "AllIn":
+            ok = isinstance(key, list) and all(k in (wanted or []) for k in key)
+        else:
+            raise AssertionError(f"an operator this test does not evaluate: {operator}")
+        if not ok:
+            return False
+    return True
+
+
+def shapes() -> dict:
+    failed = copy.deepcopy(predicate())
+    failed["tiers"][-1]["status"] = "failed"
+    unrun = copy.deepcopy(predicate())
+    unrun["tiers"] = unrun["tiers"][:2]
+    listed_not_skipped = copy.deepcopy(failed)
+    listed_not_skipped["skippedTiers"] = [{"name": "collective", "reason": "it failed, but says why"}]
+    return {"passed": predicate(), "npu-host": predicate(NPU, CPU), "verdict failed": dict(predicate(), verdict="failed"),
+            "no required tiers": dict(predicate(), requiredTiers=[]), "failed tier": failed, "tier not run": unrun,
+            "skipped with a reason": skipped("why"), "skipped, empty reason": skipped(""),
+            "skipped, no entry": skipped(None), "skipped, reason not text": skipped(5),
+            "failed but listed as skipped": listed_not_skipped}
+
+
+@pytest.mark.parametrize("require", policy.REQUIREMENTS)
+@pytest.mark.parametrize("shape", sorted(shapes()))
+def test_the_kyverno_conditions_decide_as_judge_does(shape, require):
+    """One policy: for each shape of a signed predicate (labels and tag agreeing), Kyverno's conditions
+    admit exactly what `judge` trusts."""
+    found = shapes()[shape]
+    trusted = policy.judge(verification(found), LABELS, require) == ""
+    assert kyverno_admits(found, require) == trusted, (shape, policy.judge(verification(found), LABELS, require))
+
+
+def test_the_shapes_include_both_verdicts():
+    """The comparison above is not vacuous: some shapes are trusted, most are not."""
+    verdicts = [policy.judge(verification(found), LABELS) == "" for found in shapes().values()]
+    assert verdicts.count(True) == 3 and verdicts.count(False) == len(verdicts) - 3

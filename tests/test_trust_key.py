@@ -125,3 +125,27 @@ def test_only_no_option_and_an_unset_variable_mean_no_key(tmp_path):
         trust_key(None, environ={TRUST_KEY_ENV: ""})
     refused = trust_key("", insecure=True, environ={})
     assert refused.key is None and refused.refused == "--trust-key is empty: it names no public key file"
+
+
+def test_a_node_default_key_file_is_the_key_when_neither_the_option_nor_the_variable_is_given(tmp_path, monkeypatch):
+    """A node set up with the team's .pub at the default path checks statements with no flag; the option
+    and the variable still win; absent, it means no key; there but no key, it is an error naming it."""
+    monkeypatch.delenv(signing.PASSPHRASE_ENV, raising=False)
+    team = signing.generate(tmp_path / "keys", "team")[1]
+    other = signing.generate(tmp_path / "keys", "other")[1]
+    default = tmp_path / "etc" / "trust.pub"
+    assert trust_key(None, environ={}, node_default=default).key is None  # not there: no key
+    default.parent.mkdir()
+    default.write_bytes(team.read_bytes())
+    found = trust_key(None, environ={}, node_default=default)
+    assert found.key is not None and found.path == str(default) and found.named == "the node's default key"
+    assert signing.fingerprint(found.key) == signing.fingerprint(signing.load_public(team))
+    assert trust_key(str(other), environ={}, node_default=default).path == str(other)           # the option wins
+    assert trust_key(None, environ={TRUST_KEY_ENV: str(other)}, node_default=default).path == str(other)  # the variable too
+    default.write_text("not a key\n")
+    with pytest.raises(UserError) as caught:
+        trust_key(None, environ={}, node_default=default)
+    assert caught.value.exit_code == 2 and f"the node's default key '{default}'" in caught.value.message
+    assert f"remove {default} to choose on labels alone" in (caught.value.fix or "")
+    refused = trust_key(None, insecure=True, environ={}, node_default=default)
+    assert refused.key is None and "the node's default key" in refused.refused

@@ -99,7 +99,7 @@ def test_pull_require_npu_host_refuses_a_twins_verdict_and_another_key_refuses_a
             "--require npu-host") in strict.stderr
     assert f"  {ARM_TAG}: wrong arch: aarch64, node is x86_64" in strict.stderr  # labels decide first
     other = pull(creds, registry, tmp_path, "--trust-key", str(keys["stranger"][1]))
-    assert other.returncode == 1 and f"  {TAG}: signed validation refused: signed by another key" in other.stderr
+    assert other.returncode == 1 and f"  {TAG}: signed validation refused: not signed by the trusted key" in other.stderr
     bad = pull(creds, registry, tmp_path, "--trust-key", str(keys["team"][1]), "--require", "npu")
     assert bad.returncode == 2 and "--require 'npu' is none of any, npu-host" in bad.stderr
 

@@ -10,13 +10,9 @@ no cell still verify. `run --trust-key` of the lying tag is refused as well.
 
 from __future__ import annotations
 
-import gzip
-import hashlib
-import io
 import json
 import os
 import subprocess
-import tarfile
 import uuid
 
 import pytest
@@ -34,30 +30,11 @@ ARM_TAG = ARM_CELL + "-" + CPU        # another cell's twin
 NPU_TAG = CELL_ID                     # the same cell's NPU image
 
 
-def _put_image(registry: Registry, repository: str, tag: str) -> str:
-    """A tiny image (one empty layer, the sealed twin's labels and ``tag`` as its own, so each is another
-    digest) put under ``tag``; its digest."""
-    raw = io.BytesIO()
-    with tarfile.open(fileobj=raw, mode="w"):
-        pass
-    layer = gzip.compress(raw.getvalue(), mtime=0)
-    config = json.dumps({"architecture": "amd64", "os": "linux", "config": {"Labels": {**ht.sealed_twin_labels(), "test.marker": tag}},
-                         "rootfs": {"type": "layers",
-                                    "diff_ids": ["sha256:" + hashlib.sha256(raw.getvalue()).hexdigest()]}}).encode()
-    described = []
-    for media_type, body in (("application/vnd.oci.image.config.v1+json", config),
-                             ("application/vnd.oci.image.layer.v1.tar+gzip", layer)):
-        described.append({"mediaType": media_type, "size": len(body), "digest": registry.put_blob(repository, body)})
-    manifest = json.dumps({"schemaVersion": 2, "mediaType": OCI_MANIFEST, "config": described[0],
-                           "layers": described[1:]}).encode()
-    return registry.put_manifest(repository, tag, manifest, OCI_MANIFEST)
-
-
 @pytest.fixture(scope="module")
 def genuine(registry, creds, keys):
     """The twin's image under its own tag, attested with the team's key, and also under two tags it is not."""
     reg = Registry(registry.host)
-    digest = _put_image(reg, REPO, TAG)
+    digest = ht.put_tiny_image(reg, REPO, TAG)
     ht.attest_as(registry, REPO, TAG, digest, keys["team"][0])
     body = reg.manifest(REPO, digest).body
     for tag in (ARM_TAG, NPU_TAG, "latest"):
@@ -76,7 +53,7 @@ def test_another_cells_tag_is_refused_naming_both_cells(genuine, registry, creds
     done = verify(registry, creds, keys, f":{ARM_TAG}")
     print(f"\n$ ascend-build verify {registry.host}/{REPO}:{ARM_TAG} --key team.pub\n{done.stdout}{done.stderr}")
     assert done.returncode == 1
-    assert (f"NOT verified: the tag {ARM_TAG} names cell {ARM_CELL} (cpu), but its validation statement is about "
+    assert (f"NOT verified: the tag names cell {ARM_CELL} (cpu), but its validation statement is about "
             f"cell {CELL_ID} (cpu): another cell's image under this cell's tag\n") in done.stderr
     assert "verified: a validation statement" not in done.stdout
     as_json = verify(registry, creds, keys, f":{ARM_TAG}", "--json")
@@ -112,17 +89,23 @@ def test_the_genuine_tag_the_digest_and_a_tag_naming_no_cell_still_verify(genuin
 
 
 def test_a_statement_about_the_tags_cell_beside_another_validates(genuine, registry, creds, keys):
-    """Two statements on one digest, one about the cell its tag names: that one decides."""
+    """Two statements on one digest, one about the cell its tag names and its labels say: that one decides.
+    The same two on an image whose labels say the other cell: neither satisfies both the tag and the labels."""
     reg = Registry(registry.host)
-    tag = ARM_TAG.replace("py3.11", "py3.12")
-    digest = _put_image(reg, REPO, "both-" + uuid.uuid4().hex[:6])
     key = signing.load_private(keys["team"][0])
-    for cell in (CELL_ID, tag[: -len("-cpu")]):
-        attest.attest(f"{registry.host}/{REPO}:{tag}", digest,
-                      attest.statements_for(ht.report(), TIERS, cell, CPU, ht.CONTENT_HASH, None), key)
-    reg.put_manifest(REPO, tag, reg.manifest(REPO, digest).body, OCI_MANIFEST)
-    done = verify(registry, creds, keys, f":{tag}", "--json")
-    assert done.returncode == 0 and json.loads(done.stdout)["tag_mismatch"] is None, done.stdout
+    for arch, verdict in (("aarch64", 0), ("x86_64", 1)):
+        digest = ht.put_tiny_image(reg, REPO, "both-" + uuid.uuid4().hex[:6], ht.sealed_twin_labels(arch))
+        for cell in (CELL_ID, ARM_CELL):
+            attest.attest(f"{registry.host}/{REPO}:{ARM_TAG}", digest,
+                          attest.statements_for(ht.report(), TIERS, cell, CPU, ht.CONTENT_HASH, None), key)
+        tag = f"{ARM_TAG}-on-os{len(arch)}"  # a stand-in twin's tag: it names the aarch64 twin too
+        reg.put_manifest(REPO, tag, reg.manifest(REPO, digest).body, OCI_MANIFEST)
+        done = verify(registry, creds, keys, f":{tag}", "--json")
+        result = json.loads(done.stdout)
+        assert done.returncode == verdict, done.stdout
+        assert result["tag_names"] == {"cell": ARM_CELL, "variant": CPU}
+        if verdict:
+            assert "the image's labels say" in result["why_not"] and "the tag names cell" in result["why_not"]
 
 
 def test_run_of_another_cells_tag_is_refused_too(genuine, registry, creds, keys, tmp_path):
@@ -132,5 +115,6 @@ def test_run_of_another_cells_tag_is_refused_too(genuine, registry, creds, keys,
     done = subprocess.run([CLI, "run", "--print", "--root", str(tmp_path), "--trust-key", str(keys["team"][1]), ref],
                           capture_output=True, text=True, timeout=120, env={**os.environ, **creds})
     assert done.returncode == 1 and done.stdout == "", done.stdout + done.stderr
-    assert done.stderr.startswith(f"error: {ref}: signed validation refused: its validation statement is about cell "
-                                  f"{CELL_ID} (cpu), the tag names cell {ARM_CELL} (cpu)\n"), done.stderr
+    assert done.stderr.startswith(f"error: {ref}: signed validation refused: the tag names cell {ARM_CELL} (cpu), "
+                                  f"but its validation statement is about cell {CELL_ID} (cpu): another cell's image "
+                                  "under this cell's tag\n"), done.stderr

@@ -191,11 +191,12 @@ def run_command(
         raise UserError(f"{image_ref} cannot start on this node: " + "; ".join(c.detail for c in refused),
                         fix="; ".join(c.fix for c in refused), exit_code=1)
     # --force reaches the image's driver guard too, by the one override it knows, in the line shown
+    labels = seen.labels
+    # the firmware's version.info only for an image whose driver guard reads it (a firmware minimum stated)
     argv = devices.run_argv(image_ref, chosen, list(ctx.args), root=root, interactive=sys.stdin.isatty() and not print_only,
-                            env=[(GUARD_ENV, GUARD_OFF)] if force else [])
+                            env=[(GUARD_ENV, GUARD_OFF)] if force else [], firmware=bool(labels.get(Label.MIN_FIRMWARE)))
     if not chosen:
         typer.echo("note: this host has no /dev/davinci* devices to pass in", err=True)
-    labels = seen.labels
     need = labels.get(Label.MIN_DRIVER)
     if not labels:
         typer.echo(f"note: {image_ref} is not an image built by ascend-build; its driver needs are unchecked",

@@ -12,7 +12,7 @@ from typing import Dict, List
 
 import typer
 
-from builder.trust import attached, signing, statements
+from builder.trust import attached, policy, signing, statements
 from builder.registry import split_reference
 from builder.cli.app import JsonOpt, app
 from builder.cli import paths
@@ -91,29 +91,35 @@ def verify_command(
                               help="The image, by tag or @sha256: digest, e.g. 127.0.0.1:5000/ascend-build/pytorch:<cell>-x86_64-cpu"),
     key: Path = typer.Option(..., "--key", callback=paths.FILE,
                              help="The team's public key (the .pub of `ascend-build keys generate`)."),
+    require: str = typer.Option(policy.ANY, "--require", metavar="any|npu-host", help=policy.REQUIRE_HELP),
     as_json: bool = JsonOpt,
 ) -> None:
     """Check the signed statements attached to an image (cosign's sha256-<digest>.att tag): which
     verify with KEY and are about this very digest, what they say (the smoke test tier by tier,
-    the provenance), and why any does not (another key, changed after signing, another image's
-    statement, none attached). Exits 1 unless a validation statement verifies and says passed, and,
-    when TAG names a cell (<cell>, <cell>-cpu, ...), is about that cell and variant: another
-    cell's image under this tag is refused, naming both (--json: tag_mismatch).
+    the provenance), and why any does not (not signed by this key, another image's statement,
+    none attached). Exits 1 unless a validation statement is trusted as `pull`, `run` and `index`
+    trust it: it verifies, says passed, names required tiers and each passed (or was skipped with a
+    reason), is about the cell and variant of the image's labels and, when TAG names a cell
+    (<cell>, <cell>-cpu, ...), of TAG (another cell's image under this tag is refused, naming both;
+    --json: tag_mismatch), and under --require npu-host says it ran on an NPU host.
 
     Example: ascend-build verify 127.0.0.1:5000/ascend-build/pytorch:cann9.1.0-910b-debian12-py3.11-torch_npu2.13.0-x86_64-cpu --key team.pub
     """
     from builder.registry import Registry
 
+    policy.check_requirement(require)
     public = signing.load_public(key)
     host, repository, reference = split_reference(ref)
-    result = attached.verify(Registry(host), repository, reference, public)
-    why = result.why_not_validated()
+    registry = Registry(host)
+    result = attached.verify(registry, repository, reference, public)
+    labels = policy.labels_of(registry, repository, result.digest) if result.found else {}
+    why = policy.judge(result, labels, require)
     if as_json:
         typer.echo(json.dumps({
             "reference": ref, "digest": result.digest, "tag": result.tag, "key": signing.fingerprint(public),
-            "validated": result.validated, "why_not": why,
+            "require": require, "validated": not why, "why_not": why,
             "tag_names": {"cell": result.named[0], "variant": result.named[1]} if result.named else None,
-            "tag_mismatch": result.tag_mismatch(),
+            "tag_mismatch": policy.tag_mismatch(result, labels, require),
             "statements": [{"layer": f.layer, "predicateType": f.predicate_type, "verified": f.checked.ok,
                             "reason": f.checked.reason, "predicate": f.checked.predicate if f.checked.ok else None}
                            for f in result.found]}, indent=2))
@@ -124,7 +130,8 @@ def verify_command(
             typer.echo(f"  {'OK  ' if f.checked.ok else 'FAIL'} {f.predicate_type or '(no predicate type)'}")
             typer.echo(f"         {_says(f) if f.checked.ok else f.checked.reason}")
         about = f", about cell {result.named[0]} ({result.named[1]}) as its tag names" if result.named else ""
-        typer.echo(f"verified: a validation statement about this digest, signed by this key, says passed{about}"
+        typer.echo(f"verified: a validation statement about this digest, signed by this key, says passed{about}; "
+                   f"every required tier passed or was skipped with a reason (--require {require})"
                    if not why else f"NOT verified: {why}", err=bool(why))
     if why:
         raise typer.Exit(1)
@@ -141,8 +148,7 @@ def policy_kyverno_command(
     images: List[str] = typer.Option(..., "--images", metavar="PATTERN",
                                      help="Image references the policy covers, e.g. 'registry.example/ascend-build/*' "
                                           "(repeatable)."),
-    require: str = typer.Option("any", "--require", metavar="any|npu-host",
-                                help="What the statement must say of where the smoke test ran: any (default) or npu-host."),
+    require: str = typer.Option(policy.ANY, "--require", metavar="any|npu-host", help=policy.REQUIRE_HELP),
     name: str = typer.Option("ascend-build-validated", "--name", help="The ClusterPolicy's name."),
 ) -> None:
     """Print a Kyverno ClusterPolicy (kyverno.io/v1, verifyImages) admitting a Pod's images only when

@@ -1,7 +1,8 @@
-"""The team's public key a command trusts: ``--trust-key FILE``, else ``$ASCEND_BUILD_TRUST_KEY``,
-decided in one place for `pull`, `run`, `index` and `k8s job`.
+"""The team's public key a command trusts: ``--trust-key FILE``, else ``$ASCEND_BUILD_TRUST_KEY``, else
+the node's default key file (``NODE_KEY_FILE``, /etc/ascend-build/trust.pub) when it exists, decided in
+one place for `pull`, `run`, `index`, `k8s job` and `mirror`.
 
-Only no option and an unset variable mean "no key" (the image is then chosen on its labels
+Only no option, an unset variable and no node default file mean "no key" (the image is then chosen on its labels
 alone, as each command says). A value that names no key is an error naming the option or the
 variable, never a silent "no key": empty (``--trust-key ""``, a variable set to nothing), a
 folder (``--trust-key .``), a missing or unreadable file, a file that is no P-256 public key,
@@ -33,11 +34,15 @@ from builder.trust.policy import TRUST_KEY_ENV
 from builder.trust.signing import PublicKey
 
 OPTION = "--trust-key"
+# A node's default trust key, for every command that takes --trust-key: the team's .pub put here by
+# whoever sets the node up. Only when neither the option nor the variable is given; there but not a
+# public key file, it is an error (never a silent "no key"), as the option's value would be.
+NODE_KEY_FILE = Path("/etc/ascend-build/trust.pub")
 # no envvar= here: click takes a variable set to nothing for an unset one; `trust_key` reads it itself
 TrustKeyOpt = typer.Option(None, OPTION, metavar="FILE",
                            help="The team's public key (.pub): only images whose signed validation statement "
-                                f"verifies with it are trusted (also ${TRUST_KEY_ENV}; given but naming no key "
-                                "file: an error).")
+                                f"verifies with it are trusted (also ${TRUST_KEY_ENV}, else {NODE_KEY_FILE} when it "
+                                "exists; given but naming no key file: an error).")
 
 
 @dataclass(frozen=True)
@@ -67,8 +72,9 @@ def _why_not(value: str, named: str) -> str:
 
 
 def trust_key(option: Optional[str], insecure: Optional[bool] = None,
-              environ: Mapping[str, str] = os.environ) -> TrustKey:
-    """The key of ``--trust-key`` (``option``), else of ``$ASCEND_BUILD_TRUST_KEY``; no key when neither is given.
+              environ: Mapping[str, str] = os.environ, node_default: Path = NODE_KEY_FILE) -> TrustKey:
+    """The key of ``--trust-key`` (``option``), else of ``$ASCEND_BUILD_TRUST_KEY``, else the node's default
+    key file ``node_default`` when it exists; no key when none of them is there.
 
     ``insecure``: the command's ``--insecure`` (None: it has none). A value naming no usable key
     is a UserError (exit 2) saying which and how to fix it; under ``--insecure`` it is returned as
@@ -80,13 +86,18 @@ def trust_key(option: Optional[str], insecure: Optional[bool] = None,
         value, named = option, OPTION
     elif TRUST_KEY_ENV in environ:
         value, named = environ[TRUST_KEY_ENV], TRUST_KEY_ENV
+    elif os.path.lexists(node_default):
+        value, named = str(node_default), "the node's default key"
     else:
         return TrustKey(None)
+    node = named not in (OPTION, TRUST_KEY_ENV)
     give = (f"give {OPTION} the team's public key file" if named == OPTION
-            else f"set {TRUST_KEY_ENV} to the team's public key file") + " (the .pub of `ascend-build keys generate`)"
+            else f"set {TRUST_KEY_ENV} to the team's public key file" if not node
+            else f"put the team's public key file at {node_default}") + " (the .pub of `ascend-build keys generate`)"
     without = ("pass --insecure to start the image with no statement checked" if insecure is not None
                else f"leave {OPTION} out to choose on labels alone (no statement checked)" if named == OPTION
-               else f"unset {TRUST_KEY_ENV} to choose on labels alone (no statement checked)")
+               else f"unset {TRUST_KEY_ENV} to choose on labels alone (no statement checked)" if not node
+               else f"remove {node_default} to choose on labels alone (no statement checked)")
     why = _why_not(value, named)
     if not why:
         try:

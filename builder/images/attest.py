@@ -23,10 +23,13 @@ Example:
 
 from __future__ import annotations
 
+import datetime
 import hashlib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Dict, List, Optional, Tuple
+
+from packageurl import PackageURL
 
 from builder import __version__
 
@@ -110,11 +113,57 @@ def validation_predicate(report: Dict, tiers: Tuple[str, ...], cell_id: str, var
     }
 
 
+def utc_timestamp(text: str) -> str:
+    """An ISO 8601 time as in-toto's timestamps are written: RFC 3339 in UTC with ``Z``; "" when it is none.
+
+    Example:
+        >>> utc_timestamp("2026-12-01T11:00:00.250+01:00"), utc_timestamp("soon")
+        ('2026-12-01T10:00:00.250000Z', '')
+    """
+    try:
+        moment = datetime.datetime.fromisoformat(text.strip().replace("Z", "+00:00"))
+    except ValueError:
+        return ""
+    if moment.tzinfo is None:  # no offset: a time of unknown zone is no instant
+        return ""
+    return moment.astimezone(datetime.timezone.utc).replace(tzinfo=None).isoformat() + "Z"
+
+
+def image_uri(ref: str) -> str:
+    """A container image reference as a package URL (``pkg:docker/...``, the purl spec's docker type,
+    what in-toto's resource descriptors name images by), its registry a ``repository_url`` unless Docker Hub's.
+
+    Example:
+        >>> image_uri("local/debian:12"), image_uri("127.0.0.1:5000/team/img:t")
+        ('pkg:docker/local/debian@12', 'pkg:docker/team/img@t?repository_url=127.0.0.1:5000')
+    """
+    full = oci.qualified(ref)
+    host, _, path = full.partition("/")
+    name, _, digest = path.partition("@")
+    if not digest:
+        slash = name.rfind("/")
+        colon = name.rfind(":")
+        name, version = (name[:colon], name[colon + 1:]) if colon > slash else (name, "latest")
+    else:
+        version = digest
+    namespace, _, last = name.rpartition("/")
+    if host == "docker.io" and namespace == "library":
+        namespace = ""
+    qualifiers = {} if host == "docker.io" else {"repository_url": host}
+    return PackageURL(type="docker", namespace=namespace or None, name=last, version=version,
+                      qualifiers=qualifiers).to_string()
+
+
+def file_uri(path: str) -> str:
+    """A file as an RFC 8089 ``file:`` URI of its absolute path ("" for none)."""
+    return Path(path).resolve().as_uri() if path else ""
+
+
 def provenance_predicate(proof: Evidence, report: Dict) -> Dict:
     """SLSA provenance v1 (https://slsa.dev/spec/v1.1/provenance) of the image ``proof`` describes."""
     base = report.get("base_image") or {}
     base_digests = [d.rpartition("@")[2] for d in base.get("digests") or [] if "@sha256:" in d]
-    base_dep: Dict = {"name": "base-image", "uri": str(base.get("ref") or proof.base_image)}
+    base_dep: Dict = {"name": "base-image", "uri": image_uri(str(base.get("ref") or proof.base_image))}
     if base_digests:
         base_dep["digest"] = {"sha256": base_digests[0].split(":", 1)[1]}
     elif str(base.get("id") or "").startswith("sha256:"):  # made locally (docker import): no registry digest
@@ -126,7 +175,8 @@ def provenance_predicate(proof: Evidence, report: Dict) -> Dict:
                              "annotations": {"state": proof.lock_state}})
     dependencies += [{"name": name, "uri": url, "digest": {"sha256": sha}} for name, url, sha in proof.installers if sha]
     if proof.matrix_sha256:
-        dependencies.append({"name": "matrix", "uri": proof.matrix_file, "digest": {"sha256": proof.matrix_sha256}})
+        dependencies.append({"name": "matrix", "uri": file_uri(proof.matrix_file), "digest": {"sha256": proof.matrix_sha256}})
+    started = utc_timestamp(str(report.get("started") or ""))
     commit, dirty = oci.git_head(REPO_ROOT)  # this builder's own checkout
     version = {"ascend-build": __version__}
     if commit:
@@ -140,7 +190,7 @@ def provenance_predicate(proof: Evidence, report: Dict) -> Dict:
             "resolvedDependencies": dependencies,
         },
         "runDetails": {"builder": {"id": statements.BUILDER_ID, "version": version},
-                       "metadata": {"startedOn": report.get("started")} if report.get("started") else {}},
+                       "metadata": {"startedOn": started} if started else {}},
     }
 
 

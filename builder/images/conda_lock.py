@@ -43,6 +43,7 @@ DEFAULT_CHANNEL = "https://conda.anaconda.org/conda-forge"
 SUBDIRS = {"x86_64": "linux-64", "aarch64": "linux-aarch64"}
 EXPLICIT_FILE = "conda.explicit.txt"  # the context file `conda create --file` takes (its channel's URLs)
 FETCH_SCRIPT = "conda-fetch.sh"       # fetches and checks those files for the build (builder/templates/)
+SECRETS_SCRIPT = "conda_secrets.py"   # refuses a conda layer holding the channel's credential (builder/templates/)
 SOLVE_SECONDS = 600
 _LINE = re.compile(r"^(\S+) (\S+) (\S+) ((?:noarch|linux-[a-z0-9_]+)/[A-Za-z0-9._+!-]+\.(?:conda|tar\.bz2)) "
                    r"sha256:([0-9a-f]{64})$")

@@ -38,6 +38,7 @@ CREATED = OCI_PREFIX + "created"
 SOURCE = OCI_PREFIX + "source"
 REVISION = OCI_PREFIX + "revision"
 BASE_NAME = OCI_PREFIX + "base.name"
+BASE_DIGEST = OCI_PREFIX + "base.digest"
 
 _SCP_LIKE = re.compile(r"^(?:[A-Za-z0-9._-]+@)?([A-Za-z0-9.-]+):(?!//)(.+)$")  # git@host:org/repo.git
 
@@ -106,6 +107,21 @@ def source_and_revision(folder: Path, env: Mapping[str, str] = os.environ) -> Tu
     return public_url(remote or ""), commit + ("-dirty" if dirty else "") if commit else ""
 
 
+def qualified(ref: str) -> str:
+    """An image reference fully qualified as Docker reads it (its reference package's normalizing):
+    no registry host named (a first component without ``.`` or ``:`` that is not ``localhost``)
+    means ``docker.io``, where a one-component name is under ``library/``; a host as given stays.
+
+    Example:
+        >>> qualified("debian:12"), qualified("local/debian:12"), qualified("127.0.0.1:5000/team/img:t")
+        ('docker.io/library/debian:12', 'docker.io/local/debian:12', '127.0.0.1:5000/team/img:t')
+    """
+    first, _, rest = ref.partition("/")
+    if rest and ("." in first or ":" in first or first == "localhost"):
+        return ref
+    return "docker.io/" + (ref if rest else "library/" + ref)
+
+
 def created(env: Mapping[str, str] = os.environ, now: Optional[float] = None) -> str:
     """RFC 3339 UTC time of the build: ``SOURCE_DATE_EPOCH`` when set, else ``now``.
 
@@ -122,15 +138,18 @@ def created(env: Mapping[str, str] = os.environ, now: Optional[float] = None) ->
                         fix="set it to seconds since 1970 (`git log -1 --format=%ct`), or unset it") from None
 
 
-def build_labels(matrix_file: str, base_image: str, env: Mapping[str, str] = os.environ) -> Dict[str, str]:
+def build_labels(matrix_file: str, base_image: str, env: Mapping[str, str] = os.environ,
+                 base_digest: str = "") -> Dict[str, str]:
     """The labels listed above, for a build from ``matrix_file`` on
     ``base_image``; a value that cannot be known here is left out, never guessed.
 
     Parameters
     ----------
     matrix_file: the matrix file the cell was read from ("" when unknown: the current folder).
-    base_image: the reference the build starts from.
+    base_image: the reference the build starts from (written fully qualified: `qualified`).
+    base_digest: its registry manifest digest (``sha256:...``), "" when it has none (made locally).
     """
     source, revision = source_and_revision(Path(matrix_file).resolve().parent if matrix_file else Path.cwd(), env)
-    labels = {CREATED: created(env), SOURCE: source, REVISION: revision, BASE_NAME: base_image}
+    labels = {CREATED: created(env), SOURCE: source, REVISION: revision, BASE_NAME: qualified(base_image),
+              BASE_DIGEST: base_digest}
     return {k: v for k, v in labels.items() if v}

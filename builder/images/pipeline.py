@@ -39,8 +39,8 @@ from builder.images.matrix import Cell
 from builder.engine import BuildFailed, Engine, RunTimeout
 from builder.errors import UserError
 from builder.registry import Registry
-from builder.vocabulary import (ARCHS, CANDIDATE_SUFFIX, CPU, NPU, SMOKE_PROGRAM, SMOKE_STARTUP_SECONDS, TIER_SECONDS,
-                                VALIDATION_REPORT, VARIANTS, Label, platform_of, release_tag, required_tiers)
+from builder.vocabulary import (ARCHS, CANDIDATE_SUFFIX, CPU, NPU, SMOKE_PROGRAM, VALIDATION_REPORT, VARIANTS, Label,
+                                platform_of, release_tag, required_tiers)
 
 Say = Callable[[str], None]
 
@@ -231,7 +231,7 @@ EMULATED_STEPS = 4
 EMULATED_SCALE = 4.0
 # Multiplies every tier's deadline and the engine's limit once more (a slow machine), e.g. 2.
 SCALE_ENV = "ASCEND_BUILD_SMOKE_TIMEOUT_SCALE"
-# The engine's limit over the smoke program's own: its start, and stopping a hung tier.
+# The engine's limit over the smoke program's own longest run: the interpreter's start and the report.
 ENGINE_MARGIN_SECONDS = 120
 
 
@@ -249,9 +249,13 @@ def smoke_scale(emulated: bool) -> float:
 
 
 def engine_timeout(tiers: Tuple[str, ...], scale: float) -> float:
-    """The engine's limit on a smoke container: every tier's deadline and the gaps around them,
-    scaled, plus a margin. The smoke program ends a hung tier itself long before it."""
-    return (sum(TIER_SECONDS[t] for t in tiers) + 2 * SMOKE_STARTUP_SECONDS) * scale + ENGINE_MARGIN_SECONDS
+    """The engine's limit on a smoke container: the longest the smoke program's own supervisor lets
+    the run last (`builder.smoke.smoke.longest_run`: every tier's deadline, the gap before the first
+    and after each, stopping a hung tier; scaled), plus a margin for Python's start and the report.
+    The smoke program ends a hung tier itself before it."""
+    from builder.smoke import smoke as program
+
+    return float(program.longest_run(tiers, scale)) + ENGINE_MARGIN_SECONDS
 
 
 _LOGGED_TIER = re.compile(r"^\[smoke\] (\w+) (passed|failed|skipped) \((\d{1,9}(?:\.\d{1,3})?) s\): (.*)$")
@@ -427,7 +431,8 @@ def build(job: Job, options: Options, engine: Engine, say: Say, out: Outcome) ->
                 out.image_id = engine.build(
                     context, job.image.dockerfile, secrets=secret_files, log_path=Path(out.log),
                     build_args={planning.ALLOW_UNVERIFIED: "1"} if plan.lock_state != "ok" else {},
-                    labels=oci.build_labels(job.matrix_path, job.image.base_image),
+                    labels=oci.build_labels(job.matrix_path, job.image.base_image,
+                                            base_digest=_base_digest(engine, job.image.base_image)),
                     on_line=_Progress(job.name, say, options.quiet),
                     platform=platform_of(plan.arch) if job.emulated else None)
         except BuildFailed as exc:
@@ -436,6 +441,14 @@ def build(job: Job, options: Options, engine: Engine, say: Say, out: Outcome) ->
         finally:
             out.build_seconds = time.monotonic() - start
     return True
+
+
+def _base_digest(engine: Engine, base: str) -> str:
+    """The registry manifest digest of the base image when the engine knows one (it was pulled), else ""."""
+    for found in engine.repo_digests(base):
+        if "@sha256:" in found:
+            return found.rpartition("@")[2]
+    return ""
 
 
 def smoke_test(job: Job, engine: Engine, say: Say, out: Outcome) -> Dict:

@@ -238,6 +238,11 @@ class Plan:
         return conda_lock.FETCH_SCRIPT
 
     @property
+    def conda_secrets(self) -> str:
+        """The script that refuses a conda layer holding the channel's credential (builder/templates/)."""
+        return conda_lock.SECRETS_SCRIPT
+
+    @property
     def allow_unverified(self) -> str:
         """The build arg that lets the steps the lock could not verify run."""
         return ALLOW_UNVERIFIED

@@ -36,6 +36,7 @@ from typing import Dict, Iterator, List, Mapping, Optional, Tuple
 import jinja2
 
 from builder import claims, knowledge, vocabulary, writes
+from builder.images import conda_lock
 from builder.images import lock as locking
 from builder.images import plan as planning
 from builder.images import stage
@@ -71,7 +72,8 @@ def _environment() -> jinja2.Environment:
 def _inputs_digest() -> str:
     """Hash of everything besides the cell that shapes a context: templates and the smoke program."""
     h = hashlib.sha256()
-    for path in sorted(TEMPLATES.iterdir()) + [SMOKE_FILES[k] for k in sorted(SMOKE_FILES)] + [knowledge.ERRORS_FILE]:
+    templates = [path for path in sorted(TEMPLATES.iterdir()) if path.is_file()]  # not a __pycache__ folder
+    for path in templates + [SMOKE_FILES[k] for k in sorted(SMOKE_FILES)] + [knowledge.ERRORS_FILE]:
         h.update(path.name.encode() + b"\0" + path.read_bytes() + b"\0")
     return h.hexdigest()
 
@@ -122,6 +124,8 @@ def files(resolved: planning.CellPlan) -> Dict[str, bytes]:
             out[p.uv_file] = (p.uv + "\n").encode()
         if any(f.bundle for f in p.installers):
             out[UNPACK_SCRIPT] = _shipped(UNPACK_SCRIPT)
+        if p.env_manager == "conda":
+            out[p.conda_secrets] = _shipped(p.conda_secrets)
         if p.conda_packages:
             out[p.conda_packages] = p.conda_explicit.encode()
             out[p.conda_fetch] = _shipped(p.conda_fetch)
@@ -180,7 +184,8 @@ def _present(out: Path) -> set:
 # What render writes in a cell folder, and so may remove when it no longer writes it. The lock
 # is `lock`'s, and anything else (a user's notes, folders) is nobody's to remove: both stay.
 _RENDERED_NAME = re.compile(r"Dockerfile(\.cpu)?|manifest(\.cpu)?\.json|lock\.[a-z_]+\.txt|uv\.txt|"
-                            + "|".join(re.escape(n) for n in (*vocabulary.SHIPPED_FILES, UNPACK_SCRIPT))
+                            + "|".join(re.escape(n) for n in (*vocabulary.SHIPPED_FILES, UNPACK_SCRIPT, conda_lock.EXPLICIT_FILE,
+                                                              conda_lock.FETCH_SCRIPT, conda_lock.SECRETS_SCRIPT))
                             # what a write killed before its rename left (render's, lock's)
                             + r"|\..+" + re.escape(writes.TMP_SUFFIX))
 

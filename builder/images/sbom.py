@@ -28,6 +28,8 @@ from __future__ import annotations
 import uuid
 from typing import Dict, List
 
+from packageurl import PackageURL
+
 from builder import __version__
 from builder.images.prepare import Job
 
@@ -52,7 +54,7 @@ def of(job: Job) -> Dict:
         lock.entries if job.npu else lock.without("torch-npu"))
     components: List[Dict] = []
     for entry in sorted(entries, key=lambda e: e.name):
-        purl = f"pkg:pypi/{entry.name}@{entry.version}"
+        purl = PackageURL(type="pypi", name=entry.name, version=entry.version).to_string()  # canonical: + is %2B
         component: Dict = {"type": "library", "bom-ref": purl, "name": entry.name, "version": entry.version,
                            "purl": purl}
         if entry.hashes:

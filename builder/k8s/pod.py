@@ -168,7 +168,8 @@ def pod_spec(spec: PodSpec, env: Env, ports: Tuple[int, ...] = ()) -> Dict[str, 
         "image": spec.image,
         "command": [GUARD_PATH, *spec.command],
         "env": env,
-        "resources": {"limits": {name: spec.npus}, "requests": {name: spec.npus}},
+        # quantities are strings in Kubernetes' model (the API server takes a number too; its clients do not)
+        "resources": {"limits": {name: str(spec.npus)}, "requests": {name: str(spec.npus)}},
         "volumeMounts": mounts,
     }
     if ports:

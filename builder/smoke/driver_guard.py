@@ -18,8 +18,9 @@ What it does, in order (``decide``):
   runs the command, with one line on stderr that no driver was found. Refusing would break
   every use of an image off an NPU node; an NPU program then fails on its own, at its first
   device call.
-- A ``version.info`` that cannot be read, or gives no version: refuses (the driver is there
-  but broken, or mounted wrong).
+- A ``version.info`` of what the image states a minimum for (the driver's; the firmware's when
+  it is mounted) that cannot be read, or gives no version: refuses (the driver is there but
+  broken, or mounted wrong). One the image states no minimum for is not read at all.
 - A driver (or a mounted firmware) below the requirement: refuses, naming both versions,
   with the cause and fix of the error table's entry (``errors.json`` beside it: the one
   ``ascend-build explain`` uses, which also explains this refusal from a Pod's log).
@@ -104,6 +105,8 @@ def decide(environ, driver_text, firmware_text, table):
         True
         >>> decide(env, False, None, ()).run
         False
+        >>> decide(env, "Version=25.0.1", "not a version.info", ()).run  # no firmware minimum: not read
+        True
     """
     need = {"driver": (environ.get(vocabulary.REQUIRE_DRIVER_ENV) or "").strip(),
             "firmware": (environ.get(vocabulary.REQUIRE_FIRMWARE_ENV) or "").strip()}
@@ -125,8 +128,9 @@ def decide(environ, driver_text, firmware_text, table):
         return Decision(True, notes + ["%s: no NPU driver found (no %s): running without the driver check; "
                                        "this image needs driver %s or newer on an NPU node"
                                        % (NAME, parsers.DRIVER_INFO, need["driver"] or "(any)")])
-    mounted = {"driver": (driver_text, parsers.DRIVER_INFO)}
-    if firmware_text is not None:  # the device plugin mounts no firmware file; ascend-build run does
+    # only what the image states a minimum for is read: a file it asks nothing of refuses nothing
+    mounted = {"driver": (driver_text, parsers.DRIVER_INFO)} if need["driver"] else {}
+    if firmware_text is not None and need["firmware"]:  # the device plugin mounts no firmware file; run does
         mounted["firmware"] = (firmware_text, parsers.FIRMWARE_INFO)
     have = {}
     for what, (text, path) in mounted.items():

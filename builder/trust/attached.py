@@ -150,11 +150,12 @@ class Found:
 
 @dataclass(frozen=True)
 class Verification:
-    """Every statement attached to ``digest`` checked against one key.
+    """Every statement attached to ``digest`` checked against one key; what they must say to be
+    trusted is `builder.trust.policy.judge`'s decision, not this class's.
 
     ``named``: the (cell id, variant) the reference's tag names (`builder.cell_id.named_by_tag`),
     None for a digest or a tag that names no cell: a tag is a claim anyone who can push makes,
-    so a statement about another cell does not validate the image under that tag.
+    so `judge` refuses a statement about another cell under that tag.
     """
 
     reference: str
@@ -167,52 +168,11 @@ class Verification:
     def verified(self, predicate_type: str) -> List[Found]:
         return [f for f in self.found if f.checked.ok and f.checked.predicate_type == predicate_type]
 
-    def _passed(self) -> List[Dict[str, Any]]:
-        return [f.checked.predicate for f in self.verified(statements.VALIDATION_V1)
-                if f.checked.predicate.get("verdict") == "passed"]
-
-    @property
-    def validated(self) -> bool:
-        """A validation statement about this digest, signed by the key, whose verdict is "passed" and,
-        when the tag names a cell, about that cell and variant."""
-        return any(self.named is None or (p.get("cell"), p.get("variant")) == self.named for p in self._passed())
-
-    def tag_mismatch(self) -> Optional[Dict[str, Any]]:
-        """When the tag names a cell and every passed statement is about another: what each says (else None)."""
-        passed = self._passed()
-        if self.named is None or not passed or self.validated:
-            return None
-        about = sorted({(str(p.get("cell")), str(p.get("variant"))) for p in passed})
-        cells = " and ".join(f"cell {cell} ({variant})" for cell, variant in about)
-        return {"tagNames": {"cell": self.named[0], "variant": self.named[1]},
-                "statementIsAbout": [{"cell": cell, "variant": variant} for cell, variant in about],
-                "why": f"the tag {self.reference} names cell {self.named[0]} ({self.named[1]}), but its validation "
-                       f"statement is about {cells}: another cell's image under this cell's tag"}
-
-    def why_not_validated(self) -> str:
-        """Why `validated` is False ("" when it is True)."""
-        if self.validated:
-            return ""
-        if self.missing:
-            return self.missing
-        mismatch = self.tag_mismatch()
-        if mismatch is not None:
-            return str(mismatch["why"])
-        claimed = [f for f in self.found if f.predicate_type == statements.VALIDATION_V1]
-        if not claimed:
-            return "no validation statement is attached (only: " + (
-                ", ".join(sorted({f.predicate_type or "?" for f in self.found})) or "nothing") + ")"
-        verified = [f for f in claimed if f.checked.ok]
-        if verified:
-            verdicts = sorted({str(f.checked.predicate.get("verdict")) for f in verified})
-            return f"its validation statement says {', '.join(verdicts)}, not passed"
-        return "; ".join(sorted({f.checked.reason for f in claimed}))
-
 
 def verify(registry: Reader, repository: str, reference: str, key: PublicKey) -> Verification:
     """Check every statement attached to ``repository:reference`` (tag or digest) against ``key``;
     ``registry`` is a `Registry` or an OCI image layout (`builder.registry.Reader`). A tag naming a
-    cell (`builder.cell_id.named_by_tag`) is validated only by a statement about that cell."""
+    cell (`builder.cell_id.named_by_tag`) is recorded as ``named`` for `builder.trust.policy.judge`."""
     named = None if reference.startswith("sha256:") else named_by_tag(reference)
     try:
         image = registry.manifest(repository, reference)

@@ -26,11 +26,11 @@ Example:
 
 from __future__ import annotations
 
-from typing import Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
 from builder.trust import attached, statements
 from builder.errors import UserError
-from builder.registry import Reader
+from builder.registry import Reader, Registry, config_labels
 from builder.trust.signing import PublicKey
 from builder.vocabulary import Label
 
@@ -48,38 +48,81 @@ def check_requirement(require: str) -> str:
     return require
 
 
+def skip_reasons(predicate: Dict) -> Dict[str, str]:
+    """The tiers ``skippedTiers`` gives a reason for (a non-empty string), with that reason."""
+    listed = predicate.get("skippedTiers")
+    return {str(t["name"]): t["reason"] for t in (listed if isinstance(listed, list) else [])
+            if isinstance(t, dict) and isinstance(t.get("reason"), str) and t["reason"]}
+
+
+def _tiers_why_not(predicate: Dict) -> str:
+    """Why the required tiers of ``predicate`` do not all count ("" when they do): each must be named in
+    ``tiers`` as passed, or as skipped with its reason in ``skippedTiers``."""
+    tiers = predicate.get("tiers")
+    status = {t.get("name"): t.get("status") for t in (tiers if isinstance(tiers, list) else []) if isinstance(t, dict)}
+    listed = predicate.get("requiredTiers")
+    required = [str(t) for t in listed] if isinstance(listed, list) else []
+    if not required:
+        return "its validation statement names no required tiers"
+    reasons = skip_reasons(predicate)
+    failed = [f"{t} {status.get(t) or 'not run'}" for t in required if status.get(t) not in ("passed", "skipped")]
+    unexplained = [t for t in required if status.get(t) == "skipped" and t not in reasons]
+    if failed:
+        return "its validation statement says not every required tier passed: " + ", ".join(failed)
+    if unexplained:
+        return ("its validation statement says required tier(s) " + ", ".join(unexplained) +
+                " skipped without a reason (a skipped tier counts only with its reason in skippedTiers)")
+    return ""
+
+
 def _why_not(predicate: Dict, labels: Dict[str, str], require: str, named: Optional[Tuple[str, str]] = None) -> str:
     """Why this verified validation predicate does not satisfy the policy ("" when it does)."""
     if predicate.get("verdict") != "passed":
         return f"its validation statement says {predicate.get('verdict')}, not passed"
-    tiers = [t for t in predicate.get("tiers") or [] if isinstance(t, dict)]
-    status = {t.get("name"): t.get("status") for t in tiers}
-    required = [str(t) for t in predicate.get("requiredTiers") or []]
-    if not required:
-        return "its validation statement names no required tiers"
-    failed = [f"{t} {status.get(t) or 'not run'}" for t in required if status.get(t) not in ("passed", "skipped")]
-    if failed:
-        return "its validation statement says not every required tier passed: " + ", ".join(failed)
+    tiers = _tiers_why_not(predicate)
+    if tiers:
+        return tiers
     for key, field in ((Label.CELL, "cell"), (Label.VARIANT, "variant")):
         if labels.get(key) != predicate.get(field):
             return (f"its validation statement is about {field} {predicate.get(field)!r}, the image's labels say "
                     f"{labels.get(key)!r}")
     if named is not None and (predicate.get("cell"), predicate.get("variant")) != named:
-        return (f"its validation statement is about cell {predicate.get('cell')} ({predicate.get('variant')}), "
-                f"the tag names cell {named[0]} ({named[1]})")
+        return _another_cell(named, [(str(predicate.get("cell")), str(predicate.get("variant")))])
     ran: Dict = predicate["ranOn"] if isinstance(predicate.get("ranOn"), dict) else {}
     if require == NPU_HOST and ran.get("kind") != NPU_HOST:
         return f"its validation statement says it ran on {ran.get('kind') or 'an unnamed host'}; --require {NPU_HOST}"
     return ""
 
 
+def _another_cell(named: Tuple[str, str], about: List[Tuple[str, str]]) -> str:
+    cells = " and ".join(f"cell {cell} ({variant})" for cell, variant in about)
+    return (f"the tag names cell {named[0]} ({named[1]}), but its validation statement is about {cells}: "
+            "another cell's image under this cell's tag")
+
+
+def _unverified(verification: attached.Verification) -> str:
+    """Why no validation statement of ``verification`` verified (it has none that did)."""
+    if verification.missing:
+        return verification.missing
+    claimed = [f for f in verification.found if f.predicate_type == statements.VALIDATION_V1]
+    if not claimed:
+        return "no validation statement is attached (only: " + (
+            ", ".join(sorted({f.predicate_type or "?" for f in verification.found})) or "nothing") + ")"
+    return "; ".join(sorted({f.checked.reason for f in claimed}))
+
+
 def judge(verification: attached.Verification, labels: Dict[str, str], require: str = ANY,
           named: Optional[Tuple[str, str]] = None) -> str:
     """"" when a validation statement of ``verification`` verified and satisfies the policy; else why not.
-    ``named``: the (cell id, variant) of the tag the user gave (`builder.cell_id.named_by_tag`), when it names one."""
+
+    The one decision `verify`, `pull`, `run`, `index`, `k8s job` and `mirror` make. ``labels``: the
+    image config's labels (bound to the digest as the statement is); ``named``: the (cell id, variant)
+    of the tag the user gave (`builder.cell_id.named_by_tag`), by default the one of the reference
+    ``verification`` was made for (None for a digest or a tag naming no cell)."""
+    named = named if named is not None else verification.named
     verified = verification.verified(statements.VALIDATION_V1)
     if not verified:
-        return verification.why_not_validated()
+        return _unverified(verification)
     reasons: List[str] = []
     for found in verified:
         why = _why_not(found.checked.predicate, labels, require, named)
@@ -87,6 +130,32 @@ def judge(verification: attached.Verification, labels: Dict[str, str], require: 
             return ""
         reasons.append(why)
     return "; ".join(sorted(set(reasons)))
+
+
+def tag_mismatch(verification: attached.Verification, labels: Dict[str, str], require: str = ANY,
+                 named: Optional[Tuple[str, str]] = None) -> Optional[Dict[str, Any]]:
+    """When `judge` refuses only because the tag names another cell than the statements that would
+    otherwise be trusted: what the tag names and what those statements are about (`verify --json`); else None."""
+    named = named if named is not None else verification.named
+    if named is None or not judge(verification, labels, require, named):
+        return None
+    about = sorted({(str(f.checked.predicate.get("cell")), str(f.checked.predicate.get("variant")))
+                    for f in verification.verified(statements.VALIDATION_V1)
+                    if not _why_not(f.checked.predicate, labels, require, None)})
+    if not about:
+        return None
+    return {"tagNames": {"cell": named[0], "variant": named[1]},
+            "statementIsAbout": [{"cell": cell, "variant": variant} for cell, variant in about],
+            "why": _another_cell(named, about)}
+
+
+def labels_of(registry: Registry, repository: str, digest: str) -> Dict[str, str]:
+    """The labels of the image config ``repository@digest`` names ({} when it names none)."""
+    try:
+        manifest = registry.manifest(repository, digest)
+        return {} if manifest.is_index else config_labels(registry.config(repository, manifest))
+    except LookupError:
+        return {}
 
 
 def trusted(registry: Reader, repository: str, digest: str, labels: Dict[str, str], key: Optional[PublicKey],

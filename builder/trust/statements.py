@@ -13,11 +13,12 @@ use this module: the build wing signs what it validated (`builder.images.attest`
   ``{"payloadType": "application/vnd.in-toto+json", "payload": base64(statement),
   "signatures": [{"keyid", "sig": base64(DER ECDSA P-256 SHA-256 over PAE)}]}``, with
   ``PAE = "DSSEv1" SP len(type) SP type SP len(body) SP body`` (lengths in ASCII decimal).
-  ``keyid`` is the signer's `signing.fingerprint`: a hint for saying *which* key signed
-  (cosign ignores it when it verifies with ``--key``); the signature alone decides.
+  ``keyid`` is the signer's `signing.fingerprint` (cosign ignores it when it verifies with
+  ``--key``); it is unsigned, so `check` never reads it: the signature alone decides, and says why.
 
-`check` says what verified and, when nothing did, why: not an envelope, another payload type,
-signed by another key, changed after signing, or a statement about another image.
+`check` says what verified and, when nothing did, why, from what it verified only: not an
+envelope, another payload type, not signed by the trusted key (a signature that does not verify
+cannot tell another key from an edit after signing), or a statement about another image.
 
 Example:
     >>> from cryptography.hazmat.primitives.asymmetric import ec
@@ -102,7 +103,7 @@ class Checked:
     reason: str = ""
     predicate_type: str = ""
     statement: Optional[Dict[str, Any]] = None
-    keyids: List[str] = field(default_factory=list)
+    keyids: List[str] = field(default_factory=list)  # as the envelope writes them: unsigned, never used to decide
 
     @property
     def predicate(self) -> Dict[str, Any]:
@@ -147,17 +148,12 @@ def check(envelope: bytes, key: PublicKey, digest: str) -> Checked:
         payload = _b64(data.get("payload"))
     except (ValueError, binascii.Error):
         return Checked(False, "its payload is not base64", keyids=keyids)
-    mine = fingerprint(key)
     if not _signed_by(key, pae(INTOTO_PAYLOAD_TYPE, payload), signatures):
-        named = sorted({k for k in keyids if k})
-        if mine in named:
-            why = (f"changed after signing: it names this key (keyid {mine[:16]}) but its signature does not "
-                   "verify over its payload (an edited statement)")
-        elif named:
-            why = f"signed by another key (keyid {', '.join(k[:16] for k in named)}), not by this one (keyid {mine[:16]})"
-        else:
-            why = "its signature does not verify with this key (signed by another key, or changed after signing)"
-        return Checked(False, why, keyids=keyids)
+        # Only the signature is evidence: a keyid is unsigned (anyone can write the team's), and a
+        # signature that does not verify cannot tell "another key" from "edited after signing".
+        return Checked(False, f"not signed by the trusted key (keyid {fingerprint(key)[:16]}): no signature verifies "
+                              "over its payload with that key (signed by another key, or changed after signing)",
+                       keyids=keyids)
     try:
         body = documents.load_json(payload, "a statement")
     except ValueError:

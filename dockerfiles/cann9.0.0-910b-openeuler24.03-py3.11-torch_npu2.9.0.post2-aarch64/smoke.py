@@ -66,6 +66,23 @@ COLLECTIVE_TIMEOUT = 60.0
 WORKER_FLAG = "--collective-worker"
 DUMP_SECONDS = 5.0   # for a hung tier process to write its stacks (scaled)
 STOP_SECONDS = 5.0   # from SIGTERM to SIGKILL of the tier process and its workers (scaled)
+
+
+def longest_run(tiers, scale=1.0):
+    """The longest `supervise` lets a run of ``tiers`` last with every wait spent to its end, in
+    seconds: ``vocabulary.SMOKE_STARTUP_SECONDS`` before the first tier and again after each tier
+    (to the next one's start, or to the end), each tier's ``vocabulary.TIER_SECONDS``, then the stack
+    dump of a hung tier (``DUMP_SECONDS``) and at most two `stop_group` calls of two ``STOP_SECONDS``
+    each (SIGTERM, then SIGKILL); all scaled. The engine's limit on the container is this plus a margin
+    (`builder.images.pipeline.engine_timeout`), so a deadline changed here moves it too.
+
+    Example:
+        >>> longest_run(("versions",)) == 2 * vocabulary.SMOKE_STARTUP_SECONDS + vocabulary.TIER_SECONDS["versions"] + 25
+        True
+    """
+    waits = (len(tiers) + 1) * vocabulary.SMOKE_STARTUP_SECONDS
+    ending = DUMP_SECONDS + 4 * STOP_SECONDS
+    return (waits + sum(vocabulary.TIER_SECONDS[t] for t in tiers) + ending) * scale
 # Test only (tests/test_smoke.py): the tier this names hangs for real (see hang_for_tests).
 # Nothing sets it in an image.
 HANG_HOOK = "ASCEND_BUILD_SMOKE_TEST_HANG"

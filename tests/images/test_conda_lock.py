@@ -303,38 +303,87 @@ def test_the_conda_bootstrap_comes_from_a_local_file_or_a_mirror_and_its_failure
         stage.context({}, tmp_path / "ctx", conda_installer=(tmp_path / "missing.sh", name))
 
 
-def _credential_check(docker: str, root: Path) -> str:
-    """The Dockerfile's last check of the conda step, as a shell script over ``root`` instead of /."""
-    lines = docker.splitlines()
-    start = next(i for i, line in enumerate(lines) if line.lstrip().startswith('secret="$('))
-    end = next(i for i in range(start, len(lines)) if lines[i].strip() == "fi && \\")
-    body = "\n".join(lines[start:end + 1])[:-len(" && \\")].replace("/opt/conda", str(root / "opt" / "conda"))
-    return "set -eo pipefail\n" + body.replace(" && \\\n", " &&\n").replace("; then \\\n", "; then\n").replace(
-        "; exit 1; \\\n", "; exit 1;\n") + "\necho passed\n"
+SECRETS = render.TEMPLATES / conda_lock.SECRETS_SCRIPT
 
 
-@pytest.mark.parametrize("url, written, refused", [
+def _conda_dockerfile(tmp_path: Path, path: str) -> str:
+    """The mission cell's Dockerfile on the ``locked`` path (a complete conda part: conda-fetch.sh) or the
+    ``floating`` one (no conda part: conda solves against the channel)."""
+    cell = matrix.load(write_cells(tmp_path, CANN_7)[0]).cells[0]
+    plan = render.resolve(cell, KB).plans[vocabulary.NPU]
+    if path == "locked":
+        plan = replace(plan, conda_explicit="@EXPLICIT\nhttps://c.example/linux-64/python-3.9.7-h1_0.conda#sha256:" + "0" * 64)
+    docker = render.dockerfile(plan).decode()
+    assert ("sh /tmp/conda-fetch.sh" in docker) == (path == "locked")
+    return docker
+
+
+def _credential_check(docker: str, root: Path) -> list:
+    """The Dockerfile's last check of the conda step, as a command over ``root`` instead of / (this
+    Python for Miniforge's, the template for the bound script)."""
+    bound = f"--mount=type=bind,source={conda_lock.SECRETS_SCRIPT},target=/tmp/{conda_lock.SECRETS_SCRIPT}"
+    (line,) = [x.strip() for x in docker.splitlines() if x.strip().startswith(f"/opt/conda/bin/python /tmp/{conda_lock.SECRETS_SCRIPT} ")]
+    run = docker[: docker.index(line)].rpartition("\nRUN ")[2]
+    assert bound in run  # bound into the very step that runs it
+    argv = line[: -len(" && \\")].split()
+    assert argv[:2] == ["/opt/conda/bin/python", f"/tmp/{conda_lock.SECRETS_SCRIPT}"]
+    return ["python3", "-B", str(SECRETS)] + [a.replace("/opt/conda", str(root / "opt" / "conda")) for a in argv[2:]]
+
+
+SHAPES = [  # (channel, what conda wrote, refused)
     ("https://ci:s3cret-t0ken@mirror.example/conda-forge", "https://ci:s3cret-t0ken@mirror.example/conda-forge", True),
     ("https://mirror.example/t/s3cret-t0ken/conda-forge", "https://mirror.example/t/s3cret-t0ken/conda-forge/x.conda", True),
+    # user info and a path token: the token alone written (a sed took the user info only)
+    ("https://ci:pw@mirror.example/t/s3cret-t0ken/conda-forge", "https://mirror.example/t/s3cret-t0ken/conda-forge", True),
+    # an upper-case scheme (a sed matched [a-z]* only)
+    ("HTTPS://ci:s3cret-t0ken@mirror.example/conda-forge", "HTTPS://ci:s3cret-t0ken@mirror.example/conda-forge", True),
+    ("Https://mirror.example/t/s3cret-t0ken/conda-forge", "mirror.example/t/s3cret-t0ken/conda-forge", True),
+    # a percent-encoded password, written decoded; the password alone
+    ("https://ci:s3cret%2Dt0ken@mirror.example/conda-forge", "password s3cret-t0ken", True),
+    ("https://mirror.example/conda-forge?token=s3cret-t0ken", "https://mirror.example/conda-forge?token=s3cret-t0ken", True),
     ("https://ci:s3cret-t0ken@mirror.example/conda-forge", "https://mirror.example/conda-forge", False),
     ("https://mirror.example/conda-forge", "https://mirror.example/conda-forge", False),  # no credential to keep out
-])
-def test_the_conda_step_refuses_a_layer_where_conda_wrote_the_channels_credential(tmp_path, url, written, refused):
+]
+
+
+@pytest.mark.parametrize("path", ["locked", "floating"])
+@pytest.mark.parametrize("url, written, refused", SHAPES)
+def test_the_conda_step_refuses_a_layer_where_conda_wrote_the_channels_credential(tmp_path, path, url, written, refused):
     """conda writes the channel into conda-meta/history and each record: the step's last check
-    (run here as the Dockerfile has it) fails the build when the mirror's credential is there."""
-    docker = render.render_cell(matrix.load(write_cells(tmp_path, CANN_7)[0]).cells[0], KB)["Dockerfile"].decode()
+    (run here as the Dockerfile has it, on both conda paths) fails the build when a credential of the
+    mirror is there, whatever its shape; it never prints the credential."""
+    argv = _credential_check(_conda_dockerfile(tmp_path, path), tmp_path)
     meta = tmp_path / "opt" / "conda" / "envs" / "ascend" / "conda-meta"
     meta.mkdir(parents=True)
     (meta / "python-3.9.7-h1_0.json").write_text(json.dumps({"channel": written}))
     (tmp_path / "opt" / "conda" / "conda-meta").mkdir()
-    done = subprocess.run(["bash", "-c", _credential_check(docker, tmp_path)], capture_output=True, text=True,
-                          env=dict(os.environ, CONDA_CHANNEL=url), timeout=30)
+    done = subprocess.run(argv, capture_output=True, text=True, env=dict(os.environ, CONDA_CHANNEL=url), timeout=30)
     if refused:
         assert done.returncode == 1 and TOKEN not in done.stdout + done.stderr
         assert done.stderr == (f"conda wrote the credential of mirrors.conda_channel into {meta / 'python-3.9.7-h1_0.json'}: "
                                "refusing the layer\n")
     else:
-        assert (done.returncode, done.stdout) == (0, "passed\n"), done.stderr
+        assert (done.returncode, done.stdout, done.stderr) == (0, "", "")
+
+
+def test_the_credential_parts_of_a_channel_url_are_found_with_a_url_parser():
+    import doctest
+    import importlib.util
+    import sys
+
+    spec = importlib.util.spec_from_file_location("conda_secrets", SECRETS)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    saved, sys.dont_write_bytecode = sys.dont_write_bytecode, True  # no __pycache__ among the templates
+    try:
+        spec.loader.exec_module(module)
+    finally:
+        sys.dont_write_bytecode = saved
+    assert module.secrets("HTTPS://u:p@h/t/TOK/c") == ["u:p", "p", "TOK"]
+    assert module.secrets("https://u@h/c") == ["u"]  # a user alone: a token as the user name
+    assert module.secrets("https://h:8443/conda-forge/t/") == []  # /t/ last: no token follows it
+    assert module.secrets("") == []
+    assert doctest.testmod(module).failed == 0
 
 
 def test_a_stand_in_twin_is_not_held_back_by_the_conda_part_it_does_not_install(tmp_path):

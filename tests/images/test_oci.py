@@ -50,7 +50,7 @@ def checkout(tmp_path) -> Path:
 def test_labels_of_a_build_from_a_checkout_name_its_remote_and_commit(checkout):
     labels = oci.build_labels(str(checkout / "matrix.yaml"), "local/debian:12", env={"SOURCE_DATE_EPOCH": "0"})
     assert labels == {oci.CREATED: "1970-01-01T00:00:00Z", oci.SOURCE: "https://example.invalid/team/images",
-                      oci.REVISION: git(checkout, "rev-parse", "HEAD"), oci.BASE_NAME: "local/debian:12"}
+                      oci.REVISION: git(checkout, "rev-parse", "HEAD"), oci.BASE_NAME: "docker.io/local/debian:12"}
     assert "s3cret" not in repr(labels)
     (checkout / "matrix.yaml").write_text("cells: [] # changed\n")
     assert oci.build_labels(str(checkout / "matrix.yaml"), "b", env={})[oci.REVISION].endswith("-dirty")
@@ -82,3 +82,16 @@ def test_a_source_date_epoch_past_any_date_is_a_clear_error_not_a_traceback():
     with pytest.raises(UserError) as refused:
         oci.created({"SOURCE_DATE_EPOCH": "99999999999999999999"})
     assert "SOURCE_DATE_EPOCH" in refused.value.message and "99999999999999999999" in refused.value.message
+
+
+@pytest.mark.parametrize("given, written", [
+    ("debian:12", "docker.io/library/debian:12"), ("local/debian:12", "docker.io/local/debian:12"),
+    ("docker.io/library/debian:12", "docker.io/library/debian:12"), ("localhost/team/img:t", "localhost/team/img:t"),
+    ("127.0.0.1:5000/team/img:t", "127.0.0.1:5000/team/img:t"), ("registry.example/img@sha256:" + "a" * 64,
+                                                                  "registry.example/img@sha256:" + "a" * 64)])
+def test_the_base_name_is_fully_qualified_and_its_digest_set_when_known(given, written):
+    """org.opencontainers.image.base.name is a fully qualified reference (the image-spec's annotations.md),
+    as Docker itself names the image; base.digest is the base's registry digest, left out when there is none."""
+    labels = oci.build_labels("", given, env={}, base_digest="sha256:" + "b" * 64)
+    assert labels[oci.BASE_NAME] == written and labels[oci.BASE_DIGEST] == "sha256:" + "b" * 64
+    assert oci.BASE_DIGEST not in oci.build_labels("", given, env={})

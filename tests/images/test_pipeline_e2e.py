@@ -180,7 +180,8 @@ def test_cpu_twin_carries_the_oci_build_labels(engine, twin):
                             text=True, check=True).stdout.strip()
     assert labels["org.opencontainers.image.source"] == "https://example.invalid/team/images"
     assert labels["org.opencontainers.image.revision"] == commit
-    assert labels["org.opencontainers.image.base.name"] == "local/debian:12"
+    assert labels["org.opencontainers.image.base.name"] == "docker.io/local/debian:12"  # as Docker qualifies it
+    assert "org.opencontainers.image.base.digest" not in labels  # made locally (docker import): no registry digest
     built = calendar.timegm(time.strptime(labels["org.opencontainers.image.created"], "%Y-%m-%dT%H:%M:%SZ"))
     assert 0 <= time.time() - built < twin.seconds + 3600
     assert labels["org.opencontainers.image.version"] == f"{CELL_ID}-cpu"

@@ -517,7 +517,7 @@ def test_manifest(cell7, lock7, rendered):
     files = rendered[CELL_7_X86]
     assert sorted(files) == sorted(["Dockerfile", "Dockerfile.cpu", "lock.closure.txt", "lock.torch_npu.txt", "uv.txt",
                                     "lock.unverified.txt", "manifest.cpu.json", "manifest.json", "requirements.lock",
-                                    "unpack-cann.sh", *vocabulary.SHIPPED_FILES])
+                                    "unpack-cann.sh", "conda_secrets.py", *vocabulary.SHIPPED_FILES])
     assert files["manifest.json"].endswith(b"}\n")
     driver = "/usr/local/Ascend/driver/lib64"
     locked = {e.name: e.version for e in lock7.entries}
@@ -867,7 +867,8 @@ def test_every_cell_folder_is_a_complete_build_context(rendered, unlocked):
         uvs = text.count("\n    /opt/uv/bin/uv pip install ")  # the verified steps, each mounting uv
         pips = text.count("\n    pip install ") + text.count("\n    /tmp/uv-venv/bin/pip install ") + uvs
         assert all(name in contexts[cell_id] for name in files), where
-        scripts = [name for name in files if name == render.UNPACK_SCRIPT]  # CANN's signed bundles
+        # CANN's signed bundles; a conda cell's check that no credential of the channel is in its layer
+        scripts = [name for name in files if name in (render.UNPACK_SCRIPT, conda_lock.SECRETS_SCRIPT)]
         files = [name for name in files if name not in scripts]
         assert files and len(files) == pips and all(name.startswith("lock.") or name == "uv.txt" for name in files), where
         assert ("uv.txt" in files) is (uvs > 0), where

@@ -5,10 +5,12 @@ bytes for the same job, and attached as a signed statement next to validation an
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 from cyclonedx.schema import SchemaVersion
+from packageurl import PackageURL
 from cyclonedx.validation.json import JsonStrictValidator
 
 from builder.trust import signing, statements
@@ -41,7 +43,9 @@ def test_the_npu_image_lists_every_locked_distribution_and_cann_package_with_its
     assert set(libraries) == {e.name for e in locked.entries} and "torch-npu" in libraries
     for entry in locked.entries:
         found = libraries[entry.name]
-        assert found["purl"] == f"pkg:pypi/{entry.name}@{entry.version}"
+        parsed = PackageURL.from_string(found["purl"])  # packageurl-python: the purl spec's own reader
+        assert (parsed.type, parsed.name, parsed.version) == ("pypi", entry.name, entry.version)
+        assert found["purl"] == parsed.to_string()  # canonical as written
         assert [h["content"] for h in found["hashes"]] == list(entry.hashes)
     cann = [c for c in bom["components"] if c.get("group") == "CANN"]
     assert [(c["version"], c["hashes"][0]["content"]) for c in cann] == [
@@ -49,6 +53,20 @@ def test_the_npu_image_lists_every_locked_distribution_and_cann_package_with_its
     assert [c["externalReferences"][0]["url"] for c in cann] == [i.url for i in job.image.installers]
     assert bom["metadata"]["component"]["version"] == MISSION_CELL
     assert bom["compositions"] == [{"aggregate": "incomplete", "assemblies": [job.ref]}]  # OS packages: not listed
+
+
+def test_a_local_version_is_percent_encoded_in_the_purl():
+    """The purl spec encodes a version's '+' (PEP 440's local label) as %2B: torch 2.13.0+cpu."""
+    job = job_of(CPU)
+    assert job.plan.lock is not None
+    entries = tuple(lock.Entry("torch", "2.13.0+cpu", ("0" * 64,)) if e.name == "torch" else e
+                    for e in job.plan.lock.entries)
+    job = replace(job, plan=replace(job.plan, lock=replace(job.plan.lock, entries=entries)))
+    bom = sbom.of(job)
+    (torch,) = [c for c in bom["components"] if c["name"] == "torch"]
+    assert torch["purl"] == torch["bom-ref"] == "pkg:pypi/torch@2.13.0%2Bcpu"
+    assert PackageURL.from_string(torch["purl"]).version == "2.13.0+cpu"
+    valid(bom)
 
 
 def test_the_twin_lists_the_lock_without_torch_npu_and_no_cann():

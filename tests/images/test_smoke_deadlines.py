@@ -39,8 +39,7 @@ def test_native_runs_keep_the_old_command_and_the_limit_covers_every_deadline(mo
     report, _ = pipeline.smoke(engine, "img", "cpu", vocabulary.TIERS, [], [], (), pipeline.smoke_scale(False))  # type: ignore[arg-type]  # an Engine stand-in
     [(command, kwargs)] = engine.calls
     assert "--timeout-scale" not in command  # a -candidate image from before the option still runs
-    assert kwargs["timeout"] == pipeline.engine_timeout(vocabulary.TIERS, 1.0) == sum(
-        vocabulary.TIER_SECONDS.values()) + 2 * vocabulary.SMOKE_STARTUP_SECONDS + pipeline.ENGINE_MARGIN_SECONDS
+    assert kwargs["timeout"] == pipeline.engine_timeout(vocabulary.TIERS, 1.0)
     assert report["exit_code"] == 0
 
 
@@ -51,7 +50,24 @@ def test_under_qemu_every_deadline_and_the_limit_are_scaled(monkeypatch):
     pipeline.smoke(engine, "img", "cpu", ("versions", "train"), [], [], ("--steps", "4"), 8.0)  # type: ignore[arg-type]  # an Engine stand-in
     [(command, kwargs)] = engine.calls
     assert command[-4:] == ["--steps", "4", "--timeout-scale", "8"]
-    assert kwargs["timeout"] == (240 + 180 + 120) * 8 + pipeline.ENGINE_MARGIN_SECONDS
+    assert kwargs["timeout"] == pipeline.engine_timeout(("versions", "train"), 8.0)
+    assert kwargs["timeout"] - pipeline.ENGINE_MARGIN_SECONDS == 8 * (
+        pipeline.engine_timeout(("versions", "train"), 1.0) - pipeline.ENGINE_MARGIN_SECONDS)
+
+
+@pytest.mark.parametrize("tier", vocabulary.TIERS)
+def test_the_engine_limit_grows_with_every_deadline_of_the_smoke_program(monkeypatch, tier):
+    """One source of truth: a tier's deadline, or the wait the supervisor allows before the first tier
+    and after each, grown in the smoke program's constants, grows the engine's limit by at least as
+    much as the program may now take (never computed here: only what changed is)."""
+    scale = 2.0
+    before = pipeline.engine_timeout(vocabulary.TIERS, scale)
+    monkeypatch.setitem(vocabulary.TIER_SECONDS, tier, vocabulary.TIER_SECONDS[tier] + 1000)
+    assert pipeline.engine_timeout(vocabulary.TIERS, scale) - before >= 1000 * scale
+    grown = pipeline.engine_timeout(vocabulary.TIERS, scale)
+    monkeypatch.setattr(vocabulary, "SMOKE_STARTUP_SECONDS", vocabulary.SMOKE_STARTUP_SECONDS + 10)
+    waits = len(vocabulary.TIERS) + 1  # supervise waits before the first tier and after each
+    assert pipeline.engine_timeout(vocabulary.TIERS, scale) - grown >= waits * 10 * scale
 
 
 @pytest.mark.parametrize("value", ["0", "-1", "x", "1e9"])

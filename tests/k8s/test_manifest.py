@@ -116,9 +116,28 @@ def test_the_container_runs_the_command_behind_the_guard_by_digest_with_the_chip
     container = the_job()["spec"]["template"]["spec"]["containers"][0]
     assert container["image"] == IMAGE
     assert container["command"] == [pod.GUARD_PATH, "torchrun", "--nproc_per_node", "8", "train.py"]
-    assert container["resources"] == {"limits": {"huawei.com/Ascend910": 8}, "requests": {"huawei.com/Ascend910": 8}}
+    assert container["resources"] == {"limits": {"huawei.com/Ascend910": "8"}, "requests": {"huawei.com/Ascend910": "8"}}
     small = job.job("x", spec_for("24.1.RC3", npus=2, path=CLUSTER, chip="310p"), {})
-    assert small["spec"]["template"]["spec"]["containers"][0]["resources"]["limits"] == {"huawei.com/Ascend310P": 2}
+    assert small["spec"]["template"]["spec"]["containers"][0]["resources"]["limits"] == {"huawei.com/Ascend310P": "2"}
+
+
+def test_the_kubernetes_python_client_reads_the_job_quantities_as_strings():
+    """The kubernetes client's own deserializer (its models, as it reads an API answer) takes the Job
+    whole: a resource quantity is a string in its model, and a bare 8 is refused."""
+    import json
+
+    from kubernetes.client import ApiClient
+
+    client = ApiClient()
+    made = yaml.safe_load(manifest_yaml.render(the_job()))  # as `k8s job` prints it
+    read = client.deserialize(json.dumps(made), "V1Job", "application/json")
+    assert read.spec.template.spec.containers[0].resources.limits == {"huawei.com/Ascend910": "8"}
+    assert client.sanitize_for_serialization(read)["spec"]["template"]["spec"]["containers"][0]["command"][0] == \
+        pod.GUARD_PATH
+    bare = json.loads(json.dumps(made))
+    bare["spec"]["template"]["spec"]["containers"][0]["resources"]["limits"]["huawei.com/Ascend910"] = 8
+    with pytest.raises(Exception, match="valid string"):  # the check can fail
+        client.deserialize(json.dumps(bare), "V1Job", "application/json")
 
 
 def test_the_mounts_are_runs_list_read_only_with_shm_in_memory():

@@ -97,6 +97,19 @@ def test_firmware_is_checked_only_when_mounted_and_stated():
     assert guard.decide(NEED, info("25.0.RC1"), "Version=7.7.0.1.231\n", TABLE).run is True
 
 
+def test_a_file_the_image_states_no_minimum_for_refuses_nothing():
+    """An image with a driver minimum and no firmware minimum (most shipped ones) starts beside a firmware
+    version.info the guard cannot parse or read; one with a firmware minimum alone ignores a broken driver file."""
+    driver_only = {"ASCEND_REQUIRE_DRIVER": "25.0.RC1"}
+    for broken in (False, "no version here\n", "Version=banana\n"):
+        assert guard.decide(driver_only, info("25.0.RC1"), broken, TABLE) == guard.Decision(True, []), broken
+        assert guard.decide(driver_only, info("24.1.rc3"), broken, TABLE).run is False  # the driver still decides
+        firmware_only = guard.decide({"ASCEND_REQUIRE_FIRMWARE": "7.7.0.1.231"}, broken, "Version=7.7.0.1.231\n", TABLE)
+        assert firmware_only == guard.Decision(True, []), broken
+    refused = guard.decide(NEED, info("25.0.RC1"), "Version=banana\n", TABLE)  # stated: a broken file still refuses
+    assert refused.run is False and "firmware/version.info says Version=banana" in refused.lines[0]
+
+
 def test_an_image_that_states_nothing_runs_silently_and_a_broken_requirement_is_refused():
     assert guard.decide({}, info("1.0.0"), None, TABLE) == guard.Decision(True, [])
     broken = guard.decide({"ASCEND_REQUIRE_DRIVER": "latest"}, info("25.0.RC1"), None, TABLE)
@@ -167,6 +180,19 @@ def test_ascend_build_run_keeps_the_images_entrypoint():
     argv = run_argv("img", [0], ["python", "train.py"], root=Path("/nonexistent"), interactive=False)
     assert not any(a.startswith("--entrypoint") for a in argv)
     assert argv[-3:] == ["img", "python", "train.py"]  # the command is CMD: it runs behind the guard
+
+
+def test_run_mounts_the_firmware_file_only_for_an_image_stating_a_firmware_minimum(tmp_path):
+    from builder import devices
+
+    for path in (devices.FIRMWARE_INFO, "/usr/local/Ascend/driver/version.info"):
+        (tmp_path / path.lstrip("/")).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / path.lstrip("/")).write_text(info("25.0.RC1"))
+    mounted = [run_argv("img", [], root=tmp_path, interactive=False, firmware=firmware) for firmware in (True, False)]
+    firmware = f"{devices.FIRMWARE_INFO}:{devices.FIRMWARE_INFO}:ro"
+    assert firmware in mounted[0] and firmware not in mounted[1]
+    assert mounted[0][: mounted[0].index(firmware) - 1] + mounted[0][mounted[0].index(firmware) + 1:] == mounted[1]
+    assert "/usr/local/Ascend/driver/version.info:/usr/local/Ascend/driver/version.info:ro" in mounted[1]
 
 
 def test_the_guard_reads_a_fixture_file_as_the_image_does(tmp_path):

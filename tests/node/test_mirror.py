@@ -164,7 +164,7 @@ def test_a_source_statement_that_does_not_verify_is_refused_before_any_copy(regi
     ht.attest_as(registry, repo, TAG, digest, keys["stranger"][0])
     done = run_mirror(creds, f"{registry.host}/{repo}", f"{far.host}/{repo}", "--trust-key", str(keys["team"][1]))
     assert done.returncode == 1
-    assert f"{TAG} ({digest}): signed by another key" in done.stderr and "nothing was copied" in done.stderr
+    assert f"{TAG} ({digest}): not signed by the trusted key" in done.stderr and "nothing was copied" in done.stderr
     config = reg.manifest(repo, TAG).data["config"]["digest"]
     assert not Registry(far.host).has_blob(repo, config) and Registry(far.host).tags(repo) == []
 

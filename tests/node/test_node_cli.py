@@ -95,6 +95,21 @@ def test_run_print_for_two_devices_fake_npu(node, labelled, engine):
         f"    {ref} python train.py\n")
 
 
+@pytest.mark.engine
+def test_run_print_mounts_no_firmware_file_for_an_image_stating_no_firmware_minimum(node, labelled, engine):
+    """The driver guard reads the firmware's version.info only for a stated minimum: `run` mounts it only then."""
+    labels = {k: v for k, v in pipeline_labels(cell_8_0_rc3()).items() if k != "io.ascend-build.min-firmware"}
+    ref = f"ascend-build-test/run:{uuid.uuid4().hex[:8]}"
+    engine.tag(labelled(labels), ref)
+    try:
+        done = cli("run", "--root", str(node), "--devices", "0", "--print", ref, "--", "python", "train.py")
+    finally:
+        engine.untag(ref)
+    assert done.returncode == 0, done.stderr
+    assert "/usr/local/Ascend/driver/version.info:/usr/local/Ascend/driver/version.info:ro" in done.stdout
+    assert "firmware/version.info" not in done.stdout
+
+
 @pytest.fixture
 def tagged(labelled, engine):
     """A local ref to an image with the pipeline's labels (local/debian:12 underneath: x86_64)."""

@@ -16,9 +16,13 @@ The forgeries, each under the genuine image's tag, with labels identical to the 
 from __future__ import annotations
 
 import base64
+import gzip
+import hashlib
+import io
 import json
 import os
 import sys
+import tarfile
 from dataclasses import replace
 from pathlib import Path
 from typing import Dict, Optional
@@ -27,7 +31,7 @@ import pytest
 
 from builder.trust import attached, signing, statements
 from builder.images import attest, matrix, pipeline, plan, render
-from builder.registry import Registry
+from builder.registry import OCI_MANIFEST, Registry
 from builder.vocabulary import CPU, TIERS
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -150,3 +154,22 @@ REFUSED_FOR = {
     "edited": "changed after signing",
     "stranger": "signed by another key",
 }
+
+
+def put_tiny_image(registry: Registry, repository: str, tag: str, labels: Optional[Dict[str, str]] = None) -> str:
+    """A tiny image (one empty layer, ``labels``, by default the sealed twin's, and ``tag`` as its own,
+    so each is another digest) put under ``tag``; its digest."""
+    raw = io.BytesIO()
+    with tarfile.open(fileobj=raw, mode="w"):
+        pass
+    layer = gzip.compress(raw.getvalue(), mtime=0)
+    config = json.dumps({"architecture": "amd64", "os": "linux", "config": {"Labels": {**(labels or sealed_twin_labels()), "test.marker": tag}},
+                         "rootfs": {"type": "layers",
+                                    "diff_ids": ["sha256:" + hashlib.sha256(raw.getvalue()).hexdigest()]}}).encode()
+    described = []
+    for media_type, body in (("application/vnd.oci.image.config.v1+json", config),
+                             ("application/vnd.oci.image.layer.v1.tar+gzip", layer)):
+        described.append({"mediaType": media_type, "size": len(body), "digest": registry.put_blob(repository, body)})
+    manifest = json.dumps({"schemaVersion": 2, "mediaType": OCI_MANIFEST, "config": described[0],
+                           "layers": described[1:]}).encode()
+    return registry.put_manifest(repository, tag, manifest, OCI_MANIFEST)
