@@ -33,6 +33,10 @@ DeadlineOpt = typer.Option(None, "--deadline", envvar=bounded.DEADLINE_ENV, min=
                            help=f"Seconds the whole command may take, all it reads from the network included "
                                 f"(default {NETWORK_DEADLINE:g}; lock {LOCK_DEADLINE:g}; 0: no limit but each answer's own).")
 
+PushDeadlineOpt = typer.Option(900.0, "--push-deadline", min=0, metavar="SECONDS",
+                               help="Seconds each image's push through Docker Engine, its signed statements and each "
+                                    "index may take (0: no limit but the engine client's 300 s without progress).")
+
 
 @contextlib.contextmanager
 def within(deadline: Optional[float], default: float = NETWORK_DEADLINE) -> Iterator[None]:

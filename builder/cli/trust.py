@@ -8,13 +8,13 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Dict, List
+from typing import Dict, List, Optional
 
 import typer
 
 from builder.trust import attached, signing, statements
 from builder.registry import split_reference
-from builder.cli.app import JsonOpt, app
+from builder.cli.app import DeadlineOpt, JsonOpt, app, within
 from builder.cli import paths
 
 keys_app = typer.Typer(no_args_is_help=True, help="The team's signing keys (ECDSA P-256, plain PEM).")
@@ -92,6 +92,7 @@ def verify_command(
     key: Path = typer.Option(..., "--key", callback=paths.FILE,
                              help="The team's public key (the .pub of `ascend-build keys generate`)."),
     as_json: bool = JsonOpt,
+    deadline: Optional[float] = DeadlineOpt,
 ) -> None:
     """Check the signed statements attached to an image (cosign's sha256-<digest>.att tag): which
     verify with KEY and are about this very digest, what they say (the smoke test tier by tier,
@@ -106,7 +107,8 @@ def verify_command(
 
     public = signing.load_public(key)
     host, repository, reference = split_reference(ref)
-    result = attached.verify(Registry(host), repository, reference, public)
+    with within(deadline):
+        result = attached.verify(Registry(host), repository, reference, public)
     why = result.why_not_validated()
     if as_json:
         typer.echo(json.dumps({
