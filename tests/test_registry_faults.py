@@ -386,3 +386,36 @@ def test_a_pull_stalled_by_the_registry_ends_at_the_commands_deadline(engine, re
     finally:
         proxy.stop()
         engine.remove(wanted, force=True)
+
+
+def test_verify_of_a_manifest_the_registry_altered_says_so_not_unsigned(registry, proxy, tmp_path):
+    """A registry (or a proxy before it) that alters the manifest served for a tag and sends no
+    digest header: what was served hashes to a digest with no statement. That is other bytes than
+    the tag names, not an image "pushed without --sign-key"."""
+    from builder.trust import attached, signing
+
+    direct, through = _clients(registry, proxy)
+    repository = f"faults/altered-{uuid.uuid4().hex[:8]}"
+    digest, _ = _image(direct, repository, "v1")
+    _, public = signing.generate(tmp_path / "keys")
+    proxy.plan("GET", r"/manifests/v1$", always="alter")
+    with pytest.raises(UserError) as altered:
+        attached.verify(through, repository, "v1", signing.load_public(public))
+    print(altered.value.message)
+    assert "the registry served other bytes than the digest asked for" in altered.value.message
+    assert "--sign-key" not in altered.value.message and digest not in altered.value.message
+    assert proxy.count("GET", rf"/manifests/{digest}$") == 0  # asked by its altered digest, not the real one
+    # unaltered, the same image is diagnosed as unsigned, as it is
+    unaltered = attached.verify(direct, repository, "v1", signing.load_public(public))
+    assert "pushed without --sign-key" in unaltered.missing
+
+
+def test_a_manifest_asked_by_digest_and_served_altered_is_named_so(registry, proxy):
+    direct, through = _clients(registry, proxy)
+    repository = f"faults/altered-digest-{uuid.uuid4().hex[:8]}"
+    digest, _ = _image(direct, repository, "v1")
+    proxy.plan("GET", r"/manifests/sha256:", always="alter")
+    with pytest.raises(UserError) as altered:
+        through.manifest(repository, digest)
+    assert "hashes to sha256:" in altered.value.message and f"not {digest}" in altered.value.message
+    assert "the registry served other bytes than the digest asked for" in altered.value.message
