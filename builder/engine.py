@@ -336,6 +336,9 @@ class Engine:
         except docker.errors.APIError as e:
             raise UserError(f"cannot create a container from {image}: {e.explanation or e}",
                             exit_code=1) from None
+        except BaseException:  # Ctrl-C while the engine creates it: made there, its answer never read
+            self._remove_unstarted()
+            raise
         start = time.monotonic()
         try:
             ctr.start()
@@ -385,6 +388,16 @@ class Engine:
             except docker.errors.APIError:  # removed meanwhile by another run's sweep
                 pass
         return removed
+
+    def _remove_unstarted(self) -> None:
+        """Remove the containers this process created and never started (one whose creation an
+        interruption cut short): nothing else of this process is in that state between calls."""
+        mine: Dict[str, str | List[str] | bool] = {"label": f"{OWNER_LABEL}={_owner()}", "status": "created"}
+        for ctr in self.client.containers.list(all=True, filters=mine, ignore_removed=True):
+            try:
+                ctr.remove(force=True)
+            except docker.errors.APIError:  # removed meanwhile
+                pass
 
     @staticmethod
     def _output(ctr) -> Tuple[str, str]:
