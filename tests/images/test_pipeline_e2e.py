@@ -458,9 +458,10 @@ def test_refused_push_fails_clearly_and_keeps_the_sealed_local_image(engine, bas
 
 
 def _interrupt(cmd: List[str], cwd: Path, env: Dict[str, str], ready: "re.Pattern[str]",
-               while_running=None) -> subprocess.CompletedProcess:
-    """Start ``cmd`` in its own process group, wait for a stderr line matching ``ready``,
-    give the step 3 s to be well under way, then Ctrl-C the group as a terminal would."""
+               while_running=None, under_way=None) -> subprocess.CompletedProcess:
+    """Start ``cmd`` in its own process group, wait for a stderr line matching ``ready`` and,
+    when given, for ``under_way()`` to be true (the phase itself, asked of the engine: never a
+    fixed time, which a loaded machine outlasts), then Ctrl-C the group as a terminal would."""
     proc = subprocess.Popen(cmd, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             start_new_session=True)
     stdout, stderr = proc.stdout, proc.stderr
@@ -481,7 +482,10 @@ def _interrupt(cmd: List[str], cwd: Path, env: Dict[str, str], ready: "re.Patter
             if proc.poll() is not None or time.monotonic() > deadline:
                 pytest.fail(f"never saw {ready.pattern!r} (exit {proc.poll()}):\n{''.join(lines)}")
             time.sleep(0.2)
-        time.sleep(3)
+        while under_way is not None and not under_way():
+            if proc.poll() is not None or time.monotonic() > deadline:
+                pytest.fail(f"the phase never came (exit {proc.poll()}):\n{''.join(lines)}")
+            time.sleep(0.2)
         assert proc.poll() is None, "finished before it could be interrupted:\n" + "".join(lines)
         if while_running:
             while_running()
@@ -538,10 +542,14 @@ def test_ctrl_c_leaves_no_tag_no_container_no_temp_tag_no_secret_file(engine, ba
     def smoke_is_running():
         seen_containers.append(len(smoke_containers(engine, release)))
 
+    def smoke_container_runs() -> bool:
+        return any(c.status == "running" for c in smoke_containers(engine, release))
+
     res = _interrupt([str(CLI), *image_args(write_matrix(tmp_path, repo), state, base_image, "--variant", "cpu",
                                             wheelhouse=wheelhouse)],
                      cwd=tmp_path, env=cli_env(TMPDIR=str(private_tmp)), ready=ready,
-                     while_running=smoke_is_running if phase == "smoke" else None)
+                     while_running=smoke_is_running if phase == "smoke" else None,
+                     under_way=smoke_container_runs if phase == "smoke" else None)
 
     assert res.returncode == 130, res.stderr
     last = res.stderr.rstrip().splitlines()[-1]
