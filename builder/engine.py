@@ -369,8 +369,9 @@ class Engine:
         processes, of other hosts and of other tools are left alone. The seal's temporary tags
         and the temporary folders of such a process go too (`builder.leftovers`)."""
         leftovers.sweep_temp()
-        for image in self.client.images.list(name=leftovers.CANDIDATE_REPOSITORY):
-            for ref in image.tags:
+        # one request, no inspect per image: a candidate another run's sweep removed meanwhile is no error
+        for image in self.client.api.images(name=leftovers.CANDIDATE_REPOSITORY):
+            for ref in image.get("RepoTags") or []:
                 if ref.startswith(leftovers.CANDIDATE_REPOSITORY + ":") and leftovers.orphaned(ref):
                     self.untag(ref)
         host, removed = socket.gethostname(), []

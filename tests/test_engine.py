@@ -45,7 +45,7 @@ def _stream_contains(chunks, needle: bytes) -> bool:
 
 
 def _gone(engine: Engine, name: str) -> bool:
-    return engine.client.containers.list(all=True, filters={"name": name}) == []
+    return engine.client.containers.list(all=True, filters={"name": name}, ignore_removed=True) == []
 
 
 def _write(ctx: Path, dockerfile: str, **files: str) -> Path:
@@ -263,7 +263,7 @@ def _interrupt_once_running(name: str, stop: threading.Event) -> None:
     client = docker.from_env()
     try:
         while not stop.is_set():
-            if client.containers.list(filters={"name": name, "status": "running"}):
+            if client.containers.list(filters={"name": name, "status": "running"}, ignore_removed=True):
                 os.kill(os.getpid(), signal.SIGINT)
                 return
             time.sleep(0.1)

@@ -50,6 +50,7 @@ TOKEN = uuid.uuid4().hex[:10]
 REPO = f"ascend-build-test/pytorch-{TOKEN}"  # every tag this module makes lives under it
 from tests.support.pipeline import (  # noqa: F401  (what the tests below use)
     CELL_ID, WHEELHOUSE, CA_BUNDLE, CLI, DOCKER, TEMP_TAG_REPO, CELL, _torch_wheel, REMOTE_SECRET, needs_build, write_matrix, image_args, cli_env, run_cli, outcomes_of, all_refs, temp_tags, smoke_containers, stream_find, pem_bodies, pem_lines, registry_tags, drop_images)
+from tests.support import listing
 
 
 @pytest.fixture(scope="module")
@@ -700,6 +701,6 @@ def test_a_hung_smoke_fails_the_image_keeping_seconds_and_report_and_tags_nothin
     assert smoke_containers(engine, release) == []
     # As after any failed smoke test, the candidate is kept, nameless, for a look; named by the
     # outcome and the report, it is the only nameless image of the run.
-    titled = engine.client.images.list(filters={"dangling": True, "label": f"org.opencontainers.image.title={release}"})
+    titled = listing.images(engine, filters={"dangling": True, "label": f"org.opencontainers.image.title={release}"})
     assert [img.id for img in titled] == [out.image_id]
     assert engine.remove_if_unnamed(out.image_id)

@@ -22,6 +22,7 @@ from builder.images import prepare as jobs
 from builder.images import matrix, pipeline
 from builder.vocabulary import CPU, Label
 from tests.support.matrix import REPO, SHIPPED_MATRIX
+from tests.support import listing
 
 pytestmark = pytest.mark.engine
 
@@ -70,7 +71,7 @@ def sealed_setup(engine, base_image, tmp_path):
         return image_id
 
     yield cell, options, job, candidate, made
-    for ref in [t for img in engine.client.images.list() for t in img.tags if repository in t]:
+    for ref in [t for img in listing.images(engine) for t in img.tags if repository in t]:
         engine.untag(ref)
     for image_id in made:
         engine.remove_if_unnamed(image_id)
@@ -83,7 +84,7 @@ def seal_as_release(engine, job, options, candidate_id: str, seconds: float) -> 
 
 
 def dangling(engine) -> List[str]:
-    return [img.id for img in engine.client.images.list(filters={"dangling": True})]
+    return [img.id for img in listing.images(engine, filters={"dangling": True})]
 
 
 def test_a_second_seal_under_the_same_tag_leaves_the_first_neither_named_nor_dangling(engine, sealed_setup):

@@ -296,8 +296,9 @@ def unvalidated_tags(engine, client, repository: str) -> List[str]:
     """Every tag of ``repository`` naming an image not labelled validated: in the engine
     (``engine``), and in the registry ``client`` (a `builder.registry.Registry`) but for indexes."""
     from builder.vocabulary import Label
+    from tests.support import listing
 
-    bad = [ref for image in engine.client.images.list() for ref in image.tags
+    bad = [ref for image in listing.images(engine) for ref in image.tags
            if repository in ref and (image.labels or {}).get(Label.VALIDATED) != "true"]
     try:
         tags = client.tags(repository)
