@@ -8,17 +8,29 @@ the real client) through four classes of fault and counts what they leave behind
   state folder.
 - disk full: `render`, a lock write and `record` onto a full tmpfs; `image` with its state
   folder on a 32 MiB tmpfs.
-- registry faults: a real docker-registry behind tests/helpers_faults.FaultProxy: 503, 429,
+- registry faults: a real docker-registry behind tests/support/faults.FaultProxy: 503, 429,
   resets and 502 on reads, resets mid-push, and 500 or resets that persist.
+- stall: the same proxy takes the request and never answers: a registry read and the `verify`
+  and `pull` CLIs under a 3 s deadline, and (with the engine) the engine's push under a 4 s
+  one; each must end within its deadline plus a margin, saying so, with no tag pushed.
+- keys, full disk: `keys generate` onto a full tmpfs (0, 100 and 300 bytes left): no file may
+  be left behind; after room is made the same command must succeed.
+- truncated lock: the demo cell's lock cut between two entries, after one entry, in the middle
+  of a line and with its last line gone: `lock --check` must refuse each, naming the file.
+- kill at random points: `image` of the CPU twin, its main process alone SIGKILLed at a random
+  moment (seeded) of the build and of the seal, twice each; after the next run, no
+  `ascend-build-secrets-*` folder may be left in the runs' TMPDIR and no `docker build` of the
+  killed run may be alive.
 
 Per class: faults injected, runs that recovered (the rerun completed; for the registry,
 the retries completed the same run), runs that failed clearly (a refusal, a full disk, a
 registry fault that never ends: the run that must fail, with its message), tags on
 unvalidated images (must be 0), files corrupted (a file neither its old nor its new bytes,
-a record that does not parse, a wrong or missing message; must be 0), and the worst time
-to a clear failure.
+a record that does not parse, a wrong or missing message, a key file left by a failed
+generate, a damaged lock called whole; must be 0), secrets left (must be 0), orphaned
+`docker build` processes (must be 0), and the worst time to a clear failure.
 
-Run: .venv/bin/python -m benchmarks.bench_faults [--no-engine]   (about 5 minutes with the engine;
+Run: .venv/bin/python -m benchmarks.bench_faults [--no-engine]   (about 10 minutes with the engine;
      needs root for tmpfs mounts, docker-registry and htpasswd, and the engine unless --no-engine)
 """
 
@@ -27,6 +39,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import random
 import shutil
 import signal
 import subprocess
@@ -50,7 +63,9 @@ ROOT = Path(__file__).resolve().parent.parent
 SHIPPED_MATRIX = ROOT / "matrix" / "default.yaml"
 SHIPPED_DOCKERFILES = ROOT / "dockerfiles"
 DEMO = "cann9.1.0-910b-debian12-py3.11-torch_npu2.13.0-x86_64"
-CLASSES = ("killed", "concurrent", "disk full", "registry faults")
+CLASSES = ("killed", "concurrent", "disk full", "registry faults", "stall", "keys, full disk", "truncated lock",
+           "kill at random points")
+SEED = 34  # the random kill moments: the same on every run of the benchmark
 
 
 @dataclass
@@ -59,6 +74,8 @@ class Row:
     recovered: int = 0
     unvalidated_tags: int = 0
     corrupted: int = 0
+    secrets_left: int = 0
+    orphans: int = 0
     failures: List[float] = field(default_factory=list)  # seconds to each clear failure
     notes: List[str] = field(default_factory=list)
 
@@ -278,6 +295,103 @@ def registry_faults(tmp: Path, row: Row) -> None:
         stop(proc)
 
 
+def stalls(tmp: Path, row: Row) -> None:
+    """A registry that takes each request and never answers: every read ends at its command's deadline."""
+    from tests.support.loopback_registry import REGISTRY_BIN, stop
+
+    from builder import bounded
+    from builder.registry import Registry
+    from builder.trust import signing
+
+    if not Path(REGISTRY_BIN).exists() or not shutil.which("htpasswd"):
+        row.notes.append("no docker-registry/htpasswd: not run")
+        return
+    proc, port, user, password = _serve_htpasswd_registry(tmp)
+    proxy = None
+    try:
+        proxy = hf.FaultProxy(f"127.0.0.1:{port}")
+        through = Registry(proxy.host, user, password)
+        repository = f"faults/stall-{uuid.uuid4().hex[:8]}"
+        hf.push_tiny_image(through, repository, "v1")
+        _, public = signing.generate(tmp / "keys")
+        env = dict(os.environ, ASCEND_BUILD_REGISTRY_USER=user, ASCEND_BUILD_REGISTRY_PASSWORD=password)
+        proxy.plan("GET", r"/manifests/", always="stall")
+        proxy.plan("GET", r"/tags/list$", always="stall")
+        started = time.monotonic()
+        row.faults += 1
+        try:
+            with bounded.command_deadline(3):
+                through.manifest(repository, "v1")
+            row.corrupted += 1  # an answer out of a stall
+        except UserError as exc:
+            row.fail_in(time.monotonic() - started)
+            row.corrupted += "deadline of 3 s passed" not in exc.message or time.monotonic() - started > 10
+        for argv in (["verify", f"{proxy.host}/{repository}:v1", "--key", str(public), "--deadline", "3"],
+                     ["pull", "--registry", f"{proxy.host}/{repository}", "--deadline", "3", "--root", str(tmp)]):
+            run = hf.Killable(argv, tmp, env)
+            done = run.finish(300)
+            row.faults += 1
+            row.fail_in(run.seconds)
+            row.corrupted += done.returncode != 1 or not _clean(done, "the command's deadline of 3 s passed") \
+                or run.seconds > 15
+        proxy.plans.clear()
+        row.recovered += bool(Registry(proxy.host, user, password).tags(repository))  # the registry itself is fine
+    finally:
+        if proxy is not None:
+            proxy.stop()
+        stop(proc)
+    row.notes.append("stall: a read, verify and pull under a 3 s deadline")
+
+
+def keys_on_a_full_disk(tmp: Path, row: Row) -> None:
+    try:
+        with hf.small_fs("64k") as small:
+            for keep in (0, 100, 300):
+                folder = small / f"keys-{keep}"
+                folder.mkdir()
+                filler = hf.fill(small, keep=keep)
+                run = hf.Killable(["keys", "generate", folder], tmp)
+                done = run.finish(60)
+                row.faults += 1
+                left = sorted(p.name for p in folder.iterdir())
+                if done.returncode != 0:
+                    row.fail_in(run.seconds)
+                    row.corrupted += bool(left) or not _clean(done, "no space left on the file system of")
+                else:  # it fit after all: a whole pair, or it is corrupted
+                    row.corrupted += len(left) != 2 or any((folder / n).stat().st_size == 0 for n in left)
+                filler.unlink()
+                for name in left:
+                    (folder / name).unlink()
+                again = cli(["keys", "generate", folder], tmp, timeout=60)
+                row.recovered += again.returncode == 0 and len(list(folder.iterdir())) == 2
+    except hf.CannotMount as why:
+        row.notes.append(f"no tmpfs here ({why}): keys not run")
+
+
+def truncated_locks(tmp: Path, row: Row) -> None:
+    shipped = (SHIPPED_DOCKERFILES / DEMO / lock.LOCK_FILE).read_text()
+    lines = shipped.splitlines(keepends=True)
+    entries = [n for n, line in enumerate(lines) if not line.startswith((" ", "#"))]
+    cuts = {"between two entries": "".join(lines[:entries[-1]]), "after one entry": "".join(lines[:entries[1]]),
+            "mid-line": shipped[: len(shipped) // 2], "last line gone": "".join(lines[:-1])}
+    for name, text in cuts.items():
+        out = tmp / name.replace(" ", "-") / "dockerfiles"
+        shutil.copytree(SHIPPED_DOCKERFILES / DEMO, out / DEMO)
+        (out / DEMO / lock.LOCK_FILE).write_text(text)
+        run = hf.Killable(["lock", "--check", "--cell", DEMO, "--matrix", SHIPPED_MATRIX, "--out", out], ROOT)
+        done = run.finish(120)
+        row.faults += 1
+        said = done.stdout + done.stderr  # cut on a boundary: "damaged"; mid-line: the line that does not parse
+        if done.returncode != 0 and str(out / DEMO / lock.LOCK_FILE) in said and "Traceback" not in said:
+            row.fail_in(run.seconds)
+        else:
+            row.corrupted += 1  # a lock cut short called whole
+            row.notes.append(f"lock {name}: exit {done.returncode}: {(done.stdout + done.stderr)[-200:]}")
+        (out / DEMO / lock.LOCK_FILE).write_text(shipped)
+        row.recovered += cli(["lock", "--check", "--cell", DEMO, "--matrix", SHIPPED_MATRIX, "--out", out],
+                             ROOT, timeout=120).returncode == 0
+
+
 # --- with the engine ------------------------------------------------------------------------
 
 
@@ -374,6 +488,9 @@ def _image_runs(tmp, rows, engine, client, host, creds, repo, family, e2e) -> No
         both.recovered += first_done.returncode == 0 and start().finish().returncode == 0
         both.unvalidated_tags += len(hf.unvalidated_tags(engine, client, repo))
 
+    _stalled_push(tmp, rows["stall"], engine, host, creds, e2e)
+    _random_kills(tmp, rows["kill at random points"], engine, client, host, creds, repo, matrix_file, e2e)
+
     full = rows["disk full"]
     try:
         with hf.small_fs("32m") as small:
@@ -390,15 +507,99 @@ def _image_runs(tmp, rows, engine, client, host, creds, repo, family, e2e) -> No
         full.notes.append(f"no tmpfs ({why})")
 
 
+def _stalled_push(tmp: Path, row: Row, engine, host: str, creds: Dict[str, str], e2e) -> None:
+    """The engine's push through a proxy that stalls every blob upload, within a 4 s deadline."""
+    from builder import bounded
+    from builder.registry import Registry
+
+    context = tmp / "stall-ctx"
+    context.mkdir()
+    (context / "Dockerfile").write_text("FROM scratch\nCOPY a.txt /a.txt\n")
+    (context / "a.txt").write_text(f"stall {uuid.uuid4().hex}\n")
+    image = engine.build(context, log_path=tmp / "stall-build.log")
+    proxy = hf.FaultProxy(host)
+    repository = f"ascend-build-bench/stall-{uuid.uuid4().hex[:8]}"
+    ref = f"{proxy.host}/{repository}:cell-cpu"
+    try:
+        engine.tag(image, ref)
+        proxy.plan("PUT", r"/blobs/uploads/", always="stall")
+        proxy.plan("PATCH", r"/blobs/uploads/", always="stall")
+        started = time.monotonic()
+        row.faults += 1
+        try:
+            with bounded.command_deadline(4):
+                engine.push(ref, username=creds["ASCEND_BUILD_REGISTRY_USER"],
+                            password=creds["ASCEND_BUILD_REGISTRY_PASSWORD"])
+            row.corrupted += 1  # a digest out of a stall
+        except UserError as exc:
+            row.fail_in(time.monotonic() - started)
+            row.corrupted += "deadline of 4 s passed" not in exc.message or time.monotonic() - started > 15
+        direct = Registry(host, creds["ASCEND_BUILD_REGISTRY_USER"], creds["ASCEND_BUILD_REGISTRY_PASSWORD"])
+        row.unvalidated_tags += len(direct.tags(repository))
+    finally:
+        proxy.stop()
+        engine.untag(ref)
+        engine.remove_if_unnamed(image)
+    row.notes.append("stall: the engine's push under a 4 s deadline")
+
+
+def _orphans(marker: str) -> int:
+    """Live processes whose command line names ``marker`` (the killed run's state folder)."""
+    count = 0
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                argv = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            except OSError:
+                continue
+            count += marker in argv and "build" in argv
+    return count
+
+
+def _random_kills(tmp: Path, row: Row, engine, client, host: str, creds: Dict[str, str], repo: str,
+                  matrix_file: Path, e2e) -> None:
+    """The run's own process (not its group: the docker CLI must die with it by itself) SIGKILLed
+    at a random moment of the build and of the seal; then the next run, and what is left."""
+    chance = random.Random(SEED)
+    private = tmp / "tmpdir"
+    private.mkdir()
+    env = e2e.cli_env(TMPDIR=str(private), **creds)
+    for n, (phase, line) in enumerate([("build", r"\] step \d+/\d+ "), ("seal", r"\] sealing")] * 2):
+        state = tmp / f"random-{n}"
+        args = e2e.image_args(matrix_file, state, "local/debian:12", "--variant", "cpu", "--push", host)
+        e2e.drop_images(engine, repo)  # built and tested again: the phase comes
+        run = hf.Killable(args, tmp, env)
+        if not run.wait_for(line):
+            row.notes.append(f"random: never reached {phase}")
+            run.finish()
+            continue
+        delay = chance.uniform(0, 2.0 if phase == "build" else 0.5)
+        time.sleep(delay)
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(run.proc.pid, signal.SIGKILL)  # the run alone, as the OOM killer would
+        run.finish(120)
+        row.faults += 1
+        row.unvalidated_tags += len(hf.unvalidated_tags(engine, client, repo))
+        row.corrupted += len(list(state.rglob("*" + writes.TMP_SUFFIX)))
+        done = hf.Killable(args, tmp, env).finish()  # the next run sweeps what the killed one left
+        row.recovered += done.returncode == 0
+        time.sleep(1)
+        row.orphans += _orphans(str(state))
+        row.secrets_left += len(list(private.glob("ascend-build-secrets-*")))
+        row.notes.append(f"random: {phase} killed {delay:.2f} s after its line; next run exit {done.returncode}")
+    row.unvalidated_tags += len(hf.unvalidated_tags(engine, client, repo))
+
+
 # --- report -------------------------------------------------------------------------------------
 
 
 def print_table(rows: Dict[str, Row]) -> None:
     head = ["class", "faults", "recovered on rerun", "failed clearly", "tags on unvalidated", "files corrupted",
-            "worst s to clear failure"]
+            "secrets left", "orphans", "worst s to clear failure"]
     lines = [[name, str(r.faults), str(r.recovered), str(len(r.failures)), str(r.unvalidated_tags), str(r.corrupted),
-              f"{max(r.failures):.1f}" if r.failures else "-"] for name, r in rows.items()]
-    total = [sum(int(line[i]) for line in lines) for i in range(1, 6)]
+              str(r.secrets_left), str(r.orphans), f"{max(r.failures):.1f}" if r.failures else "-"]
+             for name, r in rows.items()]
+    total = [sum(int(line[i]) for line in lines) for i in range(1, 8)]
     worst = max((max(r.failures) for r in rows.values() if r.failures), default=0.0)
     lines.append(["total", *map(str, total), f"{worst:.1f}"])
     widths = [max(len(x[i]) for x in lines + [head]) for i in range(len(head))]
@@ -419,8 +620,9 @@ def main(engine: bool = True) -> Dict[str, str]:
     with tempfile.TemporaryDirectory(prefix="ascend-bench-faults-") as folder:
         tmp = Path(folder)
         for name, step in (("killed", killed_render_and_record), ("concurrent", concurrent_renders),
-                           ("disk full", disk_full), ("registry faults", registry_faults)):
-            part = tmp / name.replace(" ", "-")
+                           ("disk full", disk_full), ("registry faults", registry_faults), ("stall", stalls),
+                           ("keys, full disk", keys_on_a_full_disk), ("truncated lock", truncated_locks)):
+            part = tmp / name.replace(" ", "-").replace(",", "")
             part.mkdir()
             print(f"{name} ...", flush=True)
             step(part, rows[name])
@@ -432,11 +634,13 @@ def main(engine: bool = True) -> Dict[str, str]:
     print_table(rows)
     elapsed = time.monotonic() - started
     print(f"total time {elapsed:.0f} s")
-    bad = sum(r.unvalidated_tags + r.corrupted for r in rows.values())
+    bad = sum(r.unvalidated_tags + r.corrupted + r.secrets_left + r.orphans for r in rows.values())
     return {
         "faults injected / recovered": f"{sum(r.faults for r in rows.values())} / {sum(r.recovered for r in rows.values())}",
         "tags on unvalidated images / files corrupted": f"{sum(r.unvalidated_tags for r in rows.values())} / "
                                                          f"{sum(r.corrupted for r in rows.values())}",
+        "secrets left / orphaned builds": f"{sum(r.secrets_left for r in rows.values())} / "
+                                          f"{sum(r.orphans for r in rows.values())}",
         "worst time to a clear failure": f"{max((max(r.failures) for r in rows.values() if r.failures), default=0):.1f} s",
         "fault verdict": "clean" if bad == 0 else "NOT clean",
         "fault suite time": f"{elapsed:.0f} s",

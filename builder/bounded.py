@@ -96,17 +96,9 @@ def command_deadline(seconds: Optional[float]) -> Iterator[None]:
         _command = outer
 
 
-@contextlib.contextmanager
-def not_counted() -> Iterator[None]:
-    """Time spent in this block does not count against the command's deadline (a transfer
-    Docker Engine makes, bounded by its own limits)."""
-    global _command
-    started = time.monotonic()
-    try:
-        yield
-    finally:
-        if _command is not None:
-            _command = (_command[0] + time.monotonic() - started, _command[1])
+def command_limit() -> Optional[Tuple[float, float]]:
+    """(the monotonic instant it ends, its seconds) of the running command's deadline; None without one."""
+    return _command
 
 
 def check_deadline(waiting_on: str) -> None:
@@ -142,7 +134,7 @@ def chunks(response: Any, *, limit: int, deadline: float) -> Iterator[bytes]:
         yield chunk
 
 
-class _Watch:
+class Watch:
     """Shuts every socket registered with it at ``until`` (a monotonic instant): a read blocked
     on it, or made after, returns at once. Each socket is watched through a duplicate of its
     descriptor, so the watch outlives TLS wrapping it (which detaches the original object)."""
@@ -155,14 +147,18 @@ class _Watch:
         self._timer.daemon = True
         self._timer.start()
 
+    def add(self, sock: socket.socket) -> None:
+        """Watch ``sock`` (a connected socket) too; shut at once when the watch has fired."""
+        with self._lock:
+            self._sockets.append(sock.dup())
+            if self.fired:
+                self._shut(self._sockets[-1])
+
     def watched(self, connect: Any) -> Any:
         """``connect`` (socket.create_connection) with its socket registered as soon as it is connected."""
         def connect_watched(*args: Any, **kwargs: Any) -> socket.socket:
             sock = connect(*args, **kwargs)
-            with self._lock:
-                self._sockets.append(sock.dup())
-                if self.fired:
-                    self._shut(self._sockets[-1])
+            self.add(sock)
             return sock
         return connect_watched
 
@@ -187,7 +183,7 @@ class _Watch:
             self._sockets.clear()
 
 
-def _watched_connection(kind: Any, watch: _Watch) -> Any:
+def _watched_connection(kind: Any, watch: Watch) -> Any:
     """A factory of ``kind`` (an http.client connection class) whose socket ``watch`` shuts at its deadline."""
     def connection(host: str, **options: Any) -> http.client.HTTPConnection:
         made = kind(host, **options)
@@ -197,7 +193,7 @@ def _watched_connection(kind: Any, watch: _Watch) -> Any:
 
 
 class _HTTPHandler(urllib.request.HTTPHandler):
-    def __init__(self, watch: _Watch) -> None:
+    def __init__(self, watch: Watch) -> None:
         super().__init__()
         self.watch = watch
 
@@ -206,7 +202,7 @@ class _HTTPHandler(urllib.request.HTTPHandler):
 
 
 class _HTTPSHandler(urllib.request.HTTPSHandler):
-    def __init__(self, watch: _Watch) -> None:
+    def __init__(self, watch: Watch) -> None:
         super().__init__()
         self.watch = watch
 
@@ -229,7 +225,7 @@ def opened(request: Any, *, timeout: float, deadline: float,
     until = deadline if _command is None else min(deadline, _command[0])
     if time.monotonic() >= until:
         raise Cut("not there within the deadline", too_large=False)
-    watch = _Watch(until)
+    watch = Watch(until)
     opener = urllib.request.build_opener(*handlers, _HTTPHandler(watch), _HTTPSHandler(watch))
     late = False
     try:

@@ -16,6 +16,7 @@ a fix; the pipeline never sees raw SDK exceptions for the cases handled here.
 
 from __future__ import annotations
 
+import contextlib
 import io
 import os
 import re
@@ -28,7 +29,7 @@ import time
 from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import Callable, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple
 
 import docker
 import docker.errors
@@ -38,7 +39,7 @@ from docker.auth import resolve_repository_name
 from docker.types import Mount
 from docker.utils import parse_repository_tag
 
-from builder import leftovers
+from builder import bounded, leftovers
 from builder.errors import UserError
 
 DEFAULT_HOST = "unix:///var/run/docker.sock"
@@ -335,6 +336,9 @@ class Engine:
         except docker.errors.APIError as e:
             raise UserError(f"cannot create a container from {image}: {e.explanation or e}",
                             exit_code=1) from None
+        except BaseException:  # Ctrl-C while the engine creates it: made there, its answer never read
+            self._remove_unstarted()
+            raise
         start = time.monotonic()
         try:
             ctr.start()
@@ -365,8 +369,9 @@ class Engine:
         processes, of other hosts and of other tools are left alone. The seal's temporary tags
         and the temporary folders of such a process go too (`builder.leftovers`)."""
         leftovers.sweep_temp()
-        for image in self.client.images.list(name=leftovers.CANDIDATE_REPOSITORY):
-            for ref in image.tags:
+        # one request, no inspect per image: a candidate another run's sweep removed meanwhile is no error
+        for image in self.client.api.images(name=leftovers.CANDIDATE_REPOSITORY):
+            for ref in image.get("RepoTags") or []:
                 if ref.startswith(leftovers.CANDIDATE_REPOSITORY + ":") and leftovers.orphaned(ref):
                     self.untag(ref)
         host, removed = socket.gethostname(), []
@@ -384,6 +389,16 @@ class Engine:
             except docker.errors.APIError:  # removed meanwhile by another run's sweep
                 pass
         return removed
+
+    def _remove_unstarted(self) -> None:
+        """Remove the containers this process created and never started (one whose creation an
+        interruption cut short): nothing else of this process is in that state between calls."""
+        mine: Dict[str, str | List[str] | bool] = {"label": f"{OWNER_LABEL}={_owner()}", "status": "created"}
+        for ctr in self.client.containers.list(all=True, filters=mine, ignore_removed=True):
+            try:
+                ctr.remove(force=True)
+            except docker.errors.APIError:  # removed meanwhile
+                pass
 
     @staticmethod
     def _output(ctr) -> Tuple[str, str]:
@@ -497,6 +512,46 @@ class Engine:
 
     # --- registry ------------------------------------------------------------
 
+    @contextlib.contextmanager
+    def _streaming(self, waiting_on: str) -> Iterator[Optional[bounded.Watch]]:
+        """Within this block, a push or pull stream of the engine ends by the command's deadline
+        (`bounded.command_deadline`), however the engine sends it (silent, or a trickle of
+        progress): every connection the SDK answers on is shut at that instant, which also
+        cancels the transfer in the engine. Yields the watch (``fired``: the deadline cut it),
+        None without a command deadline: then only the client's read limit (300 s) holds."""
+        limit = bounded.command_limit()
+        if limit is None:
+            yield None
+            return
+        bounded.check_deadline(waiting_on)
+        api, cap = self.client.api, self.client.api.timeout
+        watch = bounded.Watch(limit[0])
+
+        def hook(response, *args, **kwargs):
+            raw = response.raw
+            connection = getattr(raw, "_connection", None) or getattr(raw, "connection", None)
+            sock = getattr(connection, "sock", None)
+            if sock is not None:
+                watch.add(sock)
+            return response
+
+        api.hooks["response"].append(hook)  # called once the answer's head is in, before its body is read
+        api.timeout = max(0.001, min(cap, limit[0] - time.monotonic()))  # type: ignore[assignment]  # a head that never comes; the SDK takes a float
+        try:
+            yield watch
+        finally:
+            api.timeout = cap
+            api.hooks["response"].remove(hook)
+            watch.stop()
+
+    @staticmethod
+    def _cut_short(watch: Optional[bounded.Watch]) -> Optional[float]:
+        """The command's deadline in seconds, when ``watch`` fired (or it has passed) and cut a stream."""
+        limit = bounded.command_limit()
+        if limit is None or watch is None or not (watch.fired or time.monotonic() >= limit[0]):
+            return None
+        return limit[1]
+
     @staticmethod
     def _auth(username: Optional[str], password: Optional[str]) -> Optional[dict]:
         """Args, else ASCEND_BUILD_REGISTRY_USER/_PASSWORD, else None, which
@@ -523,19 +578,31 @@ class Engine:
         if self._get(ref) is None:
             raise UserError(f"cannot push {ref}: no such image in the Docker Engine", exit_code=1)
         auth = self._auth(username, password)
+        waiting_on = f"the push of {ref} to {registry}"
         for attempt in range(retries + 1):
             digest = ""
-            try:
-                error, digest = _drain(self.client.api.push(
-                    repo, tag or "latest", stream=True, decode=True, auth_config=auth))
-            except (docker.errors.APIError, requests.RequestException) as e:
-                error = getattr(e, "explanation", None) or str(e)
-            except urllib3.exceptions.HTTPError:  # the stream itself went silent (urllib3's, not requests')
-                # dropping the stream closes the connection, and the engine cancels the push
+            with self._streaming(waiting_on) as watch:
+                stalled = False
+                try:
+                    error, digest = _drain(self.client.api.push(
+                        repo, tag or "latest", stream=True, decode=True, auth_config=auth))
+                except (docker.errors.APIError, requests.RequestException) as e:
+                    error = getattr(e, "explanation", None) or str(e)
+                except urllib3.exceptions.HTTPError:  # the stream went silent (urllib3's, not requests'), or was shut
+                    # dropping the stream closes the connection, and the engine cancels the push
+                    stalled = True
+                seconds = self._cut_short(watch)
+            if seconds is not None:
+                raise UserError(f"push of {ref} to {registry} stalled: the command's deadline of {seconds:g} s passed "
+                                "before the engine finished the push; no digest was reported, so nothing counts as "
+                                "published (the engine's push was cancelled)",
+                                fix="check that the registry (and any proxy before it) answers, then push again, "
+                                    "or allow more time with --push-deadline SECONDS", exit_code=1)
+            if stalled:
                 raise UserError(f"push of {ref} to {registry} stalled: the engine reported no progress for "
                                 f"{self.client.api.timeout:g} s; no digest was reported, so nothing counts as published",
                                 fix="check that the registry (and any proxy before it) answers, then push again",
-                                exit_code=1) from None
+                                exit_code=1)
             low = f" {error.lower()} "
             if not error and digest:
                 return digest
@@ -543,7 +610,7 @@ class Engine:
                 raise self._auth_error(registry, ref, "cannot push", error)
             if not any(s in low for s in TRANSIENT_ERRORS) or attempt == retries:
                 break
-            time.sleep(2 ** attempt)
+            time.sleep(bounded.remaining(2 ** attempt, waiting_on))
         raise UserError(f"push of {ref} to {registry} failed: {error or 'no digest reported'}",
                         fix="check that the registry is reachable and has space, then push again",
                         exit_code=1)
@@ -555,13 +622,20 @@ class Engine:
         if "@" not in ref_with_digest or not (digest or "").startswith("sha256:"):
             raise UserError(f"pull needs a digest reference (name@sha256:...), got {ref_with_digest}")
         registry = resolve_repository_name(repo)[0]
-        try:
-            error, _ = _drain(self.client.api.pull(repo, tag=digest, stream=True, decode=True,
-                                                   auth_config=self._auth(username, password)))
-        except (docker.errors.APIError, requests.RequestException) as e:
-            error = getattr(e, "explanation", None) or str(e)
-        except urllib3.exceptions.HTTPError:  # the stream itself went silent
-            error = f"stalled: the engine reported no progress for {self.client.api.timeout:g} s"
+        with self._streaming(f"the pull of {ref_with_digest}") as watch:
+            try:
+                error, _ = _drain(self.client.api.pull(repo, tag=digest, stream=True, decode=True,
+                                                       auth_config=self._auth(username, password)))
+            except (docker.errors.APIError, requests.RequestException) as e:
+                error = getattr(e, "explanation", None) or str(e)
+            except urllib3.exceptions.HTTPError:  # the stream itself went silent, or was shut
+                error = f"stalled: the engine reported no progress for {self.client.api.timeout:g} s"
+            seconds = self._cut_short(watch)
+        if seconds is not None:
+            raise UserError(f"pull of {ref_with_digest} stalled: the command's deadline of {seconds:g} s passed before "
+                            "the engine finished the pull (the engine's pull was cancelled)",
+                            fix="check that the registry (and any proxy before it) answers, or allow more time with "
+                                f"--deadline SECONDS (or {bounded.DEADLINE_ENV}=SECONDS)", exit_code=1)
         if any(s in error.lower() for s in AUTH_ERRORS):
             raise self._auth_error(registry, ref_with_digest, "cannot pull", error)
         img = self._get(ref_with_digest)

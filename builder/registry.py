@@ -499,8 +499,10 @@ class Registry:
         actual = "sha256:" + hashlib.sha256(body).hexdigest()
         expected = reference if reference.startswith("sha256:") else headers.get("docker-content-digest", actual)
         if expected != actual:
-            raise self._fail(f"the manifest of {repository}@{reference} hashes to {actual}, not {expected}",
-                             "the registry served bytes other than the ones named; nothing was used")
+            asked = "the digest asked for" if reference.startswith("sha256:") else "the digest it announced"
+            raise self._fail(f"the manifest of {repository}@{reference} hashes to {actual}, not {expected}: "
+                             f"the registry served other bytes than {asked}",
+                             "nothing was used; check the registry and any proxy before it")
         data = self._json(body, f"{repository}:{reference}")
         media_type = data.get("mediaType") or headers.get("content-type", "").split(";")[0]
         return Manifest(actual, str(media_type), body, data)

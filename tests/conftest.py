@@ -17,6 +17,7 @@ import inspect
 import os
 import re
 import shutil
+import signal
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
@@ -72,7 +73,14 @@ GROUPS = ("engine-seal", "engine-arm64", *(f"engine:{path}" for path in OWN_IMAG
 
 def pytest_configure(config):
     """`pytest -n N` alone means --dist load, which would spread the engine tests anywhere:
-    this suite's groups need loadgroup, in the order of GROUPS."""
+    this suite's groups need loadgroup, in the order of GROUPS.
+
+    SIGINT raises KeyboardInterrupt here, and so reaches the CLI runs the tests interrupt, also
+    when the suite was started with it ignored (`make test &` in a script: a background job of a
+    non-interactive shell ignores SIGINT, and an ignored signal stays ignored across exec): the
+    tests that Ctrl-C a run would otherwise see nothing interrupted."""
+    if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
     if getattr(config.option, "numprocesses", None) and getattr(config.option, "dist", "no") == "load":
         config.option.dist = "loadgroup"
     if getattr(config.option, "dist", "no") == "loadgroup":

@@ -89,11 +89,9 @@ def test_command_deadlines_nest_and_zero_means_none():
     assert bounded.remaining(7, "x") == 7
 
 
-def test_time_not_counted_moves_the_deadline():
-    with bounded.command_deadline(0.3):
-        with bounded.not_counted():
-            time.sleep(0.5)
-        assert bounded.remaining(10, "x") > 0.1  # the 0.5 s asleep did not count
-        time.sleep(0.4)
-        with pytest.raises(bounded.DeadlinePassed):
-            bounded.check_deadline("x")
+def test_command_limit_names_the_running_deadline():
+    assert bounded.command_limit() is None
+    with bounded.command_deadline(30):
+        until, seconds = bounded.command_limit() or (0.0, 0.0)
+        assert seconds == 30 and 29 < until - time.monotonic() <= 30
+    assert bounded.command_limit() is None

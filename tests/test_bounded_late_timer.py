@@ -16,7 +16,7 @@ from builder import bounded
 
 
 def test_a_read_timeout_at_the_deadline_is_a_cut_even_if_the_watch_has_not_fired(monkeypatch):
-    monkeypatch.setattr(bounded._Watch, "_fire", lambda self: None)  # the timer thread is late forever
+    monkeypatch.setattr(bounded.Watch, "_fire", lambda self: None)  # the timer thread is late forever
     listener = socket.socket()
     listener.bind(("127.0.0.1", 0))
     listener.listen(1)  # accepts (the kernel's backlog) and never sends a byte

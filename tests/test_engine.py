@@ -45,7 +45,7 @@ def _stream_contains(chunks, needle: bytes) -> bool:
 
 
 def _gone(engine: Engine, name: str) -> bool:
-    return engine.client.containers.list(all=True, filters={"name": name}) == []
+    return engine.client.containers.list(all=True, filters={"name": name}, ignore_removed=True) == []
 
 
 def _write(ctx: Path, dockerfile: str, **files: str) -> Path:
@@ -255,16 +255,54 @@ def test_run_timeout_kills_and_removes(engine, base_image):
     assert _gone(engine, name)
 
 
+def _interrupt_once_running(name: str, stop: threading.Event) -> None:
+    """Ctrl-C this process once the container ``name`` runs (asked of the engine on a client of
+    this thread's own), not after a fixed time: under load, creating it can take longer."""
+    import docker
+
+    client = docker.from_env()
+    try:
+        while not stop.is_set():
+            if client.containers.list(filters={"name": name, "status": "running"}, ignore_removed=True):
+                os.kill(os.getpid(), signal.SIGINT)
+                return
+            time.sleep(0.1)
+    finally:
+        client.close()
+
+
 @pytest.mark.engine
 def test_run_ctrl_c_removes_container(engine, base_image):
     name = f"ascend-build-test-sigint-{TOKEN[:12]}"
-    timer = threading.Timer(1.5, os.kill, (os.getpid(), signal.SIGINT))
-    timer.start()
+    stop = threading.Event()
+    watcher = threading.Thread(target=_interrupt_once_running, args=(name, stop), daemon=True)
+    watcher.start()
     try:
         with pytest.raises(KeyboardInterrupt):
             engine.run(base_image, ["sleep", "60"], name=name)
     finally:
-        timer.cancel()
+        stop.set()
+        watcher.join(10)
+    assert _gone(engine, name)
+
+
+@pytest.mark.engine
+def test_run_interrupted_while_the_engine_creates_the_container_leaves_none(engine, base_image, monkeypatch):
+    """Ctrl-C after the engine made the container and before its answer was read: `run` had no
+    container to remove, and one stayed until the process was gone."""
+    from docker.models.containers import ContainerCollection
+
+    name = f"ascend-build-test-sigint-create-{TOKEN[:12]}"
+    create = ContainerCollection.create
+
+    def created_then_interrupted(self, *args, **kwargs):
+        create(self, *args, **kwargs)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(ContainerCollection, "create", created_then_interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        engine.run(base_image, ["sleep", "60"], name=name)
+    monkeypatch.undo()
     assert _gone(engine, name)
 
 

@@ -284,3 +284,138 @@ def test_a_registry_that_stalls_mid_upload_ends_the_push_with_a_clear_error_and_
         proxy.stop()
         engine.untag(ref)
         engine.remove_if_unnamed(image)
+
+
+def test_verify_through_a_stalling_registry_ends_at_its_deadline_naming_what_stalled(registry, proxy, tmp_path):
+    """`verify` had no deadline: a registry that takes the request and never answers held it for
+    each request's own 120 s. With --deadline 3 it ends after 3 s, exit 1, naming the read."""
+    from builder.trust import signing
+
+    repository = f"faults/verify-stall-{uuid.uuid4().hex[:8]}"
+    _, public = signing.generate(tmp_path / "keys")
+    proxy.plan("GET", r"/manifests/", always="stall")
+    env = dict(os.environ, ASCEND_BUILD_REGISTRY_USER=registry.username, ASCEND_BUILD_REGISTRY_PASSWORD=registry.password)
+    start = time.monotonic()
+    done = subprocess.run([str(Path(sys.executable).with_name("ascend-build")), "verify", f"{proxy.host}/{repository}:v1",
+                           "--key", str(public), "--deadline", "3"],
+                          capture_output=True, text=True, env=env, cwd=tmp_path, timeout=200)
+    elapsed = time.monotonic() - start
+    print(f"verify, manifest GET stalled, --deadline 3: exit {done.returncode} after {elapsed:.1f} s: "
+          f"{done.stderr.strip().splitlines()[:1]}")
+    assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr
+    assert "the command's deadline of 3 s passed, waiting on" in done.stderr and "/manifests/v1" in done.stderr
+    assert 3 <= elapsed < 20
+
+
+def test_pull_through_a_stalling_registry_ends_at_its_deadline(registry, proxy, tmp_path):
+    """`pull`'s registry reads (the tags, each manifest) end at --deadline when the registry stalls."""
+    repository = f"faults/pull-stall-{uuid.uuid4().hex[:8]}"
+    proxy.plan("GET", r"/tags/list$", always="stall")
+    env = dict(os.environ, ASCEND_BUILD_REGISTRY_USER=registry.username, ASCEND_BUILD_REGISTRY_PASSWORD=registry.password)
+    start = time.monotonic()
+    done = subprocess.run([str(Path(sys.executable).with_name("ascend-build")), "pull", "--registry",
+                           f"{proxy.host}/{repository}", "--deadline", "3", "--root", str(tmp_path)],
+                          capture_output=True, text=True, env=env, cwd=tmp_path, timeout=200)
+    elapsed = time.monotonic() - start
+    assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr
+    assert "the command's deadline of 3 s passed, waiting on" in done.stderr and "/tags/list" in done.stderr
+    assert 3 <= elapsed < 20
+
+
+def _stand_in_image(engine, tmp_path: Path, what: str) -> str:
+    """A one-file image of a layer no other test has (so the engine holds no blob of it)."""
+    token = uuid.uuid4().hex
+    (tmp_path / "ctx").mkdir()
+    (tmp_path / "ctx" / "Dockerfile").write_text("FROM scratch\nCOPY a.txt /a.txt\n")
+    (tmp_path / "ctx" / "a.txt").write_text(f"{what} {token}\n")
+    return engine.build(tmp_path / "ctx", log_path=tmp_path / "build.log")
+
+
+@pytest.mark.engine
+def test_a_push_stalled_by_the_registry_ends_at_the_commands_deadline(engine, registry, proxy, tmp_path):
+    """Within a command's deadline (image --push-deadline), the engine's push stream is cut at
+    that instant however long the engine client would wait, and the push in the engine cancelled:
+    the error names the deadline, no digest, no tag in the registry."""
+    image = _stand_in_image(engine, tmp_path, "deadline")
+    ref = f"{proxy.host}/ascend-build-test/faults-deadline-{uuid.uuid4().hex[:10]}:cell-cpu"
+    engine.tag(image, ref)
+    proxy.plan("PUT", r"/blobs/uploads/", always="stall")
+    proxy.plan("PATCH", r"/blobs/uploads/", always="stall")
+    start = time.monotonic()
+    try:
+        with pytest.raises(UserError) as stalled, bounded.command_deadline(4):
+            engine.push(ref, username=registry.username, password=registry.password)
+        elapsed = time.monotonic() - start
+        print(f"push, blob upload stalled, deadline 4 s: {elapsed:.1f} s: {stalled.value.message}")
+        assert f"push of {ref} to {proxy.host} stalled: the command's deadline of 4 s passed" in stalled.value.message
+        assert "no digest was reported, so nothing counts as published" in stalled.value.message
+        assert "--push-deadline" in (stalled.value.fix or "")
+        assert 4 <= elapsed < 15
+        assert engine.client.api.timeout == 300 and engine.client.api.hooks["response"] == []  # restored
+        direct = Registry(registry.host, registry.username, registry.password)
+        assert direct.tags(ref.split("/", 1)[1].split(":")[0]) == []
+    finally:
+        proxy.stop()
+        engine.untag(ref)
+        engine.remove_if_unnamed(image)
+
+
+@pytest.mark.engine
+def test_a_pull_stalled_by_the_registry_ends_at_the_commands_deadline(engine, registry, proxy, tmp_path):
+    """The engine's pull of the layers counts against `pull`'s deadline: a registry that stalls
+    the layer's GET ends it there, with nothing pulled."""
+    image = _stand_in_image(engine, tmp_path, "pull-deadline")
+    repository = f"ascend-build-test/faults-pull-{uuid.uuid4().hex[:10]}"
+    direct_ref = f"{registry.host}/{repository}:v1"
+    engine.tag(image, direct_ref)
+    try:
+        digest = engine.push(direct_ref, username=registry.username, password=registry.password)
+    finally:
+        engine.untag(direct_ref)
+    engine.remove_if_unnamed(image)
+    wanted = f"{proxy.host}/{repository}@{digest}"
+    proxy.plan("GET", r"/blobs/", always="stall")
+    start = time.monotonic()
+    try:
+        with pytest.raises(UserError) as stalled, bounded.command_deadline(4):
+            engine.pull(wanted, username=registry.username, password=registry.password)
+        elapsed = time.monotonic() - start
+        print(f"pull, blob GET stalled, deadline 4 s: {elapsed:.1f} s: {stalled.value.message}")
+        assert f"pull of {wanted} stalled: the command's deadline of 4 s passed" in stalled.value.message
+        assert 4 <= elapsed < 15 and engine.image_id(wanted) is None
+    finally:
+        proxy.stop()
+        engine.remove(wanted, force=True)
+
+
+def test_verify_of_a_manifest_the_registry_altered_says_so_not_unsigned(registry, proxy, tmp_path):
+    """A registry (or a proxy before it) that alters the manifest served for a tag and sends no
+    digest header: what was served hashes to a digest with no statement. That is other bytes than
+    the tag names, not an image "pushed without --sign-key"."""
+    from builder.trust import attached, signing
+
+    direct, through = _clients(registry, proxy)
+    repository = f"faults/altered-{uuid.uuid4().hex[:8]}"
+    digest, _ = _image(direct, repository, "v1")
+    _, public = signing.generate(tmp_path / "keys")
+    proxy.plan("GET", r"/manifests/v1$", always="alter")
+    with pytest.raises(UserError) as altered:
+        attached.verify(through, repository, "v1", signing.load_public(public))
+    print(altered.value.message)
+    assert "the registry served other bytes than the digest asked for" in altered.value.message
+    assert "--sign-key" not in altered.value.message and digest not in altered.value.message
+    assert proxy.count("GET", rf"/manifests/{digest}$") == 0  # asked by its altered digest, not the real one
+    # unaltered, the same image is diagnosed as unsigned, as it is
+    unaltered = attached.verify(direct, repository, "v1", signing.load_public(public))
+    assert "pushed without --sign-key" in unaltered.missing
+
+
+def test_a_manifest_asked_by_digest_and_served_altered_is_named_so(registry, proxy):
+    direct, through = _clients(registry, proxy)
+    repository = f"faults/altered-digest-{uuid.uuid4().hex[:8]}"
+    digest, _ = _image(direct, repository, "v1")
+    proxy.plan("GET", r"/manifests/sha256:", always="alter")
+    with pytest.raises(UserError) as altered:
+        through.manifest(repository, digest)
+    assert "hashes to sha256:" in altered.value.message and f"not {digest}" in altered.value.message
+    assert "the registry served other bytes than the digest asked for" in altered.value.message

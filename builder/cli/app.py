@@ -33,6 +33,10 @@ DeadlineOpt = typer.Option(None, "--deadline", envvar=bounded.DEADLINE_ENV, min=
                            help=f"Seconds the whole command may take, all it reads from the network included "
                                 f"(default {NETWORK_DEADLINE:g}; lock {LOCK_DEADLINE:g}; 0: no limit but each answer's own).")
 
+PushDeadlineOpt = typer.Option(900.0, "--push-deadline", min=0, metavar="SECONDS",
+                               help="Seconds each image's push through Docker Engine, its signed statements and each "
+                                    "index may take (0: no limit but the engine client's 300 s without progress).")
+
 
 @contextlib.contextmanager
 def within(deadline: Optional[float], default: float = NETWORK_DEADLINE) -> Iterator[None]:
@@ -55,8 +59,16 @@ def _terminate(signum, frame) -> None:
 def interruptible():
     """Ctrl-C (SIGINT) or SIGTERM: one line, ``interrupted by SIGINT: <what the run says it
     published and did not>``, and exit 130 (143 for SIGTERM). Typer turns a KeyboardInterrupt
-    into a silent exit 130 before `main` could see it, so long-running commands catch it here."""
+    into a silent exit 130 before `main` could see it, so long-running commands catch it here.
+
+    A run started with SIGINT ignored (a background job of a non-interactive shell, ``cmd &``)
+    takes it here all the same: the docker CLI a build runs un-ignores it (Go's signal.Notify),
+    so a Ctrl-C to the group cancelled the build while this process went on to report it
+    "failed" (exit 1) instead of interrupted."""
     previous = signal.signal(signal.SIGTERM, _terminate)
+    ignored = signal.getsignal(signal.SIGINT) == signal.SIG_IGN
+    if ignored:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
         yield
     except KeyboardInterrupt as stop:
@@ -66,6 +78,8 @@ def interruptible():
         raise typer.Exit(code) from None
     finally:
         signal.signal(signal.SIGTERM, previous)
+        if ignored:
+            signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
 def host_arch() -> str:

@@ -18,7 +18,8 @@ from builder import commands, knowledge, writes
 from builder.images import checks, lock, matrix, relock, render
 from builder.cli import paths
 from builder.cli.trust_key import TrustKeyOpt, trust_key as trust_key_of
-from builder.cli.app import LOCK_DEADLINE, DeadlineOpt, JsonOpt, app, host_arch, interruptible, releases_app, within
+from builder.cli.app import (LOCK_DEADLINE, DeadlineOpt, JsonOpt, PushDeadlineOpt, app, host_arch, interruptible,
+                             releases_app, within)
 from builder.errors import Finding, UserError
 from builder.vocabulary import release_tag
 
@@ -261,6 +262,7 @@ def image_command(
     no_device: bool = typer.Option(False, "--no-device", help="Run only the static tiers; NPU images get a -candidate tag."),
     devices_opt: Optional[str] = typer.Option(None, "--devices", help="NPU devices for the smoke test, e.g. 0,1."),
     push: Optional[str] = typer.Option(None, "--push", help="Push sealed images to this registry, e.g. 127.0.0.1:5000."),
+    push_deadline: float = PushDeadlineOpt,
     sign_key: Optional[Path] = SignKeyOpt,
     base_image: Optional[str] = typer.Option(None, "--base-image", help="Override the OS base image of every cell."),
     twin_os: Optional[str] = typer.Option(None, "--twin-os",
@@ -314,7 +316,7 @@ def image_command(
                                conda_installer=conda_installer,
                                quiet=quiet, locks_dir=out or _default("dockerfiles"),
                                allow_incomplete_lock=allow_incomplete_lock, twin_os=twin_os,
-                               sign_key=_signing_key(sign_key, push))
+                               sign_key=_signing_key(sign_key, push), push_deadline=push_deadline)
     with interruptible(), _progress(quiet) as say:
         outcomes = pipeline.run(cells, options, Engine.connect(), say)
     _summary(outcomes, as_json)
@@ -327,6 +329,7 @@ def promote_command(
     ref: str = typer.Argument(..., help="A -candidate image, e.g. ascend-build/pytorch:<cell>-candidate."),
     devices_opt: Optional[str] = typer.Option(None, "--devices", help="NPU devices to use, e.g. 0,1."),
     push: Optional[str] = typer.Option(None, "--push", help="Push the sealed image to this registry."),
+    push_deadline: float = PushDeadlineOpt,
     sign_key: Optional[Path] = SignKeyOpt,
     state_dir: Path = typer.Option(Path(".state"), "--state-dir", callback=paths.FOLDER),
     as_json: bool = JsonOpt,
@@ -338,7 +341,8 @@ def promote_command(
     from builder.images import pipeline
     from builder.engine import Engine
 
-    options = pipeline.Options(state_dir=state_dir, devices=devices_opt, push=push, sign_key=_signing_key(sign_key, push))
+    options = pipeline.Options(state_dir=state_dir, devices=devices_opt, push=push, sign_key=_signing_key(sign_key, push),
+                               push_deadline=push_deadline)
     with interruptible():
         outcome = pipeline.promote(ref, options, Engine.connect(), lambda line: typer.echo(line, err=True))
     _summary([outcome], as_json)

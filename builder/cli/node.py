@@ -95,7 +95,7 @@ def pull_command(
     statement attached to its digest verifies with the key and says every required tier passed
     (--require npu-host: on an NPU host); each refused image is named with the reason.
 
-    The deadline counts what ascend-build asks the registry, not Docker Engine's own pull of the layers.
+    The deadline counts what ascend-build asks the registry and Docker Engine's own pull of the layers.
 
     Example: ascend-build pull --cann 8.0.RC3 --registry registry.example:5000 --trust-key team.pub
     """

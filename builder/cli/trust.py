@@ -8,13 +8,13 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Dict, List
+from typing import Dict, List, Optional
 
 import typer
 
 from builder.trust import attached, policy, signing, statements
 from builder.registry import split_reference
-from builder.cli.app import JsonOpt, app
+from builder.cli.app import DeadlineOpt, JsonOpt, app, within
 from builder.cli import paths
 
 keys_app = typer.Typer(no_args_is_help=True, help="The team's signing keys (ECDSA P-256, plain PEM).")
@@ -93,6 +93,7 @@ def verify_command(
                              help="The team's public key (the .pub of `ascend-build keys generate`)."),
     require: str = typer.Option(policy.ANY, "--require", metavar="any|npu-host", help=policy.REQUIRE_HELP),
     as_json: bool = JsonOpt,
+    deadline: Optional[float] = DeadlineOpt,
 ) -> None:
     """Check the signed statements attached to an image (cosign's sha256-<digest>.att tag): which
     verify with KEY and are about this very digest, what they say (the smoke test tier by tier,
@@ -111,8 +112,9 @@ def verify_command(
     public = signing.load_public(key)
     host, repository, reference = split_reference(ref)
     registry = Registry(host)
-    result = attached.verify(registry, repository, reference, public)
-    labels = policy.labels_of(registry, repository, result.digest) if result.found else {}
+    with within(deadline):
+        result = attached.verify(registry, repository, reference, public)
+        labels = policy.labels_of(registry, repository, result.digest) if result.found else {}
     why = policy.judge(result, labels, require)
     if as_json:
         typer.echo(json.dumps({

@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Dict, List, Optional, Tuple
 
-from builder import claims, devices, documents, leftovers, writes
+from builder import bounded, claims, devices, documents, leftovers, writes
 from builder.images import plan as planning
 from builder.images import attest, fetch, oci, own_wheel, publish, render, sbom, stage, wheelhouse
 from builder.images.prepare import Job, Options, host_arch, prepare
@@ -105,7 +105,7 @@ def run(cells: List[Cell], options: Options, engine: Engine, say: Say) -> List[O
                     error = writes.write_error(exc, options.state_dir, "nothing was tagged")
                     outcomes.append(Outcome(cell.id, variant, status="error", message=str(error)))
                 current = None
-        return outcomes + (indexes(outcomes, options.push, tell) if options.push else [])
+        return outcomes + (indexes(outcomes, options.push, tell, options.push_deadline) if options.push else [])
     except KeyboardInterrupt as stop:
         raise type(stop)(stopped_summary(outcomes, current, last[0])) from None
 
@@ -532,7 +532,8 @@ def tag_and_push(out: Outcome, engine: Engine, image_id: str, ref: str, options:
     if pushed:
         say(f"[{name}] pushing {pushed}")
         try:
-            out.digests[pushed] = engine.push(pushed)
+            with bounded.command_deadline(options.push_deadline):
+                out.digests[pushed] = engine.push(pushed)
         except UserError as exc:  # e.g. refused credentials: keep the outcome (id, tags, report) and the image
             out.status = "error"
             out.message = f"{exc.message} (kept locally as {', '.join(refs)})" + (f"\n  fix: {exc.fix}" if exc.fix else "")
@@ -557,7 +558,8 @@ def attest_pushed(out: Outcome, report: Dict, tiers: Tuple[str, ...], content_ha
     for ref, digest in out.digests.items():
         start = time.monotonic()
         try:
-            out.attested[ref] = attest.attest(ref, digest, predicates, options.sign_key)
+            with bounded.command_deadline(options.push_deadline):
+                out.attested[ref] = attest.attest(ref, digest, predicates, options.sign_key)
         except UserError as exc:
             out.status = "error"
             out.message = (f"{ref} ({digest}) is published WITHOUT its signed statements: {exc.message}; "
@@ -584,12 +586,13 @@ def index_outcome(registry: Registry, repository: str, family: str, variant: str
     return out
 
 
-def indexes(outcomes: List[Outcome], push: str, say: Say) -> List[Outcome]:
+def indexes(outcomes: List[Outcome], push: str, say: Say, deadline: float = 0) -> List[Outcome]:
     """After a push, the index of every cell whose every arch's tag is now in the registry.
 
     An arch built elsewhere (another runner, an earlier run) counts once its tag is
     there; an arch not pushed yet means no index yet (said, not an error), and
-    `publish` refuses any arch image that did not pass.
+    `publish` refuses any arch image that did not pass. Each index, from reading the tags
+    on, within ``deadline`` seconds (0: each request's own deadline only).
     """
     host, _, namespace = push.strip("/").partition("/")
     registry, done, out = Registry(host), set(), []
@@ -601,17 +604,18 @@ def indexes(outcomes: List[Outcome], push: str, say: Say) -> List[Outcome]:
                 continue
             done.add((repository, found))
             family, variant = found
-            try:
-                present = set(registry.tags(repository))
-            except UserError as exc:
-                out.append(Outcome(family, variant, message=str(exc)))
-                continue
-            waiting = [a for a in ARCHS if release_tag(f"{family}-{a}", variant) not in present]
-            if waiting:
-                say(f"[{family}] no index yet: {', '.join(waiting)} not in {host}/{repository}")
-                continue
-            say(f"[{family}] publishing the index {host}/{repository}:{publish.index_tag(family, variant)}")
-            out.append(index_outcome(registry, repository, family, variant))
+            with bounded.command_deadline(deadline):
+                try:
+                    present = set(registry.tags(repository))
+                except UserError as exc:
+                    out.append(Outcome(family, variant, message=str(exc)))
+                    continue
+                waiting = [a for a in ARCHS if release_tag(f"{family}-{a}", variant) not in present]
+                if waiting:
+                    say(f"[{family}] no index yet: {', '.join(waiting)} not in {host}/{repository}")
+                    continue
+                say(f"[{family}] publishing the index {host}/{repository}:{publish.index_tag(family, variant)}")
+                out.append(index_outcome(registry, repository, family, variant))
     return out
 
 

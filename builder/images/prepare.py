@@ -31,6 +31,9 @@ from builder.trust.signing import PrivateKey
 from builder.vocabulary import CPU, NPU, STATIC_TIERS, VARIANTS, normalize_arch, required_tiers
 
 
+PUSH_DEADLINE = 900.0  # seconds, `image --push-deadline`'s default
+
+
 @dataclass
 class Options:
     """How to build: which variants, where state goes, what the host offers."""
@@ -50,6 +53,7 @@ class Options:
     twin_os: Optional[str] = None          # build CPU twins on this OS instead (a stand-in; same closure)
     allow_incomplete_lock: bool = False    # build a cell whose lock is not complete (entries unverified)
     sign_key: Optional[PrivateKey] = None  # the team's key: what is pushed and passed gets signed statements
+    push_deadline: float = PUSH_DEADLINE   # seconds each image's push, its statements and each index may take (0: none)
 
 
 class SmokePlan(NamedTuple):

@@ -61,7 +61,10 @@ def claim(contexts: Path, arch: str, variant: str) -> Iterator[Path]:
     """The context folder of one arch and variant, held for one build (another ascend-build
     waits for it). One folder, not one per cell: BuildKit keys what it already holds of a
     context by the folder's path, so the next build (a torch_npu bump, another cell) sends
-    only the files that changed instead of the whole wheelhouse again."""
+    only the files that changed instead of the whole wheelhouse again. ``contexts`` is the tool's
+    own scratch space: a file where it should be is removed (a link to a folder is followed)."""
+    if (contexts.exists() or contexts.is_symlink()) and not contexts.is_dir():
+        contexts.unlink()  # a file (or dangling link) where the tool's own scratch folder goes: nobody's data
     contexts.mkdir(parents=True, exist_ok=True)
     folder = contexts / f"{variant}-{arch}"
     with open(contexts / f".{variant}-{arch}.lock", "w") as held:
@@ -72,7 +75,8 @@ def claim(contexts: Path, arch: str, variant: str) -> Iterator[Path]:
 def context(files: Dict[str, bytes], folder: Path, wheelhouse: Optional[Path] = None,
             installers: Optional[Path] = None, fetched_wheels: Optional[Path] = None,
             own_wheels: Sequence[Path] = (), conda_installer: Optional[Tuple[Path, str]] = None) -> Path:
-    """Write a fresh build context into ``folder`` and return it.
+    """Write a fresh build context into ``folder`` and return it. Whatever was at ``folder`` (an
+    earlier context; a file, link or FIFO in the tool's scratch space) is removed first, links unfollowed.
 
     ``fetched_wheels`` (wheels downloaded for the target, see `wheels`) join the
     user's wheelhouse in the same folder; the user's copy of a file wins, and a wheel the
@@ -80,8 +84,10 @@ def context(files: Dict[str, bytes], folder: Path, wheelhouse: Optional[Path] = 
     ``conda_installer`` (a file, the name the Dockerfile looks for) goes into ``conda-installer/``:
     the build takes it instead of downloading Miniforge's installer, and checks its sha256 alike.
     """
-    if folder.exists():
+    if folder.is_dir() and not folder.is_symlink():
         shutil.rmtree(folder)
+    elif folder.exists() or folder.is_symlink():  # a file, a link, a FIFO where the scratch folder goes
+        folder.unlink()  # the tool's own scratch space: removed, never followed
     folder.mkdir(parents=True)
     for name, data in files.items():
         (folder / name).write_bytes(data)

@@ -18,7 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable, Dict, List, Optional, Tuple
 
-from builder import bounded, versions
+from builder import versions
 from builder.trust.attached import is_attached_tag
 from builder.cell_id import parse_id
 from builder.errors import UserError
@@ -244,8 +244,7 @@ def fetch(engine, registry: Registry, repository: str, best: ImageInfo, arch: st
     what runs is what was checked.
     """
     ref = f"{registry.name}/{repository}@{best.digest}"
-    with bounded.not_counted():  # the layers come through Docker Engine, within its own limits
-        engine.pull(ref)
-        verify_pulled(best.labels, engine.labels(ref), ref)
+    engine.pull(ref)  # the layers come through Docker Engine, within the command's deadline too
+    verify_pulled(best.labels, engine.labels(ref), ref)
     now = registry.inspect(repository, best.tag, arch)
     return ref, (now.digest if now is not None and now.digest != best.digest else None)

@@ -169,6 +169,19 @@ class Verification:
         return [f for f in self.found if f.checked.ok and f.checked.predicate_type == predicate_type]
 
 
+def _held(registry: Reader, repository: str, tag: str, digest: str) -> None:
+    """A manifest served for ``tag`` whose digest names no statement: the registry must hold it by
+    that digest too, else what was served is not what the tag names (bytes altered on the way, with
+    no digest header to catch it), and "no statement" would be the wrong diagnosis."""
+    try:
+        registry.manifest(repository, digest)  # another body than ``digest`` names: refused there, saying so
+    except LookupError:
+        raise UserError(f"{registry.name}/{repository}:{tag}: the registry served other bytes than the digest asked "
+                        f"for: the manifest served for the tag hashes to {digest}, which the registry does not hold",
+                        exit_code=1, fix="nothing was verified: check the registry and any proxy before it "
+                                         "(the manifest was altered on the way), then verify again") from None
+
+
 def verify(registry: Reader, repository: str, reference: str, key: PublicKey) -> Verification:
     """Check every statement attached to ``repository:reference`` (tag or digest) against ``key``;
     ``registry`` is a `Registry` or an OCI image layout (`builder.registry.Reader`). A tag naming a
@@ -181,6 +194,8 @@ def verify(registry: Reader, repository: str, reference: str, key: PublicKey) ->
                         fix="check the repository and tag (`ascend-build pull` lists what is there)") from None
     tag = attestation_tag(image.digest)
     there = _existing(registry, repository, image.digest)
+    if there is None and not reference.startswith("sha256:"):
+        _held(registry, repository, reference, image.digest)
     if there is None:
         why = ("it is an image index, and statements are attached to each arch's image: verify the arch's tag"
                if image.is_index else "pushed without --sign-key, or by someone without the key")

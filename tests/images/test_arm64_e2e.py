@@ -22,6 +22,7 @@ import pytest
 
 from builder import vocabulary
 from tests.support import locks
+from tests.support import listing
 
 CELL_ID = "cann7.0.rc1-910b-ubuntu22.04-py3.9-torch_npu2.1.0rc1-aarch64"
 ARM64_BASE = "local/debian:11-arm64"
@@ -95,8 +96,8 @@ def test_the_mission_closure_as_an_arm64_twin_under_qemu(engine, registry, tmp_p
         engine.pull(ref, username=registry.username, password=registry.password)
         assert engine.labels(ref) == labels and engine.architecture(ref) == "arm64"
     finally:
-        for img in engine.client.images.list():
-            for ref in list(img.tags) + list(img.attrs.get("RepoDigests") or []):
+        for img in listing.images(engine):
+            for ref in img.tags + img.digests:
                 if repo in ref:
                     try:
                         engine.untag(ref)

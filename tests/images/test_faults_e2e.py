@@ -29,6 +29,7 @@ import pytest
 from builder.registry import Registry
 from tests.support.faults import CLI, CannotMount, Killable, put_stand_in_arm64, small_fs, unvalidated_tags
 from tests.support.pipeline import CELL_ID, cli_env, drop_images, image_args, needs_build, write_matrix
+from tests.support import listing
 
 TOKEN = uuid.uuid4().hex[:10]
 REPO = f"ascend-build-test/faults-{TOKEN}"
@@ -81,7 +82,7 @@ def _unsealed(engine) -> None:
 
 
 def _orphans(engine) -> List:
-    return engine.client.containers.list(all=True, filters={"label": [
+    return listing.containers(engine, all=True, filters={"label": [
         "ascend-build.run=1", f"org.opencontainers.image.title={REPO}:{CELL_ID}-cpu"]})
 
 
@@ -117,7 +118,7 @@ def test_image_killed_at_every_phase_tags_nothing_unvalidated_and_each_rerun_get
     # the seal's temporary tag a kill left names the killed run, and the rerun swept it
     candidate = json.loads((state / "reports" / f"{CELL_ID}-cpu.json").read_text())["candidate"]
     temp = f"ascend-build-candidate:{candidate.split(':')[-1][:20]}-"
-    left = [ref for image in engine.client.images.list(name="ascend-build-candidate") for ref in image.tags
+    left = [ref for image in listing.images(engine, name="ascend-build-candidate") for ref in image.tags
             if ref.startswith(temp)]
     assert left == [], f"{left} left"
     assert set(killed) == {*PHASES, "index"}
@@ -182,7 +183,7 @@ def test_a_full_state_folder_fails_the_image_saying_so_and_tags_nothing(engine, 
     assert outcome["status"] == "error" and outcome["tags"] == [], outcome
     assert outcome["message"].startswith(f"no space left on the file system of {small}/state/"), outcome["message"]
     assert "Traceback" not in done.stderr
-    assert not [t for img in engine.client.images.list() for t in img.tags if repo in t]
+    assert not [t for img in listing.images(engine) for t in img.tags if repo in t]
 
 
 @pytest.mark.engine
@@ -207,5 +208,5 @@ def test_two_runs_of_different_images_on_one_state_folder_both_reach_their_verdi
     assert "another ascend-build run" not in npu.stderr + npu.stdout
     for outcome in (passed, failed):
         assert json.loads(Path(outcome["report"]).read_text())["cell"] == CELL_ID
-    assert not [t for img in engine.client.images.list() for t in img.tags if f"{REPO}-npu" in t]
+    assert not [t for img in listing.images(engine) for t in img.tags if f"{REPO}-npu" in t]
     assert_only_validated_tags(engine, registry, REPO)

@@ -11,6 +11,7 @@ run on the real engine and a real registry on loopback.
 from __future__ import annotations
 
 import json
+import uuid
 from dataclasses import replace
 from pathlib import Path
 from typing import List
@@ -21,11 +22,14 @@ from builder.images import prepare as jobs
 from builder.images import matrix, pipeline
 from builder.vocabulary import CPU, Label
 from tests.support.matrix import REPO, SHIPPED_MATRIX
+from tests.support import listing
 
 pytestmark = pytest.mark.engine
 
 DEMO = "cann9.1.0-910b-debian12-py3.11-torch_npu2.13.0-x86_64"
-REPOSITORY = "ascend-build-test-reuse/pytorch"
+# Each test's images under a repository of its own: another test (another xdist worker, another
+# run of the suite on the same engine) that untags what it made never takes away this one's.
+REPOSITORY = "ascend-build-test-reuse-{token}/pytorch"
 
 
 class NoBuild:
@@ -52,7 +56,8 @@ def passed_report(job: jobs.Job, seconds: float) -> dict:
 
 @pytest.fixture
 def sealed_setup(engine, base_image, tmp_path):
-    cell = replace(next(c for c in matrix.load(SHIPPED_MATRIX).cells if c.id == DEMO), image=REPOSITORY)
+    repository = REPOSITORY.format(token=uuid.uuid4().hex[:12])
+    cell = replace(next(c for c in matrix.load(SHIPPED_MATRIX).cells if c.id == DEMO), image=repository)
     options = jobs.Options(variants=(CPU,), state_dir=tmp_path / "state", locks_dir=REPO / "dockerfiles")
     job = jobs.prepare(cell, CPU, options)
     context = tmp_path / "candidate"
@@ -66,7 +71,7 @@ def sealed_setup(engine, base_image, tmp_path):
         return image_id
 
     yield cell, options, job, candidate, made
-    for ref in [t for img in engine.client.images.list() for t in img.tags if REPOSITORY in t]:
+    for ref in [t for img in listing.images(engine) for t in img.tags if repository in t]:
         engine.untag(ref)
     for image_id in made:
         engine.remove_if_unnamed(image_id)
@@ -79,7 +84,7 @@ def seal_as_release(engine, job, options, candidate_id: str, seconds: float) -> 
 
 
 def dangling(engine) -> List[str]:
-    return [img.id for img in engine.client.images.list(filters={"dangling": True})]
+    return [img.id for img in listing.images(engine, filters={"dangling": True})]
 
 
 def test_a_second_seal_under_the_same_tag_leaves_the_first_neither_named_nor_dangling(engine, sealed_setup):

@@ -35,3 +35,34 @@ def test_a_held_folder_waits_for_its_build(tmp_path):
         assert not entered.wait(0.5)  # still held here
     assert entered.wait(10)  # released: the other build goes on
     waiter.join()
+
+
+def test_a_file_where_the_scratch_folder_goes_is_replaced_not_a_blocked_build(tmp_path):
+    """`contexts/cpu-x86_64` is the tool's own scratch folder: a file there (a killed tool, a stray
+    `touch`) blocked every build with advice about permissions; it is removed and the folder made."""
+    contexts = tmp_path / "state" / "contexts"
+    contexts.mkdir(parents=True)
+    (contexts / "cpu-x86_64").write_text("not a folder\n")
+    with stage.claim(contexts, "x86_64", "cpu") as folder:
+        made = stage.context({"Dockerfile": b"FROM scratch\n"}, folder)
+    assert made.is_dir() and (made / "Dockerfile").read_bytes() == b"FROM scratch\n"
+
+
+def test_a_link_where_the_scratch_folder_goes_is_removed_never_followed(tmp_path):
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (elsewhere / "keep.txt").write_text("someone's\n")
+    contexts = tmp_path / "contexts"
+    contexts.mkdir()
+    (contexts / "cpu-aarch64").symlink_to(elsewhere)
+    with stage.claim(contexts, "aarch64", "cpu") as folder:
+        stage.context({"Dockerfile": b"FROM scratch\n"}, folder)
+    assert not (contexts / "cpu-aarch64").is_symlink() and (contexts / "cpu-aarch64" / "Dockerfile").is_file()
+    assert (elsewhere / "keep.txt").read_text() == "someone's\n"
+
+
+def test_a_file_where_the_contexts_folder_goes_is_replaced(tmp_path):
+    (tmp_path / "contexts").write_text("x")
+    with stage.claim(tmp_path / "contexts", "x86_64", "cpu") as folder:
+        stage.context({"Dockerfile": b"FROM scratch\n"}, folder)
+    assert (tmp_path / "contexts" / "cpu-x86_64" / "Dockerfile").is_file()

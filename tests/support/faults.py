@@ -40,7 +40,8 @@ class FaultProxy:
     """Forwards to ``upstream`` ("127.0.0.1:PORT"). ``plan(method, pattern, faults)``: the Nth
     request whose method is ``method`` and whose path matches ``pattern`` gets ``faults[N-1]``
     ("500", "503", "429", "429:SECONDS" with Retry-After, "reset" (half the request read, then a
-    TCP reset), "cut" (the real answer's head and half its body, then a reset), "stall" (the request
+    TCP reset), "cut" (the real answer's head and half its body, then a reset), "alter" (the real
+    answer with a space added to its body and no Docker-Content-Digest header), "stall" (the request
     read, then no answer until the proxy stops or 120 s pass), or "" to forward);
     ``always`` applies to every such request. ``count(method, pattern)``: requests seen."""
 
@@ -134,9 +135,11 @@ class FaultProxy:
         answer = upstream.getresponse()
         data = answer.read()
         upstream.close()
+        if fault == "alter":  # a JSON body stays JSON, its digest changes; nothing announces the real one
+            data += b" "
         handler.send_response(answer.status)
         for key, value in answer.getheaders():
-            if key.lower() not in HOP:
+            if key.lower() not in HOP and not (fault == "alter" and key.lower() == "docker-content-digest"):
                 handler.send_header(key, value)
         handler.send_header("Content-Length", str(len(data)))
         handler.end_headers()
@@ -293,8 +296,9 @@ def unvalidated_tags(engine, client, repository: str) -> List[str]:
     """Every tag of ``repository`` naming an image not labelled validated: in the engine
     (``engine``), and in the registry ``client`` (a `builder.registry.Registry`) but for indexes."""
     from builder.vocabulary import Label
+    from tests.support import listing
 
-    bad = [ref for image in engine.client.images.list() for ref in image.tags
+    bad = [ref for image in listing.images(engine) for ref in image.tags
            if repository in ref and (image.labels or {}).get(Label.VALIDATED) != "true"]
     try:
         tags = client.tags(repository)

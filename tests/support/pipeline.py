@@ -16,7 +16,7 @@ from typing import Dict, Iterable, List, Optional, Set
 
 import pytest
 
-
+from tests.support import listing
 
 CELL_ID = "cann9.1.0-910b-debian12-py3.11-torch_npu2.13.0-x86_64"
 WHEELHOUSE = Path("/opt/wheels")
@@ -89,12 +89,12 @@ def all_refs(repo: str) -> List[str]:
 
 
 def temp_tags(engine) -> Set[str]:
-    return {t for img in engine.client.images.list(name=TEMP_TAG_REPO) for t in img.tags}
+    return {t for img in listing.images(engine, name=TEMP_TAG_REPO) for t in img.tags}
 
 
 def smoke_containers(engine, release: str) -> List:
     """Containers of pipeline.smoke (engine.run labels them) made from the image titled ``release``."""
-    return engine.client.containers.list(all=True, filters={"label": [
+    return listing.containers(engine, all=True, filters={"label": [
         "ascend-build.run=1", f"org.opencontainers.image.title={release}"]})
 
 
@@ -137,14 +137,14 @@ def registry_tags(registry, repo: str) -> int:
 def drop_images(engine, needle: str) -> None:
     """Remove every tag and digest reference containing ``needle``, then the nameless images
     (failed candidates) titled with it. The BuildKit cache stays: later builds stay fast."""
-    for img in engine.client.images.list():
-        for ref in list(img.tags) + list(img.attrs.get("RepoDigests") or []):
+    for img in listing.images(engine):
+        for ref in img.tags + img.digests:
             if needle in ref:
                 try:
                     engine.untag(ref)
                 except Exception:  # best effort: a test's own assertion matters more than cleanup
                     pass
-    for img in engine.client.images.list(filters={"dangling": True}):
+    for img in listing.images(engine, filters={"dangling": True}):
         if needle in (img.labels or {}).get("org.opencontainers.image.title", ""):
             try:
                 engine.remove(img.id)
