@@ -149,7 +149,7 @@ def test_without_nodes_this_hosts_probe_decides_fake_npu(repo, tmp_path):
 
 @pytest.mark.parametrize("args, message", [
     (["--nodes", "/nonexistent/nodes.json"], "--nodes /nonexistent/nodes.json: cannot read it"),
-    (["--kind", "deployment"], "--kind 'deployment' is none of job, volcano"),
+    (["--kind", "deployment"], "--kind 'deployment' is none of job, volcano, ascendjob"),
     (["--nodes-count", "2"], "--nodes-count is for --kind volcano"),
     (["--name", "Bad_Name"], "--name 'Bad_Name' is not a Kubernetes name"),
 ])

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import functools
 import json
 from pathlib import Path
 from typing import Any, Dict, List
@@ -96,4 +97,29 @@ def validate_volcano(manifest: Dict[str, Any]) -> None:
     for task in manifest["spec"]["tasks"]:
         pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", **task["template"].get("metadata", {})},
                "spec": task["template"]["spec"]}
+        validate_k8s(pod)
+
+
+ASCENDJOB_CRD = FIXTURES / "mindcluster" / "ascendjobs.mindxdl.gitee.com.yaml.gz"
+ASCENDJOB_CRD_SHA256 = "723058d0eee522ef9d26abb48300d51254d1d029a36d8845eba3ac387f757b2e"
+
+
+@functools.lru_cache(maxsize=1)
+def ascendjob_schema() -> Dict[str, Any]:
+    import gzip
+    import hashlib
+
+    text = gzip.decompress(ASCENDJOB_CRD.read_bytes())
+    assert hashlib.sha256(text).hexdigest() == ASCENDJOB_CRD_SHA256, "the AscendJob CRD fixture changed"
+    crd = yaml.safe_load(text)
+    version = next(v for v in crd["spec"]["versions"] if v["name"] == "v1")
+    return _closed(copy.deepcopy(version["schema"]["openAPIV3Schema"]))
+
+
+def validate_ascendjob(manifest: Dict[str, Any]) -> None:
+    """Against the Ascend Operator's AscendJob CRD (v1), and each replica's Pod template against Kubernetes' Pod schema."""
+    jsonschema.validate(manifest, ascendjob_schema())
+    for replica in manifest["spec"]["replicaSpecs"].values():
+        pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", **replica["template"].get("metadata", {})},
+               "spec": replica["template"]["spec"]}
         validate_k8s(pod)
