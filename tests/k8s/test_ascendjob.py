@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import jsonschema
 import pytest
-from tests.k8s.test_manifest import spec_for
-from tests.support.k8s import CLUSTER, validate_ascendjob
+from tests.support.k8s import CLUSTER, spec_for, validate_ascendjob
 
 from builder.errors import UserError
 from builder.k8s import ascendjob

@@ -3,31 +3,17 @@
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Any, Dict
 
 import kubernetes_validate
 import pytest
 import yaml
-from tests.support.k8s import CLUSTER, POOL_910B, admitted, nodes, validate_k8s, validate_volcano
+from tests.support.k8s import CLUSTER, IMAGE, admitted, nodes, spec_for, validate_k8s, validate_volcano
 
 from builder import devices
 from builder.errors import UserError
-from builder.k8s import job, mounts, pod, pool, manifest_yaml, volcano
+from builder.k8s import job, mounts, pod, manifest_yaml, volcano
 from builder.node.labels import CHIP_LABELS, DRIVER_ORDINAL_LABEL
 from builder.versions import driver_ordinal
-
-DIGEST = "sha256:" + "ab" * 32
-IMAGE = f"127.0.0.1:5000/ascend-build/pytorch@{DIGEST}"
-
-
-def spec_for(min_driver: str, npus: int = 8, path=POOL_910B, chip=None, **over) -> pod.PodSpec:
-    found = pool.read_pool(path.read_text(), path.name, chip)
-    fields: Dict[str, Any] = dict(image=IMAGE, chip=found.node.chip, arch=found.node.arch, npus=npus,
-                  command=("torchrun", "--nproc_per_node", str(npus), "train.py"), min_driver=min_driver,
-                  chip_values=found.chip_values, drivers=found.drivers)
-    fields.update(over)
-    return pod.PodSpec(**fields)
-
 
 def the_job(min_driver="24.1.RC3", **over):
     return job.job("llama-sft", spec_for(min_driver, **over), {"ascend-build.io/image-tag": "t"})

@@ -1,4 +1,4 @@
-"""What the k8s tests share: the fixture node lists, Kubernetes' node affinity rules, the schemas."""
+"""What the k8s tests share: the fixture node lists, Kubernetes' node affinity rules, the schemas, a PodSpec."""
 
 from __future__ import annotations
 
@@ -11,6 +11,8 @@ from typing import Any, Dict, List
 import jsonschema
 import kubernetes_validate
 import yaml
+
+from builder.k8s import pod, pool
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 CLUSTER = FIXTURES / "k8s" / "cluster.json"
@@ -123,3 +125,16 @@ def validate_ascendjob(manifest: Dict[str, Any]) -> None:
         pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", **replica["template"].get("metadata", {})},
                "spec": replica["template"]["spec"]}
         validate_k8s(pod)
+
+
+DIGEST = "sha256:" + "ab" * 32
+IMAGE = f"127.0.0.1:5000/ascend-build/pytorch@{DIGEST}"
+
+
+def spec_for(min_driver: str, npus: int = 8, path: Path = POOL_910B, chip=None, **over) -> pod.PodSpec:
+    found = pool.read_pool(path.read_text(), path.name, chip)
+    fields: Dict[str, Any] = dict(image=IMAGE, chip=found.node.chip, arch=found.node.arch, npus=npus,
+                  command=("torchrun", "--nproc_per_node", str(npus), "train.py"), min_driver=min_driver,
+                  chip_values=found.chip_values, drivers=found.drivers)
+    fields.update(over)
+    return pod.PodSpec(**fields)
