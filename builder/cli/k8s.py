@@ -21,7 +21,8 @@ from builder.vocabulary import Label
 k8s_app = typer.Typer(no_args_is_help=True, help="Kubernetes manifests for the validated image that fits a node pool.")
 app.add_typer(k8s_app, name="k8s")
 
-KINDS = ("job", "volcano")
+KINDS = ("job", "volcano", "ascendjob")
+MULTI_NODE_KINDS = ("volcano", "ascendjob")
 
 
 @k8s_app.command("job", context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
@@ -33,9 +34,9 @@ def job_command(
     chip: Optional[str] = typer.Option(None, "--chip", help="Run on this chip's nodes of --nodes only (910b, a3, ...)."),
     nodes: Optional[Path] = typer.Option(None, "--nodes", metavar="FILE", callback=paths.FILE,
                                          help="`kubectl get nodes -o json` output: the pool (default: this host)."),
-    kind: str = typer.Option("job", "--kind", metavar="job|volcano",
-                             help="A batch/v1 Job (one pod), or a Volcano Job over --nodes-count nodes."),
-    nodes_count: int = typer.Option(1, "--nodes-count", help="--kind volcano: pods, one per node, N NPUs each."),
+    kind: str = typer.Option("job", "--kind", metavar="job|volcano|ascendjob",
+                             help="A batch/v1 Job (one pod), a Volcano Job or MindCluster's AscendJob over --nodes-count nodes."),
+    nodes_count: int = typer.Option(1, "--nodes-count", help="--kind volcano or ascendjob: pods, one per node, N NPUs each."),
     name: str = typer.Option("ascend-train", "--name", help="The job's name."),
     shm_size: str = typer.Option("16Gi", "--shm-size", help="Size limit of the in-memory /dev/shm."),
     torch: Optional[str] = typer.Option(None, "--torch", help="Pin torch (default: the newest that fits)."),
@@ -56,20 +57,21 @@ def job_command(
     (nodes.json: kubectl get nodes -o json > nodes.json)
     """
     from builder.trust import policy
-    from builder.k8s import job, pod, pool, manifest_yaml, prepull as prepulls, volcano
+    from builder.k8s import ascendjob, job, launcher, pod, pool, manifest_yaml, prepull as prepulls, volcano
     from builder.node import pull as chooser
 
     trusted = decide_trust_key(trust_key)
     key = trusted.key
     if kind not in KINDS:
-        raise UserError(f"--kind {kind!r} is none of {', '.join(KINDS)}", fix="--kind job or --kind volcano")
-    if nodes_count != 1 and kind != "volcano":
-        raise UserError("--nodes-count is for --kind volcano (a batch/v1 Job here runs one pod)",
-                        fix="add --kind volcano, or leave --nodes-count out")
+        raise UserError(f"--kind {kind!r} is none of {', '.join(KINDS)}", fix="--kind job, volcano or ascendjob")
+    if nodes_count != 1 and kind not in MULTI_NODE_KINDS:
+        raise UserError("--nodes-count is for --kind volcano or ascendjob (a batch/v1 Job here runs one pod)",
+                        fix="add --kind volcano (or ascendjob), or leave --nodes-count out")
+    launcher.check(tuple(ctx.args), nodes_count, kind)
     job.check_name(name)
     policy.check_requirement(require)
     found = k8s_choice.read_pool(nodes, chip, root)
-    if kind == "volcano" and nodes is not None and nodes_count > len(found.names):
+    if kind in MULTI_NODE_KINDS and nodes is not None and nodes_count > len(found.names):
         raise UserError(f"--nodes-count {nodes_count}: the pool has {len(found.names)} node(s) and each pod needs its own",
                         fix=f"--nodes-count {len(found.names)} or fewer", exit_code=1)
     pool.check_npus(found, npus, nodes_count)
@@ -85,7 +87,8 @@ def job_command(
                        drivers=found.drivers, shm_size=shm_size)
     annotations = {"ascend-build.io/image-tag": best.tag, "ascend-build.io/min-driver": spec.min_driver}
     manifest = (job.job(name, spec, annotations) if kind == "job"
-                else volcano.volcano_job(name, spec, nodes_count, annotations))
+                else volcano.volcano_job(name, spec, nodes_count, annotations) if kind == "volcano"
+                else ascendjob.ascend_job(name, spec, nodes_count, annotations))
     verified = how_chosen(trusted, require)
     header = [f"ascend-build k8s job: image tag {best.tag}, chosen for {subject} ({pool.describe(found)}arch "
               f"{found.node.arch}, chip {found.node.chip}, driver {found.node.driver})", verified]

@@ -2,7 +2,9 @@
 
 ``pool`` reads the nodes (``kubectl get nodes -o json``, or this host's probe) into the facts
 the choice needs; ``pod`` writes the Pod template every manifest shares (digest, NPU resource,
-node affinity, driver mounts, ``/dev/shm``, HCCL's environment, the driver guard); ``job`` and
-``volcano`` wrap it as a ``batch/v1`` Job or a Volcano Job; ``prepull`` pulls the image onto the nodes
-the job's affinity admits (a DaemonSet, or an OpenKruise ImagePullJob); ``render`` prints YAML.
+node affinity, the driver mounts ``mounts`` chooses per chip and job shape, ``/dev/shm``, the
+driver guard); ``launcher`` says what the command's launcher reads to find the other pods;
+``job``, ``volcano`` and ``ascendjob`` wrap it as a ``batch/v1`` Job, a Volcano Job or the
+Ascend Operator's AscendJob; ``prepull`` pulls the image onto the nodes the job's affinity admits
+(a DaemonSet, or an OpenKruise ImagePullJob); ``manifest_yaml`` prints YAML.
 """

@@ -14,7 +14,8 @@ import re
 from typing import Any, Dict, Mapping
 
 from builder.errors import UserError
-from builder.k8s.pod import PodSpec, hccl_env, pod_spec
+from builder.k8s import launcher
+from builder.k8s.pod import MASTER_PORT, PodSpec, pod_spec, ring_controller
 
 MANAGED_BY = {"app.kubernetes.io/managed-by": "ascend-build"}
 # A Volcano pod is named JOB-TASK-INDEX and its hostname must stay a DNS label (63 characters).
@@ -36,15 +37,16 @@ def check_name(name: str) -> str:
 
 def job(name: str, spec: PodSpec, annotations: Mapping[str, str]) -> Dict[str, Any]:
     """The Job manifest. ``backoffLimit: 0``: a failed training run is looked at, not silently restarted
-    on the same data; one pod, so HCCL's master is the pod itself."""
+    on the same data; one pod, so the rendezvous is the pod itself (`builder.k8s.launcher`)."""
     check_name(name)
+    env = launcher.rendezvous_env(spec.command, 1, spec.npus, "0", "localhost", str(MASTER_PORT), "batch/v1")
+    labels = {**MANAGED_BY, **ring_controller(spec.chip)}
     return {
         "apiVersion": "batch/v1",
         "kind": "Job",
-        "metadata": {"name": name, "labels": dict(MANAGED_BY), "annotations": dict(annotations)},
+        "metadata": {"name": name, "labels": dict(labels), "annotations": dict(annotations)},
         "spec": {
             "backoffLimit": 0,
-            "template": {"metadata": {"labels": dict(MANAGED_BY)},
-                         "spec": pod_spec(spec, hccl_env(spec.npus, 1, "localhost"))},
+            "template": {"metadata": {"labels": dict(labels)}, "spec": pod_spec(spec, env)},
         },
     }

@@ -8,20 +8,21 @@
   minimum: on ascend-build's driver ordinal label (``Gt`` ordinal - 1, since selectors compare
   only integers) or on MindCluster's driver label being one of the pool's versions that suffice.
   Each chip label key (current and deprecated) gets its own terms: terms are ORed.
-- ``volumes``: read-only hostPath mounts of the driver files `run` mounts (`builder.devices.DRIVER_MOUNTS`,
-  less ``SOME_HOSTS_ONLY``), among them ``hccn.conf`` and the driver's ``topo``, which neither the
-  device plugin nor Ascend Docker Runtime provides; and a memory-backed ``/dev/shm`` (the
-  container runtime's default is 64 MiB, which HCCL and dataloaders starve on).
-- ``env``: what PyTorch's HCCL process group reads, named as MindCluster's Ascend Operator
-  injects them for PyTorch (MASTER_ADDR, MASTER_PORT, WORLD_SIZE, RANK, LOCAL_WORLD_SIZE).
-  ``ASCEND_VISIBLE_DEVICES`` is not set: the device plugin's Allocate answer sets it; an empty
-  one from a missing annotation would mount no NPU.
+- ``volumes``: read-only hostPath mounts of the driver files the chip and the job's shape need
+  (`builder.k8s.mounts`: ``hccn.conf`` only for multi-node training, the driver's ``topo`` only
+  on the 950); and a memory-backed ``/dev/shm`` (the container runtime's default is 64 MiB,
+  which HCCL and dataloaders starve on).
+- ``env``: what the command's launcher reads to find the other pods (`builder.k8s.launcher`),
+  given by the job kind. ``ASCEND_VISIBLE_DEVICES`` is not set: the device plugin's Allocate
+  answer sets it; an empty one from a missing annotation would mount no NPU.
+- the label ``ring-controller.atlas`` (`ring_controller`), which MindCluster's Volcano plugin,
+  device plugin and Ascend Operator read to know an Atlas pod and its chip.
 
 Example:
     >>> spec = PodSpec(image="r/p@sha256:" + "0" * 64, chip="910b", arch="aarch64", npus=8,
     ...                command=("python", "train.py"), min_driver="24.1.RC3",
     ...                chip_values=("910B3",), drivers=("24.1.RC3",))
-    >>> pod_spec(spec, hccl_env(8, 1, "localhost"))["containers"][0]["command"]
+    >>> pod_spec(spec, [])["containers"][0]["command"]
     ['/usr/local/bin/ascend-driver-guard', 'python', 'train.py']
 """
 
@@ -29,10 +30,11 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Any, Dict, List, Tuple, Union
+from typing import Any, Dict, List, Tuple
 
-from builder import devices, versions
+from builder import versions
 from builder.errors import UserError
+from builder.k8s import mounts as driver_mounts
 from builder.node import labels as keys
 
 # The driver guard inside every NPU image (helper "node" builds it): checks the mounted driver's
@@ -45,9 +47,17 @@ GUARD_PATH = "/usr/local/bin/ascend-driver-guard"
 NPU_RESOURCES = {"910": "huawei.com/Ascend910", "910b": "huawei.com/Ascend910", "a3": "huawei.com/Ascend910",
                  "310p": "huawei.com/Ascend310P", "950": "huawei.com/npu"}
 
-# Ascend Operator's MASTER_PORT default for PyTorch jobs (its "ascendjob-port").
+# Ascend Operator's MASTER_PORT default for PyTorch jobs (its "ascendjob-port"; Ascend/mind-cluster,
+# component/ascend-operator/pkg/api/v1/constants.go: DefaultPort = 2222), used by every kind.
 MASTER_PORT = 2222
 CONTAINER = "main"
+# MindCluster's label for an Atlas pod and its chip (Ascend/mind-cluster at 22bb3d98,
+# component/ascend-for-volcano/common/util/constants.go: JobKind910Value "ascend-910",
+# JobKind910BValue "ascend-910b", JobKind310PValue "ascend-310P"; docs/en/scheduling/api/volcano.md
+# lists "ascend-npu" besides). No source names A3's value: ascend-build gives it the 910B's; the 950 "ascend-npu".
+RING_CONTROLLER = "ring-controller.atlas"
+RING_CONTROLLER_VALUES = {"910": "ascend-910", "910b": "ascend-910b", "a3": "ascend-910b", "310p": "ascend-310P",
+                          "950": "ascend-npu"}
 SHM_VOLUME = "dshm"
 
 Env = List[Dict[str, Any]]
@@ -66,7 +76,7 @@ class PodSpec:
     chip_values: Tuple[str, ...]
     drivers: Tuple[str, ...]
     shm_size: str = "16Gi"
-    mounts: Tuple[str, ...] = tuple(p for p in devices.DRIVER_MOUNTS if p not in devices.SOME_HOSTS_ONLY)
+    nodes: int = 1  # pods of the job: which driver files a pod needs depends on it (hccn.conf)
 
 
 def resource(chip: str) -> str:
@@ -121,31 +131,26 @@ def affinity(spec: PodSpec) -> Dict[str, Any]:
     return {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": terms}}}
 
 
-def hccl_env(npus: int, nodes: int, master_addr: str, rank: Union[int, Dict[str, Any]] = 0) -> Env:
-    """The variables PyTorch's HCCL process group reads, as Ascend Operator names them for PyTorch:
-    ``WORLD_SIZE`` all NPUs of the job, ``RANK`` this pod's node rank, ``LOCAL_WORLD_SIZE`` its NPUs.
+def ring_controller(chip: str) -> Dict[str, str]:
+    """The ``ring-controller.atlas`` label for ``chip``'s pods and jobs.
 
-    ``rank`` is a number, or a ``valueFrom`` (a Volcano pod's task index).
-
-    >>> [(e["name"], e.get("value")) for e in hccl_env(8, 2, "job-worker-0.job")]
-    [('MASTER_ADDR', 'job-worker-0.job'), ('MASTER_PORT', '2222'), ('WORLD_SIZE', '16'), ('RANK', '0'), ('LOCAL_WORLD_SIZE', '8')]
+    >>> ring_controller("910b"), ring_controller("310p")
+    ({'ring-controller.atlas': 'ascend-910b'}, {'ring-controller.atlas': 'ascend-310P'})
     """
-    rank_var: Dict[str, Any] = {"name": "RANK", "valueFrom": rank} if isinstance(rank, dict) else {"name": "RANK", "value": str(rank)}
-    return [{"name": "MASTER_ADDR", "value": master_addr}, {"name": "MASTER_PORT", "value": str(MASTER_PORT)},
-            {"name": "WORLD_SIZE", "value": str(npus * nodes)}, rank_var,
-            {"name": "LOCAL_WORLD_SIZE", "value": str(npus)}]
+    resource(chip)  # an unknown chip is refused there, with the chips known
+    return {RING_CONTROLLER: RING_CONTROLLER_VALUES[chip]}
 
 
 def volumes(spec: PodSpec) -> Tuple[List[Dict[str, Any]], List[Dict[str, Any]]]:
-    """(volumes, volumeMounts): read-only hostPaths of the driver files, and ``/dev/shm`` in memory.
+    """(volumes, volumeMounts): read-only hostPaths of the driver files the chip and the job's
+    shape need (`builder.k8s.mounts`), and ``/dev/shm`` in memory.
 
-    A hostPath says File or Directory, so a node without the path fails the pod's start with the
-    path named, instead of the runtime creating an empty folder in its place on the node.
+    A hostPath says File or Directory, so a node without a path every such node has fails the
+    pod's start with the path named; a path only some nodes have is not mounted.
     """
     vols: List[Dict[str, Any]] = []
     mounts: List[Dict[str, Any]] = []
-    for path in spec.mounts:
-        kind = "Directory" if path in devices.DRIVER_DIRECTORIES else "File"
+    for path, kind in driver_mounts.mounts(spec.chip, spec.nodes):
         vols.append({"name": volume_name(path), "hostPath": {"path": path, "type": kind}})
         mounts.append({"name": volume_name(path), "mountPath": path, "readOnly": True})
     vols.append({"name": SHM_VOLUME, "emptyDir": {"medium": "Memory", "sizeLimit": spec.shm_size}})
@@ -153,8 +158,10 @@ def volumes(spec: PodSpec) -> Tuple[List[Dict[str, Any]], List[Dict[str, Any]]]:
     return vols, mounts
 
 
-def pod_spec(spec: PodSpec, env: Env, ports: Tuple[int, ...] = ()) -> Dict[str, Any]:
-    """The Pod spec: one container running ``spec.command`` behind the driver guard."""
+def pod_spec(spec: PodSpec, env: Env, ports: Tuple[int, ...] = (), container_name: str = CONTAINER,
+             command: Tuple[str, ...] = ()) -> Dict[str, Any]:
+    """The Pod spec: one container named ``container_name`` running ``command`` (default
+    ``spec.command``) behind the driver guard."""
     if spec.npus < 1:
         raise UserError(f"--npus {spec.npus}: a training pod needs at least one NPU", fix="--npus 1 (or 2, 4, 8, 16)")
     if not re.fullmatch(r"[0-9]+(\.[0-9]+)?(Ki|Mi|Gi|Ti|k|M|G|T)?", spec.shm_size):
@@ -164,9 +171,9 @@ def pod_spec(spec: PodSpec, env: Env, ports: Tuple[int, ...] = ()) -> Dict[str, 
     name = resource(spec.chip)
     vols, mounts = volumes(spec)
     container: Dict[str, Any] = {
-        "name": CONTAINER,
+        "name": container_name,
         "image": spec.image,
-        "command": [GUARD_PATH, *spec.command],
+        "command": [GUARD_PATH, *(command or spec.command)],
         "env": env,
         # quantities are strings in Kubernetes' model (the API server takes a number too; its clients do not)
         "resources": {"limits": {name: str(spec.npus)}, "requests": {name: str(spec.npus)}},

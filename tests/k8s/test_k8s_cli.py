@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 import yaml
 from tests.support.images import ROOT, cell_8_0_rc3, labelled_image, pipeline_labels
-from tests.support.k8s import CLUSTER, POOL_910B, admitted, nodes, validate_k8s, validate_volcano
+from tests.support.k8s import CLUSTER, POOL_910B, admitted, nodes, validate_ascendjob, validate_k8s, validate_volcano
 from tests.support.node import SMI_910B3, make_node
 
 from builder.k8s.pod import GUARD_PATH
@@ -149,7 +149,7 @@ def test_without_nodes_this_hosts_probe_decides_fake_npu(repo, tmp_path):
 
 @pytest.mark.parametrize("args, message", [
     (["--nodes", "/nonexistent/nodes.json"], "--nodes /nonexistent/nodes.json: cannot read it"),
-    (["--kind", "deployment"], "--kind 'deployment' is none of job, volcano"),
+    (["--kind", "deployment"], "--kind 'deployment' is none of job, volcano, ascendjob"),
     (["--nodes-count", "2"], "--nodes-count is for --kind volcano"),
     (["--name", "Bad_Name"], "--name 'Bad_Name' is not a Kubernetes name"),
 ])
@@ -175,3 +175,38 @@ def test_with_a_trust_key_an_image_without_a_verifying_statement_is_refused_fake
     assert done.returncode == 1 and done.stdout == ""
     assert "  fits: signed validation refused: " in done.stderr
     assert "Traceback" not in done.stderr
+
+
+# --- the other kinds and the launcher, through the command line ---------------------------------
+
+
+def test_an_ascendjob_over_two_nodes_validates_against_the_operators_crd_fake_npu(repo):
+    where, _, pushed = repo
+    done = k8s_job(repo, "--npus", "8", "--nodes", str(POOL_910B), "--kind", "ascendjob", "--nodes-count", "2",
+                   "--name", "llama", "--", "torchrun", "--nproc_per_node", "8", "train.py")
+    assert done.returncode == 0, done.stderr
+    manifest = yaml.safe_load(done.stdout)
+    validate_ascendjob(manifest)
+    assert manifest["kind"] == "AscendJob" and manifest["metadata"]["labels"]["ring-controller.atlas"] == "ascend-910b"
+    worker = manifest["spec"]["replicaSpecs"]["Worker"]["template"]["spec"]
+    assert worker["containers"][0]["image"] == f"{where}@{pushed['fits']}"
+    assert "--node-rank=$(RANK)" in worker["containers"][0]["command"]
+    assert admitted(worker, nodes(CLUSTER)) == ["npu-a", "npu-b", "npu-c"]
+
+
+def test_an_unknown_launcher_over_two_nodes_is_refused_before_the_registry_is_asked(repo):
+    done = k8s_job(repo, "--npus", "8", "--nodes", str(POOL_910B), "--kind", "volcano", "--nodes-count", "2",
+                   "--", "bash", "-c", "torchrun train.py")
+    assert done.returncode == 2 and done.stdout == ""
+    assert "--nodes-count 2: cannot tell 'bash' how the 2 pods find each other" in done.stderr
+    assert "fix: start the command with torchrun" in done.stderr and "Traceback" not in done.stderr
+
+
+def test_a_volcano_torchrun_job_gets_torchruns_rendezvous_fake_npu(repo):
+    done = k8s_job(repo, "--npus", "8", "--nodes", str(POOL_910B), "--kind", "volcano", "--nodes-count", "2",
+                   "--name", "llama", "--", "torchrun", "--nproc_per_node", "8", "train.py")
+    assert done.returncode == 0, done.stderr
+    env = {e["name"]: e.get("value") for e in
+           yaml.safe_load(done.stdout)["spec"]["tasks"][0]["template"]["spec"]["containers"][0]["env"]}
+    assert env["PET_NNODES"] == "2" and env["PET_MASTER_ADDR"] == "llama-worker-0.llama"
+    assert "WORLD_SIZE" not in env and "RANK" not in env

@@ -3,30 +3,17 @@
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Any, Dict
 
 import kubernetes_validate
 import pytest
 import yaml
-from tests.support.k8s import CLUSTER, POOL_910B, admitted, nodes, validate_k8s, validate_volcano
+from tests.support.k8s import CLUSTER, IMAGE, admitted, nodes, spec_for, validate_k8s, validate_volcano
 
 from builder import devices
 from builder.errors import UserError
-from builder.k8s import job, pod, pool, manifest_yaml, volcano
+from builder.k8s import job, mounts, pod, manifest_yaml, volcano
 from builder.node.labels import CHIP_LABELS, DRIVER_ORDINAL_LABEL, DRIVER_VERSION_LABELS
 from builder.versions import driver_ordinal
-
-DIGEST = "sha256:" + "ab" * 32
-IMAGE = f"127.0.0.1:5000/ascend-build/pytorch@{DIGEST}"
-
-
-def spec_for(min_driver: str, npus: int = 8, path=POOL_910B, chip=None, **over) -> pod.PodSpec:
-    found = pool.read_pool(path.read_text(), path.name, chip)
-    fields: Dict[str, Any] = dict(image=IMAGE, chip=found.node.chip, arch=found.node.arch, npus=npus,
-                  command=("torchrun", "--nproc_per_node", str(npus), "train.py"), min_driver=min_driver,
-                  chip_values=found.chip_values, drivers=found.drivers)
-    fields.update(over)
-    return pod.PodSpec(**fields)
 
 
 def the_job(min_driver="24.1.RC3", **over):
@@ -140,18 +127,50 @@ def test_the_kubernetes_python_client_reads_the_job_quantities_as_strings():
         client.deserialize(json.dumps(bare), "V1Job", "application/json")
 
 
-def test_the_mounts_are_runs_list_read_only_with_shm_in_memory():
-    spec = the_job()["spec"]["template"]["spec"]
-    mounts = {m["mountPath"]: m for m in spec["containers"][0]["volumeMounts"]}
-    expected = [p for p in devices.DRIVER_MOUNTS if p not in devices.SOME_HOSTS_ONLY]
-    assert sorted(set(mounts) - {"/dev/shm"}) == sorted(expected)
-    assert {"/etc/hccn.conf", "/usr/local/Ascend/driver/topo", "/usr/local/dcmi", "/usr/local/bin/npu-smi",
-            "/usr/local/Ascend/driver/lib64", "/usr/local/Ascend/driver/version.info"} <= set(mounts)
+def mounts_of(pod_spec):
+    """{mountPath: hostPath type} of the driver files, and the shm volume."""
+    volumes = {v["name"]: v for v in pod_spec["volumes"]}
+    mounts = {m["mountPath"]: m for m in pod_spec["containers"][0]["volumeMounts"]}
     assert all(m["readOnly"] for path, m in mounts.items() if path != "/dev/shm")
-    volumes = {v["name"]: v for v in spec["volumes"]}
-    assert volumes[mounts["/usr/local/Ascend/driver/lib64"]["name"]]["hostPath"]["type"] == "Directory"
-    assert volumes[mounts["/etc/hccn.conf"]["name"]]["hostPath"]["type"] == "File"
     assert volumes[mounts["/dev/shm"]["name"]] == {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": "16Gi"}}
+    return {path: volumes[m["name"]]["hostPath"]["type"] for path, m in mounts.items() if path != "/dev/shm"}
+
+
+EVERY_NODE = {"/usr/local/Ascend/driver/lib64": "Directory", "/usr/local/Ascend/driver/version.info": "File",
+              "/usr/local/Ascend/firmware/version.info": "File", "/etc/ascend_install.info": "File",
+              "/usr/local/dcmi": "Directory", "/usr/local/bin/npu-smi": "File"}
+
+
+def test_a_one_node_910b_job_mounts_what_every_npu_node_has_and_no_hccn_conf_or_topo():
+    assert mounts_of(the_job()["spec"]["template"]["spec"]) == EVERY_NODE
+
+
+def test_a_multi_node_910b_job_mounts_hccn_conf_for_hccl_across_servers():
+    template = the_volcano(count=2)["spec"]["tasks"][0]["template"]["spec"]
+    assert mounts_of(template) == {**EVERY_NODE, "/etc/hccn.conf": "File"}
+    one = the_volcano(count=1)["spec"]["tasks"][0]["template"]["spec"]
+    assert mounts_of(one) == EVERY_NODE
+
+
+def test_a_310p_job_mounts_neither_hccn_conf_nor_topo_even_over_several_nodes():
+    spec = spec_for("24.1.RC3", npus=2, path=CLUSTER, chip="310p", command=("python", "serve.py"))
+    assert mounts_of(job.job("x", spec, {})["spec"]["template"]["spec"]) == EVERY_NODE
+    several = volcano.volcano_job("x", spec, 2, {})["spec"]["tasks"][0]["template"]["spec"]
+    assert mounts_of(several) == EVERY_NODE
+
+
+def test_a_950_job_mounts_the_drivers_topo_folder():
+    spec = replace(spec_for("24.1.RC3"), chip="950")
+    assert mounts_of(job.job("x", spec, {})["spec"]["template"]["spec"]) == {
+        **EVERY_NODE, "/usr/local/Ascend/driver/topo": "Directory"}
+
+
+def test_every_mount_table_row_is_one_run_mounts():
+    for chip in ("910", "910b", "a3", "310p", "950"):
+        for count in (1, 2):
+            paths = [p for p, _ in mounts.mounts(chip, count)]
+            assert set(paths) <= set(devices.DRIVER_MOUNTS) - devices.SOME_HOSTS_ONLY
+            assert set(devices.REQUIRED_MOUNTS) <= set(paths)
 
 
 def env_of(manifest, path=("spec", "template", "spec")):
@@ -161,9 +180,19 @@ def env_of(manifest, path=("spec", "template", "spec")):
     return {e["name"]: e.get("value", e.get("valueFrom")) for e in spec["containers"][0]["env"]}
 
 
-def test_the_jobs_hccl_env_is_one_pod_of_n_npus():
-    assert env_of(the_job()) == {"MASTER_ADDR": "localhost", "MASTER_PORT": "2222", "WORLD_SIZE": "8", "RANK": "0",
-                                 "LOCAL_WORLD_SIZE": "8"}
+def test_the_jobs_torchrun_gets_a_one_node_rendezvous_in_pet_variables():
+    assert env_of(the_job()) == {"PET_NNODES": "1", "PET_NODE_RANK": "0", "PET_MASTER_ADDR": "localhost",
+                                 "PET_MASTER_PORT": "2222", "PET_NPROC_PER_NODE": "8"}
+
+
+def test_the_jobs_plain_python_is_rank_0_of_1():
+    doc = the_job(command=("python", "train.py"))
+    assert env_of(doc) == {"MASTER_ADDR": "localhost", "MASTER_PORT": "2222", "WORLD_SIZE": "1", "RANK": "0",
+                           "LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "1"}
+    assert env_of(the_job(command=("./serve.sh",))) == {}
+
+
+TASK_INDEX = {"fieldRef": {"fieldPath": "metadata.annotations['volcano.sh/task-index']"}}
 
 
 def test_the_volcano_job_spreads_k_pods_with_pod_zero_as_master():
@@ -172,11 +201,27 @@ def test_the_volcano_job_spreads_k_pods_with_pod_zero_as_master():
     assert doc["spec"]["minAvailable"] == 2 and task["replicas"] == 2 and doc["spec"]["schedulerName"] == "volcano"
     assert doc["spec"]["plugins"] == {"env": [], "svc": []}
     env = {e["name"]: e.get("value", e.get("valueFrom")) for e in task["template"]["spec"]["containers"][0]["env"]}
-    assert env == {"MASTER_ADDR": "llama-sft-worker-0.llama-sft", "MASTER_PORT": "2222", "WORLD_SIZE": "16",
-                   "RANK": {"fieldRef": {"fieldPath": "metadata.annotations['volcano.sh/task-index']"}},
-                   "LOCAL_WORLD_SIZE": "8"}
+    # torchrun reads PET_*; the node rank is the task index, the master pod 0's svc host name
+    assert env == {"PET_NNODES": "2", "PET_NODE_RANK": TASK_INDEX, "PET_MASTER_ADDR": "llama-sft-worker-0.llama-sft",
+                   "PET_MASTER_PORT": "2222", "PET_NPROC_PER_NODE": "8"}
     anti = task["template"]["spec"]["affinity"]["podAntiAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
     assert anti[0]["topologyKey"] == "kubernetes.io/hostname"
+
+
+def test_a_volcano_job_of_plain_python_is_one_process_per_pod():
+    task = the_volcano(count=3, command=("python3", "train.py"))["spec"]["tasks"][0]
+    env = {e["name"]: e.get("value", e.get("valueFrom")) for e in task["template"]["spec"]["containers"][0]["env"]}
+    assert env == {"MASTER_ADDR": "llama-sft-worker-0.llama-sft", "MASTER_PORT": "2222", "WORLD_SIZE": "3",
+                   "RANK": TASK_INDEX, "LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "1"}
+
+
+def test_the_job_the_volcano_job_and_their_pods_carry_mindclusters_ring_controller_label():
+    for doc, template in ((the_job(), the_job()["spec"]["template"]),
+                          (the_volcano(), the_volcano()["spec"]["tasks"][0]["template"])):
+        assert doc["metadata"]["labels"]["ring-controller.atlas"] == "ascend-910b"
+        assert template["metadata"]["labels"]["ring-controller.atlas"] == "ascend-910b"
+    small = job.job("x", spec_for("24.1.RC3", npus=2, path=CLUSTER, chip="310p"), {})
+    assert small["spec"]["template"]["metadata"]["labels"]["ring-controller.atlas"] == "ascend-310P"
 
 
 def test_rendering_is_deterministic_and_round_trips():
@@ -192,6 +237,9 @@ def test_rendering_is_deterministic_and_round_trips():
     (lambda: the_job(shm_size="16g"), "--shm-size '16g' is not a Kubernetes quantity"),
     (lambda: job.job("Llama_SFT", spec_for("24.1.RC3"), {}), "--name 'Llama_SFT' is not a Kubernetes name"),
     (lambda: the_volcano(count=0), "--nodes-count 0"),
+    (lambda: the_volcano(command=("bash", "-c", "torchrun train.py")), "cannot tell 'bash' how the 2 pods find each other"),
+    (lambda: the_volcano(command=("torchrun", "--nnodes", "2", "--master_port=1", "t.py")),
+     "the command sets --master_port, --nnodes itself"),
     (lambda: the_job(min_driver="soon"), "minimum driver 'soon'"),
     (lambda: job.job("x", replace(spec_for("24.1.RC3"), chip="310b"), {}),
      "no Ascend device plugin resource is known for chip '310b'"),

@@ -1,8 +1,9 @@
-"""What the k8s tests share: the fixture node lists, Kubernetes' node affinity rules, the schemas."""
+"""What the k8s tests share: the fixture node lists, Kubernetes' node affinity rules, the schemas, a PodSpec."""
 
 from __future__ import annotations
 
 import copy
+import functools
 import json
 from pathlib import Path
 from typing import Any, Dict, List
@@ -10,6 +11,8 @@ from typing import Any, Dict, List
 import jsonschema
 import kubernetes_validate
 import yaml
+
+from builder.k8s import pod, pool
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 CLUSTER = FIXTURES / "k8s" / "cluster.json"
@@ -110,3 +113,41 @@ def validate_openkruise(manifest: Dict[str, Any]) -> None:
     version = next(v for v in crd["spec"]["versions"] if v["name"] == "v1alpha1")
     assert version["served"] is True
     jsonschema.validate(manifest, _closed(copy.deepcopy(version["schema"]["openAPIV3Schema"])))
+
+
+ASCENDJOB_CRD = FIXTURES / "mindcluster" / "ascendjobs.mindxdl.gitee.com.yaml.gz"
+ASCENDJOB_CRD_SHA256 = "723058d0eee522ef9d26abb48300d51254d1d029a36d8845eba3ac387f757b2e"
+
+
+@functools.lru_cache(maxsize=1)
+def ascendjob_schema() -> Dict[str, Any]:
+    import gzip
+    import hashlib
+
+    text = gzip.decompress(ASCENDJOB_CRD.read_bytes())
+    assert hashlib.sha256(text).hexdigest() == ASCENDJOB_CRD_SHA256, "the AscendJob CRD fixture changed"
+    crd = yaml.safe_load(text)
+    version = next(v for v in crd["spec"]["versions"] if v["name"] == "v1")
+    return _closed(copy.deepcopy(version["schema"]["openAPIV3Schema"]))
+
+
+def validate_ascendjob(manifest: Dict[str, Any]) -> None:
+    """Against the Ascend Operator's AscendJob CRD (v1), and each replica's Pod template against Kubernetes' Pod schema."""
+    jsonschema.validate(manifest, ascendjob_schema())
+    for replica in manifest["spec"]["replicaSpecs"].values():
+        pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", **replica["template"].get("metadata", {})},
+               "spec": replica["template"]["spec"]}
+        validate_k8s(pod)
+
+
+DIGEST = "sha256:" + "ab" * 32
+IMAGE = f"127.0.0.1:5000/ascend-build/pytorch@{DIGEST}"
+
+
+def spec_for(min_driver: str, npus: int = 8, path: Path = POOL_910B, chip=None, **over) -> pod.PodSpec:
+    found = pool.read_pool(path.read_text(), path.name, chip)
+    fields: Dict[str, Any] = dict(image=IMAGE, chip=found.node.chip, arch=found.node.arch, npus=npus,
+                  command=("torchrun", "--nproc_per_node", str(npus), "train.py"), min_driver=min_driver,
+                  chip_values=found.chip_values, drivers=found.drivers)
+    fields.update(over)
+    return pod.PodSpec(**fields)
