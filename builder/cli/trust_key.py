@@ -1,5 +1,5 @@
 """The team's public key a command trusts: ``--trust-key FILE``, else ``$ASCEND_BUILD_TRUST_KEY``, else
-the node's default key file (``NODE_KEY_FILE``, /etc/ascend-build/trust.pub) when it exists, decided in
+the node's default key file (``NODE_KEY_FILE``, vocabulary.NODE_TRUST_KEY) when it exists, decided in
 one place for `pull`, `run`, `index`, `k8s job` and `mirror`.
 
 Only no option, an unset variable and no node default file mean "no key" (the image is then chosen on its labels
@@ -28,6 +28,7 @@ from typing import Mapping, Optional
 
 import typer
 
+from builder import vocabulary
 from builder.cli.paths import refusal
 from builder.errors import UserError
 from builder.trust.policy import TRUST_KEY_ENV
@@ -37,7 +38,7 @@ OPTION = "--trust-key"
 # A node's default trust key, for every command that takes --trust-key: the team's .pub put here by
 # whoever sets the node up. Only when neither the option nor the variable is given; there but not a
 # public key file, it is an error (never a silent "no key"), as the option's value would be.
-NODE_KEY_FILE = Path("/etc/ascend-build/trust.pub")
+NODE_KEY_FILE = Path(vocabulary.NODE_TRUST_KEY)
 # no envvar= here: click takes a variable set to nothing for an unset one; `trust_key` reads it itself
 TrustKeyOpt = typer.Option(None, OPTION, metavar="FILE",
                            help="The team's public key (.pub): only images whose signed validation statement "
