@@ -32,10 +32,6 @@ from __future__ import annotations
 
 import copy
 import json
-import os
-import shutil
-import subprocess
-import tempfile
 import uuid
 from pathlib import Path
 from typing import Any, Dict, List, Sequence
@@ -44,10 +40,9 @@ import pytest
 import yaml
 
 from tests.support.loopback_registry import free_port
+from tests.support.podman import own_podman
 from tests.support.pipeline import _torch_wheel, image_args, run_cli, write_matrix, CELL_ID, CLI, drop_images
 
-PODMAN = "/usr/bin/podman"
-CONTAINERS_CONF = "[containers]\ndefault_ulimits = []\n[engine]\ncgroup_manager = \"cgroupfs\"\nevents_logger = \"file\"\n"
 REPO = f"ascend-build-test/jobs-rdzv-{uuid.uuid4().hex[:8]}"
 MINIMUM = "25.2.RC1"  # the twin's NPU image's minimum driver (CANN 9.1.0)
 SCRIPT = '''
@@ -68,21 +63,8 @@ dist.destroy_process_group()
 @pytest.fixture(scope="module")
 def podman(tmp_path_factory):
     """podman with storage of its own (nothing shared with other tests), reset at the module's end."""
-    if not Path(PODMAN).exists() or not shutil.which("catatonit"):
-        pytest.skip("podman or catatonit missing: run scripts/setup-engine.sh as root")
-    tmp = tmp_path_factory.mktemp("podman")
-    conf = tmp / "containers.conf"
-    conf.write_text(CONTAINERS_CONF)
-    runroot = tempfile.mkdtemp(prefix="podman-")  # podman refuses a runroot longer than 50 characters
-    base = [PODMAN, "--root", str(tmp / "storage"), "--runroot", runroot]
-
-    def run(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
-        return subprocess.run([*base, *args], env={**os.environ, "CONTAINERS_CONF": str(conf)},
-                              capture_output=True, text=True, timeout=timeout)
-
-    yield run
-    run("system", "reset", "--force", timeout=300)
-    shutil.rmtree(runroot, ignore_errors=True)
+    with own_podman(tmp_path_factory.mktemp("podman")) as run:
+        yield run
 
 
 @pytest.fixture(scope="module")
