@@ -27,9 +27,10 @@ DEFAULT_CA = Path("/etc/ssl/certs/ca-certificates.crt")
 
 
 def _default(name: str) -> Path:
-    """``./matrix`` or ``./dockerfiles`` when present, else the ones shipped beside the package."""
-    here = Path(name)
-    return here if here.exists() else REPO_ROOT / name
+    """``./matrix`` or ``./dockerfiles`` when this folder has either (a checkout's pair: its
+    dockerfiles/ is made by the first render), else the ones shipped beside the package."""
+    here = Path(".")
+    return here / name if (here / "matrix").exists() or (here / "dockerfiles").exists() else REPO_ROOT / name
 
 
 MatrixOpt = typer.Option(None, "--matrix", "-m", callback=paths.FILE_OR_FOLDER, help="Matrix file or folder of *.yaml (default: the shipped matrix/).")
@@ -44,11 +45,49 @@ def _echo_findings(findings: List[Finding]) -> None:
 OutOpt = typer.Option(None, "--out", "-o", callback=paths.FOLDER, help="Folder of the rendered cells and their locks (default: dockerfiles/).")
 
 
+def _is_shipped(matrix_path: Optional[Path]) -> bool:
+    """Whether ``matrix_path`` is the default matrix folder (None, the folder, or a file directly in it)."""
+    if matrix_path is None:
+        return True
+    shipped = _default("matrix").resolve()
+    given = matrix_path.resolve()
+    return given == shipped or (given.parent == shipped and not given.is_dir())
+
+
+def _out_for(command: str, matrix_path: Optional[Path], out: Optional[Path]) -> Path:
+    """The folder of the rendered cells and their locks for this run.
+
+    The shipped dockerfiles/ belongs to the shipped matrix: another matrix without --out gets
+    ``dockerfiles`` beside its file (or inside its folder), said on stderr; `render` and `lock`
+    of another matrix into the shipped dockerfiles/ (given, or derived there) are refused, since
+    rendering replaces every cell of the folder with the matrix's own.
+    """
+    shipped_out = _default("dockerfiles")
+    if _is_shipped(matrix_path):
+        return out or shipped_out
+    assert matrix_path is not None
+    chosen = out
+    if chosen is None:
+        chosen = (matrix_path if matrix_path.is_dir() else matrix_path.parent) / "dockerfiles"
+    if command in ("render", "lock") and chosen.resolve() == shipped_out.resolve():
+        raise UserError(f"--matrix {matrix_path} is not the shipped matrix, and {chosen} is the shipped "
+                        f"dockerfiles/: {command} would replace its cells with this matrix's; nothing was written",
+                        fix="give --out a folder of your own, e.g. --out team-dockerfiles", exit_code=2)
+    if out is None:
+        typer.echo(f"note: --matrix {matrix_path} is not the shipped matrix: its rendered cells and locks are in "
+                   f"{chosen} (not the shipped dockerfiles/); give --out FOLDER to choose another", err=True)
+    return chosen
+
+
 def _with_flags(command: Callable) -> Callable:
     """Run ``command`` with its --matrix and --out remembered, so each fix line it prints
-    suggests a command carrying them (`commands.suggest`)."""
+    suggests a command carrying them (`commands.suggest`); --out is decided first (`_out_for`)."""
+    name = command.__name__.removesuffix("_command").replace("_", "-")
+
     @functools.wraps(command)
     def run(**options):
+        if "out" in options:
+            options["out"] = _out_for(name, options.get("matrix_path"), options["out"])
         with commands.given(options.get("matrix_path"), options.get("out")):
             return command(**options)
     return run
@@ -200,7 +239,7 @@ def list_command(matrix_path: Optional[Path] = MatrixOpt, as_json: bool = JsonOp
     Example: ascend-build list --json
     """
     loaded = _load(matrix_path, strict=False)
-    locks = lock.read_all(_default("dockerfiles"), (c.id for c in loaded.cells))
+    locks = lock.read_all(_out_for("list", matrix_path, None), (c.id for c in loaded.cells))
     rows = [{"id": c.id, "ref": c.ref, "cann": c.cann, "chip": c.chip, "arch": c.arch, "os": c.os,
              "python": c.python, "torch": c.torch, "torch_npu": c.torch_npu, "driver": c.driver,
              "firmware": c.firmware, "content_hash": render.content_hash(c, locks.get(c.id))} for c in loaded.cells]
