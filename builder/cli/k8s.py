@@ -10,6 +10,7 @@ from typing import Optional
 
 import typer
 
+from builder import commands
 from builder.cli.app import DeadlineOpt, app, host_arch, within
 from builder.cli.node import RequireOpt, RootOpt, how_chosen
 from builder.cli import paths
@@ -88,8 +89,13 @@ def job_command(
     with within(deadline):
         best, rejected = chooser.pick(Registry(address), repository, found.node, wanted, key, require)
     if best is None:
-        typer.echo(chooser.refusal(f"{address}/{repository}", found.node, rejected, wanted, subject,
-                                   "ascend-build k8s job", pool.describe(found)), err=True)
+        # the retry it suggests carries this run's flags and command (`commands.suggest`)
+        flags = (("--registry", registry), ("--npus", npus), ("--nodes", nodes), ("--chip", chip),
+                 ("--kind", kind if kind != "job" else None), ("--nodes-count", nodes_count if nodes_count != 1 else None),
+                 ("--name", name if name != "ascend-train" else None))
+        with commands.given(carry={"k8s job": (flags, ("--", *ctx.args) if ctx.args else ())}):
+            typer.echo(chooser.refusal(f"{address}/{repository}", found.node, rejected, wanted, subject,
+                                       "k8s job", pool.describe(found)), err=True)
         raise typer.Exit(1)
     if "firmware" in found.node.unchecked and best.labels.get(Label.MIN_FIRMWARE):
         typer.echo(f"note: firmware not checked: not every node carries a firmware label; the image needs "
