@@ -230,3 +230,14 @@ def test_the_shipped_matrix_by_file_still_renders_into_dockerfiles(tmp_path):
     result = run_cli("render", "--check", "--matrix", "matrix/default.yaml", cwd=root)
     assert result.returncode == 0, result.stderr
     assert "not the shipped matrix" not in result.stderr
+
+
+def test_a_team_folder_renders_again_into_its_own_dockerfiles(tmp_path):
+    """A first day from an empty folder: matrix.yaml, then dockerfiles/ beside it; the second
+    render is not refused (the folder's dockerfiles/ is not the shipped one) and changes nothing."""
+    write_cells(tmp_path, VALID, name="matrix.yaml")
+    first = run_cli("render", "--matrix", "matrix.yaml", cwd=tmp_path)
+    second = run_cli("render", "--matrix", "matrix.yaml", cwd=tmp_path)
+    assert first.returncode == 0 and second.returncode == 0, second.stderr
+    assert second.stdout == "rendered 1 cells into dockerfiles (0 path(s) changed)\n"
+    assert (tmp_path / "dockerfiles" / VALID_X86 / "Dockerfile").is_file()

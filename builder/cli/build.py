@@ -27,10 +27,10 @@ DEFAULT_CA = Path("/etc/ssl/certs/ca-certificates.crt")
 
 
 def _default(name: str) -> Path:
-    """``./matrix`` or ``./dockerfiles`` when this folder has either (a checkout's pair: its
+    """``./matrix`` or ``./dockerfiles`` when this folder has a ``matrix`` (a checkout's pair: its
     dockerfiles/ is made by the first render), else the ones shipped beside the package."""
     here = Path(".")
-    return here / name if (here / "matrix").exists() or (here / "dockerfiles").exists() else REPO_ROOT / name
+    return here / name if (here / "matrix").exists() else REPO_ROOT / name
 
 
 MatrixOpt = typer.Option(None, "--matrix", "-m", callback=paths.FILE_OR_FOLDER, help="Matrix file or folder of *.yaml (default: the shipped matrix/).")
@@ -69,7 +69,7 @@ def _out_for(command: str, matrix_path: Optional[Path], out: Optional[Path]) -> 
     chosen = out
     if chosen is None:
         chosen = (matrix_path if matrix_path.is_dir() else matrix_path.parent) / "dockerfiles"
-    if command in ("render", "lock") and chosen.resolve() == shipped_out.resolve():
+    if command in ("render", "lock") and chosen.resolve() in (shipped_out.resolve(), (REPO_ROOT / "dockerfiles").resolve()):
         raise UserError(f"--matrix {matrix_path} is not the shipped matrix, and {chosen} is the shipped "
                         f"dockerfiles/: {command} would replace its cells with this matrix's; nothing was written",
                         fix="give --out a folder of your own, e.g. --out team-dockerfiles", exit_code=2)
