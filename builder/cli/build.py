@@ -339,6 +339,10 @@ def image_command(
                              arch_defaulted=defaulted)
 
     cells = choose(_load(matrix_path, strict=False, choose=choose).cells)
+    from builder.images import publish
+
+    # an index covers the arches the matrix declares for its cell (all of them, whatever is chosen here)
+    declared = publish.declared_arches(matrix.load(matrix_path or _default("matrix")).cells) if push else None
     has_npu = bool(devices.npu_devices()) and not no_device
     variants = pipeline.variants_for(variant, has_npu)
     if not has_npu and "npu" not in variants:
@@ -351,7 +355,7 @@ def image_command(
                                conda_installer=conda_installer,
                                quiet=quiet, locks_dir=out or _default("dockerfiles"),
                                allow_incomplete_lock=allow_incomplete_lock, twin_os=twin_os,
-                               sign_key=_signing_key(sign_key, push))
+                               sign_key=_signing_key(sign_key, push), declared=declared)
     with interruptible(), _progress(quiet) as say:
         outcomes = pipeline.run(cells, options, Engine.connect(), say)
     _summary(outcomes, as_json)
@@ -394,11 +398,15 @@ def index_command(
                                      "(default) or npu-host."),
     as_json: bool = JsonOpt,
     deadline: Optional[float] = DeadlineOpt,
+    matrix_path: Optional[Path] = typer.Option(None, "--matrix", "-m", callback=paths.FILE_OR_FOLDER,
+                                               help="The matrix declaring the cell's arches (default: the shipped "
+                                                    "matrix/); a cell it lacks gets every arch."),
 ) -> None:
-    """Put a cell's validated x86_64 and aarch64 images under one tag (an image index).
+    """Put a cell's validated images, one per arch the matrix declares for it, under one tag (an image index).
 
-    Each arch must already be in the registry under <cell>-<arch> and have passed every
-    tier; otherwise nothing is written. With --trust-key (or $ASCEND_BUILD_TRUST_KEY), each
+    An arm64-only cell's index holds its one arch; a cell the matrix lacks needs both x86_64
+    and aarch64. The output says which arches and why. Each arch must already be in the
+    registry under <cell>-<arch> and have passed every tier; otherwise nothing is written. With --trust-key (or $ASCEND_BUILD_TRUST_KEY), each
     arch's validation statement must also verify with the key, as `pull --trust-key` checks;
     the index itself is not signed. `image --push` does this by itself once the
     last arch is pushed (without checking statements); this command is for arches built on separate machines.
@@ -427,8 +435,12 @@ def index_command(
     def trust(image) -> str:
         return policy.trusted(registry, repository, image.digest, image.labels, key, require)
 
+    source = str(matrix_path or _default("matrix"))
+    archs, why = publish.index_arches(family, publish.declared_arches(matrix.load(matrix_path or _default("matrix")).cells),
+                                      source)
     with within(deadline):
-        outcome = pipeline.index_outcome(registry, repository, family, variant, trust if key is not None else None)
+        outcome = pipeline.index_outcome(registry, repository, family, variant, trust if key is not None else None,
+                                         archs=archs, why=why)
     _summary([outcome], as_json, index=True)
     if not outcome.ok:
         raise typer.Exit(1)
@@ -438,6 +450,8 @@ def _summary(outcomes, as_json: bool, index: bool = False) -> None:
     """The end-of-run table: cell, image id, tiers, tags, digest, durations; with ``index``,
     the index's own: its tag, status and the arch images it points at."""
     for o in outcomes:
+        if index and o.ok:  # which arches, and why those
+            typer.echo(f"{o.tags[0]}: {o.message}", err=True)
         if not o.ok:
             typer.echo(f"{o.cell} ({o.variant}): {o.status}: {o.message}", err=True)
             if o.log:

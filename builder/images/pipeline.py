@@ -105,7 +105,7 @@ def run(cells: List[Cell], options: Options, engine: Engine, say: Say) -> List[O
                     error = writes.write_error(exc, options.state_dir, "nothing was tagged")
                     outcomes.append(Outcome(cell.id, variant, status="error", message=str(error)))
                 current = None
-        return outcomes + (indexes(outcomes, options.push, tell) if options.push else [])
+        return outcomes + (indexes(outcomes, options.push, tell, options.declared) if options.push else [])
     except KeyboardInterrupt as stop:
         raise type(stop)(stopped_summary(outcomes, current, last[0])) from None
 
@@ -556,23 +556,28 @@ def attest_pushed(out: Outcome, report: Dict, tiers: Tuple[str, ...], content_ha
 
 
 def index_outcome(registry: Registry, repository: str, family: str, variant: str,
-                  trust: Optional[publish.Trust] = None) -> Outcome:
-    """Publish one index, as an outcome of its own (``arches``: what it points at); with ``trust``,
-    only over arch images whose signed validation statement it trusts."""
+                  trust: Optional[publish.Trust] = None, archs: Tuple[str, ...] = ARCHS, why: str = "") -> Outcome:
+    """Publish one index over ``archs`` (``why``: why those, said in its message), as an outcome of
+    its own (``arches``: what it points at); with ``trust``, only over arch images whose signed
+    validation statement it trusts."""
     ref = f"{registry.name}/{repository}:{publish.index_tag(family, variant)}"
     out = Outcome(family, variant, tags=[ref])
     try:
-        digest, out.arches = publish.publish(registry, repository, family, variant, trust=trust)
+        digest, out.arches = publish.publish(registry, repository, family, variant, archs=archs, trust=trust)
     except UserError as exc:
         out.message = str(exc)
         return out
     out.status, out.digests = "passed", {ref: digest}
-    out.message = "index of " + ", ".join(f"{arch} {d}" for arch, d in sorted(out.arches.items()))
+    out.message = "index of " + ", ".join(f"{arch} {d}" for arch, d in sorted(out.arches.items())) + (
+        f" ({why})" if why else "")
     return out
 
 
-def indexes(outcomes: List[Outcome], push: str, say: Say) -> List[Outcome]:
-    """After a push, the index of every cell whose every arch's tag is now in the registry.
+def indexes(outcomes: List[Outcome], push: str, say: Say,
+            declared: Optional[Dict[str, Tuple[str, ...]]] = None) -> List[Outcome]:
+    """After a push, the index of every cell whose every arch's tag is now in the registry:
+    every arch the matrix declares for it (``declared``, `publish.declared_arches`; without
+    it, every arch), so an arm64-only cell's index holds its one arch.
 
     An arch built elsewhere (another runner, an earlier run) counts once its tag is
     there; an arch not pushed yet means no index yet (said, not an error), and
@@ -593,12 +598,14 @@ def indexes(outcomes: List[Outcome], push: str, say: Say) -> List[Outcome]:
             except UserError as exc:
                 out.append(Outcome(family, variant, message=str(exc)))
                 continue
-            waiting = [a for a in ARCHS if release_tag(f"{family}-{a}", variant) not in present]
+            archs, why = publish.index_arches(family, declared)
+            waiting = [a for a in archs if release_tag(f"{family}-{a}", variant) not in present]
             if waiting:
-                say(f"[{family}] no index yet: {', '.join(waiting)} not in {host}/{repository}")
+                say(f"[{family}] no index yet: {', '.join(waiting)} not in {host}/{repository} ({why})")
                 continue
-            say(f"[{family}] publishing the index {host}/{repository}:{publish.index_tag(family, variant)}")
-            out.append(index_outcome(registry, repository, family, variant))
+            say(f"[{family}] publishing the index {host}/{repository}:{publish.index_tag(family, variant)} "
+                f"of {', '.join(archs)} ({why})")
+            out.append(index_outcome(registry, repository, family, variant, archs=archs, why=why))
     return out
 
 

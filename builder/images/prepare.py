@@ -19,7 +19,7 @@ from __future__ import annotations
 import platform
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import List, NamedTuple, Optional, Tuple
+from typing import Dict, List, NamedTuple, Optional, Tuple
 
 from builder import commands, devices, knowledge
 from builder.images import lock as locking
@@ -50,6 +50,8 @@ class Options:
     twin_os: Optional[str] = None          # build CPU twins on this OS instead (a stand-in; same closure)
     allow_incomplete_lock: bool = False    # build a cell whose lock is not complete (entries unverified)
     sign_key: Optional[PrivateKey] = None  # the team's key: what is pushed and passed gets signed statements
+    # family (a cell id without its arch) -> the arches the matrix declares for it: what its index covers
+    declared: Optional[Dict[str, Tuple[str, ...]]] = None
 
 
 class SmokePlan(NamedTuple):
