@@ -388,11 +388,24 @@ def _apply_tags(engine: Engine, image_id: str, refs: List[str]) -> None:
 
 
 def preflight(job: Job, options: Options, engine: Engine, say: Say) -> None:
-    """What would fail or mislead the build, found before its first step: the CANN download
-    server unreachable for an installer (a UserError: the build would fetch them only after
-    the OS packages, minutes under qemu), and a ``--base-image`` whose OS is not the cell's
-    (a warning: the image would be labelled with an OS it does not have)."""
+    """What would fail or mislead the build, found before its first step, each download the
+    build needs asked first (a UserError with the fix that applies: the build would fetch
+    them only after the OS packages, minutes under qemu): the base image (not on this engine
+    and its registry does not serve it: --base-image, or --twin-os for a twin), Miniforge's
+    installer for a conda image (--conda-installer, or mirrors.conda_installer), the CANN
+    download server for each installer; and a ``--base-image`` whose OS is not the cell's (a
+    warning: the image would be labelled with an OS it does not have)."""
     image = job.image
+    base_problem = engine.base_unavailable(image.base_image)
+    if base_problem:
+        given = "--base-image" if options.base_image else "the cell's base image"
+        fixes = [f"pull or load {image.base_image} into this engine where it can be had (docker save | docker load)",
+                 f"or pass --base-image IMAGE of {job.plan.manifests[job.variant]['os']} that this engine has"]
+        if not job.npu:
+            fixes.append("or --twin-os OS to build the CPU twin on an OS whose base image this engine has "
+                         "(a stand-in, labelled as one)")
+        raise UserError(f"[{job.name}] {given} {image.base_image} is not on this engine and its registry cannot "
+                        f"serve it ({base_problem}); nothing was built", fix=", ".join(fixes), exit_code=1)
     if options.base_image:
         wanted = str(job.plan.manifests[job.variant]["os"])
         found = engine.os_release(options.base_image)
@@ -401,6 +414,12 @@ def preflight(job: Job, options: Options, engine: Engine, say: Say) -> None:
             say(f"[{job.name}] warning: --base-image {options.base_image} is {found.get('PRETTY_NAME') or have}, "
                 f"not the cell's {wanted}: the image is labelled {wanted} all the same (fix: a base image "
                 f"of {wanted}, or --twin-os for a stand-in twin labelled as one)")
+    if image.conda_file and not options.conda_installer:
+        mirror = dict(job.plan.mirrors).get("conda_installer")
+        url = f"{mirror.rstrip('/')}/{image.conda_file}" if mirror else image.conda_url
+        fetch.reachable(url, referer="", fix=f"pass --conda-installer FILE with Miniforge's installer {image.conda_file} "
+                                             "(its sha256 is checked all the same), or set the matrix's "
+                                             "mirrors.conda_installer to a folder URL that serves it")
     if job.npu and image.cann_source == "installer":
         for file in image.installers:
             fetch.reachable(file.url, referer=image.download_referer)
