@@ -33,7 +33,7 @@ from typing import Callable, Dict, List, Optional, Tuple
 
 from builder import claims, devices, documents, leftovers, writes
 from builder.images import plan as planning
-from builder.images import attest, fetch, oci, own_wheel, publish, render, sbom, stage, wheelhouse
+from builder.images import attest, fetch, oci, own_wheel, progress, publish, render, sbom, stage, wheelhouse
 from builder.images.prepare import Job, Options, host_arch, prepare
 from builder.images.matrix import Cell
 from builder.engine import BuildFailed, Engine, RunTimeout
@@ -202,22 +202,6 @@ def reuse_sealed(job: Job, report: Dict, out: Outcome, options: Options, engine:
     out = tag_and_push(out, engine, engine.image_id(job.ref) or "", job.ref, options, job.name, say)
     return attest_pushed(out, report, required_tiers(job.variant, job.plan.cann_only), job.plan.content_hash,
                          proof, options, say, bom)
-
-
-class _Progress:
-    """Turns BuildKit's plain output into one line per step (``[2/7] RUN ...``)."""
-
-    STEP = re.compile(r"^#\d+ \[(?:[\w.-]+ )?(\d+/\d+)\] (.*)$")
-
-    def __init__(self, name: str, say: Say, quiet: bool):
-        self.name, self.say, self.quiet, self.last = name, say, quiet, ""
-
-    def __call__(self, line: str) -> None:
-        match = self.STEP.match(line)
-        if match and not self.quiet and match.group(1) != self.last:
-            self.last = match.group(1)
-            text = " ".join(match.group(2).split())
-            self.say(f"[{self.name}] step {match.group(1)} {text[:100]}")
 
 
 # Under qemu a training step of the smoke model takes about 23 s (its backward pass is
@@ -447,7 +431,8 @@ def build(job: Job, options: Options, engine: Engine, say: Say, out: Outcome) ->
                     context, job.image.dockerfile, secrets=secret_files, log_path=Path(out.log),
                     build_args={planning.ALLOW_UNVERIFIED: "1"} if plan.lock_state != "ok" else {},
                     labels=oci.build_labels(job.matrix_path, job.image.base_image),
-                    on_line=_Progress(job.name, say, options.quiet),
+                    on_line=progress.Progress(job.name, say, options.quiet,
+                                              (context / job.image.dockerfile).read_text(encoding="utf-8")),
                     platform=platform_of(plan.arch) if job.emulated else None)
         except BuildFailed as exc:
             out.status, out.message = "failed", str(exc)
