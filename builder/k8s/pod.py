@@ -34,6 +34,7 @@ from typing import Any, Dict, List, Tuple, Union
 from builder import devices, versions
 from builder.errors import UserError
 from builder.node import labels as keys
+from builder.vocabulary import CPU, NPU
 
 # The driver guard inside every NPU image (helper "node" builds it): checks the mounted driver's
 # version.info against the image's requirement, then execs the command.
@@ -67,6 +68,9 @@ class PodSpec:
     drivers: Tuple[str, ...]
     shm_size: str = "16Gi"
     mounts: Tuple[str, ...] = tuple(p for p in devices.DRIVER_MOUNTS if p not in devices.SOME_HOSTS_ONLY)
+    # npu, or cpu: the CPU twin (`k8s job --variant cpu`), which asks for no NPU, mounts no driver
+    # file and selects nodes by arch alone; ``npus`` is then its processes (WORLD_SIZE's share)
+    variant: str = NPU
 
 
 def resource(chip: str) -> str:
@@ -107,6 +111,10 @@ def affinity(spec: PodSpec) -> Dict[str, Any]:
     (current, deprecated) times each way to show the driver (the ordinal label, MindCluster's
     version label, its deprecated key) is one term.
     """
+    arch_only = {"key": keys.KUBE_ARCH_LABEL, "operator": "In", "values": [keys.KUBE_ARCH_VALUES[spec.arch]]}
+    if spec.variant == CPU:  # the twin needs no NPU node: any node of its arch
+        return {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+            "nodeSelectorTerms": [{"matchExpressions": [arch_only]}]}}}
     floor = driver_floor(spec.min_driver)
     sufficient = [d for d in spec.drivers if versions.meets_minimum("hdk", d, spec.min_driver)]
     driver_tests: List[Dict[str, Any]] = [
@@ -142,7 +150,7 @@ def volumes(spec: PodSpec) -> Tuple[List[Dict[str, Any]], List[Dict[str, Any]]]:
     """
     vols: List[Dict[str, Any]] = []
     mounts: List[Dict[str, Any]] = []
-    for path in spec.mounts:
+    for path in spec.mounts if spec.variant != CPU else ():
         kind = "Directory" if path in devices.DRIVER_DIRECTORIES else "File"
         vols.append({"name": volume_name(path), "hostPath": {"path": path, "type": kind}})
         mounts.append({"name": volume_name(path), "mountPath": path, "readOnly": True})
@@ -154,21 +162,18 @@ def volumes(spec: PodSpec) -> Tuple[List[Dict[str, Any]], List[Dict[str, Any]]]:
 def pod_spec(spec: PodSpec, env: Env, ports: Tuple[int, ...] = ()) -> Dict[str, Any]:
     """The Pod spec: one container running ``spec.command`` behind the driver guard."""
     if spec.npus < 1:
-        raise UserError(f"--npus {spec.npus}: a training pod needs at least one NPU", fix="--npus 1 (or 2, 4, 8, 16)")
+        what = "process" if spec.variant == CPU else "NPU"
+        raise UserError(f"--npus {spec.npus}: a training pod needs at least one {what}", fix="--npus 1 (or 2, 4, 8, 16)")
     if not re.fullmatch(r"[0-9]+(\.[0-9]+)?(Ki|Mi|Gi|Ti|k|M|G|T)?", spec.shm_size):
         raise UserError(f"--shm-size {spec.shm_size!r} is not a Kubernetes quantity", fix="e.g. --shm-size 16Gi (or 500Mi)")
     if not spec.command:
         raise UserError("no command to run", fix="put it after --, e.g. -- torchrun --nproc_per_node 8 train.py")
-    name = resource(spec.chip)
     vols, mounts = volumes(spec)
-    container: Dict[str, Any] = {
-        "name": CONTAINER,
-        "image": spec.image,
-        "command": [GUARD_PATH, *spec.command],
-        "env": env,
-        "resources": {"limits": {name: spec.npus}, "requests": {name: spec.npus}},
-        "volumeMounts": mounts,
-    }
+    container: Dict[str, Any] = {"name": CONTAINER, "image": spec.image, "command": [GUARD_PATH, *spec.command], "env": env}
+    if spec.variant != CPU:  # the twin asks for no NPU
+        name = resource(spec.chip)
+        container["resources"] = {"limits": {name: spec.npus}, "requests": {name: spec.npus}}
+    container["volumeMounts"] = mounts
     if ports:
         container["ports"] = [{"name": "ascendjob-port", "containerPort": port} for port in ports]
     return {"restartPolicy": "Never", "affinity": affinity(spec), "containers": [container], "volumes": vols}

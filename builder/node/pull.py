@@ -148,7 +148,7 @@ def suggestions(rejected: List[Tuple[ImageInfo, List[str]]], node: Node, wanted:
         out.append(line)
     if wanted.cann:
         other = Wanted(cann=None, torch=wanted.torch, python=wanted.python, variant=wanted.variant)
-        fits = sorted({i.labels.get(Label.CANN, "") for i, reasons in rejected
+        fits = sorted({i.labels.get(Label.CANN) or cann_of(i) or "" for i, reasons in rejected
                        if not why_not(i, node, other) and not any(r.startswith(TRUST_REFUSED) for r in reasons)} - {""},
                       key=versions.cann)
         if fits:
