@@ -272,7 +272,7 @@ def by_digest(ref: str, digests: Sequence[str]) -> Optional[str]:
     if ":" in repository.rsplit("/", 1)[-1]:
         repository = repository.rsplit(":", 1)[0]
     own = [d for d in digests if d.split("@", 1)[0] == repository]
-    return (own or list(digests) or [None])[0]
+    return (own or list(digests))[0] if (own or digests) else None
 
 
 def _create(output_dir: Path, data: bytes) -> Path:

@@ -112,7 +112,8 @@ class _Registry:
     """A registry holding the tags given; it records the index written."""
 
     def __init__(self, name: str, tags):
-        self.name, self._tags, self.written = name, list(tags), []
+        self.name, self._tags = name, list(tags)
+        self.written: list = []
 
     def tags(self, repository):
         return self._tags
@@ -135,7 +136,7 @@ def _arm_only_run(monkeypatch, declared):
                         (arm, []) if arch == "aarch64" else (None, [f"{fam}-{arch}-cpu is not there"]))
     pushed = pipeline.Outcome(f"{ARM_ONLY}-aarch64", "cpu", status="passed",
                               digests={f"127.0.0.1:5000/team/pytorch:{ARM_ONLY}-aarch64-cpu": "sha256:" + "a" * 64})
-    said = []
+    said: list = []
     return pipeline.indexes([pushed], "127.0.0.1:5000", said.append, declared), said, reg
 
 

@@ -12,6 +12,7 @@ from tests.support.k8s import POOL_910B
 from tests.support.node import SMI_910B3, make_node
 
 from builder import cli
+from builder.errors import UserError
 from builder.node import pull
 from builder.registry import ImageInfo
 
@@ -88,7 +89,7 @@ def test_k8s_job_variant_cpu_prints_a_manifest_of_the_twin_with_no_npu_and_no_dr
 def test_k8s_job_without_npus_for_the_npu_image_says_what_to_add():
     result = CliRunner().invoke(cli.app, ["k8s", "job", "--registry", "r.example:5000/team/pt", "--", "python", "t.py"])
     error = result.exception
-    assert getattr(error, "exit_code", None) == 2  # a usage error, printed by the CLI's main
+    assert isinstance(error, UserError) and error.exit_code == 2  # a usage error, printed by the CLI's main
     assert "--npus is needed" in error.message and "--variant cpu" in error.fix
 
 
