@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Dict, Iterator, NamedTuple, Optional, Sequence, Tuple, Union
 
 # The commands that read --out (the others read the shipped dockerfiles/ or none).
-_TAKE_OUT = ("validate", "render", "lock", "image")
+_TAKE_OUT = ("validate", "render", "lock", "image", "list")
 # The commands that read --matrix.
 _TAKE_MATRIX = _TAKE_OUT + ("list", "ci-matrix")
 

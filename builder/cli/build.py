@@ -54,13 +54,14 @@ def _is_shipped(matrix_path: Optional[Path]) -> bool:
     return given == shipped or (given.parent == shipped and not given.is_dir())
 
 
-def _out_for(command: str, matrix_path: Optional[Path], out: Optional[Path]) -> Path:
+def _out_for(command: str, matrix_path: Optional[Path], out: Optional[Path], check: bool = False) -> Path:
     """The folder of the rendered cells and their locks for this run.
 
     The shipped dockerfiles/ belongs to the shipped matrix: another matrix without --out gets
-    ``dockerfiles`` beside its file (or inside its folder), said on stderr; `render` and `lock`
-    of another matrix into the shipped dockerfiles/ (given, or derived there) are refused, since
-    rendering replaces every cell of the folder with the matrix's own.
+    ``dockerfiles`` beside its file (or inside its folder); a command that writes there or
+    builds from it (`render`, `lock` without ``check``, `image`) says so on stderr. `render` and
+    `lock` writing another matrix's cells into the shipped dockerfiles/ (given, or derived
+    there) are refused, since rendering replaces every cell of the folder with the matrix's own.
     """
     shipped_out = _default("dockerfiles")
     if _is_shipped(matrix_path):
@@ -69,11 +70,12 @@ def _out_for(command: str, matrix_path: Optional[Path], out: Optional[Path]) -> 
     chosen = out
     if chosen is None:
         chosen = (matrix_path if matrix_path.is_dir() else matrix_path.parent) / "dockerfiles"
-    if command in ("render", "lock") and chosen.resolve() in (shipped_out.resolve(), (REPO_ROOT / "dockerfiles").resolve()):
+    writes = command in ("render", "lock") and not check
+    if writes and chosen.resolve() in (shipped_out.resolve(), (REPO_ROOT / "dockerfiles").resolve()):
         raise UserError(f"--matrix {matrix_path} is not the shipped matrix, and {chosen} is the shipped "
                         f"dockerfiles/: {command} would replace its cells with this matrix's; nothing was written",
                         fix="give --out a folder of your own, e.g. --out team-dockerfiles", exit_code=2)
-    if out is None:
+    if out is None and (writes or command == "image"):
         typer.echo(f"note: --matrix {matrix_path} is not the shipped matrix: its rendered cells and locks are in "
                    f"{chosen} (not the shipped dockerfiles/); give --out FOLDER to choose another", err=True)
     return chosen
@@ -87,7 +89,7 @@ def _with_flags(command: Callable) -> Callable:
     @functools.wraps(command)
     def run(**options):
         if "out" in options:
-            options["out"] = _out_for(name, options.get("matrix_path"), options["out"])
+            options["out"] = _out_for(name, options.get("matrix_path"), options["out"], bool(options.get("check")))
         with commands.given(options.get("matrix_path"), options.get("out")):
             return command(**options)
     return run
@@ -233,13 +235,13 @@ def lock_command(
 
 @app.command("list")
 @_with_flags
-def list_command(matrix_path: Optional[Path] = MatrixOpt, as_json: bool = JsonOpt) -> None:
+def list_command(matrix_path: Optional[Path] = MatrixOpt, as_json: bool = JsonOpt, out: Optional[Path] = OutOpt) -> None:
     """List the cells with their image tag and content hash.
 
     Example: ascend-build list --json
     """
     loaded = _load(matrix_path, strict=False)
-    locks = lock.read_all(_out_for("list", matrix_path, None), (c.id for c in loaded.cells))
+    locks = lock.read_all(out or _default("dockerfiles"), (c.id for c in loaded.cells))
     rows = [{"id": c.id, "ref": c.ref, "cann": c.cann, "chip": c.chip, "arch": c.arch, "os": c.os,
              "python": c.python, "torch": c.torch, "torch_npu": c.torch_npu, "driver": c.driver,
              "firmware": c.firmware, "content_hash": render.content_hash(c, locks.get(c.id))} for c in loaded.cells]

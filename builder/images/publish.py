@@ -85,7 +85,7 @@ def index_arches(family: str, declared: Optional[Dict[str, Tuple[str, ...]]], so
         >>> index_arches("c1", {"c1": ("aarch64",)}, "team.yaml")
         (('aarch64',), 'team.yaml declares aarch64 only for this cell')
         >>> index_arches("c2", {"c1": ("aarch64",)}, "team.yaml")
-        (('x86_64', 'aarch64'), 'the cell is not in team.yaml: every arch')
+        (('aarch64', 'x86_64'), 'the cell is not in team.yaml: every arch')
     """
     if declared is None:
         return ARCHS, "no matrix read: every arch"

@@ -133,7 +133,7 @@ REAL = {
         "E30006: 2025-11-19-11:14:58.516.606 Failed to verify the OPP",  # vllm-ascend#4284
         "E30009: Failed to verify the signature of package x.tar.gz on the device. Reason: x.",  # format
     ],
-    "device-process-start-failed": [
+    "device-process-failed": [
         "E30003: The number of started user processes on the device exceeds the limit.",  # format
         "E30005: Failed to connect the device.",  # format
     ],
@@ -143,7 +143,7 @@ REAL = {
     "acl-no-permission": [
         "open device 0 failed, runtime result = 207006.",  # format
     ],
-    "driver-or-device-link-error": [
+    "driver-link-error": [
         "RuntimeError: NPU function error: aclrtSynchronizeStream(stream), error code is 507899",  # format
         "wait for compute device to finish failed, runtime result = 507901.",  # format
     ],
