@@ -88,9 +88,12 @@ def _with_flags(command: Callable) -> Callable:
 
     @functools.wraps(command)
     def run(**options):
+        given_out = options.get("out")
         if "out" in options:
             options["out"] = _out_for(name, options.get("matrix_path"), options["out"], bool(options.get("check")))
-        with commands.given(options.get("matrix_path"), options.get("out")):
+            if given_out is None and not _is_shipped(options.get("matrix_path")):
+                given_out = options["out"]  # derived: the fix lines name it
+        with commands.given(options.get("matrix_path"), given_out):
             return command(**options)
     return run
 
