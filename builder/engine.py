@@ -458,6 +458,18 @@ class Engine:
         finally:
             ctr.remove(force=True)
 
+    def base_unavailable(self, ref: str) -> str:
+        """Why a build could not have ``ref`` as its base: "" when this engine has it, or when
+        its registry describes it (the engine asks, with its own credentials and proxy; nothing
+        is pulled); else the registry's or the network's error."""
+        if self._get(ref) is not None:
+            return ""
+        try:
+            self.client.api.inspect_distribution(ref)
+        except (docker.errors.APIError, requests.RequestException) as e:
+            return str(getattr(e, "explanation", None) or e).strip() or type(e).__name__
+        return ""
+
     def os_release(self, ref: str) -> Dict[str, str]:
         """The ``KEY=value`` pairs of an image's os-release file (``ID``, ``VERSION_ID``...);
         ``{}`` when it has none or is not in the engine (the build pulls it)."""

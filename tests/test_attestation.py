@@ -14,6 +14,7 @@
 from __future__ import annotations
 
 import base64
+import dataclasses
 import json
 import os
 import stat
@@ -348,3 +349,51 @@ def test_the_att_config_is_cosigns_shape():
     grown = json.loads(attached._config(config, ["sha256:" + "bb" * 32]))
     assert grown["rootfs"]["diff_ids"] == ["sha256:" + "aa" * 32, "sha256:" + "bb" * 32] and len(grown["history"]) == 2
     assert attached.attestation_tag(DIGEST) == "sha256-" + "ab" * 32 + ".att"
+
+
+# --- the provenance says whether the commit it names holds the matrix file (issue 32) -----------
+
+
+def _git(folder, *args):
+    subprocess.run(["git", "-C", str(folder), *args], check=True, capture_output=True,
+                   env={**os.environ, "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@example.invalid",
+                        "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@example.invalid"})
+
+
+def test_the_provenance_says_whether_the_matrix_file_is_in_the_commit_it_names(tmp_path, job):
+    from builder.images import oci
+
+    repo = tmp_path / "team"
+    repo.mkdir()
+    _git(repo, "init", "-q")
+    (repo / "matrix.yaml").write_text("cells: []\n")
+    (repo / "other.yaml").write_text("x\n")
+    _git(repo, "add", "other.yaml")
+    _git(repo, "commit", "-qm", "first")
+    commit = subprocess.run(["git", "-C", str(repo), "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()
+    assert oci.file_in_git(repo / "matrix.yaml") == (commit, "untracked")
+    _git(repo, "add", "matrix.yaml")
+    assert oci.file_in_git(repo / "matrix.yaml") == (commit, "added")
+    _git(repo, "commit", "-qm", "matrix")
+    commit = subprocess.run(["git", "-C", str(repo), "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()
+    assert oci.file_in_git(repo / "matrix.yaml") == (commit, "committed")
+    (repo / "matrix.yaml").write_text("cells: [] # changed\n")
+    assert oci.file_in_git(repo / "matrix.yaml") == (commit, "modified")
+    assert oci.file_in_git(tmp_path / "loose.yaml") == ("", "outside-git")
+
+    proof = dataclasses.replace(attest.evidence(job), matrix_file=str(repo / "matrix.yaml"),
+                                matrix_git=oci.file_in_git(repo / "matrix.yaml"))
+    provenance = attest.provenance_predicate(proof, smoke_report(NPU))
+    deps = {d["name"]: d for d in provenance["buildDefinition"]["resolvedDependencies"]}
+    assert deps["matrix"]["annotations"] == {"git": "modified", "gitCommit": commit, "inCommit": False}
+    schema_validator()(statements.statement("127.0.0.1:5000/team/img", DIGEST, statements.SLSA_PROVENANCE_V1, provenance),
+                       "slsa-provenance-v1.schema.json")
+
+
+def test_the_shipped_matrix_evidence_carries_its_git_state(job):
+    from builder.images import oci
+
+    if not oci.git_head(ROOT)[0]:
+        pytest.skip("this copy of the project is no git checkout")
+    commit, state = attest.evidence(job).matrix_git
+    assert state in ("committed", "modified") and len(commit) == 40  # this checkout tracks matrix/default.yaml

@@ -34,7 +34,7 @@ def test_clean_matrix_exits_0(tmp_path):
     path, _ = write_cells(tmp_path, dict(VALID, arch="aarch64"))
     cell_id = "cann8.0.rc3-910b-ubuntu22.04-py3.10-torch_npu2.4.0-aarch64"
     shipped = locks.read(SHIPPED_DOCKERFILES / cell_id)
-    warned = run_cli("validate", "--matrix", path)
+    warned = run_cli("validate", "--matrix", path, "--out", SHIPPED_DOCKERFILES)  # the shipped locks
     assert warned.returncode == 0 and "lock-incomplete" in warned.stderr and "the conda part (the conda channel" in warned.stderr
     (tmp_path / "out" / cell_id).mkdir(parents=True)
     (tmp_path / "out" / cell_id / lock.LOCK_FILE).write_text(dataclasses.replace(shipped, conda=conda_lock.Part(
@@ -122,7 +122,8 @@ def test_validate_catches_torch_npu_2_1_0_post5(tmp_path):
 
 def test_list_json(tmp_path):
     shutil.copy(SHIPPED_MATRIX, tmp_path / "default.yaml")
-    result = runner.invoke(cli.app, ["list", "--json", "--matrix", str(tmp_path / "default.yaml")])
+    result = runner.invoke(cli.app, ["list", "--json", "--matrix", str(tmp_path / "default.yaml"),
+                                     "--out", str(SHIPPED_DOCKERFILES)])
     assert result.exit_code == 0, result.output
     rows = json.loads(result.stdout)
     cells = matrix.load(tmp_path / "default.yaml").cells

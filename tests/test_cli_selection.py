@@ -146,7 +146,7 @@ def test_image_of_a_cell_that_is_not_there_says_nothing_of_needing_a_host(tmp_pa
     assert result.returncode == 1
     assert "needs such a host" not in result.stderr
     assert "no cell of the matrix matches the selection" in result.stderr
-    assert f"`ascend-build list --matrix {path}`" in result.stderr
+    assert f"`ascend-build list --matrix {path} --out {tmp_path / 'o'}`" in result.stderr  # list reads --out too
 
 
 def test_a_selection_only_on_another_arch_says_qemu_builds_it(tmp_path):
@@ -177,3 +177,67 @@ def test_min_driver_and_its_old_name_give_the_same_cell(tmp_path, key):
 def test_the_shipped_matrix_uses_min_driver():
     assert "\n    driver:" not in (REPO / "matrix" / "default.yaml").read_text()
     assert [f.rule for f in matrix.load(REPO / "matrix" / "default.yaml").findings] == []
+
+
+# --- a team's own matrix never touches the shipped dockerfiles/ (issue 32) -----------------------
+
+
+def _checkout(tmp_path: Path) -> Path:
+    """A stand-in for the shipped checkout (./matrix and ./dockerfiles are the defaults when present),
+    with one rendered cell, and a team's matrix under team/."""
+    (tmp_path / "matrix").mkdir()
+    write_cells(tmp_path / "matrix", VALID, name="default.yaml")
+    assert run_cli("render", cwd=tmp_path).returncode == 0
+    (tmp_path / "team").mkdir()
+    write_cells(tmp_path / "team", dict(VALID, arch="aarch64"), name="team.yaml")
+    return tmp_path
+
+
+def _tree(folder: Path) -> dict:
+    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def test_render_of_another_matrix_without_out_writes_beside_it_and_says_so(tmp_path):
+    root = _checkout(tmp_path)
+    before = _tree(root / "dockerfiles")
+    assert VALID_X86 in {p.split("/")[0] for p in before}
+    result = run_cli("render", "--matrix", "team/team.yaml", cwd=root)
+    assert result.returncode == 0, result.stderr
+    assert _tree(root / "dockerfiles") == before  # the shipped cell is still there, unchanged
+    assert (root / "team" / "dockerfiles" / VALID_ARM / "Dockerfile").is_file()
+    assert ("note: --matrix team/team.yaml is not the shipped matrix: its rendered cells and locks are in "
+            "team/dockerfiles") in result.stderr
+    # the fix lines of the same run carry the derived --out
+    check = run_cli("lock", "--check", "--matrix", "team/team.yaml", cwd=root)
+    assert "fix: run `ascend-build lock --matrix team/team.yaml --out team/dockerfiles`" in check.stderr
+
+
+@pytest.mark.parametrize("command", ["render", "lock"])
+def test_another_matrix_into_the_shipped_dockerfiles_is_refused(tmp_path, command):
+    root = _checkout(tmp_path)
+    before = _tree(root / "dockerfiles")
+    (root / "mine.yaml").write_text((root / "team" / "team.yaml").read_text())
+    for args in (["--matrix", "team/team.yaml", "--out", "dockerfiles"], ["--matrix", "mine.yaml"]):
+        result = run_cli(command, *args, cwd=root)
+        assert result.returncode == 2, (args, result.stdout, result.stderr)
+        assert "is not the shipped matrix" in result.stderr and "nothing was written" in result.stderr
+        assert "give --out a folder of your own" in result.stderr
+    assert _tree(root / "dockerfiles") == before
+
+
+def test_the_shipped_matrix_by_file_still_renders_into_dockerfiles(tmp_path):
+    root = _checkout(tmp_path)
+    result = run_cli("render", "--check", "--matrix", "matrix/default.yaml", cwd=root)
+    assert result.returncode == 0, result.stderr
+    assert "not the shipped matrix" not in result.stderr
+
+
+def test_a_team_folder_renders_again_into_its_own_dockerfiles(tmp_path):
+    """A first day from an empty folder: matrix.yaml, then dockerfiles/ beside it; the second
+    render is not refused (the folder's dockerfiles/ is not the shipped one) and changes nothing."""
+    write_cells(tmp_path, VALID, name="matrix.yaml")
+    first = run_cli("render", "--matrix", "matrix.yaml", cwd=tmp_path)
+    second = run_cli("render", "--matrix", "matrix.yaml", cwd=tmp_path)
+    assert first.returncode == 0 and second.returncode == 0, second.stderr
+    assert second.stdout == "rendered 1 cells into dockerfiles (0 path(s) changed)\n"
+    assert (tmp_path / "dockerfiles" / VALID_X86 / "Dockerfile").is_file()

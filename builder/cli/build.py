@@ -28,9 +28,10 @@ DEFAULT_CA = Path("/etc/ssl/certs/ca-certificates.crt")
 
 
 def _default(name: str) -> Path:
-    """``./matrix`` or ``./dockerfiles`` when present, else the ones shipped beside the package."""
-    here = Path(name)
-    return here if here.exists() else REPO_ROOT / name
+    """``./matrix`` or ``./dockerfiles`` when this folder has a ``matrix`` (a checkout's pair: its
+    dockerfiles/ is made by the first render), else the ones shipped beside the package."""
+    here = Path(".")
+    return here / name if (here / "matrix").exists() else REPO_ROOT / name
 
 
 MatrixOpt = typer.Option(None, "--matrix", "-m", callback=paths.FILE_OR_FOLDER, help="Matrix file or folder of *.yaml (default: the shipped matrix/).")
@@ -45,12 +46,55 @@ def _echo_findings(findings: List[Finding]) -> None:
 OutOpt = typer.Option(None, "--out", "-o", callback=paths.FOLDER, help="Folder of the rendered cells and their locks (default: dockerfiles/).")
 
 
+def _is_shipped(matrix_path: Optional[Path]) -> bool:
+    """Whether ``matrix_path`` is the default matrix folder (None, the folder, or a file directly in it)."""
+    if matrix_path is None:
+        return True
+    shipped = _default("matrix").resolve()
+    given = matrix_path.resolve()
+    return given == shipped or (given.parent == shipped and not given.is_dir())
+
+
+def _out_for(command: str, matrix_path: Optional[Path], out: Optional[Path], check: bool = False) -> Path:
+    """The folder of the rendered cells and their locks for this run.
+
+    The shipped dockerfiles/ belongs to the shipped matrix: another matrix without --out gets
+    ``dockerfiles`` beside its file (or inside its folder); a command that writes there or
+    builds from it (`render`, `lock` without ``check``, `image`) says so on stderr. `render` and
+    `lock` writing another matrix's cells into the shipped dockerfiles/ (given, or derived
+    there) are refused, since rendering replaces every cell of the folder with the matrix's own.
+    """
+    shipped_out = _default("dockerfiles")
+    if _is_shipped(matrix_path):
+        return out or shipped_out
+    assert matrix_path is not None
+    chosen = out
+    if chosen is None:
+        chosen = (matrix_path if matrix_path.is_dir() else matrix_path.parent) / "dockerfiles"
+    writes = command in ("render", "lock") and not check
+    if writes and chosen.resolve() in (shipped_out.resolve(), (REPO_ROOT / "dockerfiles").resolve()):
+        raise UserError(f"--matrix {matrix_path} is not the shipped matrix, and {chosen} is the shipped "
+                        f"dockerfiles/: {command} would replace its cells with this matrix's; nothing was written",
+                        fix="give --out a folder of your own, e.g. --out team-dockerfiles", exit_code=2)
+    if out is None and (writes or command == "image"):
+        typer.echo(f"note: --matrix {matrix_path} is not the shipped matrix: its rendered cells and locks are in "
+                   f"{chosen} (not the shipped dockerfiles/); give --out FOLDER to choose another", err=True)
+    return chosen
+
+
 def _with_flags(command: Callable) -> Callable:
     """Run ``command`` with its --matrix and --out remembered, so each fix line it prints
-    suggests a command carrying them (`commands.suggest`)."""
+    suggests a command carrying them (`commands.suggest`); --out is decided first (`_out_for`)."""
+    name = command.__name__.removesuffix("_command").replace("_", "-")
+
     @functools.wraps(command)
     def run(**options):
-        with commands.given(options.get("matrix_path"), options.get("out")):
+        given_out = options.get("out")
+        if "out" in options:
+            options["out"] = _out_for(name, options.get("matrix_path"), options["out"], bool(options.get("check")))
+            if given_out is None and not _is_shipped(options.get("matrix_path")):
+                given_out = options["out"]  # derived: the fix lines name it
+        with commands.given(options.get("matrix_path"), given_out):
             return command(**options)
     return run
 
@@ -197,13 +241,13 @@ def lock_command(
 
 @app.command("list")
 @_with_flags
-def list_command(matrix_path: Optional[Path] = MatrixOpt, as_json: bool = JsonOpt) -> None:
+def list_command(matrix_path: Optional[Path] = MatrixOpt, as_json: bool = JsonOpt, out: Optional[Path] = OutOpt) -> None:
     """List the cells with their image tag and content hash.
 
     Example: ascend-build list --json
     """
     loaded = _load(matrix_path, strict=False)
-    locks = lock.read_all(_default("dockerfiles"), (c.id for c in loaded.cells))
+    locks = lock.read_all(out or _default("dockerfiles"), (c.id for c in loaded.cells))
     rows = [{"id": c.id, "ref": c.ref, "cann": c.cann, "chip": c.chip, "arch": c.arch, "os": c.os,
              "python": c.python, "torch": c.torch, "torch_npu": c.torch_npu, "driver": c.driver,
              "firmware": c.firmware, "content_hash": render.content_hash(c, locks.get(c.id))} for c in loaded.cells]
@@ -304,6 +348,10 @@ def image_command(
                              arch_defaulted=defaulted)
 
     cells = choose(_load(matrix_path, strict=False, choose=choose).cells)
+    from builder.images import publish
+
+    # an index covers the arches the matrix declares for its cell (all of them, whatever is chosen here)
+    declared = publish.declared_arches(matrix.load(matrix_path or _default("matrix")).cells) if push else None
     has_npu = bool(devices.npu_devices()) and not no_device
     variants = pipeline.variants_for(variant, has_npu)
     if not has_npu and "npu" not in variants:
@@ -316,7 +364,8 @@ def image_command(
                                conda_installer=conda_installer,
                                quiet=quiet, locks_dir=out or _default("dockerfiles"),
                                allow_incomplete_lock=allow_incomplete_lock, twin_os=twin_os,
-                               sign_key=_signing_key(sign_key, push), push_deadline=push_deadline)
+                               sign_key=_signing_key(sign_key, push), push_deadline=push_deadline,
+                               declared=declared)
     with interruptible(), _progress(quiet) as say:
         outcomes = pipeline.run(cells, options, Engine.connect(), say)
     _summary(outcomes, as_json)
@@ -361,11 +410,15 @@ def index_command(
                                      "(default) or npu-host."),
     as_json: bool = JsonOpt,
     deadline: Optional[float] = DeadlineOpt,
+    matrix_path: Optional[Path] = typer.Option(None, "--matrix", "-m", callback=paths.FILE_OR_FOLDER,
+                                               help="The matrix declaring the cell's arches (default: the shipped "
+                                                    "matrix/); a cell it lacks gets every arch."),
 ) -> None:
-    """Put a cell's validated x86_64 and aarch64 images under one tag (an image index).
+    """Put a cell's validated images, one per arch the matrix declares for it, under one tag (an image index).
 
-    Each arch must already be in the registry under <cell>-<arch> and have passed every
-    tier; otherwise nothing is written. With --trust-key (or $ASCEND_BUILD_TRUST_KEY), each
+    An arm64-only cell's index holds its one arch; a cell the matrix lacks needs both x86_64
+    and aarch64. The output says which arches and why. Each arch must already be in the
+    registry under <cell>-<arch> and have passed every tier; otherwise nothing is written. With --trust-key (or $ASCEND_BUILD_TRUST_KEY), each
     arch's validation statement must also verify with the key, as `pull --trust-key` checks;
     the index itself is not signed. `image --push` does this by itself once the
     last arch is pushed (without checking statements); this command is for arches built on separate machines.
@@ -394,8 +447,12 @@ def index_command(
     def trust(image) -> str:
         return policy.trusted(registry, repository, image.digest, image.labels, key, require)
 
+    source = str(matrix_path or _default("matrix"))
+    archs, why = publish.index_arches(family, publish.declared_arches(matrix.load(matrix_path or _default("matrix")).cells),
+                                      source)
     with within(deadline):
-        outcome = pipeline.index_outcome(registry, repository, family, variant, trust if key is not None else None)
+        outcome = pipeline.index_outcome(registry, repository, family, variant, trust if key is not None else None,
+                                         archs=archs, why=why)
     _summary([outcome], as_json, index=True)
     if not outcome.ok:
         raise typer.Exit(1)
@@ -405,6 +462,8 @@ def _summary(outcomes, as_json: bool, index: bool = False) -> None:
     """The end-of-run table: cell, image id, tiers, tags, digest, durations; with ``index``,
     the index's own: its tag, status and the arch images it points at."""
     for o in outcomes:
+        if index and o.ok:  # which arches, and why those
+            typer.echo(f"{o.tags[0]}: {o.message}", err=True)
         if not o.ok:
             typer.echo(f"{o.cell} ({o.variant}): {o.status}: {o.message}", err=True)
             if o.log:

@@ -6,17 +6,17 @@ It parses its options, calls `builder.node.pull`'s choice and `builder.k8s`, and
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Optional
+from typing import Dict, Optional, Sequence, Tuple
 
 import typer
 
-from builder.cli.app import DeadlineOpt, app
+from builder.cli.app import DeadlineOpt, app, host_arch
 from builder.cli import k8s_choice
 from builder.cli.node import RequireOpt, RootOpt, how_chosen
 from builder.cli import paths
 from builder.cli.trust_key import TrustKeyOpt, trust_key as decide_trust_key
 from builder.errors import UserError
-from builder.vocabulary import Label
+from builder.vocabulary import CPU, NPU, VARIANTS, Label
 
 k8s_app = typer.Typer(no_args_is_help=True, help="Kubernetes manifests for the validated image that fits a node pool.")
 app.add_typer(k8s_app, name="k8s")
@@ -30,7 +30,12 @@ def job_command(
     ctx: typer.Context,
     registry: str = typer.Option(..., "--registry", help="HOST[:PORT][/REPOSITORY] the images are in."),
     cann: Optional[str] = typer.Option(None, "--cann", help="The CANN release wanted, e.g. 8.0.RC3."),
-    npus: int = typer.Option(..., "--npus", help="NPUs per pod (the device plugin's resource, limits = requests)."),
+    npus: Optional[int] = typer.Option(None, "--npus",
+                                       help="NPUs per pod (the device plugin's resource, limits = requests); "
+                                            "with --variant cpu, processes per pod (default 1)."),
+    variant: str = typer.Option(NPU, "--variant", metavar="npu|cpu",
+                                help="The NPU image (default), or its CPU twin: no NPU asked for, no driver mounted, "
+                                     "any node of the arch (a manifest to try before any NPU image exists)."),
     chip: Optional[str] = typer.Option(None, "--chip", help="Run on this chip's nodes of --nodes only (910b, a3, ...)."),
     nodes: Optional[Path] = typer.Option(None, "--nodes", metavar="FILE", callback=paths.FILE,
                                          help="`kubectl get nodes -o json` output: the pool (default: this host)."),
@@ -62,6 +67,14 @@ def job_command(
 
     trusted = decide_trust_key(trust_key)
     key = trusted.key
+    if variant not in VARIANTS:
+        raise UserError(f"--variant {variant!r} is none of {', '.join(VARIANTS)}", exit_code=2,
+                        fix="--variant npu (the NPU image) or --variant cpu (its CPU twin)")
+    if npus is None:
+        if variant == NPU:
+            raise UserError("--npus is needed: the NPUs each pod asks the device plugin for", exit_code=2,
+                            fix="add e.g. --npus 8 (or --variant cpu for the CPU twin, which asks for none)")
+        npus = 1
     if kind not in KINDS:
         raise UserError(f"--kind {kind!r} is none of {', '.join(KINDS)}", fix="--kind job, volcano or ascendjob")
     if nodes_count != 1 and kind not in MULTI_NODE_KINDS:
@@ -70,13 +83,25 @@ def job_command(
     launcher.check(tuple(ctx.args), nodes_count, kind)
     job.check_name(name)
     policy.check_requirement(require)
-    found = k8s_choice.read_pool(nodes, chip, root)
+    if variant == CPU and nodes is None:  # the twin needs no NPU: this host's arch is the pool
+        found = pool.Pool(node=chooser.Node(arch=host_arch(), chip=chip, driver=None, firmware=None),
+                          names=("this host",), weakest="this host", chip_values=(), drivers=())
+    else:
+        found = k8s_choice.read_pool(nodes, chip, root)
     if kind in MULTI_NODE_KINDS and nodes is not None and nodes_count > len(found.names):
         raise UserError(f"--nodes-count {nodes_count}: the pool has {len(found.names)} node(s) and each pod needs its own",
                         fix=f"--nodes-count {len(found.names)} or fewer", exit_code=1)
-    pool.check_npus(found, npus, nodes_count)
-    wanted = chooser.Wanted(cann=cann, torch=torch, python=python)
-    chosen = k8s_choice.choose(registry, found, wanted, key, require, deadline, nodes is None, "ascend-build k8s job")
+    if variant == NPU:
+        pool.check_npus(found, npus, nodes_count)
+    wanted = chooser.Wanted(cann=cann, torch=torch, python=python, variant=variant)
+    # the retry it suggests carries this run's flags and command (`commands.suggest`)
+    flags = (("--registry", registry), ("--npus", npus), ("--variant", variant if variant != NPU else None),
+             ("--nodes", nodes), ("--chip", chip),
+             ("--kind", kind if kind != "job" else None), ("--nodes-count", nodes_count if nodes_count != 1 else None),
+             ("--name", name if name != "ascend-train" else None))
+    carry: Dict[str, Tuple[Sequence[Tuple[str, object]], Sequence[str]]] = {
+        "k8s job": (flags, ("--", *ctx.args) if ctx.args else ())}
+    chosen = k8s_choice.choose(registry, found, wanted, key, require, deadline, nodes is None, "k8s job", carry)
     best, subject = chosen.best, chosen.subject
     if "firmware" in found.node.unchecked and best.labels.get(Label.MIN_FIRMWARE):
         typer.echo(f"note: firmware not checked: not every node carries a firmware label; the image needs "
@@ -84,14 +109,17 @@ def job_command(
     spec = pod.PodSpec(image=chosen.image, chip=best.labels.get(Label.CHIP) or found.node.chip or "",
                        arch=found.node.arch, npus=npus, command=tuple(ctx.args),
                        min_driver=best.labels.get(Label.MIN_DRIVER, ""), chip_values=found.chip_values,
-                       drivers=found.drivers, shm_size=shm_size)
+                       drivers=found.drivers, shm_size=shm_size, variant=variant)
     annotations = {"ascend-build.io/image-tag": best.tag, "ascend-build.io/min-driver": spec.min_driver}
     manifest = (job.job(name, spec, annotations) if kind == "job"
                 else volcano.volcano_job(name, spec, nodes_count, annotations) if kind == "volcano"
                 else ascendjob.ascend_job(name, spec, nodes_count, annotations))
     verified = how_chosen(trusted, require)
     header = [f"ascend-build k8s job: image tag {best.tag}, chosen for {subject} ({pool.describe(found)}arch "
-              f"{found.node.arch}, chip {found.node.chip}, driver {found.node.driver})", verified]
+              f"{found.node.arch}, chip {found.node.chip or 'unknown'}, driver {found.node.driver or 'unknown'})", verified]
+    if variant == CPU:
+        header.append("the CPU twin: no NPU asked for, no driver mounted, any node of the arch "
+                      "(a numerical reference, not the NPU image)")
     text = manifest_yaml.render(manifest, header)
     if prepull:
         text += "---\n" + manifest_yaml.render(prepulls.daemonset(name, spec, annotations),

@@ -7,10 +7,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Optional
+from typing import Dict, Optional, Sequence, Tuple
 
 import typer
 
+from builder import commands
 from builder.cli.app import host_arch, within
 from builder.errors import UserError
 from builder.k8s.pool import Pool
@@ -41,8 +42,9 @@ class Choice:
 
 
 def choose(registry: str, found: Pool, wanted, key, require: str, deadline: Optional[float], on_host: bool,
-           retry: str) -> Choice:
-    """The image of ``registry`` that fits every node of ``found``; nothing fits: why, on stderr, exit 1."""
+           retry: str, carry: Optional[Dict[str, Tuple[Sequence[Tuple[str, object]], Sequence[str]]]] = None) -> Choice:
+    """The image of ``registry`` that fits every node of ``found``; nothing fits: why, on stderr, exit 1.
+    ``retry`` is the command the advice names, ``carry`` this run's flags it repeats (`commands.given`)."""
     from builder.k8s import pool
     from builder.node import pull as chooser
     from builder.registry import Registry
@@ -54,7 +56,8 @@ def choose(registry: str, found: Pool, wanted, key, require: str, deadline: Opti
     with within(deadline):
         best, rejected = chooser.pick(Registry(address), repository, found.node, wanted, key, require)
     if best is None:
-        typer.echo(chooser.refusal(f"{address}/{repository}", found.node, rejected, wanted, subject,
-                                   retry, pool.describe(found)), err=True)
+        with commands.given(carry=carry):
+            typer.echo(chooser.refusal(f"{address}/{repository}", found.node, rejected, wanted, subject,
+                                       retry, pool.describe(found)), err=True)
         raise typer.Exit(1)
     return Choice(best, f"{address}/{repository}@{best.digest}", subject)

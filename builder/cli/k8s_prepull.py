@@ -61,7 +61,7 @@ def prepull_command(
     found = k8s_choice.read_pool(nodes, chip, root)
     wanted = chooser.Wanted(cann=cann, torch=torch, python=python)
     chosen = k8s_choice.choose(registry, found, wanted, trusted.key, require, deadline, nodes is None,
-                               "ascend-build k8s prepull")
+                               "k8s prepull")
     best = chosen.best
     annotations = {"ascend-build.io/image-tag": best.tag}
     if kind == "daemonset":

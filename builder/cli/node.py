@@ -13,6 +13,7 @@ from typing import List, Optional
 
 import typer
 
+from builder import commands
 from builder.cli.app import DeadlineOpt, JsonOpt, app, host_arch, within
 from builder.cli import paths
 from builder.cli.trust_key import TrustKey, TrustKeyOpt, trust_key as decide_trust_key
@@ -120,11 +121,15 @@ def pull_command(
         with within(deadline):
             best, rejected = chooser.pick(reg, repository, node, wanted, key, require)
             if best is None:
-                if as_json:
-                    typer.echo(json.dumps({"ref": None, "registry": f"{address}/{repository}", "node": asdict(node),
-                                           "rejected": chooser.rejections_to_dicts(rejected),
-                                           "fixes": chooser.suggestions(rejected, node, wanted)}, indent=2))
-                typer.echo(chooser.refusal(f"{address}/{repository}", node, rejected, wanted), err=True)
+                # the retry it suggests carries this run's flags (`commands.suggest`)
+                flags = (("--registry", registry), ("--torch", torch), ("--python", python),
+                         ("--variant", variant if variant != NPU else None), ("--root", root if root != Path("/") else None))
+                with commands.given(carry={"pull": (flags, ())}):
+                    if as_json:
+                        typer.echo(json.dumps({"ref": None, "registry": f"{address}/{repository}", "node": asdict(node),
+                                               "rejected": chooser.rejections_to_dicts(rejected),
+                                               "fixes": chooser.suggestions(rejected, node, wanted)}, indent=2))
+                    typer.echo(chooser.refusal(f"{address}/{repository}", node, rejected, wanted), err=True)
                 raise typer.Exit(1)
             ref, moved = chooser.fetch(Engine.connect(), reg, repository, best, node.arch)
     except UserError as exc:  # --json: a script reads the error from stdout too; stderr still says it

@@ -10,7 +10,9 @@ team's key:
   cell, its variant and content hash, and the verdict;
 - **provenance** (SLSA v1, `statements.SLSA_PROVENANCE_V1`): the matrix file and cell
   (external parameters), the lock's and CANN installers' sha256 and the base image
-  (resolved dependencies), and this builder's version and git commit;
+  (resolved dependencies; the matrix's annotated with its git commit and whether that commit
+  holds it as built: committed, modified, added, untracked, ignored, or outside-git), and this
+  builder's version and git commit;
 - **SBOM** (CycloneDX 1.5, `statements.CYCLONEDX_BOM`, made by `builder.images.sbom`): every
   distribution of the lock and every CANN package, with the hashes the build checked.
 
@@ -57,6 +59,7 @@ class Evidence:
     lock_state: str
     installers: Tuple[Tuple[str, str, str], ...]  # (file, url, sha256) of CANN installers (NPU image)
     base_image: str                        # the reference the build started from
+    matrix_git: Tuple[str, str] = ("", "")  # (commit, state) of the matrix file in its checkout (`oci.file_in_git`)
 
 
 def _sha256_of(path: Path) -> str:
@@ -74,7 +77,7 @@ def evidence(job: Job) -> Evidence:
         matrix_sha256=_sha256_of(Path(matrix)) if matrix else "", lock_sha256=_sha256_of(job.lock_file),
         lock_state=job.plan.lock_state,
         installers=tuple((i.filename, i.url, i.sha256) for i in job.image.installers) if job.npu else (),
-        base_image=job.image.base_image)
+        base_image=job.image.base_image, matrix_git=oci.file_in_git(Path(matrix)) if matrix else ("", ""))
 
 
 def _ran_on(report: Dict) -> Dict:
@@ -175,7 +178,12 @@ def provenance_predicate(proof: Evidence, report: Dict) -> Dict:
                              "annotations": {"state": proof.lock_state}})
     dependencies += [{"name": name, "uri": url, "digest": {"sha256": sha}} for name, url, sha in proof.installers if sha]
     if proof.matrix_sha256:
-        dependencies.append({"name": "matrix", "uri": file_uri(proof.matrix_file), "digest": {"sha256": proof.matrix_sha256}})
+        matrix_dep: Dict = {"name": "matrix", "uri": file_uri(proof.matrix_file), "digest": {"sha256": proof.matrix_sha256}}
+        commit, state = proof.matrix_git
+        if state:  # whether the commit named holds this matrix file as it was built from
+            matrix_dep["annotations"] = {"git": state, "gitCommit": commit or None,
+                                         "inCommit": state == "committed"}
+        dependencies.append(matrix_dep)
     started = utc_timestamp(str(report.get("started") or ""))
     commit, dirty = oci.git_head(REPO_ROOT)  # this builder's own checkout
     version = {"ascend-build": __version__}

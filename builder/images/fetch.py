@@ -38,10 +38,11 @@ def sha256_of_url(url: str, *, referer: str, read_timeout: float = READ_TIMEOUT,
 PROBE_TIMEOUT = 20.0  # a download server that does not answer the first byte in this is unreachable
 
 
-def reachable(url: str, *, referer: str, timeout: float = PROBE_TIMEOUT) -> None:
+def reachable(url: str, *, referer: str, timeout: float = PROBE_TIMEOUT, fix: str = "") -> None:
     """Ask ``url`` for its first byte (a ranged GET with the install guides' Referer, nothing
     kept): UserError naming the URL when no server answers or it answers an error, so a build
-    fails now instead of after minutes of OS packages.
+    fails now instead of after minutes of OS packages. ``fix``: what to do instead (default: a
+    CANN installer's).
 
     Example:
         >>> reachable("http://127.0.0.1:9/x.run", referer="", timeout=2)   # doctest: +SKIP
@@ -50,8 +51,8 @@ def reachable(url: str, *, referer: str, timeout: float = PROBE_TIMEOUT) -> None
     """
     headers = {"Range": "bytes=0-0", **({"Referer": referer} if referer else {})}
     request = urllib.request.Request(url, headers=headers)
-    fix = ("build where the download server answers, or put the installers in a folder and use "
-           "cann_source: {local: DIR} (their sha256 are checked all the same)")
+    fix = fix or ("build where the download server answers, or put the installers in a folder and use "
+                  "cann_source: {local: DIR} (their sha256 are checked all the same)")
     try:
         with bounded.opened(request, timeout=timeout, deadline=time.monotonic() + timeout):
             return

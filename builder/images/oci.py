@@ -91,6 +91,30 @@ def git_head(folder: Path) -> Tuple[str, bool]:
     return commit, dirty
 
 
+def file_in_git(path: Path) -> Tuple[str, str]:
+    """(commit, state) of the file ``path`` in the git checkout it is in, state one of:
+    ``committed`` (as in the commit), ``modified`` (differs from it, staged or not),
+    ``added`` (staged, in no commit yet), ``untracked``, ``ignored``; ("", "outside-git")
+    when it is in no checkout (or git cannot say)."""
+    folder = path.resolve().parent
+    commit = _git(folder, "rev-parse", "HEAD") or ""
+    if not commit:
+        return "", "outside-git"
+    status = _git(folder, "status", "--porcelain", "--ignored", "--", path.name)
+    if status is None:
+        return commit, "outside-git"
+    code = status[:2]
+    if not status:
+        return commit, "committed"
+    if code == "??":
+        return commit, "untracked"
+    if code == "!!":
+        return commit, "ignored"
+    if code[0] == "A":
+        return commit, "added"
+    return commit, "modified"
+
+
 def source_and_revision(folder: Path, env: Mapping[str, str] = os.environ) -> Tuple[str, str]:
     """Where the source of an image built from ``folder``'s matrix is, and its revision.
 

@@ -33,7 +33,7 @@ from typing import Callable, Dict, List, Optional, Tuple
 
 from builder import bounded, claims, devices, documents, leftovers, writes
 from builder.images import plan as planning
-from builder.images import attest, fetch, oci, own_wheel, publish, render, sbom, stage, wheelhouse
+from builder.images import attest, fetch, oci, own_wheel, progress, publish, render, sbom, stage, wheelhouse
 from builder.images.prepare import Job, Options, host_arch, prepare
 from builder.images.matrix import Cell
 from builder.engine import BuildFailed, Engine, RunTimeout
@@ -105,7 +105,8 @@ def run(cells: List[Cell], options: Options, engine: Engine, say: Say) -> List[O
                     error = writes.write_error(exc, options.state_dir, "nothing was tagged")
                     outcomes.append(Outcome(cell.id, variant, status="error", message=str(error)))
                 current = None
-        return outcomes + (indexes(outcomes, options.push, tell, options.push_deadline) if options.push else [])
+        return outcomes + (indexes(outcomes, options.push, tell, options.push_deadline, options.declared)
+                           if options.push else [])
     except KeyboardInterrupt as stop:
         raise type(stop)(stopped_summary(outcomes, current, last[0])) from None
 
@@ -202,22 +203,6 @@ def reuse_sealed(job: Job, report: Dict, out: Outcome, options: Options, engine:
     out = tag_and_push(out, engine, engine.image_id(job.ref) or "", job.ref, options, job.name, say)
     return attest_pushed(out, report, required_tiers(job.variant, job.plan.cann_only), job.plan.content_hash,
                          proof, options, say, bom)
-
-
-class _Progress:
-    """Turns BuildKit's plain output into one line per step (``[2/7] RUN ...``)."""
-
-    STEP = re.compile(r"^#\d+ \[(?:[\w.-]+ )?(\d+/\d+)\] (.*)$")
-
-    def __init__(self, name: str, say: Say, quiet: bool):
-        self.name, self.say, self.quiet, self.last = name, say, quiet, ""
-
-    def __call__(self, line: str) -> None:
-        match = self.STEP.match(line)
-        if match and not self.quiet and match.group(1) != self.last:
-            self.last = match.group(1)
-            text = " ".join(match.group(2).split())
-            self.say(f"[{self.name}] step {match.group(1)} {text[:100]}")
 
 
 # Under qemu a training step of the smoke model takes about 23 s (its backward pass is
@@ -392,11 +377,24 @@ def _apply_tags(engine: Engine, image_id: str, refs: List[str]) -> None:
 
 
 def preflight(job: Job, options: Options, engine: Engine, say: Say) -> None:
-    """What would fail or mislead the build, found before its first step: the CANN download
-    server unreachable for an installer (a UserError: the build would fetch them only after
-    the OS packages, minutes under qemu), and a ``--base-image`` whose OS is not the cell's
-    (a warning: the image would be labelled with an OS it does not have)."""
+    """What would fail or mislead the build, found before its first step, each download the
+    build needs asked first (a UserError with the fix that applies: the build would fetch
+    them only after the OS packages, minutes under qemu): the base image (not on this engine
+    and its registry does not serve it: --base-image, or --twin-os for a twin), Miniforge's
+    installer for a conda image (--conda-installer, or mirrors.conda_installer), the CANN
+    download server for each installer; and a ``--base-image`` whose OS is not the cell's (a
+    warning: the image would be labelled with an OS it does not have)."""
     image = job.image
+    base_problem = engine.base_unavailable(image.base_image)
+    if base_problem:
+        given = "--base-image" if options.base_image else "the cell's base image"
+        fixes = [f"pull or load {image.base_image} into this engine where it can be had (docker save | docker load)",
+                 f"or pass --base-image IMAGE of {job.plan.manifests[job.variant]['os']} that this engine has"]
+        if not job.npu:
+            fixes.append("or --twin-os OS to build the CPU twin on an OS whose base image this engine has "
+                         "(a stand-in, labelled as one)")
+        raise UserError(f"[{job.name}] {given} {image.base_image} is not on this engine and its registry cannot "
+                        f"serve it ({base_problem}); nothing was built", fix=", ".join(fixes), exit_code=1)
     if options.base_image:
         wanted = str(job.plan.manifests[job.variant]["os"])
         found = engine.os_release(options.base_image)
@@ -405,6 +403,12 @@ def preflight(job: Job, options: Options, engine: Engine, say: Say) -> None:
             say(f"[{job.name}] warning: --base-image {options.base_image} is {found.get('PRETTY_NAME') or have}, "
                 f"not the cell's {wanted}: the image is labelled {wanted} all the same (fix: a base image "
                 f"of {wanted}, or --twin-os for a stand-in twin labelled as one)")
+    if image.conda_file and not options.conda_installer:
+        mirror = dict(job.plan.mirrors).get("conda_installer")
+        url = f"{mirror.rstrip('/')}/{image.conda_file}" if mirror else image.conda_url
+        fetch.reachable(url, referer="", fix=f"pass --conda-installer FILE with Miniforge's installer {image.conda_file} "
+                                             "(its sha256 is checked all the same), or set the matrix's "
+                                             "mirrors.conda_installer to a folder URL that serves it")
     if job.npu and image.cann_source == "installer":
         for file in image.installers:
             fetch.reachable(file.url, referer=image.download_referer)
@@ -433,7 +437,8 @@ def build(job: Job, options: Options, engine: Engine, say: Say, out: Outcome) ->
                     build_args={planning.ALLOW_UNVERIFIED: "1"} if plan.lock_state != "ok" else {},
                     labels=oci.build_labels(job.matrix_path, job.image.base_image,
                                             base_digest=_base_digest(engine, job.image.base_image)),
-                    on_line=_Progress(job.name, say, options.quiet),
+                    on_line=progress.Progress(job.name, say, options.quiet,
+                                              (context / job.image.dockerfile).read_text(encoding="utf-8")),
                     platform=platform_of(plan.arch) if job.emulated else None)
         except BuildFailed as exc:
             out.status, out.message = "failed", str(exc)
@@ -571,23 +576,28 @@ def attest_pushed(out: Outcome, report: Dict, tiers: Tuple[str, ...], content_ha
 
 
 def index_outcome(registry: Registry, repository: str, family: str, variant: str,
-                  trust: Optional[publish.Trust] = None) -> Outcome:
-    """Publish one index, as an outcome of its own (``arches``: what it points at); with ``trust``,
-    only over arch images whose signed validation statement it trusts."""
+                  trust: Optional[publish.Trust] = None, archs: Tuple[str, ...] = ARCHS, why: str = "") -> Outcome:
+    """Publish one index over ``archs`` (``why``: why those, said in its message), as an outcome of
+    its own (``arches``: what it points at); with ``trust``, only over arch images whose signed
+    validation statement it trusts."""
     ref = f"{registry.name}/{repository}:{publish.index_tag(family, variant)}"
     out = Outcome(family, variant, tags=[ref])
     try:
-        digest, out.arches = publish.publish(registry, repository, family, variant, trust=trust)
+        digest, out.arches = publish.publish(registry, repository, family, variant, archs=archs, trust=trust)
     except UserError as exc:
         out.message = str(exc)
         return out
     out.status, out.digests = "passed", {ref: digest}
-    out.message = "index of " + ", ".join(f"{arch} {d}" for arch, d in sorted(out.arches.items()))
+    out.message = "index of " + ", ".join(f"{arch} {d}" for arch, d in sorted(out.arches.items())) + (
+        f" ({why})" if why else "")
     return out
 
 
-def indexes(outcomes: List[Outcome], push: str, say: Say, deadline: float = 0) -> List[Outcome]:
-    """After a push, the index of every cell whose every arch's tag is now in the registry.
+def indexes(outcomes: List[Outcome], push: str, say: Say, deadline: float = 0,
+            declared: Optional[Dict[str, Tuple[str, ...]]] = None) -> List[Outcome]:
+    """After a push, the index of every cell whose every arch's tag is now in the registry:
+    every arch the matrix declares for it (``declared``, `publish.declared_arches`; without
+    it, every arch), so an arm64-only cell's index holds its one arch.
 
     An arch built elsewhere (another runner, an earlier run) counts once its tag is
     there; an arch not pushed yet means no index yet (said, not an error), and
@@ -610,12 +620,14 @@ def indexes(outcomes: List[Outcome], push: str, say: Say, deadline: float = 0) -
                 except UserError as exc:
                     out.append(Outcome(family, variant, message=str(exc)))
                     continue
-                waiting = [a for a in ARCHS if release_tag(f"{family}-{a}", variant) not in present]
+                archs, why = publish.index_arches(family, declared)
+                waiting = [a for a in archs if release_tag(f"{family}-{a}", variant) not in present]
                 if waiting:
-                    say(f"[{family}] no index yet: {', '.join(waiting)} not in {host}/{repository}")
+                    say(f"[{family}] no index yet: {', '.join(waiting)} not in {host}/{repository} ({why})")
                     continue
-                say(f"[{family}] publishing the index {host}/{repository}:{publish.index_tag(family, variant)}")
-                out.append(index_outcome(registry, repository, family, variant))
+                say(f"[{family}] publishing the index {host}/{repository}:{publish.index_tag(family, variant)} "
+                    f"of {', '.join(archs)} ({why})")
+                out.append(index_outcome(registry, repository, family, variant, archs=archs, why=why))
     return out
 
 

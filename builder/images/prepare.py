@@ -19,7 +19,7 @@ from __future__ import annotations
 import platform
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import List, NamedTuple, Optional, Tuple
+from typing import Dict, List, NamedTuple, Optional, Tuple
 
 from builder import commands, devices, knowledge
 from builder.images import lock as locking
@@ -54,6 +54,8 @@ class Options:
     allow_incomplete_lock: bool = False    # build a cell whose lock is not complete (entries unverified)
     sign_key: Optional[PrivateKey] = None  # the team's key: what is pushed and passed gets signed statements
     push_deadline: float = PUSH_DEADLINE   # seconds each image's push, its statements and each index may take (0: none)
+    # family (a cell id without its arch) -> the arches the matrix declares for it: what its index covers
+    declared: Optional[Dict[str, Tuple[str, ...]]] = None
 
 
 class SmokePlan(NamedTuple):

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from typing import Callable, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, Iterable, List, Optional, Tuple
 
 from builder.errors import UserError
 from builder.registry import (ARCH_TO_PLATFORM, DOCKER_LIST, DOCKER_MANIFEST, IMAGE_TYPES, OCI_INDEX, Registry,
@@ -61,6 +61,40 @@ def family_of(tag: str) -> Optional[Tuple[str, str]]:
     stem, variant = split_variant(tag)
     arch = next((a for a in ARCHS if stem.endswith("-" + a)), None)
     return (stem[: -len(arch) - 1], variant) if arch else None
+
+
+def declared_arches(cells: Iterable[Any]) -> Dict[str, Tuple[str, ...]]:
+    """Family (a cell id without its arch) -> the arches the matrix declares for it, in `ARCHS` order.
+
+    Example:
+        >>> from types import SimpleNamespace as Cell
+        >>> declared_arches([Cell(id="c1-aarch64", arch="aarch64")])
+        {'c1': ('aarch64',)}
+    """
+    found: Dict[str, set] = {}
+    for cell in cells:
+        found.setdefault(cell.id[: -len(cell.arch) - 1], set()).add(cell.arch)
+    return {family: tuple(a for a in ARCHS if a in arches) for family, arches in found.items()}
+
+
+def index_arches(family: str, declared: Optional[Dict[str, Tuple[str, ...]]], source: str = "the matrix") -> Tuple[Tuple[str, ...], str]:
+    """The arches ``family``'s index covers, and why: those ``declared`` for it (the matrix's
+    cells), else every arch (the cell is not in ``source``, or no matrix was read).
+
+    Example:
+        >>> index_arches("c1", {"c1": ("aarch64",)}, "team.yaml")
+        (('aarch64',), 'team.yaml declares aarch64 only for this cell')
+        >>> index_arches("c2", {"c1": ("aarch64",)}, "team.yaml")
+        (('aarch64', 'x86_64'), 'the cell is not in team.yaml: every arch')
+    """
+    if declared is None:
+        return ARCHS, "no matrix read: every arch"
+    arches = declared.get(family)
+    if not arches:
+        return ARCHS, f"the cell is not in {source}: every arch"
+    if len(arches) == 1:
+        return arches, f"{source} declares {arches[0]} only for this cell"
+    return arches, f"{source} declares {', '.join(arches)} for this cell"
 
 
 def index_tag(family: str, variant: str) -> str:

@@ -36,6 +36,7 @@ from builder import versions
 from builder.errors import UserError
 from builder.k8s import mounts as driver_mounts
 from builder.node import labels as keys
+from builder.vocabulary import CPU, NPU
 
 # The driver guard inside every NPU image (helper "node" builds it): checks the mounted driver's
 # version.info against the image's requirement, then execs the command.
@@ -77,6 +78,9 @@ class PodSpec:
     drivers: Tuple[str, ...]
     shm_size: str = "16Gi"
     nodes: int = 1  # pods of the job: which driver files a pod needs depends on it (hccn.conf)
+    # npu, or cpu: the CPU twin (`k8s job --variant cpu`), which asks for no NPU, mounts no driver
+    # file and selects nodes by arch alone; ``npus`` is then its processes (WORLD_SIZE's share)
+    variant: str = NPU
 
 
 def resource(chip: str) -> str:
@@ -117,6 +121,10 @@ def affinity(spec: PodSpec) -> Dict[str, Any]:
     (current, deprecated) times each way to show the driver (the ordinal label, MindCluster's
     version label, its deprecated key) is one term.
     """
+    arch_only = {"key": keys.KUBE_ARCH_LABEL, "operator": "In", "values": [keys.KUBE_ARCH_VALUES[spec.arch]]}
+    if spec.variant == CPU:  # the twin needs no NPU node: any node of its arch
+        return {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+            "nodeSelectorTerms": [{"matchExpressions": [arch_only]}]}}}
     floor = driver_floor(spec.min_driver)
     # every spelling of each: a node's label may say 24.1.rc3 (the driver's, MindCluster's) or 24.1.RC3, and In compares bytes
     sufficient = list(dict.fromkeys(spelled for d in spec.drivers if versions.meets_minimum("hdk", d, spec.min_driver)
@@ -150,7 +158,7 @@ def volumes(spec: PodSpec) -> Tuple[List[Dict[str, Any]], List[Dict[str, Any]]]:
     """
     vols: List[Dict[str, Any]] = []
     mounts: List[Dict[str, Any]] = []
-    for path, kind in driver_mounts.mounts(spec.chip, spec.nodes):
+    for path, kind in (driver_mounts.mounts(spec.chip, spec.nodes) if spec.variant != CPU else ()):
         vols.append({"name": volume_name(path), "hostPath": {"path": path, "type": kind}})
         mounts.append({"name": volume_name(path), "mountPath": path, "readOnly": True})
     vols.append({"name": SHM_VOLUME, "emptyDir": {"medium": "Memory", "sizeLimit": spec.shm_size}})
@@ -163,22 +171,24 @@ def pod_spec(spec: PodSpec, env: Env, ports: Tuple[int, ...] = (), container_nam
     """The Pod spec: one container named ``container_name`` running ``command`` (default
     ``spec.command``) behind the driver guard."""
     if spec.npus < 1:
-        raise UserError(f"--npus {spec.npus}: a training pod needs at least one NPU", fix="--npus 1 (or 2, 4, 8, 16)")
+        what = "process" if spec.variant == CPU else "NPU"
+        raise UserError(f"--npus {spec.npus}: a training pod needs at least one {what}", fix="--npus 1 (or 2, 4, 8, 16)")
     if not re.fullmatch(r"[0-9]+(\.[0-9]+)?(Ki|Mi|Gi|Ti|k|M|G|T)?", spec.shm_size):
         raise UserError(f"--shm-size {spec.shm_size!r} is not a Kubernetes quantity", fix="e.g. --shm-size 16Gi (or 500Mi)")
     if not spec.command:
         raise UserError("no command to run", fix="put it after --, e.g. -- torchrun --nproc_per_node 8 train.py")
-    name = resource(spec.chip)
     vols, mounts = volumes(spec)
     container: Dict[str, Any] = {
         "name": container_name,
         "image": spec.image,
         "command": [GUARD_PATH, *(command or spec.command)],
         "env": env,
-        # quantities are strings in Kubernetes' model (the API server takes a number too; its clients do not)
-        "resources": {"limits": {name: str(spec.npus)}, "requests": {name: str(spec.npus)}},
-        "volumeMounts": mounts,
     }
+    if spec.variant != CPU:  # the twin asks for no NPU
+        name = resource(spec.chip)
+        # quantities are strings in Kubernetes' model (the API server takes a number too; its clients do not)
+        container["resources"] = {"limits": {name: str(spec.npus)}, "requests": {name: str(spec.npus)}}
+    container["volumeMounts"] = mounts
     if ports:
         container["ports"] = [{"name": "ascendjob-port", "containerPort": port} for port in ports]
     return {"restartPolicy": "Never", "affinity": affinity(spec), "containers": [container], "volumes": vols}

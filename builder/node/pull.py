@@ -18,7 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable, Dict, List, Optional, Tuple
 
-from builder import versions
+from builder import commands, versions
 from builder.trust.attached import is_attached_tag
 from builder.cell_id import parse_id
 from builder.errors import UserError
@@ -132,7 +132,7 @@ def choose(infos: List[ImageInfo], node: Node, wanted: Wanted,
 
 
 def suggestions(rejected: List[Tuple[ImageInfo, List[str]]], node: Node, wanted: Wanted,
-                retry: str = "ascend-build pull", subject: str = "this node") -> List[str]:
+                retry: str = "pull", subject: str = "this node") -> List[str]:
     """What would make something fit: a driver/firmware upgrade, or another CANN (``retry``: the
     command to run again with it; ``subject``: what the advice is about, for one node or a pool)."""
     out = []
@@ -148,11 +148,12 @@ def suggestions(rejected: List[Tuple[ImageInfo, List[str]]], node: Node, wanted:
         out.append(line)
     if wanted.cann:
         other = Wanted(cann=None, torch=wanted.torch, python=wanted.python, variant=wanted.variant)
-        fits = sorted({i.labels.get(Label.CANN, "") for i, reasons in rejected
+        fits = sorted({i.labels.get(Label.CANN) or cann_of(i) or "" for i, reasons in rejected
                        if not why_not(i, node, other) and not any(r.startswith(TRUST_REFUSED) for r in reasons)} - {""},
                       key=versions.cann)
         if fits:
-            out.append(f"another CANN fits {subject}: " + ", ".join(fits) + f" ({retry} --cann {fits[-1]})")
+            again = commands.suggest(retry, "--cann", fits[-1], quoted=False)
+            out.append(f"another CANN fits {subject}: " + ", ".join(fits) + f" ({again})")
     return out
 
 
@@ -196,7 +197,7 @@ def pick(registry: Registry, repository: str, node: Node, wanted: Wanted, key=No
 
 
 def refusal(where: str, node: Node, rejected: List[Tuple[ImageInfo, List[str]]], wanted: Wanted,
-            subject: str = "this node", retry: str = "ascend-build pull", detail: str = "") -> str:
+            subject: str = "this node", retry: str = "pull", detail: str = "") -> str:
     """The "nothing fits" text: what was looked at, why each image does not fit, and which upgrade
     or other CANN would (``where``: registry/repository; ``subject``: "this node" or "the pool",
     ``detail``: said before the node's facts; ``retry``: the command the advice names).

@@ -169,7 +169,8 @@ def python_facts(python: str) -> Dict[str, Any]:
 
 def build_record(extra: Mapping[str, str], host: HostInfo, environ: Mapping[str, str],
                  image_labels: Optional[Mapping[str, str]] = None, root: Path = Path("/"),
-                 facts: Optional[Mapping[str, Any]] = None, image: Optional[str] = None) -> Dict[str, Any]:
+                 facts: Optional[Mapping[str, Any]] = None, image: Optional[str] = None,
+                 identity: Optional[Mapping[str, Any]] = None) -> Dict[str, Any]:
     """The record as a dict (no file written); UserError when a user key is reserved.
 
     ``facts`` is the environment the run used, as doctor's probe reports it (default: this
@@ -242,6 +243,10 @@ def build_record(extra: Mapping[str, str], host: HostInfo, environ: Mapping[str,
         seen["content_hash"] = manifest.get("content_hash")
     if validation is not None:
         seen["validation"] = _validation_summary(validation)
+    if identity:  # the image by digest as well as by the tag it was named by: a tag can move
+        seen["id"] = identity.get("id")
+        seen["digests"] = list(identity.get("digests") or [])
+        seen["by_digest"] = by_digest(image or "", seen["digests"])
     if image_labels:
         seen["labels"] = {k: v for k, v in sorted(image_labels.items())
                           if k.startswith((LABEL_PREFIX, OCI_PREFIX))}
@@ -251,6 +256,23 @@ def build_record(extra: Mapping[str, str], host: HostInfo, environ: Mapping[str,
     for key, value in extra.items():
         record[key] = parse_value(value)
     return record
+
+
+def by_digest(ref: str, digests: Sequence[str]) -> Optional[str]:
+    """The ``repository@sha256:...`` of ``ref``'s own repository among the engine's repo digests
+    (the first when none is of it); None when the image was never pushed or pulled by digest.
+
+    Example:
+        >>> by_digest("r:5000/team/pt:t1", ["other/pt@sha256:aa", "r:5000/team/pt@sha256:bb"])
+        'r:5000/team/pt@sha256:bb'
+        >>> by_digest("team/pt:t1", []) is None
+        True
+    """
+    repository = ref.split("@", 1)[0]
+    if ":" in repository.rsplit("/", 1)[-1]:
+        repository = repository.rsplit(":", 1)[0]
+    own = [d for d in digests if d.split("@", 1)[0] == repository]
+    return (own or list(digests))[0] if (own or digests) else None
 
 
 def _create(output_dir: Path, data: bytes) -> Path:
@@ -266,7 +288,8 @@ def _create(output_dir: Path, data: bytes) -> Path:
 
 def write_record(output_dir: Path, extra: Mapping[str, str], host: HostInfo, environ: Mapping[str, str],
                  image_labels: Optional[Mapping[str, str]] = None, root: Path = Path("/"),
-                 facts: Optional[Mapping[str, Any]] = None, image: Optional[str] = None) -> Path:
+                 facts: Optional[Mapping[str, Any]] = None, image: Optional[str] = None,
+                 identity: Optional[Mapping[str, Any]] = None) -> Path:
     """Write the record into ``output_dir`` and return its path.
 
     ``output_dir`` is created when only its last part is missing; a missing parent is an error
@@ -296,7 +319,7 @@ def write_record(output_dir: Path, extra: Mapping[str, str], host: HostInfo, env
     if not output_dir.exists() and not parent.is_dir():
         raise UserError(f"{output_dir}: its folder {parent} does not exist", exit_code=1,
                         fix=f"name the folder the checkpoint is saved in, or create it first (mkdir -p {output_dir})")
-    record = build_record(extra, host, environ, image_labels, root, facts, image)
+    record = build_record(extra, host, environ, image_labels, root, facts, image, identity)
     try:
         output_dir.mkdir(exist_ok=True)  # its parent exists (checked above): one new folder at most
     except OSError as exc:  # no permission, a name too long, a read-only or full file system
@@ -318,13 +341,14 @@ def run_record(output_dir: Path, pairs: Sequence[str] = (), root: Path = Path("/
     extra = parse_pairs(pairs)
     environ = dict(os.environ if environ is None else environ)
     host = probe(root, run_npu_smi=run_npu_smi, environ=environ)
-    labels = None
+    labels, identity = None, None
     if image:
         if engine is None:
             from builder.engine import Engine
 
             engine = Engine.connect()
         labels = engine.labels(image)  # UserError (exit 1) when there is no such image
+        identity = {"id": engine.image_id(image), "digests": engine.repo_digests(image)}
         facts = doctor.probe_image(engine, image)
     else:
         python = shutil.which("python3", path=environ.get("PATH", os.defpath))
@@ -332,7 +356,7 @@ def run_record(output_dir: Path, pairs: Sequence[str] = (), root: Path = Path("/
             raise UserError("no python3 on PATH: the run's environment cannot be measured", exit_code=1,
                             fix="run record where the job ran (its python3 on PATH), or name its image with --image")
         facts = python_facts(python)
-    path = write_record(output_dir, extra, host, environ, labels, root, facts, image)
+    path = write_record(output_dir, extra, host, environ, labels, root, facts, image, identity)
     with open(path, encoding="utf-8") as fh:
         return path, json.load(fh)
 
@@ -351,6 +375,8 @@ def format_record(path: Path, record: Mapping[str, Any]) -> str:
     image = record.get("image") or {}
     if image.get("ref"):
         lines.append(f"  {'image':<18} {image['ref']}")
+    if image.get("by_digest") or image.get("id"):
+        lines.append(f"  {'image digest':<18} {image.get('by_digest') or image['id'] + ' (image id; not pushed)'}")
     user = [k for k in record if k not in MEASURED]
     lines += [f"  {k:<18} {record[k]!r}" for k in user]
     if record.get("problems"):

@@ -48,3 +48,9 @@ def test_an_npu_build_stops_before_its_first_step_when_the_download_server_is_un
             "not the cell's ubuntu22.04") in result.stderr
     assert "the download server cannot be reached" in result.stderr and "nothing was built" in result.stderr
     assert not (tmp_path / "logs").exists() or not any((tmp_path / "logs").iterdir())  # no build started
+
+
+def test_the_engine_says_whether_a_base_image_can_be_had_without_pulling_it(engine):
+    assert engine.base_unavailable("local/debian:12") == ""  # on this engine
+    missing = engine.base_unavailable(f"127.0.0.1:{closed_port()}/ascend-build-cluster/no-such-base:1")
+    assert missing and "connection refused" in missing.lower()

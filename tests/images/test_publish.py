@@ -1,7 +1,11 @@
 """The index's rules without a registry: which tags form a family, which images may enter, the exact bytes."""
 
-import pytest
+import json
 
+import pytest
+from tests.support.matrix import REPO
+
+from builder.images import matrix, publish
 from builder.images.publish import ArchImage, family_of, index_body, why_not
 from builder.registry import DOCKER_LIST, DOCKER_MANIFEST, OCI_INDEX, OCI_MANIFEST
 from builder.vocabulary import TIERS
@@ -99,3 +103,76 @@ def test_a_tier_skipped_with_a_reason_keeps_no_image_out():
     skipped = image(**{"io.ascend-build.validated-tiers": ",".join(t for t in TIERS if t != "collective"),
                        "io.ascend-build.skipped-tiers": "collective"})
     assert why_not(skipped, FAMILY, "npu", "arm64") == []
+
+
+# --- the index covers the arches the matrix declares (issue 32) ------------------------------
+
+
+class _Registry:
+    """A registry holding the tags given; it records the index written."""
+
+    def __init__(self, name: str, tags):
+        self.name, self._tags = name, list(tags)
+        self.written: list = []
+
+    def tags(self, repository):
+        return self._tags
+
+    def put_manifest(self, repository, tag, body, media_type):
+        self.written.append((tag, json.loads(body)))
+        return "sha256:" + "f" * 64
+
+
+ARM_ONLY = "cann9.0.0-910b-openeuler24.03-py3.11-torch_npu2.9.0.post2"
+
+
+def _arm_only_run(monkeypatch, declared):
+    from builder.images import pipeline
+
+    reg = _Registry("127.0.0.1:5000", [f"{ARM_ONLY}-aarch64-cpu"])
+    monkeypatch.setattr(pipeline, "Registry", lambda host: reg)
+    arm = publish.ArchImage("aarch64", f"{ARM_ONLY}-aarch64-cpu", "sha256:" + "a" * 64, DOCKER_MANIFEST, 10, {})
+    monkeypatch.setattr(publish, "read_arch", lambda registry, repository, fam, variant, arch:
+                        (arm, []) if arch == "aarch64" else (None, [f"{fam}-{arch}-cpu is not there"]))
+    pushed = pipeline.Outcome(f"{ARM_ONLY}-aarch64", "cpu", status="passed",
+                              digests={f"127.0.0.1:5000/team/pytorch:{ARM_ONLY}-aarch64-cpu": "sha256:" + "a" * 64})
+    said: list = []
+    return pipeline.indexes([pushed], "127.0.0.1:5000", said.append, declared), said, reg
+
+
+def test_an_arm64_only_cell_gets_its_index_of_its_one_arch(monkeypatch):
+    declared = publish.declared_arches(c for c in matrix.load(REPO / "matrix").cells if c.id.startswith(ARM_ONLY))
+    assert declared == {ARM_ONLY: ("aarch64",)}
+    made, said, reg = _arm_only_run(monkeypatch, declared)
+    assert [o.status for o in made] == ["passed"] and made[0].arches == {"aarch64": "sha256:" + "a" * 64}
+    assert "(the matrix declares aarch64 only for this cell)" in made[0].message
+    assert [p["platform"]["architecture"] for p in reg.written[0][1]["manifests"]] == ["arm64"]
+    assert any("of aarch64 (the matrix declares aarch64 only for this cell)" in line for line in said)
+
+
+def test_a_cell_the_matrix_does_not_declare_waits_for_every_arch(monkeypatch):
+    made, said, reg = _arm_only_run(monkeypatch, {})
+    assert made == [] and reg.written == []
+    assert said == [f"[{ARM_ONLY}] no index yet: x86_64 not in 127.0.0.1:5000/team/pytorch "
+                    "(the cell is not in the matrix: every arch)"]
+
+
+def test_the_index_command_says_which_arches_and_why(monkeypatch, tmp_path):
+    from typer.testing import CliRunner
+
+    from builder import cli, registry
+
+    reg = _Registry("127.0.0.1:5000", [])
+    monkeypatch.setattr(registry, "Registry", lambda host: reg)
+    arm = publish.ArchImage("aarch64", f"{ARM_ONLY}-aarch64-cpu", "sha256:" + "a" * 64, DOCKER_MANIFEST, 10, {})
+    monkeypatch.setattr(publish, "read_arch", lambda registry, repository, fam, variant, arch:
+                        (arm, []) if arch == "aarch64" else (None, [f"{fam}-{arch}-cpu is not there"]))
+    result = CliRunner().invoke(cli.app, ["index", f"127.0.0.1:5000/team/pytorch:{ARM_ONLY}-cpu"])
+    assert result.exit_code == 0, result.output
+    assert f"127.0.0.1:5000/team/pytorch:{ARM_ONLY}-cpu: index of aarch64 sha256:{'a' * 64} (" in result.stderr
+    assert "matrix declares aarch64 only for this cell)\n" in result.stderr  # the shipped matrix, by its path
+    # another matrix that lacks the cell: every arch, and x86_64 is missing
+    other = tmp_path / "team.yaml"
+    other.write_text("cells: []\n")
+    refused = CliRunner().invoke(cli.app, ["index", "--matrix", str(other), f"127.0.0.1:5000/team/pytorch:{ARM_ONLY}-cpu"])
+    assert refused.exit_code == 1 and f"{ARM_ONLY}-x86_64-cpu is not there" in refused.stderr

@@ -111,6 +111,42 @@ REAL = {
         "[rank1]: EE9999: Inner Error!",
         "EH9999: Inner Error!",
     ],
+    # issue 32: device set-up, context, memory and the OPP (Ascend's ACL and E3 tables)
+    "device-setup-failed": [
+        "RuntimeError: Initialize:build/CMakeFiles/torch_npu.dir/compiler_depend.ts:146 NPU function error: "
+        "c10_npu::SetDevice(device_id_), error code is 507033",  # Ascend/pytorch#67
+        "[ERROR] aclrtSetDevice(deviceId) failed: 507033 (/tmp/run/main.cpp:72)",  # hw-native-sys/PTOAS#341
+        "        rtSetDevice execution failed, reason=device retain error[FUNC:FuncErrorReason]"
+        "[FILE:error_message_manage.cc][LINE:65]",
+    ],
+    "context-null": [
+        # format: torch_npu's NPU function error line with ACL_ERROR_RT_CONTEXT_NULL
+        "RuntimeError: NPU function error: aclrtGetCurrentContext(&ctx), error code is 107002",
+    ],
+    "invalid-device-id": [
+        "RuntimeError: NPU function error: aclrtSetDevice(9), error code is 107001",  # format
+    ],
+    "opp-path-invalid": [
+        "RuntimeError: NPU function error: aclInit(nullptr), error code is 148049",  # format
+    ],
+    "opp-verify-failed": [
+        "E30006: 2025-11-19-11:14:58.516.606 Failed to verify the OPP",  # vllm-ascend#4284
+        "E30009: Failed to verify the signature of package x.tar.gz on the device. Reason: x.",  # format
+    ],
+    "device-process-failed": [
+        "E30003: The number of started user processes on the device exceeds the limit.",  # format
+        "E30005: Failed to connect the device.",  # format
+    ],
+    "acl-memory-allocation": [
+        "RuntimeError: NPU function error: aclrtMalloc(&ptr, size, ACL_MEM_MALLOC_HUGE_FIRST), error code is 207001",
+    ],
+    "acl-no-permission": [
+        "open device 0 failed, runtime result = 207006.",  # format
+    ],
+    "driver-link-error": [
+        "RuntimeError: NPU function error: aclrtSynchronizeStream(stream), error code is 507899",  # format
+        "wait for compute device to finish failed, runtime result = 507901.",  # format
+    ],
 }
 
 A3_LABELS = {
@@ -320,3 +356,31 @@ def test_a_miss_says_how_many_errors_are_known_and_points_at_the_list(tmp_path):
     assert done.returncode == 1 and done.stdout == ""
     assert f"no known Ascend error in that text ({len(ex.table())} errors are known)" in done.stderr
     assert "next: `ascend-build explain --list` shows every one" in done.stderr
+
+
+# --- issue 32: the ACL and E3 codes of device set-up, context, memory and the OPP --------------
+
+
+def test_a_device_that_does_not_start_because_its_opp_did_not_verify_names_both():
+    """The log of vllm-ascend#4284: SetDevice fails with 507033, and E30006 says why."""
+    log = ("Initialize:build/CMakeFiles/torch_npu.dir/compiler_depend.ts:152 NPU function error: "
+           "c10_npu::SetDevice(device_id_), error code is 507033\n"
+           "[ERROR] 2025-11-19-11:14:58 (PID:356, Device:0, RankID:-1) ERR00100 PTA call acl api failed\n"
+           "[Error]: Failed to start the device. \n"
+           "E30006: 2025-11-19-11:14:58.516.606 Failed to verify the OPP\n")
+    found = ex.explain(log)
+    assert [m.id for m in found] == ["device-setup-failed", "opp-verify-failed"]
+    setup, opp = found
+    assert "ACL_ERROR_RT_DEV_SETUP_ERROR" in setup.cause and "rt_error_codes.h" in setup.source
+    assert "Install the correct OPP" in opp.fix and "error_code.json" in opp.source
+
+
+def test_107002_is_a_missing_context_and_says_to_set_the_device():
+    [m] = ex.explain(REAL["context-null"][0])
+    assert "ACL_ERROR_RT_CONTEXT_NULL" in m.cause and "torch.npu.set_device" in m.fix
+    assert "NPUErrorCodes.h" in m.source
+
+
+def test_a_bare_number_is_not_taken_for_an_acl_code_without_its_words():
+    """Codes that also read as ordinary numbers match only where a log prints them as codes."""
+    assert ex.explain("trained 200000 steps in 500004 ms with 207006 samples") == []

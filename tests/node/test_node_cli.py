@@ -225,7 +225,9 @@ def test_pull_refuses_with_a_reason_per_candidate_fake_npu(node, repo, registry)
     assert "  newer-torch: CANN 8.0.RC3, not 8.5.0; driver 24.1.rc3 < required 25.0.RC1" in err
     assert "  candidate: not validated" in err
     assert "  twin: CPU twin, not an NPU image; CANN 8.0.RC3, not 8.5.0" in err  # its name says 8.0.rc3
-    assert "fix: another CANN fits this node: 8.0.RC3 (ascend-build pull --cann 8.0.RC3)" in err
+    # the retry carries the run's --registry and --root
+    assert (f"fix: another CANN fits this node: 8.0.RC3 (ascend-build pull --registry {registry.host}/{repository} "
+            f"--root {node} --cann 8.0.RC3)") in err
     assert "Traceback" not in err
 
 
@@ -243,7 +245,8 @@ def test_pull_json_when_nothing_fits_gives_the_reasons_per_image_fake_npu(node, 
     assert reasons["twin"] == ["CPU twin, not an NPU image", "CANN 8.0.RC3, not 8.5.0"]
     assert reasons["fits"] == ["CANN 8.0.RC3, not 8.5.0"]
     assert {r["tag"]: r["digest"] for r in result["rejected"]}["fits"] == pushed["fits"]
-    assert result["fixes"] == ["another CANN fits this node: 8.0.RC3 (ascend-build pull --cann 8.0.RC3)"]
+    assert result["fixes"] == [f"another CANN fits this node: 8.0.RC3 (ascend-build pull --registry "
+                               f"{registry.host}/{repository} --root {node} --cann 8.0.RC3)"]
     assert "no image in" in done.stderr
 
 

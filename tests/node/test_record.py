@@ -280,3 +280,33 @@ def test_record_image_that_does_not_exist_writes_nothing(tmp_path, engine):
     done = record_cli(tmp_path / "ckpt", "--image", "ascend-build-test/record:absent", "--root", tmp_path)
     assert done.returncode == 1 and "image ascend-build-test/record:absent not found" in done.stderr
     assert not (tmp_path / "ckpt").exists()
+
+
+def test_record_image_names_the_image_by_digest_as_well_as_tag(tmp_path):
+    """`record --image` asks the engine for the image's id and registry digests (a tag can move
+    after the run); the engine is stood in for, answering as Docker does for a pushed image."""
+    from builder.engine import RunResult
+    from builder.node import doctor
+
+    ref = "127.0.0.1:5000/team/pytorch:cann8.0.rc3-910b-ubuntu22.04-py3.10-torch_npu2.4.0-aarch64"
+    digest = "sha256:" + "d" * 64
+
+    class Engine:
+        def labels(self, image):
+            return {"io.ascend-build.cell": MANIFEST["cell"]}
+
+        def image_id(self, image):
+            return "sha256:" + "e" * 64
+
+        def repo_digests(self, image):
+            return ["team/pytorch@sha256:" + "0" * 64, f"127.0.0.1:5000/team/pytorch@{digest}"]
+
+        def run(self, image, command, timeout):
+            return RunResult(0, doctor.MARK + json.dumps(rec.interpreter_facts()) + "\n", "", 0.1)
+
+    node = make_node(tmp_path / "node", smi=SMI_910B3)
+    path, data = rec.run_record(tmp_path / "ckpt", image=ref, engine=Engine(), root=node, run_npu_smi=False)
+    assert data["image"]["ref"] == ref
+    assert data["image"]["by_digest"] == f"127.0.0.1:5000/team/pytorch@{digest}"
+    assert data["image"]["id"] == "sha256:" + "e" * 64 and len(data["image"]["digests"]) == 2
+    assert f"image digest       127.0.0.1:5000/team/pytorch@{digest}" in rec.format_record(path, data)
