@@ -73,7 +73,7 @@ def ascend_job(name: str, spec: PodSpec, nodes: int, annotations: Mapping[str, s
     if nodes < 1:
         raise UserError(f"--nodes-count {nodes}: a job needs at least one node", fix="--nodes-count 2 (or more)")
     command, env = command_for(spec, nodes)
-    labels = {**MANAGED_BY, **FRAMEWORK, **ring_controller(spec.chip)}
+    labels = {**MANAGED_BY, **FRAMEWORK, **ring_controller(spec)}
 
     def replica(count: int) -> Dict[str, Any]:
         pod = pod_spec(replace(spec, nodes=nodes), env, ports=(MASTER_PORT,), container_name=CONTAINER,

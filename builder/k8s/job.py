@@ -40,7 +40,7 @@ def job(name: str, spec: PodSpec, annotations: Mapping[str, str]) -> Dict[str, A
     on the same data; one pod, so the rendezvous is the pod itself (`builder.k8s.launcher`)."""
     check_name(name)
     env = launcher.rendezvous_env(spec.command, 1, spec.npus, "0", "localhost", str(MASTER_PORT), "batch/v1")
-    labels = {**MANAGED_BY, **ring_controller(spec.chip)}
+    labels = {**MANAGED_BY, **ring_controller(spec)}
     return {
         "apiVersion": "batch/v1",
         "kind": "Job",

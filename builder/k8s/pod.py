@@ -139,14 +139,19 @@ def affinity(spec: PodSpec) -> Dict[str, Any]:
     return {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": terms}}}
 
 
-def ring_controller(chip: str) -> Dict[str, str]:
-    """The ``ring-controller.atlas`` label for ``chip``'s pods and jobs.
+def ring_controller(spec: PodSpec) -> Dict[str, str]:
+    """The ``ring-controller.atlas`` label for the pods and jobs of ``spec``'s chip; none for
+    the CPU twin, which asks for no NPU (MindCluster's scheduling keys on it).
 
-    >>> ring_controller("910b"), ring_controller("310p")
-    ({'ring-controller.atlas': 'ascend-910b'}, {'ring-controller.atlas': 'ascend-310P'})
+    >>> ring_controller(PodSpec("i", "910b", "x86_64", 8, ("python",), "", (), ()))
+    {'ring-controller.atlas': 'ascend-910b'}
+    >>> ring_controller(PodSpec("i", "310p", "x86_64", 1, ("python",), "", (), (), variant=CPU))
+    {}
     """
-    resource(chip)  # an unknown chip is refused there, with the chips known
-    return {RING_CONTROLLER: RING_CONTROLLER_VALUES[chip]}
+    if spec.variant == CPU:
+        return {}
+    resource(spec.chip)  # an unknown chip is refused there, with the chips known
+    return {RING_CONTROLLER: RING_CONTROLLER_VALUES[spec.chip]}
 
 
 def volumes(spec: PodSpec) -> Tuple[List[Dict[str, Any]], List[Dict[str, Any]]]:

@@ -68,7 +68,7 @@ def volcano_job(name: str, spec: PodSpec, nodes: int, annotations: Mapping[str, 
     pod["affinity"]["podAntiAffinity"] = {"requiredDuringSchedulingIgnoredDuringExecution": [{
         "labelSelector": {"matchExpressions": [{"key": JOB_NAME_LABEL, "operator": "In", "values": [name]}]},
         "topologyKey": "kubernetes.io/hostname"}]}
-    labels = {**MANAGED_BY, **ring_controller(spec.chip)}
+    labels = {**MANAGED_BY, **ring_controller(spec)}
     return {
         "apiVersion": "batch.volcano.sh/v1alpha1",
         "kind": "Job",
