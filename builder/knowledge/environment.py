@@ -18,7 +18,7 @@ from packaging.version import Version
 from builder import versions
 from builder.errors import UserError
 from builder.knowledge.pairings import Releases
-from builder.vocabulary import normalize_arch
+from builder.vocabulary import ARCHS, normalize_arch
 
 # torch_npu releases whose x86_64 wheels pin torch==X.Y.Z+cpu (PyTorch CPU index only):
 # every release below 2.12 (torch_npu_releases.note, ascend-facts.md "Compatibility rules").
@@ -43,7 +43,7 @@ def known_arch(arch: str) -> str:
         >>> known_arch("arm64")
         'aarch64'
     """
-    found = normalize_arch(arch)
+    found = arch if arch in ARCHS else normalize_arch(arch)  # the matrix's arch is canonical already
     if found is None:
         raise UserError(f"unknown arch {arch!r}", fix="use x86_64 or aarch64")
     return found
