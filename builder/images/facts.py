@@ -168,15 +168,13 @@ def cann_home(cann: str) -> str:
 
 def _torch(cell: Cell, kb: KnowledgeBase) -> Tuple[str, str]:
     """The torch requirement and the extra index that serves it: the CPU build of the torch
-    torch_npu pins, on every arch (``kb.cpu_torch``: ``torch==X+cpu`` from the PyTorch
+    torch_npu pins, on every arch (``kb.image_torch``: ``torch==X+cpu`` from the PyTorch
     CPU index on x86_64, and on aarch64 from 2.11, where PyPI's torch is the CUDA build),
     which also meets torch_npu's ``torch==X``/``torch==X.*`` pins.
     A CANN-only cell has none: ("", "")."""
     if not cell.torch_npu:
         return "", ""
-    requirement, _ = kb.torch_requirement(cell.torch_npu, cell.arch)
-    version = requirement.split("==", 1)[1] if "==" in requirement else str(cell.torch)
-    pinned, where = kb.cpu_torch(version, cell.arch)
+    pinned, where = kb.image_torch(cell.torch_npu, cell.torch, cell.arch)
     return pinned, (PYTORCH_CPU_INDEX if where == "pytorch-cpu" else "")
 
 

@@ -145,6 +145,21 @@ class Environment:
             return f"torch=={public}", "pypi"
         return f"torch=={public}+cpu", "pytorch-cpu"
 
+    def image_torch(self, torch_npu: str, torch: str, arch: str) -> Tuple[str, str]:
+        """The torch an image with that torch_npu takes, and where it lives (as `cpu_torch`):
+        the CPU build of the torch torch_npu pins (`torch_requirement`; ``torch``, the cell's,
+        when the pin names no version), on every arch. It also meets torch_npu's
+        ``torch==X``/``torch==X.*`` pins.
+
+        Example:
+            >>> from builder.knowledge import load
+            >>> load().image_torch("2.1.0.post3", "2.1.0", "aarch64")
+            ('torch==2.1.0', 'pypi')
+        """
+        requirement, _ = self.torch_requirement(torch_npu, arch)
+        version = requirement.split("==", 1)[1] if "==" in requirement else str(torch)
+        return self.cpu_torch(version, arch)
+
     def glibc_floor(self, torch_npu: str, arch: str) -> Optional[Tuple[int, int]]:
         """The glibc the torch_npu wheel needs on that arch, from its manylinux tag; None when unknown.
 
