@@ -58,6 +58,7 @@ class Label:
 # ------------------------------------------------------------------ paths inside images
 TOOL_DIR = "/opt/ascend-build"  # the smoke program and the files shipped beside it
 ETC_DIR = "/etc/ascend-build"  # what the image says of itself
+NODE_TRUST_KEY = ETC_DIR + "/trust.pub"  # a node's default trust key (on the host, beside no image)
 SMOKE_PROGRAM = TOOL_DIR + "/smoke.py"
 MANIFEST = ETC_DIR + "/manifest.json"
 VALIDATION_REPORT = ETC_DIR + "/validation.json"
