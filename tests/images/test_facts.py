@@ -161,10 +161,12 @@ def test_the_planning_step_asks_neither_the_cell_nor_the_vocabulary_and_stays_wi
     options = prepare.Options(variants=("cpu",), locks_dir=SHIPPED_DOCKERFILES, base_image="local/debian:12",
                               state_dir=tmp_path)
     found = trace_cell_path.planning_step(cell, options)
-    asked = sorted({(callee, name) for _, _, callee, name in found["unique"]
+    unique, calls = found["unique"], found["calls"]
+    assert isinstance(unique, list) and isinstance(calls, int)
+    asked = sorted({(callee, name) for _, _, callee, name in unique
                     if callee in ("builder.images.matrix", "builder.vocabulary")})
     assert asked == []
-    assert found["calls"] <= 27 and found["asked_after"] == 0
+    assert calls <= 27 and found["asked_after"] == 0
     assert "distinct cross-module calls" in capsys.readouterr().out
 
 
