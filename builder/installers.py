@@ -32,7 +32,7 @@ from builder import versions
 from builder.errors import UserError
 from builder.knowledge import CannRelease, Installer, KnowledgeBase, chip_min_cann, known_arch
 from builder.knowledge.pairings import listed as _listed
-from builder.vocabulary import CHIPS, normalize_arch
+from builder.vocabulary import ARCHS, CHIPS, normalize_arch
 
 # Name of the chip inside ops package file names (case matters: ``A3``).
 _CHIP_FILE_NAME = {"910": "910", "910b": "910b", "a3": "A3", "310p": "310p", "950": "950"}
@@ -86,12 +86,17 @@ def ops_package(kb: KnowledgeBase, chip: str, cann: str, arch: str) -> str:
     return _ops(kb.cann_release(cann), chip, arch)
 
 
+def _arch(arch: str) -> str:
+    """``arch`` as the matrix spells it (which it already is, from a cell); else `known_arch`'s answer."""
+    return arch if arch in ARCHS else known_arch(arch)
+
+
 def _ops(release: CannRelease, chip: str, arch: str) -> str:
     """`ops_package` of the release the knowledge base told of."""
     c = str(chip).lower()
     if c not in CHIPS:
         raise UserError(f"unknown chip {chip!r}", fix=f"use one of {', '.join(CHIPS)}")
-    a = known_arch(arch)
+    a = _arch(arch)
     cann = release.asked
     cv = _cann_version(cann)
     found = _ops_zip(release, c, a)
@@ -133,7 +138,7 @@ def toolkit_package(kb: KnowledgeBase, cann: str, arch: str) -> str:
 
 def _toolkit(release: CannRelease, arch: str) -> str:
     """`toolkit_package` of the release the knowledge base told of."""
-    a = known_arch(arch)
+    a = _arch(arch)
     _cann_version(release.asked)
     if release.listed:
         name = f"Ascend-cann-toolkit_{release.listed[0]}_linux-{a}.zip"
@@ -171,7 +176,7 @@ def nnal_package(kb: KnowledgeBase, cann: str, arch: str) -> str:
 
 def _nnal(release: CannRelease, arch: str) -> str:
     """`nnal_package` of the release the knowledge base told of."""
-    a = known_arch(arch)
+    a = _arch(arch)
     cann = release.asked
     cv = _cann_version(cann)
     since = release.nnal_since
@@ -201,7 +206,7 @@ def cann_installers(kb: KnowledgeBase, cann: str, chip: str, arch: str, nnal: bo
         >>> cann_installers(load(), "6.4.0", "910b", "x86_64")
         []
     """
-    a = normalize_arch(arch)
+    a = arch if arch in ARCHS else normalize_arch(arch)
     if a is None:
         return []
     release = kb.cann_release(cann)  # the one question: everything below is named from its answer

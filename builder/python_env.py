@@ -369,3 +369,28 @@ def default_env(torch_npu: str) -> Tuple[Tuple[str, str], ...]:
         if entry.get("default") and first is not None and version is not None and version >= first:
             out.append((variable, str(entry["default"])))
     return tuple(out)
+
+
+@dataclass(frozen=True)
+class CannPython:
+    """CANN's Python data for one cell, looked up together (`cann_python`)."""
+
+    packages: Tuple[str, ...]                   # the packages CANN's tools import (`cann_packages`)
+    constraints: Tuple[Constraint, ...]         # the limits that hold for the CANN on the Python (`constraints`)
+    limits: Tuple[Tuple[str, str], ...]         # each of those as (canonical name, specifier)
+    default_env: Tuple[Tuple[str, str], ...]    # the environment defaults its torch_npu takes (`default_env`)
+
+
+@lru_cache(maxsize=1024)
+def cann_python(cann: str, python: str, torch_npu: str) -> CannPython:
+    """CANN's Python data for ``cann`` on ``python`` with ``torch_npu``, as one record.
+
+    Example:
+        >>> data = cann_python("8.5.0", "3.11", "2.8.0")
+        >>> "numpy" in dict(data.limits), data.packages == cann_packages()
+        (True, True)
+    """
+    found = constraints(cann, python)
+    return CannPython(packages=cann_packages(), constraints=found,
+                      limits=tuple((c.name, str(requirement(c.requirement).specifier)) for c in found),
+                      default_env=default_env(torch_npu))

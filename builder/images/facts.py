@@ -25,7 +25,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any, Dict, Optional, Tuple
 
@@ -36,6 +36,7 @@ from builder import python_env, versions
 from builder.errors import UserError
 from builder.images import conda_lock
 from builder.images import lock as locking
+from builder.images.lock import Locked
 from builder.images.matrix import Cell
 from builder.knowledge import Installer, KnowledgeBase, OsInfo
 
@@ -46,17 +47,6 @@ PYTORCH_CPU_INDEX = "https://download.pytorch.org/whl/cpu"
 
 
 _cann = lru_cache(maxsize=4096)(versions.cann)  # a render of 1,000 cells compares the same few releases
-
-
-@dataclass(frozen=True)
-class Locked:
-    """One distribution of the lock as the plan installs it (a `lock.Entry`, read once)."""
-
-    name: str                  # canonical
-    version: str
-    lines: Tuple[str, ...]     # its requirement lines, with their hashes
-    complete: bool             # every file has its sha256
-    note: str                  # why not, when not
 
 
 @dataclass(frozen=True)
@@ -143,17 +133,15 @@ def resolve_facts(cell: Cell, kb: KnowledgeBase, lock: Optional[locking.Lock] = 
     installers = tuple(installer_names.cann_installers(kb, cell.cann, cell.chip, cell.arch, cell.nnal))
     known = {item.kind for item in installers}
     local = tuple((kind, installer_names.package(kb, kind, cell.cann, cell.chip, cell.arch))
-                  for kind in installer_names.kinds(cell.nnal) if kind not in known and cell.cann_source == "local")
+                  for kind in installer_names.kinds(cell.nnal) if kind not in known) if cell.cann_source == "local" else ()
     # CANN's Python data
-    requirements = python_env.cann_packages()
-    constraints = python_env.constraints(cell.cann, owner.python)
-    limits = tuple((c.name, str(python_env.requirement(c.requirement).specifier)) for c in constraints)
-    default_env = python_env.default_env(cell.torch_npu)
+    cann_python = python_env.cann_python(cell.cann, owner.python, cell.torch_npu)
+    requirements, constraints = cann_python.packages, cann_python.constraints
+    limits, default_env = cann_python.limits, cann_python.default_env
     # the lock: what it is made from, its state, its distributions
     inputs = _inputs(owner, owner_os, torch, index, requirements, constraints)
     # a stand-in twin (a venv) installs the pip closure alone: the conda part is not its to complete
-    state = locking.status(replace(lock, conda=None) if lock is not None and cell.env != "conda" else lock, inputs)
-    locked = tuple(Locked(e.name, e.version, tuple(e.lines()), e.complete, e.note) for e in lock.entries) if lock else ()
+    state, locked = locking.locked(lock, inputs, conda=cell.env == "conda")
     return CellFacts(
         cell=cell, closure_of=closure_of, digest=digest, lock=lock, locked=locked,
         cann_only=cann_only, ref=ref, tag=tag, cann_home=cann_home(cell.cann),
@@ -180,15 +168,13 @@ def cann_home(cann: str) -> str:
 
 def _torch(cell: Cell, kb: KnowledgeBase) -> Tuple[str, str]:
     """The torch requirement and the extra index that serves it: the CPU build of the torch
-    torch_npu pins, on every arch (``kb.cpu_torch``: ``torch==X+cpu`` from the PyTorch
+    torch_npu pins, on every arch (``kb.image_torch``: ``torch==X+cpu`` from the PyTorch
     CPU index on x86_64, and on aarch64 from 2.11, where PyPI's torch is the CUDA build),
     which also meets torch_npu's ``torch==X``/``torch==X.*`` pins.
     A CANN-only cell has none: ("", "")."""
     if not cell.torch_npu:
         return "", ""
-    requirement, _ = kb.torch_requirement(cell.torch_npu, cell.arch)
-    version = requirement.split("==", 1)[1] if "==" in requirement else str(cell.torch)
-    pinned, where = kb.cpu_torch(version, cell.arch)
+    pinned, where = kb.image_torch(cell.torch_npu, cell.torch, cell.arch)
     return pinned, (PYTORCH_CPU_INDEX if where == "pytorch-cpu" else "")
 
 

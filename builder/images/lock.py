@@ -261,6 +261,31 @@ def read_all(folder: Path, cell_ids: Iterable[str]) -> Dict[str, Lock]:
     return found
 
 
+@dataclass(frozen=True)
+class Locked:
+    """One distribution of the lock as the plan installs it (an `Entry`, read once: `locked`)."""
+
+    name: str                  # canonical
+    version: str
+    lines: Tuple[str, ...]     # its requirement lines, with their hashes
+    complete: bool             # every file has its sha256
+    note: str                  # why not, when not
+
+
+def locked(lock: Optional[Lock], inputs: Inputs, conda: bool = True) -> Tuple[str, Tuple[Locked, ...]]:
+    """The lock's state for ``inputs`` (`status`; without its conda part when not ``conda``)
+    and its distributions as `Locked` records, in its order (() without a lock).
+
+    Example:
+        >>> locked(None, inputs)                                         # doctest: +SKIP
+        ('missing', ())
+    """
+    if lock is None:
+        return "missing", ()
+    state = status(lock if conda else replace(lock, conda=None), inputs)
+    return state, tuple(Locked(e.name, e.version, tuple(e.lines()), e.complete, e.note) for e in lock.entries)
+
+
 def status(lock: Optional[Lock], inputs: Inputs) -> str:
     """``ok``, ``missing``, ``stale`` (made from other inputs) or ``incomplete``."""
     if lock is None:

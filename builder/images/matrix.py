@@ -99,6 +99,10 @@ TOP_KEYS = ("image", "defaults", "cells")
 DEPRECATED_DRIVER_KEY = "driver"  # min_driver's first name
 
 
+# The Cell's fields derived from the others (set in its __post_init__): not inputs of anything.
+DERIVED = ("tag", "cann_only", "ref")
+
+
 @dataclass(frozen=True)
 class Cell:
     """One image to build: a complete, validated combination of versions.
@@ -133,20 +137,15 @@ class Cell:
     where: Optional[Location] = None
     path: str = field(default="", compare=False)  # where in the matrix (cells[3]): not part of what it is
     fields: Mapping[str, Tuple[str, Location]] = field(default_factory=dict, compare=False, hash=False)
+    # derived once, when the cell is made (`DERIVED`: not part of what it is)
+    tag: str = field(init=False, repr=False, compare=False)
+    cann_only: bool = field(init=False, repr=False, compare=False)  # CANN and Python, no PyTorch: no torch_npu
+    ref: str = field(init=False, repr=False, compare=False)         # release reference, ``image:tag``
 
-    @property
-    def tag(self) -> str:
-        return self.id
-
-    @property
-    def cann_only(self) -> bool:
-        """CANN and Python, no PyTorch: a cell without torch_npu."""
-        return not self.torch_npu
-
-    @property
-    def ref(self) -> str:
-        """Release reference, ``image:tag``."""
-        return f"{self.image}:{self.tag}"
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "tag", self.id)
+        object.__setattr__(self, "cann_only", not self.torch_npu)
+        object.__setattr__(self, "ref", f"{self.image}:{self.id}")
 
     def locate(self, key: str) -> Tuple[str, Optional[Location]]:
         """Field path and location of ``key``; a key the cell did not write is located

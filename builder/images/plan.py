@@ -436,12 +436,19 @@ class _Words:
     manifest: str    # its manifest's file name
 
 
+# Each variant's names, read from the vocabulary once (its file ships in every image unchanged):
+# what its release tag adds to the cell's tag, its Dockerfile's and its manifest's file names.
+_TAG_SUFFIXES = {v: vocabulary.release_tag("", v) for v in vocabulary.VARIANTS}
+_DOCKERFILE_NAMES = {v: vocabulary.dockerfile_name(v) for v in vocabulary.VARIANTS}
+_MANIFEST_NAMES = {v: vocabulary.manifest_name(v) for v in vocabulary.VARIANTS}
+
+
 def _words(ref: str, tag: str, cell_id: str, os_id: str, stand_in: str, suffix: str = "") -> Dict[str, _Words]:
-    """Each variant's `_Words`, asked of the vocabulary once."""
-    return {v: _Words(title=vocabulary.stand_in_tag(ref, os_id) if stand_in else vocabulary.release_tag(ref, v),
-                      tag=vocabulary.stand_in_tag(tag, os_id) if stand_in else vocabulary.release_tag(tag, v),
-                      name=vocabulary.release_tag(cell_id, v) + suffix,
-                      dockerfile=vocabulary.dockerfile_name(v), manifest=vocabulary.manifest_name(v))
+    """Each variant's `_Words`, from the tables of its names."""
+    return {v: _Words(title=vocabulary.stand_in_tag(ref, os_id) if stand_in else ref + _TAG_SUFFIXES[v],
+                      tag=vocabulary.stand_in_tag(tag, os_id) if stand_in else tag + _TAG_SUFFIXES[v],
+                      name=cell_id + _TAG_SUFFIXES[v] + suffix,
+                      dockerfile=_DOCKERFILE_NAMES[v], manifest=_MANIFEST_NAMES[v])
             for v in vocabulary.VARIANTS}
 
 

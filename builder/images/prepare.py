@@ -92,9 +92,17 @@ class Job:
         return self.variant == NPU
 
 
+# This machine's arch in the matrix's words, normalized once (the matrix's cells are at load).
+HOST_ARCH = normalize_arch(platform.machine()) or platform.machine()
+
+
+# (variant, cann_only) -> the tiers its image must pass, read from the vocabulary once
+REQUIRED_TIERS = {(v, c): required_tiers(v, c) for v in VARIANTS for c in (False, True)}
+
+
 def host_arch() -> str:
-    """This machine's arch in the matrix's words."""
-    return normalize_arch(platform.machine()) or platform.machine()
+    """This machine's arch in the matrix's words (`HOST_ARCH`)."""
+    return HOST_ARCH
 
 
 def smoke_plan(variant: str, options: Options, cann_only: bool = False) -> SmokePlan:
@@ -104,12 +112,12 @@ def smoke_plan(variant: str, options: Options, cann_only: bool = False) -> Smoke
     the static tiers, on an NPU host too (nothing in it runs on the device).
     """
     if variant == CPU:
-        return SmokePlan(CPU, required_tiers(CPU, cann_only), [], [], True)
+        return SmokePlan(CPU, REQUIRED_TIERS[CPU, bool(cann_only)], [], [], True)
     present = [] if options.no_device else devices.npu_devices(options.root)
     if not present:
         return SmokePlan(NPU, STATIC_TIERS, [], devices.driver_mounts(options.root), False)
     chosen = devices.choose(present, options.devices)
-    return SmokePlan(NPU, required_tiers(NPU, cann_only), devices.docker_devices(chosen, options.root),
+    return SmokePlan(NPU, REQUIRED_TIERS[NPU, bool(cann_only)], devices.docker_devices(chosen, options.root),
                      devices.driver_mounts(options.root), True)
 
 

@@ -41,7 +41,7 @@ from builder.images import lock as locking
 from builder.images import plan as planning
 from builder.images import stage
 from builder.images.facts import resolve_facts
-from builder.images.matrix import Cell
+from builder.images.matrix import DERIVED, Cell
 from builder.errors import UserError
 
 PACKAGE_DIR = Path(__file__).resolve().parent.parent
@@ -88,7 +88,7 @@ def content_hash(cell: Cell, lock: Optional[locking.Lock] = None) -> str:
     """
     # a shallow copy: dataclasses.asdict deep-copies every value and was most of render's time
     data = {f.name: getattr(cell, f.name) for f in fields(cell)
-            if f.name not in ("where", "path", "fields", "mirrors", "torch_npu_wheel")}
+            if f.name not in ("where", "path", "fields", "mirrors", "torch_npu_wheel", *DERIVED)}
     if cell.torch_npu_wheel:  # its bytes, not where the file lies
         data["torch_npu_wheel"] = cell.torch_npu_wheel[1]
     blob = json.dumps(data, sort_keys=True, default=str) + _inputs_digest() + (lock.text() if lock else "")

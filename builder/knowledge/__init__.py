@@ -97,6 +97,7 @@ class KnowledgeBase:
         # the Python environment
         self.torch_requirement = environment.torch_requirement
         self.cpu_torch = environment.cpu_torch
+        self.image_torch = environment.image_torch
         self.glibc_floor = environment.glibc_floor
         self.python_official = environment.python_official
         self.os_info = environment.os_info

@@ -16,7 +16,7 @@ from typing import Any, Dict, Mapping, Optional, Tuple
 from builder import versions
 from builder.knowledge.environment import Environment
 from builder.knowledge.pairings import Releases, listed
-from builder.vocabulary import normalize_arch
+from builder.vocabulary import ARCHS, normalize_arch
 
 # A pre-release's name: 8.1.RC1.alpha001, 9.0.0-beta.1 (versions.cann; "beta1" of the old scheme is a final release).
 _PRERELEASE = re.compile(r"alpha\d|-beta\.\d", re.IGNORECASE)
@@ -193,7 +193,7 @@ class Downloads:
             >>> load().uv_requirement("arm64")[:40]
             'uv==0.13.9 --hash=sha256:5435c5ce14a5643'
         """
-        sha = (self._uv.get("sha256") or {}).get(normalize_arch(arch) or "")
+        sha = (self._uv.get("sha256") or {}).get(arch if arch in ARCHS else normalize_arch(arch) or "")
         return f"uv=={self._uv['version']} --hash=sha256:{sha}" if sha and self._uv.get("version") else ""
 
     def download_referer(self) -> str:

@@ -18,7 +18,7 @@ from packaging.version import Version
 from builder import versions
 from builder.errors import UserError
 from builder.knowledge.pairings import Releases
-from builder.vocabulary import normalize_arch
+from builder.vocabulary import ARCHS, normalize_arch
 
 # torch_npu releases whose x86_64 wheels pin torch==X.Y.Z+cpu (PyTorch CPU index only):
 # every release below 2.12 (torch_npu_releases.note, ascend-facts.md "Compatibility rules").
@@ -43,7 +43,7 @@ def known_arch(arch: str) -> str:
         >>> known_arch("arm64")
         'aarch64'
     """
-    found = normalize_arch(arch)
+    found = arch if arch in ARCHS else normalize_arch(arch)  # the matrix's arch is canonical already
     if found is None:
         raise UserError(f"unknown arch {arch!r}", fix="use x86_64 or aarch64")
     return found
@@ -144,6 +144,21 @@ class Environment:
         if a == "aarch64" and Version(parsed.base_version) < _AARCH64_PYPI_CUDA_FROM:
             return f"torch=={public}", "pypi"
         return f"torch=={public}+cpu", "pytorch-cpu"
+
+    def image_torch(self, torch_npu: str, torch: str, arch: str) -> Tuple[str, str]:
+        """The torch an image with that torch_npu takes, and where it lives (as `cpu_torch`):
+        the CPU build of the torch torch_npu pins (`torch_requirement`; ``torch``, the cell's,
+        when the pin names no version), on every arch. It also meets torch_npu's
+        ``torch==X``/``torch==X.*`` pins.
+
+        Example:
+            >>> from builder.knowledge import load
+            >>> load().image_torch("2.1.0.post3", "2.1.0", "aarch64")
+            ('torch==2.1.0', 'pypi')
+        """
+        requirement, _ = self.torch_requirement(torch_npu, arch)
+        version = requirement.split("==", 1)[1] if "==" in requirement else str(torch)
+        return self.cpu_torch(version, arch)
 
     def glibc_floor(self, torch_npu: str, arch: str) -> Optional[Tuple[int, int]]:
         """The glibc the torch_npu wheel needs on that arch, from its manylinux tag; None when unknown.

@@ -151,6 +151,25 @@ def test_the_planning_step_asks_the_knowledge_base_nothing_once_the_facts_are_re
     assert counts["after"] == 0
 
 
+def test_the_planning_step_asks_neither_the_cell_nor_the_vocabulary_and_stays_within_its_calls(cells, tmp_path, capsys):
+    """The cell's derived values are set when it is made, the variants' names and tiers are
+    tables, the cell's arch is canonical: the planning step calls into neither module, and its
+    distinct cross-module calls stay at most what `benchmarks.trace_cell_path --plan` measured."""
+    from benchmarks import trace_cell_path
+
+    cell = next(c for c in cells if c.id == DEMO)
+    options = prepare.Options(variants=("cpu",), locks_dir=SHIPPED_DOCKERFILES, base_image="local/debian:12",
+                              state_dir=tmp_path)
+    found = trace_cell_path.planning_step(cell, options)
+    unique, calls = found["unique"], found["calls"]
+    assert isinstance(unique, list) and isinstance(calls, int)
+    asked = sorted({(callee, name) for _, _, callee, name in unique
+                    if callee in ("builder.images.matrix", "builder.vocabulary")})
+    assert asked == []
+    assert calls <= 27 and found["asked_after"] == 0
+    assert "distinct cross-module calls" in capsys.readouterr().out
+
+
 def test_rendering_every_shipped_cell_asks_the_knowledge_base_only_while_resolving_its_facts(cells, kb):
     """Each cell's plan, manifests and files are made from its facts: once a cell's facts are
     resolved, nothing until the next cell's resolution calls into the knowledge base."""
