@@ -136,3 +136,16 @@ def test_a_tag_there_that_is_no_index_is_refused_not_overwritten(registry, creds
     assert "remove the tag" in refused.value.fix
     assert reg.manifest(REPO, attached.referrers_tag(digest)).digest == other  # left as it was
     assert attached.attestation_tag(digest) in reg.tags(REPO)  # the statements themselves are attached
+
+
+def test_the_referrers_api_is_detected_by_its_answer(tmp_path, serve_folder):
+    """200 with an image index: the API is there; 404, or 200 with anything else: it is not."""
+    with_api, other = "sha256:" + "1a" * 32, "sha256:" + "2b" * 32
+    folder = tmp_path / "v2" / "team" / "img" / "referrers"
+    folder.mkdir(parents=True)
+    (folder / with_api).write_text(json.dumps({"schemaVersion": 2, "mediaType": OCI_INDEX, "manifests": []}))
+    (folder / other).write_text(json.dumps({"schemaVersion": 2, "mediaType": OCI_MANIFEST, "layers": []}))
+    reg = Registry(serve_folder(tmp_path).removeprefix("http://"))
+    assert reg.referrers("team/img", with_api) == {"schemaVersion": 2, "mediaType": OCI_INDEX, "manifests": []}
+    assert reg.referrers("team/img", other) is None
+    assert reg.referrers("team/img", "sha256:" + "3c" * 32) is None  # 404
