@@ -547,6 +547,27 @@ class Registry:
             return None
         return ImageInfo(tag, chosen.digest, config_labels(config), str(config.get("architecture", "")))
 
+    def referrers(self, repository: str, digest: str) -> Optional[dict]:
+        """The referrers API's image index of ``digest`` (OCI distribution spec v1.1, "Listing
+        Referrers"); None when the registry has no such API (it answers 404, as docker-registry
+        2.8 does, or 200 with something other than an image index)."""
+        repository = self.repository(repository)
+        if not _DIGEST.match(digest):
+            raise self._fail(f"{digest!r} is not a sha256 digest")
+        try:
+            body, headers = self._send("GET", f"/v2/{repository}/referrers/{digest}",
+                                       f"repository:{repository}:pull", accept=OCI_INDEX)
+        except LookupError:
+            return None
+        try:
+            data = documents.load_json(body, f"the referrers of {repository}@{digest}")
+        except ValueError:
+            return None
+        if not isinstance(data, dict) or not isinstance(data.get("manifests"), list) or \
+                (data.get("mediaType") or headers.get("content-type", "").split(";")[0]) != OCI_INDEX:
+            return None
+        return data
+
     # --- writing --------------------------------------------------------------
 
     def put_manifest(self, repository: str, tag: str, body: bytes, media_type: str) -> str:

@@ -162,7 +162,9 @@ def test_securesystemslib_verifies_our_envelope_and_refuses_an_edited_one(pair):
     assert list(envelope) == ["payloadType", "payload", "signatures"]          # cosign's field order
     assert envelope["payloadType"] == "application/vnd.in-toto+json"
     keyid = envelope["signatures"][0]["keyid"]
-    assert keyid == signing.fingerprint(public)
+    # none: go-securesystemslib (behind sigstore's adapters) skips a set keyid that is not the key's
+    # SSH SHA256 fingerprint; Python's securesystemslib matches exactly, so its key's id is ""
+    assert keyid == ""
 
     theirs = Envelope.from_dict(json.loads(json.dumps(envelope)))
     assert theirs.pae() == statements.pae(envelope["payloadType"], base64.b64decode(envelope["payload"]))

@@ -5,7 +5,9 @@ same repository: an OCI image manifest whose layers are the DSSE envelopes, each
 with its ``predicateType``, as ``cosign attest`` writes them; so ``cosign verify-attestation
 --key``, Kyverno's ``verifyImages`` and sigstore's policy-controller find them. The manifest
 also sets OCI 1.1's ``subject`` to the image's descriptor, so a registry with the referrers
-API lists them too (Debian's docker-registry 2.8 stores the field but has no referrers API).
+API lists them too; on one without it (Debian's docker-registry 2.8 stores the field but answers
+404 there) `refer` keeps the spec's fallback, an image index under the tag ``sha256-<hex>``
+listing each ``.att`` manifest pushed, which referrers clients read instead.
 
 Each spelling below is cosign's, from its source (sigstore/cosign, v3.1.2):
 
@@ -26,8 +28,12 @@ an older key) stay. Two writers at once could lose one's layer: attach from one 
 Example:
     >>> attestation_tag("sha256:" + "0f" * 32)
     'sha256-0f0f0f0f0f0f0f0f0f0f0f0f0f0f0f0f0f0f0f0f0f0f0f0f0f0f0f0f0f0f0f0f.att'
+    >>> referrers_tag("sha256:" + "0f" * 32) == "sha256-" + "0f" * 32
+    True
     >>> is_attached_tag("sha256-" + "0f" * 32 + ".sig"), is_attached_tag("cann8.0.rc3-910b-x86_64")
     (True, False)
+    >>> is_attached_tag(referrers_tag("sha256:" + "0f" * 32))
+    True
 """
 
 from __future__ import annotations
@@ -43,7 +49,7 @@ from builder import documents
 from builder.cell_id import named_by_tag
 from builder.trust import statements
 from builder.errors import UserError
-from builder.registry import OCI_MANIFEST, Manifest, Reader, Registry
+from builder.registry import OCI_INDEX, OCI_MANIFEST, Manifest, Reader, Registry
 from builder.trust.signing import PublicKey
 
 DSSE_MEDIA_TYPE = "application/vnd.dsse.envelope.v1+json"      # cosign pkg/types/payload.go DssePayloadType
@@ -51,7 +57,7 @@ OCI_CONFIG = "application/vnd.oci.image.config.v1+json"        # go-containerreg
 SIGNATURE_ANNOTATION = "dev.cosignproject.cosign/signature"    # cosign pkg/oci/static/signature.go
 PREDICATE_TYPE_ANNOTATION = "predicateType"                    # cosign cmd/cosign/cli/attest/attest.go
 ATTESTATION_SUFFIX = "att"                                     # cosign pkg/oci/remote/options.go
-_ATTACHED = re.compile(r"sha256-[0-9a-f]{64}\.(att|sig|sbom)")  # cosign's .att, .sig and .sbom tags
+_ATTACHED = re.compile(r"sha256-[0-9a-f]{64}(\.(att|sig|sbom))?")  # cosign's tags; bare: the referrers index
 _ZERO_TIME = "0001-01-01T00:00:00Z"                              # Go's zero time.Time, as cosign's config has it
 
 
@@ -62,7 +68,8 @@ def attestation_tag(digest: str) -> str:
 
 
 def is_attached_tag(tag: str) -> bool:
-    """True for cosign's tags of signatures, attestations and SBOMs: they name no image."""
+    """True for cosign's tags of signatures, attestations and SBOMs, and for the referrers index's
+    tag (`referrers_tag`): they name no image."""
     return bool(_ATTACHED.fullmatch(tag))
 
 
@@ -131,7 +138,61 @@ def attach(registry: Registry, repository: str, image: Manifest, envelopes: Sequ
     manifest = {"schemaVersion": 2, "mediaType": OCI_MANIFEST, "config": _descriptor(OCI_CONFIG, config),
                 "layers": layers,
                 "subject": {"mediaType": image.media_type, "size": len(image.body), "digest": image.digest}}
-    return registry.put_manifest(repository, attestation_tag(image.digest), _go_json(manifest), OCI_MANIFEST)
+    body = _go_json(manifest)
+    digest = registry.put_manifest(repository, attestation_tag(image.digest), body, OCI_MANIFEST)
+    refer(registry, repository, image.digest, _referrer(manifest, body))
+    return digest
+
+
+def referrers_tag(digest: str) -> str:
+    """The tag of ``digest``'s referrers index where the registry has no referrers API: OCI
+    distribution spec v1.1, "Referrers Tag Schema" (``<alg>-<encoded>``, truncated to 32 and 64
+    characters; a sha256 digest's are shorter and need no replacing)."""
+    algorithm, _, encoded = digest.partition(":")
+    return f"{algorithm[:32]}-{encoded[:64]}"
+
+
+def _referrer(manifest: dict, body: bytes) -> dict:
+    """A manifest's descriptor as a referrers list holds it: OCI distribution spec v1.1, "Pushing
+    Manifests with Subject" (``artifactType`` is the manifest's own, else its config's media type;
+    its annotations copied)."""
+    described: Dict[str, Any] = {"mediaType": manifest["mediaType"], "size": len(body),
+                                 "digest": "sha256:" + hashlib.sha256(body).hexdigest(),
+                                 "artifactType": manifest.get("artifactType") or manifest["config"]["mediaType"]}
+    if manifest.get("annotations"):
+        described["annotations"] = dict(manifest["annotations"])
+    return described
+
+
+def refer(registry: Registry, repository: str, subject: str, referrer: dict) -> None:
+    """Have ``referrer`` (a descriptor) listed among ``subject``'s referrers.
+
+    OCI distribution spec v1.1, "Backwards Compatibility: Unavailable Referrers API" and "Pushing
+    Manifests with Subject": a client pushing a manifest with ``subject`` checks that the referrers
+    API is there; where it is not (docker-registry 2.8 answers 404), the client keeps the list
+    itself, an image index under the "Referrers Tag Schema" tag (`referrers_tag`): pulled (none
+    there: an empty index), the descriptor added unless it is listed already, pushed again. A
+    registry with the API lists the manifest by its ``subject``: nothing is pushed there. As with
+    the ``.att`` tag, two writers at once could lose one's entry (no conditional request is made).
+    """
+    if registry.referrers(repository, subject) is not None:
+        return
+    tag = referrers_tag(subject)
+    try:
+        there: Optional[Manifest] = registry.manifest(repository, tag)
+    except LookupError:
+        there = None
+    if there is not None and (there.media_type != OCI_INDEX or not isinstance(there.data.get("manifests"), list)):
+        # the spec: a tag there that is not an image index is a failure to stop at, not to overwrite
+        raise UserError(f"{registry.name}/{repository}:{tag} holds a {there.media_type or 'manifest'}, not the "
+                        f"referrers image index of {subject}: it was left as it is", exit_code=1,
+                        fix=f"the statements are attached under {attestation_tag(subject)}; to have the referrers "
+                            f"index kept too, remove the tag {tag} (it names no image) and attach again")
+    listed = [m for m in there.data["manifests"] if isinstance(m, dict)] if there is not None else []
+    if any(m.get("digest") == referrer["digest"] for m in listed):
+        return
+    index = {"schemaVersion": 2, "mediaType": OCI_INDEX, "manifests": listed + [referrer]}
+    registry.put_manifest(repository, tag, _go_json(index), OCI_INDEX)
 
 
 @dataclass(frozen=True)

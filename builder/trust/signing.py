@@ -157,7 +157,7 @@ def load_public(path: Path) -> PublicKey:
 
 
 def fingerprint(key: PublicKey) -> str:
-    """A public key's id: the sha256 of its DER SubjectPublicKeyInfo, in hex (what envelopes carry as
-    ``keyid``, so a verdict can name the key that signed)."""
+    """A public key's id for people: the sha256 of its DER SubjectPublicKeyInfo, in hex (`keys
+    generate` and `verify` print it). Envelopes carry no keyid (`builder.trust.statements.sign`)."""
     der = key.public_bytes(serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo)
     return hashlib.sha256(der).hexdigest()

@@ -13,8 +13,12 @@ use this module: the build wing signs what it validated (`builder.images.attest`
   ``{"payloadType": "application/vnd.in-toto+json", "payload": base64(statement),
   "signatures": [{"keyid", "sig": base64(DER ECDSA P-256 SHA-256 over PAE)}]}``, with
   ``PAE = "DSSEv1" SP len(type) SP type SP len(body) SP body`` (lengths in ASCII decimal).
-  ``keyid`` is the signer's `signing.fingerprint` (cosign ignores it when it verifies with
-  ``--key``); it is unsigned, so `check` never reads it: the signature alone decides, and says why.
+  ``keyid`` is empty: go-securesystemslib's ``dsse.EnvelopeVerifier`` (v0.11, ``dsse/verify.go``),
+  behind sigstore's DSSE adapters (sigstore/sigstore ``pkg/signature/dsse``), skips a signature
+  whose keyid is set and differs from the verifier's, which is, when the adapter names none, the
+  key's SSH SHA256 fingerprint (``dsse.SHA256KeyID``); on an empty keyid it tries the key. Python's
+  securesystemslib matches keyids exactly: give its key the id ``""``. The keyid is unsigned
+  anyway, so `check` never reads it: the signature alone decides, and says why.
 
 `check` says what verified and, when nothing did, why, from what it verified only: not an
 envelope, another payload type, not signed by the trusted key (a signature that does not verify
@@ -51,6 +55,7 @@ STATEMENT_V1 = "https://in-toto.io/Statement/v1"
 # The envelope's payload type for in-toto statements: cosign's IntotoPayloadType
 # (sigstore/cosign pkg/types/payload.go), which `cosign verify-attestation` requires.
 INTOTO_PAYLOAD_TYPE = "application/vnd.in-toto+json"
+KEYID = ""  # the envelope's keyid: none, which every DSSE verifier tries (see the module docstring)
 SLSA_PROVENANCE_V1 = "https://slsa.dev/provenance/v1"
 # cosign's predicate type for `attest --type cyclonedx`: the predicate is the CycloneDX document itself
 CYCLONEDX_BOM = "https://cyclonedx.org/bom"
@@ -90,7 +95,7 @@ def sign(body: Dict[str, Any], key: PrivateKey) -> bytes:
     signature = key.sign(pae(INTOTO_PAYLOAD_TYPE, payload), ec.ECDSA(hashes.SHA256(), deterministic_signing=True))
     # the field order of cosign's envelopes (go-securesystemslib dsse.Envelope)
     envelope = {"payloadType": INTOTO_PAYLOAD_TYPE, "payload": base64.b64encode(payload).decode(),
-                "signatures": [{"keyid": fingerprint(key.public_key()), "sig": base64.b64encode(signature).decode()}]}
+                "signatures": [{"keyid": KEYID, "sig": base64.b64encode(signature).decode()}]}
     return json.dumps(envelope, separators=(",", ":")).encode()
 
 
