@@ -222,7 +222,15 @@ def test_cpu_twin_keeps_secrets_out_of_history_and_layers(engine, registry, twin
         host_only = [lines for lines in pem_lines(CA_BUNDLE.read_text()) if "".join(lines) not in known]
         needles |= {lines[len(lines) // 2].encode() for lines in host_only}
     control = b"ascend-build smoke test: runs INSIDE an image"  # smoke.py, COPYed into a layer
-    found = stream_find(engine.client.images.get(sealed).save(), needles | {control})
+    # the whole image (about 1.5 GB) as `docker save` streams it: a client of its own with a long
+    # read timeout, since an engine busy with other builds took longer than the default 300 s to answer
+    import docker
+
+    patient = docker.from_env(timeout=1800)
+    try:
+        found = stream_find(patient.images.get(sealed).save(), needles | {control})
+    finally:
+        patient.close()
     assert control in found, "the layer scan does not see file contents"
     assert found == {control}, f"secret bytes in a layer: {sorted(n[:40] for n in found - {control})}"
 
