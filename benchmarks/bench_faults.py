@@ -244,19 +244,35 @@ def _serve_htpasswd_registry(root: Path) -> Tuple[Any, int, str, str]:
     return proc, port, user, password
 
 
-def registry_faults(tmp: Path, row: Row) -> None:
+@contextlib.contextmanager
+def _behind_a_fault_proxy(tmp: Path, row: Row):
+    """A registry with htpasswd auth behind a `FaultProxy`: (proxy, port, user, password), both
+    stopped at the end; None (and a note in ``row``) without docker-registry or htpasswd."""
     from tests.support.loopback_registry import REGISTRY_BIN, stop
-
-    from builder import registry as reg_module
-    from builder.registry import Registry
 
     if not Path(REGISTRY_BIN).exists() or not shutil.which("htpasswd"):
         row.notes.append("no docker-registry/htpasswd: not run")
+        yield None
         return
     proc, port, user, password = _serve_htpasswd_registry(tmp)
     proxy = None
     try:
         proxy = hf.FaultProxy(f"127.0.0.1:{port}")
+        yield proxy, port, user, password
+    finally:
+        if proxy is not None:
+            proxy.stop()
+        stop(proc)
+
+
+def registry_faults(tmp: Path, row: Row) -> None:
+    from builder import registry as reg_module
+    from builder.registry import Registry
+
+    with _behind_a_fault_proxy(tmp, row) as served:
+        if served is None:
+            return
+        proxy, port, user, password = served
         direct = Registry(f"127.0.0.1:{port}", user, password)
         through = Registry(proxy.host, user, password)
         repository = f"faults/bench-{uuid.uuid4().hex[:8]}"
@@ -289,27 +305,18 @@ def registry_faults(tmp: Path, row: Row) -> None:
             proxy.plans.clear()
         row.unvalidated_tags += "v2" in direct.tags(repository)  # a push that failed left a tag
         row.notes.append(f"registry: real backoff {reg_module.BACKOFF} s doubling, 5 tries")
-    finally:
-        if proxy is not None:
-            proxy.stop()
-        stop(proc)
 
 
 def stalls(tmp: Path, row: Row) -> None:
     """A registry that takes each request and never answers: every read ends at its command's deadline."""
-    from tests.support.loopback_registry import REGISTRY_BIN, stop
-
     from builder import bounded
     from builder.registry import Registry
     from builder.trust import signing
 
-    if not Path(REGISTRY_BIN).exists() or not shutil.which("htpasswd"):
-        row.notes.append("no docker-registry/htpasswd: not run")
-        return
-    proc, port, user, password = _serve_htpasswd_registry(tmp)
-    proxy = None
-    try:
-        proxy = hf.FaultProxy(f"127.0.0.1:{port}")
+    with _behind_a_fault_proxy(tmp, row) as served:
+        if served is None:
+            return
+        proxy, port, user, password = served
         through = Registry(proxy.host, user, password)
         repository = f"faults/stall-{uuid.uuid4().hex[:8]}"
         hf.push_tiny_image(through, repository, "v1")
@@ -336,10 +343,6 @@ def stalls(tmp: Path, row: Row) -> None:
                 or run.seconds > 15
         proxy.plans.clear()
         row.recovered += bool(Registry(proxy.host, user, password).tags(repository))  # the registry itself is fine
-    finally:
-        if proxy is not None:
-            proxy.stop()
-        stop(proc)
     row.notes.append("stall: a read, verify and pull under a 3 s deadline")
 
 
