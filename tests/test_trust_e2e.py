@@ -204,7 +204,8 @@ def test_image_push_sign_key_attests_the_twin_and_verify_accepts_it(registry, cr
     matrix_file = tmp_path / "matrix.yaml"
     matrix_file.write_text(f"image: {repo}\ncells:\n" + "".join(
         f"{'  - ' if i == 0 else '    '}{k}: {v}\n" for i, (k, v) in enumerate(TWIN_CELL.items())))
-    args = ["image", "--matrix", str(matrix_file), "--cell", CELL_ID, "--base-image", base_image,
+    args = ["image", "--matrix", str(matrix_file), "--out", str(ROOT / "dockerfiles"), "--cell", CELL_ID,
+            "--base-image", base_image,
             "--wheelhouse", str(WHEELHOUSE), "--state-dir", str(tmp_path / "state"), "--json", "--quiet",
             "--push", registry.host, "--sign-key", str(keys["team"][0])]
     if CA_BUNDLE.is_file():

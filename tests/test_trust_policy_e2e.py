@@ -27,6 +27,7 @@ import uuid
 import pytest
 
 from tests.support import trust as ht
+from tests.support.pipeline import write_matrix
 from builder.registry import Registry
 from tests.support.trust import CELL_ID, CLI, REFUSED_FOR, TAG
 
@@ -116,9 +117,11 @@ def test_run_trust_key_starts_the_verified_digest(genuine, creds, keys, registry
 
 
 @pytest.mark.engine
-def test_index_trust_key_indexes_the_attested_arches(genuine, creds, keys, registry):
+def test_index_trust_key_indexes_the_attested_arches(genuine, creds, keys, registry, tmp_path):
+    # the shipped matrix declares this cell for x86_64 only: a matrix declaring both arches
+    matrix_file = write_matrix(tmp_path, INDEX_REPO, arch="[x86_64, aarch64]")
     done = cli(creds, "index", f"{registry.host}/{INDEX_REPO}:{INDEX_TAG}", "--trust-key", str(keys["team"][1]),
-               "--json")
+               "--matrix", str(matrix_file), "--json")
     assert done.returncode == 0, done.stdout + done.stderr
     index = Registry(registry.host).manifest(INDEX_REPO, INDEX_TAG)
     assert sorted(m["digest"] for m in index.data["manifests"]) == sorted(genuine.values())

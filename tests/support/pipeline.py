@@ -17,6 +17,7 @@ from typing import Dict, Iterable, List, Optional, Set
 import pytest
 
 from tests.support import listing
+from tests.support.matrix import SHIPPED_DOCKERFILES
 
 CELL_ID = "cann9.1.0-910b-debian12-py3.11-torch_npu2.13.0-x86_64"
 WHEELHOUSE = Path("/opt/wheels")
@@ -57,8 +58,10 @@ def write_matrix(folder: Path, repo: str, **extra: str) -> Path:
 
 def image_args(matrix_file: Path, state: Path, base_image: str, *extra: str,
                wheelhouse: Path = WHEELHOUSE, as_json: bool = True) -> List[str]:
-    args = ["image", "--matrix", str(matrix_file), "--cell", CELL_ID, "--base-image", base_image,
-            "--wheelhouse", str(wheelhouse), "--state-dir", str(state)] + (["--json"] if as_json else [])
+    # the matrix is a test's own, its cell the shipped one: its lock is in the shipped dockerfiles/
+    args = ["image", "--matrix", str(matrix_file), "--out", str(SHIPPED_DOCKERFILES), "--cell", CELL_ID,
+            "--base-image", base_image, "--wheelhouse", str(wheelhouse), "--state-dir", str(state)] \
+        + (["--json"] if as_json else [])
     if CA_BUNDLE.is_file():  # the CLI's default too; explicit here so the test says what it uses
         args += ["--ca-bundle", str(CA_BUNDLE)]
     return args + list(extra)
