@@ -69,7 +69,7 @@ def assert_only_validated_tags(engine, registry, repository: str) -> None:
 
 
 def _run(tmp: Path, state: Path, base_image: str, registry, *extra: str) -> Killable:
-    matrix_file = write_matrix(tmp, REPO)
+    matrix_file = write_matrix(tmp, REPO, arch="[x86_64, aarch64]")  # the index waits for the arm64 twin
     return Killable(image_args(matrix_file, state, base_image, "--variant", "cpu", "--push", registry.host,
                                *extra, as_json=True), tmp, _env(registry))
 

@@ -79,7 +79,8 @@ def twin(engine, base_image, registry, session_images, tmp_path_factory) -> Twin
         pytest.skip("needs an x86_64 host, the torch 2.13.0 cp311 wheel in /opt/wheels and the ascend-build script")
     work = tmp_path_factory.mktemp("twin")
     state = work / "state"
-    matrix_file = write_matrix(work, REPO)
+    # both arches declared: this run pushes the x86_64 twin alone, so its cell waits for an index
+    matrix_file = write_matrix(work, REPO, arch="[x86_64, aarch64]")
     # the team's checkout: its remote URL carries a credential that must never reach the image
     for args in (["init", "-q"], ["remote", "add", "origin", f"https://ci:{REMOTE_SECRET}@example.invalid/team/images.git"],
                  ["add", matrix_file.name], ["-c", "user.name=t", "-c", "user.email=t@example.invalid", "commit", "-qm", "m"]):
