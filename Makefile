@@ -62,8 +62,9 @@ docs: setup
 cli-reference: setup
 	$(BIN)/python scripts/cli_reference.py
 
+# --durations: the 25 slowest tests, so a run shows where the suite's time goes.
 test: setup lint docs engine torch-venv
-	ASCEND_BUILD_TORCH_PYTHON=$(TORCH_VENV)/bin/python $(BIN)/pytest \
+	ASCEND_BUILD_TORCH_PYTHON=$(TORCH_VENV)/bin/python $(BIN)/pytest --durations=25 \
 		$(if $(filter-out 0,$(TEST_WORKERS)),-n $(TEST_WORKERS) --dist loadgroup --no-loadscope-reorder)
 
 # Everything that needs no Docker Engine (seconds, not minutes).
