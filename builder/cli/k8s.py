@@ -10,10 +10,9 @@ from typing import Dict, Optional, Sequence, Tuple
 
 import typer
 
-from builder.cli.app import DeadlineOpt, app, host_arch
+from builder.cli.app import DeadlineOpt, app
 from builder.cli import k8s_choice
 from builder.cli.node import RequireOpt, RootOpt, how_chosen
-from builder.cli import paths
 from builder.cli.trust_key import TrustKeyOpt, trust_key as decide_trust_key
 from builder.errors import UserError
 from builder.vocabulary import CPU, NPU, VARIANTS, Label
@@ -28,24 +27,23 @@ MULTI_NODE_KINDS = ("volcano", "ascendjob")
 @k8s_app.command("job", context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
 def job_command(
     ctx: typer.Context,
-    registry: str = typer.Option(..., "--registry", help="HOST[:PORT][/REPOSITORY] the images are in."),
-    cann: Optional[str] = typer.Option(None, "--cann", help="The CANN release wanted, e.g. 8.0.RC3."),
+    registry: str = k8s_choice.RegistryOpt,
+    cann: Optional[str] = k8s_choice.CannOpt,
     npus: Optional[int] = typer.Option(None, "--npus",
                                        help="NPUs per pod (the device plugin's resource, limits = requests); "
                                             "with --variant cpu, processes per pod (default 1)."),
     variant: str = typer.Option(NPU, "--variant", metavar="npu|cpu",
                                 help="The NPU image (default), or its CPU twin: no NPU asked for, no driver mounted, "
                                      "any node of the arch (a manifest to try before any NPU image exists)."),
-    chip: Optional[str] = typer.Option(None, "--chip", help="Run on this chip's nodes of --nodes only (910b, a3, ...)."),
-    nodes: Optional[Path] = typer.Option(None, "--nodes", metavar="FILE", callback=paths.FILE,
-                                         help="`kubectl get nodes -o json` output: the pool (default: this host)."),
+    chip: Optional[str] = k8s_choice.ChipOpt,
+    nodes: Optional[Path] = k8s_choice.NodesOpt,
     kind: str = typer.Option("job", "--kind", metavar="job|volcano|ascendjob",
                              help="A batch/v1 Job (one pod), a Volcano Job or MindCluster's AscendJob over --nodes-count nodes."),
     nodes_count: int = typer.Option(1, "--nodes-count", help="--kind volcano or ascendjob: pods, one per node, N NPUs each."),
-    name: str = typer.Option("ascend-train", "--name", help="The job's name."),
+    name: str = k8s_choice.NameOpt,
     shm_size: str = typer.Option("16Gi", "--shm-size", help="Size limit of the in-memory /dev/shm."),
-    torch: Optional[str] = typer.Option(None, "--torch", help="Pin torch (default: the newest that fits)."),
-    python: Optional[str] = typer.Option(None, "--python", help="Pin Python, e.g. 3.10."),
+    torch: Optional[str] = k8s_choice.TorchOpt,
+    python: Optional[str] = k8s_choice.PythonOpt,
     trust_key: Optional[str] = TrustKeyOpt,
     require: str = RequireOpt,
     root: Path = RootOpt,
@@ -83,11 +81,7 @@ def job_command(
     launcher.check(tuple(ctx.args), nodes_count, kind)
     job.check_name(name)
     policy.check_requirement(require)
-    if variant == CPU and nodes is None:  # the twin needs no NPU: this host's arch is the pool
-        found = pool.Pool(node=chooser.Node(arch=host_arch(), chip=chip, driver=None, firmware=None),
-                          names=("this host",), weakest="this host", chip_values=(), drivers=())
-    else:
-        found = k8s_choice.read_pool(nodes, chip, root)
+    found = k8s_choice.read_pool(nodes, chip, root, variant)
     if kind in MULTI_NODE_KINDS and nodes is not None and nodes_count > len(found.names):
         raise UserError(f"--nodes-count {nodes_count}: the pool has {len(found.names)} node(s) and each pod needs its own",
                         fix=f"--nodes-count {len(found.names)} or fewer", exit_code=1)

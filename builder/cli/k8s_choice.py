@@ -12,18 +12,34 @@ from typing import Dict, Optional, Sequence, Tuple
 import typer
 
 from builder import commands
+from builder.cli import paths
 from builder.cli.app import host_arch, within
 from builder.errors import UserError
 from builder.k8s.pool import Pool
 from builder.registry import ImageInfo
-from builder.vocabulary import DEFAULT_IMAGE
+from builder.vocabulary import CPU, DEFAULT_IMAGE, NPU
+
+# The options `k8s job` and `k8s prepull` share: the same words choose the same image.
+RegistryOpt = typer.Option(..., "--registry", help="HOST[:PORT][/REPOSITORY] the images are in.")
+CannOpt = typer.Option(None, "--cann", help="The CANN release wanted, e.g. 8.0.RC3.")
+ChipOpt = typer.Option(None, "--chip", help="Only this chip's nodes of --nodes (910b, a3, ...).")
+NodesOpt = typer.Option(None, "--nodes", metavar="FILE", callback=paths.FILE,
+                        help="`kubectl get nodes -o json` output: the pool (default: this host).")
+NameOpt = typer.Option("ascend-train", "--name", help="The job's name (its pre-pull manifest is NAME-prepull).")
+TorchOpt = typer.Option(None, "--torch", help="Pin torch (default: the newest that fits).")
+PythonOpt = typer.Option(None, "--python", help="Pin Python, e.g. 3.10.")
 
 
-def read_pool(nodes: Optional[Path], chip: Optional[str], root: Path) -> Pool:
-    """``--nodes FILE`` (kubectl get nodes -o json), or this host's probe under ``root``."""
+def read_pool(nodes: Optional[Path], chip: Optional[str], root: Path, variant: str = NPU) -> Pool:
+    """``--nodes FILE`` (kubectl get nodes -o json), or this host: its probe under ``root``, or for
+    the CPU twin (which needs no NPU) any node of this host's arch."""
     from builder.k8s import pool
     from builder.node import host as host_probe
+    from builder.node import pull as chooser
 
+    if nodes is None and variant == CPU:
+        return pool.Pool(node=chooser.Node(arch=host_arch(), chip=chip, driver=None, firmware=None),
+                         names=("this host",), weakest="this host", chip_values=(), drivers=())
     if nodes is not None:
         try:
             text = nodes.read_text(encoding="utf-8")

@@ -9,7 +9,7 @@ from typing import Optional
 
 import typer
 
-from builder.cli import k8s_choice, paths
+from builder.cli import k8s_choice
 from builder.cli.app import DeadlineOpt
 from builder.cli.k8s import k8s_app
 from builder.cli.node import RequireOpt, RootOpt, how_chosen
@@ -22,16 +22,15 @@ PREPULL_KINDS = ("daemonset", "openkruise")
 
 @k8s_app.command("prepull")
 def prepull_command(
-    registry: str = typer.Option(..., "--registry", help="HOST[:PORT][/REPOSITORY] the images are in."),
-    cann: Optional[str] = typer.Option(None, "--cann", help="The CANN release wanted, e.g. 8.0.RC3."),
-    chip: Optional[str] = typer.Option(None, "--chip", help="Pull on this chip's nodes of --nodes only (910b, a3, ...)."),
-    nodes: Optional[Path] = typer.Option(None, "--nodes", metavar="FILE", callback=paths.FILE,
-                                         help="`kubectl get nodes -o json` output: the pool (default: this host)."),
+    registry: str = k8s_choice.RegistryOpt,
+    cann: Optional[str] = k8s_choice.CannOpt,
+    chip: Optional[str] = k8s_choice.ChipOpt,
+    nodes: Optional[Path] = k8s_choice.NodesOpt,
     kind: str = typer.Option("daemonset", "--kind", metavar="daemonset|openkruise",
                              help="An apps/v1 DaemonSet, or an OpenKruise ImagePullJob (needs --nodes: it names the nodes)."),
-    name: str = typer.Option("ascend-train", "--name", help="The job's name (the manifest is NAME-prepull)."),
-    torch: Optional[str] = typer.Option(None, "--torch", help="Pin torch (default: the newest that fits)."),
-    python: Optional[str] = typer.Option(None, "--python", help="Pin Python, e.g. 3.10."),
+    name: str = k8s_choice.NameOpt,
+    torch: Optional[str] = k8s_choice.TorchOpt,
+    python: Optional[str] = k8s_choice.PythonOpt,
     trust_key: Optional[str] = TrustKeyOpt,
     require: str = RequireOpt,
     root: Path = RootOpt,

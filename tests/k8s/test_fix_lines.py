@@ -69,7 +69,7 @@ def test_k8s_job_variant_cpu_prints_a_manifest_of_the_twin_with_no_npu_and_no_dr
         return (twin, []) if not pull.why_not(twin, node, wanted) else (None, [(twin, pull.why_not(twin, node, wanted))])
 
     monkeypatch.setattr(pull, "pick", pick)
-    monkeypatch.setattr("builder.cli.k8s.host_arch", lambda: "x86_64")
+    monkeypatch.setattr("builder.cli.k8s_choice.host_arch", lambda: "x86_64")
     result = CliRunner().invoke(cli.app, ["k8s", "job", "--registry", "r.example:5000/team/pt", "--variant", "cpu",
                                           "--", "python", "train.py"])
     assert result.exit_code == 0, result.output
@@ -102,7 +102,7 @@ def test_k8s_job_variant_cpu_retry_names_the_twins_cann_and_keeps_variant(monkey
     twin = ImageInfo(f"{cell_8_0_rc3().id}-cpu", "sha256:" + "c" * 64, labels, "amd64")
     monkeypatch.setattr(pull, "pick", lambda registry, repository, node, wanted, key=None, require="any":
                         (None, [(twin, pull.why_not(twin, node, wanted))]))
-    monkeypatch.setattr("builder.cli.k8s.host_arch", lambda: "x86_64")
+    monkeypatch.setattr("builder.cli.k8s_choice.host_arch", lambda: "x86_64")
     result = CliRunner().invoke(cli.app, ["k8s", "job", "--registry", "r:5000/pt", "--variant", "cpu", "--cann", "8.5.0",
                                           "--", "python", "t.py"])
     assert result.exit_code == 1, result.output
