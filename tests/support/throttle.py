@@ -16,10 +16,12 @@ import time
 from typing import List, Optional
 
 CHUNK = 64 << 10
+BURST = 256 << 10  # the bucket's depth: a link idle for a moment may send this much at once
 
 
 class _Bucket:
-    """``rate`` bytes a second: each send of n bytes reserves the next n / rate seconds of the link."""
+    """``rate`` bytes a second: each send of n bytes reserves the next n / rate seconds of the link
+    (a token bucket `BURST` deep, so a connection's own pauses between reads are not lost time)."""
 
     def __init__(self, rate: Optional[float]):
         self.rate = rate
@@ -33,7 +35,7 @@ class _Bucket:
             if not self.rate:
                 return
             now = time.monotonic()
-            self.free_at = max(self.free_at, now) + n / self.rate
+            self.free_at = max(self.free_at, now - BURST / self.rate) + n / self.rate
             until = self.free_at
         pause = until - time.monotonic()
         if pause > 0:
