@@ -15,10 +15,11 @@ How, per selected tag (the selection and the trust check are `mirror`'s, at the 
 2. each blob (configs, layers, the statements' envelopes) is asked of the cache once, for its first
    byte only (`Registry.holds_blob`, hanging up on the answer's head): a cache that stores it
    answers 206; one that does not answers 200 and, asked, starts storing it from the source;
-3. the blobs it did not store are asked again, with a growing pause, until it answers 206. Every
-   ask while the cache still fetches costs the source what was in flight before the hang-up (a
-   HEAD would cost a whole copy: docker-registry answers a HEAD for a blob it does not store by
-   reading the blob from its source), so the pause grows to `POLL_CAP`.
+3. the blobs it did not store are asked again, one at a time (the cache fetches them all
+   meanwhile), with a pause that doubles up to `POLL_CAP`, until each answers 206. Every ask while
+   the cache still fetches costs the source what was in flight before the hang-up: about the
+   link's rate times the hang-up's latency (a HEAD would cost a whole copy: docker-registry answers
+   a HEAD for a blob it does not store by reading the blob from its source).
 
 The 206-from-storage signal is docker-registry's: another cache that answers ranges while it
 streams from its source would look warm before it is.
@@ -149,21 +150,23 @@ def _warm_unit(source: mirror.RegistryPlace, cache: Registry, unit: mirror.Unit,
         else:
             waiting[digest] = (size, time.monotonic() + cache.blob_deadline(size))
     pause = POLL_FIRST
-    while waiting:
+    while waiting:  # one blob asked at a time: the cache fetches them all meanwhile, and each ask costs
         sleep(pause)
-        pause = min(POLL_CAP, pause * 2)
-        for digest, (size, until) in list(waiting.items()):
-            figures.asks += 1
-            if _ask(cache, repository, digest, unit):
-                figures.blobs_fetched, figures.bytes_fetched = figures.blobs_fetched + 1, figures.bytes_fetched + size
-                figures.done[digest] = size
-                del waiting[digest]
-            elif time.monotonic() > until:
-                raise UserError(f"the cache {where} did not store {digest} ({size} bytes) of {unit.what} within "
-                                f"{cache.blob_deadline(size):.0f} s; {len(figures.done)} blob(s) are stored, "
-                                f"{len(waiting)} not yet", exit_code=1,
-                                fix="check the cache's log and its route to the source, then run the command again: "
-                                    "what the cache stores is not fetched again")
+        digest, (size, until) = next(iter(waiting.items()))
+        figures.asks += 1
+        if _ask(cache, repository, digest, unit):
+            figures.blobs_fetched, figures.bytes_fetched = figures.blobs_fetched + 1, figures.bytes_fetched + size
+            figures.done[digest] = size
+            del waiting[digest]
+            pause = POLL_FIRST
+        elif time.monotonic() > until:
+            raise UserError(f"the cache {where} did not store {digest} ({size} bytes) of {unit.what} within "
+                            f"{cache.blob_deadline(size):.0f} s; {len(figures.done)} blob(s) are stored, "
+                            f"{len(waiting)} not yet", exit_code=1,
+                            fix="check the cache's log and its route to the source, then run the command again: "
+                                "what the cache stores is not fetched again")
+        else:
+            pause = min(POLL_CAP, pause * 2)
 
 
 def _ask(cache: Registry, repository: str, digest: str, unit: mirror.Unit) -> bool:

@@ -110,7 +110,7 @@ def test_after_the_warm_eight_pulls_at_once_cost_the_source_one_copy_of_each_blo
           f"of both arches' {image}), {pulls} during the 8 pulls ({pulls / one_arch:.2f} of the x86 image)")
     if warm:  # one copy of each blob (the warm's), plus what the hung-up asks had in flight
         assert pulls == 0  # the pulls read manifests by digest and blobs: all from the cache
-        assert image <= throttle.bytes_down < 1.25 * image
+        assert image <= throttle.bytes_down < 1.5 * image  # the asks' waste grows with the machine's load
     else:  # a cold cache: its own copy, and a stream from the source for each pull asking before it is stored
         assert pulls > 2 * one_arch
 
@@ -145,3 +145,41 @@ def test_a_destination_that_is_not_a_cache_of_the_source_is_refused(route, tmp_p
 def test_bad_warm_destinations_are_refused_before_anything_is_asked(destination, said, tmp_path):
     done = cli("mirror", f"127.0.0.1:5998/{REPO}", destination.format(tmp=tmp_path), "--warm")
     assert done.returncode == 2 and said in done.stderr and "fix:" in done.stderr
+
+
+class NeverStores:
+    """A cache that answers the tag and the manifests but never stores a blob (always 200)."""
+
+    name = "cache.example:5000"
+
+    def __init__(self, manifests):
+        self.manifests, self.asked = manifests, []
+
+    def manifest(self, repository, reference):
+        return self.manifests[reference]
+
+    def holds_blob(self, repository, digest):
+        self.asked.append(digest)
+        return False
+
+    def blob_deadline(self, size):
+        return 0.0
+
+
+def test_a_cache_that_never_stores_a_blob_is_named_with_what_is_and_is_not_stored():
+    from builder.errors import UserError
+    from builder.node import cache_warm, mirror
+    from builder.registry import OCI_MANIFEST, Manifest
+
+    data = {"config": {"digest": "sha256:" + "c" * 64, "size": 10},
+            "layers": [{"digest": "sha256:" + "a" * 64, "size": 1 << 20}]}
+    image = Manifest("sha256:" + "1" * 64, OCI_MANIFEST, json.dumps(data).encode(), data)
+    cache = NeverStores({"v1": image, image.digest: image})
+    source = mirror.RegistryPlace(Registry("127.0.0.1:5000"), REPO)
+    unit = mirror.Unit("v1", image, [mirror.Image(image, {}, None)])
+    pauses: List[float] = []
+    with pytest.raises(UserError) as failed:
+        cache_warm._warm_unit(source, cache, unit, cache_warm.Warmed(), pauses.append)  # type: ignore[arg-type]
+    assert f"the cache cache.example:5000/{REPO} did not store sha256:{'c' * 64} (10 bytes) of v1" in failed.value.message
+    assert "0 blob(s) are stored, 2 not yet" in failed.value.message and "run the command again" in failed.value.fix
+    assert cache.asked == [f"sha256:{'c' * 64}", f"sha256:{'a' * 64}", f"sha256:{'c' * 64}"] and pauses == [0.05]
