@@ -162,6 +162,7 @@ class Run:
     crossed: int
     seconds: float
     warm_seconds: float = 0.0
+    warm_crossed: int = 0
 
 
 def _cache_run(work: Path, link: Throttle, n: int, mode: str) -> Run:
@@ -175,14 +176,14 @@ def _cache_run(work: Path, link: Throttle, n: int, mode: str) -> Run:
         return Run(link.bytes_down - before, time.monotonic() - started)
     cache = hm.serve(work / f"{label}-cache", extra=f"proxy: {{remoteurl: 'http://{link.host}'}}\n")
     try:
-        warm_seconds = 0.0
+        warm_seconds, warm_crossed = 0.0, 0
         started = time.monotonic()
         if mode == "warm":
             cache_warm.warm(mirror.place(f"{link.host}/{REPO}", REPO, create=False), Registry(cache.host),
                             mirror.Selection())
-            warm_seconds = time.monotonic() - started
+            warm_seconds, warm_crossed = time.monotonic() - started, link.bytes_down - before
         _at_once(cache.host, REPO, "v1", n)
-        return Run(link.bytes_down - before, time.monotonic() - started, warm_seconds)
+        return Run(link.bytes_down - before, time.monotonic() - started, warm_seconds, warm_crossed)
     finally:
         cache.stop()
 
@@ -209,7 +210,10 @@ def bench_cache(work: Path, fanout: Sequence[int] = FANOUT, rate: Optional[float
         print(f"  {n:>3} | {d:>7.2f} {direct.seconds:>9.2f} s | {c:>7.2f} {cold.seconds:>7.2f} s "
               f"({c / d:.2f}x, {cold.seconds / direct.seconds:.2f}x) | {w:>7.2f} {warm.warm_seconds:>5.2f} + "
               f"{warm.seconds - warm.warm_seconds:>5.2f} s ({w / d:.3f}x, {warm.seconds / direct.seconds:.2f}x)")
-        figures[f"cache N={n}: source egress direct / cold / warm (images)"] = f"{d:.2f} / {c:.2f} / {w:.2f}"
+        print(f"  {'':>3} | {'':>19} | {'':>30} | of which the warm {warm.warm_crossed / size:.2f}, "
+              f"the pulls {(warm.crossed - warm.warm_crossed) / size:.3f}")
+        figures[f"cache N={n}: source egress direct / cold / warm (images)"] = (
+            f"{d:.2f} / {c:.2f} / {w:.2f} (the warm {warm.warm_crossed / size:.2f})")
         figures[f"cache N={n}: seconds direct / cold / warm+pulls"] = (
             f"{direct.seconds:.2f} / {cold.seconds:.2f} / {warm.warm_seconds:.2f}+{warm.seconds - warm.warm_seconds:.2f}"
             f" at {_rate(rate)}")
@@ -220,12 +224,17 @@ def bench_cache(work: Path, fanout: Sequence[int] = FANOUT, rate: Optional[float
 # --- layer sizes of real images ------------------------------------------------------------------------
 
 def _step(created_by: str) -> str:
-    """The Dockerfile step a history entry names, short: its instruction and the command's start."""
-    text = re.sub(r"^/bin/(ba)?sh -c (#\(nop\) )?", "", created_by.strip())
-    text = re.sub(r"--mount=\S+\s*", "", text.replace("\\\n", " "))
-    text = re.sub(r"if \[ -s /run/secrets/buildenv \]; then \. /run/secrets/buildenv; fi &&\s*", "", text)
-    text = re.sub(r"^/bin/bash -o pipefail -c ", "RUN ", text)
-    return re.sub(r"\s+", " ", text)[:110]
+    """The Dockerfile step a history entry names, short: its instruction and what the command does."""
+    text = re.sub(r"\s+", " ", created_by.replace("\\\n", " ")).strip()
+    if not text:
+        return "(a layer of the base image)"
+    text = re.sub(r"^/bin/(ba)?sh -c (#\(nop\) )?", "", text)
+    text = re.sub(r"^RUN \|\d+ (\S+=\S* )*", "RUN ", text)
+    text = text.replace("/bin/bash -o pipefail -c ", "")
+    text = re.sub(r"--mount=\S+ ?", "", text)
+    text = re.sub(r"if \[ [^]]*\]; then .*?fi && ", "", text)  # the secrets' and the opt-in's guards
+    text = re.sub(r'\w+="\$\{[^}]*\}" && |\w+=\(\) && |"\$\{\w+\[@\]\}" ', "", text)  # defaults, option arrays
+    return text.replace(" # buildkit", "")[:100]
 
 
 def _engine_twins():
