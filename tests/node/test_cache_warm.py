@@ -183,3 +183,20 @@ def test_a_cache_that_never_stores_a_blob_is_named_with_what_is_and_is_not_store
     assert f"the cache cache.example:5000/{REPO} did not store sha256:{'c' * 64} (10 bytes) of v1" in failed.value.message
     assert "0 blob(s) are stored, 2 not yet" in failed.value.message and "run the command again" in failed.value.fix
     assert cache.asked == [f"sha256:{'c' * 64}", f"sha256:{'a' * 64}", f"sha256:{'c' * 64}"] and pauses == [0.05]
+
+
+def test_with_a_key_an_image_without_statements_is_refused_and_the_cache_is_asked_nothing(route, tmp_path):
+    from builder.trust import signing
+
+    source, throttle, cache, _ = route
+    saved = os.environ.pop(signing.PASSPHRASE_ENV, None)
+    try:
+        _, public = signing.generate(tmp_path, "team")
+    finally:
+        if saved is not None:
+            os.environ[signing.PASSPHRASE_ENV] = saved
+    before = throttle.bytes_down
+    done = cli("mirror", f"{source.host}/{REPO}", cache.host, "--warm", "--trust-key", str(public))
+    assert done.returncode == 1, done.stdout
+    assert "do not verify; the cache was not asked for anything" in done.stderr and "v1 (sha256:" in done.stderr
+    assert throttle.bytes_down == before and "/v2/team/train/" not in cache.log()
