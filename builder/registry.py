@@ -678,6 +678,38 @@ class Registry:
             # the consumer's own failures (a full disk, a refused upload) pass through unchanged
             yield Checked(response, digest, size, f"{self.name}/{repository}@{digest}")
 
+    def holds_blob(self, repository: str, digest: str) -> bool:
+        """Ask for the first byte of the blob ``digest`` (``Range: bytes=0-0``) and hang up as soon as
+        the answer's head arrives, reading none of its body. True when the registry answered 206 (it
+        served the range from a blob it stores); False when it answered 200, which is how
+        docker-registry as a pull-through cache answers for a blob it does not store yet: it streams
+        the whole blob from its source, and starts storing it (`builder.node.cache_warm`).
+        LookupError when the registry has no such blob. Unlike a HEAD, which such a cache answers by
+        reading the whole blob from its source, the hang-up stops the stream after what was in flight."""
+        repository = self.repository(repository)
+        if not _DIGEST.match(digest):
+            raise self._fail(f"{digest!r} is not a sha256 digest")
+        path = f"/v2/{repository}/blobs/{digest}"
+        scope = f"repository:{repository}:pull"
+        deadline = time.monotonic() + self.deadline
+        for attempt in range(2):
+            request = urllib.request.Request(self.base + path, method="GET", headers={"Range": "bytes=0-0"})
+            if scope in self._auth:
+                request.add_header("Authorization", self._auth[scope])
+            try:
+                with self._open(request, deadline) as response:
+                    return bool(response.status == 206)  # closed unread: the connection ends here
+            except urllib.error.HTTPError as exc:
+                if exc.code == 401 and attempt == 0:
+                    self._authorize(str(exc.headers.get("WWW-Authenticate", ""))[:4096], scope)
+                    continue
+                raise self._http_failure(exc, "GET", path) from None
+            except bounded.Cut as cut:
+                raise self._cut(cut, path, 1) from None
+            except (http.client.HTTPException, OSError) as exc:
+                raise Transient(f"the connection broke during GET {path} ({type(exc).__name__})") from None
+        raise AssertionError("unreachable")
+
     def _http_failure(self, exc: urllib.error.HTTPError, method: str, what: str) -> Exception:
         if exc.code == 404:
             return LookupError(what)

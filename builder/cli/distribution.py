@@ -31,6 +31,8 @@ def mirror_command(
     cells: List[str] = typer.Option([], "--cell", help="Only this cell's images (repeatable)."),
     trust_key: Optional[str] = TrustKeyOpt,
     require: str = RequireOpt,
+    warm: bool = typer.Option(False, "--warm", help="DST is a pull-through cache of SRC: copy nothing, make it "
+                                                    "store every blob of the selected images, and wait until it does."),
     as_json: bool = JsonOpt,
     deadline: Optional[float] = DeadlineOpt,
 ) -> None:
@@ -41,6 +43,11 @@ def mirror_command(
     holds are skipped (mounted when SRC and DST are one registry); a run again of an unchanged
     selection copies no blob byte. Credentials as `pull` and `push` take them, per registry.
 
+    With --warm, DST is a pull-through cache in front of SRC (HOST[:PORT], serving SRC's repository):
+    each blob of the selected images (both arches of an index, and their statements) is asked of the
+    cache until it answers from its own storage, so that N nodes pulling through it at once cost SRC
+    one copy of each blob.
+
     Example: ascend-build mirror registry.example:5000/ascend-build/pytorch oci:./carry --cann 8.0.RC3 --trust-key team.pub
     """
     from builder.node import mirror
@@ -50,6 +57,8 @@ def mirror_command(
     trusted = decide_trust_key(trust_key)
     key = trusted.key
     selection = mirror.Selection(cann=cann, chip=chip, cells=tuple(cells))
+    if warm:
+        return _warm(source, destination, selection, trusted, require, as_json, deadline)
     with interruptible(), within(deadline, MIRROR_DEADLINE):
         src = mirror.place(source, DEFAULT_IMAGE, create=False)
         dst = mirror.place(destination, DEFAULT_IMAGE, create=True)
@@ -63,6 +72,26 @@ def mirror_command(
                                **figures.to_dict()}, indent=2))
         return
     typer.echo(f"{src.name} -> {dst.name}: {len(units)} tag(s)\n  {mirror.describe(figures)}\n  {verified}")
+
+
+def _warm(source: str, destination: str, selection, trusted, require: str, as_json: bool,
+          deadline: Optional[float]) -> None:
+    from builder.node import cache_warm, mirror
+
+    with interruptible(), within(deadline, MIRROR_DEADLINE):
+        src = mirror.place(source, DEFAULT_IMAGE, create=False)
+        cache = cache_warm.cache_of(destination, src)
+        units, figures = cache_warm.warm(src, cache, selection, trusted.key, require,
+                                         say=(lambda _: None) if as_json else lambda line: typer.echo(f"warmed {line}"))
+    where = f"{cache.name}/{src.repository}"
+    verified = (f"statements verified at the source with {trusted.path} (--require {require})"
+                if trusted.key is not None else "no --trust-key: the source's statements were not checked")
+    if as_json:
+        typer.echo(json.dumps({"source": src.name, "cache": where, "tags": [u.tag for u in units],
+                               "digests": {u.tag: u.top.digest for u in units}, "verified": trusted.key is not None,
+                               **figures.to_dict()}, indent=2))
+        return
+    typer.echo(f"{src.name} -> the cache {where}: {len(units)} tag(s)\n  {cache_warm.describe(figures)}\n  {verified}")
 
 
 @k8s_app.command("mirror-config")
