@@ -16,7 +16,8 @@ import yaml
 
 from builder import installers, knowledge, python_env, versions
 from builder.images import checks, matrix
-from tests.support.matrix import cell_index
+from builder.knowledge.pairings import listed
+from tests.support.matrix import cell_index, write_cells
 
 DATA = knowledge.DATA_DIR
 
@@ -260,3 +261,37 @@ def test_every_cann_release_has_a_python_range_with_a_source_or_the_not_checked_
         if item.get("nnal"):
             stated = python_env.python_range(str(item["cann"]))
             assert stated is not None and all(stated.allows(p) for p in item["nnal"]) and item["nnal_quote"], item
+
+
+def test_every_hdk_per_product_table_names_known_products_and_each_row_validates(kb, compat, tmp_path):
+    """The per-product HDK tables (``cann_hdk.releases[].paired_hdk_by_product``) and the products
+    (``chips.products``) agree: every key is a product's name as the source spells it (or
+    other_products), every value an HDK the knowledge base names, every table a named source, every
+    product of a known chip and in some table; and a CANN-only cell of each product at its number
+    validates on every arch with no error."""
+    products = compat["chips"]["products"]["items"]
+    names = {str(p["name"]): str(p["id"]) for p in products}
+    assert len(names) == len({str(p["id"]) for p in products}) == len(products)
+    assert [p["id"] for p in products if str(p["chip"]) not in kb.chips()] == []
+    tabled = set()
+    cells = []
+    for entry in compat["cann_hdk"]["releases"]:
+        table = entry.get("paired_hdk_by_product")
+        if not table:
+            assert "by_product_source" not in entry, entry["version"]
+            continue
+        assert entry["by_product_source"] in compat["sources"] and entry["by_product_source"] in listed(entry["source"])
+        assert [k for k in table if k not in names and k != knowledge.OTHER_PRODUCTS] == [], entry["version"]
+        assert [v for v in table.values() if not kb.hdk_known(str(v))[0]] == [], entry["version"]
+        for name, hdk in table.items():
+            if name in names:
+                tabled.add(names[name])
+                product = kb.product(names[name])
+                assert kb.min_driver(str(entry["version"]), product.id) == str(hdk)
+                cells += [{"os": "ubuntu22.04", "arch": arch, "chip": product.chip, "cann": str(entry["version"]),
+                           "python": "3.11", "product": product.id, "min_driver": str(hdk)} for arch in ("aarch64", "x86_64")]
+    assert tabled == set(names.values())  # a product no table names would change nothing
+    path, _ = write_cells(tmp_path, *cells)
+    loaded = matrix.load(path)
+    assert loaded.findings == []
+    assert [(f.field, f.rule) for f in checks.check(loaded.cells, kb) if f.severity == "error"] == []

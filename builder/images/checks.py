@@ -287,8 +287,12 @@ def glibc_new_enough(cell: Cell, kb) -> Findings:
 def driver_supports_cann(cell: Cell, kb) -> Findings:
     """A CANN release needs at least its paired driver; a newer driver runs older CANN. Where a
     major downstream's release notes name an older driver for it (MindIE for CANN 8.2.RC1),
-    that driver is a warning naming them."""
-    needed = kb.min_driver(cell.cann)
+    that driver is a warning naming them. On a product the release numbers its HDK apart for
+    (``product:``), the minimum is that product's (``kb.min_driver(cann, product)``)."""
+    needed = kb.min_driver(cell.cann, cell.product)
+    reason = kb.min_driver_reason(cell.cann, cell.product)[1]
+    by_product = bool(kb.product_hdk(cell.cann, cell.product))
+    target = f"CANN {cell.cann}" + (f" on {cell.product}" if by_product else "")
     if not cell.driver:
         yield _finding(cell, "driver", "driver-missing",
                        f"no min_driver given and none known for CANN {cell.cann}",
@@ -303,18 +307,55 @@ def driver_supports_cann(cell: Cell, kb) -> Findings:
         shipped = kb.downstream_driver(cell.cann, cell.driver)
         if shipped:  # CANN's notes and a downstream's disagree: the strictest is the default, not a refusal
             yield _finding(cell, "driver", "driver-downstream",
-                           f"driver {cell.driver} is below {needed}, the minimum HDK for CANN {cell.cann} "
-                           f"({kb.min_driver_reason(cell.cann)[1]}), but a downstream runs this pair ({shipped})",
+                           f"driver {cell.driver} is below {needed}, the minimum HDK for {target} "
+                           f"({reason}), but a downstream runs this pair ({shipped})",
                            f"validate the image on an NPU host, or set driver: {needed} or newer", severity="warning")
             return
         yield _finding(cell, "driver", "driver-too-old",
-                       f"min_driver {cell.driver} is below {needed}, the minimum HDK for CANN {cell.cann} "
-                       f"({kb.min_driver_reason(cell.cann)[1]}): min_driver is the oldest driver the image "
+                       f"min_driver {cell.driver} is below {needed}, the minimum HDK for {target} "
+                       f"({reason}): min_driver is the oldest driver the image "
                        "declares it runs on (its min-driver label, which pull, run and doctor compare with a "
-                       "node's driver), not your nodes' driver, and no image of this CANN runs on an older one",
-                       f"leave min_driver out (it follows from CANN: {needed}), or set min_driver: {needed} or newer; "
+                       "node's driver), not your nodes' driver, and no image of this CANN runs on an older one"
+                       + (" on that product" if by_product else ""),
+                       f"leave min_driver out (it follows from CANN{' and product' if by_product else ''}: {needed}), "
+                       f"or set min_driver: {needed} or newer; "
                        "a team-wide min_driver under defaults: fits only CANN releases that need no newer "
                        "driver (nodes below it need their driver and firmware upgraded for this cell)")
+
+
+def product_fits(cell: Cell, kb) -> Findings:
+    """Where a CANN release numbers its HDK per product (``paired_hdk_by_product``: MindCluster's
+    mapping for CANN 9.1.0 on the 950's products), the cell's ``product:`` picks the number. A product
+    of another chip is refused; a product the release's table does not name, and a cell of such a
+    chip that names none, are warnings (the CANN's own minimum then applies)."""
+    table = dict(kb.hdk_by_product(cell.cann))
+    choices = [p for p in kb.products() if p.chip == cell.chip and p.id in table]
+    if not cell.product:
+        if choices:
+            listed = ", ".join(f"{p.id} {table[p.id]}" for p in choices)
+            yield _finding(cell, "chip", "product-unstated",
+                           f"CANN {cell.cann} numbers its HDK per product on chip {cell.chip} ({listed}; "
+                           f"{kb.hdk_by_product_source(cell.cann)}); the cell names no product, so its minimum driver "
+                           f"is the CANN's own ({kb.min_driver(cell.cann)})",
+                           f"add product: {choices[0].id} (or {', '.join(p.id for p in choices[1:])}) when the image "
+                           "targets one of them", severity="warning")
+        return
+    product = kb.product(cell.product)
+    if product is None:  # the schema refuses an unknown id; a Cell made in code may still carry one
+        return
+    if product.chip != cell.chip:
+        yield _finding(cell, "product", "product-chip",
+                       f"product {cell.product} ({product.name}) is a chip {product.chip} product; the cell's chip is {cell.chip}",
+                       f"set chip: {product.chip}, or drop product: for a chip {cell.chip} image")
+        return
+    if cell.product not in table:
+        why = (f"its table names {', '.join(p for p in table if p != knowledge.OTHER_PRODUCTS)}" if table
+               else "it numbers its HDK the same on every product, as far as the knowledge base knows")
+        yield _finding(cell, "product", "product-hdk-unknown",
+                       f"the knowledge base holds no HDK of {product.name} for CANN {cell.cann} ({why}); "
+                       f"the minimum driver is the CANN's own ({kb.min_driver(cell.cann)})",
+                       "set min_driver: to the HDK the product's own notes name for this CANN, or drop product:",
+                       severity="warning")
 
 
 def driver_known(cell: Cell, kb) -> Findings:
@@ -568,7 +609,7 @@ def own_wheel_fits(cell: Cell, kb) -> Findings:
 RULES = (
     cann_known, torch_npu_published, torch_matches_pin, cann_paired, python_has_wheel, python_within_cann,
     nnal_python, glibc_new_enough,
-    driver_supports_cann, driver_known, firmware_in_range, chip_supported, venv_python_matches, installers_verifiable, tag_fits,
+    product_fits, driver_supports_cann, driver_known, firmware_in_range, chip_supported, venv_python_matches, installers_verifiable, tag_fits,
     pins_within_cann_limits, env_vars_accepted, nnal_published, torch_atb_glibc, own_wheel_fits,
 )
 

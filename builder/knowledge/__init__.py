@@ -11,7 +11,7 @@ It is split by concern, one part per module, each reading only its own data:
 
 * `releases`     torch_npu and CANN releases, their pairings and compatibility windows (``Releases``);
 * `environment`  the Python environment: torch pins, Python lines, base OSes (``Environment``);
-* `drivers`      chips, driver (HDK) minimums, firmware (``Drivers``);
+* `drivers`      chips, products, driver (HDK) minimums, firmware (``Drivers``);
 * `downloads`    where installers come from, Miniforge, uv (``Downloads``, ``Installer``);
 * `ascend_errors` the error table (``error_entries``).
 
@@ -41,7 +41,7 @@ from functools import lru_cache
 from typing import Any, Mapping, Optional, Tuple
 
 from builder.knowledge.downloads import CannRelease, Downloads, Installer
-from builder.knowledge.drivers import Drivers, chip_of_soc, chip_min_cann
+from builder.knowledge.drivers import OTHER_PRODUCTS, Drivers, Product, chip_of_soc, chip_min_cann
 from builder.knowledge.environment import Environment, OsInfo, known_arch
 from builder.knowledge.ascend_errors import ERRORS_FILE, error_entries
 from builder.knowledge.files import DATA_DIR, read_json, read_yaml
@@ -104,6 +104,11 @@ class KnowledgeBase:
         self.os_ids = environment.os_ids
         # drivers and products
         self.chips = drivers.chips
+        self.products = drivers.products
+        self.product = drivers.product
+        self.hdk_by_product = drivers.hdk_by_product
+        self.hdk_by_product_source = drivers.hdk_by_product_source
+        self.product_hdk = drivers.product_hdk
         self.chip_min_cann = drivers.chip_min_cann
         self.paired_hdk = drivers.paired_hdk
         self.min_driver_reason = drivers.min_driver_reason
@@ -145,5 +150,5 @@ def load() -> KnowledgeBase:
     )
 
 
-__all__ = ["load", "KnowledgeBase", "TorchNpu", "CompatWindow", "OsInfo", "Installer", "CannRelease", "ARCHES", "CHIPS", "DATA_DIR", "ERRORS_FILE",
+__all__ = ["load", "KnowledgeBase", "TorchNpu", "CompatWindow", "OsInfo", "Product", "OTHER_PRODUCTS", "Installer", "CannRelease", "ARCHES", "CHIPS", "DATA_DIR", "ERRORS_FILE",
            "error_entries", "chip_of_soc", "chip_min_cann", "known_arch"]

@@ -589,6 +589,7 @@ COVERED = {
     "python_within_cann": ("python-outside-cann", "python-outside-cann-shipped"),
     "nnal_python": ("nnal-python",),
     "glibc_new_enough": ("glibc-too-old",),
+    "product_fits": ("product-chip", "product-unstated", "product-hdk-unknown"),  # tests/test_product_hdk.py
     "driver_supports_cann": ("driver-too-old", "driver-missing", "version-syntax", "driver-downstream"),
     "firmware_in_range": ("firmware-out-of-range", "version-syntax", "firmware-unknown", "firmware-unlisted"),
     "driver_known": ("driver-unknown", "driver-unlisted"),
@@ -845,6 +846,10 @@ SHAPE_CASES: Dict[str, List[dict]] = {
     "installer-unknown": [dict(VALID, cann="8.4.0")],
     "installer-sha256-unknown": [A3_LOCAL],
     "driver-missing": [dict(VALID, cann="8.4.0")],
+    "product-chip": [dict(VALID, product="atlas-350")],
+    "product-unstated": [dict(VALID, arch="aarch64", chip="950", cann="9.1.0", python="3.11", torch_npu="2.12.0")],
+    "product-hdk-unknown": [dict(VALID, arch="aarch64", chip="950", cann="9.0.0", python="3.11", torch_npu="2.9.0.post2",
+                                 product="atlas-350")],
     "driver-too-old": [dict(VALID, min_driver="23.0.3")],
     "driver-downstream": [dict(VALID, cann="8.2.RC1", torch_npu="2.5.1.post1", python="3.10", min_driver="24.1.RC3")],
     "driver-key-renamed": [dict(VALID, driver="24.1.RC3")],
