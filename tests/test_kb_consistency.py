@@ -295,3 +295,23 @@ def test_every_hdk_per_product_table_names_known_products_and_each_row_validates
     loaded = matrix.load(path)
     assert loaded.findings == []
     assert [(f.field, f.rule) for f in checks.check(loaded.cells, kb) if f.severity == "error"] == []
+
+
+def test_every_cann_release_has_an_os_list_with_its_page_or_the_not_checked_marker(kb):
+    """``os.yaml``'s ``cann_os``: every release the knowledge base knows has its guide's OS list
+    (with the page it was read on) or an os_not_checked entry with why, never both and never
+    neither; every os id's family is spelled for the guides, and every such family is named by
+    some list (else the rule could never tell it apart)."""
+    cann_os = _yaml("os.yaml")["cann_os"]
+    listed_ = [str(i["cann"]) for i in cann_os["listed"]]
+    marked = [str(i["cann"]) for i in cann_os["os_not_checked"]]
+    assert all(re.search(r"https?://\S+$", str(i["source"])) for i in cann_os["listed"])
+    assert all(i["os"] and isinstance(i.get("complete", True), bool) for i in cann_os["listed"])
+    assert all(str(i["why"]).strip() for i in cann_os["os_not_checked"])
+    assert [c for c in listed_ + marked if not _known(kb, c)] == []
+    assert len(listed_ + marked) == len({kb.canonical_cann(c) for c in listed_ + marked})  # each release once
+    for cann in kb.cann_releases():
+        assert (kb.cann_os(cann) is not None) != bool(kb.cann_os_not_checked(cann)), cann
+    assert [o for o in kb.os_ids() if kb.os_family_name(o) is None] == []
+    for family in cann_os["family_names"].values():
+        assert any(kb.cann_os(c).names(family) for c in listed_), family

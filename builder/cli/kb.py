@@ -220,6 +220,7 @@ def describe_cann(kb: KnowledgeBase, version: str) -> Dict[str, Any]:
         "torch_npu": [r.version for r in kb.torch_npu_for_cann(version)],
         "compatible_pta": _compatible_pta(kb, version),
         "python": _python_rows(version),
+        "os": _os_rows(kb, version),
         "python_limits": [c.requirement + (f" (on {c.python})" if c.python else "")
                           for c in python_env.release_constraints(version)],
         "download_folder": kb.cann_release_folder(version),
@@ -254,6 +255,25 @@ def _compatible_pta(kb: KnowledgeBase, cann: str) -> Optional[Dict[str, Any]]:
         if window.covers(cann):
             return {"pta": window.pta_text, "source": ", ".join(window.sources)}
     return None
+
+
+def _os_rows(kb: KnowledgeBase, version: str) -> Optional[Dict[str, Any]]:
+    """The OS families the release's installation guide names, and its page; "not checked" with
+    why where the knowledge base holds no such page; None for a release it does not know.
+
+    Example:
+        >>> from builder.knowledge import load
+        >>> _os_rows(load(), "9.0.0")["named"][:3], _os_rows(load(), "8.1.RC1")["named"]
+        (['openEuler', 'Ubuntu', 'veLinux'], 'not checked')
+    """
+    stated = kb.cann_os(version)
+    if stated is None:
+        why = kb.cann_os_not_checked(version)
+        return {"named": "not checked", "why": why} if why else None
+    rows: Dict[str, Any] = {"named": list(stated.os), "source": stated.source}
+    if not stated.complete:
+        rows["complete"] = "no: read in part, a family missing from it is not checked"
+    return rows
 
 
 def _python_rows(version: str) -> Optional[Dict[str, Any]]:

@@ -24,7 +24,7 @@ from __future__ import annotations
 from collections import Counter
 from functools import lru_cache
 from pathlib import Path
-from typing import Callable, Iterator, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, Callable, Iterator, List, Mapping, Optional, Sequence, Tuple
 
 from packaging.utils import canonicalize_name
 
@@ -254,10 +254,12 @@ def nnal_python(cell: Cell, kb) -> Findings:
                    severity="warning")
 
 
-def not_checked(cells: List[Cell]) -> List[Finding]:
+def not_checked(cells: List[Cell], kb: Any = None) -> List[Finding]:
     """What `validate --strict` reports as not checked (a warning each, so --strict refuses it):
     a cell whose CANN release's Python range the knowledge base marks as not published or not
-    found (``python_not_checked``). Without --strict nothing is said: unknown is not incompatible."""
+    found (``python_not_checked``), and one whose release's OS list it marks so (``os_not_checked``).
+    Without --strict nothing is said: unknown is not incompatible."""
+    kb = kb or knowledge.load()
     out = []
     for cell in cells:
         why = python_env.python_not_checked(cell.cann)
@@ -268,7 +270,32 @@ def not_checked(cells: List[Cell]) -> List[Finding]:
                                 f"Python range of that release ({why})",
                                 "validate the image on an NPU host; when the release's installation guide is found, "
                                 "add its range with its source to builder/data/python-env.yaml", severity="warning"))
+        why_os = kb.cann_os_not_checked(cell.cann)
+        if why_os:
+            out.append(_finding(cell, "os", "os-not-checked",
+                                f"{cell.os} is not checked against CANN {cell.cann}: the knowledge base holds no list of "
+                                f"the operating systems that release's installation guide names ({why_os})",
+                                "validate the image on an NPU host; when the release's installation guide is found, "
+                                "add its OS list with its source to builder/data/os.yaml (cann_os)", severity="warning"))
     return list(dict.fromkeys(out))
+
+
+def os_listed(cell: Cell, kb) -> Findings:
+    """Each installation guide names the OS families it installs CANN on (``os.yaml``'s
+    ``cann_os``): a cell whose OS family the guide of its release does not name gets a warning.
+    Not an error: the guides name families as options (the scenario selector, "other systems
+    can follow these steps"), not a support statement per version, and an image's OS is not its
+    host's. A list read only in part (``complete: false``) says nothing of a family it lacks."""
+    stated = kb.cann_os(cell.cann)
+    family = kb.os_family_name(cell.os)
+    if stated is None or family is None or stated.names(family) or not stated.complete:
+        return
+    named = [o for o in kb.os_ids() if (kb.os_family_name(o) or "") and stated.names(kb.os_family_name(o) or "")]
+    yield _finding(cell, "os", "os-not-listed",
+                   f"CANN {cell.cann}'s installation guide names no {family} among the operating systems it installs "
+                   f"on ({', '.join(stated.os)}; per {stated.source})",
+                   (f"use an OS of a family it names ({', '.join(named)})" if named else "use an OS the guide names")
+                   + ", or validate the image on an NPU host before relying on it", severity="warning")
 
 
 def glibc_new_enough(cell: Cell, kb) -> Findings:
@@ -608,7 +635,7 @@ def own_wheel_fits(cell: Cell, kb) -> Findings:
 
 RULES = (
     cann_known, torch_npu_published, torch_matches_pin, cann_paired, python_has_wheel, python_within_cann,
-    nnal_python, glibc_new_enough,
+    nnal_python, os_listed, glibc_new_enough,
     product_fits, driver_supports_cann, driver_known, firmware_in_range, chip_supported, venv_python_matches, installers_verifiable, tag_fits,
     pins_within_cann_limits, env_vars_accepted, nnal_published, torch_atb_glibc, own_wheel_fits,
 )
