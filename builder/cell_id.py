@@ -31,10 +31,12 @@ class CellId:
     torch_npu: str
     arch: str
     variant: str = NPU
+    product: str = ""  # the product after the chip (``950-atlas-350``), where the cell names one
 
 
 # derive_id's shape; the OS is any letters-then-version id (ubuntu22.04, openeuler24.03, debian12)
 _ID = re.compile(r"cann(?P<cann>[0-9][0-9a-z.]{0,40}?)-(?P<chip>" + "|".join(map(re.escape, CHIPS)) + r")"
+                 r"(?:-(?P<product>[a-z][a-z0-9]{0,30}(?:-[a-z0-9]{1,30}){0,5}))?"
                  r"-(?P<os>[a-z]{1,20}[0-9]{1,4}(?:\.[0-9]{1,4})?)-py(?P<python>[0-9]{1,2}\.[0-9]{1,3})"
                  r"(?:-torch_npu(?P<torch_npu>[0-9][0-9a-z._]{0,60}?))?-(?P<arch>" + "|".join(ARCHS) + r")"
                  r"(?:-(?P<cpu>" + CPU + r"))?")
@@ -51,15 +53,18 @@ def parse_id(text: str) -> Optional[CellId]:
     Examples
     --------
     >>> parse_id("cann8.0.rc3-910b-ubuntu22.04-py3.10-torch_npu2.4.0-x86_64-cpu")
-    CellId(cann='8.0.RC3', chip='910b', os='ubuntu22.04', python='3.10', torch_npu='2.4.0', arch='x86_64', variant='cpu')
+    CellId(cann='8.0.RC3', chip='910b', os='ubuntu22.04', python='3.10', torch_npu='2.4.0', arch='x86_64', variant='cpu', product='')
     >>> parse_id("cann8.5.0-a3-ubuntu22.04-py3.11-aarch64").torch_npu, parse_id("team-base")
     ('', None)
+    >>> parse_id("cann9.1.0-950-atlas-950-superpod-ubuntu22.04-py3.11-aarch64").product
+    'atlas-950-superpod'
     """
     m = _ID.fullmatch(str(text).strip().lower()[:200])
     if m is None:
         return None
     cann = re.sub(r"\.rc([0-9])", r".RC\1", m["cann"])  # the releases' own spelling, as knowledge.canonical_cann
-    return CellId(cann, m["chip"], m["os"], m["python"], m["torch_npu"] or "", m["arch"], CPU if m["cpu"] else NPU)
+    return CellId(cann, m["chip"], m["os"], m["python"], m["torch_npu"] or "", m["arch"], CPU if m["cpu"] else NPU,
+                  m["product"] or "")
 
 
 _STAND_IN = re.compile(r"-" + CPU + r"-on-[a-z]{1,20}[0-9]{1,4}(?:\.[0-9]{1,4})?")  # vocabulary.stand_in_tag's tail

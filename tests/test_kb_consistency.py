@@ -16,7 +16,8 @@ import yaml
 
 from builder import installers, knowledge, python_env, versions
 from builder.images import checks, matrix
-from tests.support.matrix import cell_index
+from builder.knowledge.pairings import listed
+from tests.support.matrix import cell_index, write_cells
 
 DATA = knowledge.DATA_DIR
 
@@ -260,3 +261,57 @@ def test_every_cann_release_has_a_python_range_with_a_source_or_the_not_checked_
         if item.get("nnal"):
             stated = python_env.python_range(str(item["cann"]))
             assert stated is not None and all(stated.allows(p) for p in item["nnal"]) and item["nnal_quote"], item
+
+
+def test_every_hdk_per_product_table_names_known_products_and_each_row_validates(kb, compat, tmp_path):
+    """The per-product HDK tables (``cann_hdk.releases[].paired_hdk_by_product``) and the products
+    (``chips.products``) agree: every key is a product's name as the source spells it (or
+    other_products), every value an HDK the knowledge base names, every table a named source, every
+    product of a known chip and in some table; and a CANN-only cell of each product at its number
+    validates on every arch with no error."""
+    products = compat["chips"]["products"]["items"]
+    names = {str(p["name"]): str(p["id"]) for p in products}
+    assert len(names) == len({str(p["id"]) for p in products}) == len(products)
+    assert [p["id"] for p in products if str(p["chip"]) not in kb.chips()] == []
+    tabled = set()
+    cells = []
+    for entry in compat["cann_hdk"]["releases"]:
+        table = entry.get("paired_hdk_by_product")
+        if not table:
+            assert "by_product_source" not in entry, entry["version"]
+            continue
+        assert entry["by_product_source"] in compat["sources"] and entry["by_product_source"] in listed(entry["source"])
+        assert [k for k in table if k not in names and k != knowledge.OTHER_PRODUCTS] == [], entry["version"]
+        assert [v for v in table.values() if not kb.hdk_known(str(v))[0]] == [], entry["version"]
+        for name, hdk in table.items():
+            if name in names:
+                tabled.add(names[name])
+                product = kb.product(names[name])
+                assert kb.min_driver(str(entry["version"]), product.id) == str(hdk)
+                cells += [{"os": "ubuntu22.04", "arch": arch, "chip": product.chip, "cann": str(entry["version"]),
+                           "python": "3.11", "product": product.id, "min_driver": str(hdk)} for arch in ("aarch64", "x86_64")]
+    assert tabled == set(names.values())  # a product no table names would change nothing
+    path, _ = write_cells(tmp_path, *cells)
+    loaded = matrix.load(path)
+    assert loaded.findings == []
+    assert [(f.field, f.rule) for f in checks.check(loaded.cells, kb) if f.severity == "error"] == []
+
+
+def test_every_cann_release_has_an_os_list_with_its_page_or_the_not_checked_marker(kb):
+    """``os.yaml``'s ``cann_os``: every release the knowledge base knows has its guide's OS list
+    (with the page it was read on) or an os_not_checked entry with why, never both and never
+    neither; every os id's family is spelled for the guides, and every such family is named by
+    some list (else the rule could never tell it apart)."""
+    cann_os = _yaml("os.yaml")["cann_os"]
+    listed_ = [str(i["cann"]) for i in cann_os["listed"]]
+    marked = [str(i["cann"]) for i in cann_os["os_not_checked"]]
+    assert all(re.search(r"https?://\S+$", str(i["source"])) for i in cann_os["listed"])
+    assert all(i["os"] and isinstance(i.get("complete", True), bool) for i in cann_os["listed"])
+    assert all(str(i["why"]).strip() for i in cann_os["os_not_checked"])
+    assert [c for c in listed_ + marked if not _known(kb, c)] == []
+    assert len(listed_ + marked) == len({kb.canonical_cann(c) for c in listed_ + marked})  # each release once
+    for cann in kb.cann_releases():
+        assert (kb.cann_os(cann) is not None) != bool(kb.cann_os_not_checked(cann)), cann
+    assert [o for o in kb.os_ids() if kb.os_family_name(o) is None] == []
+    for family in cann_os["family_names"].values():
+        assert any(kb.cann_os(c).names(family) for c in listed_), family

@@ -337,7 +337,7 @@ def test_every_version_in_the_knowledge_base_parses():
     for release in compat["cann_hdk"]["releases"]:
         cann(release["version"])
         seen["cann"] += 1
-        for key in ("paired_hdk", "paired_hdk_all", "supported_hdk", "not_supported_hdk", "min_hdk_line"):
+        for key in ("paired_hdk", "paired_hdk_all", "paired_hdk_by_product", "supported_hdk", "not_supported_hdk", "min_hdk_line"):
             for line in _strings(release.get(key)):
                 hdk_line_floor(line)
                 seen["line"] += 1

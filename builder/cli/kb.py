@@ -72,18 +72,24 @@ def _listed(value: Any) -> List[str]:
 
 
 def describe_knowledge(kb: KnowledgeBase) -> Dict[str, Any]:
-    """What ``ascend-build kb`` lists: every CANN and torch_npu release it knows, the chips, and where to look next.
+    """What ``ascend-build kb`` lists: every CANN and torch_npu release it knows, the chips, the products
+    a cell may name (and the releases that number their HDK per product), and where to look next.
 
     Example:
         >>> from builder.knowledge import load
         >>> d = describe_knowledge(load())
         >>> "8.0.RC3" in d["cann_releases"], "2.4.0" in d["torch_npu_releases"], d["chips"][2]
         (True, True, {'chip': 'a3', 'first_cann': '8.1.RC1'})
+        >>> d["products"][0]
+        {'product': 'atlas-950-superpod', 'chip': '950', 'name': 'Atlas 950 SuperPoD', 'hdk_per_product_in': '9.1.0'}
     """
     return {
         "cann_releases": kb.cann_releases(),
         "torch_npu_releases": kb.torch_npu_versions(),
         "chips": [{"chip": chip, "first_cann": kb.chip_min_cann(chip)} for chip in kb.chips()],
+        "products": [{"product": p.id, "chip": p.chip, "name": p.name,
+                      "hdk_per_product_in": ", ".join(c for c in kb.cann_releases() if kb.product_hdk(c, p.id)) or None}
+                     for p in kb.products()],
         "arches": list(ARCHES),
         "more": ["ascend-build kb cann VERSION", "ascend-build kb torch-npu VERSION"],
     }
@@ -207,11 +213,14 @@ def describe_cann(kb: KnowledgeBase, version: str) -> Dict[str, Any]:
         "paired_hdk": kb.paired_hdk(version),
         "min_driver": kb.min_driver(version),
         "min_driver_because": kb.min_driver_reason(version)[1],
+        "hdk_by_product": _product_rows(kb, version),
+        "hdk_by_product_source": kb.hdk_by_product_source(version) or None,
         "supported_hdk": list(kb.supported_hdk_lines(version)),
         "not_supported_hdk": _listed((entry or {}).get("not_supported_hdk")),
         "torch_npu": [r.version for r in kb.torch_npu_for_cann(version)],
         "compatible_pta": _compatible_pta(kb, version),
         "python": _python_rows(version),
+        "os": _os_rows(kb, version),
         "python_limits": [c.requirement + (f" (on {c.python})" if c.python else "")
                           for c in python_env.release_constraints(version)],
         "download_folder": kb.cann_release_folder(version),
@@ -221,12 +230,50 @@ def describe_cann(kb: KnowledgeBase, version: str) -> Dict[str, Any]:
     }
 
 
+def _product_rows(kb: KnowledgeBase, cann: str) -> List[Dict[str, Any]]:
+    """The release's HDK per product, where it numbers it apart: the HDK its table pairs with each
+    product, and the minimum driver validate takes for a cell of that product (``product:``); the
+    other products keep the CANN's own minimum. [] when the release has no such table.
+
+    Example:
+        >>> from builder.knowledge import load
+        >>> [(r["product"], r["paired_hdk"], r["min_driver"]) for r in _product_rows(load(), "9.1.0")][::3]
+        [('atlas-950-superpod', '25.1.RC1', '25.1.RC1'), ('other_products', '26.1.0', '25.2.RC1')]
+    """
+    rows: List[Dict[str, Any]] = []
+    for product_id, hdk in kb.hdk_by_product(cann):
+        product = kb.product(product_id)
+        rows.append({"product": product_id, "chip": product.chip if product else None,
+                     "name": product.name if product else "every product the table does not name",
+                     "paired_hdk": hdk, "min_driver": kb.min_driver(cann, product_id if product else "")})
+    return rows
+
+
 def _compatible_pta(kb: KnowledgeBase, cann: str) -> Optional[Dict[str, Any]]:
     """The PTA releases a published compatibility window lists with that CANN; None when none does."""
     for window in kb.compat_windows():
         if window.covers(cann):
             return {"pta": window.pta_text, "source": ", ".join(window.sources)}
     return None
+
+
+def _os_rows(kb: KnowledgeBase, version: str) -> Optional[Dict[str, Any]]:
+    """The OS families the release's installation guide names, and its page; "not checked" with
+    why where the knowledge base holds no such page; None for a release it does not know.
+
+    Example:
+        >>> from builder.knowledge import load
+        >>> _os_rows(load(), "9.0.0")["named"][:3], _os_rows(load(), "8.1.RC1")["named"]
+        (['openEuler', 'Ubuntu', 'veLinux'], 'not checked')
+    """
+    stated = kb.cann_os(version)
+    if stated is None:
+        why = kb.cann_os_not_checked(version)
+        return {"named": "not checked", "why": why} if why else None
+    rows: Dict[str, Any] = {"named": list(stated.os), "source": stated.source}
+    if not stated.complete:
+        rows["complete"] = "no: read in part, a family missing from it is not checked"
+    return rows
 
 
 def _python_rows(version: str) -> Optional[Dict[str, Any]]:

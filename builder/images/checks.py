@@ -24,7 +24,7 @@ from __future__ import annotations
 from collections import Counter
 from functools import lru_cache
 from pathlib import Path
-from typing import Callable, Iterator, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, Callable, Iterator, List, Mapping, Optional, Sequence, Tuple
 
 from packaging.utils import canonicalize_name
 
@@ -254,10 +254,12 @@ def nnal_python(cell: Cell, kb) -> Findings:
                    severity="warning")
 
 
-def not_checked(cells: List[Cell]) -> List[Finding]:
+def not_checked(cells: List[Cell], kb: Any = None) -> List[Finding]:
     """What `validate --strict` reports as not checked (a warning each, so --strict refuses it):
     a cell whose CANN release's Python range the knowledge base marks as not published or not
-    found (``python_not_checked``). Without --strict nothing is said: unknown is not incompatible."""
+    found (``python_not_checked``), and one whose release's OS list it marks so (``os_not_checked``).
+    Without --strict nothing is said: unknown is not incompatible."""
+    kb = kb or knowledge.load()
     out = []
     for cell in cells:
         why = python_env.python_not_checked(cell.cann)
@@ -268,7 +270,32 @@ def not_checked(cells: List[Cell]) -> List[Finding]:
                                 f"Python range of that release ({why})",
                                 "validate the image on an NPU host; when the release's installation guide is found, "
                                 "add its range with its source to builder/data/python-env.yaml", severity="warning"))
+        why_os = kb.cann_os_not_checked(cell.cann)
+        if why_os:
+            out.append(_finding(cell, "os", "os-not-checked",
+                                f"{cell.os} is not checked against CANN {cell.cann}: the knowledge base holds no list of "
+                                f"the operating systems that release's installation guide names ({why_os})",
+                                "validate the image on an NPU host; when the release's installation guide is found, "
+                                "add its OS list with its source to builder/data/os.yaml (cann_os)", severity="warning"))
     return list(dict.fromkeys(out))
+
+
+def os_listed(cell: Cell, kb) -> Findings:
+    """Each installation guide names the OS families it installs CANN on (``os.yaml``'s
+    ``cann_os``): a cell whose OS family the guide of its release does not name gets a warning.
+    Not an error: the guides name families as options (the scenario selector, "other systems
+    can follow these steps"), not a support statement per version, and an image's OS is not its
+    host's. A list read only in part (``complete: false``) says nothing of a family it lacks."""
+    stated = kb.cann_os(cell.cann)
+    family = kb.os_family_name(cell.os)
+    if stated is None or family is None or stated.names(family) or not stated.complete:
+        return
+    named = [o for o in kb.os_ids() if (kb.os_family_name(o) or "") and stated.names(kb.os_family_name(o) or "")]
+    yield _finding(cell, "os", "os-not-listed",
+                   f"CANN {cell.cann}'s installation guide names no {family} among the operating systems it installs "
+                   f"on ({', '.join(stated.os)}; per {stated.source})",
+                   (f"use an OS of a family it names ({', '.join(named)})" if named else "use an OS the guide names")
+                   + ", or validate the image on an NPU host before relying on it", severity="warning")
 
 
 def glibc_new_enough(cell: Cell, kb) -> Findings:
@@ -287,8 +314,12 @@ def glibc_new_enough(cell: Cell, kb) -> Findings:
 def driver_supports_cann(cell: Cell, kb) -> Findings:
     """A CANN release needs at least its paired driver; a newer driver runs older CANN. Where a
     major downstream's release notes name an older driver for it (MindIE for CANN 8.2.RC1),
-    that driver is a warning naming them."""
-    needed = kb.min_driver(cell.cann)
+    that driver is a warning naming them. On a product the release numbers its HDK apart for
+    (``product:``), the minimum is that product's (``kb.min_driver(cann, product)``)."""
+    needed = kb.min_driver(cell.cann, cell.product)
+    reason = kb.min_driver_reason(cell.cann, cell.product)[1]
+    by_product = bool(kb.product_hdk(cell.cann, cell.product))
+    target = f"CANN {cell.cann}" + (f" on {cell.product}" if by_product else "")
     if not cell.driver:
         yield _finding(cell, "driver", "driver-missing",
                        f"no min_driver given and none known for CANN {cell.cann}",
@@ -303,18 +334,55 @@ def driver_supports_cann(cell: Cell, kb) -> Findings:
         shipped = kb.downstream_driver(cell.cann, cell.driver)
         if shipped:  # CANN's notes and a downstream's disagree: the strictest is the default, not a refusal
             yield _finding(cell, "driver", "driver-downstream",
-                           f"driver {cell.driver} is below {needed}, the minimum HDK for CANN {cell.cann} "
-                           f"({kb.min_driver_reason(cell.cann)[1]}), but a downstream runs this pair ({shipped})",
+                           f"driver {cell.driver} is below {needed}, the minimum HDK for {target} "
+                           f"({reason}), but a downstream runs this pair ({shipped})",
                            f"validate the image on an NPU host, or set driver: {needed} or newer", severity="warning")
             return
         yield _finding(cell, "driver", "driver-too-old",
-                       f"min_driver {cell.driver} is below {needed}, the minimum HDK for CANN {cell.cann} "
-                       f"({kb.min_driver_reason(cell.cann)[1]}): min_driver is the oldest driver the image "
+                       f"min_driver {cell.driver} is below {needed}, the minimum HDK for {target} "
+                       f"({reason}): min_driver is the oldest driver the image "
                        "declares it runs on (its min-driver label, which pull, run and doctor compare with a "
-                       "node's driver), not your nodes' driver, and no image of this CANN runs on an older one",
-                       f"leave min_driver out (it follows from CANN: {needed}), or set min_driver: {needed} or newer; "
+                       "node's driver), not your nodes' driver, and no image of this CANN runs on an older one"
+                       + (" on that product" if by_product else ""),
+                       f"leave min_driver out (it follows from CANN{' and product' if by_product else ''}: {needed}), "
+                       f"or set min_driver: {needed} or newer; "
                        "a team-wide min_driver under defaults: fits only CANN releases that need no newer "
                        "driver (nodes below it need their driver and firmware upgraded for this cell)")
+
+
+def product_fits(cell: Cell, kb) -> Findings:
+    """Where a CANN release numbers its HDK per product (``paired_hdk_by_product``: MindCluster's
+    mapping for CANN 9.1.0 on the 950's products), the cell's ``product:`` picks the number. A product
+    of another chip is refused; a product the release's table does not name, and a cell of such a
+    chip that names none, are warnings (the CANN's own minimum then applies)."""
+    table = dict(kb.hdk_by_product(cell.cann))
+    choices = [p for p in kb.products() if p.chip == cell.chip and p.id in table]
+    if not cell.product:
+        if choices:
+            listed = ", ".join(f"{p.id} {table[p.id]}" for p in choices)
+            yield _finding(cell, "chip", "product-unstated",
+                           f"CANN {cell.cann} numbers its HDK per product on chip {cell.chip} ({listed}; "
+                           f"{kb.hdk_by_product_source(cell.cann)}); the cell names no product, so its minimum driver "
+                           f"is the CANN's own ({kb.min_driver(cell.cann)})",
+                           f"add product: {choices[0].id} (or {', '.join(p.id for p in choices[1:])}) when the image "
+                           "targets one of them", severity="warning")
+        return
+    product = kb.product(cell.product)
+    if product is None:  # the schema refuses an unknown id; a Cell made in code may still carry one
+        return
+    if product.chip != cell.chip:
+        yield _finding(cell, "product", "product-chip",
+                       f"product {cell.product} ({product.name}) is a chip {product.chip} product; the cell's chip is {cell.chip}",
+                       f"set chip: {product.chip}, or drop product: for a chip {cell.chip} image")
+        return
+    if cell.product not in table:
+        why = (f"its table names {', '.join(p for p in table if p != knowledge.OTHER_PRODUCTS)}" if table
+               else "it numbers its HDK the same on every product, as far as the knowledge base knows")
+        yield _finding(cell, "product", "product-hdk-unknown",
+                       f"the knowledge base holds no HDK of {product.name} for CANN {cell.cann} ({why}); "
+                       f"the minimum driver is the CANN's own ({kb.min_driver(cell.cann)})",
+                       "set min_driver: to the HDK the product's own notes name for this CANN, or drop product:",
+                       severity="warning")
 
 
 def driver_known(cell: Cell, kb) -> Findings:
@@ -567,8 +635,8 @@ def own_wheel_fits(cell: Cell, kb) -> Findings:
 
 RULES = (
     cann_known, torch_npu_published, torch_matches_pin, cann_paired, python_has_wheel, python_within_cann,
-    nnal_python, glibc_new_enough,
-    driver_supports_cann, driver_known, firmware_in_range, chip_supported, venv_python_matches, installers_verifiable, tag_fits,
+    nnal_python, os_listed, glibc_new_enough,
+    product_fits, driver_supports_cann, driver_known, firmware_in_range, chip_supported, venv_python_matches, installers_verifiable, tag_fits,
     pins_within_cann_limits, env_vars_accepted, nnal_published, torch_atb_glibc, own_wheel_fits,
 )
 

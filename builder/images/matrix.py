@@ -73,6 +73,8 @@ CELL_KEYS: Dict[str, str] = {
     "arch": "CPU architecture or a list of them: " + ", ".join(ARCHS),
     "chip": "NPU chip or a list of them: " + ", ".join(CHIPS),
     "cann": "CANN version, e.g. 8.0.RC3",
+    "product": "the product a cell targets where a CANN release numbers its HDK per product, e.g. atlas-950-superpod "
+               "(`ascend-build kb` lists them): its minimum driver is then that product's (default: none, the CANN's own)",
     "min_driver": "the oldest NPU driver (Ascend HDK) the image declares it runs on, e.g. 24.1.RC3: its min-driver "
                   "label, which pull/run/doctor compare with a node's driver; not the driver of your nodes "
                   "(default: the CANN release's minimum)",
@@ -122,6 +124,7 @@ class Cell:
     python: str
     torch: str
     torch_npu: str
+    product: str = ""                      # the product of the chip whose HDK numbering applies ("" for none)
     cann_source: str = "installer"
     cann_image: Optional[str] = None
     cann_local: Optional[str] = None
@@ -440,6 +443,10 @@ def _parse_fields(raw: Dict[str, _Val], path: str, out: _Collector) -> Dict[str,
                 continue
         elif key == "os":
             value = _choice(val, sub, OS_IDS, out)
+        elif key == "product":
+            from builder import knowledge
+
+            value = _choice(val, sub, tuple(p.id for p in knowledge.load().products()), out)
         elif key == "env":
             value = _choice(val, sub, ENV_MANAGERS, out)
         elif key == "name":
@@ -486,16 +493,19 @@ def _merge(defaults: Dict, cell: Dict) -> Dict:
     return merged
 
 
-def derive_id(cann: str, chip: str, os_id: str, python: str, torch_npu: str, arch: str) -> str:
-    """The default cell id, which is also its image tag.
+def derive_id(cann: str, chip: str, os_id: str, python: str, torch_npu: str, arch: str, product: str = "") -> str:
+    """The default cell id, which is also its image tag; a cell's product follows its chip.
 
     >>> derive_id("7.0.RC1", "910b", "ubuntu22.04", "3.9", "2.1.0rc1", "aarch64")
     'cann7.0.rc1-910b-ubuntu22.04-py3.9-torch_npu2.1.0rc1-aarch64'
     >>> derive_id("8.5.0", "a3", "ubuntu22.04", "3.11", "", "x86_64")   # CANN-only
     'cann8.5.0-a3-ubuntu22.04-py3.11-x86_64'
+    >>> derive_id("9.1.0", "950", "ubuntu22.04", "3.11", "", "aarch64", "atlas-350")
+    'cann9.1.0-950-atlas-350-ubuntu22.04-py3.11-aarch64'
     """
     framework = f"-torch_npu{torch_npu}" if torch_npu else ""
-    return f"cann{cann}-{chip}-{os_id}-py{python}{framework}-{arch}".lower().replace("+", "_")
+    target = f"{chip}-{product}" if product else chip
+    return f"cann{cann}-{target}-{os_id}-py{python}{framework}-{arch}".lower().replace("+", "_")
 
 
 def _cells_of(doc: _Val, name: str, out: _Collector) -> Iterator[Cell]:
@@ -567,11 +577,12 @@ def _expand(fields: Dict, image: str, where: Location, path: str, out: _Collecto
         if name and len(arches) * len(chips) > 1:
             name = f"{name}-{chip}-{arch}"
         value = {k: v[0] for k, v in fields.items()}
-        cell_id = name or derive_id(value["cann"], chip, value["os"], value["python"], value.get("torch_npu", ""), arch)
+        cell_id = name or derive_id(value["cann"], chip, value["os"], value["python"], value.get("torch_npu", ""), arch,
+                                    value.get("product", ""))
         yield Cell(
             id=cell_id, image=image, os=value["os"], arch=arch, chip=chip, cann=value["cann"],
             driver=value.get("driver", ""), firmware=value.get("firmware"), python=value["python"],
-            torch=value.get("torch", ""), torch_npu=value.get("torch_npu", ""),
+            torch=value.get("torch", ""), torch_npu=value.get("torch_npu", ""), product=value.get("product", ""),
             cann_source=source[0], cann_image=source[1], cann_local=source[2],
             env=value.get("env", "conda"), pip=value.get("pip", ()), env_vars=value.get("env_vars", ()),
             mirrors=value.get("mirrors", ()), sha256=value.get("sha256", ()), base_image=value.get("base_image"),
@@ -618,8 +629,8 @@ def load(path: Path) -> Matrix:
 def complete(cell: Cell) -> Cell:
     """Fill in what the knowledge base implies and the cell did not say.
 
-    torch follows from torch_npu's pin, the minimum driver from the CANN release,
-    the minimum firmware from the firmware shipped with that driver for the chip.
+    torch follows from torch_npu's pin, the minimum driver from the CANN release (on the
+    cell's product, where the release numbers its HDK per product), the minimum firmware from the firmware shipped with that driver for the chip.
     Values the knowledge base does not know stay empty; `checks` reports them.
     """
     from builder import knowledge
@@ -631,7 +642,7 @@ def complete(cell: Cell) -> Cell:
         if release is not None:
             updates["torch"] = release.torch
     if not cell.driver:
-        driver = kb.min_driver(cell.cann)
+        driver = kb.min_driver(cell.cann, cell.product)
         if driver:
             updates["driver"] = driver
     if cell.firmware is None:

@@ -476,7 +476,7 @@ def _labels(cell: Cell, variant: str, digest: str, lock_state: str, stand_in: st
             (Label.TORCH_NPU, cell.torch_npu),
             (Label.MIN_DRIVER, cell.driver),
             (Label.MIN_FIRMWARE, cell.firmware or ""),
-        ]
+        ] + ([(Label.PRODUCT, cell.product)] if cell.product else [])  # whose HDK numbering min-driver is in
     return tuple((k, _safe("text", v, k)) for k, v in pairs)
 
 

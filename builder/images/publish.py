@@ -35,7 +35,7 @@ Trust = Callable[["ArchImage"], str]
 
 # Labels every arch of one cell shares; the arch's own labels (and seal details) may differ.
 SHARED_LABELS = (Label.VARIANT, Label.OS, Label.PYTHON, Label.TORCH, Label.CANN, Label.CHIP, Label.TORCH_NPU,
-                 Label.MIN_DRIVER, Label.MIN_FIRMWARE)
+                 Label.MIN_DRIVER, Label.MIN_FIRMWARE, Label.PRODUCT)
 
 
 @dataclass(frozen=True)

@@ -10,8 +10,8 @@ which hand back a copy of their entry, and ``cann_package()``, a read-only view)
 It is split by concern, one part per module, each reading only its own data:
 
 * `releases`     torch_npu and CANN releases, their pairings and compatibility windows (``Releases``);
-* `environment`  the Python environment: torch pins, Python lines, base OSes (``Environment``);
-* `drivers`      chips, driver (HDK) minimums, firmware (``Drivers``);
+* `environment`  the Python environment: torch pins, Python lines, base OSes, OS per CANN release (``Environment``);
+* `drivers`      chips, products, driver (HDK) minimums, firmware (``Drivers``);
 * `downloads`    where installers come from, Miniforge, uv (``Downloads``, ``Installer``);
 * `ascend_errors` the error table (``error_entries``).
 
@@ -41,8 +41,8 @@ from functools import lru_cache
 from typing import Any, Mapping, Optional, Tuple
 
 from builder.knowledge.downloads import CannRelease, Downloads, Installer
-from builder.knowledge.drivers import Drivers, chip_of_soc, chip_min_cann
-from builder.knowledge.environment import Environment, OsInfo, known_arch
+from builder.knowledge.drivers import OTHER_PRODUCTS, Drivers, Product, chip_of_soc, chip_min_cann
+from builder.knowledge.environment import CannOs, Environment, OsInfo, known_arch
 from builder.knowledge.ascend_errors import ERRORS_FILE, error_entries
 from builder.knowledge.files import DATA_DIR, read_json, read_yaml
 from builder.knowledge.pairings import CompatWindow, Releases, TorchNpu
@@ -102,8 +102,16 @@ class KnowledgeBase:
         self.python_official = environment.python_official
         self.os_info = environment.os_info
         self.os_ids = environment.os_ids
+        self.os_family_name = environment.os_family_name
+        self.cann_os = environment.cann_os
+        self.cann_os_not_checked = environment.cann_os_not_checked
         # drivers and products
         self.chips = drivers.chips
+        self.products = drivers.products
+        self.product = drivers.product
+        self.hdk_by_product = drivers.hdk_by_product
+        self.hdk_by_product_source = drivers.hdk_by_product_source
+        self.product_hdk = drivers.product_hdk
         self.chip_min_cann = drivers.chip_min_cann
         self.paired_hdk = drivers.paired_hdk
         self.min_driver_reason = drivers.min_driver_reason
@@ -145,5 +153,5 @@ def load() -> KnowledgeBase:
     )
 
 
-__all__ = ["load", "KnowledgeBase", "TorchNpu", "CompatWindow", "OsInfo", "Installer", "CannRelease", "ARCHES", "CHIPS", "DATA_DIR", "ERRORS_FILE",
+__all__ = ["load", "KnowledgeBase", "TorchNpu", "CompatWindow", "OsInfo", "CannOs", "Product", "OTHER_PRODUCTS", "Installer", "CannRelease", "ARCHES", "CHIPS", "DATA_DIR", "ERRORS_FILE",
            "error_entries", "chip_of_soc", "chip_min_cann", "known_arch"]

@@ -1,13 +1,15 @@
 """Drivers and products: chips, the Ascend HDK (driver) each CANN release needs, firmware.
 
-Reads ``ascend-compat.yaml`` (``hdk_driver_firmware.observed_pairs`` and the HDK fields of
-``cann_hdk.releases``) once; asks the `releases` part for a CANN release's entry and
-package. ``min_driver_reason`` is the one rule of a CANN release's minimum driver.
+Reads ``ascend-compat.yaml`` (``hdk_driver_firmware.observed_pairs``, the HDK fields of
+``cann_hdk.releases`` and ``chips.products``) once; asks the `releases` part for a CANN
+release's entry and package. ``min_driver_reason`` is the one rule of a CANN release's
+minimum driver, on a product where the release numbers its HDK per product.
 """
 
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 from typing import Any, Dict, List, Mapping, Optional, Set, Tuple
 
 from builder import versions
@@ -18,6 +20,9 @@ from builder.vocabulary import CHIPS
 # 950 from CANN 9.0; the data agrees: chips.families[].cann_ops_package and
 # chips.official_cann_images_by_chip). Chips not listed have no stated floor.
 _CHIP_MIN_CANN = {"a3": "8.1.RC1", "950": "9.0.0"}
+
+# The key of ``paired_hdk_by_product`` for every product the table does not name.
+OTHER_PRODUCTS = "other_products"
 
 _RANGE = re.compile(r"\[\s*([0-9][0-9A-Za-z.]*)\s*,\s*([0-9][0-9A-Za-z.]*)\s*\]")
 
@@ -70,8 +75,26 @@ def _hdk_names(compat: Mapping[str, Any]) -> Tuple[Dict[versions.AscendVersion, 
     return named, lines
 
 
+@dataclass(frozen=True)
+class Product:
+    """A product of one chip whose HDK some CANN release numbers apart (``chips.products``).
+
+    ``id`` is what a matrix cell writes (``product: atlas-950-superpod``); ``name`` is the
+    product as the source spells it, the key of a release's ``paired_hdk_by_product``.
+    """
+
+    id: str
+    chip: str
+    name: str
+
+
+def _products(compat: Mapping[str, Any]) -> Dict[str, Product]:
+    items = (compat.get("chips") or {}).get("products", {}).get("items") or ()
+    return {str(i["id"]): Product(str(i["id"]), str(i["chip"]).lower(), str(i["name"])) for i in items}
+
+
 class Drivers:
-    """Driver (HDK) and firmware answers, by CANN release and by driver."""
+    """Driver (HDK) and firmware answers, by CANN release (and product) and by driver."""
 
     def __init__(self, releases: Releases, compat: Mapping[str, Any]) -> None:
         self._releases = releases
@@ -84,8 +107,10 @@ class Drivers:
         # every HDK (driver) release the data names, and the HDK lines release notes support ("25.2.X")
         self._hdk_spelled, self._hdk_lines = _hdk_names(compat)
         self._hdk_named = sorted(self._hdk_spelled)
-        # answers that scan every release, kept per release (one knowledge base per process)
-        self._min_driver: Dict[str, Tuple[Optional[str], str]] = {}
+        # products whose HDK some release numbers apart, by the id a matrix cell writes
+        self._products = _products(compat)
+        # answers that scan every release, kept per release and product (one knowledge base per process)
+        self._min_driver: Dict[Tuple[str, str], Tuple[Optional[str], str]] = {}
 
     def chips(self) -> Tuple[str, ...]:
         """The matrix's chip ids, lower-case.
@@ -106,6 +131,58 @@ class Drivers:
             '8.1.RC1'
         """
         return chip_min_cann(chip)
+
+    def products(self) -> Tuple[Product, ...]:
+        """The products a matrix cell may name with ``product:``, in the data's order.
+
+        Example:
+            >>> from builder.knowledge import load
+            >>> [p.id for p in load().products()]
+            ['atlas-950-superpod', 'atlas-350', 'atlas-850']
+        """
+        return tuple(self._products.values())
+
+    def product(self, product_id: str) -> Optional[Product]:
+        """The product of that id (``atlas-950-superpod``); None when the data names none.
+
+        Example:
+            >>> from builder.knowledge import load
+            >>> load().product("atlas-350").name, load().product("atlas-999")
+            ('Atlas 350 card', None)
+        """
+        return self._products.get(str(product_id))
+
+    def hdk_by_product(self, cann: str) -> Tuple[Tuple[str, str], ...]:
+        """(product id, paired HDK) of the release's per-product HDK table, the id ``other_products``
+        last for the products the table does not name; () when the release has no such table.
+
+        Example:
+            >>> from builder.knowledge import load
+            >>> load().hdk_by_product("9.1.0")[0], load().hdk_by_product("9.0.0")
+            (('atlas-950-superpod', '25.1.RC1'), ())
+        """
+        entry = self._releases.entry(cann) or {}
+        table = entry.get("paired_hdk_by_product") or {}
+        named = {p.name: p.id for p in self._products.values()}
+        rows = [(named[str(k)], str(v)) for k, v in table.items() if str(k) in named]
+        rows.sort(key=lambda row: list(self._products).index(row[0]))
+        return tuple(rows) + tuple((OTHER_PRODUCTS, str(v)) for k, v in table.items() if k == OTHER_PRODUCTS)
+
+    def hdk_by_product_source(self, cann: str) -> str:
+        """The source of the release's per-product HDK table ("" when it has none)."""
+        entry = self._releases.entry(cann) or {}
+        return str(entry.get("by_product_source") or "") if entry.get("paired_hdk_by_product") else ""
+
+    def product_hdk(self, cann: str, product_id: str) -> Optional[str]:
+        """The HDK the release's per-product table pairs with that product; None when the release has
+        no such table or the table does not name the product.
+
+        Example:
+            >>> from builder.knowledge import load
+            >>> load().product_hdk("9.1.0", "atlas-950-superpod"), load().product_hdk("9.0.0", "atlas-950-superpod")
+            ('25.1.RC1', None)
+        """
+        return dict(self.hdk_by_product(cann)).get(str(product_id)) if product_id != OTHER_PRODUCTS else None
 
     def paired_hdk(self, cann: str) -> Optional[str]:
         """The Ascend HDK release paired with that CANN; the lowest when the data lists several.
@@ -151,8 +228,8 @@ class Drivers:
             return None, ""
         return min(found, key=lambda f: f[0])
 
-    def min_driver_reason(self, cann: str) -> Tuple[Optional[str], str]:
-        """The lowest driver (HDK) that runs that CANN, and the reasoning; (None, "") when unknown.
+    def min_driver_reason(self, cann: str, product: str = "") -> Tuple[Optional[str], str]:
+        """The lowest driver (HDK) that runs that CANN (on that product), and the reasoning; (None, "") when unknown.
 
         The one rule, used by validate (`checks`), the image labels (`plan`), and through
         the labels by pull, run, doctor and the smoke program:
@@ -166,18 +243,31 @@ class Drivers:
            so the minimum never falls as CANN rises (8.3.RC1, paired with 25.3.RC1, runs
            on 25.0.RC1 because 8.5.0 does).
 
+        On a ``product`` the release's per-product HDK table names (``paired_hdk_by_product``:
+        MindCluster's version mapping numbers CANN 9.1.0's HDK apart on the Atlas 950 SuperPoD,
+        Atlas 350 and Atlas 850), the minimum is that product's paired HDK: no source states a
+        lower one for it. On any other product, or with none, it is the release's own rule above.
+
         Example:
             >>> from builder.knowledge import load
             >>> load().min_driver_reason("8.3.RC1")
             ('25.0.RC1', 'CANN 8.5.0 runs on HDK 25.0.RC1 (its release notes support HDK 25.0.X), and a driver that runs a newer CANN runs an older one')
             >>> load().min_driver_reason("7.0.RC1")
             ('23.0.RC3', 'its paired HDK 23.0.RC3')
+            >>> load().min_driver_reason("9.1.0", "atlas-950-superpod")
+            ('25.1.RC1', 'its per-product HDK table (MINDCLUSTER_2610) pairs it with HDK 25.1.RC1 on Atlas 950 SuperPoD')
         """
-        if cann not in self._min_driver:
-            self._min_driver[cann] = self._min_driver_reason(cann)
-        return self._min_driver[cann]
+        key = (cann, product if self.product_hdk(cann, product) else "")
+        if key not in self._min_driver:
+            self._min_driver[key] = self._min_driver_reason(cann, key[1])
+        return self._min_driver[key]
 
-    def _min_driver_reason(self, cann: str) -> Tuple[Optional[str], str]:
+    def _min_driver_reason(self, cann: str, product: str) -> Tuple[Optional[str], str]:
+        if product:  # a product the release's per-product table names: its paired HDK
+            paired = self.product_hdk(cann, product)
+            found = self.product(product)
+            source = self.hdk_by_product_source(cann) or "source not named"
+            return paired, f"its per-product HDK table ({source}) pairs it with HDK {paired} on {found.name if found else product}"
         own, why = self._own_min_driver(cann)
         own_none = own is None
         cv = versions.lenient("cann", cann)
@@ -199,15 +289,15 @@ class Drivers:
             return self.paired_hdk(cann), ""
         return own.text, why
 
-    def min_driver(self, cann: str) -> Optional[str]:
-        """The lowest driver (HDK) version that runs that CANN (:meth:`min_driver_reason`); None when unknown.
+    def min_driver(self, cann: str, product: str = "") -> Optional[str]:
+        """The lowest driver (HDK) version that runs that CANN (on that product) (:meth:`min_driver_reason`); None when unknown.
 
         Example:
             >>> from builder.knowledge import load
-            >>> load().min_driver("7.0.RC1"), load().min_driver("8.3.RC1")
-            ('23.0.RC3', '25.0.RC1')
+            >>> load().min_driver("7.0.RC1"), load().min_driver("8.3.RC1"), load().min_driver("9.1.0", "atlas-350")
+            ('23.0.RC3', '25.0.RC1', '25.7.RC1')
         """
-        return self.min_driver_reason(cann)[0]
+        return self.min_driver_reason(cann, product)[0]
 
     def downstream_driver(self, cann: str, driver: str) -> str:
         """Where a major downstream runs that CANN on that driver although it is below the

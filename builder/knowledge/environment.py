@@ -1,5 +1,6 @@
 """The Python environment of an image: which torch goes with a torch_npu, which Pythons a
-PyTorch line supports, what each base OS ships (glibc, python3, image).
+PyTorch line supports, what each base OS ships (glibc, python3, image), and which OS families
+each CANN release's installation guide names (``os.yaml``'s ``cann_os``).
 
 Reads ``ascend-compat.yaml`` (``pytorch_python_official``) and ``os.yaml`` once; asks the
 `releases` part for a torch_npu release's data. ``known_arch`` (an arch in its canonical
@@ -70,8 +71,31 @@ class OsInfo:
     source: str = field(default="", compare=False)
 
 
+@dataclass(frozen=True)
+class CannOs:
+    """The OS families a CANN release's installation guide names (``os.yaml``, ``cann_os.listed``).
+
+    ``complete`` is False for a list read only in part: a family missing from it says nothing.
+
+    Example:
+        >>> from builder.knowledge import load
+        >>> stated = load().cann_os("8.5.0")
+        >>> stated.names("Debian"), stated.names("Alpine"), stated.complete
+        (True, False, True)
+    """
+
+    cann: str
+    os: Tuple[str, ...]
+    complete: bool
+    source: str
+
+    def names(self, family: str) -> bool:
+        """Whether the guide names that family (as the guides spell it: ``openEuler``)."""
+        return family.casefold() in {o.casefold() for o in self.os}
+
+
 class Environment:
-    """torch pins, official Python lists and base operating systems."""
+    """torch pins, official Python lists, base operating systems and the OS families per CANN release."""
 
     def __init__(self, releases: Releases, compat: Mapping[str, Any], os_doc: Mapping[str, Any]) -> None:
         self._releases = releases
@@ -89,6 +113,13 @@ class Environment:
                 id=str(os_id), glibc=(major, minor), python=str(e["python"]), family=str(e["family"]),
                 codename=e.get("codename"), image=str(e["image"]), name=str(e.get("name", "")), source=str(src),
             )
+        # the OS families each CANN release's installation guide names, and the releases not checked
+        cann_os = os_doc.get("cann_os") or {}
+        self._family_names = {str(k): str(v) for k, v in (cann_os.get("family_names") or {}).items()}
+        self._cann_os = {versions.cann(str(i["cann"])): CannOs(str(i["cann"]), tuple(str(o) for o in i["os"]),
+                                                                 bool(i.get("complete", True)), str(i["source"]))
+                         for i in cann_os.get("listed") or ()}
+        self._cann_os_not_checked = {versions.cann(str(i["cann"])): str(i["why"]) for i in cann_os.get("os_not_checked") or ()}
 
     def torch_requirement(self, torch_npu: str, arch: str) -> Tuple[str, str]:
         """The torch pin to install next to that torch_npu, and the index it comes from.
@@ -198,6 +229,44 @@ class Environment:
             'bookworm'
         """
         return self._os.get(str(os_id).lower())
+
+    def os_family_name(self, os_id: str) -> Optional[str]:
+        """The family of a base OS id as the installation guides spell it (``openeuler22.03`` ->
+        ``openEuler``); None for an id whose family ``cann_os.family_names`` does not name.
+
+        Example:
+            >>> from builder.knowledge import load
+            >>> load().os_family_name("openeuler22.03"), load().os_family_name("debian12")
+            ('openEuler', 'Debian')
+        """
+        letters = re.match(r"[a-z]+", str(os_id).lower())
+        return self._family_names.get(letters.group(0)) if letters else None
+
+    def cann_os(self, cann: str) -> Optional[CannOs]:
+        """The OS families that CANN release's installation guide names, with the page; None where
+        the knowledge base holds no such page (see :meth:`cann_os_not_checked`).
+
+        Example:
+            >>> from builder.knowledge import load
+            >>> load().cann_os("9.0.0").os[:3], load().cann_os("8.1.RC1")
+            (('openEuler', 'Ubuntu', 'veLinux'), None)
+        """
+        wanted = versions.lenient("cann", cann)
+        return self._cann_os.get(wanted) if wanted is not None else None
+
+    def cann_os_not_checked(self, cann: str) -> str:
+        """Why the OS of that release is not checked ("" when its guide's list is held, or the
+        release is unknown): ``cann_os.os_not_checked``, the explicit marker.
+
+        Example:
+            >>> from builder.knowledge import load
+            >>> load().cann_os_not_checked("8.1.RC1")[:10], load().cann_os_not_checked("8.5.0")
+            ('not found:', '')
+        """
+        wanted = versions.lenient("cann", cann)
+        if wanted is None or wanted in self._cann_os:
+            return ""
+        return self._cann_os_not_checked.get(wanted, "")
 
     def os_ids(self) -> Tuple[str, ...]:
         """Every supported base OS id.

@@ -556,7 +556,7 @@ def image_checks(labels: Mapping[str, str], facts: Mapping[str, Any], host: Host
         what = "the CPU twin: no CANN by design" if lab(Label.VARIANT) == CPU else "no CANN in the image (a CPU image?)"
         out.append(Check("image: CANN", WARN, what, "use the NPU variant on NPU nodes"))
 
-    need = lab(Label.MIN_DRIVER) or (kb.min_driver(cann) if cann else None)
+    need = lab(Label.MIN_DRIVER) or (kb.min_driver(cann, lab(Label.PRODUCT) or "") if cann else None)
     if need:
         meets = versions.meets_minimum("hdk", host.driver, need)
         if meets is None:

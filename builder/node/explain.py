@@ -129,7 +129,7 @@ def context(host: Optional[HostInfo] = None, labels: Optional[Mapping[str, str]]
     # what the knowledge base adds
     image_cann = ctx.get("image_cann")
     if image_cann:
-        ctx.setdefault("image_min_driver", kb.min_driver(image_cann))
+        ctx.setdefault("image_min_driver", kb.min_driver(image_cann, labels.get(Label.PRODUCT) or ""))
         paired = [r.version for r in kb.torch_npu_for_cann(image_cann)]
         if paired:
             ctx.setdefault("paired_torch_npu", "torch_npu " + " or ".join(paired))

@@ -41,6 +41,7 @@ class Label:
     TORCH_NPU = LABEL_PREFIX + "torch-npu"
     MIN_DRIVER = LABEL_PREFIX + "min-driver"
     MIN_FIRMWARE = LABEL_PREFIX + "min-firmware"
+    PRODUCT = LABEL_PREFIX + "product"  # only where the cell names one: min-driver is that product's HDK number
     # added by the seal step, only to images whose required tiers passed
     VALIDATED = LABEL_PREFIX + "validated"
     VALIDATED_TIERS = LABEL_PREFIX + "validated-tiers"  # the required tiers that passed, nothing else

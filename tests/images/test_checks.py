@@ -588,7 +588,9 @@ COVERED = {
     "python_has_wheel": ("python-no-wheel",),
     "python_within_cann": ("python-outside-cann", "python-outside-cann-shipped"),
     "nnal_python": ("nnal-python",),
+    "os_listed": ("os-not-listed",),  # tests/test_os_per_release.py (no shipped list lacks a family of os:)
     "glibc_new_enough": ("glibc-too-old",),
+    "product_fits": ("product-chip", "product-unstated", "product-hdk-unknown"),  # tests/test_product_hdk.py
     "driver_supports_cann": ("driver-too-old", "driver-missing", "version-syntax", "driver-downstream"),
     "firmware_in_range": ("firmware-out-of-range", "version-syntax", "firmware-unknown", "firmware-unlisted"),
     "driver_known": ("driver-unknown", "driver-unlisted"),
@@ -648,7 +650,9 @@ def test_strict_turns_the_warning_into_exit_1():
     # and what --strict alone reports: the Python of CANN 7.0.RC1's, 8.0.RC3's and 8.3.RC1's cells is not
     # checked (the knowledge base holds no installation guide's range of theirs); without --strict, not said
     assert strict.output.count("warning: python-not-checked") == 3 and "python-not-checked" not in relaxed.output
-    assert f"17 error(s) in {SHIPPED_MATRIX}" in strict.output
+    # and their OS: the knowledge base holds no installation guide's OS list of those three releases
+    assert strict.output.count("warning: os-not-checked") == 3 and "os-not-checked" not in relaxed.output
+    assert f"20 error(s) in {SHIPPED_MATRIX}" in strict.output
 
 
 # --- CANN's Python limits and torch_npu's environment options (builder/data/python-env.yaml) -----------
@@ -845,6 +849,10 @@ SHAPE_CASES: Dict[str, List[dict]] = {
     "installer-unknown": [dict(VALID, cann="8.4.0")],
     "installer-sha256-unknown": [A3_LOCAL],
     "driver-missing": [dict(VALID, cann="8.4.0")],
+    "product-chip": [dict(VALID, product="atlas-350")],
+    "product-unstated": [dict(VALID, arch="aarch64", chip="950", cann="9.1.0", python="3.11", torch_npu="2.12.0")],
+    "product-hdk-unknown": [dict(VALID, arch="aarch64", chip="950", cann="9.0.0", python="3.11", torch_npu="2.9.0.post2",
+                                 product="atlas-350")],
     "driver-too-old": [dict(VALID, min_driver="23.0.3")],
     "driver-downstream": [dict(VALID, cann="8.2.RC1", torch_npu="2.5.1.post1", python="3.10", min_driver="24.1.RC3")],
     "driver-key-renamed": [dict(VALID, driver="24.1.RC3")],
@@ -922,7 +930,8 @@ def test_the_shape_cases_cover_every_rule_id():
     emitted |= {rule for rule, _, _ in checks.LOCK_RULES.values()}
     assert len(emitted) > 30
     assert emitted - set(SHAPE_CASES) - {"lock-missing", "lock-stale", "lock-incomplete",
-                                          "installer-sha256-unrecorded", "python-not-checked"} == set()
+                                          "installer-sha256-unrecorded", "python-not-checked", "os-not-checked",
+                                          "os-not-listed"} == set()  # the last two: tests/test_os_per_release.py
 
 
 def test_python_not_checked_is_reported_by_strict_only_with_the_marker_and_the_same_shape(tmp_path):
@@ -932,7 +941,7 @@ def test_python_not_checked_is_reported_by_strict_only_with_the_marker_and_the_s
     cell = dict(VALID, cann="8.1.RC1", torch_npu="2.5.1", arch="aarch64")
     path, _ = write_cells(tmp_path, cell)
     made = checks.not_checked(matrix.load(path).cells)
-    assert [f.rule for f in made] == ["python-not-checked"] and made[0].severity == "warning"
+    assert [f.rule for f in made] == ["python-not-checked", "os-not-checked"] and made[0].severity == "warning"
     assert made[0].message.startswith("Python 3.10 is not checked against CANN 8.1.RC1: the knowledge base holds no "
                                       "Python range of that release (searched, not found:")
     assert SHAPE.fullmatch(str(made[0])), str(made[0])

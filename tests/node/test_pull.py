@@ -133,10 +133,10 @@ VERSION = st.from_regex(r"[0-9]{1,2}\.[0-9]{1,2}\.(?:[0-9]{1,2}|RC[0-9])", fullm
 @given(cann=VERSION, chip=st.sampled_from(CHIPS), os_id=st.sampled_from(["ubuntu22.04", "openeuler22.03", "debian12"]),
        python=st.sampled_from(["3.9", "3.10", "3.11"]), arch=st.sampled_from(ARCHS),
        torch_npu=st.one_of(st.just(""), st.from_regex(r"2\.[0-9]\.[0-9](?:\.post[0-9]{1,2}|rc[0-9])?", fullmatch=True)),
-       cpu=st.booleans())
-def test_parse_id_reads_back_every_derived_id(cann, chip, os_id, python, arch, torch_npu, cpu):
-    tag = derive_id(cann, chip, os_id, python, torch_npu, arch) + ("-cpu" if cpu else "")
+       cpu=st.booleans(), product=st.sampled_from(["", "atlas-950-superpod", "atlas-350", "atlas-850"]))
+def test_parse_id_reads_back_every_derived_id(cann, chip, os_id, python, arch, torch_npu, cpu, product):
+    tag = derive_id(cann, chip, os_id, python, torch_npu, arch, product) + ("-cpu" if cpu else "")
     parsed = parse_id(tag)
     assert parsed is not None
-    assert (parsed.cann, parsed.chip, parsed.os, parsed.python, parsed.torch_npu, parsed.arch, parsed.variant) == (
-        cann, chip, os_id, python, torch_npu, arch, "cpu" if cpu else "npu")
+    assert (parsed.cann, parsed.chip, parsed.os, parsed.python, parsed.torch_npu, parsed.arch, parsed.variant,
+            parsed.product) == (cann, chip, os_id, python, torch_npu, arch, "cpu" if cpu else "npu", product)
