@@ -1,8 +1,8 @@
 """What a passed, pushed image is attested with: a validation statement and SLSA provenance, signed.
 
-After the push (`pipeline.conclude`), `attest` attaches two in-toto statements to the pushed
-digest (`builder.trust.attached`: cosign's ``.att`` tag), each in a DSSE envelope signed with the
-team's key:
+After the push (`pipeline.conclude`), `attest` attaches up to three in-toto statements to the
+pushed digest, each in a DSSE envelope signed with the team's key, in two forms
+(`builder.trust.attached`): cosign's ``.att`` tag, and one Sigstore bundle referrer per statement:
 
 - **validation** (`statements.VALIDATION_V1`): the smoke report tier by tier (name, status,
   summary), which tiers passed and which were skipped and why, where it ran (the device; CPU
@@ -216,7 +216,7 @@ def attest(pushed: str, digest: str, predicates: List[Tuple[str, Dict]], key: Pr
     name = f"{host}/{repository}"
     envelopes = [(statements.sign(statements.statement(name, digest, kind, predicate), key), kind)
                  for kind, predicate in predicates]
-    return attached.attach(registry, repository, image, envelopes)
+    return attached.attach(registry, repository, image, envelopes, key.public_key())
 
 
 def statements_for(report: Dict, tiers: Tuple[str, ...], cell_id: str, variant: str, content_hash: str,
