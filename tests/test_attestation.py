@@ -326,7 +326,12 @@ def test_the_provenance_reads_with_in_toto_attestations_own_bindings_times_in_ut
     deps = {d["name"]: d for d in predicate["buildDefinition"]["resolvedDependencies"]}
     base = PackageURL.from_string(deps["base-image"]["uri"])
     assert (base.type, base.namespace, base.name, base.version) == ("docker", "local", "debian", "12")
-    assert deps["matrix"]["uri"] == (ROOT / "matrix" / "default.yaml").as_uri()
+    commit, state = attest.evidence(job).matrix_git
+    if state == "committed":  # this checkout holds the matrix as it is: the commit names it
+        assert deps["matrix"]["uri"].startswith("git+") and deps["matrix"]["uri"].endswith(
+            f"@{commit}#matrix/default.yaml")
+    else:
+        assert deps["matrix"]["uri"] == (ROOT / "matrix" / "default.yaml").as_uri()
 
 
 @pytest.mark.parametrize("report, kind", [
@@ -362,6 +367,26 @@ def _git(folder, *args):
                         "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@example.invalid"})
 
 
+def _matrix_dependency(job, path: Path) -> dict:
+    """The matrix's resolved dependency in the provenance of ``job`` built from the matrix at ``path``,
+    checked with in-toto-attestation's ResourceDescriptor; its uri a URI with a scheme."""
+    import urllib.parse
+
+    import google.protobuf.json_format as pb_json
+    from in_toto_attestation.v1.resource_descriptor import ResourceDescriptor
+    from in_toto_attestation.v1 import resource_descriptor_pb2
+
+    from builder.images import oci
+
+    proof = dataclasses.replace(attest.evidence(job), matrix_file=str(path), matrix_git=oci.file_in_git(path),
+                                matrix_repository=oci.repository_of(path))
+    provenance = attest.provenance_predicate(proof, smoke_report(NPU))
+    (found,) = [d for d in provenance["buildDefinition"]["resolvedDependencies"] if d["name"] == "matrix"]
+    ResourceDescriptor.copy_from_pb(pb_json.ParseDict(found, resource_descriptor_pb2.ResourceDescriptor())).validate()
+    assert urllib.parse.urlsplit(found["uri"]).scheme in ("git+file", "git+https", "file"), found["uri"]
+    return found
+
+
 def test_the_provenance_says_whether_the_matrix_file_is_in_the_commit_it_names(tmp_path, job):
     from builder.images import oci
 
@@ -379,9 +404,17 @@ def test_the_provenance_says_whether_the_matrix_file_is_in_the_commit_it_names(t
     _git(repo, "commit", "-qm", "matrix")
     commit = subprocess.run(["git", "-C", str(repo), "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()
     assert oci.file_in_git(repo / "matrix.yaml") == (commit, "committed")
+    assert oci.repository_of(repo / "matrix.yaml") == (repo.resolve().as_uri(), "matrix.yaml")  # no remote
+    committed = _matrix_dependency(job, repo / "matrix.yaml")
+    assert committed["uri"] == f"git+{repo.resolve().as_uri()}@{commit}#matrix.yaml"
+    _git(repo, "remote", "add", "origin", "https://someone:secret@git.example.invalid/team/repo.git")
+    committed = _matrix_dependency(job, repo / "matrix.yaml")
+    assert committed["uri"] == f"git+https://git.example.invalid/team/repo@{commit}#matrix.yaml"  # no credentials
     (repo / "matrix.yaml").write_text("cells: [] # changed\n")
     assert oci.file_in_git(repo / "matrix.yaml") == (commit, "modified")
     assert oci.file_in_git(tmp_path / "loose.yaml") == ("", "outside-git")
+    assert oci.repository_of(tmp_path / "loose.yaml") == ("", "")
+    assert _matrix_dependency(job, repo / "matrix.yaml")["uri"] == (repo / "matrix.yaml").resolve().as_uri()
 
     proof = dataclasses.replace(attest.evidence(job), matrix_file=str(repo / "matrix.yaml"),
                                 matrix_git=oci.file_in_git(repo / "matrix.yaml"))

@@ -227,6 +227,11 @@ def test_image_push_sign_key_attests_the_twin_and_verify_accepts_it(registry, cr
         bom = by_type[statements.CYCLONEDX_BOM]["predicate"]  # the SBOM, signed: the lock's distributions
         names = {c["name"] for c in bom["components"]}
         assert names >= {"torch", "numpy"} and "torch-npu" not in names
+        # each distribution with the one file the image recorded installing (builder/images/installed.py)
+        files = {c["name"]: ([h["content"] for h in c["hashes"]], {p["name"]: p["value"] for p in c["properties"]})
+                 for c in bom["components"] if c["type"] == "library"}
+        assert all(len(shas) == 1 and props["ascend-build:installed-file"].endswith(".whl")
+                   for shas, props in files.values()), files
         assert json.loads(Path(out["sbom"]).read_text()) == bom  # the very SBOM kept beside the report
         assert all(s["verified"] for s in result["statements"])
         validation = by_type[statements.VALIDATION_V1]["predicate"]

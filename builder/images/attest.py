@@ -1,8 +1,8 @@
 """What a passed, pushed image is attested with: a validation statement and SLSA provenance, signed.
 
-After the push (`pipeline.conclude`), `attest` attaches two in-toto statements to the pushed
-digest (`builder.trust.attached`: cosign's ``.att`` tag), each in a DSSE envelope signed with the
-team's key:
+After the push (`pipeline.conclude`), `attest` attaches up to three in-toto statements to the
+pushed digest, each in a DSSE envelope signed with the team's key, in two forms
+(`builder.trust.attached`): cosign's ``.att`` tag, and one Sigstore bundle referrer per statement:
 
 - **validation** (`statements.VALIDATION_V1`): the smoke report tier by tier (name, status,
   summary), which tiers passed and which were skipped and why, where it ran (the device; CPU
@@ -60,6 +60,7 @@ class Evidence:
     installers: Tuple[Tuple[str, str, str], ...]  # (file, url, sha256) of CANN installers (NPU image)
     base_image: str                        # the reference the build started from
     matrix_git: Tuple[str, str] = ("", "")  # (commit, state) of the matrix file in its checkout (`oci.file_in_git`)
+    matrix_repository: Tuple[str, str] = ("", "")  # (repository, path in it) of that checkout (`oci.repository_of`)
 
 
 def _sha256_of(path: Path) -> str:
@@ -77,7 +78,8 @@ def evidence(job: Job) -> Evidence:
         matrix_sha256=_sha256_of(Path(matrix)) if matrix else "", lock_sha256=_sha256_of(job.lock_file),
         lock_state=job.plan.lock_state,
         installers=tuple((i.filename, i.url, i.sha256) for i in job.image.installers) if job.npu else (),
-        base_image=job.image.base_image, matrix_git=oci.file_in_git(Path(matrix)) if matrix else ("", ""))
+        base_image=job.image.base_image, matrix_git=oci.file_in_git(Path(matrix)) if matrix else ("", ""),
+        matrix_repository=oci.repository_of(Path(matrix)) if matrix else ("", ""))
 
 
 def _ran_on(report: Dict) -> Dict:
@@ -162,6 +164,24 @@ def file_uri(path: str) -> str:
     return Path(path).resolve().as_uri() if path else ""
 
 
+def matrix_uri(proof: Evidence) -> str:
+    """The matrix file's URI: ``git+<repository>@<commit>#<path>`` (the form SPDX's download
+    locations and pip's VCS URLs write) when the file is as the checkout's commit holds it, else
+    the ``file:`` URI of its absolute path.
+
+    Example:
+        >>> proof = Evidence("c", "cpu", "x86_64", "/src/m.yaml", "ab", "", "ok", (), "b",
+        ...                  ("f" * 40, "committed"), ("https://git.example/team/m", "matrix/m.yaml"))
+        >>> matrix_uri(proof)
+        'git+https://git.example/team/m@ffffffffffffffffffffffffffffffffffffffff#matrix/m.yaml'
+    """
+    commit, state = proof.matrix_git
+    repository, inside = proof.matrix_repository
+    if state == "committed" and commit and repository and inside:
+        return f"git+{repository}@{commit}#{inside}"
+    return file_uri(proof.matrix_file)
+
+
 def provenance_predicate(proof: Evidence, report: Dict) -> Dict:
     """SLSA provenance v1 (https://slsa.dev/spec/v1.1/provenance) of the image ``proof`` describes."""
     base = report.get("base_image") or {}
@@ -178,7 +198,7 @@ def provenance_predicate(proof: Evidence, report: Dict) -> Dict:
                              "annotations": {"state": proof.lock_state}})
     dependencies += [{"name": name, "uri": url, "digest": {"sha256": sha}} for name, url, sha in proof.installers if sha]
     if proof.matrix_sha256:
-        matrix_dep: Dict = {"name": "matrix", "uri": file_uri(proof.matrix_file), "digest": {"sha256": proof.matrix_sha256}}
+        matrix_dep: Dict = {"name": "matrix", "uri": matrix_uri(proof), "digest": {"sha256": proof.matrix_sha256}}
         commit, state = proof.matrix_git
         if state:  # whether the commit named holds this matrix file as it was built from
             matrix_dep["annotations"] = {"git": state, "gitCommit": commit or None,
@@ -216,7 +236,7 @@ def attest(pushed: str, digest: str, predicates: List[Tuple[str, Dict]], key: Pr
     name = f"{host}/{repository}"
     envelopes = [(statements.sign(statements.statement(name, digest, kind, predicate), key), kind)
                  for kind, predicate in predicates]
-    return attached.attach(registry, repository, image, envelopes)
+    return attached.attach(registry, repository, image, envelopes, key.public_key())
 
 
 def statements_for(report: Dict, tiers: Tuple[str, ...], cell_id: str, variant: str, content_hash: str,

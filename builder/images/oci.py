@@ -115,6 +115,22 @@ def file_in_git(path: Path) -> Tuple[str, str]:
     return commit, "modified"
 
 
+def repository_of(path: Path) -> Tuple[str, str]:
+    """(the repository, the file's path in it) of ``path`` in a git checkout: the repository is the
+    checkout's ``origin`` remote as `public_url` writes it, else the checkout's folder as a ``file:``
+    URI; ("", "") when ``path`` is in no checkout (or git cannot say)."""
+    resolved = path.resolve()
+    top = _git(resolved.parent, "rev-parse", "--show-toplevel")
+    if not top:
+        return "", ""
+    try:
+        inside = resolved.relative_to(Path(top).resolve()).as_posix()
+    except ValueError:
+        return "", ""
+    remote = public_url(_git(resolved.parent, "remote", "get-url", "origin") or "")
+    return remote or Path(top).resolve().as_uri(), inside
+
+
 def source_and_revision(folder: Path, env: Mapping[str, str] = os.environ) -> Tuple[str, str]:
     """Where the source of an image built from ``folder``'s matrix is, and its revision.
 

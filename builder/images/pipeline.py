@@ -33,7 +33,7 @@ from typing import Callable, Dict, List, Optional, Tuple
 
 from builder import bounded, claims, devices, documents, leftovers, writes
 from builder.images import plan as planning
-from builder.images import attest, fetch, oci, own_wheel, progress, publish, render, sbom, stage, wheelhouse
+from builder.images import attest, fetch, installed, oci, own_wheel, progress, publish, render, sbom, stage, wheelhouse
 from builder.images.prepare import Job, Options, host_arch, prepare
 from builder.images.matrix import Cell
 from builder.engine import BuildFailed, Engine, RunTimeout
@@ -144,16 +144,23 @@ def build_one(cell: Cell, variant: str, options: Options, engine: Engine, say: S
     with claims.claim(held, f"building {job.name} with the state folder {options.state_dir}", folder=False,
                       fix="wait for that run to finish, or give this one another --state-dir"):
         proof = attest.evidence(job) if options.sign_key else None  # the inputs as the build reads them
-        bom = sbom.of(job)
         sealed = already_sealed(job, engine)
         if sealed is not None:
-            return reuse_sealed(job, sealed, out, options, engine, say, proof, bom)
+            return reuse_sealed(job, sealed, out, options, engine, say, proof, sbom.of(job, recorded(job, engine, job.ref)))
         if not build(job, options, engine, say, out):
             return out
         report = smoke_test(job, engine, say, out)
+        bom = sbom.of(job, recorded(job, engine, out.image_id))  # with the files the image recorded installing
         out.sbom = _keep_sbom(bom, job.name, options.state_dir)  # before any tag: a full disk fails it untagged
         out = conclude(out, engine, report, job.smoke.tiers, job.smoke.final, job.ref, job.name, options, say)
         return attest_pushed(out, report, job.smoke.tiers, job.plan.content_hash, proof, options, say, bom)
+
+
+def recorded(job: Job, engine: Engine, image: str) -> Dict[str, installed.Installed]:
+    """Which file of each locked distribution ``image`` recorded installing (`builder.images.installed`)."""
+    lock = job.plan.lock
+    entries = lock.entries if lock is not None else ()
+    return installed.read(engine, image, [(i.step, i.verified) for i in job.image.installs], entries)
 
 
 def _keep_sbom(bom: Dict, name: str, state: Path) -> str:

@@ -264,6 +264,11 @@ class Plan:
         return bool(self.chip_installers) and any(i.step == "torch_npu" and i.verified for i in self.installs)
 
     @property
+    def installed_dir(self) -> str:
+        """Where each Python step records which file it installed (`builder.images.installed`)."""
+        return vocabulary.INSTALLED_DIR
+
+    @property
     def fixed_mtime(self) -> int:
         """The file time of what torch_npu's step writes (see FIXED_MTIME)."""
         return FIXED_MTIME

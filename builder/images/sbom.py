@@ -3,9 +3,12 @@
 Its components are what the build installs from its lock and the knowledge base:
 
 * each distribution of the cell's lock (the twin's lock is the same minus torch_npu), as a
-  ``pkg:pypi`` library with the sha256 of every file the lock allows (an entry of an
-  incomplete lock, installed unverified under --allow-incomplete-lock, carries the property
-  ``ascend-build:unverified`` instead);
+  ``pkg:pypi`` library with the sha256 of the file the build installed and its name (property
+  ``ascend-build:installed-file``), as the image recorded it (`builder.images.installed`); when
+  the image recorded none for it, the sha256 of every file the lock allows, with the property
+  ``ascend-build:installed-file`` saying so. An entry of an incomplete lock, installed unverified
+  under --allow-incomplete-lock, carries the property ``ascend-build:unverified``, and the
+  sha256 of the file pip installed when pip's report names it;
 * each CANN package of the NPU image (toolkit, the chip's ops/kernels package, NNAL), as an
   application with its version, the installer's sha256 and where it was downloaded from.
 
@@ -26,11 +29,12 @@ Example:
 from __future__ import annotations
 
 import uuid
-from typing import Dict, List
+from typing import Dict, List, Optional
 
 from packageurl import PackageURL
 
 from builder import __version__
+from builder.images.installed import Installed
 from builder.images.prepare import Job
 
 SPEC_VERSION = "1.5"
@@ -41,13 +45,19 @@ def _hashes(hexes) -> List[Dict[str, str]]:
     return [{"alg": "SHA-256", "content": h} for h in hexes]
 
 
-def of(job: Job) -> Dict:
+NOT_RECORDED = "not recorded: the hashes are every file the lock allows"
+
+
+def of(job: Job, installed: Optional[Dict[str, Installed]] = None) -> Dict:
     """The CycloneDX 1.5 document (a dict, JSON-ready) of ``job``'s image.
 
     Parameters
     ----------
     job: the image, decided (`builder.images.prepare.prepare`): its lock and CANN installers.
+    installed: {canonical name: the file installed}, as the built image recorded it
+        (`builder.images.installed.read`); None or a name missing: not recorded.
     """
+    installed = installed or {}
     plan, image = job.plan, job.image
     lock = plan.lock
     entries = () if lock is None or plan.lock_state not in ("ok", "incomplete") else (
@@ -57,10 +67,15 @@ def of(job: Job) -> Dict:
         purl = PackageURL(type="pypi", name=entry.name, version=entry.version).to_string()  # canonical: + is %2B
         component: Dict = {"type": "library", "bom-ref": purl, "name": entry.name, "version": entry.version,
                            "purl": purl}
+        got = installed.get(entry.name)
         if entry.hashes:
-            component["hashes"] = _hashes(entry.hashes)
+            component["hashes"] = _hashes([got.sha256] if got else entry.hashes)
+            component["properties"] = [{"name": "ascend-build:installed-file", "value": got.file if got else NOT_RECORDED}]
         else:  # an incomplete lock: installed unverified, and the SBOM says so
             component["properties"] = [{"name": "ascend-build:unverified", "value": entry.note or "no sha256 in the lock"}]
+            if got:  # pip's report names the file: its hash, which no lock checked
+                component["hashes"] = _hashes([got.sha256])
+                component["properties"].append({"name": "ascend-build:installed-file", "value": got.file})
         components.append(component)
     cann = str(plan.manifests[job.variant].get("cann_version") or "")
     for file in image.installers if job.npu else ():

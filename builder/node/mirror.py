@@ -2,19 +2,25 @@
 or an OCI image layout on disk, and from such a layout into a registry (`ascend-build mirror`).
 
 What is copied, per selected tag: the manifest it names (an index and each arch's image, or one
-image), every blob they name (config and layers), and cosign's ``sha256-<hex>.att`` manifest of
-each of them with its blobs (the DSSE envelopes). In this order, so that no tag ever names an
-image on the destination whose statements did not come along:
+image), every blob they name (config and layers), cosign's ``sha256-<hex>.att`` manifest of
+each of them with its blobs (the DSSE envelopes), and each of them's referrers (the Sigstore
+bundle manifests and the ``.att`` manifests listed by the source's referrers API, or else by its
+``sha256-<hex>`` fallback index: `builder.trust.attached.refer`) with their blobs. In this order,
+so that no tag ever names an image on the destination whose statements did not come along:
 
 1. with a key, every selected image's statements are checked at the source (`builder.trust.policy.
    trusted`, the one trust decision): one that is not trusted stops the run before any copy;
 2. blobs: skipped when the destination holds them (a HEAD), mounted when source and
    destination are repositories of one registry (cross-repository mount: no byte sent), else
    streamed (never held in memory; the sha256 checked as the bytes pass);
-3. the image manifests, by digest (each arch's, then the index), then the ``.att`` manifests;
+3. the image manifests, by digest (each arch's, then the index), then the ``.att`` manifests,
+   then the referrers, by digest;
 4. on the destination: each ``.att`` manifest must be the very one of the source, and with a key
    the same trust decision must pass there;
-5. only then the tags (the index's tag, the arch tags).
+5. on a destination without the referrers API (a registry answering 404 there, or a layout), the
+   referrers copied are added to its fallback index of each image, so a referrers client finds
+   them there too (a registry with the API lists them by their ``subject``);
+6. only then the tags (the index's tag, the arch tags).
 
 A failure stops the run with a `UserError` naming the image and what was and was not copied;
 a run again skips what is there, so an unchanged selection moves no blob byte.
@@ -28,14 +34,16 @@ Example:
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass, field
 from typing import BinaryIO, Callable, ContextManager, Dict, List, Optional, Sequence, Set, Tuple
 
 from builder import documents
 from builder.errors import UserError
 from builder.node.oci_layout import Layout
-from builder.registry import CONFIG_LIMIT, Manifest, Reader, Registry, config_labels
+from builder.registry import CONFIG_LIMIT, OCI_INDEX, Manifest, Reader, Registry, config_labels
 from builder.trust import policy
+from builder.trust import attached
 from builder.trust.attached import attestation_tag, is_attached_tag
 from builder.trust.signing import PublicKey
 from builder.vocabulary import Label
@@ -93,6 +101,19 @@ class Place:
     def put_manifest(self, reference: str, manifest: Manifest) -> None:
         raise NotImplementedError
 
+    def referrers(self, digest: str) -> List[dict]:
+        """The descriptors listed as ``digest``'s referrers: by the referrers API where there is
+        one, else by the fallback index under `attached.referrers_tag` ([] when neither lists any)."""
+        try:
+            return attached.listed_referrers(self.manifest(attached.referrers_tag(digest)))
+        except LookupError:
+            return []
+
+    def refer(self, subject: str, referrers: Sequence[dict]) -> bool:
+        """List ``referrers`` among ``subject``'s where they are not found by the API (the fallback
+        index, as `attached.refer` keeps it); whether an index was put."""
+        raise NotImplementedError
+
 
 class RegistryPlace(Place):
     def __init__(self, registry: Registry, repository: str):
@@ -116,6 +137,17 @@ class RegistryPlace(Place):
     def put_manifest(self, reference: str, manifest: Manifest) -> None:
         self.registry.put_manifest(self.repository, reference, manifest.body, manifest.media_type)
 
+    def referrers(self, digest: str) -> List[dict]:
+        api = self.registry.referrers(self.repository, digest)
+        if api is not None:
+            return [m for m in api["manifests"] if isinstance(m, dict) and isinstance(m.get("digest"), str)]
+        return super().referrers(digest)
+
+    def refer(self, subject: str, referrers: Sequence[dict]) -> bool:
+        if self.registry.referrers(self.repository, subject) is not None:
+            return False  # the API lists them by their subject
+        return _refer(self, subject, referrers)
+
 
 class LayoutPlace(Place):
     def __init__(self, layout: Layout):
@@ -134,6 +166,29 @@ class LayoutPlace(Place):
     def put_manifest(self, reference: str, manifest: Manifest) -> None:
         self.layout.put_manifest(manifest.body, manifest.media_type,
                                  tag=None if reference.startswith("sha256:") else reference)
+
+    def refer(self, subject: str, referrers: Sequence[dict]) -> bool:
+        return _refer(self, subject, referrers)  # a layout has no API: the fallback index is the list
+
+
+def _refer(where: Place, subject: str, referrers: Sequence[dict]) -> bool:
+    """Add ``referrers`` to ``subject``'s fallback index at ``where``, as `attached.refer` keeps it
+    (a tag there holding anything but an image index is refused, not overwritten)."""
+    tag = attached.referrers_tag(subject)
+    try:
+        there: Optional[Manifest] = where.manifest(tag)
+    except LookupError:
+        there = None
+    if there is not None and not attached.is_referrers_index(there):
+        raise UserError(f"{where.name}:{tag} holds a {there.media_type or 'manifest'}, not the referrers image index "
+                        f"of {subject}: it was left as it is", exit_code=1,
+                        fix=f"remove the tag {tag} on the destination (it names no image) and run the mirror again")
+    merged = attached.merged_index(there, referrers)
+    if merged is None:
+        return False
+    where.put_manifest(tag, Manifest("sha256:" + hashlib.sha256(merged).hexdigest(), OCI_INDEX, merged,
+                                     documents.load_json(merged, "a referrers index")))
+    return True
 
 
 def place(text: str, default_repository: str, create: bool) -> Place:
@@ -171,6 +226,9 @@ class Unit:
     top: Manifest
     images: List[Image]
     top_statements: Optional[Manifest] = None  # an index's own .att manifest, if one is attached
+    # {subject digest: [(its descriptor as the source lists it, the manifest)]}: each image's (and the
+    # index's) referrers that the source holds, about that subject
+    referrers: Dict[str, List[Tuple[dict, Manifest]]] = field(default_factory=dict)
 
     @property
     def what(self) -> str:
@@ -179,7 +237,14 @@ class Unit:
     def manifests(self) -> List[Manifest]:
         """Every manifest to copy: the images', the index (if any), then the .att manifests."""
         made = [i.manifest for i in self.images] + ([self.top] if self.top.is_index else [])
-        return made + [m for m in [i.statements for i in self.images] + [self.top_statements] if m is not None]
+        made += [m for m in [i.statements for i in self.images] + [self.top_statements] if m is not None]
+        seen = {m.digest for m in made}
+        for listed in self.referrers.values():
+            for _, manifest in listed:
+                if manifest.digest not in seen:  # the current .att manifest is a referrer too
+                    made.append(manifest)
+                    seen.add(manifest.digest)
+        return made
 
 
 @dataclass
@@ -228,6 +293,22 @@ def _statements(source: Place, digest: str) -> Optional[Manifest]:
         return None
 
 
+def _referrers_of(source: Place, subject: str) -> List[Tuple[dict, Manifest]]:
+    """The referrers the source lists for ``subject`` and holds: image manifests whose ``subject``
+    is it (an entry the source does not hold, or about another digest, is left out)."""
+    found = []
+    for described in source.referrers(subject):
+        try:
+            manifest = source.manifest(described["digest"])
+        except LookupError:
+            continue
+        about = manifest.data.get("subject")
+        if manifest.is_index or not isinstance(about, dict) or about.get("digest") != subject:
+            continue
+        found.append((described, manifest))
+    return found
+
+
 def _children(manifest: Manifest) -> List[str]:
     listed = manifest.data.get("manifests")
     return [str(m["digest"]) for m in listed if isinstance(m, dict) and isinstance(m.get("digest"), str)] \
@@ -251,7 +332,9 @@ def select(source: Place, selection: Selection) -> List[Unit]:
             manifest = top if digest == top.digest else source.manifest(digest)
             images.append(Image(manifest, _labels(source, manifest), _statements(source, digest)))
         if any(matches(i.labels, selection) for i in images):
-            units.append(Unit(tag, top, images, _statements(source, top.digest) if top.is_index else None))
+            subjects = [i.manifest.digest for i in images] + ([top.digest] if top.is_index else [])
+            referrers = {s: listed for s in subjects for listed in [_referrers_of(source, s)] if listed}
+            units.append(Unit(tag, top, images, _statements(source, top.digest) if top.is_index else None, referrers))
     return units
 
 
@@ -356,6 +439,9 @@ def _copy(source: Place, destination: Place, unit: Unit, key: Optional[PublicKey
                         fix="the copy was changed in transit or at the destination: run the mirror again, "
                             "and check the destination's storage")
     progress.statements_checked = True
+    for subject, listed in unit.referrers.items():  # where no referrers API lists them: the fallback index
+        if destination.refer(subject, [described for described, _ in listed]):
+            figures.manifests_put += 1
     try:
         current: Optional[str] = destination.manifest(unit.tag).digest
     except LookupError:

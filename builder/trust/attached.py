@@ -7,7 +7,15 @@ with its ``predicateType``, as ``cosign attest`` writes them; so ``cosign verify
 also sets OCI 1.1's ``subject`` to the image's descriptor, so a registry with the referrers
 API lists them too; on one without it (Debian's docker-registry 2.8 stores the field but answers
 404 there) `refer` keeps the spec's fallback, an image index under the tag ``sha256-<hex>``
-listing each ``.att`` manifest pushed, which referrers clients read instead.
+listing each manifest pushed with that ``subject``, which referrers clients read instead.
+
+The same envelopes are attached a second time as Sigstore bundles (`attach_bundles`), the format
+cosign's ``--new-bundle-format`` writes and its maintainers name as the only one of its future
+versions: per statement, a bundle (``application/vnd.dev.sigstore.bundle.v0.3+json``: the DSSE
+envelope, unchanged, and ``verificationMaterial`` naming the public key by a hint, with no
+certificate and no transparency-log entry) in an OCI artifact manifest whose ``artifactType`` is
+the bundle's media type and whose ``subject`` is the image, pushed by digest and listed among
+the image's referrers (cosign ``specs/BUNDLE_SPEC.md``).
 
 Each spelling below is cosign's, from its source (sigstore/cosign, v3.1.2):
 
@@ -38,6 +46,7 @@ Example:
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import json
 import re
@@ -50,7 +59,7 @@ from builder.cell_id import named_by_tag
 from builder.trust import statements
 from builder.errors import UserError
 from builder.registry import OCI_INDEX, OCI_MANIFEST, Manifest, Reader, Registry
-from builder.trust.signing import PublicKey
+from builder.trust.signing import PublicKey, der
 
 DSSE_MEDIA_TYPE = "application/vnd.dsse.envelope.v1+json"      # cosign pkg/types/payload.go DssePayloadType
 OCI_CONFIG = "application/vnd.oci.image.config.v1+json"        # go-containerregistry types.OCIConfigJSON
@@ -59,6 +68,15 @@ PREDICATE_TYPE_ANNOTATION = "predicateType"                    # cosign cmd/cosi
 ATTESTATION_SUFFIX = "att"                                     # cosign pkg/oci/remote/options.go
 _ATTACHED = re.compile(r"sha256-[0-9a-f]{64}(\.(att|sig|sbom))?")  # cosign's tags; bare: the referrers index
 _ZERO_TIME = "0001-01-01T00:00:00Z"                              # Go's zero time.Time, as cosign's config has it
+# The bundle referrer, as cosign specs/BUNDLE_SPEC.md lays it out: the bundle's media type is sigstore's
+# protobuf-specs' (v0.3); the config is the OCI image spec's empty descriptor (manifest.md, "Guidance for
+# an Empty Descriptor": the two bytes ``{}``); the annotations are the spec's, without the optional
+# creation time (the same statements make the same bytes, so attaching them again adds nothing).
+BUNDLE_MEDIA_TYPE = "application/vnd.dev.sigstore.bundle.v0.3+json"
+OCI_EMPTY = "application/vnd.oci.empty.v1+json"
+EMPTY_CONFIG = b"{}"
+BUNDLE_CONTENT_ANNOTATION = "dev.sigstore.bundle.content"
+BUNDLE_PREDICATE_ANNOTATION = "dev.sigstore.bundle.predicateType"
 
 
 def attestation_tag(digest: str) -> str:
@@ -115,9 +133,12 @@ def _config_of(registry: Registry, repository: str, manifest: Manifest) -> Optio
     return config if isinstance(config, dict) else None
 
 
-def attach(registry: Registry, repository: str, image: Manifest, envelopes: Sequence[Tuple[bytes, str]]) -> str:
+def attach(registry: Registry, repository: str, image: Manifest, envelopes: Sequence[Tuple[bytes, str]],
+           signer: PublicKey) -> str:
     """Append ``envelopes`` ((DSSE bytes, predicate type), ...) to ``image``'s attestations; the new
-    ``.att`` manifest's digest. An envelope already there (same bytes) is not added twice."""
+    ``.att`` manifest's digest. An envelope already there (same bytes) is not added twice. Each
+    envelope is attached as a Sigstore bundle referrer too (`attach_bundles`), naming ``signer``
+    (the public key of the key that signed them) by its hint; the referrers index lists both forms."""
     there = _existing(registry, repository, image.digest)
     layers = [layer for layer in (there.data.get("layers") or []) if isinstance(layer, dict)] if there else []
     previous = _config_of(registry, repository, there) if there else None
@@ -140,8 +161,47 @@ def attach(registry: Registry, repository: str, image: Manifest, envelopes: Sequ
                 "subject": {"mediaType": image.media_type, "size": len(image.body), "digest": image.digest}}
     body = _go_json(manifest)
     digest = registry.put_manifest(repository, attestation_tag(image.digest), body, OCI_MANIFEST)
-    refer(registry, repository, image.digest, _referrer(manifest, body))
+    bundles = attach_bundles(registry, repository, image, envelopes, key_hint(signer))
+    refer(registry, repository, image.digest, [_referrer(manifest, body)] + bundles)
     return digest
+
+
+def key_hint(key: PublicKey) -> str:
+    """The bundle's ``publicKey.hint``: the standard base64 of the SHA-256 of the key's DER
+    SubjectPublicKeyInfo, the hint sigstore-go's keypairs give their keys. A hint only tells a
+    verifier which of its keys to try: the key itself is the verifier's own, never the bundle's."""
+    return base64.b64encode(hashlib.sha256(der(key)).digest()).decode()
+
+
+def bundle(envelope: bytes, hint: str) -> bytes:
+    """The Sigstore bundle v0.3 (protobuf-specs ``dev.sigstore.bundle.v1.Bundle`` in its JSON form)
+    of one DSSE envelope: the envelope as signed, the key named by ``hint``, no certificate, no
+    transparency-log entry (``tlogEntries`` is written, empty: sigstore's models require the field)."""
+    return _go_json({"mediaType": BUNDLE_MEDIA_TYPE,
+                     "verificationMaterial": {"publicKey": {"hint": hint}, "tlogEntries": []},
+                     "dsseEnvelope": json.loads(envelope)})
+
+
+def attach_bundles(registry: Registry, repository: str, image: Manifest, envelopes: Sequence[Tuple[bytes, str]],
+                   hint: str) -> List[dict]:
+    """Push each envelope as a bundle referrer of ``image`` (by digest, no tag); their descriptors
+    as a referrers list holds them (`refer` lists them). The same envelope makes the same bytes."""
+    registry.put_blob(repository, EMPTY_CONFIG)
+    listed = []
+    for envelope, predicate_type in envelopes:
+        body = bundle(envelope, hint)
+        registry.put_blob(repository, body)
+        manifest = {"schemaVersion": 2, "mediaType": OCI_MANIFEST, "artifactType": BUNDLE_MEDIA_TYPE,
+                    "config": _descriptor(OCI_EMPTY, EMPTY_CONFIG),
+                    "layers": [_descriptor(BUNDLE_MEDIA_TYPE, body)],
+                    "subject": {"mediaType": image.media_type, "size": len(image.body), "digest": image.digest},
+                    "annotations": {BUNDLE_CONTENT_ANNOTATION: "dsse-envelope",
+                                    BUNDLE_PREDICATE_ANNOTATION: predicate_type}}
+        text = _go_json(manifest)
+        digest = "sha256:" + hashlib.sha256(text).hexdigest()
+        registry.put_manifest(repository, digest, text, OCI_MANIFEST)
+        listed.append(_referrer(manifest, text))
+    return listed
 
 
 def referrers_tag(digest: str) -> str:
@@ -164,15 +224,15 @@ def _referrer(manifest: dict, body: bytes) -> dict:
     return described
 
 
-def refer(registry: Registry, repository: str, subject: str, referrer: dict) -> None:
-    """Have ``referrer`` (a descriptor) listed among ``subject``'s referrers.
+def refer(registry: Registry, repository: str, subject: str, referrers: Sequence[dict]) -> None:
+    """Have ``referrers`` (descriptors) listed among ``subject``'s referrers.
 
     OCI distribution spec v1.1, "Backwards Compatibility: Unavailable Referrers API" and "Pushing
     Manifests with Subject": a client pushing a manifest with ``subject`` checks that the referrers
     API is there; where it is not (docker-registry 2.8 answers 404), the client keeps the list
     itself, an image index under the "Referrers Tag Schema" tag (`referrers_tag`): pulled (none
-    there: an empty index), the descriptor added unless it is listed already, pushed again. A
-    registry with the API lists the manifest by its ``subject``: nothing is pushed there. As with
+    there: an empty index), each descriptor added unless it is listed already, pushed again. A
+    registry with the API lists the manifests by their ``subject``: nothing is pushed there. As with
     the ``.att`` tag, two writers at once could lose one's entry (no conditional request is made).
     """
     if registry.referrers(repository, subject) is not None:
@@ -182,17 +242,42 @@ def refer(registry: Registry, repository: str, subject: str, referrer: dict) -> 
         there: Optional[Manifest] = registry.manifest(repository, tag)
     except LookupError:
         there = None
-    if there is not None and (there.media_type != OCI_INDEX or not isinstance(there.data.get("manifests"), list)):
+    if there is not None and not is_referrers_index(there):
         # the spec: a tag there that is not an image index is a failure to stop at, not to overwrite
         raise UserError(f"{registry.name}/{repository}:{tag} holds a {there.media_type or 'manifest'}, not the "
                         f"referrers image index of {subject}: it was left as it is", exit_code=1,
                         fix=f"the statements are attached under {attestation_tag(subject)}; to have the referrers "
                             f"index kept too, remove the tag {tag} (it names no image) and attach again")
-    listed = [m for m in there.data["manifests"] if isinstance(m, dict)] if there is not None else []
-    if any(m.get("digest") == referrer["digest"] for m in listed):
-        return
-    index = {"schemaVersion": 2, "mediaType": OCI_INDEX, "manifests": listed + [referrer]}
-    registry.put_manifest(repository, tag, _go_json(index), OCI_INDEX)
+    merged = merged_index(there, referrers)
+    if merged is not None:
+        registry.put_manifest(repository, tag, merged, OCI_INDEX)
+
+
+def is_referrers_index(manifest: Manifest) -> bool:
+    """Whether ``manifest`` can be a referrers list: an OCI image index with a ``manifests`` list."""
+    return manifest.media_type == OCI_INDEX and isinstance(manifest.data.get("manifests"), list)
+
+
+def listed_referrers(index: Optional[Manifest]) -> List[dict]:
+    """The descriptors a referrers index lists ([] for none)."""
+    if index is None or not is_referrers_index(index):
+        return []
+    return [m for m in index.data["manifests"] if isinstance(m, dict) and isinstance(m.get("digest"), str)]
+
+
+def merged_index(there: Optional[Manifest], referrers: Sequence[dict]) -> Optional[bytes]:
+    """The referrers index ``there`` (None: an empty one) with each of ``referrers`` appended unless
+    a descriptor of its digest is listed already; None when nothing is to be added."""
+    listed = listed_referrers(there)
+    present = {m["digest"] for m in listed}
+    added = []
+    for referrer in referrers:
+        if referrer["digest"] not in present:
+            added.append(referrer)
+            present.add(referrer["digest"])
+    if not added:
+        return None
+    return _go_json({"schemaVersion": 2, "mediaType": OCI_INDEX, "manifests": listed + added})
 
 
 @dataclass(frozen=True)

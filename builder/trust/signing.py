@@ -156,8 +156,12 @@ def load_public(path: Path) -> PublicKey:
     return _p256(key, path, "public key")
 
 
+def der(key: PublicKey) -> bytes:
+    """The public key as DER SubjectPublicKeyInfo."""
+    return key.public_bytes(serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo)
+
+
 def fingerprint(key: PublicKey) -> str:
     """A public key's id for people: the sha256 of its DER SubjectPublicKeyInfo, in hex (`keys
     generate` and `verify` print it). Envelopes carry no keyid (`builder.trust.statements.sign`)."""
-    der = key.public_bytes(serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo)
-    return hashlib.sha256(der).hexdigest()
+    return hashlib.sha256(der(key)).hexdigest()

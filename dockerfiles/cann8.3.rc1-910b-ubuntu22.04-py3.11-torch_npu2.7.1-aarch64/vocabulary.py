@@ -61,6 +61,11 @@ TOOL_DIR = "/opt/ascend-build"  # the smoke program and the files shipped beside
 ETC_DIR = "/etc/ascend-build"  # what the image says of itself
 NODE_TRUST_KEY = ETC_DIR + "/trust.pub"  # a node's default trust key (on the host, beside no image)
 SMOKE_PROGRAM = TOOL_DIR + "/smoke.py"
+# Which file each Python step installed (builder/images/installed.py): <step>.txt for uv's steps,
+# unverified.json (pip's --report) for the unverified one. Under TOOL_DIR, which the first Python
+# step makes: a later step then changes no folder an earlier per-chip step made (the torch_npu
+# step's layer is the same bytes on every chip).
+INSTALLED_DIR = TOOL_DIR + "/installed"
 MANIFEST = ETC_DIR + "/manifest.json"
 VALIDATION_REPORT = ETC_DIR + "/validation.json"
 LOCK = ETC_DIR + "/requirements.lock"  # the cell's lock, as the image installed it

@@ -277,8 +277,14 @@ RUN --mount=type=secret,id=buildenv --mount=type=secret,id=ca \\
     --mount=type=bind,from=uv,source=/uv,target=/opt/uv \\
     if [ -s /run/secrets/buildenv ]; then . /run/secrets/buildenv; fi && \\
     /opt/uv/bin/uv pip install --python /opt/conda/envs/ascend/bin/python --require-hashes --no-deps \\
-        --compile-bytecode --no-cache --link-mode=copy --find-links /wheelhouse \\
-        ${{PIP_INDEX_URL:+--index-url "$PIP_INDEX_URL"}} ${{PIP_NO_INDEX:+--no-index}} -r /tmp/lock.closure.txt
+        --compile-bytecode --cache-dir /tmp/uv-cache --link-mode=copy --find-links /wheelhouse \\
+        ${{PIP_INDEX_URL:+--index-url "$PIP_INDEX_URL"}} ${{PIP_NO_INDEX:+--no-index}} -r /tmp/lock.closure.txt && \\
+    mkdir -p /opt/ascend-build/installed && \\
+    for entry in /tmp/uv-cache/wheels-v*/*/*/*.http /tmp/uv-cache/wheels-v*/*/*/*/*.http \\
+            /tmp/uv-cache/wheels-v*/*/*/*.rev /tmp/uv-cache/wheels-v*/*/*/*/*.rev; do \\
+        if [ -f "$entry" ]; then printf '%s %s\\n' "${{entry#/tmp/uv-cache/}}" "$(grep -aoE '[0-9a-f]{{64}}' "$entry" | sort -u | tr '\\n' ' ')"; fi; \\
+    done | sort > /opt/ascend-build/installed/closure.txt && \\
+    rm -rf /tmp/uv-cache
 
 # 5. NOT VERIFIED: torch. {TORCH_7_REASON}.
 #    Refused unless the build is asked: --build-arg ASCEND_BUILD_ALLOW_UNVERIFIED=1.
@@ -292,7 +298,9 @@ RUN --mount=type=secret,id=buildenv --mount=type=secret,id=ca \\
         echo "refusing to install torch without a sha256 (pass --build-arg ASCEND_BUILD_ALLOW_UNVERIFIED=1 to allow it)" >&2; exit 1; \\
     fi && \\
     torch_index="${{TORCH_INDEX:-{facts.PYTORCH_CPU_INDEX}}}" && \\
-    pip install --no-deps --find-links /wheelhouse ${{torch_index:+--extra-index-url "$torch_index"}} -r /tmp/lock.unverified.txt
+    mkdir -p /opt/ascend-build/installed && \\
+    pip install --no-deps --find-links /wheelhouse ${{torch_index:+--extra-index-url "$torch_index"}} \\
+        --report /opt/ascend-build/installed/unverified.json -r /tmp/lock.unverified.txt
 
 # 6. The 910b operator package.
 COPY --from=mount-points /mount-points/ /etc/
@@ -310,10 +318,17 @@ RUN --mount=type=tmpfs,target=/tmp --mount=type=tmpfs,target=/run/secrets \\
     touch /opt/conda/envs/ascend/.step-start && \\
     SOURCE_DATE_EPOCH=315532800 \\
     /opt/uv/bin/uv pip install --python /opt/conda/envs/ascend/bin/python --require-hashes --no-deps \\
-        --compile-bytecode --no-cache --link-mode=copy --find-links /wheelhouse \\
+        --compile-bytecode --cache-dir /tmp/uv-cache --link-mode=copy --find-links /wheelhouse \\
         ${{PIP_INDEX_URL:+--index-url "$PIP_INDEX_URL"}} ${{PIP_NO_INDEX:+--no-index}} -r /tmp/lock.torch_npu.txt && \\
+    mkdir -p /opt/ascend-build/installed && \\
+    for entry in /tmp/uv-cache/wheels-v*/*/*/*.http /tmp/uv-cache/wheels-v*/*/*/*/*.http \\
+            /tmp/uv-cache/wheels-v*/*/*/*.rev /tmp/uv-cache/wheels-v*/*/*/*/*.rev; do \\
+        if [ -f "$entry" ]; then printf '%s %s\\n' "${{entry#/tmp/uv-cache/}}" "$(grep -aoE '[0-9a-f]{{64}}' "$entry" | sort -u | tr '\\n' ' ')"; fi; \\
+    done | sort > /opt/ascend-build/installed/torch_npu.txt && \\
+    rm -rf /tmp/uv-cache && \\
     find /opt/conda/envs/ascend -newer /opt/conda/envs/ascend/.step-start -exec touch -h -d @315532800 {{}} + && \\
-    rm /opt/conda/envs/ascend/.step-start && touch -d @315532800 /opt/conda/envs/ascend
+    rm /opt/conda/envs/ascend/.step-start && touch -d @315532800 /opt/conda/envs/ascend \\
+        /opt/ascend-build/installed /opt/ascend-build/installed/torch_npu.txt
 
 # 8. Defaults from the field guide; each can be overridden per cell (env_vars).
 """ in npu7
@@ -449,7 +464,7 @@ def test_the_cpu_twin_has_no_cann_and_the_same_closure(cell7, lock7, kb, npu7, c
         block_npu = npu7[npu7.index(f"# {npu.number(install.step)}. "):npu7.index(f"# {npu.number(install.step) + 1}. ")]
         block_cpu = cpu7[cpu7.index(f"# {cpu.number(install.step)}. "):cpu7.index(f"# {cpu.number(install.step) + 1}. ")]
         assert block_npu.split(" ", 2)[2] == block_cpu.split(" ", 2)[2]
-        assert f"-r /tmp/{install.file}\n" in block_cpu
+        assert f"-r /tmp/{install.file}" in block_cpu
     assert "        'python=3.9' pip && \\\n" in cpu7
     assert _base(cpu7) == _base(npu7) == "ubuntu:22.04"
     assert "COPY manifest.cpu.json /etc/ascend-build/manifest.json" in cpu7

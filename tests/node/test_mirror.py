@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import uuid
 from pathlib import Path
@@ -148,6 +149,75 @@ def test_registry_to_layout_to_registry_round_trip(registry, creds, keys, source
     assert again["bytes_sent"] == 0 and again["tags_put"] == []
 
 
+def skopeo_raw(host: str, reference: str) -> bytes:
+    """A manifest on the (no-auth) mirror as skopeo reads it: an independent registry client."""
+    if not shutil.which("skopeo"):
+        pytest.skip("skopeo missing: apt-get install skopeo")
+    done = subprocess.run(["skopeo", "inspect", "--raw", "--tls-verify=false", f"docker://{host}/{reference}"],
+                          capture_output=True, timeout=60)
+    assert done.returncode == 0, done.stderr.decode()
+    return done.stdout
+
+
+def found_by_a_referrers_client(reader, repo: str, digest: str, key) -> dict:
+    """{artifactType: [predicate types]} of ``digest``'s referrers at ``reader``, found as the OCI
+    distribution spec tells a client without the referrers API: the fallback index under
+    ``sha256-<hex>``; each bundle parsed with sigstore's models and its envelope verified with the key
+    by securesystemslib (independent of `builder.trust`)."""
+    from securesystemslib.dsse import Envelope
+    from securesystemslib.signer import SSlibKey
+    from sigstore_models.bundle.v1 import Bundle
+    from cryptography.hazmat.primitives import serialization
+
+    pem = key.public_bytes(serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo).decode()
+    sslib = SSlibKey("", "ecdsa", "ecdsa-sha2-nistp256", {"public": pem})
+    index = reader.manifest(repo, "sha256-" + digest.split(":")[1]).data
+    found: dict = {}
+    for entry in index["manifests"]:
+        manifest = reader.manifest(repo, entry["digest"]).data
+        assert manifest["subject"]["digest"] == digest
+        kind = manifest.get("artifactType") or manifest["config"]["mediaType"]
+        if kind == attached.BUNDLE_MEDIA_TYPE:
+            text = reader.blob(repo, manifest["layers"][0]["digest"])
+            assert Bundle.from_json(text).dsse_envelope is not None
+            envelope = Envelope.from_dict(json.loads(text)["dsseEnvelope"])
+            assert list(envelope.verify([sslib], 1)) == [""]
+            found.setdefault(kind, []).append(json.loads(envelope.payload)["predicateType"])
+        else:
+            found.setdefault(kind, []).append(len(manifest["layers"]))
+    return found
+
+
+def test_the_referrers_come_along_so_a_referrers_client_finds_the_bundles_on_the_mirror(
+        registry, creds, keys, source, far, tmp_path):
+    key_file = str(keys["team"][1])
+    key = signing.load_public(Path(key_file))
+    src, repo = Registry(registry.host), REPO + "-referrers"
+    dst = Registry(far.host)
+    figures(run_mirror(creds, f"{registry.host}/{REPO}", f"{far.host}/{repo}", "--trust-key", key_file, "--json"))
+    for arch in ("x86_64", "aarch64"):
+        digest = source[arch]
+        assert dst.referrers(repo, digest) is None  # docker-registry 2.8: no referrers API, the fallback is needed
+        index = json.loads(skopeo_raw(far.host, f"{repo}:{attached.referrers_tag(digest)}"))
+        print(f"\n{arch}: the mirror's referrers index lists {[m['artifactType'] for m in index['manifests']]}")
+        assert index["manifests"] == src.manifest(REPO, attached.referrers_tag(digest)).data["manifests"]
+        found = found_by_a_referrers_client(dst, repo, digest, key)
+        assert found == found_by_a_referrers_client(src, REPO, digest, key)
+        assert found[attached.BUNDLE_MEDIA_TYPE] == ["https://ascend-build.io/attestations/validation/v1"]
+        assert found["application/vnd.oci.image.config.v1+json"] == [1]  # the .att manifest, one envelope
+    # through an OCI image layout and back into a registry: the layout keeps the fallback index too
+    folder = tmp_path / "carry"
+    figures(run_mirror(creds, f"{registry.host}/{REPO}", f"oci:{folder}", "--trust-key", key_file, "--json"))
+    layout = Layout(folder)
+    assert found_by_a_referrers_client(layout, "", source["x86_64"], key)[attached.BUNDLE_MEDIA_TYPE]
+    back = REPO + "-referrers-back"
+    figures(run_mirror(creds, f"oci:{folder}", f"{far.host}/{back}", "--trust-key", key_file, "--json"))
+    assert found_by_a_referrers_client(dst, back, source["aarch64"], key) == \
+        found_by_a_referrers_client(src, REPO, source["aarch64"], key)
+    again = figures(run_mirror(creds, f"oci:{folder}", f"{far.host}/{back}", "--trust-key", key_file, "--json"))
+    assert again["manifests_put"] == 0  # the index lists them already: not put again
+
+
 def test_within_one_registry_blobs_are_mounted_not_sent(registry, creds, keys, source):
     out = figures(run_mirror(creds, f"{registry.host}/{REPO}", f"{registry.host}/{REPO}-copy",
                              "--trust-key", str(keys["team"][1]), "--json"))
@@ -271,7 +341,8 @@ def test_an_interrupted_copy_names_what_was_copied_and_a_rerun_completes(registr
     assert Registry(far.host).tags(repo) == []
     units, figures = mirror.mirror(src, mirror.RegistryPlace(Registry(far.host), repo),
                                    mirror.Selection(cells=(CELL_ID,)), key)
-    assert (figures.blobs_there, figures.blobs_sent) == (2, 6)  # the index's 2 arches: 2 configs, 2 layers, 4 envelopes
+    # the index's 2 arches: 2 configs and 2 layers; 2 .att configs and 2 envelopes; 2 bundles and the empty config
+    assert (figures.blobs_there, figures.blobs_sent) == (2, 9)
     assert figures.tags_put == [INDEX_TAG, TAG]
 
 
@@ -287,7 +358,8 @@ def test_ctrl_c_says_what_was_copied_and_no_tag_is_put(registry, creds, keys, so
                       mirror.Selection(cells=(CELL_ID,)))
     said = str(stopped.value)
     assert f"stopped at {INDEX_TAG} ({source['index']}): interrupted" in said
-    assert "8 of 8 blobs and 0 of 5 manifests were copied, no tag was put for it" in said
+    # 3 image manifests, 2 .att manifests, 2 bundle manifests; their 11 blobs
+    assert "11 of 11 blobs and 0 of 7 manifests were copied, no tag was put for it" in said
     assert Registry(far.host).tags(repo) == []
 
 

@@ -137,8 +137,8 @@ def forge(kind: str, engine, registry, images, repo: str, genuine: str, keys, ta
         body["subject"][0]["digest"]["sha256"] = forged.split(":")[1]
         body["predicate"]["ranOn"]["kind"] = "npu-host"
         envelope["payload"] = base64.b64encode(json.dumps(body).encode()).decode()
-        attached.attach(reg, repo, reg.manifest(repo, forged),
-                        [(json.dumps(envelope).encode(), statements.VALIDATION_V1)])
+        attached.attach(reg, repo, reg.manifest(repo, forged),  # the hint names the team's public key
+                        [(json.dumps(envelope).encode(), statements.VALIDATION_V1)], signing.load_public(keys["team"][1]))
     elif kind == "stranger":
         cell_id = (labels or {}).get("io.ascend-build.cell", CELL_ID)
         attest_as(registry, repo, tag, forged, keys["stranger"][0], cell_id)
