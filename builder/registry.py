@@ -678,6 +678,46 @@ class Registry:
             # the consumer's own failures (a full disk, a refused upload) pass through unchanged
             yield Checked(response, digest, size, f"{self.name}/{repository}@{digest}")
 
+    def blob_range(self, repository: str, digest: str, start: int, end: int) -> bytes:
+        """Bytes ``start`` to ``end`` (exclusive) of the blob ``digest``, by one HTTP Range request
+        (`builder.estargz` reads a layer's TOC and chunks so). The registry must answer 206 with
+        exactly that range: a 200 (the whole blob) is refused, not read. The bytes cannot be checked
+        against the blob's digest here: the caller checks what they hold (eStargz chunk digests).
+        LookupError when the registry has none."""
+        repository = self.repository(repository)
+        if not _DIGEST.match(digest):
+            raise self._fail(f"{digest!r} is not a sha256 digest")
+        if not 0 <= start < end:
+            raise ValueError(f"range {start}-{end} is empty")
+        path = f"/v2/{repository}/blobs/{digest}"
+        scope = f"repository:{repository}:pull"
+        want = end - start
+        deadline = time.monotonic() + self.blob_deadline(want)
+        for attempt in range(2):
+            request = urllib.request.Request(self.base + path, method="GET")
+            request.add_header("Range", f"bytes={start}-{end - 1}")
+            if scope in self._auth:
+                request.add_header("Authorization", self._auth[scope])
+            try:
+                with self._open(request, deadline) as response:
+                    status = getattr(response, "status", 200)
+                    told = str(response.headers.get("Content-Range", ""))
+                    if status != 206 or not told.startswith(f"bytes {start}-{end - 1}/"):
+                        raise self._fail(f"answered GET {path} with HTTP {status} ({told or 'no Content-Range'}), "
+                                         f"not the 206 range {start}-{end - 1} asked for",
+                                         "a lazy read needs a registry that answers HTTP Range requests")
+                    return self._read(response, want, path, deadline)
+            except urllib.error.HTTPError as exc:
+                if exc.code == 401 and attempt == 0:
+                    self._authorize(str(exc.headers.get("WWW-Authenticate", ""))[:4096], scope)
+                    continue
+                raise self._http_failure(exc, "GET", path) from None
+            except bounded.Cut as cut:
+                raise self._cut(cut, path, want) from None
+            except (http.client.HTTPException, OSError) as exc:
+                raise Transient(f"the connection broke during GET {path} ({type(exc).__name__})") from None
+        raise AssertionError("unreachable")
+
     def _http_failure(self, exc: urllib.error.HTTPError, method: str, what: str) -> Exception:
         if exc.code == 404:
             return LookupError(what)

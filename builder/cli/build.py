@@ -282,6 +282,17 @@ SignKeyOpt = typer.Option(None, "--sign-key", metavar="FILE", callback=paths.FIL
                                "ASCEND_BUILD_KEY_PASSPHRASE): sign and attach statements to what is pushed.")
 
 
+def _lazy_format(fmt: Optional[str], push: Optional[str]) -> Optional[str]:
+    from builder.images import lazy
+
+    if fmt is None:
+        return None
+    if not push:
+        raise UserError("--lazy needs --push: the variant is converted from the pushed image", exit_code=2,
+                        fix="add --push REGISTRY, or drop --lazy")
+    return lazy.check_format(fmt)
+
+
 def _signing_key(path: Optional[Path], push: Optional[str]):
     """The private key, read before anything is built (a wrong passphrase fails now, not after the build)."""
     if path is None:
@@ -308,6 +319,10 @@ def image_command(
     push: Optional[str] = typer.Option(None, "--push", help="Push sealed images to this registry, e.g. 127.0.0.1:5000."),
     push_deadline: float = PushDeadlineOpt,
     sign_key: Optional[Path] = SignKeyOpt,
+    lazy_format: Optional[str] = typer.Option(None, "--lazy", metavar="estargz",
+                                              help="After the push, also push a lazily pullable variant of each validated "
+                                                   "image (<tag>-estargz, made with ctr-remote), its smoke test's files "
+                                                   "first; with --sign-key, a signed statement binds it to the image."),
     base_image: Optional[str] = typer.Option(None, "--base-image", help="Override the OS base image of every cell."),
     twin_os: Optional[str] = typer.Option(None, "--twin-os",
                                           help="Build the CPU twins on this OS (venv, its python3) when the cell's own OS "
@@ -365,7 +380,7 @@ def image_command(
                                quiet=quiet, locks_dir=out or _default("dockerfiles"),
                                allow_incomplete_lock=allow_incomplete_lock, twin_os=twin_os,
                                sign_key=_signing_key(sign_key, push), push_deadline=push_deadline,
-                               declared=declared)
+                               declared=declared, lazy=_lazy_format(lazy_format, push))
     with interruptible(), _progress(quiet) as say:
         outcomes = pipeline.run(cells, options, Engine.connect(), say)
     _summary(outcomes, as_json)
