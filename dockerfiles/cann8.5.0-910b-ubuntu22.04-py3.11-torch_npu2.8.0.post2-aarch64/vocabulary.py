@@ -81,6 +81,7 @@ NPU = "npu"  # the image that ships: CANN + torch_npu
 CPU = "cpu"  # its CPU twin: same OS, Python and torch, no CANN, no torch_npu
 VARIANTS = (NPU, CPU)
 CANDIDATE_SUFFIX = "-candidate"  # built, static tiers passed, device tiers still owed
+LAZY_FORMATS = ("estargz",)  # lazily pullable variants of a validated image, pushed under <tag>-<format>
 
 
 def release_tag(tag: str, variant: str) -> str:
