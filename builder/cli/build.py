@@ -356,6 +356,8 @@ def image_command(
     from builder.images import pipeline
     from builder.engine import Engine
 
+    lazy_checked = _lazy_format(lazy_format, push)
+
     def choose(cells: List[matrix.Cell]) -> List[matrix.Cell]:
         # a cell id names its arch: only without one does --arch default to this host's
         defaulted = arch is None and cell is None
@@ -380,7 +382,7 @@ def image_command(
                                quiet=quiet, locks_dir=out or _default("dockerfiles"),
                                allow_incomplete_lock=allow_incomplete_lock, twin_os=twin_os,
                                sign_key=_signing_key(sign_key, push), push_deadline=push_deadline,
-                               declared=declared, lazy=_lazy_format(lazy_format, push))
+                               declared=declared, lazy=lazy_checked)
     with interruptible(), _progress(quiet) as say:
         outcomes = pipeline.run(cells, options, Engine.connect(), say)
     _summary(outcomes, as_json)

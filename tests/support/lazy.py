@@ -59,6 +59,7 @@ def put_image(registry: Registry, repository: str, tag: str, layers: Tuple[bytes
 @contextlib.contextmanager
 def own_registry(root: Path, user: str = "", password: str = "") -> Iterator[Registry]:
     """A docker-registry on a loopback port with its storage under ``root``; with ``user``, htpasswd auth."""
+    root.mkdir(parents=True, exist_ok=True)
     auth = ""
     if user:
         htpasswd = subprocess.run(["htpasswd", "-Bbn", user, password], check=True, capture_output=True, text=True).stdout
