@@ -18,6 +18,10 @@ very digest, and says:
 The host kind is what the signer reported, not something a verifier can check. Both wings use
 this module: the node's `pull` and `run`, the build wing's `index`.
 
+A lazily pullable variant (``<tag>-estargz``, `builder.trust.variant`) carries no validation
+statement of its own: `trusted` takes it only through its signed lazy-variant statement, which must
+bind it to a validated image that `judge` trusts (`judge_variant`).
+
 Example:
     >>> from builder.trust.attached import Verification
     >>> judge(Verification("t", "sha256:" + "ab" * 32, "sha256-ab.att", missing="no statement is attached"), {}, ANY)
