@@ -1,15 +1,19 @@
 """Benchmark (not a test): the eStargz variant. What its prefetch list costs, what the conversion adds,
 and how many bytes a lazy start reads before `import torch` succeeds and before the first step.
 
-The image (said in the figures): with ``ASCEND_BUILD_TORCH_PYTHON`` set (a Python with torch), a
-**torch image** made here through the registry API, not by the Docker Engine: one layer holding that
-Python's whole environment (``sys.prefix``: torch and its dependencies) and one holding the base
-Python's standard library and the system libraries the run maps. Its file list is the smoke
-program's own recording (`builder.smoke.smoke.FileRecorder`, the report's ``files_read``) of the
-import, device and train tiers run with that Python on this machine (CPU, no torch_npu). Without it,
-a **synthetic image** (random bytes in 200 files, a fixed 3% of them as the list): its figures show
-the mechanics only, the share is the construction's. The CPU twin image is not used: it needs the
-Docker Engine (`docker save`), and this benchmark runs without one.
+The image (said in the figures), the first that can be had:
+
+- the **CPU twin** of a shipped cell of this host's arch, when the Docker Engine holds it sealed: its
+  file list recorded by this checkout's smoke program run inside it (mounted over the image's own,
+  which may predate the recorder), tiers import, device and train; pushed by the engine;
+- with ``ASCEND_BUILD_TORCH_PYTHON`` set (a Python with torch), a **torch image** made here through
+  the registry API: one layer holding that Python's whole environment (``sys.prefix``: torch and its
+  dependencies) and one holding the base Python's standard library and the system libraries the run
+  maps; its list recorded by the smoke program run with that Python on this machine;
+- else a **synthetic image** (random bytes in 200 files, a fixed 3% of them as the list): its figures
+  show the mechanics only, the share is the construction's.
+
+All three are CPU runs (no CANN, no torch_npu): an NPU image's list and share are not measured.
 
 Steps, all on loopback against a docker-registry of the benchmark's own (no auth):
 
@@ -20,7 +24,8 @@ Steps, all on loopback against a docker-registry of the benchmark's own (no auth
    overhead (goal <= 1%), the bytes the eStargz reader (`builder.estargz`, by HTTP Range, every
    chunk checked) fetches before the import tier's files are all there and before the train tier's
    are, and the time to the first step: the reader's fetch of those files + the smoke run's own
-   import-to-first-step seconds, against a full pull (every layer fetched and unpacked) + the same.
+   seconds for its import, device and train tiers (10 steps: more than to the first step), against a
+   full pull (every layer fetched and unpacked) + the same seconds.
 
 **The reader stands in for a lazy snapshotter** (containerd-stargz-grpc, not in Debian's package):
 it fetches what the recorded run read, file by file, as a snapshotter's prefetch would, but nothing
@@ -28,7 +33,7 @@ runs on a lazily mounted file system here, and no file outside the list is fetch
 No bandwidth limit is set: the times are loopback times (the fetch is bounded by this machine's
 CPU, not by a network); the byte counts are what a network would carry.
 
-Run: .venv/bin/python -m benchmarks.bench_lazy   (needs containerd, ctr-remote, docker-registry)
+Run: .venv/bin/python -m benchmarks.bench_lazy [--no-twin]   (needs containerd, ctr-remote, docker-registry)
 """
 
 from __future__ import annotations
@@ -46,11 +51,15 @@ import tempfile
 import time
 import zlib
 from pathlib import Path
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 from builder import estargz
-from builder.images import lazy
+from builder.engine import Engine
+from builder.errors import UserError
+from builder.images import lazy, matrix, pipeline
+from builder.images.prepare import host_arch
 from builder.registry import OCI_MANIFEST, Registry
+from builder.vocabulary import CPU, DEFAULT_IMAGE, SMOKE_PROGRAM, Label, release_tag
 from tests.support.lazy import CONFIG, LAYER_GZIP, own_registry, tools_here
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -190,10 +199,43 @@ def _mib(n: float) -> str:
     return f"{n / 2**20:.1f} MiB"
 
 
-def measure(work: Path, layers: List[Path], files_read: Dict[str, List[str]], run_seconds: float,
+def twin_ref(engine) -> Optional[str]:
+    """The sealed CPU twin of a shipped cell of this host's arch on the engine, if one is there."""
+    for cell in matrix.load(ROOT / "matrix").cells:
+        ref = f"{DEFAULT_IMAGE}:{release_tag(cell.id, CPU)}"
+        if cell.arch == host_arch() and engine.image_id(ref) and engine.labels(ref).get(Label.VALIDATED) == "true":
+            return ref
+    return None
+
+
+def twin_image(engine, ref: str) -> Tuple[Callable[[Registry], str], Dict[str, List[str]], float, str]:
+    """The twin ``ref``: its file list from this checkout's smoke program run inside it (mounted over the
+    image's own, which predates the recorder), and a function that pushes it to a registry."""
+    tiers = ("import", "device", "train")
+    report, _ = pipeline.smoke(engine, ref, CPU, tiers, [], [(str(SMOKE), SMOKE_PROGRAM, True)], ("--steps", "10"))
+    failed = [t.get("name") for t in report.get("tiers", []) if t.get("status") != "passed"]
+    if failed or "files_read" not in report:
+        raise SystemExit(f"the smoke tiers {failed} did not pass in {ref}, or it recorded no files: {report}")
+    image_id = engine.image_id(ref) or ref
+
+    def push(registry: Registry) -> str:
+        target = f"{registry.name}/{REPO}:validated"
+        engine.tag(image_id, target)
+        try:
+            return engine.push(target)
+        finally:
+            engine.untag(target)
+
+    seconds = sum(float(t.get("seconds") or 0) for t in report["tiers"])
+    return push, report["files_read"], seconds, (f"the CPU twin {ref} ({image_id[:19]}), pushed by the engine; list "
+                                                 "recorded by this checkout's smoke program inside it (import, device, "
+                                                 "train tiers)")
+
+
+def measure(work: Path, put: Callable[[Registry], str], files_read: Dict[str, List[str]], run_seconds: float,
             what: str) -> Dict[str, str]:
     with own_registry(work / "registry") as registry:
-        validated = put_layers(registry, layers)
+        validated = put(registry)
         wanted = [p for tier in ("import", "device", "train") for p in files_read.get(tier, [])]
         started = time.monotonic()
         lazy.convert(work / "lazy", registry.name, REPO, validated, "validated-estargz", wanted)
@@ -236,18 +278,29 @@ def measure(work: Path, layers: List[Path], files_read: Dict[str, List[str]], ru
     }
 
 
-def main(python: Optional[str] = None) -> Dict[str, str]:
+def main(python: Optional[str] = None, use_twin: bool = True) -> Dict[str, str]:
     why = tools_here()
     if why:
         raise SystemExit(why)
     python = python if python is not None else os.environ.get(TORCH_ENV, "")
     work = Path(tempfile.mkdtemp(prefix="bench-lazy-"))
     try:
-        image = torch_image(python, work) if python else synthetic_image(work)
-        return measure(work, *image)
+        engine, twin = _engine_twin() if use_twin else (None, None)
+        if engine is not None and twin is not None:
+            return measure(work, *twin_image(engine, twin))
+        layers, files_read, seconds, what = torch_image(python, work) if python else synthetic_image(work)
+        return measure(work, lambda registry: put_layers(registry, layers), files_read, seconds, what)
     finally:
         shutil.rmtree(work, ignore_errors=True)
 
 
+def _engine_twin():
+    try:
+        engine = Engine.connect()
+    except UserError:
+        return None, None
+    return engine, twin_ref(engine)
+
+
 if __name__ == "__main__":
-    main(sys.argv[1] if len(sys.argv) > 1 else None)
+    main(use_twin="--no-twin" not in sys.argv[1:])

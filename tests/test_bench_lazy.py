@@ -20,7 +20,7 @@ def test_the_synthetic_run_reads_about_the_list_not_the_image(tmp_path, monkeypa
         pytest.skip(why)
     monkeypatch.setattr(bench, "SYNTHETIC_BYTES", 8 << 20)
     monkeypatch.setattr(bench, "SYNTHETIC_FILES", 40)
-    figures = bench.main(python="")
+    figures = bench.main(python="", use_twin=False)
     assert figures["image"].startswith("synthetic image: 40 files")
     share = float(figures["prefetch list / image compressed bytes"].split("%")[0])
     assert 1.0 <= share <= 3.5  # the 3% chosen, plus gzip and tar headers

@@ -499,7 +499,7 @@ def _summary(outcomes, as_json: bool, index: bool = False) -> None:
     for column in columns:
         table.add_column(column, overflow="fold")
     for o in outcomes:
-        digests = "\n".join(o.digests.values()) or "-"
+        digests = "\n".join([*o.digests.values(), *(f"{ref.rsplit('-', 1)[-1]}: {d}" for ref, d in o.lazy.items())]) or "-"
         if index:
             arches = "\n".join(f"{arch} {digest}" for arch, digest in sorted(o.arches.items())) or "-"
             table.add_row("\n".join(o.tags) or "-", o.status, arches, digests)
