@@ -148,7 +148,10 @@ class Containerd:
     def _answers(self) -> bool:
         if not self.socket.exists():
             return False
-        done = subprocess.run([CTR_REMOTE, "-a", str(self.socket), "version"], capture_output=True, timeout=20)
+        try:
+            done = subprocess.run([CTR_REMOTE, "-a", str(self.socket), "version"], capture_output=True, timeout=20)
+        except subprocess.TimeoutExpired:
+            return False
         return done.returncode == 0
 
     def log_tail(self, lines: int = 5) -> str:
