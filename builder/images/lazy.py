@@ -39,7 +39,7 @@ from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tupl
 from builder.errors import UserError
 from builder.registry import Registry, credentials, is_loopback
 from builder.trust.signing import PrivateKey
-from builder.vocabulary import LAZY_FORMATS, platform_of
+from builder.vocabulary import LAZY_FORMATS, RECORDED_TIERS, platform_of
 
 ESTARGZ = LAZY_FORMATS[0]
 FORMATS = LAZY_FORMATS
@@ -221,7 +221,7 @@ def convert(folder: Path, host: str, repository: str, digest: str, tag: str, pri
 
 # --- the pipeline's step: after the validated image is pushed (and attested) -------------------
 
-PREFETCH_TIERS = ("import", "device", "train")  # the tiers whose reads the variant puts first
+PREFETCH_TIERS = RECORDED_TIERS  # the tiers whose reads the variant puts first
 
 
 def prefetch_of(report: Dict[str, Any]) -> Tuple[List[str], Dict[str, Any]]:

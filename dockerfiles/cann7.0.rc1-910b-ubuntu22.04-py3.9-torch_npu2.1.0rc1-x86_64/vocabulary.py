@@ -117,6 +117,8 @@ def manifest_name(variant: str) -> str:
 # ------------------------------------------------------------------ smoke tiers
 STATIC_TIERS = ("versions", "libraries")  # need no device: run on any build machine
 TIERS = STATIC_TIERS + ("import", "device", "train", "collective")
+# the tiers whose file reads the smoke report keeps (files_read): the prefetch list of the lazy variant
+RECORDED_TIERS = ("import", "device", "train")
 # Each tier's deadline in seconds on native hardware (the smoke program's --timeout-scale
 # multiplies them: under qemu the pipeline passes 4). Natively every tier takes seconds; the
 # versions tier's `pip check` alone may take 120 s, the collective tier's own all-reduce

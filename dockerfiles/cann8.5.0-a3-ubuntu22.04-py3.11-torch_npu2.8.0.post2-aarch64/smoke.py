@@ -1095,7 +1095,7 @@ def _send(fd, event):
 
 
 # ---------------------------------------------------------------- files read
-RECORDED_TIERS = ("import", "device", "train")  # the road to a first training step: what a lazy pull must fetch first
+RECORDED_TIERS = vocabulary.RECORDED_TIERS  # the road to a first training step: what a lazy pull must fetch first
 UNRECORDED = ("/proc/", "/sys/", "/dev/", "/tmp/", "/run/")
 
 
