@@ -348,7 +348,8 @@ def image_command(
 
     Only an image whose smoke test passed gets a release tag. With --sign-key, each pushed image
     that passed gets a signed validation statement and SLSA provenance attached to its digest
-    (cosign's .att tag); if attaching fails, the image counts as failed.
+    (cosign's .att tag); if attaching fails, the image counts as failed. With --lazy estargz, each
+    such image also gets an eStargz variant under <tag>-estargz, bound to it by a signed statement.
 
     Example: ascend-build image --cann 7.0.RC1 --push registry.example:5000 --sign-key keys/team.key
     """
