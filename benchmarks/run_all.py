@@ -29,7 +29,7 @@ ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "benchmarks" / "RESULTS.md"
 
 BENCHMARKS = ("bench_validate_render", "bench_build", "bench_chips", "bench_verdict", "bench_lock", "bench_arm64",
-              "bench_hostile", "bench_faults", "bench_attest", "bench_distribution", "trace_cell_path")
+              "bench_hostile", "bench_faults", "bench_attest", "bench_distribution", "bench_lazy", "trace_cell_path")
 
 Row = Tuple[str, str, str]  # benchmark, figure, value
 

@@ -49,10 +49,12 @@ import urllib.parse
 import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
-from typing import BinaryIO, Callable, ContextManager, Dict, Iterator, List, Optional, Protocol, Set, Tuple
+from typing import Any, BinaryIO, Callable, ContextManager, Dict, Iterator, List, Optional, Protocol, Set, Tuple, TypeVar
 
 from builder import bounded, documents
 from builder.errors import UserError
+
+T = TypeVar("T")
 
 OCI_INDEX = "application/vnd.oci.image.index.v1+json"
 DOCKER_LIST = "application/vnd.docker.distribution.manifest.list.v2+json"
@@ -686,26 +688,53 @@ class Registry:
         the whole blob from its source, and starts storing it (`builder.node.cache_warm`).
         LookupError when the registry has no such blob. Unlike a HEAD, which such a cache answers by
         reading the whole blob from its source, the hang-up stops the stream after what was in flight."""
+        return self._ranged_get(repository, digest, 0, 1, time.monotonic() + self.deadline,
+                                lambda response, path, deadline: bool(response.status == 206))  # closed unread
+
+    def blob_range(self, repository: str, digest: str, start: int, end: int) -> bytes:
+        """Bytes ``start`` to ``end`` (exclusive) of the blob ``digest``, by one HTTP Range request
+        (`builder.estargz` reads a layer's TOC and chunks so). The registry must answer 206 with
+        exactly that range: a 200 (the whole blob) is refused, not read. The bytes cannot be checked
+        against the blob's digest here: the caller checks what they hold (eStargz chunk digests).
+        LookupError when the registry has none."""
+        if not 0 <= start < end:
+            raise ValueError(f"range {start}-{end} is empty")
+        want = end - start
+
+        def read(response, path: str, deadline: float) -> bytes:
+            status = getattr(response, "status", 200)
+            told = str(response.headers.get("Content-Range", ""))
+            if status != 206 or not told.startswith(f"bytes {start}-{end - 1}/"):
+                raise self._fail(f"answered GET {path} with HTTP {status} ({told or 'no Content-Range'}), "
+                                 f"not the 206 range {start}-{end - 1} asked for",
+                                 "a lazy read needs a registry that answers HTTP Range requests")
+            return self._read(response, want, path, deadline)
+
+        return self._ranged_get(repository, digest, start, end, time.monotonic() + self.blob_deadline(want), read)
+
+    def _ranged_get(self, repository: str, digest: str, start: int, end: int, deadline: float,
+                    handle: Callable[[Any, str, float], T]) -> T:
+        """One GET of bytes ``start`` to ``end`` (exclusive) of a blob, authorized once on a 401;
+        ``handle(response, path, deadline)`` reads (or does not read) the answer."""
         repository = self.repository(repository)
         if not _DIGEST.match(digest):
             raise self._fail(f"{digest!r} is not a sha256 digest")
         path = f"/v2/{repository}/blobs/{digest}"
         scope = f"repository:{repository}:pull"
-        deadline = time.monotonic() + self.deadline
         for attempt in range(2):
-            request = urllib.request.Request(self.base + path, method="GET", headers={"Range": "bytes=0-0"})
+            request = urllib.request.Request(self.base + path, method="GET", headers={"Range": f"bytes={start}-{end - 1}"})
             if scope in self._auth:
                 request.add_header("Authorization", self._auth[scope])
             try:
                 with self._open(request, deadline) as response:
-                    return bool(response.status == 206)  # closed unread: the connection ends here
+                    return handle(response, path, deadline)
             except urllib.error.HTTPError as exc:
                 if exc.code == 401 and attempt == 0:
                     self._authorize(str(exc.headers.get("WWW-Authenticate", ""))[:4096], scope)
                     continue
                 raise self._http_failure(exc, "GET", path) from None
             except bounded.Cut as cut:
-                raise self._cut(cut, path, 1) from None
+                raise self._cut(cut, path, end - start) from None
             except (http.client.HTTPException, OSError) as exc:
                 raise Transient(f"the connection broke during GET {path} ({type(exc).__name__})") from None
         raise AssertionError("unreachable")

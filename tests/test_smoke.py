@@ -86,7 +86,7 @@ def test_cpu_manifest_all_tiers_pass(tmp_path, torch_python):
     code, report, err = run(torch_python["exe"], "--manifest", path, "--device", "cpu", "--steps", "10")
     assert code == 0, err
     assert set(report) == {"schema", "cell", "variant", "device", "passed", "tiers", "host",
-                           "python", "started"}
+                           "python", "started", "files_read"}
     assert report["schema"] == 1 and report["passed"] is True
     assert (report["cell"], report["variant"], report["device"]) == ("test-cpu", "cpu", "cpu")
     assert report["host"] == {"driver": None, "firmware": None}
@@ -103,6 +103,24 @@ def test_cpu_manifest_all_tiers_pass(tmp_path, torch_python):
     assert train["cpu_threads"] == 1 and train["cpu_threads_default"] >= 1
     assert train["cpus_usable"] >= 1 and train["cpu_capability"] and isinstance(train["cpu_bf16_onednn"], bool)
     assert tiers(report)["collective"]["details"]["backend"] == "gloo"
+
+
+def test_the_report_names_the_files_the_import_and_train_tiers_read(tmp_path, torch_python):
+    """The prefetch list of the lazily pullable variant: what the tiers up to the first training step
+    read, dlopen-ed libraries included (torch's _C loads libtorch_cpu.so: no audit event names it)."""
+    path = manifest(tmp_path, torch_python)
+    code, report, err = run(torch_python["exe"], "--manifest", path, "--device", "cpu", "--steps", "3",
+                            "--tiers", "versions,import,device,train")
+    assert code == 0, err
+    read = report["files_read"]
+    assert list(read) == ["import", "device", "train"]  # versions is not recorded
+    names = [os.path.basename(p) for p in read["import"]]
+    assert "__init__.py" in names and any(n.startswith("libtorch_cpu.so") for n in names)
+    assert any(n.startswith("_C.") and n.endswith(".so") for n in names)  # torch's extension module
+    assert os.path.realpath(torch_python["exe"]) in read["import"]  # the interpreter, mapped before the tiers
+    everything = [p for tier in read.values() for p in tier]
+    assert len(everything) == len(set(everything)) and all(os.path.isabs(p) and os.path.isfile(p) for p in everything)
+    assert not any(p.startswith(("/proc/", "/sys/", "/dev/", "/tmp/")) for p in everything)
 
 
 def test_wrong_torch_version_fails_naming_both(tmp_path, torch_python):

@@ -282,6 +282,17 @@ SignKeyOpt = typer.Option(None, "--sign-key", metavar="FILE", callback=paths.FIL
                                "ASCEND_BUILD_KEY_PASSPHRASE): sign and attach statements to what is pushed.")
 
 
+def _lazy_format(fmt: Optional[str], push: Optional[str]) -> Optional[str]:
+    from builder.images import lazy
+
+    if fmt is None:
+        return None
+    if not push:
+        raise UserError("--lazy needs --push: the variant is converted from the pushed image", exit_code=2,
+                        fix="add --push REGISTRY, or drop --lazy")
+    return lazy.check_format(fmt)
+
+
 def _signing_key(path: Optional[Path], push: Optional[str]):
     """The private key, read before anything is built (a wrong passphrase fails now, not after the build)."""
     if path is None:
@@ -308,6 +319,10 @@ def image_command(
     push: Optional[str] = typer.Option(None, "--push", help="Push sealed images to this registry, e.g. 127.0.0.1:5000."),
     push_deadline: float = PushDeadlineOpt,
     sign_key: Optional[Path] = SignKeyOpt,
+    lazy_format: Optional[str] = typer.Option(None, "--lazy", metavar="estargz",
+                                              help="After the push, also push a lazily pullable variant of each validated "
+                                                   "image (<tag>-estargz, made with ctr-remote), its smoke test's files "
+                                                   "first; with --sign-key, a signed statement binds it to the image."),
     base_image: Optional[str] = typer.Option(None, "--base-image", help="Override the OS base image of every cell."),
     twin_os: Optional[str] = typer.Option(None, "--twin-os",
                                           help="Build the CPU twins on this OS (venv, its python3) when the cell's own OS "
@@ -333,13 +348,16 @@ def image_command(
 
     Only an image whose smoke test passed gets a release tag. With --sign-key, each pushed image
     that passed gets a signed validation statement and SLSA provenance attached to its digest
-    (cosign's .att tag); if attaching fails, the image counts as failed.
+    (cosign's .att tag); if attaching fails, the image counts as failed. With --lazy estargz, each
+    such image also gets an eStargz variant under <tag>-estargz, bound to it by a signed statement.
 
     Example: ascend-build image --cann 7.0.RC1 --push registry.example:5000 --sign-key keys/team.key
     """
     from builder import devices
     from builder.images import pipeline
     from builder.engine import Engine
+
+    lazy_checked = _lazy_format(lazy_format, push)
 
     def choose(cells: List[matrix.Cell]) -> List[matrix.Cell]:
         # a cell id names its arch: only without one does --arch default to this host's
@@ -365,7 +383,7 @@ def image_command(
                                quiet=quiet, locks_dir=out or _default("dockerfiles"),
                                allow_incomplete_lock=allow_incomplete_lock, twin_os=twin_os,
                                sign_key=_signing_key(sign_key, push), push_deadline=push_deadline,
-                               declared=declared)
+                               declared=declared, lazy=lazy_checked)
     with interruptible(), _progress(quiet) as say:
         outcomes = pipeline.run(cells, options, Engine.connect(), say)
     _summary(outcomes, as_json)
@@ -482,7 +500,7 @@ def _summary(outcomes, as_json: bool, index: bool = False) -> None:
     for column in columns:
         table.add_column(column, overflow="fold")
     for o in outcomes:
-        digests = "\n".join(o.digests.values()) or "-"
+        digests = "\n".join([*o.digests.values(), *(f"{ref.rsplit('-', 1)[-1]}: {d}" for ref, d in o.lazy.items())]) or "-"
         if index:
             arches = "\n".join(f"{arch} {digest}" for arch, digest in sorted(o.arches.items())) or "-"
             table.add_row("\n".join(o.tags) or "-", o.status, arches, digests)

@@ -33,7 +33,7 @@ from typing import Callable, Dict, List, Optional, Tuple
 
 from builder import bounded, claims, devices, documents, leftovers, writes
 from builder.images import plan as planning
-from builder.images import attest, fetch, installed, oci, own_wheel, progress, publish, render, sbom, stage, wheelhouse
+from builder.images import attest, fetch, installed, lazy, oci, own_wheel, progress, publish, render, sbom, stage, wheelhouse
 from builder.images.prepare import Job, Options, host_arch, prepare
 from builder.images.matrix import Cell
 from builder.engine import BuildFailed, Engine, RunTimeout
@@ -64,6 +64,7 @@ class Outcome:
     sbom: str = ""                         # the image's CycloneDX SBOM (state folder's sbom/)
     arches: Dict[str, str] = field(default_factory=dict)  # an index's entries: arch -> digest
     attested: Dict[str, str] = field(default_factory=dict)  # pushed ref -> its statements' .att manifest digest
+    lazy: Dict[str, str] = field(default_factory=dict)  # the lazily pullable variant's ref -> its digest (--lazy)
 
     @property
     def ok(self) -> bool:
@@ -153,7 +154,8 @@ def build_one(cell: Cell, variant: str, options: Options, engine: Engine, say: S
         bom = sbom.of(job, recorded(job, engine, out.image_id))  # with the files the image recorded installing
         out.sbom = _keep_sbom(bom, job.name, options.state_dir)  # before any tag: a full disk fails it untagged
         out = conclude(out, engine, report, job.smoke.tiers, job.smoke.final, job.ref, job.name, options, say)
-        return attest_pushed(out, report, job.smoke.tiers, job.plan.content_hash, proof, options, say, bom)
+        out = attest_pushed(out, report, job.smoke.tiers, job.plan.content_hash, proof, options, say, bom)
+        return lazy_variant(out, report, job.smoke.tiers, job.plan.content_hash, job.plan.arch, job.name, options, say)
 
 
 def recorded(job: Job, engine: Engine, image: str) -> Dict[str, installed.Installed]:
@@ -208,8 +210,9 @@ def reuse_sealed(job: Job, report: Dict, out: Outcome, options: Options, engine:
     out.message = "sealed by an earlier run: not built or smoke-tested again"
     out.sbom = _keep_sbom(bom, job.name, options.state_dir) if bom is not None else ""  # before any tag
     out = tag_and_push(out, engine, engine.image_id(job.ref) or "", job.ref, options, job.name, say)
-    return attest_pushed(out, report, required_tiers(job.variant, job.plan.cann_only), job.plan.content_hash,
-                         proof, options, say, bom)
+    tiers = required_tiers(job.variant, job.plan.cann_only)
+    out = attest_pushed(out, report, tiers, job.plan.content_hash, proof, options, say, bom)
+    return lazy_variant(out, report, tiers, job.plan.content_hash, job.plan.arch, job.name, options, say)
 
 
 # Under qemu a training step of the smoke model takes about 23 s (its backward pass is
@@ -579,6 +582,32 @@ def attest_pushed(out: Outcome, report: Dict, tiers: Tuple[str, ...], content_ha
             return out
         say(f"[{out.cell}] attested {ref}@{digest}: {', '.join(kind for kind, _ in predicates)} "
             f"({time.monotonic() - start:.2f} s)")
+    return out
+
+
+def lazy_variant(out: Outcome, report: Dict, tiers: Tuple[str, ...], content_hash: str, arch: str, name: str,
+                 options: Options, say: Say) -> Outcome:
+    """With ``--lazy FORMAT``, after the push (and the statements): the lazily pullable variant of every
+    pushed digest of a passed image, its prioritized files the report's ``files_read``
+    (`builder.images.lazy`), and with a signing key the statement binding it to the pushed image.
+
+    The variant comes after the validated image: when it fails, the outcome fails and says that the
+    validated image is published (with its statements) and the variant is not, or is without its
+    statement."""
+    if not options.lazy or out.status != "passed" or not out.digests:
+        return out
+    validation = attest.validation_predicate(report, tiers, out.cell, out.variant, content_hash)
+    for ref, digest in out.digests.items():
+        try:
+            with bounded.command_deadline(options.push_deadline):
+                target, lazy_digest = lazy.publish_variant(ref, digest, report, validation, arch, options.state_dir,
+                                                           name, options.sign_key, options.lazy, say)
+        except UserError as exc:
+            out.status = "error"
+            out.message = (f"{ref} ({digest}) is published, its {options.lazy} variant is not (or is without its "
+                           f"signed statement): {exc.message}" + (f"\n  fix: {exc.fix}" if exc.fix else ""))
+            return out
+        out.lazy[target] = lazy_digest
     return out
 
 

@@ -56,6 +56,7 @@ class Options:
     push_deadline: float = PUSH_DEADLINE   # seconds each image's push, its statements and each index may take (0: none)
     # family (a cell id without its arch) -> the arches the matrix declares for it: what its index covers
     declared: Optional[Dict[str, Tuple[str, ...]]] = None
+    lazy: Optional[str] = None             # after the push: also push this lazily pullable variant ("estargz")
 
 
 class SmokePlan(NamedTuple):

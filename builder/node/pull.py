@@ -23,7 +23,7 @@ from builder.trust.attached import is_attached_tag
 from builder.cell_id import parse_id
 from builder.errors import UserError
 from builder.registry import ImageInfo, Registry
-from builder.vocabulary import CANDIDATE_SUFFIX, NPU, Label
+from builder.vocabulary import CANDIDATE_SUFFIX, LAZY_FORMATS, NPU, Label
 
 # ImageInfo -> "" when its signed validation statement is trusted, else why not (`builder.trust.policy.trusted`)
 Trust = Callable[[ImageInfo], str]
@@ -111,7 +111,10 @@ def _same_cann(a: str, b: str) -> bool:
 def _newest_first(info: ImageInfo) -> Tuple:
     def key(label: str):
         return versions.lenient("python_package", info.labels.get(label)) or versions.lenient("python_package", "0")
-    return (key(Label.TORCH), key(Label.TORCH_NPU), info.tag)
+    # of two that tie, the validated image itself before its lazily pullable variant (<tag>-estargz),
+    # which a node without a lazy snapshotter pulls whole, and a little larger
+    lazy = any(info.tag.endswith("-" + fmt) for fmt in LAZY_FORMATS)
+    return (key(Label.TORCH), key(Label.TORCH_NPU), not lazy, info.tag)
 
 
 def choose(infos: List[ImageInfo], node: Node, wanted: Wanted,

@@ -1094,6 +1094,77 @@ def _send(fd, event):
         data = data[os.write(fd, data):]
 
 
+# ---------------------------------------------------------------- files read
+RECORDED_TIERS = vocabulary.RECORDED_TIERS  # the road to a first training step: what a lazy pull must fetch first
+UNRECORDED = ("/proc/", "/sys/", "/dev/", "/tmp/", "/run/")
+
+
+class FileRecorder(object):
+    """Which files of the image the tiers of ``RECORDED_TIERS`` read, each tier's new ones in the
+    order first seen (the report's ``files_read``: the prefetch list of the image's lazily pullable
+    variant). Two sources, both stdlib: an audit hook (``sys.addaudithook``) sees every ``open``
+    Python makes (modules, their bytecode, data files); ``/proc/self/maps`` lists every file mapped
+    into the process, so shared libraries loaded by ``dlopen`` (extension modules and every library
+    they pull in, which no audit event names) are there too. The first recorded tier also gets
+    what was mapped and imported before the tier process started (the interpreter, its startup
+    modules). Not seen: files only stat-ed or listed, and what child processes read."""
+
+    def __init__(self):
+        self.opened, self.active, self.seen, self.started = [], False, set(), False
+        try:
+            sys.addaudithook(self._hook)
+        except AttributeError:  # Python < 3.8: /proc/self/maps only
+            pass
+
+    def _hook(self, event, args):
+        if self.active and event == "open" and args:
+            path = args[0]
+            if isinstance(path, (str, bytes)) and path:
+                self.opened.append(path)
+
+    @staticmethod
+    def mapped():
+        out = []
+        try:
+            with open("/proc/self/maps") as fh:
+                for line in fh:
+                    fields = line.split(None, 5)
+                    if len(fields) == 6 and fields[5].startswith("/"):
+                        out.append(fields[5].rstrip("\n"))
+        except OSError:
+            pass
+        return out
+
+    def begin(self, tier):
+        if tier not in RECORDED_TIERS:
+            return
+        self.active = True
+        if not self.started:
+            self.started = True
+            startup = [getattr(m, "__file__", None) for m in list(sys.modules.values())]
+            self.opened.extend([sys.executable] + [f for f in startup if isinstance(f, str)] + self.mapped())
+
+    def end(self, tier):
+        """The files first read during ``tier`` (absolute, regular files; a symlink and what it names)."""
+        if tier not in RECORDED_TIERS:
+            return None
+        self.active = False
+        found = []
+        for raw in self.opened + self.mapped():
+            path = os.fsdecode(raw)
+            if path.endswith(" (deleted)"):
+                continue
+            absolute = os.path.abspath(path)
+            for candidate in (absolute, os.path.realpath(absolute)):
+                if candidate in self.seen or candidate.startswith(UNRECORDED):
+                    continue
+                self.seen.add(candidate)
+                if os.path.isfile(candidate):
+                    found.append(candidate)
+        self.opened = []
+        return found
+
+
 def tier_process(ctx, events_fd, dump_fd):
     """The forked child that runs the tiers; tells the parent on ``events_fd`` (JSON lines)
     when each starts and what it gave. faulthandler writes every thread's stack to
@@ -1103,9 +1174,15 @@ def tier_process(ctx, events_fd, dump_fd):
     if any(TIERS[n] is tier_collective for n in ctx.args.tiers):
         ctx.workers = start_workers(2, ctx.device, ctx.collective_timeout)
         _send(events_fd, {"event": "workers", "pids": [p.pid for p in ctx.workers]})
+    recorder = FileRecorder()
     for name in ctx.args.tiers:
         _send(events_fd, {"event": "start", "tier": name})
-        _send(events_fd, {"event": "done", "entry": run_tier(name, ctx)})
+        recorder.begin(name)
+        entry = run_tier(name, ctx)
+        files = recorder.end(name)
+        if files is not None:
+            _send(events_fd, {"event": "files", "tier": name, "paths": files})
+        _send(events_fd, {"event": "done", "entry": entry})
     stop_workers(ctx.workers)
     _send(events_fd, {"event": "end"})
     return 0
@@ -1270,6 +1347,8 @@ def supervise(ctx, report, keep_fds):
                 elif event.get("event") == "done":
                     report["tiers"].append(event["entry"])
                     current, until = None, now + vocabulary.SMOKE_STARTUP_SECONDS * scale
+                elif event.get("event") == "files":
+                    report.setdefault("files_read", {})[str(event.get("tier"))] = list(event.get("paths") or [])
                 elif event.get("event") == "end":
                     done = True
                     break

@@ -18,6 +18,10 @@ very digest, and says:
 The host kind is what the signer reported, not something a verifier can check. Both wings use
 this module: the node's `pull` and `run`, the build wing's `index`.
 
+A lazily pullable variant (``<tag>-estargz``, `builder.trust.variant`) carries no validation
+statement of its own: `trusted` takes it only through its signed lazy-variant statement, which must
+bind it to a validated image that `judge` trusts (`judge_variant`).
+
 Example:
     >>> from builder.trust.attached import Verification
     >>> judge(Verification("t", "sha256:" + "ab" * 32, "sha256-ab.att", missing="no statement is attached"), {}, ANY)
@@ -28,7 +32,8 @@ from __future__ import annotations
 
 from typing import Any, Dict, List, Optional, Tuple
 
-from builder.trust import attached, statements
+from builder import documents
+from builder.trust import attached, statements, variant
 from builder.errors import UserError
 from builder.registry import Reader, Registry, config_labels
 from builder.trust.signing import PublicKey
@@ -164,4 +169,67 @@ def trusted(registry: Reader, repository: str, digest: str, labels: Dict[str, st
     why not. Without a key nothing is checked (""). ``named``: as `judge`'s (`run` of a tag passes it)."""
     if key is None:
         return ""
-    return judge(attached.verify(registry, repository, digest, key), labels, require, named)
+    verification = attached.verify(registry, repository, digest, key)
+    why = judge(verification, labels, require, named)
+    if why and any(f.predicate_type == variant.LAZY_VARIANT_V1 for f in verification.found):
+        return judge_variant(registry, repository, verification, labels, key, require, named)
+    return why
+
+
+def _labels(registry: Reader, repository: str, digest: str) -> Optional[Dict[str, str]]:
+    """The labels of the image ``repository@digest`` ({} when it names none); None when it is not there."""
+    try:
+        manifest = registry.manifest(repository, digest)
+        if manifest.is_index:
+            return {}
+        config = documents.load_json(registry.blob(repository, str(manifest.data["config"]["digest"])), "an image config")
+    except LookupError:
+        return None
+    except (KeyError, TypeError, ValueError, UserError):
+        return {}
+    return config_labels(config) if isinstance(config, dict) else {}
+
+
+def judge_variant(registry: Reader, repository: str, verification: attached.Verification, labels: Dict[str, str],
+                  key: PublicKey, require: str = ANY, named: Optional[Tuple[str, str]] = None) -> str:
+    """"" when the image of ``verification`` (which carries no trusted validation statement of its own)
+    is a lazily pullable variant bound to a trusted validated image; else why not.
+
+    Trusted only through a lazy-variant statement (`builder.trust.variant`) that verified with the key
+    and names this very digest (``verification`` holds only those), when: the variant's manifest holds
+    the layers and TOC digests it lists, the validated image it names is another digest of the same
+    repository with the same labels as the variant, and that image's own statements pass `judge`."""
+    bindings = verification.verified(variant.LAZY_VARIANT_V1)
+    if not bindings:
+        claimed = [f for f in verification.found if f.predicate_type == variant.LAZY_VARIANT_V1]
+        return "its lazy-variant statement does not verify: " + "; ".join(sorted({f.checked.reason for f in claimed}))
+    reasons: List[str] = []
+    for found in bindings:
+        predicate = found.checked.predicate
+        validated = str((predicate.get("validatedImage") or {}).get("digest", ""))
+        why = _variant_why_not(registry, repository, verification.digest, validated, predicate, labels, key,
+                               require, named)
+        if not why:
+            return ""
+        reasons.append(f"its lazy-variant statement binds it to {repository}@{validated or '(no digest)'}: {why}")
+    return "; ".join(sorted(set(reasons)))
+
+
+def _variant_why_not(registry: Reader, repository: str, digest: str, validated: str, predicate: Dict,
+                     labels: Dict[str, str], key: PublicKey, require: str, named: Optional[Tuple[str, str]]) -> str:
+    if not validated.startswith("sha256:") or validated == digest:
+        return "it names no other image"
+    try:
+        why = variant.manifest_why_not(registry.manifest(repository, digest), predicate)
+    except LookupError:
+        why = "the variant's manifest is not in the registry"
+    if why:
+        return why
+    theirs = _labels(registry, repository, validated)
+    if theirs is None:
+        return "that image is not in the registry"
+    if theirs != labels:
+        differs = sorted(k for k in set(theirs) | set(labels) if theirs.get(k) != labels.get(k))
+        return "that image's labels are not the variant's (" + ", ".join(differs[:5]) + ")"
+    why = judge(attached.verify(registry, repository, validated, key), theirs, require, named)
+    return f"that image is not trusted: {why}" if why else ""

@@ -87,6 +87,7 @@ NPU = "npu"  # the image that ships: CANN + torch_npu
 CPU = "cpu"  # its CPU twin: same OS, Python and torch, no CANN, no torch_npu
 VARIANTS = (NPU, CPU)
 CANDIDATE_SUFFIX = "-candidate"  # built, static tiers passed, device tiers still owed
+LAZY_FORMATS = ("estargz",)  # lazily pullable variants of a validated image, pushed under <tag>-<format>
 
 
 def release_tag(tag: str, variant: str) -> str:
@@ -122,6 +123,8 @@ def manifest_name(variant: str) -> str:
 # ------------------------------------------------------------------ smoke tiers
 STATIC_TIERS = ("versions", "libraries")  # need no device: run on any build machine
 TIERS = STATIC_TIERS + ("import", "device", "train", "collective")
+# the tiers whose file reads the smoke report keeps (files_read): the prefetch list of the lazy variant
+RECORDED_TIERS = ("import", "device", "train")
 # Each tier's deadline in seconds on native hardware (the smoke program's --timeout-scale
 # multiplies them: under qemu the pipeline passes 4). Natively every tier takes seconds; the
 # versions tier's `pip check` alone may take 120 s, the collective tier's own all-reduce

@@ -1,0 +1,240 @@
+"""Read an eStargz layer the way a lazy snapshotter does: footer, TOC, then only the chunks needed.
+
+eStargz (stargz-snapshotter, ``docs/estargz.md``) is a gzip tar layer any tar reader unpacks,
+laid out so a reader can fetch parts of it by HTTP Range requests:
+
+- **footer**: the last `FOOTER_SIZE` (51) bytes are an empty gzip member whose header's extra
+  field (subfield ``SG``) holds the TOC's offset in the blob as 16 hex digits and ``STARGZ``;
+- **TOC**: at that offset, a gzip member holding a tar of one file, ``stargz.index.json``
+  (``{"version": 1, "entries": [...]}``); its sha256 is the layer descriptor's annotation
+  ``containerd.io/snapshot/stargz/toc.digest``, so the TOC is bound to the (signed) manifest;
+- **chunks**: each regular file is split into chunks, each its own gzip member starting at the
+  entry's ``offset`` (``reg`` for the first chunk, ``chunk`` for the next ones), with
+  ``chunkOffset``, ``chunkSize`` (absent or 0: to the end of the file) and ``chunkDigest``, the
+  sha256 of the chunk's uncompressed bytes; ``digest`` is the whole file's sha256.
+
+`Layer` checks the TOC's digest against the annotation, then reads a file list's chunks (adjacent
+ranges merged into one request), checks every chunk against its ``chunkDigest`` and every whole file
+against its ``digest``, and counts the requests and bytes it fetched. A mismatch raises `Corrupt`
+naming the file and the chunk: nothing unverified is returned.
+
+Example:
+    >>> toc_offset(bytes.fromhex("1f8b08040000000000ff1a00534716003030303030303030303030303130303053544152475a"
+    ...                          "010000ffff0000000000000000"))
+    4096
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import tarfile
+import zlib
+from dataclasses import dataclass, field
+from typing import Callable, Dict, Iterable, List, Optional, Tuple
+
+FOOTER_SIZE = 51
+TOC_NAME = "stargz.index.json"
+TOC_DIGEST = "containerd.io/snapshot/stargz/toc.digest"
+UNCOMPRESSED_SIZE = "io.containers.estargz.uncompressed-size"
+LANDMARKS = (".prefetch.landmark", ".no.prefetch.landmark")  # eStargz's own marker files, not the image's
+TOC_LIMIT = 256 << 20  # a TOC is ~300 bytes a file; an image of a million files stays below
+
+# (start, end exclusive) -> those bytes of the blob
+Fetch = Callable[[int, int], bytes]
+
+
+class Corrupt(ValueError):
+    """The layer is not what its TOC (or the TOC not what the manifest) says."""
+
+
+def toc_offset(footer: bytes) -> int:
+    """The TOC's offset from the layer's last `FOOTER_SIZE` bytes; `Corrupt` when they are no eStargz footer."""
+    if (len(footer) != FOOTER_SIZE or footer[:4] != b"\x1f\x8b\x08\x04" or footer[10:12] != b"\x1a\x00"
+            or footer[12:16] != b"SG\x16\x00" or footer[32:38] != b"STARGZ"):
+        raise Corrupt("no eStargz footer at the end of the layer (not an eStargz layer)")
+    try:
+        offset = int(footer[16:32].decode("ascii"), 16)
+    except ValueError:
+        raise Corrupt("the eStargz footer's TOC offset is not hexadecimal") from None
+    return offset
+
+
+def _gunzip_member(data: bytes, want: Optional[int] = None) -> bytes:
+    """The decompressed bytes of the gzip member(s) at the start of ``data``: until ``want`` bytes
+    came out (a chunk), or to the end of the first member (the TOC)."""
+    out, rest = b"", data
+    while rest:
+        inflater = zlib.decompressobj(31)
+        try:
+            out += inflater.decompress(rest)
+        except zlib.error as exc:
+            raise Corrupt(f"not gzip data ({exc})") from None
+        if want is None or len(out) >= want or not inflater.eof:
+            break
+        rest = inflater.unused_data
+    return out
+
+
+@dataclass(frozen=True)
+class Chunk:
+    name: str
+    offset: int        # of its gzip member in the blob
+    end: int           # where the next member (another chunk's, or the TOC) starts
+    chunk_offset: int  # of its bytes in the file
+    size: int          # uncompressed
+    digest: str        # chunkDigest
+    inner: int = 0     # innerOffset: bytes to skip in the member before the chunk (0 in eStargz gzip)
+
+
+@dataclass
+class Counter:
+    requests: int = 0
+    bytes: int = 0
+
+
+@dataclass
+class Layer:
+    """One eStargz layer: its TOC read and checked, its chunks read on demand (`read_files`)."""
+
+    fetch: Fetch
+    size: int                                   # the blob's size (its descriptor's)
+    toc: Dict = field(default_factory=dict)
+    toc_digest: str = ""
+    toc_at: int = 0
+    counter: Counter = field(default_factory=Counter)
+    chunks: Dict[str, List[Chunk]] = field(default_factory=dict)
+    entries: Dict[str, Dict] = field(default_factory=dict)
+
+    def _get(self, start: int, end: int) -> bytes:
+        data = self.fetch(start, end)
+        self.counter.requests += 1
+        self.counter.bytes += len(data)
+        if len(data) != end - start:
+            raise Corrupt(f"asked for bytes {start}-{end - 1} of the layer, got {len(data)} bytes")
+        return data
+
+    @classmethod
+    def open(cls, fetch: Fetch, size: int, toc_digest: str) -> "Layer":
+        """Read the footer and the TOC (two requests); the TOC must hash to ``toc_digest`` (the
+        layer descriptor's `TOC_DIGEST` annotation)."""
+        layer = cls(fetch, size)
+        if size < FOOTER_SIZE:
+            raise Corrupt(f"a layer of {size} bytes is too short for an eStargz footer")
+        at = toc_offset(layer._get(size - FOOTER_SIZE, size))
+        if not 0 <= at < size - FOOTER_SIZE or size - FOOTER_SIZE - at > TOC_LIMIT:
+            raise Corrupt(f"the footer puts the TOC at {at}, outside the layer of {size} bytes")
+        packed = _gunzip_member(layer._get(at, size - FOOTER_SIZE))
+        try:
+            with tarfile.open(fileobj=io.BytesIO(packed), mode="r:") as tar:
+                member = tar.getmember(TOC_NAME)
+                handle = tar.extractfile(member)
+                raw = handle.read() if handle is not None else b""
+        except (tarfile.TarError, KeyError) as exc:
+            raise Corrupt(f"the TOC at {at} is no tar holding {TOC_NAME} ({exc})") from None
+        found = "sha256:" + hashlib.sha256(raw).hexdigest()
+        if found != toc_digest:
+            raise Corrupt(f"the TOC hashes to {found}, the layer's manifest says {toc_digest or 'nothing'} "
+                          f"({TOC_DIGEST}): the layer is not the one the manifest names")
+        try:
+            toc = json.loads(raw)
+        except ValueError:
+            raise Corrupt("the TOC is not JSON") from None
+        if not isinstance(toc, dict) or not isinstance(toc.get("entries"), list):
+            raise Corrupt("the TOC has no entries")
+        layer.toc, layer.toc_digest, layer.toc_at = toc, found, at
+        layer._index()
+        return layer
+
+    def _index(self) -> None:
+        entries = [e for e in self.toc["entries"] if isinstance(e, dict)]
+        offsets = sorted({int(e["offset"]) for e in entries if isinstance(e.get("offset"), int) and e["offset"] > 0}
+                         | {self.toc_at})
+        after = {a: b for a, b in zip(offsets, offsets[1:])}
+        for entry in entries:
+            name = str(entry.get("name", ""))
+            kind = entry.get("type")
+            if kind == "reg":
+                self.entries[name] = entry
+            if kind not in ("reg", "chunk") or not int(entry.get("size", 0) or 0) and kind == "reg":
+                continue
+            first = self.entries.get(name, entry)
+            total = int(first.get("size", 0) or 0)
+            start = int(entry.get("chunkOffset", 0) or 0)
+            length = int(entry.get("chunkSize", 0) or 0) or total - start
+            offset = int(entry.get("offset", 0) or 0)
+            if offset not in after:
+                raise Corrupt(f"{name}: its chunk at {offset} is outside the layer's chunks")
+            self.chunks.setdefault(name, []).append(Chunk(name, offset, after[offset], start, length,
+                                                          str(entry.get("chunkDigest", "")),
+                                                          int(entry.get("innerOffset", 0) or 0)))
+
+    def regular_files(self) -> Dict[str, Dict]:
+        """Every regular file's TOC entry by name (eStargz's landmarks left out)."""
+        return {n: e for n, e in self.entries.items() if n not in LANDMARKS}
+
+    def read_files(self, names: Iterable[str]) -> Dict[str, bytes]:
+        """The contents of the regular files ``names`` (paths as in the image, with or without a
+        leading ``/``; names that are not regular files of this layer are left out), each chunk
+        checked against its ``chunkDigest`` and each file against its ``digest``."""
+        wanted = []
+        for name in names:
+            key = name.lstrip("/")
+            if key in self.entries and key not in wanted:
+                wanted.append(key)
+        needed = sorted({c for key in wanted for c in self.chunks.get(key, [])}, key=lambda c: c.offset)
+        data: Dict[int, bytes] = {}
+        for start, end, group in _merged(needed):
+            block = self._get(start, end)
+            for chunk in group:
+                data[chunk.offset] = block[chunk.offset - start:chunk.end - start]
+        out: Dict[str, bytes] = {}
+        for key in wanted:
+            parts = []
+            for chunk in sorted(self.chunks.get(key, []), key=lambda c: c.chunk_offset):
+                try:
+                    body = _gunzip_member(data[chunk.offset], chunk.inner + chunk.size)[chunk.inner:chunk.inner + chunk.size]
+                except Corrupt as exc:
+                    raise Corrupt(f"{key}: the chunk at file offset {chunk.chunk_offset} (layer offset {chunk.offset}) "
+                                  f"is {exc}") from None
+                found = "sha256:" + hashlib.sha256(body).hexdigest()
+                if len(body) != chunk.size or found != chunk.digest:
+                    raise Corrupt(f"{key}: the chunk at file offset {chunk.chunk_offset} (layer offset {chunk.offset}) "
+                                  f"hashes to {found}, its chunkDigest is {chunk.digest or 'missing'}")
+                parts.append(body)
+            content = b"".join(parts)
+            whole = str(self.entries[key].get("digest", ""))
+            if whole and "sha256:" + hashlib.sha256(content).hexdigest() != whole:
+                raise Corrupt(f"{key}: its chunks together do not hash to the file's digest {whole}")
+            out[key] = content
+        return out
+
+    def bytes_of(self, names: Iterable[str]) -> int:
+        """The compressed bytes `read_files` fetches for ``names`` (nothing is fetched)."""
+        keys = {n.lstrip("/") for n in names}
+        return sum(c.end - c.offset for k in keys for c in self.chunks.get(k, []))
+
+
+def _merged(chunks: List[Chunk]) -> List[Tuple[int, int, List[Chunk]]]:
+    """Chunks sorted by offset -> (start, end, chunks) ranges, adjacent ones merged into one request."""
+    out: List[Tuple[int, int, List[Chunk]]] = []
+    for chunk in chunks:
+        if out and out[-1][1] == chunk.offset:
+            start, _, group = out[-1]
+            out[-1] = (start, chunk.end, group + [chunk])
+        else:
+            out.append((chunk.offset, chunk.end, [chunk]))
+    return out
+
+
+def from_registry(registry, repository: str, descriptor: Dict) -> Layer:
+    """The eStargz layer ``descriptor`` (of a manifest read by digest) of ``repository``, read by Range
+    requests (`builder.registry.Registry.blob_range`); `Corrupt` when it carries no TOC digest."""
+    annotations = descriptor.get("annotations") or {}
+    toc_digest = str(annotations.get(TOC_DIGEST, ""))
+    if not toc_digest:
+        raise Corrupt(f"the layer {descriptor.get('digest')} has no {TOC_DIGEST} annotation: not an eStargz layer")
+    digest = str(descriptor["digest"])
+    return Layer.open(lambda start, end: registry.blob_range(repository, digest, start, end),
+                      int(descriptor["size"]), toc_digest)

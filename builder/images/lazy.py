@@ -1,0 +1,281 @@
+"""An eStargz variant of a pushed image, made by `ctr-remote` under a containerd of this tool's own.
+
+`image --push --lazy estargz` calls `convert` after the validated image is pushed: Debian's
+``stargz-snapshotter`` package ships ``ctr-remote``, which converts an image held by a containerd.
+That containerd is never the system's: `Containerd` writes a config of its own (root, state and
+socket under ``STATE/lazy/containerd``, the CRI plugin off), starts ``containerd`` with it, and
+stops it (SIGTERM, then SIGKILL) when the conversion is done or failed. The steps, each a
+``ctr-remote`` run against that socket, in the namespace ``ascend-build``:
+
+1. ``images pull`` the pushed image by digest (one platform);
+2. ``images convert --estargz --oci --estargz-record-in FILE``: every layer re-written as eStargz,
+   the files of ``FILE`` (the smoke test's ``files_read``, `record_file`) first in each layer,
+   before its prefetch landmark;
+3. ``images push`` of the converted image under the variant's tag (``<tag>-estargz``).
+
+The variant is another digest (the layers are other bytes); Docker pulls and runs it as an ordinary
+gzip image. What binds it to the validated image is a signed statement (`builder.trust.variant`).
+
+Example:
+    >>> variant_tag("cann8.0.rc3-910b-ubuntu22.04-py3.10-torch_npu2.4.0-x86_64-cpu")
+    'cann8.0.rc3-910b-ubuntu22.04-py3.10-torch_npu2.4.0-x86_64-cpu-estargz'
+    >>> record_file(["/usr/lib/libc.so.6", "usr/bin/python3"]).decode().splitlines()
+    ['{"path": "usr/lib/libc.so.6"}', '{"path": "usr/bin/python3"}']
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import signal
+import subprocess
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tuple
+
+from builder.errors import UserError
+from builder.registry import Registry, credentials, is_loopback
+from builder.trust.signing import PrivateKey
+from builder.vocabulary import LAZY_FORMATS, RECORDED_TIERS, platform_of
+
+ESTARGZ = LAZY_FORMATS[0]
+FORMATS = LAZY_FORMATS
+CONTAINERD = "containerd"
+CTR_REMOTE = "ctr-remote"
+NAMESPACE = "ascend-build"
+CRI_PLUGIN = "io.containerd.grpc.v1.cri"
+SOCKET_MAX = 100       # a unix socket's path must fit sun_path (108 bytes, with room to spare)
+START_SECONDS = 30.0   # for containerd to answer on its socket
+STEP_SECONDS = 3600.0  # one ctr-remote step (a conversion of GBs on a loaded machine takes long)
+
+
+def variant_tag(tag: str, fmt: str = ESTARGZ) -> str:
+    """The tag the ``fmt`` variant of the image under ``tag`` is pushed under."""
+    return f"{tag}-{fmt}"
+
+
+def check_format(fmt: str) -> str:
+    if fmt not in FORMATS:
+        raise UserError(f"--lazy {fmt!r} is not a lazy format this tool makes", exit_code=2,
+                        fix=f"use --lazy {ESTARGZ} (zstd:chunked is not made: see docs/limits.md)")
+    return fmt
+
+
+def record_file(paths: Iterable[str]) -> bytes:
+    """The prioritized files as ``ctr-remote``'s record format (`--estargz-record-in`): a stream of
+    JSON objects ``{"path": ...}``, one a line, paths relative to the image's root, each once."""
+    seen: List[str] = []
+    for path in paths:
+        relative = path.lstrip("/")
+        if relative and relative not in seen:
+            seen.append(relative)
+    return b"".join(json.dumps({"path": p}).encode() + b"\n" for p in seen)
+
+
+def tools_missing() -> List[str]:
+    """The programs `convert` needs that are not on PATH."""
+    return [tool for tool in (CONTAINERD, CTR_REMOTE) if shutil.which(tool) is None]
+
+
+@dataclass(frozen=True)
+class Step:
+    argv: Sequence[str]
+    what: str
+
+
+class Containerd:
+    """A containerd of this tool's own under ``folder``: started on entry, stopped on exit.
+
+    Its config names its own root, state and socket (never ``/run/containerd``), turns the CRI
+    plugin off (no Kubernetes runtime is started), and no other containerd is touched."""
+
+    def __init__(self, folder: Path):
+        self.folder = folder.resolve()
+        self.socket = self.folder / "containerd.sock"
+        self.proc: Optional[subprocess.Popen] = None
+        if len(str(self.socket)) > SOCKET_MAX:
+            raise UserError(f"the containerd socket path {self.socket} is longer than {SOCKET_MAX} characters "
+                            "(a unix socket's limit)", exit_code=2, fix="give a shorter --state-dir")
+
+    def config(self) -> str:
+        def q(path: Path) -> str:
+            return json.dumps(str(path))  # a TOML basic string is a JSON string for these paths
+        return "\n".join([
+            "version = 2",
+            f"root = {q(self.folder / 'root')}",
+            f"state = {q(self.folder / 'state')}",
+            f"disabled_plugins = [{json.dumps(CRI_PLUGIN)}]",
+            "[grpc]",
+            f"  address = {q(self.socket)}",
+            "[ttrpc]",
+            f"  address = {q(self.folder / 'containerd.sock.ttrpc')}",
+            "[debug]",
+            '  address = ""',
+            "[metrics]",
+            '  address = ""',
+            ""])
+
+    def __enter__(self) -> "Containerd":
+        missing = tools_missing()
+        if missing:
+            raise UserError(f"{' and '.join(missing)} not found: an eStargz variant is made with ctr-remote under a "
+                            "containerd of this tool's own", exit_code=2,
+                            fix="install Debian's stargz-snapshotter and containerd packages (apt-get install "
+                                "stargz-snapshotter containerd), or drop --lazy")
+        self.folder.mkdir(parents=True, exist_ok=True)
+        self.socket.unlink(missing_ok=True)
+        config = self.folder / "config.toml"
+        config.write_text(self.config())
+        log = open(self.folder / "containerd.log", "wb")
+        try:
+            self.proc = subprocess.Popen([CONTAINERD, "--config", str(config)], stdout=log, stderr=log,
+                                         stdin=subprocess.DEVNULL, start_new_session=True)
+        finally:
+            log.close()
+        until = time.monotonic() + START_SECONDS
+        while not self._answers():
+            if self.proc.poll() is not None or time.monotonic() > until:
+                tail = self.log_tail()
+                self.__exit__(None, None, None)
+                raise UserError(f"the tool's own containerd did not start (config {config}): {tail}", exit_code=1,
+                                fix=f"read {self.folder / 'containerd.log'}")
+            time.sleep(0.2)
+        return self
+
+    def _answers(self) -> bool:
+        if not self.socket.exists():
+            return False
+        try:
+            done = subprocess.run([CTR_REMOTE, "-a", str(self.socket), "version"], capture_output=True, timeout=20)
+        except subprocess.TimeoutExpired:
+            return False
+        return done.returncode == 0
+
+    def log_tail(self, lines: int = 5) -> str:
+        try:
+            text = (self.folder / "containerd.log").read_text(errors="replace")
+        except OSError:
+            return "no log"
+        return " | ".join(text.strip().splitlines()[-lines:]) or "an empty log"
+
+    def __exit__(self, *exc) -> None:
+        proc, self.proc = self.proc, None
+        if proc is None or proc.poll() is not None:
+            return
+        for sig, wait in ((signal.SIGTERM, 20), (signal.SIGKILL, 10)):
+            try:
+                os.killpg(proc.pid, sig)  # its own session: the shims it may have started end with it
+            except OSError:
+                pass
+            try:
+                proc.wait(timeout=wait)
+                return
+            except subprocess.TimeoutExpired:
+                continue
+
+    def run(self, step: Step, timeout: float = STEP_SECONDS) -> str:
+        argv = [CTR_REMOTE, "-a", str(self.socket), "-n", NAMESPACE, *step.argv]
+        try:
+            done = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL)
+        except subprocess.TimeoutExpired:
+            raise UserError(f"ctr-remote {step.what} did not finish within {timeout:g} s", exit_code=1,
+                            fix="try again on a less loaded machine") from None
+        if done.returncode != 0:
+            error = (done.stderr or done.stdout).strip().splitlines()
+            raise UserError(f"ctr-remote {step.what} failed: {' | '.join(error[-3:]) or f'exit code {done.returncode}'}",
+                            exit_code=1, fix="read the message; the validated image is pushed and stays as it is")
+        return done.stdout
+
+
+def _http(host: str) -> List[str]:
+    return ["--plain-http"] if is_loopback(host) else []
+
+
+def _user(user: Optional[str]) -> List[str]:
+    return ["--user", user] if user else []
+
+
+def convert(folder: Path, host: str, repository: str, digest: str, tag: str, prioritized: Sequence[str],
+            platform: str = "linux/amd64", user: Optional[str] = None) -> str:
+    """Convert ``host/repository@digest`` to eStargz with ``prioritized`` first in each layer, push it
+    as ``host/repository:tag``; the pushed reference. ``folder``: the tool's state for it (its
+    containerd's root, state and socket, and the record file). ``user``: ``NAME:PASSWORD`` for the
+    registry, or None."""
+    source = f"{host}/{repository}@{digest}"
+    target = f"{host}/{repository}:{tag}"
+    folder.mkdir(parents=True, exist_ok=True)
+    record = folder / "prefetch.record.json"
+    record.write_bytes(record_file(prioritized))
+    with Containerd(folder / "containerd") as containerd:
+        containerd.run(Step(["images", "pull", *_http(host), *_user(user), "--platform", platform, source],
+                            f"images pull {source}"))
+        containerd.run(Step(["images", "convert", "--estargz", "--oci", "--platform", platform,
+                             "--estargz-record-in", str(record), source, target], f"images convert {source}"))
+        containerd.run(Step(["images", "push", *_http(host), *_user(user), "--platform", platform, target, target],
+                            f"images push {target}"))
+    return target
+
+
+# --- the pipeline's step: after the validated image is pushed (and attested) -------------------
+
+PREFETCH_TIERS = RECORDED_TIERS  # the tiers whose reads the variant puts first
+
+
+def prefetch_of(report: Dict[str, Any]) -> Tuple[List[str], Dict[str, Any]]:
+    """The files the smoke report says its import, device and train tiers read (``files_read``, in
+    the order first read), and what the statement records of them."""
+    recorded = report.get("files_read") if isinstance(report.get("files_read"), dict) else {}
+    paths: List[str] = []
+    for tier in PREFETCH_TIERS:
+        for path in (recorded.get(tier) or []) if isinstance(recorded, dict) else []:
+            if isinstance(path, str) and path not in paths:
+                paths.append(path)
+    listing = json.dumps(paths, separators=(",", ":")).encode()
+    return paths, {"tiers": [t for t in PREFETCH_TIERS if isinstance(recorded, dict) and t in recorded],
+                   "files": len(paths), "listingSha256": "sha256:" + hashlib.sha256(listing).hexdigest()}
+
+
+def split_pushed(pushed: str) -> Tuple[str, str, str]:
+    """``host/repository:tag`` -> (host, repository, tag).
+
+    Example:
+        >>> split_pushed("127.0.0.1:5000/ascend-build/pytorch:c-cpu")
+        ('127.0.0.1:5000', 'ascend-build/pytorch', 'c-cpu')
+    """
+    host, _, rest = pushed.partition("/")
+    repository, _, tag = rest.rpartition(":")
+    return host, repository, tag
+
+
+def publish_variant(pushed: str, digest: str, report: Dict[str, Any], validation: Dict[str, Any], arch: str,
+                    state: Path, name: str, key: Optional[PrivateKey], fmt: str = ESTARGZ,
+                    say: Callable[[str], None] = lambda line: None) -> Tuple[str, str]:
+    """Convert the pushed validated image ``pushed`` (``digest``) to its ``fmt`` variant with the report's
+    prefetch list first, push it under `variant_tag`, and with ``key`` sign and attach the statement
+    binding it to ``digest`` (`builder.trust.variant`); (the variant's reference, its digest).
+    ``validation``: the validation predicate signed for ``digest``."""
+    from builder.trust import attached, statements, variant
+
+    check_format(fmt)
+    host, repository, tag = split_pushed(pushed)
+    paths, prefetch = prefetch_of(report)
+    found = credentials(host)
+    started = time.monotonic()
+    target = convert(state / "lazy" / name, host, repository, digest, variant_tag(tag, fmt), paths,
+                     platform_of(arch), f"{found[0]}:{found[1]}" if found else None)
+    registry = Registry(host)
+    lazy_digest = registry.manifest(repository, variant_tag(tag, fmt)).digest
+    say(f"[{name}] {fmt} variant pushed: {target}@{lazy_digest} ({len(paths)} prefetch files, "
+        f"{time.monotonic() - started:.1f} s)")
+    if key is not None:
+        predicate = variant.bind(registry, repository, digest, lazy_digest, validation, prefetch)
+        envelope = statements.sign(statements.statement(f"{host}/{repository}", lazy_digest, variant.LAZY_VARIANT_V1,
+                                                        predicate), key)
+        attached.attach(registry, repository, registry.manifest(repository, lazy_digest),
+                        [(envelope, variant.LAZY_VARIANT_V1)], key.public_key())
+        say(f"[{name}] attested {target}@{lazy_digest}: bound to {digest} "
+            f"({sum(layer['regularFiles'] for layer in predicate['layers'])} files compared)")
+    return target, lazy_digest

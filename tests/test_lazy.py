@@ -1,0 +1,106 @@
+"""The lazy variant's parts that need no containerd: the eStargz reader on a layer ctr-remote made
+(tests/fixtures/estargz), the record file ctr-remote reads, `--lazy`'s refusals, and what the
+pipeline says when the variant fails after the validated image is published. The end-to-end runs
+(ctr-remote, a registry, the trust judge) are tests/images/test_lazy_e2e.py."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from builder import estargz
+from builder.errors import UserError
+from builder.images import lazy, pipeline
+from builder.images.prepare import Options
+from builder.trust import variant
+
+FIXTURES = Path(__file__).resolve().parent / "fixtures" / "estargz"
+CLI = str(Path(sys.executable).with_name("ascend-build"))
+BLOB = (FIXTURES / "small.esgz").read_bytes()
+DESCRIPTOR = json.loads((FIXTURES / "small.descriptor.json").read_text())
+TOC = DESCRIPTOR["annotations"][estargz.TOC_DIGEST]
+
+
+def _layer(blob: bytes = BLOB, toc: str = TOC) -> estargz.Layer:
+    return estargz.Layer.open(lambda start, end: blob[start:end], len(blob), toc)
+
+
+def test_the_reader_reads_the_listed_files_by_range_and_the_listed_come_first():
+    layer = _layer()
+    assert layer.counter.requests == 2 and layer.counter.bytes < len(BLOB)
+    names = [e["name"] for e in layer.toc["entries"] if e["type"] == "reg"]
+    assert names[:3] == ["usr/bin/tool", "etc/conf", ".prefetch.landmark"]
+    got = layer.read_files(["/usr/bin/tool", "etc/conf"])
+    assert got == {"usr/bin/tool": b"#!/bin/sh\necho hi\n", "etc/conf": b"x=1\n"}
+    assert layer.counter.requests == 3  # the two are adjacent: one merged range
+    assert layer.read_files(["usr/lib/libtiny.so"])["usr/lib/libtiny.so"] == bytes(range(256)) * 40
+    files, links = variant.toc_listing(layer)
+    assert len(files) == 4 and links == [("usr/bin/tool2", "tool", "symlink")]
+
+
+def test_the_reader_refuses_a_chunk_that_is_not_its_digest_and_a_toc_not_named():
+    layer = _layer()
+    [chunk] = layer.chunks["etc/conf"]
+    other = gzip.compress(b"x=2\n", mtime=0)
+    forged = BLOB[:chunk.offset] + other + b"\0" * (chunk.end - chunk.offset - len(other)) + BLOB[chunk.end:]
+    with pytest.raises(estargz.Corrupt, match="etc/conf: the chunk at file offset 0 .* its chunkDigest is"):
+        _layer(forged).read_files(["etc/conf"])
+    flipped = bytearray(BLOB)
+    flipped[chunk.offset + 15] ^= 0xFF
+    with pytest.raises(estargz.Corrupt, match="etc/conf: the chunk .* is not gzip data"):
+        _layer(bytes(flipped)).read_files(["etc/conf"])
+    with pytest.raises(estargz.Corrupt, match="not the one the manifest names"):
+        _layer(toc="sha256:" + "0" * 64)
+    with pytest.raises(estargz.Corrupt, match="no eStargz footer"):
+        _layer(gzip.compress(bytes(range(256)) * 4))
+
+
+def test_the_record_file_is_ctr_remotes_json_stream_relative_and_once():
+    text = lazy.record_file(["/etc/conf", "etc/conf", "/usr/bin/tool", ""]).decode()
+    assert [json.loads(line) for line in text.splitlines()] == [{"path": "etc/conf"}, {"path": "usr/bin/tool"}]
+    paths, info = lazy.prefetch_of({"files_read": {"import": ["/a", "/b"], "device": [], "train": ["/b", "/c"],
+                                                   "versions": ["/ignored"]}})
+    assert paths == ["/a", "/b", "/c"] and info["files"] == 3 and info["tiers"] == ["import", "device", "train"]
+    assert lazy.prefetch_of({})[0] == []
+
+
+def test_the_containerd_config_is_its_own_with_cri_off(tmp_path):
+    config = lazy.Containerd(tmp_path / "c").config()
+    assert f'root = "{tmp_path / "c" / "root"}"' in config and f'state = "{tmp_path / "c" / "state"}"' in config
+    assert f'address = "{tmp_path / "c" / "containerd.sock"}"' in config
+    assert 'disabled_plugins = ["io.containerd.grpc.v1.cri"]' in config
+    assert "/run/containerd" not in config
+    with pytest.raises(UserError, match="longer than 100 characters"):
+        lazy.Containerd(tmp_path / ("x" * 120))
+
+
+@pytest.mark.parametrize("args, said", [
+    (("--lazy", "estargz"), "--lazy needs --push"),
+    (("--lazy", "zstd", "--push", "127.0.0.1:1"), "'zstd' is not a lazy format"),
+])
+def test_lazy_is_refused_without_a_push_or_with_another_format(args, said):
+    done = subprocess.run([CLI, "image", "--cell", "no-such-cell", *args], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2 and said in done.stderr and "Traceback" not in done.stderr, done.stderr
+
+
+def test_a_variant_that_fails_leaves_the_validated_image_published_and_says_so(monkeypatch, tmp_path):
+    def fail(*args, **kwargs):
+        raise UserError("ctr-remote images convert failed: boom", fix="read the message")
+    monkeypatch.setattr(lazy, "publish_variant", fail)
+    out = pipeline.Outcome("c", "cpu", status="passed", digests={"r:5000/p:c-cpu": "sha256:" + "a" * 64})
+    report = {"tiers": [{"name": "versions", "status": "passed"}]}
+    done = pipeline.lazy_variant(out, report, ("versions",), "h", "x86_64", "c-cpu",
+                                 Options(state_dir=tmp_path, push="r:5000", lazy="estargz"), lambda line: None)
+    assert done.status == "error" and not done.lazy
+    assert done.message.startswith("r:5000/p:c-cpu (sha256:" + "a" * 64 + ") is published, its estargz variant is not")
+    assert "boom" in done.message
+    # without --lazy, or for an image that did not pass, nothing is converted
+    for options, status in ((Options(state_dir=tmp_path, push="r:5000"), "passed"),
+                            (Options(state_dir=tmp_path, push="r:5000", lazy="estargz"), "candidate")):
+        untouched = pipeline.Outcome("c", "cpu", status=status, digests={"r:5000/p:c-cpu": "sha256:" + "a" * 64})
+        assert pipeline.lazy_variant(untouched, report, ("versions",), "h", "x86_64", "c", options, print).status == status
