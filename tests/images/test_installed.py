@@ -24,7 +24,7 @@ from cyclonedx.validation.json import JsonStrictValidator
 
 from builder.images import installed, lock, sbom
 from builder.vocabulary import CPU, INSTALLED_DIR, NPU
-from tests.images.test_sbom import ROOT, job_of
+from tests.support.images import ROOT, job_of
 
 UV = Path(sys.executable).with_name("uv")
 TWIN = ROOT / "dockerfiles" / "cann9.1.0-910b-debian12-py3.11-torch_npu2.13.0-x86_64"

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 from dataclasses import replace
-from pathlib import Path
 
 import pytest
 from cyclonedx.schema import SchemaVersion
@@ -14,18 +13,9 @@ from packageurl import PackageURL
 from cyclonedx.validation.json import JsonStrictValidator
 
 from builder.trust import signing, statements
-from builder.images import attest, lock, matrix, sbom
-from builder.images.prepare import Options, prepare
+from builder.images import attest, lock, sbom
 from builder.vocabulary import CPU, NPU
-
-ROOT = Path(__file__).resolve().parents[2]
-MISSION_CELL = "cann7.0.rc1-910b-ubuntu22.04-py3.9-torch_npu2.1.0rc1-aarch64"  # its installers' sha256 are known
-
-
-def job_of(variant: str):
-    cell = next(c for c in matrix.load(ROOT / "matrix").cells if c.id == MISSION_CELL)
-    # the shipped lock's conda part is incomplete here (no conda channel answers); its pip entries are whole
-    return prepare(cell, variant, Options(locks_dir=ROOT / "dockerfiles", allow_incomplete_lock=True))
+from tests.support.images import MISSION_CELL, ROOT, job_of
 
 
 def valid(bom: dict) -> None:

@@ -11,6 +11,16 @@ from pathlib import Path
 from builder.images import matrix, plan, render
 
 ROOT = Path(__file__).resolve().parents[2]
+MISSION_CELL = "cann7.0.rc1-910b-ubuntu22.04-py3.9-torch_npu2.1.0rc1-aarch64"  # its installers' sha256 are known
+
+
+def job_of(variant: str):
+    """The build job of the mission cell's ``variant``, on the shipped lock (the SBOM tests' subject)."""
+    from builder.images.prepare import Options, prepare
+
+    cell = next(c for c in matrix.load(ROOT / "matrix").cells if c.id == MISSION_CELL)
+    # the shipped lock's conda part is incomplete here (no conda channel answers); its pip entries are whole
+    return prepare(cell, variant, Options(locks_dir=ROOT / "dockerfiles", allow_incomplete_lock=True))
 
 
 def cell_8_0_rc3(**over) -> matrix.Cell:
