@@ -91,7 +91,7 @@ def content_hash(cell: Cell, lock: Optional[locking.Lock] = None) -> str:
             if f.name not in ("where", "path", "fields", "mirrors", "torch_npu_wheel", *DERIVED)}
     if cell.torch_npu_wheel:  # its bytes, not where the file lies
         data["torch_npu_wheel"] = cell.torch_npu_wheel[1]
-    blob = json.dumps(data, sort_keys=True, default=str) + _inputs_digest() + (lock.text() if lock else "")
+    blob = json.dumps(data, sort_keys=True, default=str) + _inputs_digest() + (lock.content if lock else "")
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
@@ -130,7 +130,7 @@ def files(resolved: planning.CellPlan) -> Dict[str, bytes]:
             out[p.conda_packages] = p.conda_explicit.encode()
             out[p.conda_fetch] = _shipped(p.conda_fetch)
     if resolved.lock is not None:
-        out[locking.LOCK_FILE] = resolved.lock.text().encode()
+        out[locking.LOCK_FILE] = resolved.lock.content.encode()
     out.update(_smoke_files())
     return out
 
