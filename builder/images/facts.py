@@ -28,7 +28,6 @@ import json
 from dataclasses import dataclass
 from typing import Any, Dict, Optional, Tuple
 
-from packaging.utils import canonicalize_name
 
 from builder import installers as installer_names
 from builder import python_env, versions
@@ -221,9 +220,9 @@ def _unlocked_lines(inputs: locking.Inputs, cann_limits: Tuple[Tuple[str, str], 
         limits[name] = ",".join(filter(None, [limits.get(name), specifier]))
     lines = []
     for requirement in inputs.requirements:
-        req = python_env.requirement(requirement)
-        name = canonicalize_name(req.name)
-        lines.append(f"{name}{limits[name]}" if name in limits and not req.specifier else requirement)
+        name = python_env.name_of(requirement)
+        lines.append(f"{name}{limits[name]}" if name in limits and not python_env.requirement(requirement).specifier
+                     else requirement)
     return tuple(lines)
 
 
