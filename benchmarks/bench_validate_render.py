@@ -24,8 +24,9 @@ same generator). Then, for both trees in turn (this, that; then that, this; ...)
 * once a pair, the floor: the files of the first write made again bare (created, written,
   closed; no temporary name, no check, no flush): what the disk alone costs at that moment.
 
-Prints every run, then per tree the median, and the ratio this / that (the median of the
-ratios of each pair of runs, which keeps it meaningful when the machine's speed drifts).
+Prints every run with the load average beside it, then per tree the median and the minimum,
+and the ratio this / that (the median of the ratios of each pair of runs, which keeps it
+meaningful when the machine's speed drifts).
 
 Run: .venv/bin/python -m benchmarks.bench_validate_render [--cells N] [--keep DIR]
      .venv/bin/python -m benchmarks.bench_validate_render --vs COMMIT [--cells N] [--runs 3]
@@ -120,8 +121,13 @@ def first_write(tree: Path, matrix_file: Path, out: Path) -> float:
     _run(tree, "-c", CLI, "render", "--matrix", str(matrix_file), "--out", str(out))
     took = time.perf_counter() - start
     files = sum(1 for p in out.rglob("*") if p.is_file())
-    print(f"  {tree.name:>12}: first write {took:7.2f} s ({files} files)", flush=True)
+    print(f"  {tree.name:>12}: first write {took:7.2f} s ({files} files){_load()}", flush=True)
     return took
+
+
+def _load() -> str:
+    """The 1-minute load average, said beside each run: the machine is shared."""
+    return f"  [load {os.getloadavg()[0]:.1f}]"
 
 
 def floor(out: Path) -> float:
@@ -141,7 +147,7 @@ def floor(out: Path) -> float:
         os.close(fd)
     took = time.perf_counter() - start
     shutil.rmtree(out)
-    print(f"  {'bare':>12}: {len(sizes)} files created and written {took:7.2f} s", flush=True)
+    print(f"  {'bare':>12}: {len(sizes)} files created and written {took:7.2f} s{_load()}", flush=True)
     return took
 
 
@@ -149,7 +155,7 @@ def in_process_of(tree: Path, matrix_file: Path) -> float:
     """Best of 3 of load + check + render_all in one process with ``tree``'s code."""
     figures = json.loads(_run(tree, "-c", IN_PROCESS, str(matrix_file)).stdout.strip().splitlines()[-1])
     print(f"  {tree.name:>12}: in-process  {figures['best']:7.3f} s best of 3 (cold {figures['cold']:.3f} s, "
-          f"{figures['files']} files)", flush=True)
+          f"{figures['files']} files){_load()}", flush=True)
     return figures["best"]
 
 
@@ -189,11 +195,16 @@ def side_by_side(vs: str, cells: int, runs: int) -> Dict[str, str]:
     rows = {}
     for what, figures, digits in (("render, first write", writes, 2), ("validate + render, in-process", inproc, 3)):
         here, there = statistics.median(figures["this"]), statistics.median(figures["that"])
-        line = f"{here:.{digits}f} s here vs {there:.{digits}f} s at {commit} (x {ratio(figures):.2f})"
+        line = (f"{here:.{digits}f} s here vs {there:.{digits}f} s at {commit} (x {ratio(figures):.2f}); "
+                f"min {min(figures['this']):.{digits}f} s vs {min(figures['that']):.{digits}f} s")
         rows[f"{what}, {cells} cells"] = line
         print(f"{what} ({cells} cells, median of {runs}): {line}")
-    rows["the same files created bare (the disk's floor)"] = f"{statistics.median(bare):.2f} s"
-    print(f"the same files created bare, no render (median of {runs}): {statistics.median(bare):.2f} s")
+    rows["the same files created bare (the disk's floor)"] = f"{statistics.median(bare):.2f} s (min {min(bare):.2f} s)"
+    print(f"the same files created bare, no render (median of {runs}): {statistics.median(bare):.2f} s, "
+          f"min {min(bare):.2f} s")
+    loads = os.getloadavg()
+    rows["load average at the end (1, 5, 15 min)"] = ", ".join(f"{x:.1f}" for x in loads)
+    print(f"load average at the end (1, 5, 15 min): {', '.join(f'{x:.1f}' for x in loads)}")
     return rows
 
 

@@ -6,8 +6,11 @@ first runs the Miniforge3 bootstrap. The functions here
 name those files and, where the data lists them, give their URL and checksum. They
 take the knowledge base (:class:`builder.knowledge.KnowledgeBase`) and read it only
 through one question per release, ``cann_release`` (a `CannRelease`: the release's own
-spelling, its cann-packages.json entry, its folder, NNAL's first release), and
-``conda_installer``; a chip's first CANN is ``knowledge.chip_min_cann``. This module imports the knowledge base (its `Installer` record
+spelling and sort key, its cann-packages.json entry, its folder, NNAL's first release), and
+``conda_installer``; `installers_of` and `package_of` take that answer itself (a cell's
+facts ask for it once). A chip's first CANN (``knowledge.chip_min_cann``) and the releases
+the naming rules change at are parsed once, at import: a release is placed among them by
+comparing plain sort keys. This module imports the knowledge base (its `Installer` record
 and ``known_arch`` are the knowledge base's); the knowledge base never imports this one.
 
 Names follow the file listed in cann-packages.json when there is one, else the naming
@@ -31,18 +34,23 @@ from typing import Any, Dict, List, Mapping, Optional, Tuple
 from builder import versions
 from builder.errors import UserError
 from builder.knowledge import CannRelease, Installer, KnowledgeBase, chip_min_cann, known_arch
-from builder.knowledge.pairings import listed as _listed
 from builder.vocabulary import ARCHS, CHIPS, normalize_arch
 
 # Name of the chip inside ops package file names (case matters: ``A3``).
 _CHIP_FILE_NAME = {"910": "910", "910b": "910b", "a3": "A3", "310p": "310p", "950": "950"}
 
+# The sort keys the naming rules are decided by, parsed once: a chip's first CANN, and the
+# releases from which the ops package's name changes (see `ops_package`).
+_CHIP_FLOOR = {chip: versions.cann(floor).key for chip in CHIPS if (floor := chip_min_cann(chip))}
+_OPS_NAMED = versions.cann("8.5.0").key       # Ascend-cann-<chip>-ops_
+_KERNELS_BY_ARCH = versions.cann("8.0.RC3").key  # Ascend-cann-kernels-<chip>_<ver>_linux-<arch>
 
-def _cann_version(cann: str) -> "versions.AscendVersion":
-    found = versions.lenient("cann", cann)
-    if found is None:
-        raise versions.VersionError(f"{cann!r} is not a CANN version", fix="write it like 8.0.RC3 or 8.5.0")
-    return found
+
+def _key(release: CannRelease) -> Tuple[int, ...]:
+    """The release's sort key; VersionError when what was asked is no CANN version."""
+    if release.key is None:
+        raise versions.VersionError(f"{release.asked!r} is not a CANN version", fix="write it like 8.0.RC3 or 8.5.0")
+    return release.key
 
 
 def _ops_zip(release: CannRelease, chip: str, arch: str) -> Optional[Tuple[str, Mapping[str, Any]]]:
@@ -98,23 +106,23 @@ def _ops(release: CannRelease, chip: str, arch: str) -> str:
         raise UserError(f"unknown chip {chip!r}", fix=f"use one of {', '.join(CHIPS)}")
     a = _arch(arch)
     cann = release.asked
-    cv = _cann_version(cann)
+    cv = _key(release)
     found = _ops_zip(release, c, a)
     if found:
         return found[0][: -len(".zip")] + ".run"
-    floor = chip_min_cann(c)
-    if floor and cv < versions.cann(floor):
+    if c in _CHIP_FLOOR and cv < _CHIP_FLOOR[c]:
+        floor = chip_min_cann(c)
         raise UserError(
             f"CANN {cann} has no ops package for chip {c}: support starts at CANN {floor}",
             fix=f"use CANN >= {floor} for {c}",
         )
     ver = release.name
     name = _CHIP_FILE_NAME[c]
-    if cv >= versions.cann("8.5.0"):  # its alphas still ship kernels packages (the official images install them)
+    if cv >= _OPS_NAMED:  # its alphas still ship kernels packages (the official images install them)
         return f"Ascend-cann-{name}-ops_{ver}_linux-{a}.run"
     if c == "a3":
         return f"Atlas-A3-cann-kernels_{ver}_linux-{a}.run"
-    if cv >= versions.cann("8.0.RC3"):
+    if cv >= _KERNELS_BY_ARCH:
         return f"Ascend-cann-kernels-{name}_{ver}_linux-{a}.run"
     return f"Ascend-cann-kernels-{name}_{ver}_linux.run"
 
@@ -139,7 +147,7 @@ def toolkit_package(kb: KnowledgeBase, cann: str, arch: str) -> str:
 def _toolkit(release: CannRelease, arch: str) -> str:
     """`toolkit_package` of the release the knowledge base told of."""
     a = _arch(arch)
-    _cann_version(release.asked)
+    _key(release)
     if release.listed:
         name = f"Ascend-cann-toolkit_{release.listed[0]}_linux-{a}.zip"
         if name in release.files:
@@ -178,9 +186,9 @@ def _nnal(release: CannRelease, arch: str) -> str:
     """`nnal_package` of the release the knowledge base told of."""
     a = _arch(arch)
     cann = release.asked
-    cv = _cann_version(cann)
+    cv = _key(release)
     since = release.nnal_since
-    if not since or cv < versions.cann(since):
+    if not since or release.nnal_since_key is None or cv < release.nnal_since_key:
         raise UserError(f"CANN {cann} has no NNAL package the knowledge base knows: the first is CANN {since}",
                         fix=f"use CANN >= {since}, or drop nnal: true")
     return f"Ascend-cann-nnal_{release.name}_linux-{a}.run"
@@ -206,14 +214,24 @@ def cann_installers(kb: KnowledgeBase, cann: str, chip: str, arch: str, nnal: bo
         >>> cann_installers(load(), "6.4.0", "910b", "x86_64")
         []
     """
+    return installers_of(kb.cann_release(cann), chip, arch, nnal)
+
+
+def installers_of(release: CannRelease, chip: str, arch: str, nnal: bool = False) -> List[Installer]:
+    """`cann_installers` of the release the knowledge base told of (``kb.cann_release``): the
+    one answer everything here is named from.
+
+    Example:
+        >>> from builder.knowledge import load
+        >>> [i.kind for i in installers_of(load().cann_release("8.0.RC3"), "910b", "x86_64")]
+        ['toolkit', 'ops']
+    """
     a = arch if arch in ARCHS else normalize_arch(arch)
     if a is None:
         return []
-    release = kb.cann_release(cann)  # the one question: everything below is named from its answer
     found: Dict[str, Installer] = {}
     if release.listed:
-        ver, entry = release.listed
-        source = "cann-packages.json (ascend-deployer " + ", ".join(_listed(entry.get("seen_in"))) + ")"
+        ver, source = release.listed[0], release.source
         files = release.files
         toolkit = f"Ascend-cann-toolkit_{ver}_linux-{a}.zip"
         if toolkit in files:
@@ -245,7 +263,18 @@ def package(kb: KnowledgeBase, kind: str, cann: str, chip: str, arch: str) -> st
         >>> package(load(), "ops", "8.5.0", "a3", "x86_64")
         'Ascend-cann-A3-ops_8.5.0_linux-x86_64.run'
     """
-    return _package(kb.cann_release(cann), kind, chip, arch)
+    return package_of(kb.cann_release(cann), kind, chip, arch)
+
+
+def package_of(release: CannRelease, kind: str, chip: str, arch: str) -> str:
+    """`package` of the release the knowledge base told of (``kb.cann_release``).
+
+    Example:
+        >>> from builder.knowledge import load
+        >>> package_of(load().cann_release("9.1.0"), "nnal", "910b", "x86_64")
+        'Ascend-cann-nnal_9.1.0_linux-x86_64.run'
+    """
+    return _package(release, kind, chip, arch)
 
 
 def _package(release: CannRelease, kind: str, chip: str, arch: str) -> str:
@@ -267,5 +296,5 @@ def conda_installer(kb: KnowledgeBase, arch: str) -> Optional[Installer]:
     return kb.conda_installers().get(normalize_arch(arch) or "")
 
 
-__all__ = ["KINDS", "Installer", "cann_installers", "conda_installer", "kinds", "known_arch", "nnal_package", "ops_package",
-           "package", "toolkit_package"]
+__all__ = ["KINDS", "Installer", "cann_installers", "conda_installer", "installers_of", "kinds", "known_arch", "nnal_package",
+           "ops_package", "package", "package_of", "toolkit_package"]

@@ -45,6 +45,18 @@ def requirement(text: str) -> Requirement:
     return Requirement(text)
 
 
+@lru_cache(maxsize=4096)
+def name_of(text: str) -> str:
+    """The canonical name of the requirement ``text`` (``Torch_NPU==2.1`` -> ``torch-npu``),
+    once per text, like `requirement`.
+
+    Example:
+        >>> name_of("Torch_NPU==2.1.0")
+        'torch-npu'
+    """
+    return canonicalize_name(requirement(text).name)
+
+
 @dataclass(frozen=True)
 class Constraint:
     """One version limit on one package, with where it comes from."""

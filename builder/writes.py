@@ -15,8 +15,11 @@ what was not yet on disk, so a file's bytes are flushed before its name moves to
 crash the name points at the old file, or at the new one with all its bytes. `replace_file` and
 `create_file` flush each file (an fsync); a writer of many files (`render`) stages them all with
 ``sync=False``, flushes them in one `flush`, and only then renames them: the same order, one
-flush instead of one per file. The folders are not flushed after the renames: after a crash a
-name may still point at its old file (a rerun writes it again), never at a half-written one.
+flush instead of one per file. A folder that does not exist yet is staged whole
+(`stage_folder`, filled with `stage_in`) and renamed into place in one step: a reader sees
+no folder or all of its files. The folders are not flushed after the renames: after a crash
+a name may still point at its old file, or a new folder still be under its temporary name (a
+rerun writes it again), never at a half-written one.
 
 Example:
     >>> import tempfile
@@ -67,6 +70,41 @@ def stage(path: Path, data: bytes, sync: bool = True, mode: int = 0o666) -> Path
     except FileExistsError:
         tmp.unlink()
         fd = os.open(tmp, flags, mode)
+    _fill(fd, tmp, data, sync)
+    return tmp
+
+
+def stage_in(folder: Path, name: str, data: bytes) -> Path:
+    """``data`` in a new file ``name`` of ``folder``, a folder `stage_folder` made for this run:
+    created exclusively, without following a link, not flushed (the caller `flush`es the files
+    and the folder before it renames the folder into place). Returns the file's path; a failed
+    write removes the partial file."""
+    path = folder / name
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o666)
+    _fill(fd, path, data, False)
+    return path
+
+
+def stage_folder(folder: Path) -> Path:
+    """A new, empty folder beside ``folder`` under `temporary_name`, to fill with `stage_in`
+    and rename to ``folder`` in one step once flushed: a reader sees no folder, or all of it.
+
+    What is at that name already (a run killed midway leaves its folder; a link someone
+    planted) is removed first: a link is unlinked, never followed; a folder is removed with
+    what is in it (`shutil.rmtree` unlinks the links inside it, never what they point at).
+    """
+    tmp = temporary_name(folder)
+    if os.path.islink(tmp) or (os.path.lexists(tmp) and not os.path.isdir(tmp)):
+        tmp.unlink()
+    elif os.path.lexists(tmp):
+        shutil.rmtree(tmp)
+    tmp.mkdir()  # fails (FileExistsError) if anything was put there since: nothing is written through it
+    return tmp
+
+
+def _fill(fd: int, path: Path, data: bytes, sync: bool) -> None:
+    """Write ``data`` to the new file ``fd`` (``path``) whole and close it; fsync first when
+    ``sync``. On failure the file is removed."""
     try:
         try:
             view, written = memoryview(data), 0
@@ -77,19 +115,20 @@ def stage(path: Path, data: bytes, sync: bool = True, mode: int = 0o666) -> Path
         finally:
             os.close(fd)  # a file system that reports a failed write only here fails here too
     except BaseException:
-        tmp.unlink(missing_ok=True)
+        path.unlink(missing_ok=True)
         raise
-    return tmp
 
 
 def flush(staged: Iterable[Path]) -> int:
-    """Put the bytes of ``staged`` (files written by `stage` with ``sync=False``) on disk, in
-    one pass; returns how many flushes that took.
+    """Put the bytes of ``staged`` (files written by `stage` with ``sync=False`` or by
+    `stage_in`, and the folders of `stage_folder`) on disk, in one pass; returns how many
+    flushes that took.
 
-    On Linux: one ``syncfs`` per file system the files lie on, which writes out everything
-    written there and waits for it; since Linux 5.8 it fails (an `OSError` here) when a
-    write-back there failed and no other syncfs has reported it yet. Where there is no
-    syncfs: an fsync of each file. Either way a caller renames nothing when this raises.
+    On Linux: one ``syncfs`` per file system they lie on, which writes out everything written
+    there (data and folder entries) and waits for it; since Linux 5.8 it fails (an `OSError`
+    here) when a write-back there failed and no other syncfs has reported it yet. Where there
+    is no syncfs: an fsync of each file and folder given. Either way a caller renames nothing
+    when this raises.
     """
     files = set(map(os.fspath, staged))
     if _syncfs is None:

@@ -93,7 +93,8 @@ def test_render_killed_anywhere_leaves_each_file_old_or_new_and_the_rerun_comple
         run.signal(signal.SIGKILL)
         assert run.finish(60).returncode in (-signal.SIGKILL, 0)
         now = tree(out)
-        leftovers = [p for p in now if Path(p).name.endswith(TMP_NAME)]
+        # what the kill left staged: files under a temporary name, and new cell folders staged whole
+        leftovers = [p for p in now if any(part.endswith(TMP_NAME) for part in Path(p).parts)]
         for path, digest in now.items():
             if path not in leftovers:
                 assert digest in (tree_a.get(path), tree_b.get(path)), f"{path} is neither a's nor b's"

@@ -26,10 +26,8 @@ import dataclasses
 import hashlib
 import json
 from dataclasses import dataclass
-from functools import lru_cache
 from typing import Any, Dict, Optional, Tuple
 
-from packaging.utils import canonicalize_name
 
 from builder import installers as installer_names
 from builder import python_env, versions
@@ -46,7 +44,7 @@ from builder.knowledge import Installer, KnowledgeBase, OsInfo
 PYTORCH_CPU_INDEX = "https://download.pytorch.org/whl/cpu"
 
 
-_cann = lru_cache(maxsize=4096)(versions.cann)  # a render of 1,000 cells compares the same few releases
+_CANN_DIR_FROM = versions.cann("8.5.0-beta.1").key  # CANN lives in cann-<version> from this release on
 
 
 @dataclass(frozen=True)
@@ -130,9 +128,10 @@ def resolve_facts(cell: Cell, kb: KnowledgeBase, lock: Optional[locking.Lock] = 
     uv = kb.uv_requirement(cell.arch)
     referer = kb.download_referer()
     conda = kb.conda_installer(cell.arch) if cell.env == "conda" else None
-    installers = tuple(installer_names.cann_installers(kb, cell.cann, cell.chip, cell.arch, cell.nnal))
+    release = kb.cann_release(cell.cann)  # the CANN release, looked up once: the installers are named from it
+    installers = tuple(installer_names.installers_of(release, cell.chip, cell.arch, cell.nnal))
     known = {item.kind for item in installers}
-    local = tuple((kind, installer_names.package(kb, kind, cell.cann, cell.chip, cell.arch))
+    local = tuple((kind, installer_names.package_of(release, kind, cell.chip, cell.arch))
                   for kind in installer_names.kinds(cell.nnal) if kind not in known) if cell.cann_source == "local" else ()
     # CANN's Python data
     cann_python = python_env.cann_python(cell.cann, owner.python, cell.torch_npu)
@@ -144,7 +143,7 @@ def resolve_facts(cell: Cell, kb: KnowledgeBase, lock: Optional[locking.Lock] = 
     state, locked = locking.locked(lock, inputs, conda=cell.env == "conda")
     return CellFacts(
         cell=cell, closure_of=closure_of, digest=digest, lock=lock, locked=locked,
-        cann_only=cann_only, ref=ref, tag=tag, cann_home=cann_home(cell.cann),
+        cann_only=cann_only, ref=ref, tag=tag, cann_home=cann_home(cell.cann, release.key),
         os=os_info, torch=torch, torch_index=index, uv=uv, download_referer=referer, conda=conda,
         installers=installers, local_packages=local,
         inputs=inputs, state=state, unpinned=_unpinned(owner, owner_os),
@@ -154,14 +153,16 @@ def resolve_facts(cell: Cell, kb: KnowledgeBase, lock: Optional[locking.Lock] = 
     )
 
 
-def cann_home(cann: str) -> str:
+def cann_home(cann: str, key: Optional[Tuple[int, ...]] = None) -> str:
     """Where CANN lives: ``ascend-toolkit/latest`` up to 8.3, ``cann-<ver>`` from 8.5 on.
+    ``key``: the release's sort key when the caller holds it (its `CannRelease`'s), else
+    ``cann`` is parsed here.
 
     Example:
         >>> cann_home("8.3.RC1"), cann_home("9.1.0")
         ('/usr/local/Ascend/ascend-toolkit/latest', '/usr/local/Ascend/cann-9.1.0')
     """
-    if _cann(cann) >= _cann("8.5.0-beta.1"):
+    if (key if key is not None else versions.cann(cann).key) >= _CANN_DIR_FROM:
         return f"/usr/local/Ascend/cann-{cann}"
     return "/usr/local/Ascend/ascend-toolkit/latest"
 
@@ -219,9 +220,9 @@ def _unlocked_lines(inputs: locking.Inputs, cann_limits: Tuple[Tuple[str, str], 
         limits[name] = ",".join(filter(None, [limits.get(name), specifier]))
     lines = []
     for requirement in inputs.requirements:
-        req = python_env.requirement(requirement)
-        name = canonicalize_name(req.name)
-        lines.append(f"{name}{limits[name]}" if name in limits and not req.specifier else requirement)
+        name = python_env.name_of(requirement)
+        lines.append(f"{name}{limits[name]}" if name in limits and not python_env.requirement(requirement).specifier
+                     else requirement)
     return tuple(lines)
 
 

@@ -39,7 +39,7 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Callable, Dict, Iterable, List, Optional, Sequence, Tuple
 
@@ -120,7 +120,10 @@ class Entry:
 
 @dataclass(frozen=True)
 class Lock:
-    """A cell's locked closure; `text` and `parse` are each other's inverse."""
+    """A cell's locked closure; `text` and `parse` are each other's inverse.
+
+    ``content`` is that text, formatted once when the lock is made: the build context's
+    content hash and the lock file both read it (an attribute, nothing formatted again)."""
 
     cell: str
     inputs: str                    # Inputs.digest it was made from
@@ -130,6 +133,10 @@ class Lock:
     unpinned: Tuple[str, ...] = ()  # what could not be pinned, and why (e.g. conda's python)
     installers: Tuple[Tuple[str, str], ...] = ()  # (file, sha256) of CANN installers recorded on first fetch
     conda: Optional[conda_lock.Part] = None       # a conda cell's conda environment (None for a venv cell)
+    content: str = field(init=False, repr=False, compare=False)  # text(), formatted once
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "content", self._format())
 
     def installer_sha256(self, filename: str) -> Optional[str]:
         """The sha256 recorded for a CANN installer the knowledge base has none for."""
@@ -145,9 +152,18 @@ class Lock:
 
     @property
     def complete(self) -> bool:
-        return not self.incomplete and (self.conda is None or self.conda.complete)
+        return self.complete_but_conda and (self.conda is None or self.conda.complete)
+
+    @property
+    def complete_but_conda(self) -> bool:
+        """Whether every pip entry has its sha256 (the conda part left aside)."""
+        return not self.incomplete
 
     def text(self) -> str:
+        """The lock file's text (``content``)."""
+        return self.content
+
+    def _format(self) -> str:
         head = [f"# ascend-build lock of cell {self.cell}: written by `ascend-build lock`, do not edit.",
                 f"# inputs: {self.inputs}", f"# target: {self.target}", f"# resolver: {self.resolver}",
                 f"# entries: {_entries_seal(self.entries)}"]
@@ -282,17 +298,18 @@ def locked(lock: Optional[Lock], inputs: Inputs, conda: bool = True) -> Tuple[st
     """
     if lock is None:
         return "missing", ()
-    state = status(lock if conda else replace(lock, conda=None), inputs)
+    state = status(lock, inputs, conda=conda)
     return state, tuple(Locked(e.name, e.version, tuple(e.lines()), e.complete, e.note) for e in lock.entries)
 
 
-def status(lock: Optional[Lock], inputs: Inputs) -> str:
-    """``ok``, ``missing``, ``stale`` (made from other inputs) or ``incomplete``."""
+def status(lock: Optional[Lock], inputs: Inputs, conda: bool = True) -> str:
+    """``ok``, ``missing``, ``stale`` (made from other inputs) or ``incomplete`` (its conda
+    part left aside when not ``conda``)."""
     if lock is None:
         return "missing"
     if lock.inputs != inputs.digest:
         return "stale"
-    return "ok" if lock.complete else "incomplete"
+    return "ok" if (lock.complete if conda else lock.complete_but_conda) else "incomplete"
 
 
 def python_platform(arch: str, glibc: Tuple[int, int]) -> str:

@@ -26,11 +26,10 @@ from __future__ import annotations
 import os
 import re
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import cached_property, lru_cache
 from pathlib import Path
 from typing import Dict, Mapping, Optional, Tuple
 
-from packaging.utils import canonicalize_name
 
 from builder import installers as installer_names
 from builder import python_env, vocabulary
@@ -144,8 +143,9 @@ class Install:
     resolve: bool = False
     reason: str = ""
 
-    @property
+    @cached_property
     def names(self) -> Tuple[str, ...]:
+        """The names its lines install (the template says them twice: worked out once)."""
         return tuple(_NAME_END.split(line, maxsplit=1)[0] for line in self.lines if not line.startswith((" ", "#")))
 
     def text(self) -> bytes:
@@ -535,7 +535,7 @@ def _installs(f: CellFacts, variant: str) -> Tuple[Install, ...]:
     if f.state in ("missing", "stale"):
         lines = f.unlocked
         reason = f"The cell's lock is {f.state}: run `ascend-build lock`"
-        is_npu = [canonicalize_name(python_env.requirement(line).name) == "torch-npu" for line in lines]
+        is_npu = [python_env.name_of(line) == "torch-npu" for line in lines]
         others = tuple(line for line, own in zip(lines, is_npu) if not own)
         steps = [Install("unverified", LOCK_STEPS["unverified"], others, False, True, reason)]
         if npu and any(is_npu):

@@ -27,6 +27,7 @@ import hashlib
 import json
 import os
 import re
+import shutil
 import stat
 from dataclasses import dataclass, fields
 from functools import lru_cache
@@ -91,7 +92,7 @@ def content_hash(cell: Cell, lock: Optional[locking.Lock] = None) -> str:
             if f.name not in ("where", "path", "fields", "mirrors", "torch_npu_wheel", *DERIVED)}
     if cell.torch_npu_wheel:  # its bytes, not where the file lies
         data["torch_npu_wheel"] = cell.torch_npu_wheel[1]
-    blob = json.dumps(data, sort_keys=True, default=str) + _inputs_digest() + (lock.text() if lock else "")
+    blob = json.dumps(data, sort_keys=True, default=str) + _inputs_digest() + (lock.content if lock else "")
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
@@ -99,8 +100,15 @@ def _json(data: object) -> bytes:
     return (json.dumps(data, indent=2, sort_keys=True) + "\n").encode()
 
 
+@lru_cache(maxsize=1)
+def _template() -> jinja2.Template:
+    """The Dockerfile's template, compiled once per process: ``get_template`` would look at
+    the file again on every call (a stat per Dockerfile, half of what formatting one cost)."""
+    return _environment().get_template("Dockerfile.j2")
+
+
 def dockerfile(p: planning.Plan) -> bytes:
-    return _environment().get_template("Dockerfile.j2").render(plan=p).encode()
+    return _template().render(plan=p).encode()
 
 
 def resolve(cell: Cell, kb=None, lock: Optional[locking.Lock] = None,
@@ -130,7 +138,7 @@ def files(resolved: planning.CellPlan) -> Dict[str, bytes]:
             out[p.conda_packages] = p.conda_explicit.encode()
             out[p.conda_fetch] = _shipped(p.conda_fetch)
     if resolved.lock is not None:
-        out[locking.LOCK_FILE] = resolved.lock.text().encode()
+        out[locking.LOCK_FILE] = resolved.lock.content.encode()
     out.update(_smoke_files())
     return out
 
@@ -178,7 +186,10 @@ def _is_cell_folder(path: Path) -> bool:
 
 
 def _present(out: Path) -> set:
-    return {p.name for p in out.iterdir() if _is_cell_folder(p)} if out.is_dir() else set()
+    """The cell folders in ``out`` (a cell folder `write` staged and a kill left under its
+    temporary name is none: the next write of that cell stages it afresh)."""
+    return {p.name for p in out.iterdir() if not p.name.endswith(writes.TMP_SUFFIX) and _is_cell_folder(p)} \
+        if out.is_dir() else set()
 
 
 # What render writes in a cell folder, and so may remove when it no longer writes it. The lock
@@ -243,6 +254,17 @@ def _remove_cell(folder: Path) -> str:
         folder.rmdir()
         return ""
     return f"{folder}/ kept {', '.join(left)}: not written by render (a lock is `lock`'s; delete it yourself if the cell is gone for good)"
+
+
+def _sweep(out: Path, ours: set) -> None:
+    """Remove the cell folders a killed write left staged in ``out`` (``.<cell>.ascend-build-tmp``)
+    other than ``ours``: the files render writes in them, then each folder if it is empty."""
+    if not out.is_dir():
+        return
+    for folder in out.iterdir():
+        if folder.name.startswith(".") and folder.name.endswith(writes.TMP_SUFFIX) and folder not in ours \
+                and folder.is_dir() and not folder.is_symlink():
+            _remove_cell(folder)
 
 
 def _line(path: Path, why: str) -> str:
@@ -337,20 +359,27 @@ def write(rendered: Dict[str, Dict[str, bytes]], out: Path) -> Written:
     """Bring ``out`` in line with a fresh render.
 
     Checked first (see `_refuse`), then in two steps: every new file is written beside its
-    target under a temporary name, created exclusively (`writes.stage`), and every file to be
-    replaced or removed is opened for writing (an immutable or read-only one fails here);
-    then all the new files are flushed to disk at once (`writes.flush`: one flush per file system for the
-    whole render, not one per file); only when all of that worked are the files renamed into
-    place and the leftovers removed. A failure in the first step leaves ``out`` as it was (the
-    staged files and the folders made for them removed again); the second only renames and
-    unlinks. A kill at any point leaves each path with its old bytes or its new ones, and
-    so does a crash of the machine: nothing is renamed before its bytes are on disk.
+    target under a temporary name, created exclusively (`writes.stage`), except that a cell
+    folder that does not exist yet is written whole as a folder of its own under a temporary
+    name (`writes.stage_folder`, `writes.stage_in`); every file to be replaced or removed is
+    opened for writing (an immutable or read-only one fails here); then all the new files are
+    flushed to disk at once (`writes.flush`: one flush per file system for the whole render,
+    not one per file); only when all of that worked are the files, and the new folders, each
+    in one step, renamed into place and the leftovers removed. A failure in the first step
+    leaves ``out`` as it was (the staged files and folders and the folders made for them
+    removed again); the second only renames and unlinks. A kill at any point leaves each path
+    with its old bytes or its new ones (a new cell folder absent, or there with all its
+    files), and so does a crash of the machine: nothing is renamed before its bytes are on
+    disk. What a killed write left under a temporary name is replaced or removed by the next.
     """
     changes = list(_differences(rendered, out))
     _refuse(out, rendered, changes)
     staged: Dict[Path, Path] = {}  # target -> its new bytes under a temporary name
     made: List[Path] = []  # folders made for them, outermost first
     there: set = set()  # folders known to exist: each is looked up (or made) once
+    # a cell folder that does not exist yet is staged whole and renamed into place in one step
+    new_folders = {out / cell_id for cell_id in rendered if not os.path.lexists(out / cell_id)}
+    folders: Dict[Path, Path] = {}  # new cell folder -> its staged folder
     path = out
     try:
         for path, why, data in changes:
@@ -360,15 +389,24 @@ def write(rendered: Dict[str, Dict[str, bytes]], out: Path) -> Written:
             for target in targets:
                 if why != "missing" and target.exists():
                     os.close(os.open(target, os.O_WRONLY | os.O_APPEND))  # writable? (changes nothing)
-            if data is not None:
+            if data is not None and path.parent in new_folders:
+                if path.parent not in folders:
+                    if out not in there:
+                        made += _make_folders(out)
+                        there.add(out)
+                    folders[path.parent] = writes.stage_folder(path.parent)
+                staged[path] = writes.stage_in(folders[path.parent], path.name, data)
+            elif data is not None:
                 if path.parent not in there:
                     made += _make_folders(path.parent)
                     there.add(path.parent)
                 staged[path] = writes.stage(path, data, sync=False)
-        writes.flush(staged.values())  # every new byte on disk before any name points at it
+        writes.flush([*staged.values(), *folders.values()])  # every new byte on disk before any name points at it
     except OSError as exc:
         for tmp in staged.values():
             tmp.unlink(missing_ok=True)
+        for tmp in folders.values():
+            shutil.rmtree(tmp, ignore_errors=True)
         for folder in reversed(made):
             try:
                 folder.rmdir()  # empty again, its staged files gone (unless someone else wrote there)
@@ -377,6 +415,7 @@ def write(rendered: Dict[str, Dict[str, bytes]], out: Path) -> Written:
         raise writes.write_error(exc, exc.filename or path, "nothing was changed") from None
     written = Written([], [])
     temporary = set(staged.values())
+    moved: set = set()  # the staged cell folders renamed into place
     try:
         for path, why, data in changes:
             line = _line(path, why)
@@ -392,8 +431,13 @@ def write(rendered: Dict[str, Dict[str, bytes]], out: Path) -> Written:
             elif data is None:
                 if path not in temporary:  # a killed run's staged file: staged afresh above
                     path.unlink()
+            elif path.parent in folders:
+                if path.parent not in moved:  # its folder's first file: the folder, whole
+                    os.replace(folders[path.parent], path.parent)  # never onto a link or a folder with files
+                    moved.add(path.parent)
             else:
                 os.replace(staged[path], path)
+        _sweep(out, set(folders.values()))
     except OSError as exc:
         raise writes.write_error(exc, exc.filename or out, "the files before it were renamed into place, "
                                 "the ones after it not: run render again") from None

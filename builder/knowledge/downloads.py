@@ -15,7 +15,7 @@ from typing import Any, Dict, Mapping, Optional, Tuple
 
 from builder import versions
 from builder.knowledge.environment import Environment
-from builder.knowledge.pairings import Releases, listed
+from builder.knowledge.pairings import CannListing, Releases, listed
 from builder.vocabulary import ARCHS, normalize_arch
 
 # A pre-release's name: 8.1.RC1.alpha001, 9.0.0-beta.1 (versions.cann; "beta1" of the old scheme is a final release).
@@ -76,6 +76,8 @@ class CannRelease:
         >>> release = load().cann_release("8.3.rc1")
         >>> release.name, release.listed is not None, release.folder is not None, release.nnal_since
         ('8.3.RC1', True, True, '8.0.RC3')
+        >>> release.key == load().releases.listing("8.3.RC1").key, release.source
+        (True, 'cann-packages.json (ascend-deployer 26.0.0, 7.3.0)')
     """
 
     asked: str                                       # the release as asked (``8.3.rc1``)
@@ -83,6 +85,9 @@ class CannRelease:
     listed: Optional[Tuple[str, Mapping[str, Any]]]  # its cann-packages.json entry (spelling, entry), read-only
     folder: Optional[str]                            # the folder its installers are published in (None: unknown)
     nnal_since: str                                  # the first CANN release with an NNAL package the data knows
+    key: Optional[Tuple[int, ...]] = None            # its sort key (versions.cann), None: no CANN version
+    nnal_since_key: Optional[Tuple[int, ...]] = None  # ``nnal_since``'s sort key
+    source: str = ""                                 # where its listed files are stated ("" when none are)
 
     @property
     def files(self) -> Mapping[str, Any]:
@@ -104,6 +109,8 @@ class Downloads:
         self._prerelease_folders = {str(k).lower(): v for k, v in (self._downloads.get("prerelease_folders") or {}).items()}
         # the installer of the locked steps (uv.yaml)
         self._uv: Dict[str, Any] = dict(uv_doc or {})
+        # cann_release's answers, by the string asked (the data is read once per process, so they never change)
+        self._release_of: Dict[str, CannRelease] = {}
 
     def nnal_since(self) -> str:
         """The first CANN release the knowledge base knows an NNAL package for (``cann-downloads.yaml``).
@@ -141,9 +148,19 @@ class Downloads:
         return needs, " ".join(str(rule["source"]).split()), image
 
     def cann_release(self, cann: str) -> CannRelease:
-        """Everything `builder.installers` names ``cann``'s files from (see `CannRelease`)."""
-        return CannRelease(str(cann), self._releases.canonical_cann(cann), self._releases.cann_package(cann),
-                           self.cann_release_folder(cann), self.nnal_since())
+        """Everything `builder.installers` names ``cann``'s files from (see `CannRelease`): the
+        release looked up once (`Releases.listing`), its folder and NNAL's first release with it."""
+        text = str(cann)
+        found = self._release_of.get(text)
+        if found is None:
+            listing = self._releases.listing(text)
+            since = self.nnal_since()
+            source = ("cann-packages.json (ascend-deployer " + ", ".join(listed(listing.package[1].get("seen_in"))) + ")"
+                      if listing.package else "")
+            found = self._release_of[text] = CannRelease(
+                text, listing.name, listing.package, self._folder(listing), since, key=listing.key,
+                nnal_since_key=self._releases.listing(since).key if since else None, source=source)
+        return found
 
     def cann_release_folder(self, cann: str) -> Optional[str]:
         """The folder a known CANN release's installers are published in; None for an unknown
@@ -162,10 +179,14 @@ class Downloads:
             >>> load().cann_release_folder("6.4.0") is None, load().cann_release_folder("8.0.RC2.alpha002") is None
             (True, True)
         """
+        return self._folder(self._releases.listing(cann))
+
+    def _folder(self, listing: CannListing) -> Optional[str]:
+        """`cann_release_folder` of the release the listing is of."""
         template = self._downloads.get("release_folder")
-        if not template or not self._releases.known(cann):
+        if not template or not listing.known:
             return None
-        name = self._releases.canonical_cann(cann)
+        name = listing.name
         if _PRERELEASE.search(name):
             entry = self._prerelease_folders.get(name.lower())
             return str(entry["folder"]) if entry else None

@@ -50,6 +50,14 @@ def known_arch(arch: str) -> str:
     return found
 
 
+def _cpu_build(parsed: Version, arch: str) -> Tuple[str, str]:
+    """`Environment.cpu_torch` of a parsed torch version on a canonical arch."""
+    public = parsed.public
+    if arch == "aarch64" and Version(parsed.base_version) < _AARCH64_PYPI_CUDA_FROM:
+        return f"torch=={public}", "pypi"
+    return f"torch=={public}+cpu", "pytorch-cpu"
+
+
 @dataclass(frozen=True)
 class OsInfo:
     """A supported base OS (``data/os.yaml``): what the distribution itself ships.
@@ -169,12 +177,7 @@ class Environment:
             >>> load().cpu_torch("2.13.0", "arm64")
             ('torch==2.13.0+cpu', 'pytorch-cpu')
         """
-        a = known_arch(arch)
-        parsed = versions.python_package(torch)
-        public = parsed.public
-        if a == "aarch64" and Version(parsed.base_version) < _AARCH64_PYPI_CUDA_FROM:
-            return f"torch=={public}", "pypi"
-        return f"torch=={public}+cpu", "pytorch-cpu"
+        return _cpu_build(versions.python_package(torch), known_arch(arch))
 
     def image_torch(self, torch_npu: str, torch: str, arch: str) -> Tuple[str, str]:
         """The torch an image with that torch_npu takes, and where it lives (as `cpu_torch`):
@@ -188,8 +191,10 @@ class Environment:
             ('torch==2.1.0', 'pypi')
         """
         requirement, _ = self.torch_requirement(torch_npu, arch)
-        version = requirement.split("==", 1)[1] if "==" in requirement else str(torch)
-        return self.cpu_torch(version, arch)
+        if "==" not in requirement:
+            return self.cpu_torch(str(torch), arch)
+        # torch_requirement's pin is a version it has parsed already (else it raised): no second check
+        return _cpu_build(Version(requirement.split("==", 1)[1]), known_arch(arch))
 
     def glibc_floor(self, torch_npu: str, arch: str) -> Optional[Tuple[int, int]]:
         """The glibc the torch_npu wheel needs on that arch, from its manylinux tag; None when unknown.

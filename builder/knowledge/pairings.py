@@ -81,6 +81,35 @@ class CompatWindow:
         return wanted is not None and any(versions.lenient("cann", c) == wanted for c in self.cann)
 
 
+@dataclass(frozen=True)
+class CannListing:
+    """What the data lists of one CANN release, found with one lookup (`Releases.listing`).
+
+    ``key`` is the release's sort key as ``versions.cann`` parses it, a plain tuple (None for
+    a string that is no CANN version): whoever holds the listing compares releases with it
+    instead of parsing the string again.
+
+    Example:
+        >>> from builder.knowledge import load
+        >>> found = load().releases.listing("8.3.rc1")
+        >>> found.name, found.known, found.package[0], found.key > load().releases.listing("8.0.RC3").key
+        ('8.3.RC1', True, '8.3.RC1', True)
+    """
+
+    key: Optional[Tuple[int, ...]]                    # versions.cann(...).key; None: no CANN version
+    name: str                                         # its own spelling, as file names use it
+    package: Optional[Tuple[str, Mapping[str, Any]]]  # its cann-packages.json entry (spelling, entry), read-only
+    known: bool                                       # listed in cann_hdk.releases or cann-packages.json
+
+
+def cann_key(cann: Any) -> Optional[Tuple[int, ...]]:
+    """``cann`` parsed as a CANN version (``versions.lenient``, cached), as its plain sort key;
+    None when it is none. The CANN tables below are keyed by it, so that ``8.0.RC2`` and
+    ``8.0.RC2.beta1`` find the same entry and a lookup hashes a tuple of ints."""
+    parsed = versions.lenient("cann", cann)
+    return parsed.key if parsed is not None else None
+
+
 def line_of(release: TorchNpu) -> Tuple[int, int]:
     """The torch line of a torch_npu release: 2.9.0.post2 -> (2, 9)."""
     v = versions.lenient("python_package", release.version)
@@ -147,20 +176,23 @@ class Releases:
             cv = versions.lenient("cann", rel.cann)
             if cv is not None:
                 self._by_cann.setdefault(cv, []).append(rel)
-        # CANN -> HDK pairing entries (cann_hdk.releases)
-        self._cann_entries: Dict[Any, Dict[str, Any]] = {}
+        # CANN -> HDK pairing entries (cann_hdk.releases), by the release's sort key (`cann_key`)
+        self._cann_entries: Dict[Tuple[int, ...], Dict[str, Any]] = {}
         for entry in compat["cann_hdk"]["releases"]:
-            cv = versions.lenient("cann", entry["version"])
-            if cv is not None and cv not in self._cann_entries:
-                self._cann_entries[cv] = entry
+            ck = cann_key(entry["version"])
+            if ck is not None and ck not in self._cann_entries:
+                self._cann_entries[ck] = entry
         # CANN packages (cann-packages.json), read-only: handed out by cann_package()
-        self._packages: Dict[Any, Tuple[str, Mapping[str, Any]]] = {}
+        self._packages: Dict[Tuple[int, ...], Tuple[str, Mapping[str, Any]]] = {}
         for ver, entry in packages.get("cann", {}).items():
-            cv = versions.lenient("cann", ver)
-            if cv is not None:
-                self._packages[cv] = (ver, _frozen(entry))
+            ck = cann_key(ver)
+            if ck is not None:
+                self._packages[ck] = (ver, _frozen(entry))
         names = {str(e["version"]) for e in compat["cann_hdk"]["releases"]} | {v for v, _ in self._packages.values()}
         self._cann_names = tuple(sorted((n for n in names if versions.lenient("cann", n) is not None), key=versions.cann))
+        self._spelling: Dict[str, str] = {}  # lower case -> the release's own spelling (the first in CANN order)
+        for name in self._cann_names:
+            self._spelling.setdefault(name.lower(), name)
         # torch_npu/CANN pairs a downstream project ships that the table does not publish
         self._downstream = {(str(e["torch_npu"]), str(e["cann"])): str(e["evidence"])
                             for e in (compat.get("downstream_pairings") or {}).get("pairs") or ()}
@@ -176,7 +208,15 @@ class Releases:
 
     def known(self, cann: str) -> bool:
         """Whether the data lists that CANN release (``cann_hdk.releases`` or cann-packages.json)."""
-        return self.entry(cann) is not None or self.cann_package(cann) is not None
+        return self.listing(cann).known
+
+    def listing(self, cann: str) -> CannListing:
+        """Everything the data lists of ``cann`` in one answer: its sort key, its spelling, its
+        package entry, whether it is known (see `CannListing`); ``cann`` is parsed once."""
+        ck = cann_key(cann)
+        package = self._packages.get(ck) if ck is not None else None
+        known = package is not None or (ck is not None and ck in self._cann_entries)
+        return CannListing(key=ck, name=self.canonical_cann(cann), package=package, known=known)
 
     @staticmethod
     def _release(item: Mapping[str, Any]) -> TorchNpu:
@@ -304,15 +344,12 @@ class Releases:
             ('8.3.RC1', '9.9.RC1')
         """
         text = str(cann)
-        for name in self._cann_names:
-            if name.lower() == text.lower():
-                return name
-        return re.sub(r"\.rc(\d)", r".RC\1", text)
+        return self._spelling.get(text.lower()) or re.sub(r"\.rc(\d)", r".RC\1", text)
 
     def entry(self, cann: str) -> Optional[Dict[str, Any]]:
         """The ``cann_hdk.releases`` entry itself, for the knowledge base's other parts (read, never changed)."""
-        cv = versions.lenient("cann", cann)
-        return self._cann_entries.get(cv) if cv is not None else None
+        ck = cann_key(cann)
+        return self._cann_entries.get(ck) if ck is not None else None
 
     def cann_entry(self, cann: str) -> Optional[Dict[str, Any]]:
         """The ``cann_hdk.releases`` entry of that CANN (pairing, lines, sources), a copy; None when unknown.
@@ -335,8 +372,8 @@ class Releases:
             >>> ver, sorted(entry)
             ('8.0.RC3', ['files', 'requires', 'seen_in'])
         """
-        cv = versions.lenient("cann", cann)
-        return self._packages.get(cv) if cv is not None else None
+        ck = cann_key(cann)
+        return self._packages.get(ck) if ck is not None else None
 
     def pta_of(self, torch_npu: str) -> Optional[str]:
         """The PTA (Ascend Extension for PyTorch) release a torch_npu on PyPI belongs to: the PTA

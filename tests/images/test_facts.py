@@ -25,7 +25,7 @@ DEMO = "cann9.1.0-910b-debian12-py3.11-torch_npu2.13.0-x86_64"
 KNOWLEDGE = Path(knowledge.__file__).resolve().parent
 # The knowledge base proper: its facade and its parts. The error table (ascend_errors.py, read through
 # files.py) is no cell's fact: render ships it into every image, read once per process.
-ASKED = {KNOWLEDGE / f"{name}.py" for name in ("__init__", "releases", "environment", "drivers", "downloads")}
+ASKED = {KNOWLEDGE / f"{name}.py" for name in ("__init__", "pairings", "environment", "drivers", "downloads")}
 # What the knowledge base is made of: none of it may be inside a cell's facts.
 PARTS = (knowledge.KnowledgeBase, knowledge.pairings.Releases, knowledge.environment.Environment,
          knowledge.drivers.Drivers, knowledge.downloads.Downloads)
@@ -166,8 +166,25 @@ def test_the_planning_step_asks_neither_the_cell_nor_the_vocabulary_and_stays_wi
     asked = sorted({(callee, name) for _, _, callee, name in unique
                     if callee in ("builder.images.matrix", "builder.vocabulary")})
     assert asked == []
-    assert calls <= 27 and found["asked_after"] == 0
+    assert calls <= 25 and found["asked_after"] == 0
     assert "distinct cross-module calls" in capsys.readouterr().out
+
+
+def test_the_planning_step_enters_each_module_at_most_twice(cells, tmp_path):
+    """What a cell needs from a module comes in one call that returns a plain value (the CANN
+    release looked up once, the lock's text formatted once): traced as
+    `benchmarks.trace_cell_path --plan` traces it, no module is entered more than twice and
+    the distinct cross-module calls stay at 25 or fewer."""
+    from benchmarks import trace_cell_path
+
+    cell = next(c for c in cells if c.id == DEMO)
+    options = prepare.Options(variants=("cpu",), locks_dir=SHIPPED_DOCKERFILES, base_image="local/debian:12",
+                              state_dir=tmp_path)
+    found = trace_cell_path.planning_step(cell, options)
+    entered = found["entered"]
+    assert isinstance(entered, dict) and entered  # module -> how many times the path entered it
+    assert {module: n for module, n in entered.items() if n > 2} == {}
+    assert isinstance(found["calls"], int) and found["calls"] <= 25
 
 
 def test_rendering_every_shipped_cell_asks_the_knowledge_base_only_while_resolving_its_facts(cells, kb):

@@ -1,4 +1,5 @@
-"""render's write is one batch: every new file staged, one flush for all of them, then the renames.
+"""render's write is one batch: every new file staged, one flush for all of them, then the renames
+(a new cell folder staged whole and renamed in one step, a file of an existing one on its own).
 
 The flushes are counted (os.fsync and writes' syncfs wrapped), their order against the
 renames recorded, and a kill between writing and publishing simulated in-process (an
@@ -67,7 +68,7 @@ def test_rendering_every_cell_counts_one_flush_not_one_per_file(tmp_path, render
     render.write(rendered, tmp_path / "out")
     assert events.count("fsync") == 0 and events.count("syncfs") == 1
     assert events.index("syncfs") < events.index("rename")  # the bytes are on disk before any name points at them
-    assert events.count("rename") == _files(rendered)
+    assert events.count("rename") == len(rendered)  # each new cell folder renamed into place whole
     events.clear()
     render.write(_v2(rendered), tmp_path / "out")  # a re-render that replaces files: one flush again
     assert (events.count("fsync"), events.count("syncfs"), events.count("rename")) == (0, 1, len(rendered))
@@ -76,9 +77,46 @@ def test_rendering_every_cell_counts_one_flush_not_one_per_file(tmp_path, render
 
 def test_without_syncfs_every_file_is_fsynced_before_the_first_rename(tmp_path, rendered, events, monkeypatch):
     monkeypatch.setattr(writes, "_syncfs", None)
-    render.write(rendered, tmp_path / "out")
-    assert events.count("fsync") == _files(rendered) == events.count("rename")
-    assert events.index("rename") == _files(rendered)  # every fsync came first
+    render.write(rendered, tmp_path / "out")  # new cell folders: each file and each staged folder fsynced
+    assert events.count("fsync") == _files(rendered) + len(rendered) and events.count("rename") == len(rendered)
+    assert events.index("rename") == _files(rendered) + len(rendered)  # every fsync came first
+    events.clear()
+    render.write(_v2(rendered), tmp_path / "out")  # files replaced in existing folders: one fsync each
+    assert events.count("fsync") == len(rendered) == events.count("rename")
+    assert events.index("rename") == len(rendered)
+
+
+def test_a_new_cell_folder_appears_whole_in_one_rename(tmp_path, rendered, monkeypatch):
+    """Staged as .<cell>.ascend-build-tmp, flushed, then renamed: at the rename the staged
+    folder already holds every file with its bytes, and the cell's name did not exist before."""
+    out = tmp_path / "out"
+    seen = {}
+    replace = os.replace
+
+    def looked(src, dst):
+        src, dst = Path(src), Path(dst)
+        seen[dst.name] = (src.name, os.path.lexists(dst), {p.name: p.read_bytes() for p in src.iterdir()})
+        replace(src, dst)
+    monkeypatch.setattr(os, "replace", looked)
+    render.write(rendered, out)
+    assert sorted(seen) == sorted(rendered)
+    for cell, files in rendered.items():
+        assert seen[cell] == (f".{cell}{writes.TMP_SUFFIX}", False, files)
+    assert not [p for p in out.iterdir() if p.name.endswith(writes.TMP_SUFFIX)]
+
+
+def test_a_link_planted_at_a_new_folders_temporary_name_is_never_written_through(tmp_path, rendered):
+    """A link at .<cell>.ascend-build-tmp (to a folder elsewhere) is removed, not followed: the
+    folder it points at gets nothing, and the cell folder is render's own."""
+    out, elsewhere = tmp_path / "out", tmp_path / "elsewhere"
+    out.mkdir()
+    elsewhere.mkdir()
+    cell = sorted(rendered)[0]
+    (out / f".{cell}{writes.TMP_SUFFIX}").symlink_to(elsewhere, target_is_directory=True)
+    render.write(rendered, out)
+    assert list(elsewhere.iterdir()) == []
+    assert not (out / cell).is_symlink() and sorted(p.name for p in (out / cell).iterdir()) == sorted(rendered[cell])
+    assert not list(out.glob(f"*{writes.TMP_SUFFIX}"))
 
 
 def test_a_kill_between_writing_and_publishing_leaves_every_path_old_and_the_rerun_completes(tmp_path, rendered,
@@ -103,8 +141,12 @@ def test_a_kill_between_writing_and_publishing_leaves_every_path_old_and_the_rer
     with pytest.raises(Killed):
         render.write(_v2(rendered), out)
     now = tree(out)
-    leftovers = {p for p in now if Path(p).name.endswith(writes.TMP_SUFFIX)}
+    leftovers = {p for p in now if any(part.endswith(writes.TMP_SUFFIX) for part in Path(p).parts)}
     assert {p: d for p, d in now.items() if p not in leftovers} == before
+    assert not (out / new_cell).exists()  # the new cell: no folder, not half of one
+    staged_folder = f".{new_cell}{writes.TMP_SUFFIX}"
+    assert sorted(p for p in leftovers if p.startswith(staged_folder + "/")) == \
+        sorted(f"{staged_folder}/{name}" for name in rendered[new_cell])  # staged whole, under its temporary name
     assert len(leftovers) == len(rendered) - 1 + len(rendered[new_cell])  # each Dockerfile, and the new cell's files
     monkeypatch.undo()
     render.write(_v2(rendered), out)
