@@ -418,7 +418,7 @@ def _pip_lines(text: str):
 
 def _uv(env: str, file: str) -> str:
     return (f"/opt/uv/bin/uv pip install --python {env}/bin/python --require-hashes --no-deps --compile-bytecode "
-            f"--no-cache --link-mode=copy --find-links /wheelhouse ${{PIP_INDEX_URL:+--index-url \"$PIP_INDEX_URL\"}} "
+            f"--cache-dir /tmp/uv-cache --link-mode=copy --find-links /wheelhouse ${{PIP_INDEX_URL:+--index-url \"$PIP_INDEX_URL\"}} "
             f"${{PIP_NO_INDEX:+--no-index}} -r /tmp/{file}")
 
 
@@ -509,7 +509,9 @@ RUN --mount=type=secret,id=buildenv --mount=type=secret,id=ca \\
         echo "refusing to install numpy without a sha256 (pass --build-arg ASCEND_BUILD_ALLOW_UNVERIFIED=1 to allow it)" >&2; exit 1; \\
     fi && \\
     torch_index="${{TORCH_INDEX:-{facts.PYTORCH_CPU_INDEX}}}" && \\
-    pip install --no-deps --find-links /wheelhouse ${{torch_index:+--extra-index-url "$torch_index"}} -r /tmp/lock.unverified.txt
+    mkdir -p {vocabulary.INSTALLED_DIR} && \\
+    pip install --no-deps --find-links /wheelhouse ${{torch_index:+--extra-index-url "$torch_index"}} \\
+        --report {vocabulary.INSTALLED_DIR}/unverified.json -r /tmp/lock.unverified.txt
 
 """
     assert _pip_lines(text)[0] == _uv(npu.env_prefix, "lock.closure.txt")  # the closure, before it
@@ -542,7 +544,8 @@ def test_without_a_lock_every_requirement_is_unverified_and_resolved(cell7, kb):
         assert text.count(GUARD + "\n") == count
         assert "--no-deps" not in text and "--require-hashes" not in text and "requirements.lock" not in text
         assert _pip_lines(text) == [
-            f'pip install --find-links /wheelhouse ${{torch_index:+--extra-index-url "$torch_index"}} -r /tmp/{i.file}'
+            f'pip install --find-links /wheelhouse ${{torch_index:+--extra-index-url "$torch_index"}} '
+            f'--report {vocabulary.INSTALLED_DIR}/{i.step}.json -r /tmp/{i.file}'
             for i in (npu if variant == "npu" else cpu).installs]
         assert 'io.ascend-build.lock="missing"' in text
     text = _dockerfile(cell7, kb, "npu", None)
