@@ -3,7 +3,8 @@
 `image --push --lazy estargz` calls `convert` after the validated image is pushed: Debian's
 ``stargz-snapshotter`` package ships ``ctr-remote``, which converts an image held by a containerd.
 That containerd is never the system's: `Containerd` writes a config of its own (root, state and
-socket under ``STATE/lazy/containerd``, the CRI plugin off), starts ``containerd`` with it, and
+socket under ``STATE/lazy/<image>/containerd``, the socket in a short temporary folder when that
+path is too long for a unix socket; the CRI plugin off), starts ``containerd`` with it, and
 stops it (SIGTERM, then SIGKILL) when the conversion is done or failed. The steps, each a
 ``ctr-remote`` run against that socket, in the namespace ``ascend-build``:
 
@@ -31,6 +32,7 @@ import os
 import shutil
 import signal
 import subprocess
+import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -94,11 +96,18 @@ class Containerd:
 
     def __init__(self, folder: Path):
         self.folder = folder.resolve()
-        self.socket = self.folder / "containerd.sock"
+        self.sockets: Optional[Path] = None  # a short private folder of its own when ``folder`` is too deep
         self.proc: Optional[subprocess.Popen] = None
-        if len(str(self.socket)) > SOCKET_MAX:
-            raise UserError(f"the containerd socket path {self.socket} is longer than {SOCKET_MAX} characters "
-                            "(a unix socket's limit)", exit_code=2, fix="give a shorter --state-dir")
+
+    @property
+    def socket(self) -> Path:
+        return (self.sockets or self.folder) / "containerd.sock"
+
+    def place_sockets(self) -> None:
+        """A unix socket's path must fit in sun_path: under a deep state folder (a cell's name is
+        long) the sockets go to a private temporary folder instead (mode 0700, removed on exit)."""
+        if len(str(self.folder / "containerd.sock.ttrpc")) > SOCKET_MAX:
+            self.sockets = Path(tempfile.mkdtemp(prefix="ascend-build-ctd-"))
 
     def config(self) -> str:
         def q(path: Path) -> str:
@@ -111,7 +120,7 @@ class Containerd:
             "[grpc]",
             f"  address = {q(self.socket)}",
             "[ttrpc]",
-            f"  address = {q(self.folder / 'containerd.sock.ttrpc')}",
+            f"  address = {q(self.socket.with_name('containerd.sock.ttrpc'))}",
             "[debug]",
             '  address = ""',
             "[metrics]",
@@ -126,6 +135,7 @@ class Containerd:
                             fix="install Debian's stargz-snapshotter and containerd packages (apt-get install "
                                 "stargz-snapshotter containerd), or drop --lazy")
         self.folder.mkdir(parents=True, exist_ok=True)
+        self.place_sockets()
         self.socket.unlink(missing_ok=True)
         config = self.folder / "config.toml"
         config.write_text(self.config())
@@ -162,6 +172,14 @@ class Containerd:
         return " | ".join(text.strip().splitlines()[-lines:]) or "an empty log"
 
     def __exit__(self, *exc) -> None:
+        try:
+            self._stop()
+        finally:
+            if self.sockets is not None:
+                shutil.rmtree(self.sockets, ignore_errors=True)
+                self.sockets = None
+
+    def _stop(self) -> None:
         proc, self.proc = self.proc, None
         if proc is None or proc.poll() is not None:
             return
