@@ -1097,6 +1097,10 @@ def _send(fd, event):
 # ---------------------------------------------------------------- files read
 RECORDED_TIERS = vocabulary.RECORDED_TIERS  # the road to a first training step: what a lazy pull must fetch first
 UNRECORDED = ("/proc/", "/sys/", "/dev/", "/tmp/", "/run/")
+# ... except inside the Python environment that runs the tiers (a venv may live under /tmp, e.g. a
+# test suite's in a fresh clone there): its files are the image's whatever the path
+ENVIRONMENT = tuple(sorted(set(os.path.join(os.path.realpath(p), "") for p in
+                               (sys.prefix, sys.exec_prefix, getattr(sys, "base_prefix", sys.prefix)))))
 
 
 class FileRecorder(object):
@@ -1156,7 +1160,7 @@ class FileRecorder(object):
                 continue
             absolute = os.path.abspath(path)
             for candidate in (absolute, os.path.realpath(absolute)):
-                if candidate in self.seen or candidate.startswith(UNRECORDED):
+                if candidate in self.seen or (candidate.startswith(UNRECORDED) and not candidate.startswith(ENVIRONMENT)):
                     continue
                 self.seen.add(candidate)
                 if os.path.isfile(candidate):
