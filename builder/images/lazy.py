@@ -39,7 +39,7 @@ from pathlib import Path
 from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tuple
 
 from builder.errors import UserError
-from builder.registry import Registry, credentials, is_loopback
+from builder.registry import Registry, credentials, is_loopback, split_reference
 from builder.trust.signing import PrivateKey
 from builder.vocabulary import LAZY_FORMATS, RECORDED_TIERS, platform_of
 
@@ -256,18 +256,6 @@ def prefetch_of(report: Dict[str, Any]) -> Tuple[List[str], Dict[str, Any]]:
                    "files": len(paths), "listingSha256": "sha256:" + hashlib.sha256(listing).hexdigest()}
 
 
-def split_pushed(pushed: str) -> Tuple[str, str, str]:
-    """``host/repository:tag`` -> (host, repository, tag).
-
-    Example:
-        >>> split_pushed("127.0.0.1:5000/ascend-build/pytorch:c-cpu")
-        ('127.0.0.1:5000', 'ascend-build/pytorch', 'c-cpu')
-    """
-    host, _, rest = pushed.partition("/")
-    repository, _, tag = rest.rpartition(":")
-    return host, repository, tag
-
-
 def publish_variant(pushed: str, digest: str, report: Dict[str, Any], validation: Dict[str, Any], arch: str,
                     state: Path, name: str, key: Optional[PrivateKey], fmt: str = ESTARGZ,
                     say: Callable[[str], None] = lambda line: None) -> Tuple[str, str]:
@@ -278,21 +266,22 @@ def publish_variant(pushed: str, digest: str, report: Dict[str, Any], validation
     from builder.trust import attached, statements, variant
 
     check_format(fmt)
-    host, repository, tag = split_pushed(pushed)
+    host, repository, tag = split_reference(pushed)
     paths, prefetch = prefetch_of(report)
     found = credentials(host)
     started = time.monotonic()
     target = convert(state / "lazy" / name, host, repository, digest, variant_tag(tag, fmt), paths,
                      platform_of(arch), f"{found[0]}:{found[1]}" if found else None)
     registry = Registry(host)
-    lazy_digest = registry.manifest(repository, variant_tag(tag, fmt)).digest
+    pushed_variant = registry.manifest(repository, variant_tag(tag, fmt))  # read once: its digest, then its subject
+    lazy_digest = pushed_variant.digest
     say(f"[{name}] {fmt} variant pushed: {target}@{lazy_digest} ({len(paths)} prefetch files, "
         f"{time.monotonic() - started:.1f} s)")
     if key is not None:
         predicate = variant.bind(registry, repository, digest, lazy_digest, validation, prefetch)
         envelope = statements.sign(statements.statement(f"{host}/{repository}", lazy_digest, variant.LAZY_VARIANT_V1,
                                                         predicate), key)
-        attached.attach(registry, repository, registry.manifest(repository, lazy_digest),
+        attached.attach(registry, repository, pushed_variant,
                         [(envelope, variant.LAZY_VARIANT_V1)], key.public_key())
         say(f"[{name}] attested {target}@{lazy_digest}: bound to {digest} "
             f"({sum(layer['regularFiles'] for layer in predicate['layers'])} files compared)")
