@@ -149,3 +149,61 @@ def test_a_node_default_key_file_is_the_key_when_neither_the_option_nor_the_vari
     assert f"remove {default} to choose on labels alone" in (caught.value.fix or "")
     refused = trust_key(None, insecure=True, environ={}, node_default=default)
     assert refused.key is None and "the node's default key" in refused.refused
+
+
+def test_a_node_config_names_a_key_kept_elsewhere_and_comes_before_the_default_file(tmp_path, monkeypatch):
+    """/etc/ascend-build/node.yaml's ``trust_key:`` (relative to the config's folder) is the key when
+    neither the option nor the variable is given, before the default key file; both still win over it."""
+    monkeypatch.delenv(signing.PASSPHRASE_ENV, raising=False)
+    team = signing.generate(tmp_path / "etc" / "keys", "team")[1]
+    other = signing.generate(tmp_path / "other", "other")[1]
+    config, default = tmp_path / "etc" / "node.yaml", tmp_path / "etc" / "trust.pub"
+    default.write_bytes(other.read_bytes())
+    config.write_text("trust_key: keys/team.pub\n")
+    found = trust_key(None, environ={}, node_default=default, node_config=config)
+    assert found.key is not None and found.path == str(team) and found.named == f"trust_key in {config}"
+    assert signing.fingerprint(found.key) == signing.fingerprint(signing.load_public(team))
+    assert trust_key(str(other), environ={}, node_default=default, node_config=config).path == str(other)
+    assert trust_key(None, environ={TRUST_KEY_ENV: str(other)}, node_default=default,
+                     node_config=config).path == str(other)
+    config.write_text("# no key named here\n")  # a config naming no key: the default file, as before
+    assert trust_key(None, environ={}, node_default=default, node_config=config).path == str(default)
+
+
+@pytest.mark.parametrize("text, says", [
+    ("trust-key: keys/team.pub\n", "holds 'trust-key', which ascend-build does not read (it reads trust_key)"),
+    ("trust_key: ''\n", "is set but empty: it names no public key file"),
+    ("trust_key:\n", "is set but empty: it names no public key file"),
+    ("trust_key: .\n", "is a folder, not the team's public key file"),
+    ("trust_key: missing.pub\n", "missing.pub': no such file"),
+    ("- trust_key: keys/team.pub\n", "holds a list, not a mapping"),
+    ("trust_key: [unclosed\n", "cannot be read:"),
+    ("trust_key: !secret team\n", "uses the YAML tag '!secret'"),
+])
+def test_a_node_config_that_names_no_key_is_an_error_never_no_key(text, says, tmp_path, monkeypatch):
+    """A misspelt key, an empty or folder value, a config that is no mapping or no YAML: each stops the
+    command (exit 2) naming the config; none silently means "no key", whatever the default file holds."""
+    monkeypatch.delenv(signing.PASSPHRASE_ENV, raising=False)
+    signing.generate(tmp_path / "etc" / "keys", "team")
+    config, default = tmp_path / "etc" / "node.yaml", tmp_path / "etc" / "trust.pub"
+    default.write_bytes((tmp_path / "etc" / "keys" / "team.pub").read_bytes())
+    config.write_text(text)
+    with pytest.raises(UserError) as caught:
+        trust_key(None, environ={}, node_default=default, node_config=config)
+    assert caught.value.exit_code == 2 and says in caught.value.message, caught.value.message
+    assert str(config) in caught.value.message
+    going_on = trust_key(None, insecure=True, environ={}, node_default=default, node_config=config)
+    assert going_on.key is None and going_on.refused == caught.value.message  # run --insecure: said, not silent
+
+
+def test_the_cli_reads_the_node_config_it_is_given_no_flag_for(tmp_path, monkeypatch):
+    """Through a command: `run --print` with no flag refuses as the node's config says (not "no key")."""
+    from builder.cli import trust_key as module
+
+    monkeypatch.delenv(TRUST_KEY_ENV, raising=False)
+    config = tmp_path / "node.yaml"
+    config.write_text("trust-key: /etc/ascend-build/team.pub\n")
+    monkeypatch.setattr(module, "NODE_CONFIG", config)
+    done = CliRunner().invoke(cli.app, COMMANDS["run"])
+    assert isinstance(done.exception, UserError) and done.exception.exit_code == 2, done.output
+    assert "holds 'trust-key'" in done.exception.message and done.stdout == ""

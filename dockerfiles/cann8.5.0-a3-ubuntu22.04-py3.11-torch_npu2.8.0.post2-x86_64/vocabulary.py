@@ -60,6 +60,7 @@ class Label:
 TOOL_DIR = "/opt/ascend-build"  # the smoke program and the files shipped beside it
 ETC_DIR = "/etc/ascend-build"  # what the image says of itself
 NODE_TRUST_KEY = ETC_DIR + "/trust.pub"  # a node's default trust key (on the host, beside no image)
+NODE_CONFIG = ETC_DIR + "/node.yaml"  # a node's settings (on the host): trust_key, a key file kept elsewhere
 SMOKE_PROGRAM = TOOL_DIR + "/smoke.py"
 # Which file each Python step installed (builder/images/installed.py): <step>.txt for uv's steps,
 # unverified.json (pip's --report) for the unverified one. Under TOOL_DIR, which the first Python
