@@ -128,13 +128,10 @@ def cann_paired(cell: Cell, kb) -> Findings:
                        "check Ascend's compatibility table; validate the image on an NPU host before relying on it",
                        severity="warning")
         return
-    try:
-        paired, wanted = _cann(release.cann), _cann(cell.cann)
-    except versions.VersionError:
-        return  # reported by cann_known
-    if paired == wanted:
-        return
-    window = kb.compat_window(cell.torch_npu, cell.cann)
+    fit = kb.cann_fit(cell.torch_npu, cell.cann)
+    if fit is None or fit.kind == "paired":
+        return  # an unparsable CANN is reported by cann_known
+    window = fit.window
     if window is not None:  # published compatible, though not the pair: a warning naming the window
         yield _finding(cell, "cann", "cann-window",
                        f"torch_npu {cell.torch_npu} is paired with CANN {release.cann}; CANN {cell.cann} is not its "
@@ -144,18 +141,17 @@ def cann_paired(cell: Cell, kb) -> Findings:
                        f"keep it (Huawei documents it compatible), or set cann: {release.cann} for the paired release",
                        severity="warning")
         return
-    if wanted > paired and wanted.release[:2] == paired.release[:2]:
+    if fit.kind == "adjacent":
+        line = ".".join(map(str, _cann(release.cann).release[:2]))
         yield _finding(cell, "cann", "cann-adjacent",
                        f"torch_npu {cell.torch_npu} is paired with CANN {release.cann} (published); CANN {cell.cann} "
-                       f"is a later release of the same line ({'.'.join(map(str, paired.release[:2]))}), "
-                       "inferred compatible but not published",
+                       f"is a later release of the same line ({line}), inferred compatible but not published",
                        f"validate the image on an NPU host, or set cann: {release.cann}", severity="warning")
         return
-    evidence = kb.downstream_evidence(cell.torch_npu, cell.cann)
-    if evidence:
+    if fit.kind == "downstream":
         yield _finding(cell, "cann", "cann-downstream",
                        f"torch_npu {cell.torch_npu} is paired with CANN {release.cann} (published); CANN {cell.cann} "
-                       f"is not published for it, but a downstream project ships this pair ({evidence})",
+                       f"is not published for it, but a downstream project ships this pair ({fit.evidence})",
                        f"validate the image on an NPU host, or set cann: {release.cann}", severity="warning")
         return
     pta = kb.pta_of(cell.torch_npu)

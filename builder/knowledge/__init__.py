@@ -45,7 +45,7 @@ from builder.knowledge.drivers import OTHER_PRODUCTS, Drivers, Product, chip_of_
 from builder.knowledge.environment import CannOs, Environment, OsInfo, known_arch
 from builder.knowledge.ascend_errors import ERRORS_FILE, error_entries
 from builder.knowledge.files import DATA_DIR, read_json, read_yaml
-from builder.knowledge.pairings import CompatWindow, Releases, TorchNpu
+from builder.knowledge.pairings import CannFit, CompatWindow, Releases, TorchNpu
 from builder.vocabulary import CHIPS
 
 # vocabulary.ARCHS in the order the ``kb`` commands and the release tools list them.
@@ -93,6 +93,7 @@ class KnowledgeBase:
         self.downstream_evidence = releases.downstream_evidence
         self.pta_of = releases.pta_of
         self.compat_window = releases.compat_window
+        self.cann_fit = releases.cann_fit
         self.compat_windows = releases.compat_windows
         # the Python environment
         self.torch_requirement = environment.torch_requirement
@@ -153,5 +154,5 @@ def load() -> KnowledgeBase:
     )
 
 
-__all__ = ["load", "KnowledgeBase", "TorchNpu", "CompatWindow", "OsInfo", "CannOs", "Product", "OTHER_PRODUCTS", "Installer", "CannRelease", "ARCHES", "CHIPS", "DATA_DIR", "ERRORS_FILE",
+__all__ = ["load", "KnowledgeBase", "TorchNpu", "CannFit", "CompatWindow", "OsInfo", "CannOs", "Product", "OTHER_PRODUCTS", "Installer", "CannRelease", "ARCHES", "CHIPS", "DATA_DIR", "ERRORS_FILE",
            "error_entries", "chip_of_soc", "chip_min_cann", "known_arch"]

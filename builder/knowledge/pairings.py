@@ -82,6 +82,36 @@ class CompatWindow:
 
 
 @dataclass(frozen=True)
+class CannFit:
+    """How a torch_npu with a published CANN pairing fits a CANN release, decided once for
+    `validate` (checks.cann_paired) and `doctor`, so both accept the same pairs:
+
+    - ``paired``: the published pair;
+    - ``window``: inside a compatibility window Huawei publishes (``window``);
+    - ``adjacent``: a later release of the paired CANN's line (X.Y), inferred, not published;
+    - ``downstream``: a named downstream project ships the pair (``evidence``);
+    - ``mismatch``: none of these.
+
+    Only ``mismatch`` is refused; ``window``, ``adjacent`` and ``downstream`` are warnings.
+
+    Example:
+        >>> from builder.knowledge import load
+        >>> kb = load()
+        >>> [kb.cann_fit("2.6.0.post3", c).kind for c in ("8.3.RC1", "8.0.RC2", "7.0.RC1")]
+        ['paired', 'window', 'mismatch']
+        >>> kb.cann_fit("2.9.0", "8.5.1").kind, kb.cann_fit("2.10.0", "9.1.0-beta.1").evidence
+        ('adjacent', 'vllm-project/vllm-ascend@v0.20.2rc1:Dockerfile.310p')
+    """
+
+    kind: str
+    paired: str                           # the CANN release the torch_npu is published with
+    window: Optional[CompatWindow] = None
+    evidence: str = ""
+
+    ACCEPTED = ("paired", "window", "adjacent", "downstream")
+
+
+@dataclass(frozen=True)
 class CannListing:
     """What the data lists of one CANN release, found with one lookup (`Releases.listing`).
 
@@ -410,6 +440,26 @@ class Releases:
             if pta in window.pta and window.covers(cann):
                 return window
         return None
+
+    def cann_fit(self, torch_npu: str, cann: str) -> Optional[CannFit]:
+        """How ``torch_npu`` fits ``cann`` (`CannFit`); None when the torch_npu is unknown or has no
+        published pairing, or ``cann`` is no CANN version (what says so is the caller's)."""
+        release = self.torch_npu(torch_npu)
+        paired = versions.lenient("cann", release.cann) if release is not None and release.cann else None
+        wanted = versions.lenient("cann", cann)
+        if release is None or release.cann is None or paired is None or wanted is None:
+            return None
+        if paired == wanted:
+            return CannFit("paired", release.cann)
+        window = self.compat_window(torch_npu, cann)
+        if window is not None:
+            return CannFit("window", release.cann, window=window)
+        if wanted > paired and wanted.release[:2] == paired.release[:2]:
+            return CannFit("adjacent", release.cann)
+        evidence = self.downstream_evidence(torch_npu, cann)
+        if evidence:
+            return CannFit("downstream", release.cann, evidence=evidence)
+        return CannFit("mismatch", release.cann)
 
     def downstream_evidence(self, torch_npu: str, cann: str) -> str:
         """Where a well-known downstream project ships torch_npu on that CANN although Ascend's

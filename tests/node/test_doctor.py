@@ -260,6 +260,31 @@ def test_image_torch_npu_inside_a_published_compatibility_window_is_ok_as_valida
     assert by_name(doctor.image_checks({}, outside, HOST_910B), "image: torch_npu vs CANN").status == FAIL
 
 
+# (torch_npu, the image's CANN): doctor's status and validate's cann-* rule for the same pair
+FITS = [("2.4.0", "8.0.RC3", OK, []),                             # the published pair
+        ("2.5.1", "8.0.RC3", OK, ["cann-window"]),                # inside PTA 7.2.0's window
+        ("2.9.0", "8.5.1", WARN, ["cann-adjacent"]),              # a later 8.5 than its 8.5.0
+        ("2.10.0", "9.1.0-beta.1", WARN, ["cann-downstream"]),    # vllm-ascend's 310P image ships it
+        ("2.4.0", "8.0.RC2", FAIL, ["cann-mismatch"])]
+
+
+@pytest.mark.parametrize("torch_npu, cann, status, rules", FITS, ids=[f"{n}-on-{c}" for n, c, _, _ in FITS])
+def test_doctor_refuses_exactly_the_pairs_validate_refuses(torch_npu, cann, status, rules, tmp_path):
+    """What validate only warns of (adjacent release, downstream pair) doctor warns of too, no longer a
+    FAIL; what validate refuses doctor fails: one decision (knowledge's cann_fit) for both."""
+    from builder.images import checks, matrix
+    from tests.support.matrix import write_cells
+
+    path, _ = write_cells(tmp_path, {"os": "ubuntu22.04", "arch": "aarch64", "chip": "910b", "cann": cann,
+                                     "python": "3.10", "torch_npu": torch_npu, "env": "conda"})
+    found = sorted({f.rule for f in checks.check(matrix.load(path).cells) if f.rule.startswith("cann-")})
+    assert found == rules
+    facts = dict(NPU_FACTS, torch_npu=torch_npu, torch=torch_npu, cann=[{"path": "x", "version": cann}])
+    c = by_name(doctor.image_checks({}, facts, HOST_910B), "image: torch_npu vs CANN")
+    assert c.status == status, c
+    assert (c.status == FAIL) == any(f == "cann-mismatch" for f in found)
+
+
 def test_image_label_and_files_disagree_on_cann():
     facts = dict(NPU_FACTS, cann=[{"path": "x", "version": "8.0.RC2"}])
     assert by_name(doctor.image_checks(NPU_LABELS, facts, HOST_910B), "image: CANN").status == FAIL
