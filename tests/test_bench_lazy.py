@@ -9,15 +9,13 @@ import re
 import pytest
 
 from benchmarks import bench_lazy as bench
-from tests.support.lazy import tools_here
+from tests.support.lazy import need_tools
 
 pytestmark = pytest.mark.engine  # containerd and ctr-remote (no Docker Engine)
 
 
 def test_the_synthetic_run_reads_about_the_list_not_the_image(tmp_path, monkeypatch):
-    why = tools_here()
-    if why:
-        pytest.skip(why)
+    need_tools()
     monkeypatch.setattr(bench, "SYNTHETIC_BYTES", 8 << 20)
     monkeypatch.setattr(bench, "SYNTHETIC_FILES", 40)
     figures = bench.main(python="", use_twin=False)

@@ -25,7 +25,7 @@ from builder.registry import Registry
 from builder.trust import attached, policy, signing, statements, variant
 from builder.vocabulary import CPU, TIERS
 from tests.support import trust as ht
-from tests.support.lazy import layer_tar, own_registry, put_image, tools_here
+from tests.support.lazy import layer_tar, own_registry, put_image, need_tools
 
 pytestmark = pytest.mark.engine
 
@@ -47,9 +47,7 @@ PREFETCH = ["usr/lib/python3/torch/__init__.py", "usr/lib/python3/torch/_C.so", 
 
 @pytest.fixture(scope="module")
 def lazy_registry(tmp_path_factory):
-    why = tools_here()
-    if why:
-        pytest.skip(why)
+    need_tools()
     user, password = "lazy", "pw-lazy"
     saved = {k: os.environ.get(k) for k in ("ASCEND_BUILD_REGISTRY_USER", "ASCEND_BUILD_REGISTRY_PASSWORD")}
     os.environ.update({"ASCEND_BUILD_REGISTRY_USER": user, "ASCEND_BUILD_REGISTRY_PASSWORD": password})
