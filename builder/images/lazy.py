@@ -29,6 +29,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import pty
 import shutil
 import signal
 import subprocess
@@ -86,6 +87,7 @@ def tools_missing() -> List[str]:
 class Step:
     argv: Sequence[str]
     what: str
+    password: Optional[str] = None  # typed at ctr-remote's prompt, never on its command line (`_prompted`)
 
 
 class Containerd:
@@ -197,7 +199,10 @@ class Containerd:
     def run(self, step: Step, timeout: float = STEP_SECONDS) -> str:
         argv = [CTR_REMOTE, "-a", str(self.socket), "-n", NAMESPACE, *step.argv]
         try:
-            done = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL)
+            if step.password is None:
+                done = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL)
+            else:
+                done = _prompted(argv, step.password, timeout)
         except subprocess.TimeoutExpired:
             raise UserError(f"ctr-remote {step.what} did not finish within {timeout:g} s", exit_code=1,
                             fix="try again on a less loaded machine") from None
@@ -208,20 +213,38 @@ class Containerd:
         return done.stdout
 
 
+def _prompted(argv: Sequence[str], password: str, timeout: float) -> subprocess.CompletedProcess:
+    """Run ``argv`` with ``password`` typed at its prompt. ctr-remote (containerd's ctr) given
+    ``--user NAME`` without ``:PASSWORD`` asks for the password on its terminal; a pseudo-terminal
+    as its standard input is that terminal. A password on the command line could be read by every
+    user of the machine in the process list while the step runs; typed here it is not."""
+    if "\n" in password or "\r" in password:
+        raise UserError("the registry password holds a line break, which ctr-remote's prompt cannot take", exit_code=2,
+                        fix="use a password without line breaks for the registry, or drop --lazy")
+    typing, terminal = pty.openpty()
+    try:
+        os.write(typing, password.encode() + b"\n")  # held by the terminal until ctr-remote reads its line
+        return subprocess.run(argv, capture_output=True, text=True, timeout=timeout, stdin=terminal)
+    finally:
+        os.close(terminal)
+        os.close(typing)
+
+
 def _http(host: str) -> List[str]:
     return ["--plain-http"] if is_loopback(host) else []
 
 
-def _user(user: Optional[str]) -> List[str]:
-    return ["--user", user] if user else []
+def _user(user: Optional[Tuple[str, str]]) -> List[str]:
+    return ["--user", user[0]] if user else []
 
 
 def convert(folder: Path, host: str, repository: str, digest: str, tag: str, prioritized: Sequence[str],
-            platform: str = "linux/amd64", user: Optional[str] = None) -> str:
+            platform: str = "linux/amd64", user: Optional[Tuple[str, str]] = None) -> str:
     """Convert ``host/repository@digest`` to eStargz with ``prioritized`` first in each layer, push it
     as ``host/repository:tag``; the pushed reference. ``folder``: the tool's state for it (its
-    containerd's root, state and socket, and the record file). ``user``: ``NAME:PASSWORD`` for the
-    registry, or None."""
+    containerd's root, state and socket, and the record file). ``user``: (name, password) for the
+    registry, or None; the password is typed at ctr-remote's prompt (`_prompted`)."""
+    password = user[1] if user else None
     source = f"{host}/{repository}@{digest}"
     target = f"{host}/{repository}:{tag}"
     folder.mkdir(parents=True, exist_ok=True)
@@ -229,11 +252,11 @@ def convert(folder: Path, host: str, repository: str, digest: str, tag: str, pri
     record.write_bytes(record_file(prioritized))
     with Containerd(folder / "containerd") as containerd:
         containerd.run(Step(["images", "pull", *_http(host), *_user(user), "--platform", platform, source],
-                            f"images pull {source}"))
+                            f"images pull {source}", password))
         containerd.run(Step(["images", "convert", "--estargz", "--oci", "--platform", platform,
                              "--estargz-record-in", str(record), source, target], f"images convert {source}"))
         containerd.run(Step(["images", "push", *_http(host), *_user(user), "--platform", platform, target, target],
-                            f"images push {target}"))
+                            f"images push {target}", password))
     return target
 
 
@@ -271,7 +294,7 @@ def publish_variant(pushed: str, digest: str, report: Dict[str, Any], validation
     found = credentials(host)
     started = time.monotonic()
     target = convert(state / "lazy" / name, host, repository, digest, variant_tag(tag, fmt), paths,
-                     platform_of(arch), f"{found[0]}:{found[1]}" if found else None)
+                     platform_of(arch), found)
     registry = Registry(host)
     pushed_variant = registry.manifest(repository, variant_tag(tag, fmt))  # read once: its digest, then its subject
     lazy_digest = pushed_variant.digest

@@ -75,9 +75,20 @@ def published(lazy_registry, keys, tmp_path_factory):
     registry, state = lazy_registry, tmp_path_factory.mktemp("state")
     digests = {"validated": _validated(registry, REPO, keys["team"][0])}
     said: list = []
-    ref, digests["variant"] = lazy.publish_variant(f"{registry.name}/{REPO}:{ht.TAG}", digests["validated"], REPORT,
-                                                   _validation(), "x86_64", state, "twin",
-                                                   signing.load_private(keys["team"][0]), say=said.append)
+    started: list = []  # the command line of every ctr-remote run, as the process list shows it
+    real_popen = subprocess.Popen
+
+    def watched(args, *rest, **kwargs):
+        if list(args)[:1] == [lazy.CTR_REMOTE]:
+            started.append(list(args))
+        return real_popen(args, *rest, **kwargs)
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(subprocess, "Popen", watched)
+        ref, digests["variant"] = lazy.publish_variant(f"{registry.name}/{REPO}:{ht.TAG}", digests["validated"], REPORT,
+                                                       _validation(), "x86_64", state, "twin",
+                                                       signing.load_private(keys["team"][0]), say=said.append)
+    digests["command lines"] = started
     assert ref == f"{registry.name}/{REPO}:{ht.TAG}-estargz"
     assert any("bound to " + digests["validated"] in line for line in said), said
     digests["unbound"] = _validated(registry, UNBOUND, keys["team"][0])
@@ -86,6 +97,16 @@ def published(lazy_registry, keys, tmp_path_factory):
     # the conversion is deterministic: the same image gives the same variant, in either repository
     assert digests["unbound_variant"] == digests["variant"]
     return digests
+
+
+def test_the_registry_password_is_typed_at_ctr_remotes_prompt_never_on_its_command_line(published):
+    """The registry needs the password (htpasswd) for the pull and the push, which succeeded; no
+    ctr-remote command line (readable by every user in the process list) held it."""
+    steps = [argv for argv in published["command lines"] if "images" in argv]
+    assert [argv[argv.index("images") + 1] for argv in steps] == ["pull", "convert", "push"]
+    for argv in steps:
+        assert not any("pw-lazy" in word for word in argv), argv
+    assert [argv[argv.index("--user") + 1] for argv in steps if "--user" in argv] == ["lazy", "lazy"]
 
 
 def _layers(registry: Registry, repo: str, digest: str):
