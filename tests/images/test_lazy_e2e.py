@@ -15,6 +15,7 @@ import json
 import os
 import subprocess
 from pathlib import Path
+from typing import Any, Dict
 
 import pytest
 
@@ -73,7 +74,7 @@ def _validation() -> dict:
 def published(lazy_registry, keys, tmp_path_factory):
     """{"validated", "variant", "unbound", "unbound_variant"}: digests in REPO and UNBOUND."""
     registry, state = lazy_registry, tmp_path_factory.mktemp("state")
-    digests = {"validated": _validated(registry, REPO, keys["team"][0])}
+    digests: Dict[str, Any] = {"validated": _validated(registry, REPO, keys["team"][0])}
     said: list = []
     started: list = []  # the command line of every ctr-remote run, as the process list shows it
     real_popen = subprocess.Popen
