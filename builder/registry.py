@@ -654,15 +654,23 @@ class Registry:
         """The blob ``digest`` of ``repository`` as a stream (`Checked`): nothing is held in memory;
         reading past ``size`` bytes, or to an end whose sha256 is not ``digest``, raises `BadBlob`.
         LookupError when the registry has none. Not retried: the caller reopens it."""
+        with self._blob_get(repository, digest, time.monotonic() + self.blob_deadline(size), size) as (response, _):
+            # the consumer's own failures (a full disk, a refused upload) pass through unchanged
+            yield Checked(response, digest, size, f"{self.name}/{self.repository(repository)}@{digest}")
+
+    @contextlib.contextmanager
+    def _blob_get(self, repository: str, digest: str, deadline: float, size: int,
+                  headers: Optional[Dict[str, str]] = None) -> Iterator[Tuple[Any, str]]:
+        """One GET of the blob ``digest`` (with ``headers``), authorized once on a 401: (the open
+        answer, its path) while the block runs. ``size``: the bytes expected, for a cut's message."""
         repository = self.repository(repository)
         if not _DIGEST.match(digest):
             raise self._fail(f"{digest!r} is not a sha256 digest")
         path = f"/v2/{repository}/blobs/{digest}"
         scope = f"repository:{repository}:pull"
-        deadline = time.monotonic() + self.blob_deadline(size)
         with contextlib.ExitStack() as stack:
             for attempt in range(2):
-                request = urllib.request.Request(self.base + path, method="GET")
+                request = urllib.request.Request(self.base + path, method="GET", headers=dict(headers or {}))
                 if scope in self._auth:
                     request.add_header("Authorization", self._auth[scope])
                 try:
@@ -677,8 +685,7 @@ class Registry:
                     raise self._cut(cut, path, size) from None
                 except (http.client.HTTPException, OSError) as exc:
                     raise Transient(f"the connection broke during GET {path} ({type(exc).__name__})") from None
-            # the consumer's own failures (a full disk, a refused upload) pass through unchanged
-            yield Checked(response, digest, size, f"{self.name}/{repository}@{digest}")
+            yield response, path
 
     def holds_blob(self, repository: str, digest: str) -> bool:
         """Ask for the first byte of the blob ``digest`` (``Range: bytes=0-0``) and hang up as soon as
@@ -714,30 +721,16 @@ class Registry:
 
     def _ranged_get(self, repository: str, digest: str, start: int, end: int, deadline: float,
                     handle: Callable[[Any, str, float], T]) -> T:
-        """One GET of bytes ``start`` to ``end`` (exclusive) of a blob, authorized once on a 401;
+        """One GET of bytes ``start`` to ``end`` (exclusive) of a blob (`_blob_get`);
         ``handle(response, path, deadline)`` reads (or does not read) the answer."""
-        repository = self.repository(repository)
-        if not _DIGEST.match(digest):
-            raise self._fail(f"{digest!r} is not a sha256 digest")
-        path = f"/v2/{repository}/blobs/{digest}"
-        scope = f"repository:{repository}:pull"
-        for attempt in range(2):
-            request = urllib.request.Request(self.base + path, method="GET", headers={"Range": f"bytes={start}-{end - 1}"})
-            if scope in self._auth:
-                request.add_header("Authorization", self._auth[scope])
+        with self._blob_get(repository, digest, deadline, end - start,
+                            {"Range": f"bytes={start}-{end - 1}"}) as (response, path):
             try:
-                with self._open(request, deadline) as response:
-                    return handle(response, path, deadline)
-            except urllib.error.HTTPError as exc:
-                if exc.code == 401 and attempt == 0:
-                    self._authorize(str(exc.headers.get("WWW-Authenticate", ""))[:4096], scope)
-                    continue
-                raise self._http_failure(exc, "GET", path) from None
+                return handle(response, path, deadline)
             except bounded.Cut as cut:
                 raise self._cut(cut, path, end - start) from None
             except (http.client.HTTPException, OSError) as exc:
                 raise Transient(f"the connection broke during GET {path} ({type(exc).__name__})") from None
-        raise AssertionError("unreachable")
 
     def _http_failure(self, exc: urllib.error.HTTPError, method: str, what: str) -> Exception:
         if exc.code == 404:
