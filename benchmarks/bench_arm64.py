@@ -1,6 +1,6 @@
 """Benchmark (not a test): what an aarch64 twin costs under qemu beside a native x86_64 one.
 
-Side by side in one run, each cold (BuildKit cache pruned first), through the pipeline
+Side by side in one run, each cold (every step run again, no cache), through the pipeline
 as `ascend-build image` runs it:
 
 1. the demo cell's CPU twin, native x86_64 (Debian 12, Python 3.11, torch 2.13.0);
@@ -14,13 +14,12 @@ build would. Prints build and smoke seconds of each, the emulated/native ratios,
 the native fetch saved, the train tier's step time of each, and the smoke steps the
 emulated run uses instead of 30.
 
-Run: .venv/bin/python -m benchmarks.bench_arm64   (needs `make engine`; prunes the BuildKit cache)
+Run: .venv/bin/python -m benchmarks.bench_arm64   (needs `make engine`)
 """
 
 from __future__ import annotations
 
 import os
-import subprocess
 import tempfile
 from pathlib import Path
 from typing import Dict
@@ -38,11 +37,6 @@ RUNS = (("x86_64 native", "cann9.1.0-910b-debian12-py3.11-torch_npu2.13.0-x86_64
         ("aarch64 qemu, fetched inside", MISSION, "local/debian:11-arm64", "debian11"))
 
 
-def prune(engine: Engine) -> None:
-    subprocess.run(["/usr/bin/docker", "builder", "prune", "-af"], check=True, capture_output=True,
-                   env={"DOCKER_HOST": engine.url, "PATH": "/usr/bin:/bin"})
-
-
 def main() -> Dict[str, str]:
     os.environ["PIP_NO_CACHE_DIR"] = "1"
     engine = Engine.connect()
@@ -51,13 +45,12 @@ def main() -> Dict[str, str]:
     rows = []
     with tempfile.TemporaryDirectory(prefix="ascend-bench-arm64-") as tmp:
         for name, cell_id, base, twin_os in RUNS:
-            prune(engine)
             # the third run turns the native fetch off, as a host without pip would have it
             pipeline._fetch_wheels = (lambda *a: None) if "inside" in name else fetch_natively
             options = pipeline.Options(variants=("cpu",), state_dir=Path(tmp) / name.replace(" ", "_"), base_image=base,
                                        wheelhouse=WHEELHOUSE if WHEELHOUSE.is_dir() else None,
                                        ca_bundle=CA if CA.is_file() else None, quiet=True,
-                                       locks_dir=ROOT / "dockerfiles", twin_os=twin_os)
+                                       locks_dir=ROOT / "dockerfiles", twin_os=twin_os, no_cache=True)
             [out] = pipeline.run([cells[cell_id]], options, engine, lambda line: None)
             if out.status != "passed":
                 raise SystemExit(f"{name}: {out.status}: {out.message}")

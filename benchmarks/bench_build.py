@@ -3,7 +3,7 @@
 Builds, side by side in one run, through the real Docker Engine:
 
 1. ascend-build's NPU image of the Debian 12 / Python 3.11 / torch 2.13.0 cell, cold
-   (BuildKit cache pruned first), then again after changing only its torch_npu pin
+   (every step run again, no cache), then again after changing only its torch_npu pin
    (2.13.0 -> 2.13.0rc1, same torch);
 2. a hand-written single-stage Dockerfile in the field guide's style (one
    environment, pip installs in one step, no layer plan), cold and after the same
@@ -19,12 +19,11 @@ own (toolkit, chip's package, torch_npu's step as shipped), and the cold build i
 longer for CANN than a build without it. Both builds get the same wheelhouse, CA bundle
 and base image, so the comparison is fair.
 
-Run: .venv/bin/python -m benchmarks.bench_build   (needs `make engine` first; prunes the BuildKit cache)
+Run: .venv/bin/python -m benchmarks.bench_build   (needs `make engine` first)
 """
 
 from __future__ import annotations
 
-import subprocess
 import tempfile
 import time
 from dataclasses import replace
@@ -32,6 +31,7 @@ from pathlib import Path
 from collections import Counter
 from typing import Dict, List, Optional, Tuple
 
+from benchmarks.cold import let_go
 from builder import knowledge
 from builder.images import lock, matrix, render
 from builder.images import stage
@@ -66,14 +66,10 @@ def on_installers(cell: matrix.Cell, chip: str, folder: Path, sha: Dict[str, str
                    sha256=tuple(sorted(sha.items())))
 
 
-def prune(engine: Engine) -> None:
-    subprocess.run(["/usr/bin/docker", "builder", "prune", "-af"], check=True, capture_output=True,
-                   env={"DOCKER_HOST": engine.url, "PATH": "/usr/bin:/bin"})
-
-
-def timed_build(engine: Engine, context: Path, dockerfile: str, log: Path, secrets) -> tuple:
+def timed_build(engine: Engine, context: Path, dockerfile: str, log: Path, secrets, cold: bool = False) -> tuple:
+    """(image ID, seconds); ``cold``: every step run again (`Engine.build`'s no_cache)."""
     start = time.monotonic()
-    image = engine.build(context, dockerfile, secrets=secrets, log_path=log)
+    image = engine.build(context, dockerfile, secrets=secrets, log_path=log, no_cache=cold)
     return image, time.monotonic() - start
 
 
@@ -89,7 +85,7 @@ def cell_lock(cell: matrix.Cell) -> lock.Lock:
 
 
 def ascend_build(engine: Engine, cell: matrix.Cell, work: Path, log: str, made: Optional[lock.Lock] = None,
-                 installers: Optional[Path] = None) -> tuple:
+                 installers: Optional[Path] = None, cold: bool = False) -> tuple:
     """Build the NPU image as `ascend-build image` does, in the context folder of the cell's arch
     and variant; ``made`` is its lock (default: `cell_lock`), ``installers`` a local CANN folder."""
     made = made or cell_lock(cell)
@@ -97,17 +93,17 @@ def ascend_build(engine: Engine, cell: matrix.Cell, work: Path, log: str, made: 
         context = stage.context(render.render_cell(cell, lock=made), folder, WHEELHOUSE if WHEELHOUSE.is_dir() else None,
                                 installers)
         with stage.secrets(cell, CA if CA.is_file() else None) as secrets:
-            return timed_build(engine, context, "Dockerfile", work / f"{log}.log", secrets)
+            return timed_build(engine, context, "Dockerfile", work / f"{log}.log", secrets, cold)
 
 
-def hand_written(engine: Engine, torch_npu: str, folder: Path) -> tuple:
+def hand_written(engine: Engine, torch_npu: str, folder: Path, cold: bool = False) -> tuple:
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "Dockerfile").write_text(HAND_WRITTEN.format(base=BASE, torch_npu=torch_npu))
     wheels = folder / "wheelhouse"
     if not wheels.exists():
         stage._link_tree(WHEELHOUSE if WHEELHOUSE.is_dir() else None, wheels, "wheelhouse", "*.whl")
     secrets = {"ca": CA} if CA.is_file() else {}
-    return timed_build(engine, folder, "Dockerfile", folder.with_suffix(".log"), secrets)
+    return timed_build(engine, folder, "Dockerfile", folder.with_suffix(".log"), secrets, cold)
 
 
 METADATA = tuple(f"{word} " for word in ("ARG", "CMD", "ENTRYPOINT", "ENV", "EXPOSE", "HEALTHCHECK", "LABEL",
@@ -167,11 +163,9 @@ def main() -> Dict[str, str]:
         folder = work / "installers"
         cell = on_installers(cell, "910b", folder, installers_91(folder, CHIP_PACKAGES["910b"]))
         bumped = replace(cell, torch_npu="2.13.0rc1")
-        prune(engine)
-        ours_cold_id, ours_cold = ascend_build(engine, cell, work, "ours", installers=folder)
+        ours_cold_id, ours_cold = ascend_build(engine, cell, work, "ours", installers=folder, cold=True)
         ours_bump_id, ours_bump = ascend_build(engine, bumped, work, "ours-bumped", installers=folder)
-        prune(engine)
-        hand_cold_id, hand_cold = hand_written(engine, "2.13.0", work / "hand")
+        hand_cold_id, hand_cold = hand_written(engine, "2.13.0", work / "hand", cold=True)
         hand_bump_id, hand_bump = hand_written(engine, "2.13.0rc1", work / "hand")
 
         print(f"{'':34}{'cold build':>12}{'torch_npu bump':>16}{'ratio':>8}{'image size':>14}")
@@ -190,8 +184,7 @@ def main() -> Dict[str, str]:
               f"and byte-compiles one wheel), export {spent['export']:.1f} s, the rest {ours_bump - floor:.1f} s; "
               f"those two alone are {floor / ours_cold:.0%} of this cold build")
         ours_size = size(engine, ours_bump_id)
-        for image in (ours_cold_id, ours_bump_id, hand_cold_id, hand_bump_id):
-            engine.remove(image, force=True)
+        let_go(engine, (ours_cold_id, ours_bump_id, hand_cold_id, hand_bump_id))
     return {
         "torch_npu bump / cold, ascend-build": f"{ours_bump:.1f} s / {ours_cold:.1f} s = {ours_bump / ours_cold:.0%} "
                                                f"(goal <= 5%; torch_npu step + export alone {floor / ours_cold:.0%})",

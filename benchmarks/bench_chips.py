@@ -20,6 +20,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Dict
 
+from benchmarks.cold import let_go
 from benchmarks.bench_build import CELL_ID, CHIP_PACKAGES, ascend_build, on_installers, shared_bytes, size
 from builder.images import lock, matrix
 from builder.engine import Engine
@@ -49,8 +50,7 @@ def main() -> Dict[str, str]:
         print(f"the 910b and A3 images share {shared / 1e6:,.0f} MB: {share:.0%} of the larger "
               f"({max(sizes.values()) / 1e6:,.0f} MB); each has {(sizes['a3'] - shared) / 1e6:,.0f} MB of its own")
         print(f"  (stand-in weights: toolkit {TOOLKIT_MB} MiB, chip package {CHIP_MB} MiB; goal: >= 90% shared)")
-        for image in images.values():
-            engine.remove(image, force=True)
+        let_go(engine, images.values())
     return {"chip images share": f"{share:.0%} ({shared / 1e6:,.0f} of {max(sizes.values()) / 1e6:,.0f} MB)"}
 
 

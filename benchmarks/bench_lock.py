@@ -2,28 +2,28 @@
 
 1. `lock` for the whole shipped matrix, from nothing (uv runs without a cache: see
    `lock._compile`), and the bytes it leaves in uv's default cache (none expected).
-2. Reproducibility: the demo cell's CPU twin built twice from its committed lock with
-   the BuildKit cache pruned in between (two cold builds, as if days apart), then the
+2. Reproducibility: the demo cell's CPU twin built twice from its committed lock, each
+   with every step run again (no cache: two cold builds, as if days apart), then the
    distributions installed in each image listed and compared with each other and
    with the lock.
 
 Prints the lock time, the per-cell mean, what uv's cache grew by, and for the two builds: identical closures
 (yes/no), the count of distributions, equal to the lock (yes/no), and each build time.
 
-Run: .venv/bin/python -m benchmarks.bench_lock   (needs `make engine`; prunes the BuildKit cache)
+Run: .venv/bin/python -m benchmarks.bench_lock   (needs `make engine`)
 """
 
 from __future__ import annotations
 
 import json
 import os
-import subprocess
 import tempfile
 import time
 from dataclasses import replace
 from pathlib import Path
 from typing import Dict
 
+from benchmarks.cold import let_go
 from builder import knowledge
 from builder.images import lock, matrix, relock, render, stage
 from builder.engine import Engine
@@ -55,16 +55,12 @@ def du(folder: Path) -> int:
     return sum(p.stat().st_size for p in folder.rglob("*") if p.is_file()) if folder.is_dir() else 0
 
 
-def prune(engine: Engine) -> None:
-    subprocess.run(["/usr/bin/docker", "builder", "prune", "-af"], check=True, capture_output=True,
-                   env={"DOCKER_HOST": engine.url, "PATH": "/usr/bin:/bin"})
-
-
 def build_twin(engine: Engine, cell, made: lock.Lock, folder: Path) -> tuple:
     context = stage.context(render.render_cell(cell, lock=made), folder, WHEELHOUSE if WHEELHOUSE.is_dir() else None)
     with stage.secrets(cell, CA if CA.is_file() else None) as secrets:
         start = time.monotonic()
-        image = engine.build(context, "Dockerfile.cpu", secrets=secrets, log_path=folder.with_suffix(".log"))
+        image = engine.build(context, "Dockerfile.cpu", secrets=secrets, log_path=folder.with_suffix(".log"),
+                             no_cache=True)
         seconds = time.monotonic() - start
     listed = engine.run(image, ["python", "-c", LIST], timeout=120)
     return image, seconds, [tuple(pair) for pair in json.loads(listed.stdout.strip().splitlines()[-1])]
@@ -88,18 +84,16 @@ def main() -> Dict[str, str]:
     with tempfile.TemporaryDirectory(prefix="ascend-bench-repro-") as tmp:
         runs = []
         for n in (1, 2):
-            prune(engine)
             runs.append(build_twin(engine, cell, made, Path(tmp) / f"build{n}"))
         (first_id, first_s, first), (second_id, second_s, second) = runs
-        print("demo twin built twice from its lock, BuildKit cache pruned before each build:")
+        print("demo twin built twice from its lock, every step run again (no cache):")
         print(f"  build times          {first_s:.1f} s, {second_s:.1f} s")
         print(f"  identical closures   {'yes' if first == second else 'no'} ({len(first)} and {len(second)} distributions)")
         print(f"  equal to the lock    {'yes' if first == expected and second == expected else 'no'} "
               f"({len(expected)} locked, torch_npu aside)")
         if first != second or first != expected:
             print(f"  differences: {sorted(set(first) ^ set(second) ^ set(expected))}")
-        for image in {first_id, second_id}:
-            engine.remove(image, force=True)
+        let_go(engine, (first_id, second_id))
     return {"lock of the shipped matrix (uv's cache grew by)": f"{seconds:.1f} s ({grew / 1e6:.1f} MB)",
             "twin closure rebuilt from its lock": "identical, equal to the lock" if first == second == expected
             else "DIFFERS"}

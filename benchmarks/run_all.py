@@ -8,7 +8,7 @@ benchmarks/RESULTS.md with when, on which commit and on which machine they were 
 not a whole `make bench`.
 
 Run (from the repository root): .venv/bin/python -m benchmarks.run_all [--only NAME,NAME]
-     (needs `make engine` first; prunes the BuildKit cache)
+     (needs `make engine` first)
 """
 
 from __future__ import annotations

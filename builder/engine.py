@@ -240,7 +240,7 @@ class Engine:
               build_args: Mapping[str, str] = {}, secrets: Mapping[str, Path] = {},
               labels: Mapping[str, str] = {}, log_path: Path,
               on_line: Optional[Callable[[str], None]] = None,
-              target: Optional[str] = None, platform: Optional[str] = None) -> str:
+              target: Optional[str] = None, platform: Optional[str] = None, no_cache: bool = False) -> str:
         """Build with BuildKit; return the image ID ("sha256:...").
 
         Every output line (newline stripped) goes to ``log_path`` and to
@@ -248,6 +248,9 @@ class Engine:
         build args *by name only*, so their values never appear in argv.
         On Ctrl-C (or anything ``on_line`` raises) the CLI is stopped, which
         cancels the build in the daemon, and the exception propagates.
+        ``no_cache``: every step is run again (a cold build), the cache left as it is for others:
+        emptying it instead (``docker builder prune``) while another build runs crashed dockerd
+        20.10 here (a nil reference in BuildKit's GetByBlob).
         """
         context, log_path = Path(context), Path(log_path)
         if not (context / dockerfile).is_file():
@@ -272,6 +275,7 @@ class Engine:
             argv += [a for k, v in labels.items() for a in ("--label", f"{k}={v}")]
             argv += ["--tag", tag] if tag else []
             argv += ["--target", target] if target else []
+            argv += ["--no-cache"] if no_cache else []
             # another arch (linux/arm64 on x86_64): BuildKit runs its steps under qemu, and takes
             # a local base image only when its Architecture is that platform's
             argv += ["--platform", platform] if platform else []

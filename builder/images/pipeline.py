@@ -449,7 +449,7 @@ def build(job: Job, options: Options, engine: Engine, say: Say, out: Outcome) ->
                                             base_digest=_base_digest(engine, job.image.base_image)),
                     on_line=progress.Progress(job.name, say, options.quiet,
                                               (context / job.image.dockerfile).read_text(encoding="utf-8")),
-                    platform=platform_of(plan.arch) if job.emulated else None)
+                    platform=platform_of(plan.arch) if job.emulated else None, no_cache=options.no_cache)
         except BuildFailed as exc:
             out.status, out.message = "failed", str(exc)
             return False

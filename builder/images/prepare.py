@@ -57,6 +57,7 @@ class Options:
     # family (a cell id without its arch) -> the arches the matrix declares for it: what its index covers
     declared: Optional[Dict[str, Tuple[str, ...]]] = None
     lazy: Optional[str] = None             # after the push: also push this lazily pullable variant ("estargz")
+    no_cache: bool = False                 # run every build step again (the benchmarks' cold builds)
 
 
 class SmokePlan(NamedTuple):
