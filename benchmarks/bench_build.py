@@ -29,9 +29,8 @@ import time
 from dataclasses import replace
 from pathlib import Path
 from collections import Counter
-from typing import Dict, List, Optional, Tuple
+from typing import Dict, Iterable, List, Optional, Tuple
 
-from benchmarks.cold import let_go
 from builder import knowledge
 from builder.images import lock, matrix, render
 from builder.images import stage
@@ -148,6 +147,16 @@ def step_seconds(log: Path) -> Dict[str, float]:
     def seconds(marker):
         return sum(done.get(step, 0.0) for step, title in titles.items() if marker in title)
     return {"torch_npu step": seconds("lock.torch_npu.txt"), "export": seconds("exporting to image")}
+
+
+def let_go(engine: Engine, images: Iterable[str]) -> None:
+    """Remove the benchmark's own images, but only those nothing names: the same engine runs the
+    test suite and other builds, and a test's deterministic build of the same content has the same
+    image ID, which a force-removal by ID would take every tag off. (A cold build runs every step
+    again with ``no_cache`` and never empties the shared cache: a ``docker builder prune`` beside a
+    running build crashed dockerd 20.10 here.)"""
+    for image in set(images):
+        engine.remove_if_unnamed(image)
 
 
 def size(engine: Engine, image: str) -> int:

@@ -20,8 +20,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Dict
 
-from benchmarks.cold import let_go
-from benchmarks.bench_build import CELL_ID, CHIP_PACKAGES, ascend_build, on_installers, shared_bytes, size
+from benchmarks.bench_build import CELL_ID, CHIP_PACKAGES, ascend_build, let_go, on_installers, shared_bytes, size
 from builder.images import lock, matrix
 from builder.engine import Engine
 from tests.support.cann import installers_91

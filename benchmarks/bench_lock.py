@@ -23,7 +23,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Dict
 
-from benchmarks.cold import let_go
+from benchmarks.bench_build import let_go
 from builder import knowledge
 from builder.images import lock, matrix, relock, render, stage
 from builder.engine import Engine

@@ -1,5 +1,7 @@
-"""benchmarks/cold.py on the real engine: a benchmark lets go of its own images only, never of one a
-test (or anyone) has named, since a deterministic build of the same content has the same image ID."""
+"""The benchmarks' cold builds on the real engine (bench_build.let_go, Engine.build's no_cache): a
+benchmark lets go of its own images only, never of one a test (or anyone) has named, since a
+deterministic build of the same content has the same image ID; a cold build runs its steps again
+without emptying the cache others use."""
 
 from __future__ import annotations
 
@@ -8,7 +10,7 @@ import uuid
 import docker
 import pytest
 
-from benchmarks.cold import let_go
+from benchmarks.bench_build import let_go
 
 pytestmark = pytest.mark.engine
 
