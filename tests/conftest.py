@@ -19,8 +19,10 @@ import re
 import shutil
 import signal
 import subprocess
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Dict
 
 import pytest
 
@@ -37,7 +39,11 @@ pytest_plugins = ("tests.support.trust", "tests.support.podman")
 # (20 of the 31 minutes of a serial run, cold). So `make test` runs three workers, each given
 # whole groups (--dist loadgroup, which `-n N` alone also gets here) in the order of GROUPS:
 # the first three start at once, each next one goes to the first worker that is free, and
-# the tests that need no engine come last, one by one, to whichever worker is free.
+# the tests that need no engine come last, a module at a time (`file:<path>`), to whichever
+# worker is free; those of a module that also has engine tests go with them. A module at a
+# time, because a module whose tests a worker ran in two stretches made its module-scoped
+# fixtures twice: test_mirror's second `keys` and `source` attested its registry repository
+# again with another key, and a check of every bundle there against the key of the moment failed.
 #
 #   engine-seal    the arm64 CPU twin (the longest test), then the tests that check that no
 #                  temporary seal tag is left at all (SEAL_CHECK below);
@@ -103,7 +109,7 @@ def _checks_seal_tags(item) -> bool:
 
 def _group(item) -> str:
     if item.get_closest_marker("engine") is None:
-        return ""
+        return "file:" + item.nodeid.split("::")[0]
     if item.nodeid == ARM64_TWIN or _checks_seal_tags(item):
         return "engine-seal"
     if item.nodeid == ARM64_NPU:
@@ -119,10 +125,19 @@ def pytest_collection_modifyitems(config, items):
         return (yield)
     groups, rank = {}, {}
     for item in items:
-        group = groups[id(item)] = _group(item)
-        if group:
-            item.add_marker(pytest.mark.xdist_group(group))
-        rank[id(item)] = GROUPS.index(group) if group else len(GROUPS)
+        groups[id(item)] = _group(item)
+    # a module's tests that need no engine go with its engine tests (their commonest group): one
+    # stretch on one worker, so its module-scoped fixtures are made once there
+    by_module: Dict[str, Counter] = {}
+    for item in items:
+        if groups[id(item)] in GROUPS:
+            by_module.setdefault(item.nodeid.split("::")[0], Counter())[groups[id(item)]] += 1
+    for item in items:
+        group = groups[id(item)]
+        if group not in GROUPS and item.nodeid.split("::")[0] in by_module:
+            group = groups[id(item)] = by_module[item.nodeid.split("::")[0]].most_common(1)[0][0]
+        item.add_marker(pytest.mark.xdist_group(group))
+        rank[id(item)] = GROUPS.index(group) if group in GROUPS else len(GROUPS)
     items.sort(key=lambda item: rank[id(item)])  # stable: file order within each group
     result = yield  # xdist's own hook, deselection
     for item in items:
