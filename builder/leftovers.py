@@ -23,7 +23,7 @@ import shutil
 import socket
 import tempfile
 from pathlib import Path
-from typing import List, Optional
+from typing import List, Optional, Tuple
 
 CANDIDATE_REPOSITORY = "ascend-build-candidate"  # the seal's temporary tag (`builder.images.pipeline.seal`)
 _OWNED = re.compile(r"([0-9a-f]{8})-([0-9]+)$")
@@ -52,10 +52,16 @@ def owner_mark() -> str:
     return f"{host_mark()}-{os.getpid()}"
 
 
+def owner(name: str) -> Optional[Tuple[str, int]]:
+    """(host mark, pid) of the process whose mark ``name`` ends in; None when it ends in none."""
+    found = _OWNED.search(name)
+    return (found.group(1), int(found.group(2))) if found else None
+
+
 def orphaned(name: str) -> bool:
     """Whether ``name`` ends in the mark of a process of this host that is gone."""
-    found = _OWNED.search(name)
-    return found is not None and found.group(1) == host_mark() and not alive(int(found.group(2)))
+    mark = owner(name)
+    return mark is not None and mark[0] == host_mark() and not alive(mark[1])
 
 
 def temp_prefix(kind: str) -> str:

@@ -118,3 +118,27 @@ def test_the_seal_tag_of_a_gone_run_is_swept_and_a_live_runs_kept(engine, base_i
         for ref in (gone, mine):
             if engine.image_id(ref):
                 engine.untag(ref)
+
+
+@pytest.mark.engine
+def test_the_seal_check_counts_this_runs_and_ended_runs_tags_not_another_live_processs(engine, base_image):
+    """What `temp_tags` (the seal-tag checks of the pipeline tests) counts: a tag of this process and
+    of an ended one (a CLI run the test started), not one another live process holds while it seals
+    (a benchmark or another suite on the same engine)."""
+    from tests.support.pipeline import temp_tags
+
+    image = engine.image_id(base_image)
+    assert image is not None
+    with subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"]) as other:
+        base = leftovers.candidate_tag(image).rsplit("-", 1)[0]
+        mine, ended, live = leftovers.candidate_tag(image), f"{base}-{dead_pid()}", f"{base}-{other.pid}"
+        try:
+            for ref in (mine, ended, live):
+                engine.tag(image, ref)
+            seen = temp_tags(engine)
+            assert {mine, ended} <= seen and live not in seen
+        finally:
+            other.kill()
+            for ref in (mine, ended, live):
+                if engine.image_id(ref):
+                    engine.untag(ref)

@@ -16,6 +16,7 @@ from typing import Dict, Iterable, List, Optional, Set
 
 import pytest
 
+from builder import leftovers
 from tests.support import listing
 from tests.support.matrix import SHIPPED_DOCKERFILES
 
@@ -92,7 +93,16 @@ def all_refs(repo: str) -> List[str]:
 
 
 def temp_tags(engine) -> Set[str]:
-    return {t for img in listing.images(engine, name=TEMP_TAG_REPO) for t in img.tags}
+    """The seal's temporary tags a test could have left: those of this process and of processes that
+    have ended (a CLI run the test started, killed or not). Not those of another live process on the
+    engine: a benchmark, another suite or another worker sealing at this moment is no leftover of the
+    test's (a fresh-clone run with `make bench` beside it saw the bench's seal here)."""
+    def another_live_owner(tag: str) -> bool:
+        mark = leftovers.owner(tag)
+        return mark is not None and (mark[0] != leftovers.host_mark() or
+                                     (mark[1] != os.getpid() and leftovers.alive(mark[1])))
+
+    return {t for img in listing.images(engine, name=TEMP_TAG_REPO) for t in img.tags if not another_live_owner(t)}
 
 
 def smoke_containers(engine, release: str) -> List:
