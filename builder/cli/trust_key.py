@@ -49,6 +49,7 @@ NODE_KEY_FILE = Path(vocabulary.NODE_TRUST_KEY)
 # folder); a relative PATH is read from the config's folder. It comes before NODE_KEY_FILE.
 NODE_CONFIG = Path(vocabulary.NODE_CONFIG)
 CONFIG_KEYS = ("trust_key",)
+DEFAULT_NAMED = "the node's default key"  # how a refusal names NODE_KEY_FILE
 # no envvar= here: click takes a variable set to nothing for an unset one; `trust_key` reads it itself
 TrustKeyOpt = typer.Option(None, OPTION, metavar="FILE",
                            help="The team's public key (.pub): only images whose signed validation statement "
@@ -142,18 +143,18 @@ def trust_key(option: Optional[str], insecure: Optional[bool] = None, environ: M
     elif configured is not None:
         value, named = configured, f"trust_key in {node_config}"
     elif os.path.lexists(node_default):
-        value, named = str(node_default), "the node's default key"
+        value, named = str(node_default), DEFAULT_NAMED
     else:
         return TrustKey(None)
     give = {OPTION: f"give {OPTION} the team's public key file",
             TRUST_KEY_ENV: f"set {TRUST_KEY_ENV} to the team's public key file",
-            "the node's default key": f"put the team's public key file at {node_default}"}.get(
+            DEFAULT_NAMED: f"put the team's public key file at {node_default}"}.get(
                 named, f"set trust_key in {node_config} to the team's public key file")
     give += " (the .pub of `ascend-build keys generate`)"
     without = ("pass --insecure to start the image with no statement checked" if insecure is not None
                else {OPTION: f"leave {OPTION} out to choose on labels alone (no statement checked)",
                      TRUST_KEY_ENV: f"unset {TRUST_KEY_ENV} to choose on labels alone (no statement checked)",
-                     "the node's default key": f"remove {node_default} to choose on labels alone (no statement "
+                     DEFAULT_NAMED: f"remove {node_default} to choose on labels alone (no statement "
                                                "checked)"}.get(
                          named, f"remove trust_key from {node_config} to choose on labels alone (no statement checked)"))
     why = _why_not(value, named)

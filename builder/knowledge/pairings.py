@@ -104,11 +104,8 @@ class CannFit:
     """
 
     kind: str
-    paired: str                           # the CANN release the torch_npu is published with
     window: Optional[CompatWindow] = None
     evidence: str = ""
-
-    ACCEPTED = ("paired", "window", "adjacent", "downstream")
 
 
 @dataclass(frozen=True)
@@ -445,21 +442,19 @@ class Releases:
         """How ``torch_npu`` fits ``cann`` (`CannFit`); None when the torch_npu is unknown or has no
         published pairing, or ``cann`` is no CANN version (what says so is the caller's)."""
         release = self.torch_npu(torch_npu)
-        paired = versions.lenient("cann", release.cann) if release is not None and release.cann else None
+        paired = versions.lenient("cann", release.cann if release is not None else None)
         wanted = versions.lenient("cann", cann)
-        if release is None or release.cann is None or paired is None or wanted is None:
+        if paired is None or wanted is None:
             return None
         if paired == wanted:
-            return CannFit("paired", release.cann)
+            return CannFit("paired")
         window = self.compat_window(torch_npu, cann)
         if window is not None:
-            return CannFit("window", release.cann, window=window)
+            return CannFit("window", window=window)
         if wanted > paired and wanted.release[:2] == paired.release[:2]:
-            return CannFit("adjacent", release.cann)
+            return CannFit("adjacent")
         evidence = self.downstream_evidence(torch_npu, cann)
-        if evidence:
-            return CannFit("downstream", release.cann, evidence=evidence)
-        return CannFit("mismatch", release.cann)
+        return CannFit("downstream", evidence=evidence) if evidence else CannFit("mismatch")
 
     def downstream_evidence(self, torch_npu: str, cann: str) -> str:
         """Where a well-known downstream project ships torch_npu on that CANN although Ascend's

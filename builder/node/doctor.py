@@ -609,7 +609,6 @@ def _torch_checks(kb, lab, facts, cann, npu, host, labels) -> List[Check]:
             out.append(Check("image: torch_npu vs CANN", WARN, what, "use the NPU variant on NPU nodes"))
         return out
     rel = kb.torch_npu(tnpu)
-    fit = kb.cann_fit(tnpu, cann) if cann else None  # the fit validate decides by (knowledge.CannFit)
     values = dict(image_torch_npu=tnpu, image_cann=cann)
     if rel is None:
         what = "was never published on PyPI" if kb.unpublished(tnpu) is None else "is named by Huawei but has no PyPI files"
@@ -622,7 +621,7 @@ def _torch_checks(kb, lab, facts, cann, npu, host, labels) -> List[Check]:
     elif cann is None:
         out.append(Check("image: torch_npu vs CANN", WARN, f"torch_npu {tnpu} pairs with CANN {rel.cann}; "
                                                            "the image's CANN is unknown", "check ASCEND_HOME_PATH"))
-    elif fit is not None and fit.kind == "window" and fit.window is not None:
+    elif (fit := kb.cann_fit(tnpu, cann)) is not None and fit.window is not None:  # validate's own fit
         out.append(Check("image: torch_npu vs CANN", OK, f"torch_npu {tnpu} + CANN {cann}: not its pair (CANN "
                                                          f"{rel.cann}), inside the compatibility window Huawei "
                                                          f"publishes (PTA {fit.window.pta_text} with CANN "
@@ -633,7 +632,7 @@ def _torch_checks(kb, lab, facts, cann, npu, host, labels) -> List[Check]:
         out.append(Check("image: torch_npu vs CANN", WARN, f"torch_npu {tnpu} pairs with CANN {rel.cann}; CANN {cann} is "
                                                            + why, "run a training step of the image on this node "
                                                            f"before relying on it, or use an image with CANN {rel.cann}"))
-    elif fit is not None and fit.kind == "mismatch":
+    elif fit is None or fit.kind == "mismatch":  # None: a CANN that is no version, as before
         out.append(Check("image: torch_npu vs CANN", FAIL, f"torch_npu {tnpu} pairs with CANN {rel.cann}, "
                                                            f"the image has {cann}",
                          explain.fix_for("torch-npu-cann-mismatch", host, labels, **values)))
