@@ -18,7 +18,7 @@ WHEELHOUSE  ?= $(wildcard /opt/wheels)
 # A host Python with torch runs the smoke program's own tests outside images.
 TORCH_VENV  ?= .venv-torch
 
-.PHONY: setup engine demo lint docs cli-reference test test-fast bench torch-venv
+.PHONY: setup engine demo lint docs cli-reference knowledge test test-fast bench torch-venv
 
 $(BIN)/ascend-build: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -57,6 +57,11 @@ TEST_WORKERS ?= 3
 # nav fails it. The site is not committed.
 docs: setup
 	$(BIN)/mkdocs build --strict --site-dir $(STATE)/site
+
+# builder/data's parsed files (torchnpu-tables, cann-products, downstream-pins) from the documents kept
+# under tests/fixtures/documents/; tests/test_published_tables.py fails when one is stale.
+knowledge: setup
+	$(BIN)/ascend-build releases tables --write
 
 # docs/reference/cli.md from the CLI's own help (typer's generator); tests/test_docs.py fails when stale.
 cli-reference: setup

@@ -16,6 +16,7 @@ import yaml
 
 from builder import installers, knowledge, python_env, versions
 from builder.images import checks, matrix
+from builder.knowledge import compat_tables
 from builder.knowledge.pairings import listed
 from tests.support.matrix import cell_index, write_cells
 
@@ -51,10 +52,13 @@ def _known(kb, cann) -> bool:
 
 
 def _pairings(compat):
-    """(torch_npu, CANN, where) of every pairing the data states."""
+    """(torch_npu, CANN, where) of every pairing the data states: parsed from a published table
+    (torchnpu-tables.yaml) or hand-kept with its source (ascend-compat.yaml)."""
+    kb = knowledge.load()
     for item in compat["torch_npu_releases"]["items"]:
-        if item.get("cann"):
-            yield str(item["version"]), str(item["cann"]), "torch_npu_releases"
+        release = kb.torch_npu(str(item["version"]))
+        if release is not None and release.cann:
+            yield release.version, release.cann, "torch_npu_releases"
     for item in compat["torch_npu_not_on_pypi"]["items"]:
         if item.get("cann"):
             yield str(item["version"]), str(item["cann"]), "torch_npu_not_on_pypi"
@@ -217,26 +221,31 @@ def test_every_piece_of_disagreeing_evidence_names_what_the_knowledge_base_knows
             assert any(versions.hdk(h) < minimum for h in named), entry["version"]
 
 
-def test_every_compatibility_window_names_known_releases_and_each_of_its_pairs_validates(kb, compat, tmp_path):
+def test_every_pair_a_published_table_or_window_lists_validates(kb, compat, tmp_path):
+    """Every torch_npu on PyPI whose PTA release a parsed table row (torchnpu-tables.yaml) or a
+    hand-kept window marks compatible with a CANN release validates with it, without an error."""
     windows = compat["pta_lines"]["compat_windows"]
     assert windows and kb.compat_windows()
-    lines = {str(e["pta"]) for e in compat["pta_lines"]["lines"]}
-    cells: List[dict] = []
     for window in windows:
         assert window["source"] and all(s in compat["sources"] for s in window["source"]), window
-        assert {str(p) for p in window["pta"]} <= lines, window  # each PTA is a release line the data pairs
         assert [c for c in window["cann"] if not _known(kb, c)] == [], window
-        # every torch_npu on PyPI of the window's PTAs, with every CANN of the window, validates
-        for npu in kb.torch_npu_versions():
-            if kb.pta_of(npu) not in {str(p) for p in window["pta"]}:
+    finals = [c for c in kb.cann_releases() if versions.cann(c).key[4] == 2]  # no alphas or betas
+    tables = kb.releases.tables
+    for row in tables.rows:  # every column a row marks compatible is a release the knowledge base knows
+        assert [c for c in row.compatible if not any(compat_tables.column_matches(c, k) for k in finals)] == [], row
+    cells: List[dict] = []
+    for npu in kb.torch_npu_versions():
+        pta = kb.pta_of(npu)
+        for cann in finals if pta else ():
+            fit = kb.cann_fit(npu, cann)
+            if fit is None or fit.kind != "window":
                 continue
-            for cann in window["cann"]:
-                stated = python_env.python_range(str(cann))
-                pythons = [p for p in kb.torch_npu(npu).python.get("aarch64", ()) if stated is None or stated.allows(p)]
-                assert kb.compat_window(npu, str(cann)) is not None, (npu, cann)
-                cells.append({"name": f"w-{len(cells)}", "cann": str(cann), "chip": "910b", "os": "ubuntu22.04",
+            stated = python_env.python_range(cann)
+            pythons = [p for p in kb.torch_npu(npu).python.get("aarch64", ()) if stated is None or stated.allows(p)]
+            if pythons and kb.cann_package(cann) is not None:  # installers known: nothing else refuses the cell
+                cells.append({"name": f"w-{len(cells)}", "cann": cann, "chip": "910b", "os": "ubuntu22.04",
                               "env": "conda", "python": pythons[0], "arch": "aarch64", "torch_npu": npu})
-    assert len(cells) >= 80
+    assert len(cells) >= 140
     path = tmp_path / "windows.yaml"
     path.write_text(yaml.safe_dump({"image": "kb/windows", "cells": cells}))
     loaded = matrix.load(path)

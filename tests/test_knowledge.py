@@ -482,14 +482,16 @@ def test_the_cpu_build_of_torch_per_arch_and_version(kb):
         kb.cpu_torch("2.13.0", "sparc")
 
 
-def test_kb_shows_the_published_compatibility_window_of_a_release_and_of_a_cann():
+def test_kb_shows_the_published_tables_of_a_release_and_of_a_cann():
     kb = knowledge.load()
-    data = describe_torch_npu(kb, "2.6.0.post3")
-    assert data["pta"] == "7.2.0"
-    assert data["cann_window"] == {"cann": "8.0.RC2, 8.0.RC3, 8.0.0, 8.1.RC1, 8.2.RC1, 8.3.RC1",
-                                   "pta": "6.0.0, 7.0.0, 7.1.0, 7.2.0",
-                                   "source": "https://www.hiascend.com/document/detail/zh/Pytorch/720/releasenote/"
-                                             "releasenote_0005.html"}
-    assert describe_torch_npu(kb, "2.4.0")["cann_window"] is None  # PTA 6.0.rc3: no window published
-    assert describe_cann(kb, "8.1.RC1")["compatible_pta"]["pta"] == "6.0.0, 7.0.0, 7.1.0, 7.2.0"
-    assert describe_cann(kb, "8.5.0")["compatible_pta"] is None
+    data = describe_torch_npu(kb, "2.4.0.post2")
+    assert data["pta"] == "6.0.0"
+    assert data["cann_tables"] == [{"pta": "6.0.0", "compatible": "8.0.RC2, 8.0.RC3, 8.0.0, 8.1.RC1, 8.2.RC1, 8.3.RC1",
+                                    "not_compatible": "-",
+                                    "source": "https://www.hiascend.com/document/detail/zh/Pytorch/720/releasenote/"
+                                              "releasenote_0005.html"}]  # the hand-kept window: no parsed table
+    assert describe_torch_npu(kb, "2.4.0")["cann_tables"] == []  # PTA 6.0.rc3: no table published
+    assert [r["pta"] for r in describe_cann(kb, "8.1.RC1")["compatible_pta"]][-1] == "6.0.0"
+    assert {r["pta"] for r in describe_cann(kb, "8.1.RC1")["compatible_pta"]} == {"26.0.0", "7.3.0", "7.2.0", "7.1.0",
+                                                                                  "7.0.0", "6.0.0"}
+    assert describe_cann(kb, "7.0.RC1")["compatible_pta"] == []

@@ -123,24 +123,26 @@ def test_every_vllm_ascend_image_validates(tmp_path):
     errors, findings = validate(tmp_path, cells)
     assert errors == {}
     assert len(cells) == 408 and sum("torch_npu_wheel" in c for c in cells) == 108
-    downstream = {f.message.split(" is paired")[0] + " on " + f.message.split("; CANN ")[1].split(" is not")[0]
-                  for f in findings if f.rule == "cann-downstream"}
-    # pairs the table does not publish: a warning naming vllm-ascend's Dockerfile, or, for a later
-    # release of the paired CANN line, the inference that allows it
-    assert downstream == {"torch_npu 2.10.0 on 9.1.0-beta.1", "torch_npu 2.10.0.post2 on 9.1.0-beta.1"}
-    # a pair inside a compatibility window Huawei publishes: a warning naming the window instead
-    window = {f.message.split(" is paired")[0] + " on " + f.message.split("; CANN ")[1].split(" is not")[0]
-              for f in findings if f.rule == "cann-window"}
-    assert window == {"torch_npu 2.5.1 on 8.0.0"}
+    def pair(f, before):  # "torch_npu X on CANN", as the image tags spell the CANN
+        return f.message.split(" is paired")[0].split(" (PTA")[0] + " on " + f.message.split("; CANN ")[1].split(before)[0]
+
+    # pairs the tables do not list: a warning naming vllm-ascend's Dockerfile (a named project ships it,
+    # which is evidence; a later release of the paired line alone would only be an inference)
+    downstream = {pair(f, " is not") for f in findings if f.rule == "cann-downstream"}
+    assert downstream == {"torch_npu 2.10.0 on 9.1.0-beta.1", "torch_npu 2.10.0.post2 on 9.1.0-beta.1",
+                          "torch_npu 2.7.1 on 8.3.rc2", "torch_npu 2.8.0 on 8.3.rc2"}
     assert all("vllm-project/vllm-ascend@v" in f.message for f in findings if f.rule == "cann-downstream")
-    adjacent = {f.message.split(" is paired")[0] + " on " + f.message.split("; CANN ")[1].split(" is a")[0]
-                for f in findings if f.rule == "cann-adjacent"}
-    assert {"torch_npu 2.9.0 on 8.5.1", "torch_npu 2.7.1 on 8.3.rc2"} <= adjacent  # spelled as the image tags do
+    # pairs a published table of TorchNPU lists (8.5.X and 9.0.X are whole lines): a warning naming the table
+    window = {pair(f, " is not") for f in findings if f.rule == "cann-window"}
+    assert window == {"torch_npu 2.5.1 on 8.0.0", "torch_npu 2.9.0 on 8.5.1", "torch_npu 2.8.0.post2 on 8.5.1",
+                      "torch_npu 2.10.0.post2 on 9.0.1"}
+    assert all("Ascend/pytorch@v" in f.message for f in findings if f.rule == "cann-window")
+    assert not [f for f in findings if f.rule in ("cann-adjacent", "cann-uncovered")]
 
 
 @pytest.mark.parametrize("cell, rule", [
-    ({"torch_npu": "2.12.0", "cann": "9.0.0"}, "cann-mismatch"),         # older than the CANN the table pairs
-    ({"torch_npu": "2.4.0", "cann": "9.0.0"}, "cann-mismatch"),
+    ({"torch_npu": "2.9.0", "cann": "8.0.RC3"}, "cann-mismatch"),        # the tables of its PTA 7.3.0 leave it out
+    ({"torch_npu": "2.6.0.post3", "cann": "9.0.0"}, "cann-mismatch"),    # PTA 7.2.0: TorchNPU 26.0.0's notes leave it out
     ({"torch_npu": "2.4.0", "cann": "6.3.0"}, "cann-unknown"),           # a CANN that does not exist
     ({"cann": "8.4.0"}, "cann-unknown"),                                 # the same, CANN-only
     ({"torch_npu": "2.5.1.dev20250218", "cann": "8.0.0"}, "torch-npu-unpublished"),  # a dev build without its wheel
@@ -149,3 +151,13 @@ def test_what_nobody_publishes_stays_refused(tmp_path, cell, rule):
     base = {"name": "refused", "os": "ubuntu22.04", "arch": "x86_64", "chip": "910b", "python": "3.10"}
     errors, findings = validate(tmp_path, [dict(base, **cell)])
     assert rule in {f.rule for f in findings if f.severity == "error"}, errors
+
+
+def test_a_pair_nothing_publishes_either_way_is_unconfirmed_and_strict_refuses_it(tmp_path):
+    """torch_npu 2.4.0 (PTA 6.0.rc3) on CANN 9.0.0: no table covers PTA 6.0.rc3, so no document
+    excludes the pair either; a warning, which `validate --strict` turns into a refusal."""
+    base = {"name": "unconfirmed", "os": "ubuntu22.04", "arch": "x86_64", "chip": "910b", "python": "3.10"}
+    _, findings = validate(tmp_path, [dict(base, torch_npu="2.4.0", cann="9.0.0")])
+    [f] = [f for f in findings if f.rule.startswith("cann-")]
+    assert (f.rule, f.severity) == ("cann-uncovered", "warning")
+    assert checks.has_errors([f], strict=True)

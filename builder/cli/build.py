@@ -560,6 +560,56 @@ def releases_check_command(
                    else "nothing to propose", err=True)
 
 
+@releases_app.command("tables")
+def releases_tables_command(
+    documents: Optional[Path] = typer.Option(None, "--documents", callback=paths.FOLDER,
+                                             help="The kept documents (default: tests/fixtures/documents/ of this "
+                                                  "checkout)."),
+    from_git: Optional[Path] = typer.Option(None, "--from-git", callback=paths.FOLDER,
+                                            help="First keep the newest release notes and compatibility page of a "
+                                                 "clone of TorchNPU's repository (its .git folder) among them."),
+    write: bool = typer.Option(False, "--write", help="Generate the data files from the documents (make knowledge)."),
+    propose: bool = typer.Option(False, "--propose",
+                                 help="With --write: draft cells for the pairs a table now lists, in matrix/proposed/."),
+) -> None:
+    """Generate builder/data's parsed files (TorchNPU's tables, CANN's products, downstream pins)
+    from Ascend's kept documents, or check that they are current (exit 1 when stale).
+
+    Example: ascend-build releases tables --from-git pytorch/.git --write --propose
+    """
+    from builder.releases import keep_documents, published, tables_watch
+
+    folder = documents or published.FIXTURES
+    if from_git:
+        for kept in keep_documents.keep(from_git, folder / "ascend-pytorch"):
+            typer.echo(f"kept {kept}", err=True)
+    if not write:
+        stale = published.stale(folder)
+        for kind in published.KINDS:
+            typer.echo(f"{kind.data_file}: {'stale' if kind.data_file in stale else 'current'} ({kind.what})")
+        if stale:
+            raise UserError(f"{', '.join(stale)} differ from what their documents generate",
+                            fix="run `make knowledge` (ascend-build releases tables --write) and commit the result",
+                            exit_code=1)
+        return
+    before = knowledge.load()
+    changed = published.write(folder)
+    typer.echo("\n".join(f"wrote builder/data/{name}" for name in changed) or "every data file was current")
+    if propose:
+        knowledge.load.cache_clear()
+        pairs = tables_watch.enabled(before, knowledge.load())
+        text = tables_watch.proposal(pairs, knowledge.load())
+        for pair in pairs:
+            typer.echo(f"now listed: torch_npu {pair.torch_npu} on CANN {pair.cann} (was {pair.was}; {pair.where[0]})")
+        if text:
+            target = Path("matrix") / tables_watch.PROPOSAL_NAME
+            target.parent.mkdir(parents=True, exist_ok=True)
+            writes.replace_file(target, text.encode("utf-8"))
+            typer.echo(f"proposed {text.count('- cann:')} cell(s) in {target}", err=True)
+        else:
+            typer.echo("nothing to propose", err=True)
+
+
 @releases_app.command("cann")
 def releases_cann_command(
     table: str = typer.Option(..., "--table", envvar="ASCEND_BUILD_COMPAT_TABLE", callback=paths.URL_OR_FILE,

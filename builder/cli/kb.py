@@ -134,7 +134,7 @@ def describe_torch_npu(kb: KnowledgeBase, version: str) -> Dict[str, Any]:
         "cann_sources": list(rel.cann_sources),
         "cann_at_least": (lambda f: f"{f[0]} (inferred from torch_npu {f[1]})" if f else None)(kb.cann_floor(rel.version)),
         "pta": kb.pta_of(rel.version),
-        "cann_window": _window_row(kb, rel.version),
+        "cann_tables": _table_rows(kb, rel.version),
         "python": {a: list(rel.python.get(a, ())) for a in ARCHES},
         "manylinux": dict(rel.manylinux),
         "glibc_floor": {a: ".".join(map(str, g)) for a in ARCHES if (g := kb.glibc_floor(rel.version, a))},
@@ -145,13 +145,27 @@ def describe_torch_npu(kb: KnowledgeBase, version: str) -> Dict[str, Any]:
     }
 
 
-def _window_row(kb: KnowledgeBase, torch_npu: str) -> Optional[Dict[str, Any]]:
-    """The compatibility window Huawei publishes for the release's PTA; None when none does."""
+def _table_rows(kb: KnowledgeBase, torch_npu: str) -> List[Dict[str, Any]]:
+    """Every published table row that speaks of the release's PTA (TorchNPU) release, newest
+    document first: the CANN releases it marks compatible, those it leaves out, and where it is;
+    then the hand-kept windows that name that PTA.
+
+    Example:
+        >>> from builder.knowledge import load
+        >>> rows = _table_rows(load(), "2.9.0")
+        >>> rows[0]["pta"], rows[0]["compatible"], rows[0]["source"]
+        ('7.3.X', '8.5.X, 9.0.X, 9.1.X', 'Ascend/pytorch@v26.2.0-beta.1-pytorch2.13.0:docs/zh/release_notes.md, line 75')
+        >>> _table_rows(load(), "2.13.0")
+        []
+    """
     pta = kb.pta_of(torch_npu)
-    for window in kb.compat_windows():
-        if pta in window.pta:
-            return {"cann": window.cann_text, "pta": window.pta_text, "source": ", ".join(window.sources)}
-    return None
+    if pta is None:
+        return []
+    rows = [{"pta": r.pta, "compatible": ", ".join(r.compatible) or "-",
+             "not_compatible": ", ".join(c for c, ok in r.cann if not ok) or "-", "source": r.where}
+            for r in reversed(kb.releases.tables.covering(pta))]
+    return rows + [{"pta": w.pta_text, "compatible": w.cann_text, "not_compatible": "-", "source": ", ".join(w.sources)}
+                   for w in kb.compat_windows() if pta in w.pta]
 
 
 def _nearby_hint(kb: KnowledgeBase, version: str) -> str:
@@ -249,12 +263,17 @@ def _product_rows(kb: KnowledgeBase, cann: str) -> List[Dict[str, Any]]:
     return rows
 
 
-def _compatible_pta(kb: KnowledgeBase, cann: str) -> Optional[Dict[str, Any]]:
-    """The PTA releases a published compatibility window lists with that CANN; None when none does."""
-    for window in kb.compat_windows():
-        if window.covers(cann):
-            return {"pta": window.pta_text, "source": ", ".join(window.sources)}
-    return None
+def _compatible_pta(kb: KnowledgeBase, cann: str) -> List[Dict[str, Any]]:
+    """The PTA releases a published table row or a hand-kept window marks compatible with that
+    CANN, each with where it is (newest document first).
+
+    Example:
+        >>> from builder.knowledge import load
+        >>> [row["pta"] for row in _compatible_pta(load(), "9.0.0")][:3]
+        ['26.1.X', '26.0.X', '7.3.X']
+    """
+    rows = [{"pta": r.pta, "source": r.where} for r in reversed(kb.releases.tables.rows) if r.column(cann)]
+    return rows + [{"pta": w.pta_text, "source": ", ".join(w.sources)} for w in kb.compat_windows() if w.covers(cann)]
 
 
 def _os_rows(kb: KnowledgeBase, version: str) -> Optional[Dict[str, Any]]:

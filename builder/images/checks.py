@@ -32,6 +32,9 @@ from builder import commands, installers, knowledge, python_env, versions
 from builder.errors import Finding, UserError
 from builder.vocabulary import CANDIDATE_SUFFIX
 from builder.images import own_wheel
+from builder.images.downstream_checks import downstream_pins_fit
+from builder.images.pin_checks import pins_match_torch_npu
+from builder.images.product_checks import product_released
 from builder.images.matrix import Cell
 
 Findings = Iterator[Finding]
@@ -95,9 +98,12 @@ def torch_matches_pin(cell: Cell, kb) -> Findings:
 
 
 def cann_paired(cell: Cell, kb) -> Findings:
-    """Each torch_npu release is built for one CANN release; another CANN breaks its symbols, unless
-    Huawei's release notes publish a compatibility window holding both (PTA 6.0.0..7.2.0 each with
-    CANN 8.0.RC2..8.3.RC1): then a warning naming the window (``cann-window``)."""
+    """Each torch_npu release is built for one CANN release. Another CANN is judged by the evidence
+    Ascend's documents give (`kb.cann_fit`): a published table of its PTA release that lists it
+    (``cann-window``, a warning naming the document and row), a downstream that ships it
+    (``cann-downstream``), a table that covers its PTA release and leaves it out (``cann-mismatch``,
+    an error naming the table and the CANN releases it lists), a later release of the paired line
+    (``cann-adjacent``), or no table at all (``cann-uncovered``, a warning; an error under --strict)."""
     release = kb.torch_npu(cell.torch_npu)
     if release is None:
         if cell.torch_npu_wheel:  # a build of the cell's own: nothing published to pair it with
@@ -106,40 +112,22 @@ def cann_paired(cell: Cell, kb) -> Findings:
                            f"CANN {cell.cann} is unconfirmed", "validate the image on an NPU host before relying on it",
                            severity="warning")
         return
-    if release.cann is None:
-        floor = kb.cann_floor(cell.torch_npu)
-        try:
-            below = floor is not None and _cann(cell.cann) < _cann(floor[0])
-        except versions.VersionError:
-            return  # reported by cann_known
-        if below:
-            fitting = ", ".join(r.version for r in kb.torch_npu_for_cann(cell.cann)[:3])
-            yield _finding(cell, "cann", "cann-below-inferred",
-                           f"torch_npu {cell.torch_npu} has no published CANN pairing, but the older torch_npu "
-                           f"{floor[1]} is paired with CANN {floor[0]}, and a newer torch_npu never needs an older "
-                           f"CANN (inferred): CANN {cell.cann} is older than {floor[0]}",
-                           f"set cann: {floor[0]} or newer" + (f", or for CANN {cell.cann} use torch_npu {fitting}"
-                                                               if fitting else ""))
-            return
-        inferred = f" (inferred: CANN {floor[0]} or newer, from torch_npu {floor[1]})" if floor else ""
-        yield _finding(cell, "torch_npu", "cann-pairing-unknown",
-                       f"no published CANN pairing for torch_npu {cell.torch_npu}; CANN {cell.cann} is unconfirmed"
-                       + inferred,
-                       "check Ascend's compatibility table; validate the image on an NPU host before relying on it",
-                       severity="warning")
-        return
     fit = kb.cann_fit(cell.torch_npu, cell.cann)
+    if release.cann is None and fit is None:
+        yield from _cann_unpaired(cell, kb)
+        return
     if fit is None or fit.kind == "paired":
         return  # an unparsable CANN is reported by cann_known
-    window = fit.window
-    if window is not None:  # published compatible, though not the pair: a warning naming the window
+    paired = (f"torch_npu {cell.torch_npu} (PTA {fit.pta}) is paired with CANN {release.cann}" if fit.pta
+              else f"torch_npu {cell.torch_npu} is paired with CANN {release.cann}")
+    if release.cann is None:
+        paired = f"torch_npu {cell.torch_npu} (PTA {fit.pta}) has no published CANN pairing"
+    keep_paired = f", or set cann: {release.cann} for the published pair" if release.cann else ""
+    if fit.kind == "window":  # published compatible, though not the pair: a warning naming the evidence
         yield _finding(cell, "cann", "cann-window",
-                       f"torch_npu {cell.torch_npu} is paired with CANN {release.cann}; CANN {cell.cann} is not its "
-                       f"pair but inside a published compatibility window: Ascend Extension for PyTorch "
-                       f"{window.pta_text} each with CANN {window.cann_text} (per {', '.join(window.sources)}; "
-                       f"torch_npu {cell.torch_npu} is PTA {kb.pta_of(cell.torch_npu)})",
-                       f"keep it (Huawei documents it compatible), or set cann: {release.cann} for the paired release",
-                       severity="warning")
+                       f"{paired}; CANN {cell.cann} is not its pair, but a published table marks PTA {fit.pta} "
+                       f"compatible with it ({_evidence(fit.sources)})",
+                       "keep it (Ascend documents it compatible)" + keep_paired, severity="warning")
         return
     if fit.kind == "adjacent":
         line = ".".join(map(str, _cann(release.cann).release[:2]))
@@ -154,14 +142,50 @@ def cann_paired(cell: Cell, kb) -> Findings:
                        f"is not published for it, but a downstream project ships this pair ({fit.evidence})",
                        f"validate the image on an NPU host, or set cann: {release.cann}", severity="warning")
         return
-    pta = kb.pta_of(cell.torch_npu)
-    windows = [w for w in kb.compat_windows() if pta in w.pta]
-    outside = (f" (nor inside the compatibility window Huawei publishes for its PTA {pta}: CANN "
-               f"{'; '.join(w.cann_text for w in windows)})" if windows else "")
+    if fit.kind == "uncovered":
+        yield _finding(cell, "cann", "cann-uncovered",
+                       f"{paired}; no published table covers PTA {fit.pta or '(unknown)'} with CANN {cell.cann}, "
+                       "so the pair is unconfirmed (`validate --strict` refuses it)",
+                       f"set cann: {release.cann} for the published pair, or validate the image on an NPU host",
+                       severity="warning")
+        return
+    listed = ", ".join(fit.compatible)
     yield _finding(cell, "torch_npu", "cann-mismatch",
-                   f"torch_npu {cell.torch_npu} is paired with CANN {release.cann}, not CANN {cell.cann}" + outside,
-                   f"set cann: {release.cann}" + (" or another CANN of its window" if windows else "")
-                   + f", or {_suggest_torch_npu(kb, cell)}")
+                   f"{paired}, not CANN {cell.cann}: the published table that covers PTA {fit.pta} lists CANN "
+                   f"{listed} for it, not {cell.cann} ({_evidence(fit.sources)})",
+                   (f"set cann: {release.cann} or another CANN that table lists" if release.cann
+                    else f"set cann: to one of {listed}") + f", or {_suggest_torch_npu(kb, cell)}")
+
+
+def _evidence(sources: Sequence[str]) -> str:
+    """The newest document and row a verdict rests on, and how many older ones say the same."""
+    more = len(sources) - 1
+    return sources[0] + (f"; {more} older release notes agree" if more > 0 else "") if sources else "no document"
+
+
+def _cann_unpaired(cell: Cell, kb) -> Findings:
+    """A torch_npu release with no published pairing that no table speaks of: bounded by the
+    published pairs of older releases (inferred), else unconfirmed."""
+    floor = kb.cann_floor(cell.torch_npu)
+    try:
+        below = floor is not None and _cann(cell.cann) < _cann(floor[0])
+    except versions.VersionError:
+        return  # reported by cann_known
+    if below:
+        fitting = ", ".join(r.version for r in kb.torch_npu_for_cann(cell.cann)[:3])
+        yield _finding(cell, "cann", "cann-below-inferred",
+                       f"torch_npu {cell.torch_npu} has no published CANN pairing, but the older torch_npu "
+                       f"{floor[1]} is paired with CANN {floor[0]}, and a newer torch_npu never needs an older "
+                       f"CANN (inferred): CANN {cell.cann} is older than {floor[0]}",
+                       f"set cann: {floor[0]} or newer" + (f", or for CANN {cell.cann} use torch_npu {fitting}"
+                                                           if fitting else ""))
+        return
+    inferred = f" (inferred: CANN {floor[0]} or newer, from torch_npu {floor[1]})" if floor else ""
+    yield _finding(cell, "torch_npu", "cann-pairing-unknown",
+                   f"no published CANN pairing for torch_npu {cell.torch_npu}; CANN {cell.cann} is unconfirmed"
+                   + inferred,
+                   "check Ascend's compatibility table; validate the image on an NPU host before relying on it",
+                   severity="warning")
 
 
 def cann_known(cell: Cell, kb) -> Findings:
@@ -632,8 +656,8 @@ def own_wheel_fits(cell: Cell, kb) -> Findings:
 RULES = (
     cann_known, torch_npu_published, torch_matches_pin, cann_paired, python_has_wheel, python_within_cann,
     nnal_python, os_listed, glibc_new_enough,
-    product_fits, driver_supports_cann, driver_known, firmware_in_range, chip_supported, venv_python_matches, installers_verifiable, tag_fits,
-    pins_within_cann_limits, env_vars_accepted, nnal_published, torch_atb_glibc, own_wheel_fits,
+    product_fits, product_released, driver_supports_cann, driver_known, firmware_in_range, chip_supported, venv_python_matches, installers_verifiable, tag_fits,
+    pins_within_cann_limits, pins_match_torch_npu, downstream_pins_fit, env_vars_accepted, nnal_published, torch_atb_glibc, own_wheel_fits,
 )
 
 LOCK_RULES = {

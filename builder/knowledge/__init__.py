@@ -9,7 +9,7 @@ which hand back a copy of their entry, and ``cann_package()``, a read-only view)
 
 It is split by concern, one part per module, each reading only its own data:
 
-* `releases`     torch_npu and CANN releases, their pairings and compatibility windows (``Releases``);
+* `releases`     torch_npu and CANN releases, their pairings, TorchNPU's published tables (``Releases``);
 * `environment`  the Python environment: torch pins, Python lines, base OSes, OS per CANN release (``Environment``);
 * `drivers`      chips, products, driver (HDK) minimums, firmware (``Drivers``);
 * `downloads`    where installers come from, Miniforge, uv (``Downloads``, ``Installer``);
@@ -41,10 +41,12 @@ from functools import lru_cache
 from typing import Any, Mapping, Optional, Tuple
 
 from builder.knowledge.downloads import CannRelease, Downloads, Installer
+from builder.knowledge.downstream_pins import load_pins
 from builder.knowledge.drivers import OTHER_PRODUCTS, Drivers, Product, chip_of_soc, chip_min_cann
 from builder.knowledge.environment import CannOs, Environment, OsInfo, known_arch
+from builder.knowledge import cann_products
 from builder.knowledge.ascend_errors import ERRORS_FILE, error_entries
-from builder.knowledge.files import DATA_DIR, read_json, read_yaml
+from builder.knowledge.files import DATA_DIR, TABLES_FILE, read_json, read_yaml
 from builder.knowledge.pairings import CannFit, CompatWindow, Releases, TorchNpu
 from builder.vocabulary import CHIPS
 
@@ -75,8 +77,9 @@ class KnowledgeBase:
         conda_doc: Mapping[str, Any],
         downloads_doc: Optional[Mapping[str, Any]] = None,
         uv_doc: Optional[Mapping[str, Any]] = None,
+        tables_doc: Optional[Mapping[str, Any]] = None,
     ) -> None:
-        self.releases = releases = Releases(compat, packages)
+        self.releases = releases = Releases(compat, packages, tables_doc)
         self.environment = environment = Environment(releases, compat, os_doc)
         self.drivers = drivers = Drivers(releases, compat)
         self.downloads = downloads = Downloads(releases, environment, conda_doc, downloads_doc, uv_doc)
@@ -114,6 +117,11 @@ class KnowledgeBase:
         self.hdk_by_product_source = drivers.hdk_by_product_source
         self.product_hdk = drivers.product_hdk
         self.chip_min_cann = drivers.chip_min_cann
+        # since when CANN's release notes name a product (cann-products.yaml, parsed from the notes)
+        self.product_first_release = cann_products.first_release
+        self.product_listed = cann_products.listed
+        # what downstream releases (vllm-ascend) require of torch_npu and torch (downstream-pins.yaml, parsed)
+        self.downstream_pins = load_pins()
         self.paired_hdk = drivers.paired_hdk
         self.min_driver_reason = drivers.min_driver_reason
         self.min_driver = drivers.min_driver
@@ -151,8 +159,9 @@ def load() -> KnowledgeBase:
         conda_doc=read_yaml(DATA_DIR / "conda.yaml"),
         downloads_doc=read_yaml(DATA_DIR / "cann-downloads.yaml"),
         uv_doc=read_yaml(DATA_DIR / "uv.yaml"),
+        tables_doc=read_yaml(DATA_DIR / TABLES_FILE),
     )
 
 
-__all__ = ["load", "KnowledgeBase", "TorchNpu", "CannFit", "CompatWindow", "OsInfo", "CannOs", "Product", "OTHER_PRODUCTS", "Installer", "CannRelease", "ARCHES", "CHIPS", "DATA_DIR", "ERRORS_FILE",
+__all__ = ["load", "KnowledgeBase", "TorchNpu", "CannFit", "CompatWindow", "OsInfo", "CannOs", "Product", "OTHER_PRODUCTS", "Installer", "CannRelease", "ARCHES", "CHIPS", "DATA_DIR", "TABLES_FILE", "ERRORS_FILE",
            "error_entries", "chip_of_soc", "chip_min_cann", "known_arch"]

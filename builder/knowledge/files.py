@@ -8,6 +8,8 @@ from typing import Any, Dict
 from builder import documents
 
 DATA_DIR = Path(__file__).resolve().parent.parent / "data"
+# Generated from TorchNPU's release notes by `make knowledge` (builder/releases/published.py).
+TABLES_FILE = "torchnpu-tables.yaml"
 
 
 def read_yaml(path: Path) -> Dict[str, Any]:

@@ -11,11 +11,12 @@ from __future__ import annotations
 
 import copy
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 from builder import versions
+from builder.knowledge.compat_tables import CompatTables
 
 _TORCH_REQ = re.compile(r"^torch\s*(?:[=<>!~;\[(]|$)")
 
@@ -52,14 +53,14 @@ class TorchNpu:
 
 @dataclass(frozen=True)
 class CompatWindow:
-    """A compatibility window Huawei's release notes publish (``pta_lines.compat_windows[]``):
+    """A hand-kept compatibility window (``pta_lines.compat_windows[]``), from a page no parser reads:
     every PTA (Ascend Extension for PyTorch) release of ``pta`` with every CANN of ``cann``.
 
     Example:
         >>> from builder.knowledge import load
-        >>> w = load().compat_window("2.6.0.post3", "8.0.RC2")
+        >>> w = load().compat_window("2.4.0.post2", "8.0.RC2")
         >>> w.pta, w.cann_text
-        (('6.0.0', '7.0.0', '7.1.0', '7.2.0'), '8.0.RC2, 8.0.RC3, 8.0.0, 8.1.RC1, 8.2.RC1, 8.3.RC1')
+        (('6.0.0',), '8.0.RC2, 8.0.RC3, 8.0.0, 8.1.RC1, 8.2.RC1, 8.3.RC1')
     """
 
     pta: Tuple[str, ...]
@@ -83,29 +84,40 @@ class CompatWindow:
 
 @dataclass(frozen=True)
 class CannFit:
-    """How a torch_npu with a published CANN pairing fits a CANN release, decided once for
+    """How a torch_npu fits a CANN release, by the evidence Ascend's documents give, decided once for
     `validate` (checks.cann_paired) and `doctor`, so both accept the same pairs:
 
     - ``paired``: the published pair;
-    - ``window``: inside a compatibility window Huawei publishes (``window``);
-    - ``adjacent``: a later release of the paired CANN's line (X.Y), inferred, not published;
+    - ``window``: a published table of its PTA (TorchNPU) release marks the CANN compatible
+      (``where``: each document and row; ``window``: a hand-kept window from a page no parser reads);
     - ``downstream``: a named downstream project ships the pair (``evidence``);
-    - ``mismatch``: none of these.
+    - ``mismatch``: a published table covers its PTA release and leaves that CANN out (``where``,
+      ``compatible``: the CANN releases those rows list);
+    - ``adjacent``: a later release of the paired CANN's line (X.Y), inferred, not published;
+    - ``uncovered``: no published table covers the pair.
 
-    Only ``mismatch`` is refused; ``window``, ``adjacent`` and ``downstream`` are warnings.
+    Only ``mismatch`` is refused; the others are warnings (``uncovered`` an error under --strict).
 
     Example:
         >>> from builder.knowledge import load
         >>> kb = load()
-        >>> [kb.cann_fit("2.6.0.post3", c).kind for c in ("8.3.RC1", "8.0.RC2", "7.0.RC1")]
-        ['paired', 'window', 'mismatch']
+        >>> [kb.cann_fit("2.6.0.post3", c).kind for c in ("8.3.RC1", "8.0.RC2", "8.5.0", "7.0.RC1")]
+        ['paired', 'window', 'mismatch', 'uncovered']
         >>> kb.cann_fit("2.9.0", "8.5.1").kind, kb.cann_fit("2.10.0", "9.1.0-beta.1").evidence
-        ('adjacent', 'vllm-project/vllm-ascend@v0.20.2rc1:Dockerfile.310p')
+        ('window', 'vllm-project/vllm-ascend@v0.20.2rc1:Dockerfile.310p')
     """
 
     kind: str
     window: Optional[CompatWindow] = None
     evidence: str = ""
+    pta: Optional[str] = None
+    where: Tuple[str, ...] = ()       # the documents and rows the verdict rests on
+    compatible: Tuple[str, ...] = ()  # for ``mismatch``: the CANN releases those rows list
+
+    @property
+    def sources(self) -> Tuple[str, ...]:
+        """Every document the verdict names: its table rows, or its hand-kept window's page."""
+        return self.where or (self.window.sources if self.window is not None else ())
 
 
 @dataclass(frozen=True)
@@ -182,14 +194,30 @@ def _where(source: Any) -> str:
     return str(source.get("package") or source.get("index") or source.get("note") or "")
 
 
+def _listed_in(rows: Any) -> Tuple[str, ...]:
+    """The CANN columns the newest of the rows marks compatible (its document's word is the latest)."""
+    return rows[-1].compatible if rows else ()
+
+
+def _newest_first(rows: Any) -> Tuple[str, ...]:
+    """Where the rows are, the newest document's first (the table keeps them oldest first)."""
+    return tuple(r.where for r in reversed(rows))
+
+
 class Releases:
     """torch_npu and CANN releases, looked up by version (lenient: ``versions.lenient``)."""
 
-    def __init__(self, compat: Mapping[str, Any], packages: Mapping[str, Any]) -> None:
+    def __init__(self, compat: Mapping[str, Any], packages: Mapping[str, Any],
+                 tables: Optional[Mapping[str, Any]] = None) -> None:
+        # TorchNPU's published tables, generated from its release notes (torchnpu-tables.yaml)
+        self.tables = CompatTables(tables)
         # torch_npu on PyPI, keyed by PEP 440 version
         self._releases: Dict[Any, TorchNpu] = {}
         for item in compat["torch_npu_releases"]["items"]:
             rel = self._release(item)
+            row = self.tables.pta_of(rel.version)
+            if row is not None and row.cann:  # the pairing a parsed table publishes, with its row
+                rel = replace(rel, cann=row.cann[0], cann_sources=(row.where, *rel.cann_sources))
             self._releases[versions.lenient("python_package", rel.version) or rel.version] = rel
         self._release_order = sorted(self._releases)
         # named by Huawei, never on PyPI
@@ -227,7 +255,6 @@ class Releases:
         self._cann_floor: Dict[str, Optional[Tuple[str, str]]] = {}
         # PTA (Ascend Extension for PyTorch) release lines: PTA -> its paired CANN, and the windows
         lines = compat.get("pta_lines") or {}
-        self._pta_by_cann = {versions.lenient("cann", str(e["cann"])): str(e["pta"]) for e in lines.get("lines") or ()}
         where = {str(k): _where(v) for k, v in (compat.get("sources") or {}).items()}
         self._windows = tuple(CompatWindow(listed(w.get("pta")), listed(w.get("cann")), str(w.get("text") or ""),
                                            tuple(where.get(s, s) for s in listed(w.get("source"))))
@@ -403,30 +430,36 @@ class Releases:
         return self._packages.get(ck) if ck is not None else None
 
     def pta_of(self, torch_npu: str) -> Optional[str]:
-        """The PTA (Ascend Extension for PyTorch) release a torch_npu on PyPI belongs to: the PTA
-        line paired with its CANN (``pta_lines.lines``); None when it has no pairing or no line.
+        """The PTA (TorchNPU) release a torch_npu on PyPI belongs to: the version mapping row of a
+        release notes or compatibility page that names it; else its branch (``v2.7.1-26.0.0``: PTA
+        26.0.0, for the post-releases made on it); None when neither says (pre-releases).
 
         Example:
             >>> from builder.knowledge import load
-            >>> load().pta_of("2.6.0.post3"), load().pta_of("2.13.0")
-            ('7.2.0', None)
+            >>> load().pta_of("2.6.0.post3"), load().pta_of("2.7.1.post6"), load().pta_of("2.13.0")
+            ('7.2.0', '26.0.0', None)
         """
+        row = self.tables.pta_of(torch_npu)
+        if row is not None:
+            return row.pta
         release = self.torch_npu(torch_npu)
-        cann = versions.lenient("cann", release.cann) if release is not None and release.cann else None
-        return self._pta_by_cann.get(cann) if cann is not None else None
+        if release is None:
+            return None
+        branch = re.fullmatch(r"v[\d.]+-(\d[\w.]*)", release.branch or "")
+        return branch.group(1) if branch else None
 
     def compat_windows(self) -> Tuple[CompatWindow, ...]:
-        """Every compatibility window the data holds (``pta_lines.compat_windows``)."""
+        """Every hand-kept compatibility window (``pta_lines.compat_windows``: pages no parser reads)."""
         return self._windows
 
     def compat_window(self, torch_npu: str, cann: str) -> Optional[CompatWindow]:
-        """The published window that makes ``torch_npu`` compatible with ``cann`` (its PTA release
+        """The hand-kept window that makes ``torch_npu`` compatible with ``cann`` (its PTA release
         and that CANN both in it); None when no window covers the pair.
 
         Example:
             >>> from builder.knowledge import load
             >>> load().compat_window("2.1.0.post10", "8.3.RC1").pta_text
-            '6.0.0, 7.0.0, 7.1.0, 7.2.0'
+            '6.0.0'
             >>> load().compat_window("2.1.0.post10", "8.5.0") is None, load().compat_window("2.1.0.post3", "8.0.RC2") is None
             (True, True)
         """
@@ -439,22 +472,36 @@ class Releases:
         return None
 
     def cann_fit(self, torch_npu: str, cann: str) -> Optional[CannFit]:
-        """How ``torch_npu`` fits ``cann`` (`CannFit`); None when the torch_npu is unknown or has no
-        published pairing, or ``cann`` is no CANN version (what says so is the caller's)."""
+        """How ``torch_npu`` fits ``cann`` (`CannFit`), by the evidence in this order: the published
+        pair, a table that lists it, a downstream that ships it, a table that leaves it out, a
+        later release of the paired line, nothing. None when the torch_npu is unknown, or ``cann``
+        is no CANN version, or the release has no published pairing and no table speaks of it
+        (what says so is the caller's)."""
         release = self.torch_npu(torch_npu)
-        paired = versions.lenient("cann", release.cann if release is not None else None)
         wanted = versions.lenient("cann", cann)
-        if paired is None or wanted is None:
+        if release is None or wanted is None:
             return None
+        paired = versions.lenient("cann", release.cann)
         if paired == wanted:
             return CannFit("paired")
+        pta = self.pta_of(torch_npu)
+        listing = self.tables.listing(pta, cann) if pta else []
         window = self.compat_window(torch_npu, cann)
-        if window is not None:
-            return CannFit("window", window=window)
-        if wanted > paired and wanted.release[:2] == paired.release[:2]:
-            return CannFit("adjacent")
+        if listing or window is not None:
+            return CannFit("window", window=window, pta=pta, where=_newest_first(listing))
+        excluding = self.tables.excluding(pta, cann) if pta else []
+        if paired is None:  # no published pair: only a table's word counts here
+            return (CannFit("mismatch", pta=pta, where=_newest_first(excluding),
+                            compatible=_listed_in(excluding)) if excluding else None)
         evidence = self.downstream_evidence(torch_npu, cann)
-        return CannFit("downstream", evidence=evidence) if evidence else CannFit("mismatch")
+        if evidence:
+            return CannFit("downstream", evidence=evidence, pta=pta)
+        if excluding:
+            return CannFit("mismatch", pta=pta, where=_newest_first(excluding),
+                           compatible=_listed_in(excluding))
+        if wanted > paired and wanted.release[:2] == paired.release[:2]:
+            return CannFit("adjacent", pta=pta)
+        return CannFit("uncovered", pta=pta)
 
     def downstream_evidence(self, torch_npu: str, cann: str) -> str:
         """Where a well-known downstream project ships torch_npu on that CANN although Ascend's

@@ -621,20 +621,22 @@ def _torch_checks(kb, lab, facts, cann, npu, host, labels) -> List[Check]:
     elif cann is None:
         out.append(Check("image: torch_npu vs CANN", WARN, f"torch_npu {tnpu} pairs with CANN {rel.cann}; "
                                                            "the image's CANN is unknown", "check ASCEND_HOME_PATH"))
-    elif (fit := kb.cann_fit(tnpu, cann)) is not None and fit.window is not None:  # validate's own fit
+    elif (fit := kb.cann_fit(tnpu, cann)) is not None and fit.kind == "window":  # validate's own fit
         out.append(Check("image: torch_npu vs CANN", OK, f"torch_npu {tnpu} + CANN {cann}: not its pair (CANN "
-                                                         f"{rel.cann}), inside the compatibility window Huawei "
-                                                         f"publishes (PTA {fit.window.pta_text} with CANN "
-                                                         f"{fit.window.cann_text})"))
-    elif fit is not None and fit.kind in ("adjacent", "downstream"):  # validate's warnings: a warning here too
-        why = ("a later release of its paired line, inferred compatible but not published" if fit.kind == "adjacent"
-               else f"not published for it, but a downstream project ships this pair ({fit.evidence})")
+                                                         f"{rel.cann}), but a published table of its PTA {fit.pta} "
+                                                         f"lists it ({fit.sources[0]})"))
+    elif fit is not None and fit.kind in ("adjacent", "downstream", "uncovered"):  # validate's warnings: warned here
+        why = {"adjacent": "a later release of its paired line, inferred compatible but not published",
+               "downstream": f"not published for it, but a downstream project ships this pair ({fit.evidence})",
+               "uncovered": f"not covered by any published table of its PTA {fit.pta or '(unknown)'}"}[fit.kind]
         out.append(Check("image: torch_npu vs CANN", WARN, f"torch_npu {tnpu} pairs with CANN {rel.cann}; CANN {cann} is "
                                                            + why, "run a training step of the image on this node "
                                                            f"before relying on it, or use an image with CANN {rel.cann}"))
     elif fit is None or fit.kind == "mismatch":  # None: a CANN that is no version, as before
+        listed = f" (a published table lists CANN {', '.join(fit.compatible)} for its PTA {fit.pta}: {fit.sources[0]})" \
+            if fit is not None else ""
         out.append(Check("image: torch_npu vs CANN", FAIL, f"torch_npu {tnpu} pairs with CANN {rel.cann}, "
-                                                           f"the image has {cann}",
+                                                           f"the image has {cann}" + listed,
                          explain.fix_for("torch-npu-cann-mismatch", host, labels, **values)))
     else:
         out.append(Check("image: torch_npu vs CANN", OK, f"torch_npu {tnpu} + CANN {cann}"))

@@ -51,7 +51,7 @@ def read_metadata(http: Http, file: IndexFile, wheel: WheelName) -> MetadataRead
     raw, method = None, PEP658
     if file.metadata is not None:
         try:
-            raw = _metadata_pep658(http, file)
+            raw = metadata_pep658(http, file)
         except UserError as exc:
             if "HTTP 404" not in exc.message:
                 raise
@@ -140,7 +140,8 @@ def _verify_hash(url: str, body: bytes, hashes: Mapping[str, str]) -> None:
             return
 
 
-def _metadata_pep658(http: Http, file: IndexFile) -> bytes:
+def metadata_pep658(http: Http, file: IndexFile) -> bytes:
+    """A wheel's PEP 658 ``.metadata`` file, checked against the hash the index lists for it."""
     url = file.url + ".metadata"
     _, _, body, _ = http.get(url)
     _verify_hash(url, body, file.metadata or {})

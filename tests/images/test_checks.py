@@ -88,26 +88,41 @@ def test_torch_with_local_label_matches(tmp_path):
 
 
 def test_cann_mismatch(tmp_path):
-    findings, lines, _ = cell_findings(tmp_path, dict(CANN_7, torch_npu="2.4.0"))
+    """torch_npu 2.9.0 is PTA 7.3.0; every table that covers 7.3.0 and has a column for 8.0.RC3 leaves it out."""
+    findings, lines, _ = cell_findings(tmp_path, dict(VALID, torch_npu="2.9.0", python="3.11"))
     f = only(findings, "cann-mismatch")
     assert f.severity == "error"
     assert (f.field, f.where.line) == ("cells[0].torch_npu", lines[(0, "torch_npu")])
-    assert f.message == "torch_npu 2.4.0 is paired with CANN 8.0.RC3, not CANN 7.0.RC1"
-    assert f.fix == "set cann: 8.0.RC3, or for CANN 7.0.RC1 use 2.1.0rc1"
+    assert f.message == ("torch_npu 2.9.0 (PTA 7.3.0) is paired with CANN 8.5.0, not CANN 8.0.RC3: the published table "
+                         "that covers PTA 7.3.0 lists CANN 8.5.0, 8.3.RC1, 8.2.RC1, 8.1.RC1, 8.0.0 for it, not 8.0.RC3 "
+                         "(Ascend/pytorch@v26.1.0-beta.2-pytorch2.7.1:docs/zh/release_notes/release_notes.md, line 51; "
+                         "5 older release notes agree)")
+    assert f.fix == "set cann: 8.5.0 or another CANN that table lists, or for CANN 8.0.RC3 use 2.4.0 or 2.3.1.post2 or 2.1.0.post8"
+
+
+def test_a_pair_no_published_table_covers_is_a_warning_that_strict_refuses(tmp_path):
+    findings, lines, _ = cell_findings(tmp_path, dict(CANN_7, torch_npu="2.4.0"))
+    f = only(findings, "cann-uncovered")
+    assert f.severity == "warning" and (f.field, f.where.line) == ("cells[0].cann", lines[(0, "cann")])
+    assert f.message == ("torch_npu 2.4.0 (PTA 6.0.rc3) is paired with CANN 8.0.RC3; no published table covers "
+                         "PTA 6.0.rc3 with CANN 7.0.RC1, so the pair is unconfirmed (`validate --strict` refuses it)")
+    assert checks.has_errors([f], strict=True) and not checks.has_errors([f])
 
 
 def test_a_later_cann_of_the_same_line_is_a_warning_naming_the_published_pair(tmp_path):
-    """vllm-ascend runs torch_npu 2.9.0 (paired with 8.5.0) on CANN 8.5.1."""
-    findings, lines, _ = cell_findings(tmp_path, dict(VALID, cann="8.5.1", torch_npu="2.9.0", torch="2.9.0",
-                                                      python="3.11", min_driver="25.0.RC1"))
+    """torch_npu 2.6.0.post3 (PTA 7.2.0, paired with 8.3.RC1) on CANN 8.3.RC2: no table has a column for
+    8.3.RC2 (they name 8.3.RC1 exactly), so the later release of the line is inferred, and said so."""
+    findings, lines, _ = cell_findings(tmp_path, dict(VALID, cann="8.3.RC2", torch_npu="2.6.0.post3", python="3.11",
+                                                      min_driver="25.0.RC1"))
     f = only(findings, "cann-adjacent")
     assert f.severity == "warning" and (f.field, f.where.line) == ("cells[0].cann", lines[(0, "cann")])
-    assert f.message == ("torch_npu 2.9.0 is paired with CANN 8.5.0 (published); CANN 8.5.1 is a later release "
-                         "of the same line (8.5), inferred compatible but not published")
+    assert f.message == ("torch_npu 2.6.0.post3 is paired with CANN 8.3.RC1 (published); CANN 8.3.RC2 is a later "
+                         "release of the same line (8.3), inferred compatible but not published")
     assert by_rule(findings, "cann-mismatch") == []
-    older, _, _ = cell_findings(tmp_path, dict(VALID, cann="8.3.RC1", torch_npu="2.9.0", torch="2.9.0",
-                                               python="3.11", min_driver="25.0.RC1"))
-    assert only(older, "cann-mismatch").severity == "error"  # another line: a contradiction
+    # a table whose column is the whole line (8.5.X) lists 8.5.1 for PTA 7.3.0: published, not inferred
+    listed, _, _ = cell_findings(tmp_path, dict(VALID, cann="8.5.1", torch_npu="2.9.0", python="3.11",
+                                                min_driver="25.0.RC1"))
+    assert by_rule(listed, "cann-window") and not by_rule(listed, "cann-adjacent")
 
 
 def test_cann_spelling_variants_are_the_same_release(tmp_path):
@@ -584,13 +599,16 @@ COVERED = {
     "torch_npu_published": ("torch-npu-unpublished",),
     "torch_matches_pin": ("torch-mismatch",),
     "cann_paired": ("cann-mismatch", "cann-pairing-unknown", "cann-below-inferred", "cann-adjacent", "cann-downstream",
-                    "cann-window"),
+                    "cann-window", "cann-uncovered"),
     "python_has_wheel": ("python-no-wheel",),
     "python_within_cann": ("python-outside-cann", "python-outside-cann-shipped"),
     "nnal_python": ("nnal-python",),
     "os_listed": ("os-not-listed",),  # tests/test_os_per_release.py (no shipped list lacks a family of os:)
     "glibc_new_enough": ("glibc-too-old",),
     "product_fits": ("product-chip", "product-unstated", "product-hdk-unknown"),  # tests/test_product_hdk.py
+    "product_released": ("product-before-release",),  # tests/test_cann_products.py
+    "pins_match_torch_npu": ("torch-npu-requires",),  # tests/test_wheel_requires.py
+    "downstream_pins_fit": ("downstream-pin", "downstream-release-unknown"),  # tests/test_downstream_pins.py
     "driver_supports_cann": ("driver-too-old", "driver-missing", "version-syntax", "driver-downstream"),
     "firmware_in_range": ("firmware-out-of-range", "version-syntax", "firmware-unknown", "firmware-unlisted"),
     "driver_known": ("driver-unknown", "driver-unlisted"),
@@ -831,8 +849,15 @@ A3_LOCAL = dict(VALID, arch="aarch64", chip="a3", cann="8.3.RC1", torch_npu="2.7
 SHAPE_CASES: Dict[str, List[dict]] = {
     "torch-npu-unpublished": [dict(CANN_7, torch_npu="2.1.0.post5")],
     "torch-mismatch": [dict(CANN_7, torch="2.2.0")],
-    "cann-mismatch": [dict(CANN_7, torch_npu="2.4.0")],
-    "cann-adjacent": [dict(VALID, cann="8.5.1", python="3.11", torch_npu="2.9.0", min_driver="25.0.RC1")],
+    "cann-mismatch": [dict(VALID, torch_npu="2.9.0", python="3.11")],
+    "cann-uncovered": [dict(CANN_7, torch_npu="2.4.0")],
+    "cann-adjacent": [dict(VALID, cann="8.3.RC2", python="3.11", torch_npu="2.6.0.post3", min_driver="25.0.RC1")],
+    "product-before-release": [dict(VALID, arch="aarch64", chip="950", cann="8.5.0", python="3.11", torch_npu="2.9.0",
+                                    product="atlas-350")],
+    "torch-npu-requires": [dict(VALID, cann="8.5.0", python="3.11", torch_npu="2.9.0", pip=["torch==2.9.1"])],
+    "downstream-pin": [dict(VALID, cann="8.5.0", python="3.11", torch_npu="2.9.0", pip=["vllm-ascend==0.13.0"])],
+    "downstream-release-unknown": [dict(VALID, cann="8.5.0", python="3.11", torch_npu="2.9.0",
+                                        pip=["vllm-ascend==0.0.1"])],
     "cann-downstream": [dict(VALID, cann="9.1.0-beta.1", torch_npu="2.10.0", python="3.11")],
     "cann-window": [dict(VALID, cann="8.0.RC3", torch_npu="2.5.1")],
     "cann-pairing-unknown": [dict(VALID, os="debian12", cann="9.1.0", python="3.11", torch_npu="2.13.0", env="venv")],
@@ -923,7 +948,9 @@ def test_lock_and_installer_findings_have_the_same_shape(tmp_path):
 
 def test_the_shape_cases_cover_every_rule_id():
     """Every rule id the source can emit has a case above (found by reading the source)."""
-    source = "\n".join(p.read_text() for p in (Path(checks.__file__), Path(matrix.__file__)))
+    from builder.images import downstream_checks, pin_checks, product_checks
+    source = "\n".join(p.read_text() for p in (Path(checks.__file__), Path(matrix.__file__), Path(pin_checks.__file__),
+                                                 Path(product_checks.__file__), Path(downstream_checks.__file__)))
     emitted = set(re.findall(r'_finding\(cell, "[a-z_]+"(?: if [^,]+ else "[a-z_]+")?, "([a-z0-9-]+)"', source))
     emitted |= set(re.findall(r'"(firmware-unlisted)" if', source))
     emitted |= set(re.findall(r'out\.(?:error|warning)\("([a-z0-9-]+)"', source))
@@ -977,37 +1004,36 @@ def test_a_pair_a_downstream_project_ships_is_a_warning_naming_it(tmp_path):
     assert f.message == ("torch_npu 2.10.0 is paired with CANN 9.0.0 (published); CANN 9.1.0-beta.1 is not published "
                          "for it, but a downstream project ships this pair (vllm-project/vllm-ascend@v0.20.2rc1:Dockerfile.310p)")
     assert not by_rule(findings, "cann-mismatch")
-    # one release further from the pair, with no such evidence: still refused
+    # one release further from the pair, with no such evidence and no table that speaks of 9.2.0: unconfirmed
     assert by_rule(cell_findings(tmp_path, dict(VALID, cann="9.2.0", torch_npu="2.10.0", python="3.11"))[0],
-                   "cann-mismatch")
+                   "cann-uncovered")
 
 
 def test_a_pair_inside_a_published_compatibility_window_is_a_warning_naming_the_window(tmp_path):
-    """Huawei's PTA 7.2.0 release notes list PTA 6.0.0 .. 7.2.0 each with CANN 8.0.RC2 .. 8.3.RC1:
-    torch_npu 2.5.1 (PTA 7.0.0, paired with 8.1.RC1) on CANN 8.0.RC3 is documented compatible."""
+    """TorchNPU 7.3.1's release notes list PTA 7.0.0 with CANN 8.3.RC1 .. 8.0.RC2: torch_npu 2.5.1 (PTA 7.0.0,
+    paired with 8.1.RC1) on CANN 8.0.RC3 is documented compatible; the message names the document and row."""
     findings, lines, _ = cell_findings(tmp_path, dict(VALID, cann="8.0.RC3", torch_npu="2.5.1"))
     f = only(findings, "cann-window")
     assert f.severity == "warning" and (f.field, f.where.line) == ("cells[0].cann", lines[(0, "cann")])
-    assert f.message == ("torch_npu 2.5.1 is paired with CANN 8.1.RC1; CANN 8.0.RC3 is not its pair but inside a "
-                         "published compatibility window: Ascend Extension for PyTorch 6.0.0, 7.0.0, 7.1.0, 7.2.0 "
-                         "each with CANN 8.0.RC2, 8.0.RC3, 8.0.0, 8.1.RC1, 8.2.RC1, 8.3.RC1 (per "
-                         "https://www.hiascend.com/document/detail/zh/Pytorch/720/releasenote/releasenote_0005.html; "
-                         "torch_npu 2.5.1 is PTA 7.0.0)")
-    assert f.fix == "keep it (Huawei documents it compatible), or set cann: 8.1.RC1 for the paired release"
+    assert f.message == ("torch_npu 2.5.1 (PTA 7.0.0) is paired with CANN 8.1.RC1; CANN 8.0.RC3 is not its pair, but a "
+                         "published table marks PTA 7.0.0 compatible with it (Ascend/pytorch@v7.3.1-pytorch2.7.1:"
+                         "docs/zh/release_notes/release_notes.md, line 69; 1 older release notes agree)")
+    assert f.fix == "keep it (Ascend documents it compatible), or set cann: 8.1.RC1 for the published pair"
     assert not [g for g in findings if g.severity == "error"]
-    # every PTA of the window with every CANN of it, both directions (an older and a newer CANN)
-    for npu, cann in (("2.1.0.post10", "8.3.RC1"), ("2.6.0.post3", "8.0.RC2"), ("2.4.0.post2", "8.2.RC1")):
+    # the hand-kept window (PTA 6.0.0, from a page no copy of which is kept) names its page
+    found = only(cell_findings(tmp_path, dict(VALID, cann="8.3.RC1", torch_npu="2.4.0.post2"))[0], "cann-window")
+    assert found.message.endswith("(https://www.hiascend.com/document/detail/zh/Pytorch/720/releasenote/"
+                                  "releasenote_0005.html)")
+    for npu, cann in (("2.1.0.post10", "8.3.RC1"), ("2.6.0.post3", "8.0.RC2"), ("2.4.0.post4", "8.2.RC1")):
         found = cell_findings(tmp_path, dict(VALID, cann=cann, torch_npu=npu, python="3.10"))[0]
         assert by_rule(found, "cann-window") and not by_rule(found, "cann-mismatch"), (npu, cann)
-    # outside every window: refused as before, the message naming the window it missed
+    # a table that covers PTA 7.0.0 and has a column for 8.5.0 leaves it out: refused, naming the table
     outside = only(cell_findings(tmp_path, dict(VALID, cann="8.5.0", torch_npu="2.5.1", python="3.10"))[0],
                    "cann-mismatch")
     assert outside.severity == "error"
-    assert outside.message == ("torch_npu 2.5.1 is paired with CANN 8.1.RC1, not CANN 8.5.0 (nor inside the "
-                               "compatibility window Huawei publishes for its PTA 7.0.0: CANN 8.0.RC2, 8.0.RC3, "
-                               "8.0.0, 8.1.RC1, 8.2.RC1, 8.3.RC1)")
-    # a PTA outside the window (6.0.rc3, paired with 8.0.RC3) is not widened by it
-    assert by_rule(cell_findings(tmp_path, dict(VALID, cann="8.3.RC1", torch_npu="2.4.0"))[0], "cann-mismatch")
+    assert outside.message.startswith("torch_npu 2.5.1 (PTA 7.0.0) is paired with CANN 8.1.RC1, not CANN 8.5.0: the "
+                                      "published table that covers PTA 7.0.0 lists CANN 8.3.RC1, 8.2.RC1, 8.1.RC1, "
+                                      "8.0.0, 8.0.RC3, 8.0.RC2 for it, not 8.5.0 (Ascend/pytorch@v7.3.1-pytorch2.7.1")
     # what `lock` and `image` take (checks.refused) is what validate accepts
     path, _ = write_cells(tmp_path, dict(VALID, cann="8.0.RC3", torch_npu="2.5.1"))
     assert checks.refused(matrix.load(path).cells) == []

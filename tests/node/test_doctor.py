@@ -243,35 +243,38 @@ def test_image_min_driver_from_the_knowledge_base_without_labels():
 
 
 def test_image_torch_npu_cann_mismatch_uses_the_explain_fix():
-    facts = dict(NPU_FACTS, cann=[{"path": "x", "version": "8.0.RC2"}])
+    # torch_npu 2.6.0.post5 (PTA 7.3.0) on CANN 8.0.RC2: the tables of 7.3.0 leave 8.0.RC2 out
+    facts = dict(NPU_FACTS, torch_npu="2.6.0.post5", torch="2.6.0", cann=[{"path": "x", "version": "8.0.RC2"}])
     labels = {k: v for k, v in NPU_LABELS.items() if k != "io.ascend-build.cann"}
     c = by_name(doctor.image_checks(labels, facts, HOST_910B), "image: torch_npu vs CANN")
-    assert c.status == FAIL and "pairs with CANN 8.0.RC3, the image has 8.0.RC2" in c.detail
-    assert c.fix == explain.fix_for("torch-npu-cann-mismatch", HOST_910B, labels, image_torch_npu="2.4.0",
+    assert c.status == FAIL and "pairs with CANN 8.5.0, the image has 8.0.RC2" in c.detail
+    assert "a published table lists CANN 8.5.0, 8.3.RC1, 8.2.RC1, 8.1.RC1, 8.0.0 for its PTA 7.3.0" in c.detail
+    assert c.fix == explain.fix_for("torch-npu-cann-mismatch", HOST_910B, labels, image_torch_npu="2.6.0.post5",
                                     image_cann="8.0.RC2")
 
 
 def test_image_torch_npu_inside_a_published_compatibility_window_is_ok_as_validate_accepts_it():
-    # torch_npu 2.5.1 (PTA 7.0.0, paired with 8.1.RC1) on CANN 8.0.RC3: in PTA 7.2.0's published window
+    # torch_npu 2.5.1 (PTA 7.0.0, paired with 8.1.RC1) on CANN 8.0.RC3: TorchNPU 7.3.1's notes list it
     facts = dict(NPU_FACTS, torch_npu="2.5.1", torch="2.5.1", cann=[{"path": "x", "version": "8.0.RC3"}])
     c = by_name(doctor.image_checks({}, facts, HOST_910B), "image: torch_npu vs CANN")
-    assert c.status == OK and "inside the compatibility window Huawei publishes" in c.detail, c
+    assert c.status == OK and "a published table of its PTA 7.0.0 lists it (Ascend/pytorch@v7.3.1" in c.detail, c
     outside = dict(facts, cann=[{"path": "x", "version": "8.5.0"}])
     assert by_name(doctor.image_checks({}, outside, HOST_910B), "image: torch_npu vs CANN").status == FAIL
 
 
 # (torch_npu, the image's CANN): doctor's status and validate's cann-* rule for the same pair
 FITS = [("2.4.0", "8.0.RC3", OK, []),                             # the published pair
-        ("2.5.1", "8.0.RC3", OK, ["cann-window"]),                # inside PTA 7.2.0's window
-        ("2.9.0", "8.5.1", WARN, ["cann-adjacent"]),              # a later 8.5 than its 8.5.0
+        ("2.5.1", "8.0.RC3", OK, ["cann-window"]),                # TorchNPU 7.3.x's notes list it for PTA 7.0.0
+        ("2.6.0.post3", "8.3.RC2", WARN, ["cann-adjacent"]),      # a later 8.3 than its 8.3.RC1
         ("2.10.0", "9.1.0-beta.1", WARN, ["cann-downstream"]),    # vllm-ascend's 310P image ships it
-        ("2.4.0", "8.0.RC2", FAIL, ["cann-mismatch"])]
+        ("2.4.0", "8.0.RC2", WARN, ["cann-uncovered"]),           # no table covers PTA 6.0.rc3
+        ("2.9.0", "8.0.RC2", FAIL, ["cann-mismatch"])]            # the tables of PTA 7.3.0 leave it out
 
 
 @pytest.mark.parametrize("torch_npu, cann, status, rules", FITS, ids=[f"{n}-on-{c}" for n, c, _, _ in FITS])
 def test_doctor_refuses_exactly_the_pairs_validate_refuses(torch_npu, cann, status, rules, tmp_path):
-    """What validate only warns of (adjacent release, downstream pair) doctor warns of too, no longer a
-    FAIL; what validate refuses doctor fails: one decision (knowledge's cann_fit) for both."""
+    """What validate only warns of (adjacent release, downstream pair, no table) doctor warns of too; what
+    validate refuses doctor fails: one decision (knowledge's cann_fit) for both."""
     from builder.images import checks, matrix
     from tests.support.matrix import write_cells
 

@@ -17,7 +17,7 @@ from builder import knowledge
 from builder.releases import cann_watch
 from tests.support.matrix import REPO, run_cli
 
-TABLE = Path(__file__).parent.parent / "fixtures" / "ascend-pytorch-COMPATIBILITY.en.md"
+TABLE = Path(__file__).parent.parent / "fixtures" / "documents" / "ascend-pytorch" / "master" / "COMPATIBILITY.en.md"
 KB_FILE = REPO / "builder" / "data" / "ascend-compat.yaml"
 # rows a future table would add: torch_npu 2.14.0 (on PyPI, its CANN unknown here) and a 2.99.0 nobody knows
 NEW_ROWS = ("|                2.99.0                 | v2.99.0-27.0.0 |     2.99.0      |  CANN 9.3.0  |\n"

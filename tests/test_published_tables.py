@@ -1,0 +1,190 @@
+"""Facts read from Ascend's own documents, never typed: the data files under builder/data that a
+parser makes are exactly what their kept documents (tests/fixtures/documents/) generate, the
+parsers read each shape of table right, and `validate` decides a torch_npu/CANN pair by the
+evidence those tables give, naming the document and row.
+
+The expected rows below were read by eye in the fixtures (each document's line = the fixture's
+line - 1, the fixture's first line naming where the document was published).
+"""
+
+from __future__ import annotations
+
+import shutil
+
+import pytest
+import yaml
+
+from builder import knowledge
+from builder.errors import UserError
+from builder.images import checks
+from builder.knowledge.compat_tables import CompatTables
+from builder.releases import doc_tables, published, torchnpu_notes
+from tests.support.matrix import all_findings, by_rule, write_cells
+
+DOCS = published.FIXTURES / "ascend-pytorch"
+
+
+def _notes(tag: str, name: str = "release_notes.md") -> torchnpu_notes.Notes:
+    text = (DOCS / tag / name).read_text(encoding="utf-8").partition("\n")[2]
+    return torchnpu_notes.read(text, tag)
+
+
+# --- the data files are what the documents generate -------------------------------------------
+
+
+def test_every_generated_data_file_equals_the_parse_of_its_documents():
+    assert [k.data_file for k in published.KINDS][:3] == ["torchnpu-tables.yaml", "cann-products.yaml", "downstream-pins.yaml"]
+    assert published.stale() == []
+
+
+def test_a_changed_document_makes_its_data_file_stale_and_changes_the_verdict(tmp_path):
+    """The regeneration test fails on a difference, and the knowledge base follows the documents."""
+    fixtures = tmp_path / "documents"
+    shutil.copytree(published.FIXTURES, fixtures)
+    newest = fixtures / "ascend-pytorch" / "v26.2.0-beta.1-pytorch2.13.0" / "release_notes.md"
+    text = newest.read_text(encoding="utf-8")
+    # the row 7.3.X (its <tr> on line 75 of the document, index 75 here under the source line):
+    # its second cell, 9.0.X, from Y to /
+    lines = text.split("\n")
+    assert [x.strip() for x in lines[75:79]] == ["<tr>", '<td class="tg-c3ow">7.3.X</td>',
+                                                 '<td class="tg-c3ow">Y</td>', '<td class="tg-c3ow">Y</td>']
+    lines[78] = lines[78].replace(">Y<", ">/<")
+    newest.write_text("\n".join(lines), encoding="utf-8")
+    assert published.stale(fixtures) == ["torchnpu-tables.yaml"]
+    data = tmp_path / "data"
+    data.mkdir()
+    assert published.write(fixtures, data)[:2] == ["torchnpu-tables.yaml", "cann-products.yaml"]
+    assert published.stale(fixtures, data) == []
+    changed = CompatTables(yaml.safe_load((data / "torchnpu-tables.yaml").read_text(encoding="utf-8")))
+    shipped = knowledge.load().releases.tables
+    assert [r.where for r in shipped.listing("7.3.0", "9.0.0")] == [
+        "Ascend/pytorch@v26.2.0-beta.1-pytorch2.13.0:docs/zh/release_notes.md, line 75"]
+    assert changed.listing("7.3.0", "9.0.0") == []
+    assert "Ascend/pytorch@v26.2.0-beta.1-pytorch2.13.0:docs/zh/release_notes.md, line 75" in [
+        r.where for r in changed.excluding("7.3.0", "9.0.0")]
+
+
+def test_no_pairing_a_parser_reads_is_typed_in_the_hand_kept_file():
+    compat = yaml.safe_load((knowledge.DATA_DIR / "ascend-compat.yaml").read_text(encoding="utf-8"))
+    tables = knowledge.load().releases.tables
+    typed = [item["version"] for item in compat["torch_npu_releases"]["items"]
+             if item.get("cann") and tables.pta_of(str(item["version"])) is not None]
+    assert typed == []
+    assert "lines" not in compat["pta_lines"]  # the PTA of a torch_npu comes from the mapping rows and branches
+    # what the parser reads is what the knowledge base says: 2.9.0's pair, from the compatibility page
+    release = knowledge.load().torch_npu("2.9.0")
+    assert release is not None and (release.cann, release.cann_sources[0]) == ("8.5.0", "Ascend/pytorch@master:COMPATIBILITY.en.md, line 28")
+
+
+def test_a_fixture_without_its_source_line_is_refused(tmp_path):
+    (tmp_path / "x").mkdir()
+    (tmp_path / "x" / "notes.md").write_text("# 版本说明\n")
+    with pytest.raises(UserError, match="does not name the document's source"):
+        published.kept(tmp_path / "x")
+    with pytest.raises(UserError, match="no documents"):
+        published.kept(tmp_path / "empty")
+
+
+# --- the parsers -------------------------------------------------------------------------------
+
+
+def test_the_grid_shape_is_read_with_its_slashes():
+    notes = _notes("v26.1.0-pytorch2.7.1")
+    assert [(r.line, r.pta, r.cann) for r in notes.compat] == [
+        (73, "7.3.0", (("8.5.0", True), ("9.0.0", False), ("9.1.0", False))),
+        (79, "26.0.0", (("8.5.0", True), ("9.0.0", True), ("9.1.0", False))),
+        (85, "26.1.0", (("8.5.0", True), ("9.0.0", True), ("9.1.0", True)))]
+    assert [(m.line, m.torch_npu, m.pta, m.cann) for m in notes.mapping][:2] == [
+        (41, "2.7.1.post8", "26.1.0", ("9.1.0",)), (42, "2.9.0.post6", "26.1.0", ("9.1.0",))]
+
+
+def test_the_list_shape_excludes_what_the_table_names_for_another_row_only():
+    notes = _notes("v26.0.0-pytorch2.7.1")
+    first = notes.compat[0]
+    assert (first.line, first.pta) == (50, "26.0.0")
+    assert [c for c, ok in first.cann if ok] == ["9.0.0", "8.5.0", "8.3.RC1", "8.2.RC1", "8.1.RC1"]
+    assert [c for c, ok in first.cann if not ok] == ["8.0.0", "8.0.RC3", "8.0.RC2"]  # listed for 7.x rows only
+    assert [(m.torch_npu, m.cann, m.python) for m in notes.mapping][2] == (
+        "2.9.0.post2", ("9.0.0",), ("3.10", "3.11", "3.12", "3.13"))
+
+
+def test_the_compatibility_page_gives_pairings_with_the_pta_of_each_branch():
+    notes = torchnpu_notes.read((DOCS / "master" / "COMPATIBILITY.en.md").read_text(encoding="utf-8")
+                                .partition("\n")[2], "compat", need_compat=False)
+    rows = {m.torch_npu: (m.pta, m.cann) for m in notes.mapping}
+    assert len(notes.mapping) == 62 and notes.compat == ()
+    assert rows["2.12.0"] == ("26.1.0", ("9.1.0",)) and rows["2.1.0.rc1"] == ("5.0.rc3", ("7.0.RC1",))
+    assert rows["1.11.0.rc2"] == ("3.0.0", ("6.0.1",))  # "(beta)" dropped
+    assert rows["1.5.0.post4"] == ("", ("5.0.4",))        # its branch 2.0.4.tr5 names no PTA
+
+
+def test_a_release_notes_page_without_its_tables_is_refused_naming_it():
+    with pytest.raises(UserError, match=r"pages/x: no a compatibility table and no a version mapping table|"
+                                        r"pages/x: no a compatibility table"):
+        torchnpu_notes.read("# 版本说明\n\n|a|b|\n|--|--|\n|1|2|\n", "pages/x")
+    bad = torchnpu_notes.EXAMPLE.replace("|7.2.0|", "|seven|")
+    with pytest.raises(UserError, match=r"doc:12: 'seven' is no TorchNPU release"):
+        torchnpu_notes.read(bad, "doc")
+
+
+def test_hostile_tables_are_bounded():
+    """A span of a billion columns or rows, or ten thousand rows, is cut at the bounds."""
+    html = ('<table><thead><tr><th rowspan="999999999">A</th><th colspan="999999999">B</th></tr></thead>'
+            + "<tr><td>1</td></tr>" * 3 + "</table>")
+    [table] = doc_tables.tables(html)
+    assert len(table.header) == doc_tables.MAX_COLS and len(table.rows) == 3
+    pipes = "## h\n|a|\n|--|\n" + "|x|\n" * 10_000
+    [table] = doc_tables.tables(pipes)
+    assert len(table.rows) == doc_tables.MAX_ROWS
+
+
+# --- verdicts by evidence ------------------------------------------------------------------------
+
+BASE = {"os": "ubuntu22.04", "arch": "x86_64", "chip": "910b", "env": "venv", "python": "3.11"}
+NEWEST = "Ascend/pytorch@v26.2.0-beta.1-pytorch2.13.0:docs/zh/release_notes.md"
+
+
+@pytest.mark.parametrize("npu, cann, rule, severity, quoted", [
+    # a table of its PTA lists it: a warning naming the newest document and row
+    ("2.9.0", "9.0.0", "cann-window", "warning", f"PTA 7.3.0 compatible with it ({NEWEST}, line 75)"),
+    ("2.12.0", "9.0.0", "cann-window", "warning", f"({NEWEST}, line 87; 1 older release notes agree)"),
+    ("2.9.0", "8.5.1", "cann-window", "warning", f"({NEWEST}, line 75)"),                 # 8.5.X
+    # no published pair, its PTA from its branch (v2.7.1-26.0.0): the table still speaks
+    ("2.7.1.post6", "9.1.0", "cann-window", "warning", "(PTA 26.0.0) has no published CANN pairing"),
+    # a table covers its PTA and leaves the CANN out: an error naming the table and what it lists
+    ("2.9.0", "8.0.RC3", "cann-mismatch", "error", "lists CANN 8.5.0, 8.3.RC1, 8.2.RC1, 8.1.RC1, 8.0.0 for it"),
+    ("2.6.0.post3", "8.5.0", "cann-mismatch", "error",
+     "the published table that covers PTA 7.2.0 lists CANN 8.3.RC1, 8.2.RC1, 8.1.RC1, 8.0.0, 8.0.RC3, 8.0.RC2"),
+    ("2.8.0.post5", "8.0.RC2", "cann-mismatch", "error", "(PTA 26.0.0) has no published CANN pairing, not CANN 8.0.RC2"),
+    # no table covers it: a warning that --strict refuses
+    ("2.4.0", "7.0.RC1", "cann-uncovered", "warning", "no published table covers PTA 6.0.rc3 with CANN 7.0.RC1"),
+    ("2.7.1.post8", "8.3.RC1", "cann-uncovered", "warning", "no published table covers PTA 26.1.0 with CANN 8.3.RC1"),
+])
+def test_a_pair_is_judged_by_the_evidence_and_the_message_names_it(tmp_path, npu, cann, rule, severity, quoted):
+    findings = all_findings(write_cells(tmp_path, dict(BASE, torch_npu=npu, cann=cann))[0])
+    pairing = [f for f in findings if f.rule.startswith("cann-") and f.rule not in ("cann-python-constraint",)]
+    assert [(f.rule, f.severity) for f in pairing] == [(rule, severity)], [str(f) for f in findings]
+    assert quoted in pairing[0].message
+    assert checks.has_errors(pairing, strict=True)  # every one of them is refused under --strict
+
+
+def test_the_evidence_order_downstream_before_a_table_that_leaves_it_out(tmp_path):
+    """vllm-ascend ships torch_npu 2.10.0 (PTA 26.0.0) on 9.1.0-beta.1; no table has a column for a beta."""
+    findings = all_findings(write_cells(tmp_path, dict(BASE, torch_npu="2.10.0", cann="9.1.0-beta.1",
+                                                       python="3.11"))[0])
+    assert [f.rule for f in findings if f.rule.startswith("cann-d") or f.rule == "cann-mismatch"] == ["cann-downstream"]
+
+
+def test_kb_torch_npu_prints_the_tables_of_its_line():
+    from builder.cli.kb import describe_torch_npu
+    rows = describe_torch_npu(knowledge.load(), "2.6.0.post3")["cann_tables"]
+    assert rows[0] == {"pta": "7.2.0", "compatible": "8.3.RC1, 8.2.RC1, 8.1.RC1, 8.0.0, 8.0.RC3, 8.0.RC2",
+                       "not_compatible": "9.0.0, 8.5.0",
+                       "source": "Ascend/pytorch@v26.1.0-beta.2-pytorch2.7.1:docs/zh/release_notes/release_notes.md, line 52"}
+    assert len(rows) == 6 and all(r["pta"] == "7.2.0" for r in rows)
+
+
+def test_validate_of_a_published_table_row_is_quick_to_write(tmp_path):
+    """One cell per row of a fresh table: `by_rule` finds the verdict (a guard against a silent no-op)."""
+    path, _ = write_cells(tmp_path, dict(BASE, torch_npu="2.9.0", cann="8.0.RC3"))
+    assert by_rule(all_findings(path), "cann-mismatch")
