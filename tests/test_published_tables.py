@@ -188,3 +188,10 @@ def test_validate_of_a_published_table_row_is_quick_to_write(tmp_path):
     """One cell per row of a fresh table: `by_rule` finds the verdict (a guard against a silent no-op)."""
     path, _ = write_cells(tmp_path, dict(BASE, torch_npu="2.9.0", cann="8.0.RC3"))
     assert by_rule(all_findings(path), "cann-mismatch")
+
+
+def test_kb_says_of_every_data_file_whether_it_is_parsed_or_hand_kept():
+    listed = {f["file"]: f["how"] for f in published.facts()}
+    on_disk = {p.name for p in knowledge.DATA_DIR.iterdir() if p.suffix in (".yaml", ".json")}
+    assert set(listed) == on_disk  # a new data file must say which it is
+    assert {k.data_file for k in published.KINDS} == {f for f, how in listed.items() if how == "parsed"}

@@ -568,21 +568,34 @@ def releases_tables_command(
     from_git: Optional[Path] = typer.Option(None, "--from-git", callback=paths.FOLDER,
                                             help="First keep the newest release notes and compatibility page of a "
                                                  "clone of TorchNPU's repository (its .git folder) among them."),
+    from_index: bool = typer.Option(False, "--from-index",
+                                    help="First keep the METADATA of every torch_npu wheel not kept yet, read from the "
+                                         "package index (PEP 658 .metadata files, else HTTP range reads)."),
+    index_url: Optional[str] = typer.Option(None, "--index-url",
+                                            help="Simple-API index for --from-index (default: "
+                                                 "$ASCEND_BUILD_INDEX_URL, else pip's)."),
     write: bool = typer.Option(False, "--write", help="Generate the data files from the documents (make knowledge)."),
     propose: bool = typer.Option(False, "--propose",
                                  help="With --write: draft cells for the pairs a table now lists, in matrix/proposed/."),
+    deadline: Optional[float] = DeadlineOpt,
 ) -> None:
     """Generate builder/data's parsed files (TorchNPU's tables, CANN's products, downstream pins)
     from Ascend's kept documents, or check that they are current (exit 1 when stale).
 
     Example: ascend-build releases tables --from-git pytorch/.git --write --propose
     """
-    from builder.releases import keep_documents, published, tables_watch
+    from builder.releases import keep_documents, published, tables_watch, torch_npu_wheels
 
     folder = documents or published.FIXTURES
     if from_git:
         for kept in keep_documents.keep(from_git, folder / "ascend-pytorch"):
             typer.echo(f"kept {kept}", err=True)
+    if from_index:
+        with within(deadline):
+            report = torch_npu_wheels.fetch(folder / "pypi-torch-npu", index_url or "")
+        typer.echo(report.summary(), err=True)
+        for line in report.errors:
+            typer.echo(f"failed: {line}", err=True)
     if not write:
         stale = published.stale(folder)
         for kind in published.KINDS:

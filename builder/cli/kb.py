@@ -30,6 +30,7 @@ from builder.installers import cann_installers
 from builder.cli.app import JsonOpt, kb_app
 from builder.errors import UserError
 from builder.knowledge import ARCHES, CHIPS, KnowledgeBase
+from builder.releases import published
 
 
 @kb_app.callback(invoke_without_command=True)
@@ -73,7 +74,8 @@ def _listed(value: Any) -> List[str]:
 
 def describe_knowledge(kb: KnowledgeBase) -> Dict[str, Any]:
     """What ``ascend-build kb`` lists: every CANN and torch_npu release it knows, the chips, the products
-    a cell may name (and the releases that number their HDK per product), and where to look next.
+    a cell may name (and the releases that number their HDK per product), which data files are parsed
+    from kept documents and which are kept by hand, and where to look next.
 
     Example:
         >>> from builder.knowledge import load
@@ -91,6 +93,7 @@ def describe_knowledge(kb: KnowledgeBase) -> Dict[str, Any]:
                       "hdk_per_product_in": ", ".join(c for c in kb.cann_releases() if kb.product_hdk(c, p.id)) or None}
                      for p in kb.products()],
         "arches": list(ARCHES),
+        "facts": published.facts(),
         "more": ["ascend-build kb cann VERSION", "ascend-build kb torch-npu VERSION"],
     }
 

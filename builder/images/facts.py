@@ -187,10 +187,16 @@ def _inputs(cell: Cell, os_info: OsInfo, torch: str, index: str, cann_packages: 
     which conda's env has)."""
     framework = (torch, f"torch-npu=={cell.torch_npu}") if cell.torch_npu else ()
     tools = ("pip", "setuptools") + (("wheel",) if cell.env == "conda" else ())
+    asked_by = ([(p, f"CANN {cell.cann}'s Python packages") for p in cann_packages]
+                + ([(torch, f"torch_npu {cell.torch_npu}'s torch, as a CPU build"),
+                    (f"torch-npu=={cell.torch_npu}", "the cell's torch_npu")] if cell.torch_npu else [])
+                + [(p, "the cell's pip:") for p in cell.pip] + [(t, "the installer") for t in tools]
+                + [(c.requirement, f"CANN {cell.cann}'s limit, per {c.source}") for c in constraints])
     return locking.Inputs(
         cell=cell.id, python=cell.python, platform=locking.python_platform(cell.arch, os_info.glibc),
         requirements=(*cann_packages, *framework, *cell.pip, *tools),
         constraints=tuple(c.requirement for c in constraints),
+        asked_by=tuple(asked_by),
         torch_index=index,
         own_wheels=(cell.torch_npu_wheel,) if cell.torch_npu_wheel else (),
         conda=conda_lock.specs(cell.python) if cell.env == "conda" else (),

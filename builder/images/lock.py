@@ -83,6 +83,8 @@ class Inputs:
     own_wheels: Tuple[Tuple[str, str], ...] = ()   # (path, sha256): wheels the cell brings (torch_npu's)
     conda: Tuple[str, ...] = ()    # what a conda cell asks of conda (conda_lock.specs); () for a venv
     conda_channel: str = ""        # the channel they are solved against, without credentials (conda_lock.public)
+    # who asks for each requirement and constraint (not part of the digest: it names, it does not decide)
+    asked_by: Tuple[Tuple[str, str], ...] = ()
 
     @property
     def digest(self) -> str:
@@ -449,11 +451,36 @@ def _compile(uv: List[str], inputs: Inputs, requirements: Sequence[str], overrid
             raise UserError(f"uv did not resolve cell {inputs.cell} within 15 minutes", exit_code=1,
                             fix=f"check the network to the package index, then run {commands.suggest('lock', cell=inputs.cell)} again") from None
         if result.returncode != 0:
-            tail = "\n  ".join((result.stderr or result.stdout).strip().splitlines()[-12:])
-            raise UserError(f"uv could not resolve cell {inputs.cell} for {inputs.platform}, Python {inputs.python}:\n  {tail}",
-                            exit_code=1, fix="read uv's reason above: a pin of the cell or a CANN constraint may "
-                                             "exclude every release")
+            said = (result.stderr or result.stdout).strip()
+            tail = "\n  ".join(said.splitlines()[-12:])
+            who = conflict(inputs, said)
+            raise UserError(f"uv could not resolve cell {inputs.cell} for {inputs.platform}, Python {inputs.python}:\n  {tail}"
+                            + ("\n  the requirements on the packages uv names, and who asks for each:\n    "
+                               + "\n    ".join(who) if who else ""),
+                            exit_code=1, fix="change or drop the pin the cell asks for, or pick the torch_npu or CANN "
+                                             "whose requirements admit it (`ascend-build validate` names what each "
+                                             "release declares)")
         return _parse_uv(out.read_text())
+
+
+def conflict(inputs: Inputs, said: str) -> List[str]:
+    """Every requirement and constraint of the inputs on a package uv's message names, with who asks
+    for it (``inputs.asked_by``), in the order they were asked.
+
+    Example:
+        >>> made = Inputs("c", "3.11", "x86_64-manylinux_2_35", ("torch-npu==2.9.0", "torch==2.9.1"), ("numpy<2",), "",
+        ...               asked_by=(("torch==2.9.1", "the cell's pip:"), ("torch-npu==2.9.0", "the cell's torch_npu")))
+        >>> print("; ".join(conflict(made, "Because torch-npu==2.9.0 depends on torch==2.9.0 and you require torch==2.9.1")))
+        torch-npu==2.9.0 (the cell's torch_npu); torch==2.9.1 (the cell's pip:)
+    """
+    mentioned = {canonicalize_name(w) for w in re.findall(r"[A-Za-z0-9][A-Za-z0-9._-]*", said)}
+    who = dict(inputs.asked_by)
+    out = []
+    for text in (*inputs.requirements, *inputs.constraints):
+        name = re.split(r"[\s\[<>=!~;@(]", text.strip(), maxsplit=1)[0]
+        if name and canonicalize_name(name) in mentioned:
+            out.append(f"{text} ({who[text]})" if text in who else text)
+    return list(dict.fromkeys(out))
 
 
 def resolve(inputs: Inputs, **options) -> Lock:

@@ -33,7 +33,6 @@ Example:
 from __future__ import annotations
 
 import re
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
@@ -231,11 +230,3 @@ def render(data: Dict[str, Any]) -> str:
 def write(path: Path = DATA_FILE, folder: Path = FIXTURES) -> None:
     """Regenerate the data file at ``path`` from the notes under ``folder`` (whole, or not at all)."""
     writes.replace_file(Path(path), render(generate(folder)).encode("utf-8"))
-
-
-if __name__ == "__main__":  # make knowledge
-    try:
-        write()
-    except UserError as error:
-        print(error, file=sys.stderr)
-        sys.exit(error.exit_code)

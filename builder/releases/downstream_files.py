@@ -3,9 +3,8 @@
 What: a downstream project (vllm-ascend) states at each release tag, in ``requirements.txt``
 and ``pyproject.toml``, which torch-npu, torch and torchvision it needs. `parse` reads those
 files from a fixture, `generate` turns all fixtures into the data document and `write`
-writes it to ``builder/data/downstream-pins.yaml`` (``python -m builder.releases.downstream_files``;
-``--check`` only compares). `render` writes the file as ``builder.releases.published`` writes
-the data files of its kinds, so this one can be one of them (fixtures ``downstream``).
+writes it to ``builder/data/downstream-pins.yaml``; ``make knowledge`` (`builder.releases.published`,
+the kind ``downstream``) makes it with the other generated data files.
 
 Why a parser: a fact a project publishes is read, never typed (DESIGN.md, "Facts are read,
 not typed"). The files are kept verbatim as fixtures under
@@ -42,10 +41,9 @@ from __future__ import annotations
 import hashlib
 import importlib
 import re
-import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, Dict, Iterator, List, Mapping, Optional, Tuple
 
 import yaml
 from packaging.requirements import InvalidRequirement, Requirement
@@ -379,24 +377,5 @@ def _current(path: Path) -> Optional[bytes]:
     except OSError as exc:
         raise UserError(f"cannot read {path}: {exc.strerror}", fix="check the path and its permissions") from None
 
-
-def main(argv: Sequence[str] = ()) -> int:
-    """``python -m builder.releases.downstream_files [--check]``: write (or only compare) the data file."""
-    if "--check" in argv:
-        same = _current(DATA_FILE) == render(generate()).encode("utf-8")
-        print(f"{DATA_FILE} is {'current' if same else 'stale: run make knowledge'}")
-        return 0 if same else 1
-    print(f"{DATA_FILE} {'written' if write() else 'unchanged'}")
-    return 0
-
-
-if __name__ == "__main__":
-    try:
-        sys.exit(main(sys.argv[1:]))
-    except UserError as error:
-        print(f"error: {error}", file=sys.stderr)
-        sys.exit(error.exit_code)
-
-
 __all__ = ["NAMES", "FIXTURES", "DATA_FILE", "WHAT", "Pin", "Release", "blob_id", "fixture_text", "parse", "normal_specifier",
-           "generate", "render", "write", "main"]
+           "generate", "render", "write"]

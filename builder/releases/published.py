@@ -166,3 +166,30 @@ def write(fixtures: Path = FIXTURES, data_dir: Path = DATA_DIR) -> List[str]:
             writes.replace_file(path, text.encode("utf-8"))
             changed.append(kind.data_file)
     return changed
+
+
+# The data files no parser makes: each fact in them carries its own `source` (docs/knowledge-base.md).
+HAND_KEPT: Tuple[Tuple[str, str], ...] = (
+    ("ascend-compat.yaml", "torch_npu releases on the index, pairings no table names, HDK and firmware, chips, "
+                           "products, the window of a page not kept"),
+    ("python-env.yaml", "what CANN and torch_npu ask of the Python environment, from installation guides"),
+    ("os.yaml", "base operating systems, and the OS families each CANN installation guide names"),
+    ("cann-packages.json", "CANN's installer files with sha256 (ascend-deployer's data)"),
+    ("cann-downloads.yaml", "where CANN's installers are published, pre-release folders, NNAL"),
+    ("conda.yaml", "Miniforge's installer per arch, with its sha256"),
+    ("uv.yaml", "the uv binary the images install with, with its sha256"),
+    ("errors.yaml", "Ascend error strings with cause and fix: explain's table"),
+)
+
+
+def facts() -> List[Dict[str, str]]:
+    """Each data file: parsed (from which documents) or hand-kept, for ``ascend-build kb``.
+
+    Example:
+        >>> [(f["file"], f["how"]) for f in facts()][:2]
+        [('torchnpu-tables.yaml', 'parsed'), ('cann-products.yaml', 'parsed')]
+    """
+    return ([{"file": k.data_file, "how": "parsed", "from": f"tests/fixtures/documents/{k.fixtures}/: {k.what}"}
+             for k in KINDS]
+            + [{"file": name, "how": "hand-kept", "from": what} for name, what in HAND_KEPT])
+

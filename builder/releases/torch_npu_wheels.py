@@ -5,7 +5,8 @@ version the knowledge base knows, and keeps each one's header block verbatim as 
 under ``tests/fixtures/documents/pypi-torch-npu/<version>/<wheel>.metadata``. `parse` reads
 one fixture, `generate` turns all of them into the data document, `render` gives its exact
 text and `write` writes it to ``builder/data/torch-npu-requires.yaml``
-(``python -m builder.releases.torch_npu_wheels [--check | --fetch [--refresh]]``).
+(``ascend-build releases tables --from-index --write`` fetches and generates; ``make knowledge``
+generates from what is kept).
 
 Why: a wheel's Requires-Dist is what pip enforces when it installs torch_npu, and it
 differs by arch (the x86_64 wheels of older releases require ``torch==X+cpu``) and may
@@ -42,7 +43,6 @@ from __future__ import annotations
 import datetime
 import hashlib
 import re
-import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -78,7 +78,7 @@ _HEADER = re.compile(r"# PyPI torch-npu, (?P<wheel>[A-Za-z0-9_.+!-]+\.whl)\.meta
                      r"header block verbatim below")
 # A header line ("Name: value") or the continuation of the one before it (leading blank).
 _FIELD = re.compile(r"[A-Za-z0-9][A-Za-z0-9-]*:( .*)?|[ \t].*")
-_FIX = ("fetch the fixture again with `python -m builder.releases.torch_npu_wheels --fetch --refresh` "
+_FIX = ("delete the fixture and fetch it again with `ascend-build releases tables --from-index --write` "
         "(builder/releases/torch_npu_wheels.py); never edit a copy by hand")
 
 
@@ -202,11 +202,11 @@ def fixtures(folder: Path = FOLDER) -> List[Fixture]:
     """Every fixture under ``folder``, sorted by PEP 440 version, then arch, then Python tag, then wheel."""
     folder = Path(folder)
     if not folder.is_dir():
-        raise UserError(f"no fixture folder {folder}", fix="run `python -m builder.releases.torch_npu_wheels --fetch`")
+        raise UserError(f"no fixture folder {folder}", fix="run `ascend-build releases tables --from-index --write` in a checkout")
     found = [read_fixture(path, folder) for path in folder.glob("*/*.metadata")]
     if not found:
         raise UserError(f"{folder} holds no <version>/<wheel>.metadata fixture",
-                        fix="run `python -m builder.releases.torch_npu_wheels --fetch`")
+                        fix="run `ascend-build releases tables --from-index --write` in a checkout")
     return sorted(found, key=_order)
 
 
@@ -380,33 +380,6 @@ def _read(http: Http, file: IndexFile, wheel: WheelName) -> Tuple[str, str, byte
     return RANGE_READ, hashlib.sha256(body).hexdigest(), body
 
 
-def main(argv: Sequence[str] = ()) -> int:
-    """``python -m builder.releases.torch_npu_wheels [--check | --fetch [--refresh]]``.
-
-    No option: write the data file from the fixtures. ``--check``: only compare.
-    ``--fetch``: read the index into the fixtures first (``--refresh``: all of them again).
-    """
-    if "--check" in argv:
-        same = _current(DATA_FILE) == render().encode("utf-8")
-        print(f"{DATA_FILE} is {'current' if same else 'stale: run make knowledge'}")
-        return 0 if same else 1
-    if "--fetch" in argv:
-        report = fetch(refresh="--refresh" in argv)
-        print(report.summary())
-        for line in report.errors:
-            print(f"failed: {line}", file=sys.stderr)
-    print(f"{DATA_FILE} {'written' if write() else 'unchanged'}")
-    return 0
-
-
-if __name__ == "__main__":
-    try:
-        sys.exit(main(sys.argv[1:]))
-    except UserError as error:
-        print(f"error: {error}", file=sys.stderr)
-        sys.exit(error.exit_code)
-
 
 __all__ = ["FOLDER", "DATA_FILE", "PEP658", "RANGE_READ", "Fixture", "FetchReport", "header_block",
-           "header_line", "fixture_text", "parse", "read_fixture", "fixtures", "generate", "render", "write", "fetch",
-           "main"]
+           "header_line", "fixture_text", "parse", "read_fixture", "fixtures", "generate", "render", "write", "fetch"]

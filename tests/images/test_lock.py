@@ -249,7 +249,10 @@ def test_a_pin_outside_cann_limits_cannot_resolve():
     with pytest.raises(UserError) as caught:
         lock.resolve(lock_inputs(replace(seven, pip=("numpy==2.0.2",)), KB))
     assert caught.value.message.startswith(f"uv could not resolve cell {seven.id} for aarch64-manylinux_2_35")
-    assert "numpy" in caught.value.message
+    # every requirement on the packages uv names, and who asks for it
+    said = caught.value.message.split("who asks for each:\n")[1]
+    assert "numpy==2.0.2 (the cell's pip:)" in said
+    assert "numpy<2 (CANN 7.0.RC1's limit, per " in said
 
 
 @pytest.mark.parametrize("content, message", [
