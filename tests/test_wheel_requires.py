@@ -103,7 +103,7 @@ def test_a_malformed_fixture_is_a_user_error(text, what):
     assert parse(GOOD)[2] == ("torch==2.9.0+cpu",)
     with pytest.raises(UserError, match=what) as caught:
         parse(text, "2.9.0/x.metadata")
-    assert "2.9.0/x.metadata" in caught.value.message and "--fetch --refresh" in caught.value.fix
+    assert "2.9.0/x.metadata" in caught.value.message and "releases tables --from-index --write" in caught.value.fix
 
 
 def put(folder: Path, name: str, text: str, version: str = "2.9.0") -> Path:

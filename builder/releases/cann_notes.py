@@ -3,7 +3,7 @@ to ``builder/data/cann-products.yaml``.
 
 Why a parser: which release first names a product is a fact Ascend publishes, so it is read
 from the notes themselves (kept verbatim under `FIXTURES`, one folder per release, each file's
-first line saying repository, path and commit), never typed. ``make knowledge`` runs `write`;
+first line saying repository, path and commit), never typed. ``make knowledge`` writes it (`builder.releases.published`);
 tests/test_cann_products.py regenerates the file with `render` and fails on any difference.
 
 The shape the notes use (9.0.0 and 9.1.0-beta.1 of hicann/release-management): under
@@ -39,7 +39,7 @@ from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
 
 import yaml
 
-from builder import bounded, knowledge, versions, writes
+from builder import bounded, knowledge, versions
 from builder.errors import UserError
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -225,8 +225,3 @@ def generate(folder: Path = FIXTURES, products: Optional[Sequence[Any]] = None) 
 def render(data: Dict[str, Any]) -> str:
     """The data file's text: `HEADER`, then ``data`` as YAML (keys in the order `generate` made them)."""
     return HEADER + yaml.safe_dump(data, sort_keys=False, allow_unicode=True, default_flow_style=False, width=4096)
-
-
-def write(path: Path = DATA_FILE, folder: Path = FIXTURES) -> None:
-    """Regenerate the data file at ``path`` from the notes under ``folder`` (whole, or not at all)."""
-    writes.replace_file(Path(path), render(generate(folder)).encode("utf-8"))

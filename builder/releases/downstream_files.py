@@ -2,9 +2,9 @@
 
 What: a downstream project (vllm-ascend) states at each release tag, in ``requirements.txt``
 and ``pyproject.toml``, which torch-npu, torch and torchvision it needs. `parse` reads those
-files from a fixture, `generate` turns all fixtures into the data document and `write`
-writes it to ``builder/data/downstream-pins.yaml``; ``make knowledge`` (`builder.releases.published`,
-the kind ``downstream``) makes it with the other generated data files.
+files from a fixture, `generate` turns all fixtures into the data document and `render` gives
+its text, which ``make knowledge`` (`builder.releases.published`, the kind ``downstream``) writes
+to ``builder/data/downstream-pins.yaml`` with the other generated data files.
 
 Why a parser: a fact a project publishes is read, never typed (DESIGN.md, "Facts are read,
 not typed"). The files are kept verbatim as fixtures under
@@ -43,7 +43,7 @@ import importlib
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Dict, Iterator, List, Mapping, Optional, Tuple
+from typing import Any, Dict, Iterator, List, Mapping, Tuple
 
 import yaml
 from packaging.requirements import InvalidRequirement, Requirement
@@ -51,7 +51,7 @@ from packaging.specifiers import SpecifierSet
 from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
-from builder import bounded, writes
+from builder import bounded
 from builder.errors import UserError
 from builder.knowledge.files import DATA_DIR
 
@@ -64,7 +64,6 @@ WHAT = "downstream releases' torch-npu, torch and torchvision requirements at ea
 NAMES = ("torch", "torch-npu", "torchvision")
 HEADER = "# downstream release: "
 MAX_FIXTURE = 1 << 20  # one release's requirement files are a few KiB
-MAX_DATA = 16 << 20    # the data file: a few hundred KiB for a hundred releases
 
 _HEADER = re.compile(r"# downstream release: project=(?P<project>[A-Za-z0-9][A-Za-z0-9._-]*) "
                      r"repo=(?P<repo>[A-Za-z0-9][\w.-]*/[\w.-]+) tag=(?P<tag>\S+) commit=(?P<commit>[0-9a-f]{40})")
@@ -359,23 +358,5 @@ def render(document: Mapping[str, Any]) -> str:
             "# Never edit it by hand: change the documents or their parser, and generate it again.\n" + body)
 
 
-def write(path: Path = DATA_FILE, folder: Path = FIXTURES) -> bool:
-    """Write the data file generated from the fixtures in ``folder``; False when it already held that."""
-    text = render(generate(folder)).encode("utf-8")
-    if _current(path) == text:
-        return False
-    writes.replace_file(path, text)
-    return True
-
-
-def _current(path: Path) -> Optional[bytes]:
-    """The data file's bytes now; None when there is none."""
-    try:
-        return bounded.read_file(path, MAX_DATA + 1)
-    except FileNotFoundError:
-        return None
-    except OSError as exc:
-        raise UserError(f"cannot read {path}: {exc.strerror}", fix="check the path and its permissions") from None
-
 __all__ = ["NAMES", "FIXTURES", "DATA_FILE", "WHAT", "Pin", "Release", "blob_id", "fixture_text", "parse", "normal_specifier",
-           "generate", "render", "write"]
+           "generate", "render"]
