@@ -1,6 +1,7 @@
 """The HDK per product: where a CANN release numbers its HDK apart per product (MindCluster's
-version mapping for CANN 9.1.0: Atlas 950 SuperPoD 25.1.RC1, Atlas 350 25.7.RC1, Atlas 850
-25.6.RC1, the rest 26.1.0), a cell's ``product:`` picks the number, and validate's rule, the
+release notes, parsed: for CANN 9.1.0 Atlas 950 SuperPoD 25.1.RC1, Atlas 350 25.7.RC1, Atlas 850
+25.6.RC1, the rest 26.1.0; for 9.0.0 Atlas 350 1.0.RC1, Atlas 850 and the SuperPoD 25.1.RC1, the
+rest 26.0.RC1), a cell's ``product:`` picks the number, and validate's rule, the
 image's min-driver label and driver guard, a node's NFD ordinal and `k8s job`'s affinity all
 use it. Without ``product:`` nothing changes: the CANN's own minimum, as before.
 """
@@ -24,15 +25,14 @@ SUPERPOD = {"os": "ubuntu22.04", "arch": "aarch64", "chip": "950", "cann": "9.1.
             "product": "atlas-950-superpod"}
 
 
-def _kb_without(release: str, key: str) -> knowledge.KnowledgeBase:
-    """The shipped knowledge base with ``key`` removed from ``release``'s cann_hdk entry."""
-    compat = copy.deepcopy(read_yaml(DATA_DIR / "ascend-compat.yaml"))
-    for entry in compat["cann_hdk"]["releases"]:
-        if str(entry["version"]) == release:
-            del entry[key]
-    return knowledge.KnowledgeBase(compat, read_json(DATA_DIR / "cann-packages.json"), read_yaml(DATA_DIR / "os.yaml"),
-                                   read_yaml(DATA_DIR / "conda.yaml"), read_yaml(DATA_DIR / "cann-downloads.yaml"),
-                                   read_yaml(DATA_DIR / "uv.yaml"))
+def _kb_without(release: str) -> knowledge.KnowledgeBase:
+    """The shipped knowledge base without MindCluster's rows for ``release``."""
+    mindcluster = copy.deepcopy(read_yaml(DATA_DIR / knowledge.MINDCLUSTER_FILE))
+    mindcluster["hdk"] = [r for r in mindcluster["hdk"] if str(r["cann"]) != release]
+    return knowledge.KnowledgeBase(read_yaml(DATA_DIR / "ascend-compat.yaml"), read_json(DATA_DIR / "cann-packages.json"),
+                                   read_yaml(DATA_DIR / "os.yaml"), read_yaml(DATA_DIR / "conda.yaml"),
+                                   read_yaml(DATA_DIR / "cann-downloads.yaml"), read_yaml(DATA_DIR / "uv.yaml"),
+                                   tables_doc=read_yaml(DATA_DIR / knowledge.TABLES_FILE), mindcluster_doc=mindcluster)
 
 
 def _cells(tmp_path, *cells):
@@ -54,7 +54,7 @@ def test_the_950_superpod_at_its_documented_driver_validates_and_below_it_is_ref
     assert refusal.severity == "error" and refusal.where is not None
     assert (refusal.field, refusal.where.line) == ("cells[0].min_driver", lines[(0, "min_driver")])
     assert refusal.message.startswith("min_driver 25.0.RC1 is below 25.1.RC1, the minimum HDK for CANN 9.1.0 on "
-                                      "atlas-950-superpod (its per-product HDK table (MINDCLUSTER_2610) pairs it with "
+                                      "atlas-950-superpod (its per-product HDK table (Ascend/mind-cluster@master:docs/zh/release_notes.md, line 35) pairs it with "
                                       "HDK 25.1.RC1 on Atlas 950 SuperPoD)")
     assert refusal.fix.startswith("leave min_driver out (it follows from CANN and product: 25.1.RC1)")
 
@@ -63,7 +63,7 @@ def test_the_same_cell_without_the_table_entry_is_refused_at_25_1_rc1(tmp_path):
     """The table entry is what lets the SuperPoD's number through: without it, the CANN's own
     minimum (25.2.RC1, from its release notes) refuses it."""
     loaded, _ = _cells(tmp_path, dict(SUPERPOD, min_driver="25.1.RC1"))
-    bare = _kb_without("9.1.0", "paired_hdk_by_product")
+    bare = _kb_without("9.1.0")
     assert bare.min_driver("9.1.0", "atlas-950-superpod") == "25.2.RC1"
     assert ("driver-too-old", "error") in _rules(checks.check(loaded.cells, bare))
 
@@ -95,24 +95,24 @@ def test_a_950_cell_without_a_product_on_a_release_that_numbers_per_product_is_t
     loaded, _ = _cells(tmp_path, no_product)
     [told] = [f for f in checks.check(loaded.cells) if f.rule == "product-unstated"]
     assert told.severity == "warning" and told.field == "cells[0].chip"
-    assert "atlas-950-superpod 25.1.RC1, atlas-350 25.7.RC1, atlas-850 25.6.RC1; MINDCLUSTER_2610" in told.message
+    assert "atlas-950-superpod 25.1.RC1, atlas-350 25.7.RC1, atlas-850 25.6.RC1; Ascend/mind-cluster@master:docs/zh/release_notes.md, line 35" in told.message
     assert told.fix.startswith("add product: atlas-950-superpod")
     assert loaded.cells[0].driver == "25.2.RC1"  # the CANN's own minimum, as before
     # a release with no per-product table, or another chip, says nothing
-    older, _ = _cells(tmp_path, dict(no_product, cann="9.0.0"), dict(no_product, chip="910b"))
+    older, _ = _cells(tmp_path, dict(no_product, cann="8.5.0"), dict(no_product, chip="910b"))
     assert [f for f in checks.check(older.cells) if f.rule.startswith("product")] == []
 
 
 def test_a_product_of_another_chip_is_refused_and_an_unmapped_release_is_a_warning(tmp_path):
-    loaded, lines = _cells(tmp_path, dict(SUPERPOD, chip="910b"), dict(SUPERPOD, cann="9.0.0"))
+    loaded, lines = _cells(tmp_path, dict(SUPERPOD, chip="910b"), dict(SUPERPOD, cann="8.5.0"))
     found = {(f.rule, f.field): f for f in checks.check(loaded.cells) if f.rule.startswith("product")}
     chip = found[("product-chip", "cells[0].product")]
     assert chip.severity == "error" and chip.where is not None and chip.where.line == lines[(0, "product")]
     assert chip.message == "product atlas-950-superpod (Atlas 950 SuperPoD) is a chip 950 product; the cell's chip is 910b"
     unknown = found[("product-hdk-unknown", "cells[1].product")]
     assert unknown.severity == "warning"
-    assert unknown.message.startswith("the knowledge base holds no HDK of Atlas 950 SuperPoD for CANN 9.0.0")
-    assert loaded.cells[1].driver == knowledge.load().min_driver("9.0.0")
+    assert unknown.message.startswith("the knowledge base holds no HDK of Atlas 950 SuperPoD for CANN 8.5.0")
+    assert loaded.cells[1].driver == knowledge.load().min_driver("8.5.0")
 
 
 def test_an_unknown_product_is_a_schema_error_naming_the_products(tmp_path):
@@ -154,5 +154,19 @@ def test_kb_cann_shows_the_table_per_product():
     assert [(r["product"], r["paired_hdk"], r["min_driver"]) for r in d["hdk_by_product"]] == [
         ("atlas-950-superpod", "25.1.RC1", "25.1.RC1"), ("atlas-350", "25.7.RC1", "25.7.RC1"),
         ("atlas-850", "25.6.RC1", "25.6.RC1"), ("other_products", "26.1.0", "25.2.RC1")]
-    assert d["hdk_by_product_source"] == "MINDCLUSTER_2610"
-    assert describe_cann(knowledge.load(), "9.0.0")["hdk_by_product"] == []
+    assert d["hdk_by_product_source"] == "Ascend/mind-cluster@master:docs/zh/release_notes.md, line 35"
+    assert describe_cann(knowledge.load(), "8.5.0")["hdk_by_product"] == []
+
+
+def test_two_releases_of_mindcluster_on_one_cann_merge_the_later_pages_word_winning():
+    """MindCluster 26.0.0's notes pair CANN 9.0.0 with HDK 25.1.RC1 on the Atlas 350, 850 and SuperPoD;
+    26.0.1's (and 26.1.0-beta.1's) name the Atlas 350 alone, with HDK 1.0.RC1: the later word wins for
+    the 350, the earlier one stands for the products the later page does not name."""
+    kb = knowledge.load()
+    assert kb.hdk_by_product("9.0.0") == (("atlas-950-superpod", "25.1.RC1"), ("atlas-350", "1.0.RC1"),
+                                          ("atlas-850", "25.1.RC1"), ("other_products", "26.0.RC1"))
+    assert kb.min_driver_reason("9.0.0", "atlas-350")[1].endswith(
+        "(Ascend/mind-cluster@v26.1.0.beta.1:docs/zh/release_notes.md, line 33) pairs it with HDK 1.0.RC1 on Atlas 350 card")
+    assert kb.min_driver_reason("9.0.0", "atlas-850")[1].startswith(
+        "its per-product HDK table (Ascend/mind-cluster@v26.0.0:docs/zh/release_notes.md, line 36)")
+    assert kb.hdk_known("1.0.RC1") == (True, ())  # an HDK a parsed page names is a known release

@@ -33,7 +33,9 @@ def _notes(tag: str, name: str = "release_notes.md") -> torchnpu_notes.Notes:
 
 
 def test_every_generated_data_file_equals_the_parse_of_its_documents():
-    assert [k.data_file for k in published.KINDS][:3] == ["torchnpu-tables.yaml", "cann-products.yaml", "downstream-pins.yaml"]
+    assert [k.data_file for k in published.KINDS] == ["torchnpu-tables.yaml", "mindcluster-tables.yaml",
+                                                      "cann-products.yaml", "downstream-pins.yaml",
+                                                      "torch-npu-requires.yaml"]
     assert published.stale() == []
 
 
@@ -53,7 +55,7 @@ def test_a_changed_document_makes_its_data_file_stale_and_changes_the_verdict(tm
     assert published.stale(fixtures) == ["torchnpu-tables.yaml"]
     data = tmp_path / "data"
     data.mkdir()
-    assert published.write(fixtures, data)[:2] == ["torchnpu-tables.yaml", "cann-products.yaml"]
+    assert published.write(fixtures, data)[:2] == ["torchnpu-tables.yaml", "mindcluster-tables.yaml"]
     assert published.stale(fixtures, data) == []
     changed = CompatTables(yaml.safe_load((data / "torchnpu-tables.yaml").read_text(encoding="utf-8")))
     shipped = knowledge.load().releases.tables
@@ -195,3 +197,43 @@ def test_kb_says_of_every_data_file_whether_it_is_parsed_or_hand_kept():
     on_disk = {p.name for p in knowledge.DATA_DIR.iterdir() if p.suffix in (".yaml", ".json")}
     assert set(listed) == on_disk  # a new data file must say which it is
     assert {k.data_file for k in published.KINDS} == {f for f, how in listed.items() if how == "parsed"}
+
+
+# --- MindCluster's version mapping -------------------------------------------------------------
+
+
+def _mindcluster(ref: str):
+    from builder.releases import mindcluster_notes
+    path = published.FIXTURES / "mind-cluster" / ref / "release_notes.md"
+    return mindcluster_notes.read(path.read_text(encoding="utf-8").partition("\n")[2], ref)
+
+
+def test_both_shapes_of_mindclusters_version_mapping_are_read():
+    [row] = _mindcluster("v26.0.0")  # 产品名称 | 版本, an "Ascend HDK" row above a "CANN" row
+    assert (row.line, row.cann) == (36, "9.0.0")
+    assert row.hdk == (("Atlas 350 加速卡", "25.1.RC1"), ("Atlas 850 系列硬件产品", "25.1.RC1"),
+                       ("Atlas 950 SuperPoD", "25.1.RC1"), ("其他产品", "26.0.RC1"))
+    [row] = _mindcluster("master")   # MindCluster | CANN | HDK | ...
+    assert (row.line, row.cann) == (35, "9.1.0")
+    assert row.hdk == (("Atlas 350 标卡", "25.7.RC1"), ("Atlas 950 SuperPoD", "25.1.RC1"),
+                       ("Atlas 850 Server", "25.6.RC1"), ("其他产品", "26.1.0"))
+    [row] = _mindcluster("v26.1.0.beta.2")  # one HDK for every product
+    assert row.hdk == (("", "26.1.0"),)
+
+
+def test_product_names_are_matched_by_their_model_words_and_families_match_none():
+    from builder.releases import mindcluster_notes
+    products = knowledge.load().products()
+    assert [mindcluster_notes.product_id(n, products) for n in (
+        "Atlas 350 标卡", "Atlas 850 Server", "Atlas 850 系列硬件产品", "Atlas 950 SuperPoD", "其他产品",
+        "Atlas A2/A3 系列产品", "Ascend 950 系列产品")] == [
+        "atlas-350", "atlas-850", "atlas-850", "atlas-950-superpod", "other_products", None, None]
+
+
+def test_a_mindcluster_page_without_its_version_mapping_is_refused_naming_it():
+    from builder.releases import mindcluster_notes
+    with pytest.raises(UserError, match="notes/x: no version mapping of CANN and Ascend HDK found"):
+        mindcluster_notes.read("# 版本说明\n\n## 相关产品版本配套说明\n\n|a|b|\n|--|--|\n|1|2|\n", "notes/x")
+    bad = mindcluster_notes.EXAMPLE.replace("26.0.RC1", "soon")
+    with pytest.raises(UserError, match=r"doc:5: no HDK version in '其他产品：soon'"):
+        mindcluster_notes.read(bad, "doc")

@@ -565,9 +565,10 @@ def releases_tables_command(
     documents: Optional[Path] = typer.Option(None, "--documents", callback=paths.FOLDER,
                                              help="The kept documents (default: tests/fixtures/documents/ of this "
                                                   "checkout)."),
-    from_git: Optional[Path] = typer.Option(None, "--from-git", callback=paths.FOLDER,
-                                            help="First keep the newest release notes and compatibility page of a "
-                                                 "clone of TorchNPU's repository (its .git folder) among them."),
+    from_git: List[str] = typer.Option([], "--from-git", metavar="KIND=GITDIR", callback=paths.FOLDER,
+                                       help="First keep the newest documents of a clone (its .git folder): "
+                                            "ascend-pytorch=GITDIR (TorchNPU's release notes and compatibility "
+                                            "page) or mind-cluster=GITDIR (MindCluster's release notes); repeatable."),
     from_index: bool = typer.Option(False, "--from-index",
                                     help="First keep the METADATA of every torch_npu wheel not kept yet, read from the "
                                          "package index (PEP 658 .metadata files, else HTTP range reads)."),
@@ -582,13 +583,17 @@ def releases_tables_command(
     """Generate builder/data's parsed files (TorchNPU's tables, CANN's products, downstream pins)
     from Ascend's kept documents, or check that they are current (exit 1 when stale).
 
-    Example: ascend-build releases tables --from-git pytorch/.git --write --propose
+    Example: ascend-build releases tables --from-git ascend-pytorch=pytorch/.git --write --propose
     """
     from builder.releases import keep_documents, published, tables_watch, torch_npu_wheels
 
     folder = documents or published.FIXTURES
-    if from_git:
-        for kept in keep_documents.keep(from_git, folder / "ascend-pytorch"):
+    for given in from_git:
+        source, sep, gitdir = given.rpartition("=")
+        if not sep or source not in keep_documents.SOURCES or not Path(gitdir).is_dir():
+            raise UserError(f"--from-git {given!r}: not KIND=GITDIR with KIND one of {', '.join(keep_documents.SOURCES)} "
+                            "and GITDIR a folder", fix="e.g. --from-git ascend-pytorch=pytorch/.git", exit_code=2)
+        for kept in keep_documents.keep(Path(gitdir), folder / source, source):
             typer.echo(f"kept {kept}", err=True)
     if from_index:
         with within(deadline):

@@ -83,7 +83,7 @@ def describe_knowledge(kb: KnowledgeBase) -> Dict[str, Any]:
         >>> "8.0.RC3" in d["cann_releases"], "2.4.0" in d["torch_npu_releases"], d["chips"][2]
         (True, True, {'chip': 'a3', 'first_cann': '8.1.RC1'})
         >>> d["products"][0]
-        {'product': 'atlas-950-superpod', 'chip': '950', 'name': 'Atlas 950 SuperPoD', 'hdk_per_product_in': '9.1.0'}
+        {'product': 'atlas-950-superpod', 'chip': '950', 'name': 'Atlas 950 SuperPoD', 'hdk_per_product_in': '9.0.0, 9.1.0'}
     """
     return {
         "cann_releases": kb.cann_releases(),

@@ -84,7 +84,7 @@ class Inputs:
     conda: Tuple[str, ...] = ()    # what a conda cell asks of conda (conda_lock.specs); () for a venv
     conda_channel: str = ""        # the channel they are solved against, without credentials (conda_lock.public)
     # who asks for each requirement and constraint (not part of the digest: it names, it does not decide)
-    asked_by: Tuple[Tuple[str, str], ...] = ()
+    asked_by: Tuple[Tuple[str, str], ...] = field(default=(), compare=False)
 
     @property
     def digest(self) -> str:

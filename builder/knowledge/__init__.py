@@ -46,7 +46,7 @@ from builder.knowledge.drivers import OTHER_PRODUCTS, Drivers, Product, chip_of_
 from builder.knowledge.environment import CannOs, Environment, OsInfo, known_arch
 from builder.knowledge import cann_products
 from builder.knowledge.ascend_errors import ERRORS_FILE, error_entries
-from builder.knowledge.files import DATA_DIR, TABLES_FILE, read_json, read_yaml
+from builder.knowledge.files import DATA_DIR, MINDCLUSTER_FILE, TABLES_FILE, read_json, read_yaml
 from builder.knowledge.pairings import CannFit, CompatWindow, Releases, TorchNpu
 from builder.vocabulary import CHIPS
 
@@ -78,10 +78,11 @@ class KnowledgeBase:
         downloads_doc: Optional[Mapping[str, Any]] = None,
         uv_doc: Optional[Mapping[str, Any]] = None,
         tables_doc: Optional[Mapping[str, Any]] = None,
+        mindcluster_doc: Optional[Mapping[str, Any]] = None,
     ) -> None:
         self.releases = releases = Releases(compat, packages, tables_doc)
         self.environment = environment = Environment(releases, compat, os_doc)
-        self.drivers = drivers = Drivers(releases, compat)
+        self.drivers = drivers = Drivers(releases, compat, mindcluster_doc)
         self.downloads = downloads = Downloads(releases, environment, conda_doc, downloads_doc, uv_doc)
         # releases and pairings
         self.torch_npu = releases.torch_npu
@@ -160,6 +161,7 @@ def load() -> KnowledgeBase:
         downloads_doc=read_yaml(DATA_DIR / "cann-downloads.yaml"),
         uv_doc=read_yaml(DATA_DIR / "uv.yaml"),
         tables_doc=read_yaml(DATA_DIR / TABLES_FILE),
+        mindcluster_doc=read_yaml(DATA_DIR / MINDCLUSTER_FILE),
     )
 
 

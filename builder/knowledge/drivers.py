@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any, Dict, List, Mapping, Optional, Set, Tuple
 
 from builder import versions
-from builder.knowledge.pairings import Releases, listed
+from builder.knowledge.pairings import Releases, cann_key, listed
 from builder.vocabulary import CHIPS
 
 # First CANN release per chip where one exists (ascend-facts.md "Chips": A3 from CANN 8.1.RC1,
@@ -96,7 +96,8 @@ def _products(compat: Mapping[str, Any]) -> Dict[str, Product]:
 class Drivers:
     """Driver (HDK) and firmware answers, by CANN release (and product) and by driver."""
 
-    def __init__(self, releases: Releases, compat: Mapping[str, Any]) -> None:
+    def __init__(self, releases: Releases, compat: Mapping[str, Any],
+                 mindcluster: Optional[Mapping[str, Any]] = None) -> None:
         self._releases = releases
         # driver -> observed firmware pairs
         self._pairs: List[Tuple[Any, Dict[str, Any]]] = []
@@ -106,6 +107,18 @@ class Drivers:
                 self._pairs.append((dv, pair))
         # every HDK (driver) release the data names, and the HDK lines release notes support ("25.2.X")
         self._hdk_spelled, self._hdk_lines = _hdk_names(compat)
+        # the HDK per product of each CANN release, by MindCluster's notes (mindcluster-tables.yaml):
+        # documents oldest first, so a later page's word on a product wins
+        self._by_product: Dict[Tuple[int, ...], Dict[str, Tuple[str, str]]] = {}
+        for row in (mindcluster or {}).get("hdk") or ():
+            ck = cann_key(row.get("cann"))
+            for item in row.get("hdk") or ():
+                hdk = versions.lenient("hdk", item.get("hdk"))
+                if hdk is not None:
+                    self._hdk_spelled.setdefault(hdk, str(item["hdk"]))
+                if ck is not None and item.get("id"):
+                    self._by_product.setdefault(ck, {})[str(item["id"])] = (
+                        str(item["hdk"]), f"{row['document']}, line {row['line']}")
         self._hdk_named = sorted(self._hdk_spelled)
         # products whose HDK some release numbers apart, by the id a matrix cell writes
         self._products = _products(compat)
@@ -155,12 +168,18 @@ class Drivers:
     def hdk_by_product(self, cann: str) -> Tuple[Tuple[str, str], ...]:
         """(product id, paired HDK) of the release's per-product HDK table, the id ``other_products``
         last for the products the table does not name; () when the release has no such table.
+        MindCluster's notes give it (the latest page's word per product); a release they do not
+        number per product may have one kept by hand (``paired_hdk_by_product``).
 
         Example:
             >>> from builder.knowledge import load
-            >>> load().hdk_by_product("9.1.0")[0], load().hdk_by_product("9.0.0")
+            >>> load().hdk_by_product("9.1.0")[0], load().hdk_by_product("8.5.0")
             (('atlas-950-superpod', '25.1.RC1'), ())
         """
+        parsed = self._by_product.get(cann_key(cann) or (), {})
+        if parsed:
+            order = list(self._products) + [OTHER_PRODUCTS]
+            return tuple((pid, parsed[pid][0]) for pid in order if pid in parsed)
         entry = self._releases.entry(cann) or {}
         table = entry.get("paired_hdk_by_product") or {}
         named = {p.name: p.id for p in self._products.values()}
@@ -169,7 +188,10 @@ class Drivers:
         return tuple(rows) + tuple((OTHER_PRODUCTS, str(v)) for k, v in table.items() if k == OTHER_PRODUCTS)
 
     def hdk_by_product_source(self, cann: str) -> str:
-        """The source of the release's per-product HDK table ("" when it has none)."""
+        """Where the release's per-product HDK table is published ("" when it has none): each page and row."""
+        parsed = self._by_product.get(cann_key(cann) or (), {})
+        if parsed:
+            return "; ".join(dict.fromkeys(where for _, where in parsed.values()))
         entry = self._releases.entry(cann) or {}
         return str(entry.get("by_product_source") or "") if entry.get("paired_hdk_by_product") else ""
 
@@ -179,7 +201,7 @@ class Drivers:
 
         Example:
             >>> from builder.knowledge import load
-            >>> load().product_hdk("9.1.0", "atlas-950-superpod"), load().product_hdk("9.0.0", "atlas-950-superpod")
+            >>> load().product_hdk("9.1.0", "atlas-950-superpod"), load().product_hdk("8.5.0", "atlas-950-superpod")
             ('25.1.RC1', None)
         """
         return dict(self.hdk_by_product(cann)).get(str(product_id)) if product_id != OTHER_PRODUCTS else None
@@ -255,7 +277,7 @@ class Drivers:
             >>> load().min_driver_reason("7.0.RC1")
             ('23.0.RC3', 'its paired HDK 23.0.RC3')
             >>> load().min_driver_reason("9.1.0", "atlas-950-superpod")
-            ('25.1.RC1', 'its per-product HDK table (MINDCLUSTER_2610) pairs it with HDK 25.1.RC1 on Atlas 950 SuperPoD')
+            ('25.1.RC1', 'its per-product HDK table (Ascend/mind-cluster@master:docs/zh/release_notes.md, line 35) pairs it with HDK 25.1.RC1 on Atlas 950 SuperPoD')
         """
         key = (cann, product if self.product_hdk(cann, product) else "")
         if key not in self._min_driver:
@@ -266,7 +288,8 @@ class Drivers:
         if product:  # a product the release's per-product table names: its paired HDK
             paired = self.product_hdk(cann, product)
             found = self.product(product)
-            source = self.hdk_by_product_source(cann) or "source not named"
+            parsed = self._by_product.get(cann_key(cann) or (), {}).get(str(product))
+            source = parsed[1] if parsed else (self.hdk_by_product_source(cann) or "source not named")
             return paired, f"its per-product HDK table ({source}) pairs it with HDK {paired} on {found.name if found else product}"
         own, why = self._own_min_driver(cann)
         own_none = own is None

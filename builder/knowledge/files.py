@@ -10,6 +10,8 @@ from builder import documents
 DATA_DIR = Path(__file__).resolve().parent.parent / "data"
 # Generated from TorchNPU's release notes by `make knowledge` (builder/releases/published.py).
 TABLES_FILE = "torchnpu-tables.yaml"
+# Generated from MindCluster's release notes: the Ascend HDK of each CANN release, per product.
+MINDCLUSTER_FILE = "mindcluster-tables.yaml"
 
 
 def read_yaml(path: Path) -> Dict[str, Any]:

@@ -150,7 +150,8 @@ def _kb_from(compat: Mapping[str, Any], folder: Path) -> knowledge.KnowledgeBase
         return read(path.read_text(encoding="utf-8"), str(path), exit_code=1) or {}
     return knowledge.KnowledgeBase(compat=compat, packages=doc("cann-packages.json"),
                                    os_doc=doc("os.yaml"), conda_doc=doc("conda.yaml"),
-                                   downloads_doc=doc("cann-downloads.yaml"), tables_doc=doc(knowledge.TABLES_FILE))
+                                   downloads_doc=doc("cann-downloads.yaml"), tables_doc=doc(knowledge.TABLES_FILE),
+                                   mindcluster_doc=doc("mindcluster-tables.yaml"))
 
 
 def _parse(text: str, path: Path) -> Dict[str, Any]:

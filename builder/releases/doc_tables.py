@@ -23,7 +23,7 @@ from typing import Dict, List, Optional, Tuple
 
 Row = Tuple[int, Tuple[str, ...]]  # (line the row starts on, its cells)
 
-_BR = re.compile(r"<br\s*/?>", re.I)
+_BR = re.compile(r"<br\s*/?>|</?li\b[^>]*>", re.I)  # a line break, or a list item's edge
 _TAG = re.compile(r"<[^>]+>")
 _EMPHASIS = re.compile(r"(?<!\w)[*_]+|[*_]+(?!\w)")
 # The most rows and columns one table may have: a document is a fixture or a fetched page,
@@ -52,7 +52,7 @@ def clean(cell: str) -> str:
     text = _TAG.sub("", text)
     text = _EMPHASIS.sub("", text)
     text = text.replace("&nbsp;", " ").replace("&amp;", "&").replace("&lt;", "<").replace("&gt;", ">")
-    return "\n".join(" ".join(part.split()) for part in text.split("\n")).strip()
+    return "\n".join(" ".join(part.split()) for part in text.split("\n") if part.strip())
 
 
 def tables(text: str) -> List[Table]:

@@ -876,7 +876,7 @@ SHAPE_CASES: Dict[str, List[dict]] = {
     "driver-missing": [dict(VALID, cann="8.4.0")],
     "product-chip": [dict(VALID, product="atlas-350")],
     "product-unstated": [dict(VALID, arch="aarch64", chip="950", cann="9.1.0", python="3.11", torch_npu="2.12.0")],
-    "product-hdk-unknown": [dict(VALID, arch="aarch64", chip="950", cann="9.0.0", python="3.11", torch_npu="2.9.0.post2",
+    "product-hdk-unknown": [dict(VALID, arch="aarch64", chip="950", cann="9.0.1", python="3.11", torch_npu="2.9.0.post2",
                                  product="atlas-350")],
     "driver-too-old": [dict(VALID, min_driver="23.0.3")],
     "driver-downstream": [dict(VALID, cann="8.2.RC1", torch_npu="2.5.1.post1", python="3.10", min_driver="24.1.RC3")],

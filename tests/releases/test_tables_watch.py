@@ -100,3 +100,28 @@ def test_a_newer_table_enables_pairs_and_drafts_cells_that_validate(tmp_path):
     done = run_cli("validate", "--matrix", path, "--out", tmp_path / "out")
     assert done.returncode == 0, done.stdout + done.stderr
     assert tables_watch.enabled(knowledge.load(), knowledge.load()) == []
+
+
+def test_mindclusters_release_notes_are_kept_from_its_tags_and_its_branch(tmp_path):
+    repo = tmp_path / "mind-cluster"
+    (repo / "docs" / "zh").mkdir(parents=True)
+    _git(repo, "init", "-q", "-b", "master")
+    (repo / "docs" / "zh" / "release_notes.md").write_text("## 相关产品版本配套说明\n\n|产品名称|版本|\n|--|--|\n"
+                                                            "|Ascend HDK|26.9.0|\n|CANN|9.9.0|\n")
+    _git(repo, "add", "-A")
+    _git(repo, "commit", "-q", "-m", "notes")
+    for tag in ("v26.9.0", "v26.9.0.beta.1", "v7.3.0.SPC1"):  # the last is no release tag kept
+        _git(repo, "tag", tag)
+    out = tmp_path / "kept"
+    written = keep_documents.keep(repo / ".git", out, "mind-cluster")
+    assert [Path(p).relative_to(out).as_posix() for p in written] == [
+        "master/release_notes.md", "v26.9.0.beta.1/release_notes.md", "v26.9.0/release_notes.md"]
+    first = (out / "master" / "release_notes.md").read_text(encoding="utf-8").splitlines()[0]
+    assert first.startswith("<!-- Ascend/mind-cluster, docs/zh/release_notes.md at branch master, commit ")
+
+
+def test_from_git_takes_a_kind_and_a_folder(tmp_path):
+    done = run_cli("releases", "tables", "--from-git", f"pytorch={tmp_path}")
+    assert done.returncode == 2 and "not KIND=GITDIR with KIND one of ascend-pytorch, mind-cluster" in done.stderr
+    done = run_cli("releases", "tables", "--from-git", "--write")
+    assert done.returncode == 2 and "Traceback" not in done.stderr
