@@ -237,3 +237,27 @@ def test_a_mindcluster_page_without_its_version_mapping_is_refused_naming_it():
     bad = mindcluster_notes.EXAMPLE.replace("26.0.RC1", "soon")
     with pytest.raises(UserError, match=r"doc:5: no HDK version in '其他产品：soon'"):
         mindcluster_notes.read(bad, "doc")
+
+
+def test_what_releases_check_wrote_of_each_release_agrees_with_every_kept_wheel():
+    """``torch_npu_releases[]``'s requires_dist, Python tags and manylinux floor are written by
+    `releases check --write` from the index; every wheel kept under pypi-torch-npu/ (parsed into
+    torch-npu-requires.yaml) says the same: each Python tag written has a kept wheel, and it declares
+    that Requires-Dist."""
+    from packaging.requirements import Requirement
+
+    from builder.knowledge import wheel_requires
+
+    kb = knowledge.load()
+    checked = 0
+    for version in kb.torch_npu_versions():
+        release = kb.torch_npu(version)
+        assert release is not None
+        for arch in ("x86_64", "aarch64"):
+            written = sorted(str(Requirement(r.strip())) for r in release.requires_dist.get(arch, "").split(",") if r.strip())
+            for python in release.python.get(arch, ()):
+                declared = wheel_requires.requires(version, arch, python)
+                assert declared is not None, (version, arch, python)  # a tag without a kept wheel
+                assert sorted({str(Requirement(r)) for r in declared if "extra ==" not in r}) == written, (version, arch)
+                checked += 1
+    assert checked >= 480
