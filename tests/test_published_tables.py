@@ -261,3 +261,22 @@ def test_what_releases_check_wrote_of_each_release_agrees_with_every_kept_wheel(
                 assert sorted({str(Requirement(r)) for r in declared if "extra ==" not in r}) == written, (version, arch)
                 checked += 1
     assert checked >= 480
+
+
+@pytest.mark.parametrize("plant", ["fifo", "bytes", "huge"])
+def test_a_kept_document_that_is_no_text_file_is_refused_by_name(tmp_path, plant):
+    import os
+    folder = tmp_path / "ascend-pytorch" / "v9.9.9-pytorch2.7.1"
+    folder.mkdir(parents=True)
+    path = folder / "release_notes.md"
+    if plant == "fifo":
+        os.mkfifo(path)  # a FIFO with no writer: refused, never waited on
+    elif plant == "bytes":
+        path.write_bytes(b"\xff\xfe<!-- x -->")
+    else:
+        with open(path, "wb") as out:
+            out.truncate(published.DOCUMENT_MAX + 1)
+    with pytest.raises(UserError) as caught:
+        published.kept(tmp_path / "ascend-pytorch")
+    assert str(path) in caught.value.message
+    assert {"fifo": "not a regular file", "bytes": "not UTF-8 text", "huge": "larger than"}[plant] in caught.value.message

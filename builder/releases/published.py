@@ -65,12 +65,28 @@ def source(first_line: str, fixture: str) -> Source:
     return Source(m["repo"], m["path"], m["ref"] or "", m["commit"], m["date"], fixture)
 
 
+def _read(path: Path) -> str:
+    """A kept document's text: a regular file of UTF-8 within `DOCUMENT_MAX`, else a UserError naming it."""
+    try:
+        data = bounded.read_file(path, DOCUMENT_MAX + 1)
+        if len(data) > DOCUMENT_MAX:
+            raise UserError(f"{path}: larger than {DOCUMENT_MAX} bytes: no release notes page is", exit_code=1,
+                            fix="keep the document itself, not another file under its name")
+        return data.decode("utf-8")
+    except OSError as exc:
+        raise UserError(f"{path}: cannot be read as a document ({exc.strerror or exc})", exit_code=1,
+                        fix="a kept document is a regular file; remove what stands in its place") from None
+    except UnicodeDecodeError as exc:
+        raise UserError(f"{path}: not UTF-8 text (byte {exc.start})", exit_code=1,
+                        fix="keep the document verbatim as published (UTF-8)") from None
+
+
 def kept(folder: Path) -> List[Tuple[Source, str]]:
     """Every document under ``folder`` (``*.md``), as (its source, its text without the header line),
     oldest commit first: where two documents disagree, a reader takes the later one's word."""
     found = []
     for path in sorted(folder.rglob("*.md")):
-        text = bounded.read_file(path, DOCUMENT_MAX).decode("utf-8")
+        text = _read(path)
         first, _, body = text.partition("\n")
         found.append((source(first, str(path.relative_to(folder.parent))), body))
     if not found:
@@ -166,7 +182,7 @@ def stale(fixtures: Path = FIXTURES, data_dir: Path = DATA_DIR) -> List[str]:
     out = []
     for kind in KINDS:
         path = data_dir / kind.data_file
-        have = bounded.read_file(path, DOCUMENT_MAX).decode("utf-8") if path.exists() else None
+        have = _read(path) if path.exists() else None
         if have != kind.render(fixtures / kind.fixtures):
             out.append(kind.data_file)
     return out
@@ -179,7 +195,7 @@ def write(fixtures: Path = FIXTURES, data_dir: Path = DATA_DIR) -> List[str]:
     for kind in KINDS:
         text = kind.render(fixtures / kind.fixtures)
         path = data_dir / kind.data_file
-        if not path.exists() or bounded.read_file(path, DOCUMENT_MAX).decode("utf-8") != text:
+        if not path.exists() or _read(path) != text:
             writes.replace_file(path, text.encode("utf-8"))
             changed.append(kind.data_file)
     return changed
