@@ -54,8 +54,10 @@ dist.all_reduce(total)
 worlds = [torch.zeros(1, dtype=torch.int64) for _ in range(world)]
 dist.all_gather(worlds, torch.tensor([world], dtype=torch.int64))
 node_rank = os.environ.get("GROUP_RANK", os.environ["RANK"])  # torchrun: GROUP_RANK; plain python: RANK
-print("RESULT " + json.dumps({"rank": rank, "world": world, "sum": total.item(), "worlds": [int(w) for w in worlds],
-                              "node_rank": int(node_rank), "vc_task_index": int(os.environ["VC_TASK_INDEX"])}), flush=True)
+# one write of the whole line: the local ranks of a pod share its stdout, and two print()s may interleave
+os.write(1, ("RESULT " + json.dumps({"rank": rank, "world": world, "sum": total.item(), "worlds": [int(w) for w in worlds],
+                                     "node_rank": int(node_rank), "vc_task_index": int(os.environ["VC_TASK_INDEX"])})
+             + "\\n").encode())
 dist.destroy_process_group()
 '''
 
@@ -133,6 +135,12 @@ def volcano_pods(name: str, image: str, command: Sequence[str], nodes: int, port
     return pods
 
 
+def results_in(text: str) -> List[Dict[str, Any]]:
+    """Every RESULT object in a pod's log, also where two ranks' lines ran into one."""
+    decoder = json.JSONDecoder()
+    return [decoder.raw_decode(part)[0] for part in text.split("RESULT ")[1:] if part.startswith("{")]
+
+
 def play(podman, pods: List[Dict[str, Any]], manifest: Path) -> List[Dict[str, Any]]:
     """Play the pods, wait for each, and return each one's RESULT line (asserting every pod exited 0)."""
     manifest.write_text(yaml.safe_dump_all(pods, sort_keys=False))
@@ -145,7 +153,7 @@ def play(podman, pods: List[Dict[str, Any]], manifest: Path) -> List[Dict[str, A
             waited = podman("wait", container, timeout=300)
             logs = podman("logs", container)
             assert waited.stdout.strip() == "0", f"{container} exited {waited.stdout.strip()}:\n{logs.stdout}\n{logs.stderr}"
-            results += [json.loads(line[len("RESULT "):]) for line in logs.stdout.splitlines() if line.startswith("RESULT ")]
+            results += results_in(logs.stdout)
         return results
     finally:
         podman("kube", "down", str(manifest), timeout=120)
