@@ -166,8 +166,9 @@ def test_a_node_config_names_a_key_kept_elsewhere_and_comes_before_the_default_f
     assert trust_key(str(other), environ={}, node_default=default, node_config=config).path == str(other)
     assert trust_key(None, environ={TRUST_KEY_ENV: str(other)}, node_default=default,
                      node_config=config).path == str(other)
-    config.write_text("# no key named here\n")  # a config naming no key: the default file, as before
-    assert trust_key(None, environ={}, node_default=default, node_config=config).path == str(default)
+    config.write_text("# no key named here\n")  # a config naming no key is refused, never read past
+    with pytest.raises(UserError, match="names no key"):
+        trust_key(None, environ={}, node_default=default, node_config=config)
 
 
 @pytest.mark.parametrize("text, says", [
@@ -179,6 +180,11 @@ def test_a_node_config_names_a_key_kept_elsewhere_and_comes_before_the_default_f
     ("- trust_key: keys/team.pub\n", "holds a list, not a mapping"),
     ("trust_key: [unclosed\n", "cannot be read:"),
     ("trust_key: !secret team\n", "uses the YAML tag '!secret'"),
+    ("", "names no key (it is empty or holds only comments)"),
+    ("# trust_key: keys/team.pub\n", "names no key (it is empty or holds only comments)"),
+    ("{}\n", "names no key (it is empty or holds only comments)"),
+    ("x" * (70 << 10), "is larger than 65536 bytes"),
+    ("fifo", "cannot be read: [Errno 22] not a regular file"),
 ])
 def test_a_node_config_that_names_no_key_is_an_error_never_no_key(text, says, tmp_path, monkeypatch):
     """A misspelt key, an empty or folder value, a config that is no mapping or no YAML: each stops the
@@ -187,7 +193,10 @@ def test_a_node_config_that_names_no_key_is_an_error_never_no_key(text, says, tm
     signing.generate(tmp_path / "etc" / "keys", "team")
     config, default = tmp_path / "etc" / "node.yaml", tmp_path / "etc" / "trust.pub"
     default.write_bytes((tmp_path / "etc" / "keys" / "team.pub").read_bytes())
-    config.write_text(text)
+    if text == "fifo":
+        os.mkfifo(config)  # no writer: refused, never waited on
+    else:
+        config.write_text(text)
     with pytest.raises(UserError) as caught:
         trust_key(None, environ={}, node_default=default, node_config=config)
     assert caught.value.exit_code == 2 and says in caught.value.message, caught.value.message

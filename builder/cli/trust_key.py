@@ -33,7 +33,7 @@ from typing import Mapping, Optional
 import typer
 import yaml
 
-from builder import vocabulary
+from builder import bounded, vocabulary
 from builder.cli.paths import refusal
 from builder.documents import load_yaml
 from builder.errors import UserError
@@ -49,6 +49,7 @@ NODE_KEY_FILE = Path(vocabulary.NODE_TRUST_KEY)
 # folder); a relative PATH is read from the config's folder. It comes before NODE_KEY_FILE.
 NODE_CONFIG = Path(vocabulary.NODE_CONFIG)
 CONFIG_KEYS = ("trust_key",)
+CONFIG_MAX = 64 << 10  # a config of one key is a line; more than this is no config
 DEFAULT_NAMED = "the node's default key"  # how a refusal names NODE_KEY_FILE
 # no envvar= here: click takes a variable set to nothing for an unset one; `trust_key` reads it itself
 TrustKeyOpt = typer.Option(None, OPTION, metavar="FILE",
@@ -91,11 +92,16 @@ def node_config_key(config: Path = NODE_CONFIG) -> Optional[str]:
         return None
     fix = f"write {config} as one mapping, e.g. 'trust_key: {config.parent / 'team.pub'}', or remove it"
     try:
-        loaded = load_yaml(config.read_text(encoding="utf-8"), str(config))
+        data = bounded.read_file(config, CONFIG_MAX + 1)  # a FIFO is refused, /dev/zero read no further
+        if len(data) > CONFIG_MAX:
+            raise UserError(f"the node's config {config} is larger than {CONFIG_MAX} bytes: no config is",
+                            fix=fix, exit_code=2)
+        loaded = load_yaml(data.decode("utf-8"), str(config))
     except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
         raise UserError(f"the node's config {config} cannot be read: {_first_line(exc)}", fix=fix, exit_code=2) from None
-    if loaded is None:
-        return None
+    if loaded is None or loaded == {}:  # empty, or comments alone: a config that says nothing is no "no key"
+        raise UserError(f"the node's config {config} names no key (it is empty or holds only comments)",
+                        fix=fix, exit_code=2)
     if not isinstance(loaded, dict):
         raise UserError(f"the node's config {config} holds a {type(loaded).__name__}, not a mapping", fix=fix,
                         exit_code=2)

@@ -203,6 +203,10 @@ class Lock:
             raise UserError(f"{where}: no '# inputs:' line: not written by `ascend-build lock`",
                             fix=f"run {commands.suggest('lock')} to write it again")
         sealed, held = next(iter(meta.get("entries", [])), None), _entries_seal(entries)
+        if sealed is None and not entries:  # cut before its "# entries:" line: every lock pins pip at least
+            raise UserError(f"{where}: damaged: no '# entries:' line and no entry: it was cut short",
+                            fix=f"restore it from version control, or run {commands.suggest('lock')} to write it again",
+                            exit_code=1)
         if sealed is not None and sealed != held:  # cut short (on an entry boundary too) or edited
             raise UserError(f"{where}: damaged: its header says {sealed.split(' sha256:')[0]} entries "
                             f"({sealed.rpartition(':')[2][:12]}...), the file holds {len(entries)} "

@@ -62,6 +62,7 @@ _PIP_PIN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}(?:\[[A-Za-z0-9,._-]+\])
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,99}$")
 _ENV_VALUE = re.compile(r"^[A-Za-z0-9_./:,=+@%-]{0,300}$")
 _URL = re.compile(r"^https?://[A-Za-z0-9._~:/?#@!&+,=%-]{1,500}$")
+_USERINFO = re.compile(r"([A-Za-z][A-Za-z0-9+.-]*://)[^/?#\s]*@")  # scheme://user:password@
 _SHA256 = re.compile(r"^[0-9a-f]{64}$")
 _FILE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+-]{0,199}$")
 _PATH = re.compile(r"^[A-Za-z0-9._/+-]{1,500}$")
@@ -296,7 +297,8 @@ def _check(val: _Val, path: str, pattern: "re.Pattern[str]", what: str, out: _Co
     if text is None:
         return None
     if not pattern.fullmatch(text):
-        shown = text if len(text) <= 60 else text[:57] + "..."
+        shown = _USERINFO.sub(r"\1***@", text)  # a URL's user:password is never echoed, not even a refused one
+        shown = shown if len(shown) <= 60 else shown[:57] + "..."
         out.error("schema-value", f"{path} = {shown!r} is not a valid {what}",
                   f"use only the characters of a {what}; quotes, spaces, newlines, '$' and backslashes are never allowed",
                   val.where, path)

@@ -86,6 +86,12 @@ def test_a_lock_cut_short_between_two_entries_or_edited_is_damaged_not_complete(
         assert "cut short or edited" in refused.value.message and refused.value.exit_code == 1
     legacy = "".join(line for line in shipped.splitlines(keepends=True) if not line.startswith("# entries: "))
     assert lock.Lock.parse(legacy) == whole  # written before the count existed: read as it is
+    # cut before the count: no entry and no count is no lock of 0 entries, but a damaged one
+    before = "".join(shipped.splitlines(keepends=True)[:shipped.splitlines().index(
+        next(line for line in shipped.splitlines() if line.startswith("# entries: ")))])
+    assert "# inputs: " in before and "# entries: " not in before
+    with pytest.raises(UserError, match="x/requirements.lock: damaged: no '# entries:' line and no entry"):
+        lock.Lock.parse(before, where="x/requirements.lock")
 
 
 def test_lock_check_and_validate_refuse_a_lock_cut_short(tmp_path, monkeypatch):

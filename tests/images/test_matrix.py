@@ -511,3 +511,15 @@ def test_a_deep_matrix_through_the_cli_says_so_without_a_traceback(tmp_path):
     out = run_cli("validate", "--matrix", tmp_path / "deep.yaml")
     assert out.returncode == 2 and "Traceback" not in out.stderr
     assert f"{tmp_path / 'deep.yaml'}:1:" in out.stderr and "nested deeper than 64 levels" in out.stderr
+
+
+def test_a_refused_mirror_url_is_shown_without_its_user_and_password(tmp_path):
+    """A URL the schema refuses is echoed in the finding: never its user:password."""
+    loaded = load_text(tmp_path, textwrap.dedent("""\
+        cells:
+          - {os: ubuntu22.04, arch: x86_64, chip: 910b, cann: 8.0.RC3, python: "3.10", torch_npu: 2.4.0,
+             mirrors: {pip_index: "https://alice:s3cret@mirror.example/simple index"}}
+        """))
+    [finding] = [f for f in loaded.findings if f.field == "cells[0].mirrors.pip_index"]
+    assert "https://***@mirror.example/simple index" in finding.message
+    assert "s3cret" not in str(finding) and "alice" not in str(finding)

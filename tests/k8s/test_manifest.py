@@ -248,3 +248,17 @@ def test_bad_input_is_a_clear_error(build, message):
     with pytest.raises(UserError) as info:
         build()
     assert message in info.value.message
+
+
+@pytest.mark.parametrize("hostile", ["npu-a\n---\napiVersion: v1\nkind: ConfigMap\nmetadata: {name: x}",
+                                     "npu-a\r\n---\r\nkind: ConfigMap", "npu-a\u2028---\u2029kind: ConfigMap",
+                                     "npu-a\x85---\x85kind: ConfigMap", "key\x00path\x1b[2J", "/keys/team.pub\n# ok"])
+def test_no_header_text_adds_a_line_or_a_document_to_a_manifest(hostile):
+    """Header lines carry input (node names from --nodes, key paths): whatever they hold, the output
+    is one comment line per header line and one YAML document, the manifest itself."""
+    manifest = {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "j"}}
+    text = manifest_yaml.render(manifest, ["chosen: the image", f"node: {hostile}"])
+    assert list(yaml.safe_load_all(text)) == [manifest]
+    lines = text.split("\n")
+    assert lines[:2] == ["# chosen: the image", "# node: " + manifest_yaml.comment_text(hostile)]
+    assert lines[2] == "apiVersion: batch/v1" and len(text.splitlines()) == len(lines) - 1  # no stray line break
