@@ -143,7 +143,8 @@ class Watch:
         self.fired = False
         self._sockets: List[socket.socket] = []
         self._lock = threading.Lock()
-        self._timer = threading.Timer(max(0.0, until - time.monotonic()), self._fire)
+        # a deadline past threading's longest wait (about 292 years) fires never, not with an OverflowError
+        self._timer = threading.Timer(min(max(0.0, until - time.monotonic()), threading.TIMEOUT_MAX), self._fire)
         self._timer.daemon = True
         self._timer.start()
 

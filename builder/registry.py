@@ -656,7 +656,8 @@ class Registry:
         LookupError when the registry has none. Not retried: the caller reopens it."""
         with self._blob_get(repository, digest, time.monotonic() + self.blob_deadline(size), size) as (response, _):
             # the consumer's own failures (a full disk, a refused upload) pass through unchanged
-            yield Checked(response, digest, size, f"{self.name}/{self.repository(repository)}@{digest}")
+            yield Checked(response, digest, size, f"{self.name}/{self.repository(repository)}@{digest}",
+                          floor=STREAM_FLOOR, grace=self.deadline)
 
     @contextlib.contextmanager
     def _blob_get(self, repository: str, digest: str, deadline: float, size: int,
@@ -856,10 +857,13 @@ class Checked:
         x does not hash to its digest
     """
 
-    def __init__(self, stream, digest: str, size: int, what: str):
+    def __init__(self, stream, digest: str, size: int, what: str, floor: int = 0, grace: float = 0.0):
         self._stream, self.digest, self.size, self.what = stream, digest, size, what
         self._hash = hashlib.sha256()
         self.read_bytes = 0
+        # the throughput floor: past ``grace`` seconds, the bytes that came must keep up with ``floor``
+        # bytes a second, whatever size the source declared (a declared 2**62 bytes buys no time)
+        self._floor, self._grace, self._start = floor, grace, time.monotonic()
 
     def read(self, n: int = -1) -> bytes:
         want = bounded.CHUNK if n is None or n < 0 else min(n, bounded.CHUNK)
@@ -869,6 +873,10 @@ class Checked:
         if self.read_bytes > self.size:
             raise BadBlob(f"{self.what} is longer than the {self.size} bytes its descriptor names")
         self._hash.update(chunk)
+        took = time.monotonic() - self._start
+        if self._floor and chunk and took > self._grace + self.read_bytes / self._floor:
+            raise BadBlob(f"{self.what} came slower than {self._floor} bytes a second: {self.read_bytes} bytes in "
+                          f"{took:.0f} s (its descriptor names {self.size})")
         if not chunk:
             if self.read_bytes != self.size:
                 raise BadBlob(f"{self.what} ended after {self.read_bytes} of its {self.size} bytes")

@@ -95,3 +95,16 @@ def test_command_limit_names_the_running_deadline():
         until, seconds = bounded.command_limit() or (0.0, 0.0)
         assert seconds == 30 and 29 < until - time.monotonic() <= 30
     assert bounded.command_limit() is None
+
+
+def test_a_deadline_past_the_longest_wait_is_watched_without_a_crash(monkeypatch):
+    """A deadline grown from a declared size (2**62 bytes) or none at all (--deadline 0) lies past
+    threading's longest wait: the watch's timer thread must not die of an OverflowError."""
+    import threading
+
+    died = []
+    monkeypatch.setattr(threading, "excepthook", lambda args: died.append(args.exc_type))
+    watch = bounded.Watch(time.monotonic() + 2 ** 62)
+    time.sleep(0.2)  # the timer thread has started its wait (or died)
+    assert died == [] and not watch.fired
+    watch.stop()

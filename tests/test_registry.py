@@ -454,3 +454,28 @@ def test_index_against_a_trickling_registry_stops_at_the_commands_deadline(no_cr
     assert done.returncode == 1 and "Traceback" not in done.stdout + done.stderr
     assert "the command's deadline of 2 s passed" in done.stderr
     assert time.monotonic() - started < 15
+
+
+def test_a_blob_stream_slower_than_the_floor_is_cut_whatever_size_it_declares(monkeypatch):
+    """The throughput floor counts the bytes that came, not the size the source declared: a blob
+    declared as 2**62 bytes that trickles is cut once it falls behind, not held for its declared size."""
+    import io
+
+    from builder import registry as registry_module
+
+    clock = [1000.0]
+    monkeypatch.setattr(registry_module.time, "monotonic", lambda: clock[0])
+
+    class Trickle(io.RawIOBase):
+        def read(self, n=-1):
+            clock[0] += 10.0  # ten seconds a byte
+            return b"x"
+
+    stream = registry_module.Checked(Trickle(), "sha256:" + "0" * 64, 2 ** 62, "r/x@sha256:0", floor=1 << 20, grace=30)
+    got = [stream.read(1), stream.read(1), stream.read(1)]  # 30 s: within the grace
+    assert got == [b"x", b"x", b"x"]
+    with pytest.raises(registry_module.BadBlob, match=r"came slower than 1048576 bytes a second: 4 bytes in 40 s"):
+        stream.read(1)
+    fast = registry_module.Checked(io.BytesIO(b"abc"), "sha256:" + hashlib.sha256(b"abc").hexdigest(), 3, "r/y",
+                                   floor=1 << 20, grace=30)
+    assert fast.read() == b"abc" and fast.read() == b""  # a whole blob within the grace passes
