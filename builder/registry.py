@@ -85,7 +85,7 @@ _DIGEST = re.compile(r"^sha256:[0-9a-f]{64}$")
 # host[:port] as Docker reads a registry name: a DNS name, an IPv4 address or a bracketed IPv6 one
 _HOST = re.compile(r"(?:[A-Za-z0-9](?:[A-Za-z0-9-]{0,62}[A-Za-z0-9])?(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]{0,62}[A-Za-z0-9])?)*"
                    r"|\[[0-9A-Fa-f:.]+\])(?::[0-9]{1,5})?")
-_TAG = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}")  # the distribution spec's tag grammar
+TAG_GRAMMAR = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}")  # the distribution spec's tag grammar
 _HELPER = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 
 
@@ -484,7 +484,7 @@ class Registry:
             tags = self._json(body, f"the tags of {repository}").get("tags") or []
             if not isinstance(tags, list) or not all(isinstance(t, str) for t in tags):
                 raise self._fail(f"sent a malformed tag list for {repository}")
-            found.update(t for t in tags if _TAG.fullmatch(t))  # no image of ours has another
+            found.update(t for t in tags if TAG_GRAMMAR.fullmatch(t))  # no image of ours has another
             match = re.match(r'\s*<([^>]*)>\s*;\s*rel="?next"?', headers.get("link", ""))
             if not match:
                 return sorted(found)

@@ -37,7 +37,7 @@ from typing import BinaryIO, Callable, ContextManager, Dict, Iterator, List, Opt
 from builder import bounded, documents, writes
 from builder.errors import UserError
 from builder.vocabulary import OCI_PREFIX
-from builder.registry import CONFIG_LIMIT, MANIFEST_LIMIT, OCI_INDEX, BadBlob, Checked, Manifest
+from builder.registry import CONFIG_LIMIT, MANIFEST_LIMIT, OCI_INDEX, TAG_GRAMMAR, BadBlob, Checked, Manifest
 
 LAYOUT_FILE = "oci-layout"
 LAYOUT_VERSION = "1.0.0"
@@ -67,6 +67,11 @@ class Layout:
                 raise writes.write_error(exc, self.folder, "nothing was written") from None
             writes.replace_file(self.folder / INDEX_FILE, _index_json([]))
             writes.replace_file(marker, json.dumps({"imageLayoutVersion": LAYOUT_VERSION}).encode())
+        for folder in (self.folder / "blobs", self.folder / "blobs" / "sha256"):
+            if folder.is_symlink() or not folder.is_dir():  # a link would send the blobs elsewhere
+                raise UserError(f"{folder} is {'a link' if folder.is_symlink() else 'no folder'}: a layout's blobs "
+                                "live in a folder of its own", exit_code=1,
+                                fix="remove it, or name another folder for the layout")
         version = self._json(marker, 4096).get("imageLayoutVersion")
         if version != LAYOUT_VERSION:
             raise UserError(f"{marker}: imageLayoutVersion {version!r}, not {LAYOUT_VERSION}", exit_code=1,
@@ -91,8 +96,17 @@ class Layout:
                 and _DIGEST.match(e["digest"])] if isinstance(listed, list) else []
 
     def tags(self) -> List[str]:
-        return sorted({str(e["annotations"][REF_NAME]) for e in self.entries()
-                       if isinstance(e.get("annotations"), dict) and e["annotations"].get(REF_NAME)})
+        """The tags ``index.json`` names; one that is no tag of the distribution grammar (``../x``,
+        a ``?`` or a line break: it would be sent into a registry's URL) is refused, naming it."""
+        found = sorted({str(e["annotations"][REF_NAME]) for e in self.entries()
+                        if isinstance(e.get("annotations"), dict) and e["annotations"].get(REF_NAME)})
+        for tag in found:
+            if not TAG_GRAMMAR.fullmatch(tag):
+                raise UserError(f"{self.folder / INDEX_FILE} names the tag {tag[:80]!r}, which is no tag "
+                                "(letters, digits, '_', '.', '-', at most 128, not starting with '.' or '-')",
+                                exit_code=1, fix="the layout is damaged or was altered: write it again with "
+                                                 "`ascend-build mirror`")
+        return found
 
     def path(self, digest: str) -> Path:
         if not _DIGEST.match(digest):
@@ -130,9 +144,17 @@ class Layout:
         return body
 
     def has_blob(self, digest: str, size: int) -> bool:
-        """Whether the blob is there whole (a blob file is renamed into place only once checked)."""
+        """Whether the blob is there whole: a regular file of that size whose bytes hash to the digest
+        (a file planted under the name, of the right size, is no blob of it)."""
+        path = self.path(digest)
         try:
-            return self.path(digest).stat().st_size == size
+            if path.is_symlink() or not path.is_file() or path.stat().st_size != size:
+                return False
+            made = hashlib.sha256()
+            with open(path, "rb") as stream:
+                for chunk in iter(lambda: stream.read(bounded.CHUNK), b""):
+                    made.update(chunk)
+            return "sha256:" + made.hexdigest() == digest
         except FileNotFoundError:
             return False
 
@@ -156,7 +178,10 @@ class Layout:
             return 0
         partial = final.with_name(_TMP + final.name)
         try:
-            with source() as stream, open(partial, "wb") as out:
+            partial.unlink(missing_ok=True)  # a link planted under the name goes, its target untouched
+            # created anew, never through a link: O_EXCL and O_NOFOLLOW
+            out = os.fdopen(os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644), "wb")
+            with out, source() as stream:
                 checked = stream if isinstance(stream, Checked) else Checked(stream, digest, size, digest)
                 while True:
                     chunk = checked.read(bounded.CHUNK)
