@@ -90,8 +90,8 @@ def cell_packages(cell: Cell) -> Dict[str, str]:
 
 
 def _pins_data(kb: Any) -> DownstreamPins:
-    """The knowledge base's downstream pins, or the shipped ones when it has none (a facade
-    not yet wired, a test's fake)."""
+    """A test's own downstream pins (``kb.downstream_pins``), else the shipped ones, read on first use
+    (only a cell that pins a downstream release needs them)."""
     pins = getattr(kb, "downstream_pins", None)
     return pins if isinstance(pins, DownstreamPins) else load_pins()
 

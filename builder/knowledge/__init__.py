@@ -41,7 +41,6 @@ from functools import lru_cache
 from typing import Any, Mapping, Optional, Tuple
 
 from builder.knowledge.downloads import CannRelease, Downloads, Installer
-from builder.knowledge.downstream_pins import load_pins
 from builder.knowledge.drivers import OTHER_PRODUCTS, Drivers, Product, chip_of_soc, chip_min_cann
 from builder.knowledge.environment import CannOs, Environment, OsInfo, known_arch
 from builder.knowledge import cann_products
@@ -118,11 +117,9 @@ class KnowledgeBase:
         self.hdk_by_product_source = drivers.hdk_by_product_source
         self.product_hdk = drivers.product_hdk
         self.chip_min_cann = drivers.chip_min_cann
-        # since when CANN's release notes name a product (cann-products.yaml, parsed from the notes)
+        # since when CANN's release notes name a product (cann-products.yaml, parsed from the notes);
+        # what downstream releases require (downstream-pins.yaml) is read by its rule when a cell pins one
         self.product_first_release = cann_products.first_release
-        self.product_listed = cann_products.listed
-        # what downstream releases (vllm-ascend) require of torch_npu and torch (downstream-pins.yaml, parsed)
-        self.downstream_pins = load_pins()
         self.paired_hdk = drivers.paired_hdk
         self.min_driver_reason = drivers.min_driver_reason
         self.min_driver = drivers.min_driver

@@ -134,10 +134,21 @@ class CompatTables:
         """Every compatibility row whose label names PTA release ``pta``."""
         return [r for r in self.rows if pta_matches(r.pta, pta)]
 
+    def verdicts(self, pta: str, cann: str) -> Tuple[List[TableRow], List[TableRow]]:
+        """(the rows that mark ``cann`` compatible with PTA ``pta``, the rows that have a column for
+        ``cann`` and leave it out), from one pass over the rows that cover ``pta``."""
+        listing: List[TableRow] = []
+        excluding: List[TableRow] = []
+        for row in self.covering(pta):
+            said = row.column(cann)
+            if said is not None:
+                (listing if said else excluding).append(row)
+        return listing, excluding
+
     def listing(self, pta: str, cann: str) -> List[TableRow]:
         """The rows that mark ``cann`` compatible with PTA ``pta``."""
-        return [r for r in self.covering(pta) if r.column(cann)]
+        return self.verdicts(pta, cann)[0]
 
     def excluding(self, pta: str, cann: str) -> List[TableRow]:
         """The rows that have a column for ``cann`` and do not mark it compatible with ``pta``."""
-        return [r for r in self.covering(pta) if r.column(cann) is False]
+        return self.verdicts(pta, cann)[1]

@@ -485,11 +485,10 @@ class Releases:
         if paired == wanted:
             return CannFit("paired")
         pta = self.pta_of(torch_npu)
-        listing = self.tables.listing(pta, cann) if pta else []
+        listing, excluding = self.tables.verdicts(pta, cann) if pta else ([], [])
         window = self.compat_window(torch_npu, cann)
         if listing or window is not None:
             return CannFit("window", window=window, pta=pta, where=_newest_first(listing))
-        excluding = self.tables.excluding(pta, cann) if pta else []
         if paired is None:  # no published pair: only a table's word counts here
             return (CannFit("mismatch", pta=pta, where=_newest_first(excluding),
                             compatible=_listed_in(excluding)) if excluding else None)
