@@ -479,3 +479,21 @@ def test_a_blob_stream_slower_than_the_floor_is_cut_whatever_size_it_declares(mo
     fast = registry_module.Checked(io.BytesIO(b"abc"), "sha256:" + hashlib.sha256(b"abc").hexdigest(), 3, "r/y",
                                    floor=1 << 20, grace=30)
     assert fast.read() == b"abc" and fast.read() == b""  # a whole blob within the grace passes
+
+
+def test_every_blob_stream_open_blob_opens_is_held_to_the_floor(monkeypatch):
+    """`open_blob` (what mirror streams every layer through) hands out its stream with the throughput
+    floor and the request deadline as its grace, not a bare stream."""
+    import contextlib
+    import io
+
+    from builder import registry as registry_module
+
+    @contextlib.contextmanager
+    def served(self, repository, digest, deadline, size, *rest):
+        yield io.BytesIO(b""), None
+
+    monkeypatch.setattr(registry_module.Registry, "_blob_get", served)
+    source = registry_module.Registry("127.0.0.1:1", deadline=45.0)
+    with source.open_blob("r", "sha256:" + "0" * 64, 2 ** 62) as stream:
+        assert (stream._floor, stream._grace) == (registry_module.STREAM_FLOOR, 45.0)
