@@ -28,11 +28,12 @@ from __future__ import annotations
 
 import hashlib
 import io
-import json
 import tarfile
 import zlib
 from dataclasses import dataclass, field
 from typing import Callable, Dict, Iterable, List, Optional, Tuple
+
+from builder import documents
 
 FOOTER_SIZE = 51
 TOC_NAME = "stargz.index.json"
@@ -40,6 +41,9 @@ TOC_DIGEST = "containerd.io/snapshot/stargz/toc.digest"
 UNCOMPRESSED_SIZE = "io.containers.estargz.uncompressed-size"
 LANDMARKS = (".prefetch.landmark", ".no.prefetch.landmark")  # eStargz's own marker files, not the image's
 TOC_LIMIT = 256 << 20  # a TOC is ~300 bytes a file; an image of a million files stays below
+# decompressed, the TOC's tar may not grow past this (a gzip member of a few KB can inflate to GBs)
+TOC_INFLATED_LIMIT = 4 * TOC_LIMIT
+MEMBER_SLACK = 1 << 20  # inflated past a chunk's own bytes: its tar padding and the next tar header
 
 # (start, end exclusive) -> those bytes of the blob
 Fetch = Callable[[int, int], bytes]
@@ -63,18 +67,35 @@ def toc_offset(footer: bytes) -> int:
 
 def _gunzip_member(data: bytes, want: Optional[int] = None) -> bytes:
     """The decompressed bytes of the gzip member(s) at the start of ``data``: until ``want`` bytes
-    came out (a chunk), or to the end of the first member (the TOC)."""
-    out, rest = b"", data
-    while rest:
+    came out (a chunk), or to the end of the first member (the TOC, at most `TOC_INFLATED_LIMIT`
+    bytes). A chunk's member goes on past its bytes with the tar's padding: up to `MEMBER_SLACK`
+    more is inflated, so a whole member's checksum is checked, and never more than that."""
+    cap = TOC_INFLATED_LIMIT if want is None else want + MEMBER_SLACK
+    out, rest = bytearray(), data
+    while rest and len(out) < cap:
         inflater = zlib.decompressobj(31)
         try:
-            out += inflater.decompress(rest)
+            out += inflater.decompress(rest, cap + 1 - len(out))
         except zlib.error as exc:
             raise Corrupt(f"not gzip data ({exc})") from None
-        if want is None or len(out) >= want or not inflater.eof:
+        if want is None:
+            if len(out) > cap:
+                raise Corrupt(f"the TOC inflates past {cap} bytes")
+            break
+        if len(out) >= want or not inflater.eof:
             break
         rest = inflater.unused_data
-    return out
+    return bytes(out if want is None else out[:want])
+
+
+def _count(entry: Dict, key: str, name: str) -> int:
+    """The TOC field ``key`` of ``entry``: a whole number of bytes (absent or null: 0)."""
+    value = entry.get(key, 0)
+    if value is None:
+        return 0
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise Corrupt(f"{name}: its TOC field {key} is {str(value)[:40]!r}, not a number of bytes")
+    return value
 
 
 @dataclass(frozen=True)
@@ -138,9 +159,9 @@ class Layer:
             raise Corrupt(f"the TOC hashes to {found}, the layer's manifest says {toc_digest or 'nothing'} "
                           f"({TOC_DIGEST}): the layer is not the one the manifest names")
         try:
-            toc = json.loads(raw)
-        except ValueError:
-            raise Corrupt("the TOC is not JSON") from None
+            toc = documents.load_json(raw, TOC_NAME)
+        except ValueError as exc:  # no JSON, or past the bounds every document is held to
+            raise Corrupt(f"the TOC is not JSON within bounds ({exc})") from None
         if not isinstance(toc, dict) or not isinstance(toc.get("entries"), list):
             raise Corrupt("the TOC has no entries")
         layer.toc, layer.toc_digest, layer.toc_at = toc, found, at
@@ -148,27 +169,32 @@ class Layer:
         return layer
 
     def _index(self) -> None:
-        entries = [e for e in self.toc["entries"] if isinstance(e, dict)]
-        offsets = sorted({int(e["offset"]) for e in entries if isinstance(e.get("offset"), int) and e["offset"] > 0}
-                         | {self.toc_at})
+        entries = [e for e in self.toc["entries"] if isinstance(e, dict) and e.get("type") in ("reg", "chunk")]
+        for entry in entries:  # every field read below is a number of bytes, or the TOC is refused
+            for key in ("offset", "size", "chunkOffset", "chunkSize", "innerOffset"):
+                _count(entry, key, str(entry.get("name", ""))[:200])
+        offsets = sorted({e["offset"] for e in entries if e.get("offset")} | {self.toc_at})
         after = {a: b for a, b in zip(offsets, offsets[1:])}
         for entry in entries:
             name = str(entry.get("name", ""))
             kind = entry.get("type")
             if kind == "reg":
                 self.entries[name] = entry
-            if kind not in ("reg", "chunk") or not int(entry.get("size", 0) or 0) and kind == "reg":
-                continue
+                if not entry.get("size"):
+                    continue
             first = self.entries.get(name, entry)
-            total = int(first.get("size", 0) or 0)
-            start = int(entry.get("chunkOffset", 0) or 0)
-            length = int(entry.get("chunkSize", 0) or 0) or total - start
-            offset = int(entry.get("offset", 0) or 0)
+            total = first.get("size") or 0
+            start = entry.get("chunkOffset") or 0
+            length = entry.get("chunkSize") or total - start
+            offset = entry.get("offset") or 0
             if offset not in after:
                 raise Corrupt(f"{name}: its chunk at {offset} is outside the layer's chunks")
+            if length <= 0 or start + length > total:
+                raise Corrupt(f"{name}: its chunk at file offset {start} ({length} bytes) is outside the file's "
+                              f"{total} bytes")
             self.chunks.setdefault(name, []).append(Chunk(name, offset, after[offset], start, length,
                                                           str(entry.get("chunkDigest", "")),
-                                                          int(entry.get("innerOffset", 0) or 0)))
+                                                          entry.get("innerOffset") or 0))
 
     def regular_files(self) -> Dict[str, Dict]:
         """Every regular file's TOC entry by name (eStargz's landmarks left out)."""
@@ -222,7 +248,8 @@ def _merged(chunks: List[Chunk]) -> List[Tuple[int, int, List[Chunk]]]:
     for chunk in chunks:
         if out and out[-1][1] == chunk.offset:
             start, _, group = out[-1]
-            out[-1] = (start, chunk.end, group + [chunk])
+            group.append(chunk)  # in place: a layer of many small chunks merges in linear time
+            out[-1] = (start, chunk.end, group)
         else:
             out.append((chunk.offset, chunk.end, [chunk]))
     return out
@@ -235,6 +262,7 @@ def from_registry(registry, repository: str, descriptor: Dict) -> Layer:
     toc_digest = str(annotations.get(TOC_DIGEST, ""))
     if not toc_digest:
         raise Corrupt(f"the layer {descriptor.get('digest')} has no {TOC_DIGEST} annotation: not an eStargz layer")
-    digest = str(descriptor["digest"])
-    return Layer.open(lambda start, end: registry.blob_range(repository, digest, start, end),
-                      int(descriptor["size"]), toc_digest)
+    digest, size = str(descriptor.get("digest")), descriptor.get("size")
+    if isinstance(size, bool) or not isinstance(size, int) or size < 0:
+        raise Corrupt(f"the layer {digest[:80]} has a size of {str(size)[:40]!r}, not a number of bytes")
+    return Layer.open(lambda start, end: registry.blob_range(repository, digest, start, end), size, toc_digest)

@@ -76,6 +76,18 @@ OWN_IMAGES = (  # longest first (cold)
 )
 GROUPS = ("engine-seal", "engine-arm64", *(f"engine:{path}" for path in OWN_IMAGES), "engine")
 
+# Every test ends within a bound (pytest-timeout): a hang, or a wait a broken retry rule makes
+# (a Retry-After obeyed for an hour), fails its test instead of holding the suite. An engine
+# test's bound covers its module's image builds (the arm64 twin under qemu, at load); a test
+# that needs no engine has minutes. A test may set its own with @pytest.mark.timeout(SECONDS).
+TIMEOUT_ENGINE, TIMEOUT_OTHER = 1800, 600
+
+
+def pytest_itemcollected(item):
+    if item.get_closest_marker("timeout") is None:
+        engine = item.get_closest_marker("engine") is not None
+        item.add_marker(pytest.mark.timeout(TIMEOUT_ENGINE if engine else TIMEOUT_OTHER))
+
 
 def pytest_configure(config):
     """`pytest -n N` alone means --dist load, which would spread the engine tests anywhere:

@@ -112,3 +112,57 @@ def test_a_variant_that_fails_leaves_the_validated_image_published_and_says_so(m
                             (Options(state_dir=tmp_path, push="r:5000", lazy="estargz"), "candidate")):
         untouched = pipeline.Outcome("c", "cpu", status=status, digests={"r:5000/p:c-cpu": "sha256:" + "a" * 64})
         assert pipeline.lazy_variant(untouched, report, ("versions",), "h", "x86_64", "c", options, print).status == status
+
+
+def _with_toc(entries, blob: bytes = BLOB):
+    """The fixture's chunks, then a TOC holding ``entries`` and the footer pointing at it: (blob, TOC digest)."""
+    import io
+    import tarfile
+
+    at = _layer().toc_at
+    raw = json.dumps({"version": 1, "entries": entries}).encode()
+    packed = io.BytesIO()
+    with tarfile.open(fileobj=packed, mode="w") as tar:
+        info = tarfile.TarInfo(estargz.TOC_NAME)
+        info.size = len(raw)
+        tar.addfile(info, io.BytesIO(raw))
+    footer = (bytes.fromhex("1f8b08040000000000ff1a0053471600") + f"{at:016x}".encode() + b"STARGZ"
+              + bytes.fromhex("010000ffff0000000000000000"))
+    assert estargz.toc_offset(footer) == at
+    import hashlib
+    return blob[:at] + gzip.compress(packed.getvalue(), mtime=0) + footer, "sha256:" + hashlib.sha256(raw).hexdigest()
+
+
+@pytest.mark.parametrize("field, value, said", [
+    ("size", "4", "its TOC field size is '4', not a number of bytes"),
+    ("offset", -231, "its TOC field offset is '-231'"),
+    ("chunkSize", [4], "its TOC field chunkSize is '[4]'"),
+    ("innerOffset", True, "its TOC field innerOffset is 'True'"),
+    ("chunkSize", 5, "its chunk at file offset 0 (5 bytes) is outside the file's 4 bytes"),
+])
+def test_a_toc_with_a_field_of_the_wrong_shape_is_corrupt_not_a_traceback(field, value, said):
+    entries = [dict(e) for e in _layer().toc["entries"]]
+    conf = next(e for e in entries if e.get("name") == "etc/conf")
+    conf[field] = value
+    blob, toc = _with_toc(entries)
+    with pytest.raises(estargz.Corrupt) as refused:
+        _layer(blob, toc)
+    assert said in str(refused.value)
+    unchanged, same = _with_toc(_layer().toc["entries"])
+    assert _layer(unchanged, same).read_files(["etc/conf"]) == {"etc/conf": b"x=1\n"}  # the forger itself is sound
+
+
+def test_a_toc_that_inflates_past_its_bound_is_corrupt_before_it_is_read_whole(monkeypatch):
+    monkeypatch.setattr(estargz, "TOC_INFLATED_LIMIT", 4096)
+    entries = _layer().toc["entries"] + [{"name": f"pad/{i:05}", "type": "dir"} for i in range(200)]
+    blob, toc = _with_toc(entries)
+    with pytest.raises(estargz.Corrupt, match="the TOC inflates past 4096 bytes"):
+        _layer(blob, toc)
+
+
+def test_adjacent_chunks_merge_into_one_range_each_kept_once():
+    chunks = [estargz.Chunk(f"f{i}", 10 * i, 10 * i + 10, 0, 1, "") for i in range(5000)]
+    [(start, end, group)] = estargz._merged(chunks)
+    assert (start, end) == (0, 50000) and group == chunks
+    split = estargz._merged(chunks[:2] + chunks[3:4])
+    assert [(s, e, len(g)) for s, e, g in split] == [(0, 20, 2), (30, 40, 1)]

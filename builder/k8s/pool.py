@@ -16,11 +16,10 @@ Example:
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from typing import Any, List, Mapping, Optional, Sequence, Tuple
 
-from builder import versions
+from builder import documents, versions
 from builder.errors import UserError
 from builder.node import labels as keys
 from builder.node.host import HostInfo, chip_of_soc, soc_name
@@ -144,7 +143,9 @@ def node_facts(item: Any, where: str) -> NodeFacts:
 
 def _items(text: str, where: str) -> List[Any]:
     try:
-        data = json.loads(text)
+        data = documents.load_json(text, where)  # bounded: nesting past any Node's is refused, not a RecursionError
+    except documents.Refused:
+        raise
     except ValueError as exc:
         raise UserError(f"{where}: not JSON ({exc})", fix="write it with: kubectl get nodes -o json > nodes.json") from None
     kind = data.get("kind") if isinstance(data, dict) else None
@@ -171,6 +172,7 @@ def read_pool(text: str, where: str, chip: Optional[str] = None) -> Pool:
     named in ``left_out``). One arch only: an image is for one arch.
 
     Examples:
+        >>> import json
         >>> def n(name, chip, driver):
         ...     return {"kind": "Node", "metadata": {"name": name, "labels": {"kubernetes.io/arch": "arm64",
         ...             "huawei.com/npu.chip.name": chip, "huawei.com/npu.driver.version": driver}}}
@@ -208,7 +210,7 @@ def read_pool(text: str, where: str, chip: Optional[str] = None) -> Pool:
     return Pool(node=node, names=tuple(f.name for f in kept), weakest=weakest.name,
                 chip_values=tuple(sorted({f.chip_label for f in kept})),
                 drivers=tuple(sorted({f.driver for f in kept}, key=versions.hdk)),
-                left_out=tuple(f"{f.name}: chip {f.chip}" for f in facts if f not in kept),
+                left_out=tuple(f"{f.name}: chip {f.chip}" for f in facts if f.chip != kept[0].chip),
                 allocatable=tuple((f.name, f.npus) for f in kept))
 
 

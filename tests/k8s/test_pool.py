@@ -100,6 +100,15 @@ def test_bad_input_is_a_clear_error(text, message):
     assert message in info.value.message and "kubectl get nodes" in info.value.fix
 
 
+@pytest.mark.parametrize("text", [
+    '{"kind": "List", "items": ' + "[" * 100_000 + "]" * 100_000 + "}",  # past Python's stack
+    '{"kind": "List", "items": ' + "[" * 100 + "]" * 100 + "}",  # within it, past any Node's depth
+])
+def test_a_node_list_nested_past_any_nodes_depth_is_refused_not_a_recursion_error(text):
+    with pytest.raises(UserError, match=r"f\.json is nested deeper than \d+ levels"):
+        read_pool(text, "f.json")
+
+
 @pytest.mark.parametrize("label, value, message", [
     ("huawei.com/npu.chip.name", "Ascend310B4", "node npu-c: huawei.com/npu.chip.name=Ascend310B4 names no chip"),
     ("huawei.com/npu.driver.version", "24.1", "node npu-c: huawei.com/npu.driver.version=24.1 is not an HDK driver version"),
