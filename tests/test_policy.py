@@ -207,6 +207,8 @@ def kyverno_admits(predicate: dict, require: str) -> bool:
             ok = isinstance(key, (int, float)) and key > wanted
         elif operator == "AllIn":
             ok = isinstance(key, list) and all(k in (wanted or []) for k in key)
+        elif operator == "AllNotIn":
+            ok = isinstance(key, list) and all(k not in (wanted or []) for k in key)
         else:
             raise AssertionError(f"an operator this test does not evaluate: {operator}")
         if not ok:
@@ -221,7 +223,17 @@ def shapes() -> dict:
     unrun["tiers"] = unrun["tiers"][:2]
     listed_not_skipped = copy.deepcopy(failed)
     listed_not_skipped["skippedTiers"] = [{"name": "collective", "reason": "it failed, but says why"}]
+    passed_then_failed = copy.deepcopy(predicate())
+    passed_then_failed["tiers"].append(dict(passed_then_failed["tiers"][-1], status="failed"))
+    failed_then_passed = copy.deepcopy(failed)
+    failed_then_passed["tiers"].append(dict(failed["tiers"][-1], status="passed"))
+    passed_twice = copy.deepcopy(predicate())
+    passed_twice["tiers"].append(dict(passed_twice["tiers"][-1]))
+    name_not_text = copy.deepcopy(predicate())
+    name_not_text["tiers"][-1]["name"] = [name_not_text["tiers"][-1]["name"]]
     return {"passed": predicate(), "npu-host": predicate(NPU, CPU), "verdict failed": dict(predicate(), verdict="failed"),
+            "passed then failed": passed_then_failed, "failed then passed": failed_then_passed,
+            "passed twice": passed_twice, "tier name not text": name_not_text,
             "no required tiers": dict(predicate(), requiredTiers=[]), "failed tier": failed, "tier not run": unrun,
             "skipped with a reason": skipped("why"), "skipped, empty reason": skipped(""),
             "skipped, no entry": skipped(None), "skipped, reason not text": skipped(5),
@@ -241,4 +253,25 @@ def test_the_kyverno_conditions_decide_as_judge_does(shape, require):
 def test_the_shapes_include_both_verdicts():
     """The comparison above is not vacuous: some shapes are trusted, most are not."""
     verdicts = [policy.judge(verification(found), LABELS) == "" for found in shapes().values()]
-    assert verdicts.count(True) == 3 and verdicts.count(False) == len(verdicts) - 3
+    assert verdicts.count(True) == 4 and verdicts.count(False) == len(verdicts) - 4
+
+
+def test_a_tier_listed_passed_then_failed_is_refused_naming_both():
+    assert policy.judge(verification(shapes()["passed then failed"]), LABELS) == (
+        "its validation statement says not every required tier passed: collective passed then failed")
+
+
+@pytest.mark.parametrize("field, value, trusted", [
+    ("tiers", "passed", False), ("tiers", [None, 3, [], {"name": {"a": 1}, "status": "passed"}], False),
+    ("tiers", {"collective": "passed"}, False), ("requiredTiers", "collective", False),
+    ("requiredTiers", [["collective"]], False), ("requiredTiers", [None], False), ("verdict", {"passed": True}, False),
+    ("cell", ["c"], False), ("variant", None, False),
+    # fields that do not decide when every tier passed: read or not, never a crash
+    ("skippedTiers", [{"reason": "no name"}], True), ("skippedTiers", [{"name": ["x"], "reason": "r"}], True),
+    ("skippedTiers", "x", True), ("ranOn", ["npu-host"], True),
+])
+def test_a_signed_predicate_of_an_odd_shape_is_judged_never_a_crash(field, value, trusted):
+    odd = dict(predicate(), **{field: value})
+    said = policy.judge(verification(odd), LABELS)
+    assert (said == "") == trusted and "\n" not in said, said
+    assert policy.judge(verification(odd), LABELS, policy.NPU_HOST)  # and never trusted as run on an NPU host

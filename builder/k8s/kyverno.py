@@ -19,6 +19,8 @@ KYVERNO_API = "kyverno.io/v1"  # ClusterPolicy's version in Kyverno v1.19.0's CR
 # gives a reason for (a non-empty string): together, passed, or skipped with a reason.
 TIERS_RUN = "{{ tiers[?status == 'passed' || status == 'skipped'].name }}"
 TIERS_COUNTED = "{{ [tiers[?status == 'passed'].name, skippedTiers[?type(reason) == 'string' && reason != ''].name][] }}"
+# and no entry of a required tier says anything else (a tier listed twice, passed then failed, is refused)
+TIERS_NOT_COUNTED = "{{ tiers[?status != 'passed' && status != 'skipped'].name }}"
 
 
 def kyverno(public_pem: str, images: List[str], require: str = ANY, name: str = "ascend-build-validated") -> Dict:
@@ -48,6 +50,8 @@ def kyverno(public_pem: str, images: List[str], require: str = ANY, name: str = 
          "message": "not every required smoke tier passed or was skipped"},
         {"key": "{{ requiredTiers }}", "operator": "AllIn", "value": TIERS_COUNTED,
          "message": "a required smoke tier was skipped without a reason"},
+        {"key": "{{ requiredTiers }}", "operator": "AllNotIn", "value": TIERS_NOT_COUNTED,
+         "message": "an entry of a required smoke tier says it did not pass"},
     ]
     if require == NPU_HOST:
         conditions.append({"key": "{{ ranOn.kind }}", "operator": "Equals", "value": NPU_HOST,

@@ -56,28 +56,40 @@ def check_requirement(require: str) -> str:
 def skip_reasons(predicate: Dict) -> Dict[str, str]:
     """The tiers ``skippedTiers`` gives a reason for (a non-empty string), with that reason."""
     listed = predicate.get("skippedTiers")
-    return {str(t["name"]): t["reason"] for t in (listed if isinstance(listed, list) else [])
-            if isinstance(t, dict) and isinstance(t.get("reason"), str) and t["reason"]}
+    return {t["name"]: t["reason"] for t in (listed if isinstance(listed, list) else [])
+            if isinstance(t, dict) and isinstance(t.get("name"), str) and isinstance(t.get("reason"), str)
+            and t["reason"]}
 
 
 def _tiers_why_not(predicate: Dict) -> str:
     """Why the required tiers of ``predicate`` do not all count ("" when they do): each must be named in
-    ``tiers`` as passed, or as skipped with its reason in ``skippedTiers``."""
+    ``tiers`` as passed, or as skipped with its reason in ``skippedTiers``, and by no entry as anything
+    else (a tier listed twice, passed then failed, failed). The Kyverno policy states the same
+    (`builder.k8s.kyverno`)."""
     tiers = predicate.get("tiers")
-    status = {t.get("name"): t.get("status") for t in (tiers if isinstance(tiers, list) else []) if isinstance(t, dict)}
+    said: Dict[str, List[Any]] = {}
+    for t in tiers if isinstance(tiers, list) else []:
+        if isinstance(t, dict) and isinstance(t.get("name"), str):
+            said.setdefault(t["name"], []).append(t.get("status"))
     listed = predicate.get("requiredTiers")
     required = [str(t) for t in listed] if isinstance(listed, list) else []
     if not required:
         return "its validation statement names no required tiers"
     reasons = skip_reasons(predicate)
-    failed = [f"{t} {status.get(t) or 'not run'}" for t in required if status.get(t) not in ("passed", "skipped")]
-    unexplained = [t for t in required if status.get(t) == "skipped" and t not in reasons]
+    failed = [f"{t} {_said(said.get(t))}" for t in required
+              if not said.get(t) or any(status not in ("passed", "skipped") for status in said[t])]
+    unexplained = [t for t in required if "passed" not in said.get(t, ()) and t not in reasons]
     if failed:
         return "its validation statement says not every required tier passed: " + ", ".join(failed)
     if unexplained:
         return ("its validation statement says required tier(s) " + ", ".join(unexplained) +
                 " skipped without a reason (a skipped tier counts only with its reason in skippedTiers)")
     return ""
+
+
+def _said(statuses: Optional[List[Any]]) -> str:
+    """What a tier's entries say: ``not run``, ``failed``, or ``passed then failed`` for a tier listed twice."""
+    return " then ".join(str(status) for status in statuses) if statuses else "not run"
 
 
 def _why_not(predicate: Dict, labels: Dict[str, str], require: str, named: Optional[Tuple[str, str]] = None) -> str:
