@@ -241,7 +241,8 @@ def _host_of(url: str) -> str:
 
 class _SameHostAuth(urllib.request.HTTPRedirectHandler):
     """Follow redirects, but credentials only ever go to the host they were meant for,
-    and never from HTTPS down to HTTP."""
+    never from HTTPS down to HTTP, and plain HTTP only ever to loopback (a loopback registry,
+    spoken to in plain HTTP, may not send the client in clear text anywhere else)."""
 
     def redirect_request(self, req, fp, code, msg, headers, newurl):
         new = super().redirect_request(req, fp, code, msg, headers, newurl)
@@ -249,6 +250,9 @@ class _SameHostAuth(urllib.request.HTTPRedirectHandler):
             return None
         if req.full_url.startswith("https:") and not newurl.startswith("https:"):
             raise urllib.error.HTTPError(newurl, code, "refusing a redirect from HTTPS to HTTP", headers, fp)
+        if not newurl.startswith("https:") and not is_loopback(_host_of(newurl)):
+            raise urllib.error.HTTPError(newurl, code, "refusing a plain-HTTP redirect to a host that is not "
+                                         "loopback", headers, fp)
         if _host_of(newurl) != _host_of(req.full_url):
             new.headers.pop("Authorization", None)
             new.unredirected_hdrs.pop("Authorization", None)

@@ -334,6 +334,20 @@ def test_a_redirect_from_https_down_to_http_is_refused():
     assert same.get_header("Authorization") == "Bearer t" and other.get_header("Authorization") is None
 
 
+@pytest.mark.parametrize("to", ["http://cdn.example/blob", "http://192.0.2.2:5000/blob", "http://127.0.0.1:80@192.0.2.2/b"])
+def test_a_loopback_registry_may_not_redirect_in_plain_http_off_loopback(to):
+    import io
+    import urllib.error
+    import urllib.request
+    from email.message import Message
+    from builder.registry import _SameHostAuth
+    request = urllib.request.Request("http://127.0.0.1:5000/v2/r/blobs/sha256:0")
+    with pytest.raises(urllib.error.HTTPError, match="refusing a plain-HTTP redirect to a host that is not loopback"):
+        _SameHostAuth().redirect_request(request, io.BytesIO(), 302, "Found", Message(), to)
+    for fine in ("http://localhost:5001/blob", "http://127.0.0.2/blob", "https://cdn.example/blob"):
+        assert _SameHostAuth().redirect_request(request, io.BytesIO(), 302, "Found", Message(), fine) is not None
+
+
 # --- hostile registries: malformed answers are refused, never a traceback -----------------------
 
 
