@@ -363,8 +363,9 @@ def seal(engine: Engine, candidate: str, report_bytes: bytes, labels: Dict[str, 
     """A tiny ``FROM candidate`` build adding the validation report and labels; returns the new ID."""
     temp_ref = leftovers.candidate_tag(candidate)  # a killed run's is swept by the next (Engine.remove_orphans)
     folder.mkdir(parents=True, exist_ok=True)
-    (folder / "validation.json").write_bytes(report_bytes)
-    (folder / "Dockerfile").write_text(f"FROM {temp_ref}\nCOPY validation.json {VALIDATION_REPORT}\n")
+    # whole or not at all: a full disk here is a clear error before the seal build, never half a report sealed
+    writes.replace_file(folder / "validation.json", report_bytes)
+    writes.replace_file(folder / "Dockerfile", f"FROM {temp_ref}\nCOPY validation.json {VALIDATION_REPORT}\n".encode())
     engine.tag(candidate, temp_ref)
     try:  # built for the candidate's own platform, else BuildKit would look for an amd64 one
         arch = engine.architecture(candidate)

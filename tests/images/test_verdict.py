@@ -50,3 +50,24 @@ def test_the_seal_lists_only_the_tiers_that_passed_and_names_the_skipped_apart()
     assert judged.seal_labels[Label.VALIDATED_TIERS] == ",".join(t for t in TIERS if t != "collective")
     assert judged.seal_labels[Label.SKIPPED_TIERS] == "collective"
     assert Label.SKIPPED_TIERS not in verdict(report(ALL_PASSED), TIERS, final=True).seal_labels
+
+
+def test_the_seals_report_is_written_whole_or_the_seal_stops_before_its_build():
+    """A full disk while the seal writes its files: a clear error, and no half report left to be
+    sealed into an image. The engine is never reached (the write comes first): None stands in."""
+    from builder.errors import UserError
+    from builder.images.pipeline import seal
+    from tests.support.faults import CannotMount, fill, small_fs
+
+    report = b'{"passed": true, "tiers": []}' + b" " * 20000
+    try:
+        with small_fs("64k") as point:
+            folder = point / "seal"
+            folder.mkdir()
+            filler = fill(point, keep=8192)
+            with pytest.raises(UserError, match="no space left on the file system of .*validation.json"):
+                seal(None, "sha256:" + "0" * 64, report, {}, folder, point / "log")  # type: ignore[arg-type]
+            assert list(folder.iterdir()) == []  # neither a half report nor a staged file
+            filler.unlink()
+    except CannotMount as why:
+        pytest.skip(f"no tmpfs here: {why}")
