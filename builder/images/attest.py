@@ -222,9 +222,13 @@ def provenance_predicate(proof: Evidence, report: Dict) -> Dict:
     }
 
 
-def attest(pushed: str, digest: str, predicates: List[Tuple[str, Dict]], key: PrivateKey) -> str:
+def attest(pushed: str, digest: str, predicates: List[Tuple[str, Dict]], key: PrivateKey, image_id: str = "") -> str:
     """Sign ``predicates`` ((predicate type, predicate), ...) about ``pushed``'s ``digest`` and attach
-    them in its registry; the ``.att`` manifest's digest. Raises UserError when attaching fails."""
+    them in its registry; the ``.att`` manifest's digest. Raises UserError when attaching fails.
+
+    ``image_id``: the image this run tested. The engine's image ID is its config's digest, so a
+    ``digest`` whose manifest names another config is another run's image (pushed under the same
+    name meanwhile): it is refused, and nothing is signed about it."""
     host, _, rest = pushed.partition("/")
     repository = rest.rpartition(":")[0] if ":" in rest.rpartition("/")[2] else rest
     registry = Registry(host)
@@ -233,6 +237,13 @@ def attest(pushed: str, digest: str, predicates: List[Tuple[str, Dict]], key: Pr
     except LookupError:
         raise UserError(f"{host}/{repository}@{digest} is not in the registry after its push", exit_code=1,
                         fix="check the registry; then push again") from None
+    config = image.data.get("config") if isinstance(image.data, dict) else None
+    held = config.get("digest") if isinstance(config, dict) else None
+    if image_id and held != image_id:
+        raise UserError(f"{host}/{repository}@{digest} is not the image this run tested (its config is "
+                        f"{held or 'none'}, this run's image is {image_id}): another run pushed {pushed} meanwhile; "
+                        "nothing was signed about it", exit_code=1,
+                        fix="run one build of a cell per registry name at a time; then push again")
     name = f"{host}/{repository}"
     envelopes = [(statements.sign(statements.statement(name, digest, kind, predicate), key), kind)
                  for kind, predicate in predicates]

@@ -549,10 +549,20 @@ def tag_and_push(out: Outcome, engine: Engine, image_id: str, ref: str, options:
         say(f"[{name}] pushing {pushed}")
         try:
             with bounded.command_deadline(options.push_deadline):
-                out.digests[pushed] = engine.push(pushed)
+                digest = engine.push(pushed)
         except UserError as exc:  # e.g. refused credentials: keep the outcome (id, tags, report) and the image
             out.status = "error"
             out.message = f"{exc.message} (kept locally as {', '.join(refs)})" + (f"\n  fix: {exc.fix}" if exc.fix else "")
+            return out
+        now = engine.image_id(pushed)
+        if now != image_id:  # the engine pushes what the name holds when it reads it: another run's image
+            out.status = "error"
+            out.message = (f"{pushed} was given to another image ({now or 'none'}) while this run pushed it: what "
+                           f"went out as {digest} may not be this run's image {image_id}, so it counts as published "
+                           "by neither and nothing is attested (kept locally by its ID)"
+                           "\n  fix: run one build of a cell per registry name at a time; then push again")
+            return out
+        out.digests[pushed] = digest
     return out
 
 
@@ -575,7 +585,7 @@ def attest_pushed(out: Outcome, report: Dict, tiers: Tuple[str, ...], content_ha
         start = time.monotonic()
         try:
             with bounded.command_deadline(options.push_deadline):
-                out.attested[ref] = attest.attest(ref, digest, predicates, options.sign_key)
+                out.attested[ref] = attest.attest(ref, digest, predicates, options.sign_key, out.image_id)
         except UserError as exc:
             out.status = "error"
             out.message = (f"{ref} ({digest}) is published WITHOUT its signed statements: {exc.message}; "
