@@ -109,21 +109,31 @@ def run(cells: List[Cell], options: Options, engine: Engine, say: Say) -> List[O
         return outcomes + (indexes(outcomes, options.push, tell, options.push_deadline, options.declared)
                            if options.push else [])
     except KeyboardInterrupt as stop:
-        raise type(stop)(stopped_summary(outcomes, current, last[0])) from None
+        raise type(stop)(stopped_summary(outcomes, current, last[0], signing=options.sign_key is not None)) from None
 
 
-def stopped_summary(outcomes: List[Outcome], current: Optional[Outcome], last_line: str) -> str:
+def stopped_summary(outcomes: List[Outcome], current: Optional[Outcome], last_line: str, signing: bool = False) -> str:
     """One line on a stopped run: what is published (pushed, with its digest), what is only
     tagged here (every tag names an image that passed), and the image that was not finished.
+    With ``signing``, a digest the stop caught before its statements were attached is said to
+    be pushed without them, not published: `verify` refuses it.
 
-    Example:
+    Examples:
         >>> stopped_summary([Outcome("c", "cpu", "passed", tags=["r:c-cpu"])], Outcome("d", "cpu"), "[d-cpu] step 2/9 RUN x")
         'published nothing; tagged here only: r:c-cpu; not finished: d (cpu), no tag (stopped at "[d-cpu] step 2/9 RUN x")'
+        >>> stopped_summary([], Outcome("d", "cpu", "passed", tags=["d-cpu", "r/d-cpu"], digests={"r/d-cpu": "sha256:1"}),
+        ...                 "", signing=True)
+        'published nothing; pushed WITHOUT its signed statements (stopped before they were attached; `ascend-build verify` refuses it): r/d-cpu@sha256:1; tagged here only: d-cpu; not finished: d (cpu)'
     """
     done = outcomes + ([current] if current is not None else [])
-    published = [f"{ref}@{digest}" for o in done for ref, digest in o.digests.items()]
+    unsigned = [(ref, digest) for o in done for ref, digest in o.digests.items()
+                if signing and o.status != "candidate" and ref not in o.attested]
+    published = [f"{ref}@{digest}" for o in done for ref, digest in o.digests.items() if (ref, digest) not in unsigned]
     local = [t for o in done for t in o.tags if t not in {r for o2 in done for r in o2.digests}]
     text = ("published " + ", ".join(published) if published else "published nothing")
+    if unsigned:
+        text += ("; pushed WITHOUT its signed statements (stopped before they were attached; `ascend-build verify` "
+                 "refuses it): " + ", ".join(f"{ref}@{digest}" for ref, digest in unsigned))
     text += f"; tagged here only: {', '.join(local)}" if local else ""
     if current is not None:
         text += f"; not finished: {current.cell} ({current.variant})" + ("" if current.tags else ", no tag")
