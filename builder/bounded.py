@@ -261,3 +261,31 @@ def read_file(path: Any, limit: int) -> bytes:
             return stream.read(limit)
     finally:
         os.close(fd)
+
+
+def read_text(path: Any, limit: int, what: str, fix: str) -> str:
+    """The UTF-8 text of the regular file ``path`` (``what`` names it in messages: ``--nodes``), at
+    most ``limit`` bytes; a UserError for a FIFO, a device or a folder (refused, never waited on or
+    read without end), a larger file, bytes that are not UTF-8, or a failed read. ``fix`` says how to
+    write the file right.
+
+    Example:
+        >>> try:
+        ...     read_text("/dev/zero", 10, "--nodes", "write it with kubectl")
+        ... except UserError as e:
+        ...     print(e.message)
+        --nodes /dev/zero is not a regular file (a FIFO, a device or a folder): it is not read
+    """
+    try:
+        data = read_file(path, limit + 1)
+    except NotRegular:
+        raise UserError(f"{what} {path} is not a regular file (a FIFO, a device or a folder): it is not read",
+                        fix=fix) from None
+    except OSError as exc:
+        raise UserError(f"{what} {path}: cannot read it ({exc.strerror or exc})", fix=fix) from None
+    if len(data) > limit:
+        raise UserError(f"{what} {path} is over {limit} bytes: no such file is that large", fix=fix)
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise UserError(f"{what} {path} is not UTF-8 text (byte {exc.start})", fix=fix) from None

@@ -11,10 +11,9 @@ from typing import Dict, Optional, Sequence, Tuple
 
 import typer
 
-from builder import commands
+from builder import bounded, commands
 from builder.cli import paths
 from builder.cli.app import host_arch, within
-from builder.errors import UserError
 from builder.k8s.pool import Pool
 from builder.registry import ImageInfo
 from builder.vocabulary import CPU, DEFAULT_IMAGE, NPU
@@ -41,10 +40,7 @@ def read_pool(nodes: Optional[Path], chip: Optional[str], root: Path, variant: s
         return pool.Pool(node=chooser.Node(arch=host_arch(), chip=chip, driver=None, firmware=None),
                          names=("this host",), weakest="this host", chip_values=(), drivers=())
     if nodes is not None:
-        try:
-            text = nodes.read_text(encoding="utf-8")
-        except (OSError, UnicodeDecodeError) as exc:
-            raise UserError(f"--nodes {nodes}: cannot read it ({exc})", fix="write it with: kubectl get nodes -o json > nodes.json") from None
+        text = bounded.read_text(nodes, pool.NODES_MAX, "--nodes", "write it with: kubectl get nodes -o json > nodes.json")
         return pool.read_pool(text, str(nodes), chip)
     info = host_probe.probe(root=root, run_npu_smi=True)
     return pool.host_pool(info, info.arch or host_arch(), chip)

@@ -27,6 +27,7 @@ from builder.k8s.pod import resource
 from builder.node.pull import Node
 from builder.vocabulary import CHIPS, normalize_arch
 
+NODES_MAX = 64 << 20  # `kubectl get nodes -o json` of a few thousand nodes (about 10 KB each) stays below
 LIST_ONLY_NPU_NODES = f"list only the NPU nodes: kubectl get nodes -l {keys.CHIP_LABEL} -o json > nodes.json"
 
 

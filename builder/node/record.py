@@ -42,7 +42,7 @@ import subprocess
 from pathlib import Path
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
-from builder import documents, writes
+from builder import bounded, documents, writes
 from builder.errors import UserError
 from builder.node import doctor
 from builder.node.host import HostInfo, probe
@@ -50,6 +50,7 @@ from builder.smoke import doctor_probe
 from builder.vocabulary import LABEL_PREFIX, MANIFEST, OCI_PREFIX, VALIDATION_REPORT as VALIDATION
 
 SCHEMA = 1
+RECORD_READ_MAX = 16 << 20  # the image's manifest and validation report are KBs; a larger one is not read
 RECORD_STEM = "ascend-build-record"
 ENV_PREFIXES = ("ASCEND_", "HCCL_", "PYTORCH_NPU_")
 MEASURED = ("schema", "created", "framework", "torch_version", "torch_npu_version", "cann_version",
@@ -107,10 +108,16 @@ def _read_json(root: Path, path: str, problems: List[str]) -> Optional[Dict[str,
     if not full.exists():
         return None
     try:
-        with open(full, "rb") as fh:
-            data = documents.load_json(fh.read(), path)
+        raw = bounded.read_file(full, RECORD_READ_MAX + 1)
+        if len(raw) > RECORD_READ_MAX:
+            problems.append(f"{path} is over {RECORD_READ_MAX} bytes: no such file of the image is that large")
+            return None
+        data = documents.load_json(raw, path)
     except documents.Refused as exc:
         problems.append(exc.message)
+        return None
+    except bounded.NotRegular:
+        problems.append(f"{path} is not a regular file (a FIFO, a device or a folder): it is not read")
         return None
     except (OSError, ValueError) as exc:
         problems.append(f"cannot read {path}: {getattr(exc, 'strerror', None) or exc}")

@@ -194,3 +194,36 @@ def test_an_allocatable_that_is_no_count_is_named():
     items[2] = dict(items[2], status={"allocatable": {"huawei.com/Ascend910": "8k"}})
     with pytest.raises(UserError, match=r"node npu-c: status.allocatable\[huawei.com/Ascend910\]='8k' is not a count of NPUs"):
         read_pool(as_list(items), "pool.json")
+
+
+@pytest.mark.parametrize("plant, said", [
+    ("fifo", "is not a regular file (a FIFO, a device or a folder): it is not read"),
+    ("device", "is not a regular file (a FIFO, a device or a folder): it is not read"),
+    ("folder", "is not a regular file (a FIFO, a device or a folder): it is not read"),
+    ("huge", "is over 64 bytes: no such file is that large"),
+    ("latin-1", "is not UTF-8 text (byte 0)"),
+    ("missing", ": cannot read it (No such file or directory)"),
+])
+def test_a_nodes_file_that_is_no_regular_text_file_in_bounds_is_refused_never_waited_on(tmp_path, monkeypatch, plant, said):
+    import os
+    from pathlib import Path
+
+    from builder.cli import k8s_choice
+    from builder.k8s import pool as pool_module
+
+    path = tmp_path / "nodes.json"
+    if plant == "fifo":
+        os.mkfifo(path)  # no writer: a plain open() would wait for ever
+    elif plant == "device":
+        path = Path("/dev/zero")  # would never end
+    elif plant == "folder":
+        path.mkdir()
+    elif plant == "huge":
+        monkeypatch.setattr(pool_module, "NODES_MAX", 64)
+        path.write_text(CLUSTER.read_text())
+    elif plant == "latin-1":
+        path.write_bytes(b"\xe9" + CLUSTER.read_bytes())
+    with pytest.raises(UserError) as refused:
+        k8s_choice.read_pool(path, None, tmp_path)
+    assert refused.value.message.startswith(f"--nodes {path}") and said in refused.value.message
+    assert "kubectl get nodes -o json" in refused.value.fix

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Any, Dict
 
@@ -136,10 +137,22 @@ def test_garbage_manifest_is_a_note(tmp_path, no_torch, content, note):
     assert data["image"] is None and note in " ".join(data["problems"])
 
 
-def test_unreadable_manifest_is_a_note(tmp_path, no_torch):
-    (tmp_path / "etc/ascend-build/manifest.json").mkdir(parents=True)  # open() fails, also for root
+@pytest.mark.parametrize("plant", ["folder", "fifo", "huge"])
+def test_a_manifest_that_is_no_regular_file_or_too_large_is_a_note_never_a_hang(tmp_path, no_torch, monkeypatch, plant):
+    path = tmp_path / "etc/ascend-build/manifest.json"
+    path.parent.mkdir(parents=True)
+    if plant == "folder":
+        path.mkdir()
+    elif plant == "fifo":
+        os.mkfifo(path)  # no writer: a plain open() would wait for ever
+    else:
+        monkeypatch.setattr(rec, "RECORD_READ_MAX", 64)
+        path.write_text(json.dumps({"cell": "x" * 100}))
     data = json.loads(rec.write_record(tmp_path / "o", {}, HostInfo(), {}, root=tmp_path).read_text())
-    assert any(p.startswith("cannot read /etc/ascend-build/manifest.json") for p in data["problems"])
+    said = " ".join(data["problems"])
+    assert data["image"] is None
+    assert ("/etc/ascend-build/manifest.json is over 64 bytes" if plant == "huge" else
+            "/etc/ascend-build/manifest.json is not a regular file (a FIFO, a device or a folder)") in said, said
 
 
 def test_fake_npu_run_record_end_to_end(tmp_path, no_torch):
