@@ -548,8 +548,35 @@ def hangs_memory() -> List[Case]:
              (1,)),
         Case(H, "releases check: end-of-central-directory with absurd sizes", check_index("zip64_odd"), (1,)),
         Case(H, "releases check: project page never ends (HTML, no Content-Length)", check_index("endless"), (1,)),
+        Case(H, "k8s job --nodes FIFO", nodes_file("fifo"), (2,), (mentions("not a regular file"),), timeout=20),
+        Case(H, "k8s job --nodes -> /dev/zero", nodes_file("zero"), (2,), (mentions("not a regular file"),),
+             memory=two_gib),
+        Case(H, "k8s job --nodes nested 200000 deep", nodes_file("deep"), (2,), (mentions("nested deeper"),)),
+        Case(H, "k8s job --nodes of 20000 nodes, two chips (quadratic once)", nodes_file("pool"), (1,),
+             (mentions("chips"),), timeout=30),
     ]
     return cases
+
+
+def nodes_file(kind: str) -> Callable[[Ctx], List[str]]:
+    """``k8s job --nodes`` given a FIFO, /dev/zero, JSON nested past any Node's depth, or a pool of
+    20,000 nodes of two chips (refused, naming each chip's nodes: once read in quadratic time)."""
+    def setup(ctx):
+        path = ctx.dir / "nodes.json"
+        if kind == "fifo":
+            fx.fifo(path)
+        elif kind == "zero":
+            path.symlink_to("/dev/zero")
+        elif kind == "deep":
+            path.write_text('{"kind": "List", "items": ' + "[" * 200_000 + "]" * 200_000 + "}")
+        else:
+            items = [{"kind": "Node", "metadata": {"name": f"n{i}", "labels": {
+                "kubernetes.io/arch": "arm64", "node.kubernetes.io/npu.chip.name": "910B3" if i % 2 else "310P3",
+                "huawei.com/driver.version": "24.1.RC3"}}} for i in range(20_000)]
+            path.write_text(json.dumps({"kind": "List", "items": items}))
+        return ["k8s", "job", "--registry", "127.0.0.1:9/r", "--npus", "8", "--nodes", "nodes.json", "--",
+                "python", "train.py"]
+    return setup
 
 
 # --- tracebacks -------------------------------------------------------------------------
