@@ -86,6 +86,10 @@ _DIGEST = re.compile(r"^sha256:[0-9a-f]{64}$")
 _HOST = re.compile(r"(?:[A-Za-z0-9](?:[A-Za-z0-9-]{0,62}[A-Za-z0-9])?(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]{0,62}[A-Za-z0-9])?)*"
                    r"|\[[0-9A-Fa-f:.]+\])(?::[0-9]{1,5})?")
 TAG_GRAMMAR = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}")  # the distribution spec's tag grammar
+# the distribution spec's repository name: path components of lowercase alphanumerics joined by
+# '.', '_', '__' or dashes, separated by '/'; 255 characters at most (docker/distribution reference)
+NAME_GRAMMAR = re.compile(r"[a-z0-9]+(?:(?:\.|_|__|-+)[a-z0-9]+)*(?:/[a-z0-9]+(?:(?:\.|_|__|-+)[a-z0-9]+)*)*")
+NAME_MAX = 255
 _HELPER = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 
 
@@ -307,8 +311,22 @@ class Registry:
         self._auth: Dict[str, str] = {}  # scope -> Authorization header value
 
     def repository(self, repository: str) -> str:
-        """The repository name the API uses (``library/`` added on Docker Hub)."""
-        return api_name(self.name, repository)[1]
+        """The repository name the API uses (``library/`` added on Docker Hub); a UserError for a name
+        outside the distribution grammar (`NAME_GRAMMAR`), which would reach the request's path as is."""
+        name = api_name(self.name, repository)[1]
+        if len(name) > NAME_MAX or not NAME_GRAMMAR.fullmatch(name):
+            raise UserError(f"{repository[:200]!r} (on {self.name}) is not a repository name: lowercase letters "
+                            "and digits, joined by '.', '_', '__' or '-', in parts separated by '/'", exit_code=2,
+                            fix="give a name like team/ascend-build (and the tag apart, after ':')")
+        return name
+
+    def _reference(self, repository: str, reference: str) -> str:
+        """``reference`` when it is a tag or a sha256 digest; else a UserError (it would reach the URL path)."""
+        if not (TAG_GRAMMAR.fullmatch(reference) or _DIGEST.match(reference)):
+            raise UserError(f"{reference[:200]!r} (of {self.name}/{repository}) is neither a tag nor a sha256 digest",
+                            exit_code=2, fix="a tag is up to 128 letters, digits, '_', '.' or '-', not starting "
+                                             "with '.' or '-'; a digest is sha256: and 64 hex digits")
+        return reference
 
     # --- HTTP -----------------------------------------------------------------
 
@@ -500,6 +518,7 @@ class Registry:
     def manifest(self, repository: str, reference: str) -> Manifest:
         """The manifest (or index) ``reference`` names; its body must hash to its digest."""
         repository = self.repository(repository)
+        reference = self._reference(repository, reference)
         body, headers = self._send("GET", f"/v2/{repository}/manifests/{reference}",
                                    f"repository:{repository}:pull", accept=ACCEPT)
         actual = "sha256:" + hashlib.sha256(body).hexdigest()
@@ -579,6 +598,7 @@ class Registry:
     def put_manifest(self, repository: str, tag: str, body: bytes, media_type: str) -> str:
         """Store a manifest (or index) under ``tag``; returns its digest, as the registry confirmed it."""
         repository = self.repository(repository)
+        tag = self._reference(repository, tag)
         _, headers = self._send("PUT", f"/v2/{repository}/manifests/{tag}", f"repository:{repository}:pull,push",
                                 data=body, content_type=media_type, retry=True)  # the same bytes again: safe
         digest = "sha256:" + hashlib.sha256(body).hexdigest()

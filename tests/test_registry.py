@@ -511,3 +511,23 @@ def test_every_blob_stream_open_blob_opens_is_held_to_the_floor(monkeypatch):
     source = registry_module.Registry("127.0.0.1:1", deadline=45.0)
     with source.open_blob("r", "sha256:" + "0" * 64, 2 ** 62) as stream:
         assert (stream._floor, stream._grace) == (registry_module.STREAM_FLOOR, 45.0)
+
+
+@pytest.mark.parametrize("repository", ["../x", "a?b", "a#b", "UPPER", "a\nb", "a//b", "-a", "a/", "a" * 256, "a b"])
+def test_a_repository_name_outside_the_grammar_never_reaches_a_url(repository, no_credentials):
+    client = Registry("127.0.0.1:9")  # nothing listens: a request would fail otherwise
+    for call in (lambda: client.tags(repository), lambda: client.manifest(repository, "t"),
+                 lambda: client.put_blob(repository, b"x")):
+        with pytest.raises(UserError) as refused:
+            call()
+        assert "is not a repository name" in refused.value.message and refused.value.exit_code == 2
+
+
+@pytest.mark.parametrize("reference", ["../../v2/other/manifests/x", "t?x=1", "t#f", ".hidden", "a" * 129, "sha256:ABC",
+                                       "t\r\nX-Injected: 1"])
+def test_a_reference_neither_tag_nor_digest_never_reaches_a_url(reference, no_credentials):
+    client = Registry("127.0.0.1:9")
+    for call in (lambda: client.manifest("ok/name", reference),
+                 lambda: client.put_manifest("ok/name", reference, b"{}", "application/json")):
+        with pytest.raises(UserError, match="is neither a tag nor a sha256 digest"):
+            call()
