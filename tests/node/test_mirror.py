@@ -120,6 +120,8 @@ def test_registry_to_registry_round_trip_verifies_on_the_mirror_and_a_rerun_move
     text = run_mirror(creds, f"{registry.host}/{REPO}", f"{far.host}/{REPO}", "--trust-key", key_file)
     assert "blobs: 0 copied (0 bytes)" in text.stdout and "statements verified at the source and on the destination" \
         in text.stdout
+    unchecked = run_mirror(creds, f"{registry.host}/{REPO}", f"{far.host}/{REPO}")
+    assert "no --trust-key: the 2 statement manifest(s) were not checked" in unchecked.stdout, unchecked.stdout
 
 
 def test_registry_to_layout_to_registry_round_trip(registry, creds, keys, source, far, tmp_path):
@@ -301,6 +303,32 @@ def test_a_source_statement_that_does_not_verify_is_refused_before_any_copy(regi
     assert not Registry(far.host).has_blob(repo, config) and Registry(far.host).tags(repo) == []
 
 
+class AlteredOnTheWay(Registry):
+    """A registry reached through something that rewrites the ``.att`` manifests uploaded to it,
+    after the client hashed them (a proxy, a gateway): the registry stores other bytes than were sent."""
+
+    def _send(self, method, path_or_url, scope, **kwargs):
+        if method == "PUT" and "/manifests/sha256-" in path_or_url and path_or_url.endswith(".att"):
+            kwargs["data"] = kwargs["data"].replace(b'"predicateType"', b'"predicateTypo"')
+        return super()._send(method, path_or_url, scope, **kwargs)
+
+
+def test_a_statement_altered_on_the_way_to_the_registry_is_said_to_be_altered_and_no_tag_is_put(
+        registry, creds, keys, source, far):
+    repo = f"{REPO}-rewritten"
+    src = mirror.RegistryPlace(Registry(registry.host), REPO)
+    with pytest.raises(UserError) as failed:
+        mirror.mirror(src, mirror.RegistryPlace(AlteredOnTheWay(far.host), repo), mirror.Selection(cells=(CELL_ID,)),
+                      signing.load_public(keys["team"][1]))
+    print(f"\n{failed.value.message}\n  fix: {failed.value.fix}")
+    genuine = Registry(registry.host).manifest(REPO, attached.attestation_tag(source["x86_64"])).digest
+    assert f"the signed statements of {source['x86_64']} arrived altered on {far.host}/{repo}" in failed.value.message
+    assert f"not the source's {genuine}" in failed.value.message
+    assert "something on the way changed them (a proxy or gateway that rewrites uploads)" in failed.value.fix
+    assert "check the registry address" not in failed.value.fix
+    assert [t for t in Registry(far.host).tags(repo) if not attached.is_attached_tag(t)] == []  # no image tag
+
+
 class Tampering(mirror.RegistryPlace):
     """A destination on whose way the statements are dropped, or replaced by another envelope."""
 
@@ -338,7 +366,9 @@ def test_a_statement_dropped_or_altered_in_transit_is_refused_on_the_destination
     message = failed.value.message
     print(f"\n{mode}: {message}")
     assert f"stopped at {INDEX_TAG} ({source['index']})" in message and "no tag was put for it" in message
-    assert f"the statements of {source['x86_64']} on {far.host}/{repo} are not the source's" in message
+    said = "did not arrive" if mode == "drop" else "arrived altered"
+    assert f"the signed statements of {source['x86_64']} {said} on {far.host}/{repo}" in message
+    assert "something on the way changed them" in failed.value.fix
     assert [t for t in Registry(far.host).tags(repo) if not attached.is_attached_tag(t)] == []  # no image tag
     # and had the digests matched, the one trust decision refuses the altered statement there too
     if mode == "alter":
@@ -482,7 +512,9 @@ def test_a_blob_larger_than_the_clients_read_limit_streams_through_and_a_wrong_o
     assert layer["size"] > CONFIG_LIMIT
     folder = tmp_path / "big"
     out = figures(run_mirror(creds, f"{registry.host}/{repo}", f"oci:{folder}", "--json"))
-    assert out["bytes_sent"] > CONFIG_LIMIT and out["verified"] is False
+    assert out["bytes_sent"] > CONFIG_LIMIT and out["verified"] is False and out["statements"] == 0
+    said = run_mirror(creds, f"{registry.host}/{repo}", f"oci:{folder}").stdout
+    assert "no --trust-key, and no statement is attached to these images" in said and "copied unchecked" not in said
     back = figures(run_mirror(creds, f"oci:{folder}", f"{far.host}/{repo}", "--json"))
     assert back["bytes_sent"] == out["bytes_sent"] and Registry(far.host).has_blob(repo, layer["digest"])
     # the layout's copy of the layer damaged (same size, other bytes): refused, and nothing kept there
