@@ -64,12 +64,19 @@ def mirror_command(
         dst = mirror.place(destination, DEFAULT_IMAGE, create=True)
         units, figures = mirror.mirror(src, dst, selection, key, require,
                                        say=(lambda _: None) if as_json else lambda line: typer.echo(f"mirrored {line}"))
-    verified = (f"statements verified at the source and on the destination with {trusted.path} (--require {require})"
-                if key is not None else "no --trust-key: statements copied unchecked (each .att manifest arrived unchanged)")
+    attached = mirror.statements_attached(units)
+    if key is not None:
+        verified = f"statements verified at the source and on the destination with {trusted.path} (--require {require})"
+    elif attached:
+        verified = (f"no --trust-key: the {attached} statement manifest(s) were not checked (each is on the destination "
+                    "as at the source)")
+    else:
+        verified = ("no --trust-key, and no statement is attached to these images: nothing vouches for them on the "
+                    "destination (`verify` and `pull --trust-key` refuse them)")
     if as_json:
         typer.echo(json.dumps({"source": src.name, "destination": dst.name, "tags": [u.tag for u in units],
                                "digests": {u.tag: u.top.digest for u in units}, "verified": key is not None,
-                               **figures.to_dict()}, indent=2))
+                               "statements": attached, **figures.to_dict()}, indent=2))
         return
     typer.echo(f"{src.name} -> {dst.name}: {len(units)} tag(s)\n  {mirror.describe(figures)}\n  {verified}")
 

@@ -5,9 +5,10 @@
   check of the mounted driver's ``version.info`` holds even when Kubernetes starts the pod.
 - ``resources``: the device plugin's resource for the chip, limits = requests = N.
 - ``affinity``: only nodes of the image's arch and chip whose driver is at least the image's
-  minimum: on ascend-build's driver ordinal label (``Gt`` ordinal - 1, since selectors compare
-  only integers) or on MindCluster's driver label being one of the pool's versions that suffice.
-  Each chip label key (current and deprecated) gets its own terms: terms are ORed.
+  minimum: the device plugin's chip label (``node.kubernetes.io/npu.chip.name``) one of the pool's
+  chip names, and ascend-build's driver ordinal label (``Gt`` ordinal - 1, since selectors compare
+  only integers) or the device plugin's driver label (``huawei.com/driver.version``) one of the
+  pool's versions that suffice: one term per driver test, since terms are ORed.
 - ``volumes``: read-only hostPath mounts of the driver files the chip and the job's shape need
   (`builder.k8s.mounts`: ``hccn.conf`` only for multi-node training, the driver's ``topo`` only
   on the 950); and a memory-backed ``/dev/shm`` (the container runtime's default is 64 MiB,
@@ -117,16 +118,16 @@ def driver_floor(min_driver: str) -> versions.AscendVersion:
 def affinity(spec: PodSpec) -> Dict[str, Any]:
     """Required node affinity: arch AND chip AND driver at least the image's minimum.
 
-    ``nodeSelectorTerms`` are ORed and a term's expressions ANDed, so each chip label key
-    (current, deprecated) times each way to show the driver (the ordinal label, MindCluster's
-    version label, its deprecated key) is one term.
+    ``nodeSelectorTerms`` are ORed and a term's expressions ANDed, so each way to show the driver
+    (ascend-build's ordinal label, the device plugin's version label) is one term, with the arch
+    and the chip label (`builder.node.labels`: the keys the device plugin writes).
     """
     arch_only = {"key": keys.KUBE_ARCH_LABEL, "operator": "In", "values": [keys.KUBE_ARCH_VALUES[spec.arch]]}
     if spec.variant == CPU:  # the twin needs no NPU node: any node of its arch
         return {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
             "nodeSelectorTerms": [{"matchExpressions": [arch_only]}]}}}
     floor = driver_floor(spec.min_driver)
-    # every spelling of each: a node's label may say 24.1.rc3 (the driver's, MindCluster's) or 24.1.RC3, and In compares bytes
+    # every spelling of each: a node's label may say 24.1.rc3 (the driver's, the device plugin's) or 24.1.RC3; In compares bytes
     sufficient = list(dict.fromkeys(spelled for d in spec.drivers if versions.meets_minimum("hdk", d, spec.min_driver)
                                     for spelled in keys.driver_label_spellings(d)))
     driver_tests: List[Dict[str, Any]] = [

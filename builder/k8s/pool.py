@@ -81,13 +81,13 @@ def node_facts(item: Any, where: str) -> NodeFacts:
 
     Examples:
         >>> node_facts({"metadata": {"name": "n1", "labels": {"kubernetes.io/arch": "arm64",
-        ...     "huawei.com/npu.chip.name": "910B3", "huawei.com/npu.driver.version": "24.1.RC3"}}}, "f")
+        ...     "node.kubernetes.io/npu.chip.name": "910B3", "huawei.com/driver.version": "24.1.RC3"}}}, "f")
         NodeFacts(name='n1', arch='aarch64', chip='910b', chip_label='910B3', driver='24.1.RC3', firmware=None, npus=None)
         >>> try:
         ...     node_facts({"metadata": {"name": "cpu-1", "labels": {"kubernetes.io/arch": "amd64"}}}, "f")
         ... except UserError as e:
         ...     print(e.message)
-        f: node cpu-1: no chip label (huawei.com/npu.chip.name or node.kubernetes.io/npu.chip.name); no driver label (huawei.com/npu.driver.version or huawei.com/driver.version)
+        f: node cpu-1: no chip label (node.kubernetes.io/npu.chip.name); no driver label (huawei.com/driver.version)
     """
     metadata = item.get("metadata") if isinstance(item, dict) else None
     name = metadata.get("name") if isinstance(metadata, dict) else None
@@ -176,7 +176,7 @@ def read_pool(text: str, where: str, chip: Optional[str] = None) -> Pool:
         >>> import json
         >>> def n(name, chip, driver):
         ...     return {"kind": "Node", "metadata": {"name": name, "labels": {"kubernetes.io/arch": "arm64",
-        ...             "huawei.com/npu.chip.name": chip, "huawei.com/npu.driver.version": driver}}}
+        ...             "node.kubernetes.io/npu.chip.name": chip, "huawei.com/driver.version": driver}}}
         >>> nodes = json.dumps({"kind": "List", "items": [n("a", "910B3", "25.0.RC1"), n("b", "910B3", "24.1.RC3"),
         ...                     n("c", "310P3", "24.1.RC3")]})
         >>> pool = read_pool(nodes, "nodes.json", chip="910b")

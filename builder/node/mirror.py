@@ -422,17 +422,17 @@ def _copy(source: Place, destination: Place, unit: Unit, key: Optional[PublicKey
         else:
             needed = not destination.has_manifest(manifest.digest)
         if needed:
-            destination.put_manifest(attestation_tag(attested) if attested else manifest.digest, manifest)
+            try:
+                destination.put_manifest(attestation_tag(attested) if attested else manifest.digest, manifest)
+            except UserError:
+                if attested and _statements(destination, attested) is not None:  # it came, other bytes than sent
+                    _arrived(destination, attested, manifest)
+                raise
             figures.manifests_put += 1
         progress.manifests += 1
     for image in unit.images:  # the statements came along, byte for byte, and verify there
-        if image.statements is None:
-            continue
-        there = _statements(destination, image.manifest.digest)
-        if there is None or there.digest != image.statements.digest:
-            raise UserError(f"the statements of {image.manifest.digest} on {destination.name} are not the source's "
-                            f"({there.digest if there else 'none'}, not {image.statements.digest})", exit_code=1,
-                            fix="another writer changed them meanwhile: run the mirror again")
+        if image.statements is not None:
+            _arrived(destination, image.manifest.digest, image.statements)
     refused = untrusted(destination, [unit], key, require)
     if refused:
         raise UserError(f"on {destination.name}, the statements do not verify: " + "; ".join(refused), exit_code=1,
@@ -451,6 +451,24 @@ def _copy(source: Place, destination: Place, unit: Unit, key: Optional[PublicKey
     else:
         destination.put_manifest(unit.tag, unit.top)
         figures.tags_put.append(unit.tag)
+
+
+def _arrived(destination: Place, digest: str, statements: Manifest) -> None:
+    """Refuse unless ``destination`` holds the very ``.att`` manifest ``statements`` of the image ``digest``."""
+    there = _statements(destination, digest)
+    if there is not None and there.digest == statements.digest:
+        return
+    what = f"did not arrive on {destination.name}" if there is None else \
+        (f"arrived altered on {destination.name}: its {attestation_tag(digest)} there is {there.digest}, not the "
+         f"source's {statements.digest}")
+    raise UserError(f"the signed statements of {digest} {what}", exit_code=1,
+                    fix="something on the way changed them (a proxy or gateway that rewrites uploads), or another writer "
+                        "at the destination did; no tag names the image there: find and stop what alters uploads to it")
+
+
+def statements_attached(units: Sequence[Unit]) -> int:
+    """How many ``.att`` manifests the units carry (each image's and each index's own), each once."""
+    return len({m.digest for u in units for m in [i.statements for i in u.images] + [u.top_statements] if m is not None})
 
 
 def _opener(source: Place, digest: str, size: int) -> Callable[[], ContextManager[BinaryIO]]:

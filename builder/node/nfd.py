@@ -17,10 +17,17 @@ Every value here is a valid Kubernetes label value (63 characters of ``[A-Za-z0-
 and ending alphanumeric); a fact that is unknown or would not be one is left out, with a comment
 saying why.
 
-The keys are `builder.node.labels`'s: MindCluster's where it has one (``huawei.com/npu.driver.version``,
-``huawei.com/npu.chip.name``: the same facts its device plugin writes, the chip in the 910 family's
-spelling, `labels.chip_label_value`, which for the 950 may not be MindCluster's),
-ascend-build's own (``ascend-build.io/...``) for the ordinal, firmware, NPU count and arch.
+The keys are `builder.node.labels`'s: the Ascend Device Plugin's for the two facts it labels
+(``node.kubernetes.io/npu.chip.name``, ``huawei.com/driver.version``), with the values it writes
+(the chip name as DCMI reports it, `labels.chip_label_value`; the driver's own spelling), so a
+selector written for MindCluster's nodes selects these too; ascend-build's own (``ascend-build.io/...``)
+for the ordinal, firmware, NPU count and arch.
+
+nfd-master publishes a label in a ``kubernetes.io`` namespace only when its ``extraLabelNs`` lists
+that namespace (node-feature-discovery at 76e6cc8cc0d54b8bce037098b72611ffdf66ef5a,
+pkg/apis/nfd/validate/validate.go line 107 and pkg/nfd-master/nfd-master.go lines 538 and 539):
+the chip line is published only with ``extraLabelNs: ["node.kubernetes.io"]``, and the file says so.
+On a node where the device plugin runs, it labels the chip itself.
 
 Example:
     >>> from builder.node.host import HostInfo
@@ -29,8 +36,9 @@ Example:
     ascend-build.io/arch=aarch64
     ascend-build.io/npu.count=2
     ascend-build.io/npu.driver.ordinal=2400110030000000
-    huawei.com/npu.chip.name=910B3
-    huawei.com/npu.driver.version=24.1.rc3
+    huawei.com/driver.version=24.1.rc3
+    node.kubernetes.io/npu.chip.name=910B3
+    # node.kubernetes.io/npu.chip.name: nfd-master publishes it only where its extraLabelNs lists node.kubernetes.io
     # not written: firmware unknown
 """
 
@@ -62,7 +70,7 @@ def features(info: HostInfo) -> Tuple[List[Tuple[str, str]], List[str]]:
         >>> pairs, missing = features(HostInfo(arch="x86_64", driver="25.0.RC1", firmware="7.7.0.1.231"))
         >>> dict(pairs)["ascend-build.io/npu.driver.ordinal"], dict(pairs)["ascend-build.io/npu.count"]
         ('2500010010000000', '0')
-        >>> dict(pairs)["huawei.com/npu.driver.version"]  # the driver's own spelling, as MindCluster's label
+        >>> dict(pairs)["huawei.com/driver.version"]  # the driver's own spelling, as the device plugin's label
         '25.0.rc1'
         >>> missing
         ['chip unknown']
@@ -103,8 +111,19 @@ def features_text(info: HostInfo) -> str:
              "\"Local feature source\"",
              f"# install it as {FEATURES_DIR}/ascend-build (nfd-worker reads it on its next pass)"]
     lines += [f"{key}={value}" for key, value in pairs]
+    lines += [f"# {key}: nfd-master publishes it only where its extraLabelNs lists {key.split('/')[0]}"
+              for key, _ in pairs if _kubernetes_namespace(key)]
     lines += [f"# not written: {_comment(why)}" for why in missing]
     return "\n".join(lines) + "\n"
+
+
+def _kubernetes_namespace(key: str) -> bool:
+    """Whether ``key``'s namespace is one nfd-master denies unless ``extraLabelNs`` lists it
+    (``kubernetes.io`` and its subdomains, NFD's own feature and profile namespaces aside)."""
+    namespace = key.split("/")[0]
+    own = ("feature.node.kubernetes.io", "profile.node.kubernetes.io")
+    return (namespace == "kubernetes.io" or namespace.endswith(".kubernetes.io")) and \
+        not any(namespace == n or namespace.endswith("." + n) for n in own)
 
 
 def _comment(text: str) -> str:

@@ -8,6 +8,17 @@ The folder is what the OCI image-layout spec (image-spec ``image-layout.md``) de
   descriptor annotated with the OCI ``ref.name`` annotation (`REF_NAME`) = the tag (cosign's
   ``sha256-<hex>.att`` tags are entries too, so the statements travel with the images).
 
+Every entry of ``index.json`` has an OCI media type, since common readers of a layout (skopeo and
+the containers/image library under it, 1.9.3) pass over an entry of any other type: "no descriptor
+found for reference". A Docker image manifest or manifest list (what ``docker push`` writes) keeps
+its bytes, since its digest is what the signed statements name; its tag's entry names a **wrapper**
+instead, an OCI image index this layout writes (`WRAPS`): for an image, one entry, that image with
+its platform from its config; for a list, the list's own entries. A reader of the layout finds the
+OCI index, picks the image for its platform by digest, and reads its Docker type from the manifest
+itself, so ``skopeo copy oci:FOLDER:TAG docker://...`` writes the very manifest the statements are
+about. `Layout.manifest` reads a wrapped tag as the manifest it wraps, so ``mirror`` copies out of
+the layout what went in, digests and all.
+
 A blob is written under a temporary name beside its place, hashed while it is written, and
 renamed into place only when its sha256 and size are the ones named: a blob file that is there
 is whole. ``index.json`` is replaced whole (`builder.writes.replace_file`), after the blobs it
@@ -36,13 +47,15 @@ from typing import BinaryIO, Callable, ContextManager, Dict, Iterator, List, Opt
 
 from builder import bounded, documents, writes
 from builder.errors import UserError
-from builder.vocabulary import OCI_PREFIX
-from builder.registry import CONFIG_LIMIT, MANIFEST_LIMIT, OCI_INDEX, TAG_GRAMMAR, BadBlob, Checked, Manifest
+from builder.vocabulary import LABEL_PREFIX, OCI_PREFIX
+from builder.registry import (CONFIG_LIMIT, DOCKER_LIST, DOCKER_MANIFEST, MANIFEST_LIMIT, OCI_INDEX, TAG_GRAMMAR, BadBlob,
+                              Checked, Manifest)
 
 LAYOUT_FILE = "oci-layout"
 LAYOUT_VERSION = "1.0.0"
 INDEX_FILE = "index.json"
 REF_NAME = OCI_PREFIX + "ref.name"  # image-spec annotations.md
+WRAPS = LABEL_PREFIX + "layout.wraps"  # on a wrapper index: the digest of the Docker manifest or list it stands for
 _DIGEST = re.compile(r"^sha256:[0-9a-f]{64}$")
 _TMP = ".partial-"  # a blob being written: blobs/sha256/.partial-<hex>
 
@@ -115,19 +128,59 @@ class Layout:
 
     def manifest(self, repository: str, reference: str) -> Manifest:
         """The manifest a tag of ``index.json`` (or a digest) names, checked against its digest;
-        LookupError when there is none. ``repository`` is ignored: a layout holds one."""
-        digest = reference
-        if not reference.startswith("sha256:"):
-            named = [e for e in self.entries()
-                     if isinstance(e.get("annotations"), dict) and e["annotations"].get(REF_NAME) == reference]
-            if not named:
-                raise LookupError(reference)
-            digest = named[-1]["digest"]
-        body = self.blob(repository, digest, MANIFEST_LIMIT)
+        LookupError when there is none. A tag whose entry is a wrapper (`WRAPS`) names the manifest
+        it wraps. ``repository`` is ignored: a layout holds one."""
+        if reference.startswith("sha256:"):
+            return self._manifest(reference)
+        named = [e for e in self.entries()
+                 if isinstance(e.get("annotations"), dict) and e["annotations"].get(REF_NAME) == reference]
+        if not named:
+            raise LookupError(reference)
+        found = self._manifest(named[-1]["digest"])
+        wrapped = found.data.get("annotations", {}).get(WRAPS) if isinstance(found.data.get("annotations"), dict) else None
+        if not found.is_index or not isinstance(wrapped, str):
+            return found
+        inner = self._manifest(wrapped)
+        if self._wrapper(inner) != found.body:  # a reader of the OCI index would see other images than this tag names
+            raise UserError(f"{self.folder / INDEX_FILE}: the tag {reference} names {inner.digest} through an index "
+                            f"({found.digest}) that lists other manifests", exit_code=1,
+                            fix="the layout is damaged or was altered: write it again with `ascend-build mirror`")
+        return inner
+
+    def _manifest(self, digest: str) -> Manifest:
+        body = self.blob("", digest, MANIFEST_LIMIT)
         data = documents.load_json(body, f"{self.name}@{digest}")
         if not isinstance(data, dict):
             raise UserError(f"{self.name}@{digest} is not a JSON manifest", exit_code=1, fix="the layout is damaged")
         return Manifest(digest, str(data.get("mediaType", "")), body, data)
+
+    def _wrapper(self, manifest: Manifest) -> bytes:
+        """The OCI image index that names a Docker image manifest or manifest list in ``index.json``
+        (see the module's docstring): the same bytes for the same manifest."""
+        if manifest.media_type == DOCKER_LIST:
+            listed = manifest.data.get("manifests")
+            entries = listed if isinstance(listed, list) else []
+        else:
+            entry: Dict = {"mediaType": manifest.media_type, "digest": manifest.digest, "size": len(manifest.body)}
+            platform = self._platform(manifest)
+            if platform:
+                entry["platform"] = platform
+            entries = [entry]
+        return (json.dumps({"schemaVersion": 2, "mediaType": OCI_INDEX, "manifests": entries,
+                            "annotations": {WRAPS: manifest.digest}}, indent=2, sort_keys=True) + "\n").encode()
+
+    def _platform(self, manifest: Manifest) -> Dict[str, str]:
+        """An image's platform as its config says it (``architecture``, ``os``, ``variant``), which a
+        reader of the wrapper matches against its own; {} when the config does not say."""
+        config = manifest.data.get("config")
+        digest = config.get("digest") if isinstance(config, dict) else None
+        try:
+            data = documents.load_json(self.blob("", digest), f"the config {digest}") if isinstance(digest, str) else None
+        except (LookupError, ValueError):
+            return {}
+        if not isinstance(data, dict) or not all(isinstance(data.get(k), str) for k in ("architecture", "os")):
+            return {}
+        return {k: data[k] for k in ("architecture", "os", "variant") if isinstance(data.get(k), str) and data[k]}
 
     def blob(self, repository: str, digest: str, limit: int = CONFIG_LIMIT) -> bytes:
         """The blob ``digest``, at most ``limit`` bytes, checked against its digest; LookupError if absent."""
@@ -201,13 +254,18 @@ class Layout:
 
     def put_manifest(self, body: bytes, media_type: str, tag: Optional[str] = None) -> str:
         """Write a manifest's bytes as a blob, and with ``tag`` name it in ``index.json`` (the one
-        there under that tag replaced); its digest."""
-        digest = "sha256:" + hashlib.sha256(body).hexdigest()
-        if not self.has_blob(digest, len(body)):
-            self.put_blob(digest, len(body), lambda: contextlib.nullcontext(io.BytesIO(body)))
+        there under that tag replaced): a Docker manifest or list through its wrapper, after the
+        blobs of an image (its config gives the platform); its digest."""
+        digest = self._put_bytes(body)
         if tag is not None:
-            entry: Dict = {"mediaType": media_type, "digest": digest, "size": len(body),
-                           "annotations": {REF_NAME: tag}}
+            named, named_type = body, media_type
+            if media_type in (DOCKER_MANIFEST, DOCKER_LIST):
+                data = documents.load_json(body, f"the manifest {digest}")
+                named = self._wrapper(Manifest(digest, media_type, body, data if isinstance(data, dict) else {}))
+                named_type = OCI_INDEX
+                self._put_bytes(named)
+            entry: Dict = {"mediaType": named_type, "digest": "sha256:" + hashlib.sha256(named).hexdigest(),
+                           "size": len(named), "annotations": {REF_NAME: tag}}
             kept = [e for e in self.entries()
                     if not (isinstance(e.get("annotations"), dict) and e["annotations"].get(REF_NAME) == tag)]
             if entry not in kept:
@@ -215,9 +273,15 @@ class Layout:
                     kept + [entry], key=lambda e: str((e.get("annotations") or {}).get(REF_NAME, "")))))
         return digest
 
+    def _put_bytes(self, body: bytes) -> str:
+        digest = "sha256:" + hashlib.sha256(body).hexdigest()
+        if not self.has_blob(digest, len(body)):
+            self.put_blob(digest, len(body), lambda: contextlib.nullcontext(io.BytesIO(body)))
+        return digest
+
 
 def _index_json(manifests: List[dict]) -> bytes:
     return (json.dumps({"schemaVersion": 2, "mediaType": OCI_INDEX, "manifests": manifests}, indent=2) + "\n").encode()
 
 
-__all__ = ["Layout", "BadBlob", "LAYOUT_FILE", "INDEX_FILE", "REF_NAME"]
+__all__ = ["Layout", "BadBlob", "LAYOUT_FILE", "INDEX_FILE", "REF_NAME", "WRAPS"]

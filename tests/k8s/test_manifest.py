@@ -58,13 +58,13 @@ def test_the_affinity_admits_only_nodes_whose_driver_suffices_and_of_the_chip():
     # the pool's lowest driver, 24.1.RC3: every 910B node but npu-e (23.0.RC3); never npu-d (310P)
     assert admitted(the_job()["spec"]["template"]["spec"], cluster) == ["npu-a", "npu-b", "npu-c"]
     # an image needing 25.0.RC1 (from a pool of npu-a and npu-c): npu-b's 24.1.RC3 is refused too,
-    # by its ordinal label (it has only the deprecated driver key) and npu-c is admitted by its version label
+    # by its ordinal label, and npu-c (no ordinal) is admitted by its version label
     newer = job.job("x", spec_for("25.0.RC1", drivers=("25.0.RC1", "25.2.0")), {})
     assert admitted(newer["spec"]["template"]["spec"], cluster) == ["npu-a", "npu-c"]
 
 
 def test_the_ordinal_term_alone_admits_exactly_the_drivers_at_or_above_the_minimum():
-    # nodes labelled only with the ordinal (MindCluster's driver label absent): Gt ordinal(min) - 1
+    # nodes labelled only with the ordinal (the device plugin's driver label absent): Gt ordinal(min) - 1
     spec = spec_for("24.1.RC3", drivers=())
     cluster = [{"metadata": {"name": d, "labels": {"kubernetes.io/arch": "amd64", CHIP_LABELS[0]: "910B3",
                                                   DRIVER_ORDINAL_LABEL: str(driver_ordinal(d))}}}
@@ -73,7 +73,7 @@ def test_the_ordinal_term_alone_admits_exactly_the_drivers_at_or_above_the_minim
 
 
 def test_the_version_label_term_admits_both_spellings_of_a_driver_a_node_may_carry():
-    # no ordinal label: only MindCluster's driver label, spelled as the driver spells it (24.1.rc3, what the
+    # no ordinal label: only the device plugin's driver label, spelled as the driver spells it (24.1.rc3, what the
     # device plugin copies from DCMI and host --nfd writes) or as release names do (24.1.RC3); In compares bytes
     spec = spec_for("24.1.RC3", drivers=("24.1.RC3", "25.0.rc1"))
     cluster = [{"metadata": {"name": f"{key}={d}", "labels": {"kubernetes.io/arch": "amd64", CHIP_LABELS[0]: "910B3",
@@ -92,11 +92,10 @@ def test_a_line_name_minimum_selects_from_the_lines_first_release():
                                                "values": [str(driver_ordinal("25.0.RC1") - 1)]}
 
 
-def test_both_chip_keys_are_listed():
+def test_the_affinity_selects_on_the_keys_the_device_plugin_writes():
     terms = pod.affinity(spec_for("24.1.RC3"))["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
-    assert {t["matchExpressions"][1]["key"] for t in terms} == set(CHIP_LABELS)
-    assert {t["matchExpressions"][2]["key"] for t in terms} == {DRIVER_ORDINAL_LABEL, "huawei.com/npu.driver.version",
-                                                                 "huawei.com/driver.version"}
+    assert {t["matchExpressions"][1]["key"] for t in terms} == {"node.kubernetes.io/npu.chip.name"}
+    assert [t["matchExpressions"][2]["key"] for t in terms] == [DRIVER_ORDINAL_LABEL, "huawei.com/driver.version"]
 
 
 def test_the_container_runs_the_command_behind_the_guard_by_digest_with_the_chips_resource():

@@ -37,8 +37,8 @@ def test_the_lowest_driver_of_the_pool_decides():
     assert describe(pool) == "3 nodes, lowest driver on npu-b; "
 
 
-def test_deprecated_keys_alone_are_read():
-    facts = node_facts(nodes(CLUSTER)[1], "cluster.json")  # npu-b: an older device plugin's keys only
+def test_a_node_is_read_through_the_device_plugins_keys():
+    facts = node_facts(nodes(CLUSTER)[1], "cluster.json")  # npu-b
     assert (facts.name, facts.chip, facts.chip_label, facts.driver) == ("npu-b", "910b", "910B3", "24.1.RC3")
 
 
@@ -110,8 +110,8 @@ def test_a_node_list_nested_past_any_nodes_depth_is_refused_not_a_recursion_erro
 
 
 @pytest.mark.parametrize("label, value, message", [
-    ("huawei.com/npu.chip.name", "Ascend310B4", "node npu-c: huawei.com/npu.chip.name=Ascend310B4 names no chip"),
-    ("huawei.com/npu.driver.version", "24.1", "node npu-c: huawei.com/npu.driver.version=24.1 is not an HDK driver version"),
+    ("node.kubernetes.io/npu.chip.name", "Ascend310B4", "node npu-c: node.kubernetes.io/npu.chip.name=Ascend310B4 names no"),
+    ("huawei.com/driver.version", "24.1", "node npu-c: huawei.com/driver.version=24.1 is not an HDK driver version"),
     ("kubernetes.io/arch", "riscv64", "node npu-c: kubernetes.io/arch=riscv64 is no arch"),
     ("ascend-build.io/npu.firmware.version", "7.5", "node npu-c: ascend-build.io/npu.firmware.version=7.5 is not"),
 ])
@@ -128,9 +128,9 @@ def test_a_node_without_npu_labels_is_named_with_each_label_missing():
     with pytest.raises(UserError) as info:
         read_pool(as_list(nodes(POOL_910B) + [control]), "f.json")
     assert info.value.message == (
-        "f.json: node control-1: no chip label (huawei.com/npu.chip.name or node.kubernetes.io/npu.chip.name); "
-        "no driver label (huawei.com/npu.driver.version or huawei.com/driver.version)")
-    assert "kubectl get nodes -l huawei.com/npu.chip.name -o json" in info.value.fix
+        "f.json: node control-1: no chip label (node.kubernetes.io/npu.chip.name); "
+        "no driver label (huawei.com/driver.version)")
+    assert "kubectl get nodes -l node.kubernetes.io/npu.chip.name -o json" in info.value.fix
 
 
 def test_this_host_is_a_pool_of_one_with_both_spellings_of_its_chip():

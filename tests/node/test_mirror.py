@@ -9,6 +9,8 @@ layer, a config with a sealed twin's labels) and their statements are signed wit
 - registry -> registry: `verify` and the choice `pull --trust-key` makes pass on the destination
   as on the source; an index comes with both arches and their statements;
 - registry -> layout -> registry: the same, and the layout is the OCI image-layout spec's;
+- Docker-typed images in a layout: skopeo finds each tag, and copies an image with its statements
+  out of it into a registry, where `verify` and pull's choice pass;
 - a run again of the unchanged selection moves 0 blob bytes; into another repository of the same
   registry, blobs are mounted, not sent;
 - a statement dropped or altered on the way is refused on the destination and no tag is put;
@@ -19,6 +21,7 @@ layer, a config with a sealed twin's labels) and their statements are signed wit
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
@@ -31,7 +34,7 @@ import pytest
 from builder.errors import UserError
 from builder.node import mirror, pull as chooser
 from builder.node.oci_layout import INDEX_FILE, LAYOUT_FILE, REF_NAME, Layout
-from builder.registry import Registry
+from builder.registry import DOCKER_MANIFEST, OCI_INDEX, OCI_MANIFEST, Registry
 from builder.trust import attached, signing
 from builder.trust import policy
 from tests.support import mirror as hm
@@ -117,6 +120,8 @@ def test_registry_to_registry_round_trip_verifies_on_the_mirror_and_a_rerun_move
     text = run_mirror(creds, f"{registry.host}/{REPO}", f"{far.host}/{REPO}", "--trust-key", key_file)
     assert "blobs: 0 copied (0 bytes)" in text.stdout and "statements verified at the source and on the destination" \
         in text.stdout
+    unchecked = run_mirror(creds, f"{registry.host}/{REPO}", f"{far.host}/{REPO}")
+    assert "no --trust-key: the 2 statement manifest(s) were not checked" in unchecked.stdout, unchecked.stdout
 
 
 def test_registry_to_layout_to_registry_round_trip(registry, creds, keys, source, far, tmp_path):
@@ -157,6 +162,65 @@ def skopeo_raw(host: str, reference: str) -> bytes:
                           capture_output=True, timeout=60)
     assert done.returncode == 0, done.stderr.decode()
     return done.stdout
+
+
+def skopeo(*args: str) -> subprocess.CompletedProcess:
+    if not shutil.which("skopeo"):
+        pytest.skip("skopeo missing: apt-get install skopeo")
+    return subprocess.run(["skopeo", *args], capture_output=True, text=True, timeout=120)
+
+
+def test_skopeo_reads_a_mirrored_folder_of_docker_images_and_what_it_copies_out_verifies(
+        registry, creds, keys, far, tmp_path):
+    """What `docker push` and `ascend-build index` write (Docker schema 2 images under a Docker
+    manifest list), mirrored into an OCI image layout: skopeo, an independent reader of layouts, finds
+    every tag, and copies an image and its statements out of the folder into a registry byte for
+    byte, so `verify` and pull's choice pass there."""
+    reg = Registry(registry.host)
+    repo = REPO + "-docker"
+    x86 = hm.push_image(reg, repo, TAG, ht.sealed_twin_labels(), b"x86 docker payload " * 4000, docker=True)
+    arm = hm.push_image(reg, repo, ARM_TAG, ht.sealed_twin_labels("aarch64"), b"arm docker payload " * 4000,
+                        arch="aarch64", docker=True)
+    ht.attest_as(registry, repo, TAG, x86, keys["team"][0])
+    ht.attest_as(registry, repo, ARM_TAG, arm, keys["team"][0], ARM_CELL)
+    hm.push_index(reg, repo, INDEX_TAG, {"x86_64": x86, "aarch64": arm}, docker=True)
+    key_file = str(keys["team"][1])
+    folder = tmp_path / "carry"
+    figures(run_mirror(creds, f"{registry.host}/{repo}", f"oci:{folder}", "--trust-key", key_file, "--json"))
+    entries = json.loads((folder / INDEX_FILE).read_text())["manifests"]
+    assert {e["mediaType"] for e in entries} == {OCI_INDEX, OCI_MANIFEST}  # no entry a reader passes over
+    for tag, arch, digest in ((TAG, "amd64", x86), (ARM_TAG, "arm64", arm), (INDEX_TAG, "amd64", x86)):
+        seen = skopeo("--override-arch", arch, "inspect", f"oci:{folder}:{tag}")
+        assert seen.returncode == 0, seen.stderr
+        assert json.loads(seen.stdout)["Architecture"] == arch
+        raw = skopeo("inspect", "--raw", f"oci:{folder}:{tag}").stdout
+        assert digest in [m["digest"] for m in json.loads(raw)["manifests"]]  # the signed digest, inside
+        assert json.loads(seen.stdout)["Digest"] == "sha256:" + hashlib.sha256(raw.encode()).hexdigest()  # the index's
+    print(f"\nskopeo inspect oci:{folder.name}:<tag> found {TAG}, {ARM_TAG} and {INDEX_TAG}")
+    # out of the folder with skopeo: the image, and its statements by their tag
+    dst, statements = REPO + "-skopeo", attached.attestation_tag(x86)
+    for tag in (TAG, statements):
+        copied = skopeo("copy", "--dest-tls-verify=false", f"oci:{folder}:{tag}", f"docker://{far.host}/{dst}:{tag}")
+        assert copied.returncode == 0, copied.stderr
+    there = Registry(far.host)
+    assert there.manifest(dst, TAG).digest == x86 and there.manifest(dst, TAG).media_type == DOCKER_MANIFEST
+    assert there.manifest(dst, statements).digest == reg.manifest(repo, statements).digest
+    verified = cli(creds, "verify", f"{far.host}/{dst}:{TAG}", "--key", key_file)
+    assert verified.returncode == 0 and "verified: a validation statement about this digest" in verified.stdout, \
+        verified.stdout + verified.stderr
+    assert chosen(far.host, dst, signing.load_public(Path(key_file))) == x86
+    # with --all skopeo copies the index itself: another digest than the list's, the images in it keep theirs
+    copied = skopeo("copy", "--all", "--dest-tls-verify=false", f"oci:{folder}:{INDEX_TAG}",
+                    f"docker://{far.host}/{dst}:{INDEX_TAG}")
+    assert copied.returncode == 0, copied.stderr
+    index = there.manifest(dst, INDEX_TAG)
+    assert index.digest != reg.manifest(repo, INDEX_TAG).digest and index.media_type == OCI_INDEX
+    assert [m["digest"] for m in index.data["manifests"]] == [x86, arm]
+    # and `mirror` reads the folder back as it wrote it: the Docker manifests, by their digests
+    back = REPO + "-docker-back"
+    figures(run_mirror(creds, f"oci:{folder}", f"{far.host}/{back}", "--trust-key", key_file, "--json"))
+    assert [there.manifest(back, t).digest for t in (TAG, ARM_TAG, INDEX_TAG)] == \
+        [x86, arm, reg.manifest(repo, INDEX_TAG).digest]
 
 
 def found_by_a_referrers_client(reader, repo: str, digest: str, key) -> dict:
@@ -239,6 +303,32 @@ def test_a_source_statement_that_does_not_verify_is_refused_before_any_copy(regi
     assert not Registry(far.host).has_blob(repo, config) and Registry(far.host).tags(repo) == []
 
 
+class AlteredOnTheWay(Registry):
+    """A registry reached through something that rewrites the ``.att`` manifests uploaded to it,
+    after the client hashed them (a proxy, a gateway): the registry stores other bytes than were sent."""
+
+    def _send(self, method, path_or_url, scope, **kwargs):
+        if method == "PUT" and "/manifests/sha256-" in path_or_url and path_or_url.endswith(".att"):
+            kwargs["data"] = kwargs["data"].replace(b'"predicateType"', b'"predicateTypo"')
+        return super()._send(method, path_or_url, scope, **kwargs)
+
+
+def test_a_statement_altered_on_the_way_to_the_registry_is_said_to_be_altered_and_no_tag_is_put(
+        registry, creds, keys, source, far):
+    repo = f"{REPO}-rewritten"
+    src = mirror.RegistryPlace(Registry(registry.host), REPO)
+    with pytest.raises(UserError) as failed:
+        mirror.mirror(src, mirror.RegistryPlace(AlteredOnTheWay(far.host), repo), mirror.Selection(cells=(CELL_ID,)),
+                      signing.load_public(keys["team"][1]))
+    print(f"\n{failed.value.message}\n  fix: {failed.value.fix}")
+    genuine = Registry(registry.host).manifest(REPO, attached.attestation_tag(source["x86_64"])).digest
+    assert f"the signed statements of {source['x86_64']} arrived altered on {far.host}/{repo}" in failed.value.message
+    assert f"not the source's {genuine}" in failed.value.message
+    assert "something on the way changed them (a proxy or gateway that rewrites uploads)" in failed.value.fix
+    assert "check the registry address" not in failed.value.fix
+    assert [t for t in Registry(far.host).tags(repo) if not attached.is_attached_tag(t)] == []  # no image tag
+
+
 class Tampering(mirror.RegistryPlace):
     """A destination on whose way the statements are dropped, or replaced by another envelope."""
 
@@ -276,7 +366,9 @@ def test_a_statement_dropped_or_altered_in_transit_is_refused_on_the_destination
     message = failed.value.message
     print(f"\n{mode}: {message}")
     assert f"stopped at {INDEX_TAG} ({source['index']})" in message and "no tag was put for it" in message
-    assert f"the statements of {source['x86_64']} on {far.host}/{repo} are not the source's" in message
+    said = "did not arrive" if mode == "drop" else "arrived altered"
+    assert f"the signed statements of {source['x86_64']} {said} on {far.host}/{repo}" in message
+    assert "something on the way changed them" in failed.value.fix
     assert [t for t in Registry(far.host).tags(repo) if not attached.is_attached_tag(t)] == []  # no image tag
     # and had the digests matched, the one trust decision refuses the altered statement there too
     if mode == "alter":
@@ -420,7 +512,9 @@ def test_a_blob_larger_than_the_clients_read_limit_streams_through_and_a_wrong_o
     assert layer["size"] > CONFIG_LIMIT
     folder = tmp_path / "big"
     out = figures(run_mirror(creds, f"{registry.host}/{repo}", f"oci:{folder}", "--json"))
-    assert out["bytes_sent"] > CONFIG_LIMIT and out["verified"] is False
+    assert out["bytes_sent"] > CONFIG_LIMIT and out["verified"] is False and out["statements"] == 0
+    said = run_mirror(creds, f"{registry.host}/{repo}", f"oci:{folder}").stdout
+    assert "no --trust-key, and no statement is attached to these images" in said and "copied unchecked" not in said
     back = figures(run_mirror(creds, f"oci:{folder}", f"{far.host}/{repo}", "--json"))
     assert back["bytes_sent"] == out["bytes_sent"] and Registry(far.host).has_blob(repo, layer["digest"])
     # the layout's copy of the layer damaged (same size, other bytes): refused, and nothing kept there

@@ -69,8 +69,9 @@ def test_host_nfd_writes_the_probed_facts_as_node_labels(tmp_path):
         "ascend-build.io/npu.count=8",
         "ascend-build.io/npu.driver.ordinal=2400110030000000",
         "ascend-build.io/npu.firmware.version=7.5.0.1.129",
-        "huawei.com/npu.chip.name=910B3",
-        "huawei.com/npu.driver.version=24.1.rc3",
+        "huawei.com/driver.version=24.1.rc3",
+        "node.kubernetes.io/npu.chip.name=910B3",
+        "# node.kubernetes.io/npu.chip.name: nfd-master publishes it only where its extraLabelNs lists node.kubernetes.io",
     ]
     labels = nfd_labels(out.stdout)
     assert all("/" in key for key in labels)  # NFD would move an unprefixed name under feature.node.kubernetes.io/

@@ -18,10 +18,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Dict, List, Optional
 
-from builder.registry import OCI_INDEX, OCI_MANIFEST, Registry
+from builder.registry import DOCKER_LIST, DOCKER_MANIFEST, OCI_INDEX, OCI_MANIFEST, Registry
 from tests.support.loopback_registry import REGISTRY_BIN, free_port, serve_registry, stop, wait_up  # noqa: F401
 
 PLATFORM = {"x86_64": "amd64", "aarch64": "arm64"}
+# the media types of an image: OCI's, or Docker's schema 2 (what `docker push` of Docker Engine writes)
+TYPES = {False: {"manifest": OCI_MANIFEST, "config": "application/vnd.oci.image.config.v1+json",
+                 "layer": "application/vnd.oci.image.layer.v1.tar+gzip", "index": OCI_INDEX},
+         True: {"manifest": DOCKER_MANIFEST, "config": "application/vnd.docker.container.image.v1+json",
+                "layer": "application/vnd.docker.image.rootfs.diff.tar.gzip", "index": DOCKER_LIST}}
 
 
 def layer(payload: bytes, name: str = "payload.txt") -> tuple:
@@ -36,34 +41,36 @@ def layer(payload: bytes, name: str = "payload.txt") -> tuple:
 
 
 def push_image(reg: Registry, repo: str, tag: Optional[str], labels: Dict[str, str], payload: bytes,
-               arch: str = "x86_64", base: Optional[List[tuple]] = None) -> str:
-    """Push an image (``base`` layers (gz, diff id) first, then one layer holding ``payload``); its digest."""
+               arch: str = "x86_64", base: Optional[List[tuple]] = None, docker: bool = False) -> str:
+    """Push an image (``base`` layers (gz, diff id) first, then one layer holding ``payload``), with
+    OCI's media types or with ``docker`` Docker's; its digest."""
+    types = TYPES[docker]
     layers = list(base or []) + [layer(payload)]
     config = json.dumps({"architecture": PLATFORM[arch], "os": "linux",
                          "config": {"Labels": labels, "Cmd": ["/bin/true"]},
                          "rootfs": {"type": "layers", "diff_ids": [d for _, d in layers]}}).encode()
     descriptors = []
     for gz, _ in layers:
-        descriptors.append({"mediaType": "application/vnd.oci.image.layer.v1.tar+gzip", "size": len(gz),
-                            "digest": reg.put_blob(repo, gz)})
-    manifest = {"schemaVersion": 2, "mediaType": OCI_MANIFEST,
-                "config": {"mediaType": "application/vnd.oci.image.config.v1+json", "size": len(config),
-                           "digest": reg.put_blob(repo, config)},
+        descriptors.append({"mediaType": types["layer"], "size": len(gz), "digest": reg.put_blob(repo, gz)})
+    manifest = {"schemaVersion": 2, "mediaType": types["manifest"],
+                "config": {"mediaType": types["config"], "size": len(config), "digest": reg.put_blob(repo, config)},
                 "layers": descriptors}
     body = json.dumps(manifest).encode()
     digest = "sha256:" + hashlib.sha256(body).hexdigest()
-    return reg.put_manifest(repo, tag or digest, body, OCI_MANIFEST)
+    return reg.put_manifest(repo, tag or digest, body, types["manifest"])
 
 
-def push_index(reg: Registry, repo: str, tag: str, children: Dict[str, str]) -> str:
-    """An OCI index of ``children`` ({arch: digest}, pushed already) under ``tag``; its digest."""
+def push_index(reg: Registry, repo: str, tag: str, children: Dict[str, str], docker: bool = False) -> str:
+    """An OCI index (with ``docker`` a Docker manifest list, as `ascend-build index` writes over
+    Docker images) of ``children`` ({arch: digest}, pushed already) under ``tag``; its digest."""
+    types = TYPES[docker]
     entries = []
     for arch, digest in children.items():
         size = len(reg.manifest(repo, digest).body)
-        entries.append({"mediaType": OCI_MANIFEST, "digest": digest, "size": size,
+        entries.append({"mediaType": types["manifest"], "digest": digest, "size": size,
                         "platform": {"architecture": PLATFORM[arch], "os": "linux"}})
-    return reg.put_manifest(repo, tag, json.dumps({"schemaVersion": 2, "mediaType": OCI_INDEX,
-                                                   "manifests": entries}).encode(), OCI_INDEX)
+    return reg.put_manifest(repo, tag, json.dumps({"schemaVersion": 2, "mediaType": types["index"],
+                                                   "manifests": entries}).encode(), types["index"])
 
 
 @dataclass
