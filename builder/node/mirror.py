@@ -35,6 +35,7 @@ Example:
 from __future__ import annotations
 
 import hashlib
+import re
 from dataclasses import dataclass, field
 from typing import BinaryIO, Callable, ContextManager, Dict, List, Optional, Sequence, Set, Tuple
 
@@ -317,7 +318,9 @@ def _children(manifest: Manifest) -> List[str]:
 
 def select(source: Place, selection: Selection) -> List[Unit]:
     """Every tag of ``source`` (cosign's statement tags aside) whose image, or one of whose arch
-    images, matches ``selection``; an index comes with all its arch images."""
+    images, matches ``selection``; an index comes with all its arch images. An index that names
+    a manifest the source lacks, or another index (no image of ascend-build's is nested so), is
+    refused: copied, it would be a tag without its images."""
     units = []
     for tag in source.tags():
         if is_attached_tag(tag):
@@ -329,7 +332,18 @@ def select(source: Place, selection: Selection) -> List[Unit]:
         digests = _children(top) if top.is_index else [top.digest]
         images = []
         for digest in digests:
-            manifest = top if digest == top.digest else source.manifest(digest)
+            try:
+                manifest = top if digest == top.digest else source.manifest(digest)
+            except LookupError:
+                raise UserError(f"{source.name}: {tag} ({top.digest}) is an index naming {digest}, which the "
+                                "source does not hold: nothing was copied", exit_code=1,
+                                fix="push that image to the source again, or leave the tag out (--cell, --cann)"
+                                ) from None
+            if manifest.is_index:
+                raise UserError(f"{source.name}: {tag} ({top.digest}) is an index naming another index ({digest}): "
+                                "not an image ascend-build mirrors; nothing was copied", exit_code=1,
+                                fix="mirror the inner index's tag, or leave this tag out (--cell, --cann)")
+            _descriptors(manifest, f"{source.name}: {tag} ({manifest.digest})")  # every blob named right
             images.append(Image(manifest, _labels(source, manifest), _statements(source, digest)))
         if any(matches(i.labels, selection) for i in images):
             subjects = [i.manifest.digest for i in images] + ([top.digest] if top.is_index else [])
@@ -351,14 +365,34 @@ def untrusted(where: Place, units: Sequence[Unit], key: Optional[PublicKey], req
     return refused
 
 
-def _descriptors(manifest: Manifest) -> List[Tuple[str, int]]:
-    """(digest, size) of every blob an image manifest names: its config and layers."""
+def _descriptors(manifest: Manifest, what: str = "") -> List[Tuple[str, int]]:
+    """(digest, size) of every blob an image manifest names: its config and layers. A descriptor
+    without a sha256 digest and a whole size (a size written as text, say) is refused, never
+    skipped: a copy without that blob would be an image that does not pull."""
     found = []
     config = manifest.data.get("config")
-    for item in ([config] if isinstance(config, dict) else []) + list(manifest.data.get("layers") or []):
-        if isinstance(item, dict) and isinstance(item.get("digest"), str) and isinstance(item.get("size"), int):
-            found.append((item["digest"], item["size"]))
+    layers = manifest.data.get("layers")
+    if not isinstance(layers, list) and layers is not None:
+        raise _malformed(what or manifest.digest, f"its layers are {type(layers).__name__}, not a list")
+    for item in ([config] if config is not None else []) + list(layers or []):
+        digest = item.get("digest") if isinstance(item, dict) else None
+        size = item.get("size") if isinstance(item, dict) else None
+        if not (isinstance(digest, str) and _SHA256.fullmatch(digest)):
+            raise _malformed(what or manifest.digest, f"it names a blob by {str(digest)[:80]!r}, not a sha256 digest")
+        if isinstance(size, bool) or not isinstance(size, int) or size < 0:
+            raise _malformed(what or manifest.digest, f"its blob {digest} has the size {str(size)[:40]!r}, "
+                                                      "not a number of bytes")
+        found.append((digest, size))
     return found
+
+
+_SHA256 = re.compile(r"sha256:[0-9a-f]{64}")
+
+
+def _malformed(what: str, why: str) -> UserError:
+    return UserError(f"{what}: the manifest is malformed: {why}; nothing was copied", exit_code=1,
+                     fix="push the image to the source again (with docker push or ascend-build), or leave it out "
+                         "(--cell, --cann)")
 
 
 # --- the copy ---------------------------------------------------------------------------------------
@@ -408,7 +442,12 @@ def _copy(source: Place, destination: Place, unit: Unit, key: Optional[PublicKey
     progress.blobs_total = len(blobs)
     for digest, size in blobs:
         if digest not in figures.done:  # another tag of this run brought it already
-            _, how = destination.put_blob(digest, size, _opener(source, digest, size), source)
+            try:
+                _, how = destination.put_blob(digest, size, _opener(source, digest, size), source)
+            except LookupError:
+                raise UserError(f"{source.name} lacks the blob {digest} that {unit.what} names", exit_code=1,
+                                fix="push the image to the source again, or leave the tag out (--cell, --cann)"
+                                ) from None
             figures.count(how, size)
             figures.done.add(digest)
         progress.blobs += 1
