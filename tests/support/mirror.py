@@ -36,11 +36,12 @@ def layer(payload: bytes, name: str = "payload.txt") -> tuple:
 
 
 def push_image(reg: Registry, repo: str, tag: Optional[str], labels: Dict[str, str], payload: bytes,
-               arch: str = "x86_64", base: Optional[List[tuple]] = None) -> str:
-    """Push an image (``base`` layers (gz, diff id) first, then one layer holding ``payload``); its digest."""
+               arch: str = "x86_64", base: Optional[List[tuple]] = None, env: Optional[List[str]] = None) -> str:
+    """Push an image (``base`` layers (gz, diff id) first, then one layer holding ``payload``; ``env``:
+    its config's ``KEY=VALUE`` list); its digest."""
     layers = list(base or []) + [layer(payload)]
     config = json.dumps({"architecture": PLATFORM[arch], "os": "linux",
-                         "config": {"Labels": labels, "Cmd": ["/bin/true"]},
+                         "config": {"Labels": labels, "Cmd": ["/bin/true"], **({"Env": env} if env else {})},
                          "rootfs": {"type": "layers", "diff_ids": [d for _, d in layers]}}).encode()
     descriptors = []
     for gz, _ in layers:
