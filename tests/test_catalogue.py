@@ -34,6 +34,7 @@ from typing import Dict, List
 import pytest
 
 from builder.catalogue import collect, pages
+from builder.errors import UserError
 from builder.images import attest
 from builder.registry import OCI_MANIFEST, Registry
 from builder.trust import attached, signing, statements, variant
@@ -304,9 +305,13 @@ def test_the_site_replaces_only_an_earlier_catalogue(tmp_path):
     other = tmp_path / "notes"
     other.mkdir()
     (other / "mine.txt").write_text("keep")
-    with pytest.raises(Exception, match="no catalogue"):
+    with pytest.raises(UserError, match="no catalogue"):
         pages.write(other, files)
     assert [p.name for p in other.iterdir()] == ["mine.txt"]
+    (tmp_path / "link").symlink_to(tmp_path / "site")
+    with pytest.raises(UserError, match="no catalogue"):
+        pages.write(tmp_path / "link", files)
+    assert (tmp_path / "link").is_symlink()
 
 
 def test_without_a_key_it_lists_nothing_and_says_why(tmp_path):

@@ -48,7 +48,7 @@ class Tier:
 
     name: str
     status: str
-    seconds: Optional[float]   # None: the statement gives no time (signed before tiers carried one)
+    seconds: Optional[float]   # None: the statement gives no time (its smoke report gave none)
     summary: str
     reason: str = ""           # a skipped tier's reason (skippedTiers)
 

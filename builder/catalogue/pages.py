@@ -139,10 +139,11 @@ def render(catalogue: Catalogue) -> Dict[str, bytes]:
 
 def write(folder: Path, files: Dict[str, bytes]) -> None:
     """Put the site in ``folder`` whole: staged beside it, then renamed into place. A folder there
-    already is replaced only when it is an earlier catalogue (it holds catalogue.json); anything
-    else there is refused, untouched."""
+    already is replaced only when it is an earlier catalogue (it holds catalogue.json) or empty;
+    anything else there (a file, a link, a folder of other files) is refused, untouched."""
     folder = Path(folder)
-    if folder.exists() and (not folder.is_dir() or (any(folder.iterdir()) and not (folder / JSON_NAME).is_file())):
+    if folder.is_symlink() or (folder.exists() and (not folder.is_dir() or (
+            any(folder.iterdir()) and not (folder / JSON_NAME).is_file()))):
         raise UserError(f"{folder} is there and is no catalogue (no {JSON_NAME} in it): nothing was written",
                         exit_code=2, fix="give --out a new folder, or the folder of an earlier catalogue")
     try:

@@ -219,6 +219,7 @@ def test_the_catalogue_lists_the_signed_twin_with_the_tiers_and_times_of_its_smo
     data = json.loads((site / "catalogue.json").read_text())
     [entry] = data["validated"]
     assert (entry["digest"], entry["cell"], entry["variant"], entry["ran_on"]) == (digest, CELL_ID, "cpu", "cpu-twin")
+    assert (entry["cann"], entry["chip"], entry["min_driver"]) == ("9.1.0", "910b", "25.2.RC1")  # its guard's ENV
     assert [(t["name"], t["status"], t["seconds"]) for t in entry["tiers"]] == [
         (t["name"], t["status"], t["seconds"]) for t in report["tiers"]]
     layers = Registry(registry.host, registry.username, registry.password).manifest(REPO, digest).data["layers"]
