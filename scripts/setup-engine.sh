@@ -19,8 +19,9 @@ STATE=${ASCEND_BUILD_STATE:-.state}
 BASE_IMAGE=${ASCEND_BUILD_SETUP_BASE_IMAGE:-local/debian:12}
 # podman + catatonit: tests/node/test_driver_guard_e2e.py plays a rendered Pod with `podman kube play`
 # stargz-snapshotter: its ctr-remote converts the lazy (eStargz) variant (image --lazy, test_lazy_e2e)
+# chromium: tests/test_catalogue.py opens the catalogue's pages in it, headless, and takes a screenshot
 PACKAGES=(docker.io debootstrap docker-registry apache2-utils skopeo qemu-user-static binfmt-support podman catatonit
-          stargz-snapshotter)
+          stargz-snapshotter chromium)
 ARM64=${ASCEND_BUILD_SETUP_ARM64:-1}
 # arm64 bases: name and Debian release (Debian 11 has the Python 3.9 of older closures)
 ARM64_BASES=("local/debian:12-arm64 bookworm" "local/debian:11-arm64 bullseye")

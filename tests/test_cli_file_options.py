@@ -26,7 +26,7 @@ from tests.support.matrix import run_cli
 BOGUS = "--bogus-name"
 _SAYS_FILE = re.compile(r"\b(a|this) file\b|\bfolder\b", re.IGNORECASE)
 # what a required parameter other than the one under test is given (nothing is read: the refusal comes first)
-FILLERS = {"--registry": "127.0.0.1:1", "--npus": "1", "--images": "x/*", "--table": "table.md", "--key": "team.pub",
+FILLERS = {"--registry": "127.0.0.1:1", "--out": "site", "--npus": "1", "--images": "x/*", "--table": "table.md", "--key": "team.pub",
            "ref": "127.0.0.1:1/r:t", "image_ref": "127.0.0.1:1/r:t", "version": "2.4.0", "output_dir": "out",
            "folder": "keys", "--mirror": "http://127.0.0.1:2", "source": "127.0.0.1:1/r",
            "destination": "oci:carry"}

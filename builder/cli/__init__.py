@@ -9,7 +9,7 @@ import sys
 
 import typer
 
-from builder.cli import build, distribution, k8s, k8s_prepull, kb, node, trust  # noqa: F401  (importing registers their commands)
+from builder.cli import build, catalogue, distribution, k8s, k8s_prepull, kb, node, trust  # noqa: F401  (importing registers their commands)
 from builder.cli import safe_output
 from builder.cli.app import app
 from builder.errors import UserError

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import datetime
 import hashlib
+import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Dict, List, Optional, Tuple
@@ -100,6 +101,16 @@ def _ran_on(report: Dict) -> Dict:
     }
 
 
+def _tier(ran: Dict) -> Dict:
+    """One tier as the statement says it: name, status, summary, and the seconds it took when the
+    report gives them (a number: what `catalogue` shows beside the tier)."""
+    said = {"name": ran.get("name"), "status": ran.get("status"), "summary": ran.get("summary", "")}
+    seconds = ran.get("seconds")
+    if isinstance(seconds, (int, float)) and not isinstance(seconds, bool) and math.isfinite(seconds) and seconds >= 0:
+        said["seconds"] = seconds
+    return said
+
+
 def validation_predicate(report: Dict, tiers: Tuple[str, ...], cell_id: str, variant: str,
                          content_hash: str) -> Dict:
     """The validation statement's predicate, from a report whose required ``tiers`` passed."""
@@ -111,7 +122,7 @@ def validation_predicate(report: Dict, tiers: Tuple[str, ...], cell_id: str, var
         "passedTiers": [t for t in tiers if status.get(t) == "passed"],
         "skippedTiers": [{"name": t.get("name"), "reason": t.get("summary", "")} for t in ran
                          if t.get("name") in tiers and t.get("status") == "skipped"],
-        "tiers": [{"name": t.get("name"), "status": t.get("status"), "summary": t.get("summary", "")} for t in ran],
+        "tiers": [_tier(t) for t in ran],
         "ranOn": _ran_on(report),
         "smoke": {"started": report.get("started"), "python": report.get("python"), "exitCode": report.get("exit_code"),
                   "lock": report.get("lock")},

@@ -132,21 +132,29 @@ def judge(verification: attached.Verification, labels: Dict[str, str], require: 
           named: Optional[Tuple[str, str]] = None) -> str:
     """"" when a validation statement of ``verification`` verified and satisfies the policy; else why not.
 
-    The one decision `verify`, `pull`, `run`, `index`, `k8s job` and `mirror` make. ``labels``: the
-    image config's labels (bound to the digest as the statement is); ``named``: the (cell id, variant)
-    of the tag the user gave (`builder.cell_id.named_by_tag`), by default the one of the reference
-    ``verification`` was made for (None for a digest or a tag naming no cell)."""
+    The one decision `verify`, `pull`, `run`, `index`, `k8s job`, `mirror` and `catalogue` make.
+    ``labels``: the image config's labels (bound to the digest as the statement is); ``named``: the
+    (cell id, variant) of the tag the user gave (`builder.cell_id.named_by_tag`), by default the one
+    of the reference ``verification`` was made for (None for a digest or a tag naming no cell)."""
+    return vouching(verification, labels, require, named)[1]
+
+
+def vouching(verification: attached.Verification, labels: Dict[str, str], require: str = ANY,
+             named: Optional[Tuple[str, str]] = None) -> Tuple[Optional[attached.Found], str]:
+    """`judge`'s decision with the statement it rests on: (the first verified validation statement
+    that satisfies the policy, "") when one does, else (None, why not). `catalogue` shows what that
+    statement says (its tiers, where it ran)."""
     named = named if named is not None else verification.named
     verified = verification.verified(statements.VALIDATION_V1)
     if not verified:
-        return _unverified(verification)
+        return None, _unverified(verification)
     reasons: List[str] = []
     for found in verified:
         why = _why_not(found.checked.predicate, labels, require, named)
         if not why:
-            return ""
+            return found, ""
         reasons.append(why)
-    return "; ".join(sorted(set(reasons)))
+    return None, "; ".join(sorted(set(reasons)))
 
 
 def tag_mismatch(verification: attached.Verification, labels: Dict[str, str], require: str = ANY,

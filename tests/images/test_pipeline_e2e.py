@@ -192,6 +192,45 @@ def test_cpu_twin_carries_the_oci_build_labels(engine, twin):
 
 
 @pytest.mark.engine
+def test_the_catalogue_lists_the_signed_twin_with_the_tiers_and_times_of_its_smoke_run(registry, twin, tmp_path,
+                                                                                     monkeypatch):
+    """The twin this module built and pushed, attested by the pipeline's own step from its own smoke
+    report: `ascend-build catalogue` lists it as validated, each tier with the seconds that run took,
+    its size the registry's, and its NPU image and aarch64 cell (never pushed here) as missing."""
+    from builder.registry import Registry
+    from builder.trust import signing
+
+    assert twin.outcome["status"] == "passed", twin.outcome["message"]
+    monkeypatch.delenv(signing.PASSPHRASE_ENV, raising=False)
+    key, pub = signing.generate(tmp_path / "keys", "team")
+    creds = {"ASCEND_BUILD_REGISTRY_USER": registry.username, "ASCEND_BUILD_REGISTRY_PASSWORD": registry.password}
+    for name, value in creds.items():
+        monkeypatch.setenv(name, value)
+    digest = twin.outcome["digests"][twin.pushed]
+    report = json.loads(Path(twin.outcome["report"]).read_text())
+    out = pipeline.Outcome(CELL_ID, "cpu", status="passed", digests={twin.pushed: digest})
+    options = pipeline.Options(push=registry.host, sign_key=signing.load_private(key))
+    assert pipeline.attest_pushed(out, report, vocabulary.TIERS, report["content_hash"], None, options,
+                                  lambda line: None).status == "passed"
+    site = tmp_path / "site"
+    done = run_cli(["catalogue", "--registry", registry.host, "--trust-key", str(pub), "--out", str(site),
+                    "--matrix", str(twin.state.parent / "matrix.yaml")], cwd=tmp_path, timeout=300, **creds)
+    assert done.returncode == 0, done.stdout + done.stderr
+    data = json.loads((site / "catalogue.json").read_text())
+    [entry] = data["validated"]
+    assert (entry["digest"], entry["cell"], entry["variant"], entry["ran_on"]) == (digest, CELL_ID, "cpu", "cpu-twin")
+    assert (entry["cann"], entry["chip"], entry["min_driver"]) == ("9.1.0", "910b", "25.2.RC1")  # its guard's ENV
+    assert [(t["name"], t["status"], t["seconds"]) for t in entry["tiers"]] == [
+        (t["name"], t["status"], t["seconds"]) for t in report["tiers"]]
+    layers = Registry(registry.host, registry.username, registry.password).manifest(REPO, digest).data["layers"]
+    assert entry["compressed_bytes"] == sum(x["size"] for x in layers) > 10_000_000
+    missing = {m["cell"]: m["missing"] for m in data["missing"]}
+    assert missing == {CELL_ID: ["npu"], CELL_ID[: -len("x86_64")] + "aarch64": ["npu", "cpu"]}  # the matrix's two arches
+    page = (site / "index.html").read_text()
+    assert f"{CELL_ID} <span class=\"badge\">CPU twin</span>" in page
+
+
+@pytest.mark.engine
 def test_cpu_twin_keeps_secrets_out_of_history_and_layers(engine, registry, twin):
     assert twin.outcome["status"] == "passed", twin.outcome["message"]
     sealed = twin.outcome["image_id"]

@@ -41,13 +41,14 @@ def layer(payload: bytes, name: str = "payload.txt") -> tuple:
 
 
 def push_image(reg: Registry, repo: str, tag: Optional[str], labels: Dict[str, str], payload: bytes,
-               arch: str = "x86_64", base: Optional[List[tuple]] = None, docker: bool = False) -> str:
+               arch: str = "x86_64", base: Optional[List[tuple]] = None, docker: bool = False,
+               env: Optional[List[str]] = None) -> str:
     """Push an image (``base`` layers (gz, diff id) first, then one layer holding ``payload``), with
-    OCI's media types or with ``docker`` Docker's; its digest."""
+    OCI's media types or with ``docker`` Docker's; ``env``: its config's ``KEY=VALUE`` list; its digest."""
     types = TYPES[docker]
     layers = list(base or []) + [layer(payload)]
     config = json.dumps({"architecture": PLATFORM[arch], "os": "linux",
-                         "config": {"Labels": labels, "Cmd": ["/bin/true"]},
+                         "config": {"Labels": labels, "Cmd": ["/bin/true"], **({"Env": env} if env else {})},
                          "rootfs": {"type": "layers", "diff_ids": [d for _, d in layers]}}).encode()
     descriptors = []
     for gz, _ in layers:

@@ -1,0 +1,1 @@
+"""The catalogue: a static site of a registry's validated images (`ascend-build catalogue`)."""
