@@ -16,7 +16,7 @@ import re
 from dataclasses import dataclass
 from typing import Optional, Tuple
 
-from builder.vocabulary import ARCHS, CANDIDATE_SUFFIX, CHIPS, CPU, NPU
+from builder.vocabulary import ARCHS, CANDIDATE_SUFFIX, CHIPS, CPU, LAZY_FORMATS, NPU
 
 
 @dataclass(frozen=True)
@@ -72,8 +72,9 @@ _STAND_IN = re.compile(r"-" + CPU + r"-on-[a-z]{1,20}[0-9]{1,4}(?:\.[0-9]{1,4})?
 
 def named_by_tag(tag: str) -> Optional[Tuple[str, str]]:
     """The (cell id, variant) an image tag names: a release tag (``<cell>``, ``<cell>-cpu``), a
-    ``-candidate`` or a stand-in twin's (``<cell>-cpu-on-<os>``); None for a tag that names no
-    derived cell id (``latest``, a matrix's own ``id:``, an index's tag without its arch).
+    ``-candidate``, a stand-in twin's (``<cell>-cpu-on-<os>``) or a lazily pullable variant's (the
+    tag it was made from, then ``-estargz``); None for a tag that names no derived cell id
+    (``latest``, a matrix's own ``id:``, an index's tag without its arch).
 
     Examples
     --------
@@ -83,8 +84,13 @@ def named_by_tag(tag: str) -> Optional[Tuple[str, str]]:
     ('cann8.5.0-a3-ubuntu22.04-py3.11-aarch64', 'cpu')
     >>> named_by_tag("cann8.5.0-a3-ubuntu22.04-py3.11-aarch64-candidate"), named_by_tag("latest")
     (('cann8.5.0-a3-ubuntu22.04-py3.11-aarch64', 'npu'), None)
+    >>> named_by_tag("cann9.1.0-910b-debian12-py3.11-torch_npu2.13.0-x86_64-cpu-estargz")
+    ('cann9.1.0-910b-debian12-py3.11-torch_npu2.13.0-x86_64', 'cpu')
     """
     text = str(tag).strip().lower()[:200]
+    lazy = next((fmt for fmt in LAZY_FORMATS if text.endswith("-" + fmt)), None)
+    if lazy is not None:
+        text = text[: -len(lazy) - 1]
     if text.endswith(CANDIDATE_SUFFIX):
         text = text[: -len(CANDIDATE_SUFFIX)]
     stand_in = _STAND_IN.search(text)

@@ -87,6 +87,39 @@ def test_the_containerd_config_is_its_own_with_cri_off(tmp_path):
     assert deep.sockets is None and not sockets.exists()
 
 
+def test_the_conversions_working_state_is_removed_when_its_containerd_ends_and_its_log_kept(tmp_path):
+    """What a conversion leaves under the state folder (as ctr-remote's containerd lays it out: the
+    content store with the pulled and converted blobs, the unpacked snapshots, the runtime state), planted:
+    the end of the tool's containerd (pushed or failed, `convert` ends it the same way) removes it, and
+    keeps its config, its log and the prefetch record (a few KB)."""
+    folder = tmp_path / "lazy" / "cell" / "containerd"
+    planted = [folder / "root/io.containerd.content.v1.content/blobs/sha256" / ("ab" * 32),
+               folder / "root/io.containerd.snapshotter.v1.overlayfs/snapshots/1/fs/usr/lib/libtorch_cpu.so",
+               folder / "root/io.containerd.metadata.v1.bolt/meta.db",
+               folder / "state/io.containerd.runtime.v2.task/ascend-build/x"]
+    for path in planted:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(b"x" * 4096)
+    (folder / "config.toml").write_text(lazy.Containerd(folder).config())
+    (folder / "containerd.log").write_text("level=info msg=done\n")
+    (folder.parent / "prefetch.record.json").write_bytes(lazy.record_file(["/etc/conf"]))
+    containerd = lazy.Containerd(folder)
+    containerd.__exit__(None, None, None)  # none was started by this object: it counts as stopped
+    left = sorted(str(p.relative_to(tmp_path)) for p in (tmp_path / "lazy").rglob("*"))
+    assert left == ["lazy/cell", "lazy/cell/containerd", "lazy/cell/containerd/config.toml",
+                    "lazy/cell/containerd/containerd.log", "lazy/cell/prefetch.record.json"]
+    assert containerd.left == []
+    # a root that is a symbolic link is not followed: nothing outside the state folder is removed, and it is said
+    elsewhere = tmp_path / "elsewhere"
+    (elsewhere / "blobs").mkdir(parents=True)
+    (elsewhere / "blobs" / "kept").write_text("not the conversion's")
+    (folder / "root").symlink_to(elsewhere)
+    linked = lazy.Containerd(folder)
+    linked.__exit__(None, None, None)
+    assert (elsewhere / "blobs" / "kept").read_text() == "not the conversion's"
+    assert len(linked.left) == 1 and linked.left[0].startswith(f"{folder / 'root'}: ")
+
+
 @pytest.mark.parametrize("args, said", [
     (("--lazy", "estargz"), "--lazy needs --push"),
     (("--lazy", "zstd", "--push", "127.0.0.1:1"), "'zstd' is not a lazy format"),

@@ -96,7 +96,7 @@ def test_unverified_statements_say_why_and_no_key_checks_nothing():
     assert "signed by another key" in policy.judge(verification(predicate(), key=stranger), LABELS)
     assert "a statement about another image" in policy.judge(
         verification(predicate(), digest="sha256:" + "cd" * 32), LABELS)
-    assert policy.trusted(None, "r", DIGEST, LABELS, None) == ""  # type: ignore[arg-type]
+    assert policy.decide(None, "r", DIGEST, LABELS, None) == policy.Verdict()  # type: ignore[arg-type]
 
 
 def test_an_unknown_requirement_is_a_usage_error():

@@ -305,7 +305,7 @@ def _judged(registry: Registry, repository: str, key: PublicKey, require: str, v
         verification = attached.verify(registry, repository, digest, key)
         statement, why = policy.vouching(verification, labels, require)
         if statement is None and any(f.predicate_type == variant.LAZY_VARIANT_V1 for f in verification.found):
-            if not policy.judge_variant(registry, repository, verification, labels, key, require):
+            if not policy.verdict(registry, repository, verification, labels, key, require).why_not:
                 for binding in verification.verified(variant.LAZY_VARIANT_V1):
                     bound = binding.checked.predicate.get("validatedImage")
                     lazy.setdefault((repository, str(bound.get("digest") if isinstance(bound, dict) else "")),

@@ -10,7 +10,7 @@ import functools
 import json
 import sys
 from pathlib import Path
-from typing import Callable, List, Optional
+from typing import Callable, Dict, List, Optional
 
 import typer
 
@@ -446,7 +446,8 @@ def index_command(
     from builder.images import pipeline, publish
     from builder.registry import Registry
 
-    key = trust_key_of(trust_key).key
+    trusted = trust_key_of(trust_key)
+    key, trust_key_path = trusted.key, trusted.path
     host, _, rest = ref.partition("/")
     repository, _, tag = rest.rpartition(":")
     if not host or not repository or not tag or "@" in ref:
@@ -462,8 +463,13 @@ def index_command(
     policy.check_requirement(require)
     registry = Registry(host)
 
+    lazy: Dict[str, str] = {}  # arch image digest -> what vouches for it, for a lazy variant taken through its binding
+
     def trust(image) -> str:
-        return policy.trusted(registry, repository, image.digest, image.labels, key, require)
+        verdict = policy.decide(registry, repository, image.digest, image.labels, key, require)
+        if verdict.lazy_of and not verdict.why_not:
+            lazy[image.digest] = f"{image.tag} ({image.digest}) is {verdict.vouched} with {trust_key_path}"
+        return verdict.line
 
     source = str(matrix_path or _default("matrix"))
     archs, why = publish.index_arches(family, publish.declared_arches(matrix.load(matrix_path or _default("matrix")).cells),
@@ -472,6 +478,8 @@ def index_command(
         outcome = pipeline.index_outcome(registry, repository, family, variant, trust if key is not None else None,
                                          archs=archs, why=why)
     _summary([outcome], as_json, index=True)
+    for said in lazy.values() if outcome.ok else ():
+        typer.echo(f"note: {said} (--require {require})", err=True)
     if not outcome.ok:
         raise typer.Exit(1)
 

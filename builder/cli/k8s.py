@@ -108,7 +108,7 @@ def job_command(
     manifest = (job.job(name, spec, annotations) if kind == "job"
                 else volcano.volcano_job(name, spec, nodes_count, annotations) if kind == "volcano"
                 else ascendjob.ascend_job(name, spec, nodes_count, annotations))
-    verified = how_chosen(trusted, require)
+    verified = how_chosen(trusted, require, chosen.verdict)
     header = [f"ascend-build k8s job: image tag {best.tag}, chosen for {subject} ({pool.describe(found)}arch "
               f"{found.node.arch}, chip {found.node.chip or 'unknown'}, driver {found.node.driver or 'unknown'})", verified]
     if variant == CPU:

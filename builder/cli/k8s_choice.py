@@ -16,6 +16,7 @@ from builder.cli import paths
 from builder.cli.app import host_arch, within
 from builder.k8s.pool import Pool
 from builder.registry import ImageInfo
+from builder.trust.policy import Verdict
 from builder.vocabulary import CPU, DEFAULT_IMAGE, NPU
 
 # The options `k8s job` and `k8s prepull` share: the same words choose the same image.
@@ -51,6 +52,7 @@ class Choice:
     best: ImageInfo
     image: str  # HOST[:PORT]/REPOSITORY@DIGEST
     subject: str  # "this node" or "the pool"
+    verdict: Optional[Verdict] = None  # the trust decision about ``best`` (with a key): what vouches for it
 
 
 def choose(registry: str, found: Pool, wanted, key, require: str, deadline: Optional[float], on_host: bool,
@@ -65,11 +67,12 @@ def choose(registry: str, found: Pool, wanted, key, require: str, deadline: Opti
         typer.echo(f"note: left out (--chip {found.node.chip}): {left}", err=True)
     address, repository = chooser.split_registry(registry, DEFAULT_IMAGE)
     subject = "this node" if on_host else "the pool"
+    verdicts: Dict[str, Verdict] = {}
     with within(deadline):
-        best, rejected = chooser.pick(Registry(address), repository, found.node, wanted, key, require)
+        best, rejected = chooser.pick(Registry(address), repository, found.node, wanted, key, require, verdicts=verdicts)
     if best is None:
         with commands.given(carry=carry):
             typer.echo(chooser.refusal(f"{address}/{repository}", found.node, rejected, wanted, subject,
                                        retry, pool.describe(found)), err=True)
         raise typer.Exit(1)
-    return Choice(best, f"{address}/{repository}@{best.digest}", subject)
+    return Choice(best, f"{address}/{repository}@{best.digest}", subject, verdicts.get(best.digest))

@@ -73,5 +73,5 @@ def prepull_command(
         notes = [f"pre-pull: OpenKruise pulls the image on the pool's {len(found.names)} node(s) by name",
                  f"per node: kubectl get imagepulljob {prepull.prepull_name(name)} -o yaml (status.failedNodes)"]
     header = [f"ascend-build k8s prepull: image tag {best.tag}, chosen for {chosen.subject} (arch {found.node.arch}, "
-              f"chip {found.node.chip}, driver {found.node.driver})", how_chosen(trusted, require), *notes]
+              f"chip {found.node.chip}, driver {found.node.driver})", how_chosen(trusted, require, chosen.verdict), *notes]
     typer.echo(manifest_yaml.render(manifest, header), nl=False)

@@ -18,7 +18,7 @@ from builder.cli.app import DeadlineOpt, JsonOpt, app, host_arch, within
 from builder.cli import paths
 from builder.cli.trust_key import TrustKey, TrustKeyOpt, trust_key as decide_trust_key
 from builder.errors import UserError
-from builder.trust.policy import ANY, REQUIRE_HELP
+from builder.trust.policy import ANY, REQUIRE_HELP, Verdict
 from builder.vocabulary import DEFAULT_IMAGE, GUARD_ENV, GUARD_OFF, NPU, VARIANTS, Label
 
 
@@ -33,14 +33,17 @@ def _file_opt(flag: str, what: str):
                         help=f"Write {what} to FILE (replaced atomically); - prints it.")
 
 
-def how_chosen(trusted: TrustKey, require: str) -> str:
-    """What vouches for the chosen image, said by `pull` and `k8s job` alike: the statement checked, or nothing.
+def how_chosen(trusted: TrustKey, require: str, verdict: Optional[Verdict] = None) -> str:
+    """What vouches for the chosen image, said by `pull` and `k8s job` alike: the statement checked (for a
+    lazy variant, its validated image's, through its binding: ``verdict``), or nothing.
 
     Example:
         >>> how_chosen(TrustKey(None), "any")
         'chosen on its labels alone: no --trust-key, no statement checked'
+        >>> how_chosen(TrustKey(object(), "team.pub"), "any", Verdict(lazy_of="r/p@sha256:ab"))  # type: ignore[arg-type]
+        'a lazy variant of r/p@sha256:ab, whose validation statement verifies with team.pub (--require any)'
     """
-    return (f"its validation statement verifies with {trusted.path} (--require {require})" if trusted.key is not None
+    return (f"{(verdict or Verdict()).vouched} with {trusted.path} (--require {require})" if trusted.key is not None
             else "chosen on its labels alone: no --trust-key, no statement checked")
 
 
@@ -94,7 +97,8 @@ def pull_command(
 
     With --trust-key (or $ASCEND_BUILD_TRUST_KEY), an image is a candidate only when a validation
     statement attached to its digest verifies with the key and says every required tier passed
-    (--require npu-host: on an NPU host); each refused image is named with the reason.
+    (--require npu-host: on an NPU host); a lazy variant (<tag>-estargz) only when its signed
+    binding names a validated image that is trusted so. Each refused image is named with the reason.
 
     The deadline counts what ascend-build asks the registry and Docker Engine's own pull of the layers.
 
@@ -118,8 +122,9 @@ def pull_command(
         wanted = chooser.Wanted(cann=cann, torch=torch, python=python, variant=variant)
         address, repository = chooser.split_registry(registry, DEFAULT_IMAGE)
         reg = Registry(address)
+        verdicts: dict = {}
         with within(deadline):
-            best, rejected = chooser.pick(reg, repository, node, wanted, key, require)
+            best, rejected = chooser.pick(reg, repository, node, wanted, key, require, verdicts=verdicts)
             if best is None:
                 # the retry it suggests carries this run's flags (`commands.suggest`)
                 flags = (("--registry", registry), ("--torch", torch), ("--python", python),
@@ -136,10 +141,12 @@ def pull_command(
         if as_json:
             typer.echo(json.dumps({"ref": None, "error": exc.message, "fix": exc.fix or None}, indent=2))
         raise
-    verified = how_chosen(trusted, require)
+    verdict = verdicts.get(best.digest)
+    verified = how_chosen(trusted, require, verdict)
     if as_json:
         typer.echo(json.dumps({"ref": ref, "tag": best.tag, "digest": best.digest, "labels": best.labels,
-                               "verified": key is not None, "require": require if key is not None else None},
+                               "verified": key is not None, "require": require if key is not None else None,
+                               "lazy_variant_of": verdict.lazy_of if verdict is not None and verdict.lazy_of else None},
                               indent=2))
     else:
         run_it = f"ascend-build run {ref}" + (f" --trust-key {trusted.path}" if key is not None else "")
@@ -167,9 +174,9 @@ def run_command(
     """Start IMAGE with the NPU devices and driver mounts of this node (`-- CMD...` after the image).
 
     With --trust-key (or $ASCEND_BUILD_TRUST_KEY), IMAGE must be REGISTRY/REPOSITORY:TAG or @sha256:
-    whose validation statement verifies with the key (as `pull --trust-key` checks); it is then
-    started by that verified digest. An image whose statement does not verify is refused unless
-    --insecure is given.
+    whose validation statement verifies with the key (as `pull --trust-key` checks; a lazy variant:
+    through its signed binding to a validated image whose statement verifies); it is then started by
+    that verified digest. An image whose statement does not verify is refused unless --insecure is given.
 
     Example: ascend-build run --devices 0,1 --print --trust-key team.pub REGISTRY/ascend-build/pytorch@sha256:... -- python train.py
     """
@@ -229,6 +236,7 @@ def _verified_ref(image_ref: str, trusted: TrustKey, require: str, insecure: boo
     from builder.registry import Registry
 
     policy.check_requirement(require)
+    verdict = policy.Verdict()
     if not doctor.names_registry(image_ref):
         why = "it names no registry, so no statement can be looked up (a local name says nothing signed)"
     else:
@@ -242,15 +250,17 @@ def _verified_ref(image_ref: str, trusted: TrustKey, require: str, insecure: boo
             why = f"it has no image for this node's arch {arch} ({info.architecture})"
         else:
             named = None if reference.startswith("sha256:") else named_by_tag(reference)
-            why = policy.trusted(registry, repository, info.digest, info.labels, trusted.key, require, named)
+            verdict = policy.decide(registry, repository, info.digest, info.labels, trusted.key, require, named)
+            why = verdict.why_not
         if not why:
             verified = f"{host}/{repository}@{info.digest}"
-            typer.echo(f"verified: {verified}: its validation statement verifies with {trusted.path} "
+            typer.echo(f"verified: {verified}: {verdict.vouched} with {trusted.path} "
                        f"(--require {require}); starting it by that digest", err=True)
             return verified
     if not insecure:
         raise UserError(f"{image_ref}: signed validation refused: {why}", exit_code=1,
-                        fix="run an image `ascend-build pull --trust-key` chose (the REGISTRY/REPOSITORY@sha256 "
+                        fix=(f"{verdict.fix}; or " if verdict.fix else "") +
+                            "run an image `ascend-build pull --trust-key` chose (the REGISTRY/REPOSITORY@sha256 "
                             "reference it prints), or pass --insecure to start it unverified")
     typer.echo(f"WARNING: --insecure: {image_ref} is NOT verified ({why}); starting it anyway: nothing signed "
                f"says it passed the smoke test, nor that it is the image that was tested", err=True)

@@ -12,7 +12,7 @@ from typing import Dict, List, Optional
 
 import typer
 
-from builder.trust import attached, policy, signing, statements
+from builder.trust import attached, policy, signing, statements, variant
 from builder.registry import split_reference
 from builder.cli.app import DeadlineOpt, JsonOpt, app, within
 from builder.cli import paths
@@ -82,6 +82,14 @@ def _says(found: attached.Found) -> str:
         return (f"SBOM (CycloneDX {predicate.get('specVersion')}): {len(components)} components, "
                 f"{sum(c.get('type') == 'library' for c in components)} Python distributions of the lock, "
                 f"{sum(c.get('group') == 'CANN' for c in components)} CANN packages")
+    if found.predicate_type == variant.LAZY_VARIANT_V1:
+        image = predicate.get("validatedImage") or {}
+        layers = [layer for layer in predicate.get("layers") or [] if isinstance(layer, dict)]
+        return (f"a lazy variant ({predicate.get('format')}) of the validated image {image.get('digest')}, signed "
+                f"when in {image.get('name')}: the files of its {len(layers)} layer(s) compared "
+                f"({sum(int(layer.get('regularFiles') or 0) for layer in layers)} regular files, "
+                f"{sum(int(layer.get('links') or 0) for layer in layers)} links); that image's verdict "
+                f"{predicate.get('verdict')}, cell {predicate.get('cell')} ({predicate.get('variant')})")
     return "a statement of a type this tool does not read"
 
 
@@ -98,11 +106,13 @@ def verify_command(
     """Check the signed statements attached to an image (cosign's sha256-<digest>.att tag): which
     verify with KEY and are about this very digest, what they say (the smoke test tier by tier,
     the provenance), and why any does not (not signed by this key, another image's statement,
-    none attached). Exits 1 unless a validation statement is trusted as `pull`, `run` and `index`
-    trust it: it verifies, says passed, names required tiers and each passed (or was skipped with a
-    reason), is about the cell and variant of the image's labels and, when TAG names a cell
-    (<cell>, <cell>-cpu, ...), of TAG (another cell's image under this tag is refused, naming both;
-    --json: tag_mismatch), and under --require npu-host says it ran on an NPU host.
+    none attached). Exits 1 unless the image is trusted as `pull`, `run` and `index` trust it: a
+    validation statement verifies, says passed, names required tiers and each passed (or was skipped
+    with a reason), is about the cell and variant of the image's labels and, when TAG names a cell
+    (<cell>, <cell>-cpu, <cell>-cpu-estargz, ...), of TAG (another cell's image under this tag is
+    refused, naming both; --json: tag_mismatch), and under --require npu-host says it ran on an NPU
+    host. A lazy variant (<tag>-estargz) has no validation statement of its own: it is trusted when
+    its lazy-variant statement verifies and binds it to a validated image that is trusted so.
 
     Example: ascend-build verify 127.0.0.1:5000/ascend-build/pytorch:cann9.1.0-910b-debian12-py3.11-torch_npu2.13.0-x86_64-cpu --key team.pub
     """
@@ -115,11 +125,13 @@ def verify_command(
     with within(deadline):
         result = attached.verify(registry, repository, reference, public)
         labels = policy.labels_of(registry, repository, result.digest) if result.found else {}
-    why = policy.judge(result, labels, require)
+        told = policy.verdict(registry, repository, result, labels, public, require)
+    why = told.why_not
     if as_json:
         typer.echo(json.dumps({
             "reference": ref, "digest": result.digest, "tag": result.tag, "key": signing.fingerprint(public),
-            "require": require, "validated": not why, "why_not": why,
+            "require": require, "validated": not why, "why_not": why, "fix": told.fix or None,
+            "lazy_variant_of": told.lazy_of or None,
             "tag_names": {"cell": result.named[0], "variant": result.named[1]} if result.named else None,
             "tag_mismatch": policy.tag_mismatch(result, labels, require),
             "statements": [{"layer": f.layer, "predicateType": f.predicate_type, "verified": f.checked.ok,
@@ -132,9 +144,15 @@ def verify_command(
             typer.echo(f"  {'OK  ' if f.checked.ok else 'FAIL'} {f.predicate_type or '(no predicate type)'}")
             typer.echo(f"         {_says(f) if f.checked.ok else f.checked.reason}")
         about = f", about cell {result.named[0]} ({result.named[1]}) as its tag names" if result.named else ""
-        typer.echo(f"verified: a validation statement about this digest, signed by this key, says passed{about}; "
-                   f"every required tier passed or was skipped with a reason (--require {require})"
-                   if not why else f"NOT verified: {why}", err=bool(why))
+        if why:
+            typer.echo(f"NOT verified: {why}" + (f"\n  fix: {told.fix}" if told.fix else ""), err=True)
+        elif told.lazy_of:
+            typer.echo(f"verified: {told.vouched}: its lazy-variant statement about this digest, signed by this key, "
+                       f"binds it to that image, whose validation statement, signed by this key, says passed{about}; "
+                       f"every required tier passed or was skipped with a reason (--require {require})")
+        else:
+            typer.echo(f"verified: a validation statement about this digest, signed by this key, says passed{about}; "
+                       f"every required tier passed or was skipped with a reason (--require {require})")
     if why:
         raise typer.Exit(1)
 

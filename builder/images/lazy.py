@@ -8,11 +8,14 @@ path is too long for a unix socket; the CRI plugin off), starts ``containerd`` w
 stops it (SIGTERM, then SIGKILL) when the conversion is done or failed. The steps, each a
 ``ctr-remote`` run against that socket, in the namespace ``ascend-build``:
 
-1. ``images pull`` the pushed image by digest (one platform);
+1. ``images pull`` the pushed image by digest (one platform; containerd unpacks it too);
 2. ``images convert --estargz --oci --estargz-record-in FILE``: every layer re-written as eStargz,
    the files of ``FILE`` (the smoke test's ``files_read``, `record_file`) first in each layer,
    before its prefetch landmark;
 3. ``images push`` of the converted image under the variant's tag (``<tag>-estargz``).
+
+Then the containerd is stopped and its root and state, the pulled and converted content, removed:
+pushed or failed, nothing of the conversion's gigabytes stays in the state folder.
 
 The variant is another digest (the layers are other bytes); Docker pulls and runs it as an ordinary
 gzip image. What binds it to the validated image is a signed statement (`builder.trust.variant`).
@@ -40,7 +43,7 @@ from pathlib import Path
 from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tuple
 
 from builder.errors import UserError
-from builder.registry import Registry, credentials, is_loopback, split_reference
+from builder.registry import Manifest, Registry, credentials, is_loopback, split_reference
 from builder.trust.signing import PrivateKey
 from builder.vocabulary import LAZY_FORMATS, RECORDED_TIERS, platform_of
 
@@ -94,12 +97,20 @@ class Containerd:
     """A containerd of this tool's own under ``folder``: started on entry, stopped on exit.
 
     Its config names its own root, state and socket (never ``/run/containerd``), turns the CRI
-    plugin off (no Kubernetes runtime is started), and no other containerd is touched."""
+    plugin off (no Kubernetes runtime is started), and no other containerd is touched.
+
+    On exit, once it has stopped, its working state is removed (`WORKING_STATE`): the root holds the
+    content store (the pulled image's blobs and the converted ones) and the pulled image unpacked
+    into snapshots, about 2.5 GB for a 0.5 GB twin; what was pushed is in the registry by then, and
+    a failed conversion is made again from the registry. Its config and log stay (a few KB)."""
+
+    WORKING_STATE = ("root", "state")
 
     def __init__(self, folder: Path):
         self.folder = folder.resolve()
         self.sockets: Optional[Path] = None  # a short private folder of its own when ``folder`` is too deep
         self.proc: Optional[subprocess.Popen] = None
+        self.left: List[str] = []  # what of the working state could not be removed, and why
 
     @property
     def socket(self) -> Path:
@@ -174,17 +185,23 @@ class Containerd:
         return " | ".join(text.strip().splitlines()[-lines:]) or "an empty log"
 
     def __exit__(self, *exc) -> None:
+        stopped = False
         try:
-            self._stop()
+            stopped = self._stop()
         finally:
             if self.sockets is not None:
                 shutil.rmtree(self.sockets, ignore_errors=True)
                 self.sockets = None
+            if stopped:
+                self.remove_working_state()
+            else:
+                self.left.append(f"{self.folder}: its containerd did not stop, so its working state was left")
 
-    def _stop(self) -> None:
+    def _stop(self) -> bool:
+        """Stop the containerd started here; whether none runs any longer."""
         proc, self.proc = self.proc, None
         if proc is None or proc.poll() is not None:
-            return
+            return True
         for sig, wait in ((signal.SIGTERM, 20), (signal.SIGKILL, 10)):
             try:
                 os.killpg(proc.pid, sig)  # its own session: the shims it may have started end with it
@@ -192,9 +209,25 @@ class Containerd:
                 pass
             try:
                 proc.wait(timeout=wait)
-                return
+                return True
             except subprocess.TimeoutExpired:
                 continue
+        return False
+
+    def remove_working_state(self) -> None:
+        """Remove `WORKING_STATE` and the sockets under the folder (a stopped containerd's only); what cannot
+        be removed (a mount point a killed unpack left, a link to elsewhere) is kept in ``left`` with the reason."""
+        for socket in (self.folder / "containerd.sock", self.folder / "containerd.sock.ttrpc"):
+            if socket.is_socket():
+                socket.unlink(missing_ok=True)
+        for name in self.WORKING_STATE:
+            path = self.folder / name
+            try:
+                shutil.rmtree(path)
+            except FileNotFoundError:
+                continue
+            except OSError as exc:
+                self.left.append(f"{path}: {exc.strerror or exc}")
 
     def run(self, step: Step, timeout: float = STEP_SECONDS) -> str:
         argv = [CTR_REMOTE, "-a", str(self.socket), "-n", NAMESPACE, *step.argv]
@@ -239,24 +272,32 @@ def _user(user: Optional[Tuple[str, str]]) -> List[str]:
 
 
 def convert(folder: Path, host: str, repository: str, digest: str, tag: str, prioritized: Sequence[str],
-            platform: str = "linux/amd64", user: Optional[Tuple[str, str]] = None) -> str:
+            platform: str = "linux/amd64", user: Optional[Tuple[str, str]] = None,
+            say: Callable[[str], None] = lambda line: None) -> str:
     """Convert ``host/repository@digest`` to eStargz with ``prioritized`` first in each layer, push it
     as ``host/repository:tag``; the pushed reference. ``folder``: the tool's state for it (its
-    containerd's root, state and socket, and the record file). ``user``: (name, password) for the
-    registry, or None; the password is typed at ctr-remote's prompt (`_prompted`)."""
+    containerd's root, state and socket, and the record file); the containerd's working state is
+    removed when it ends, pushed or failed (`Containerd`), and ``say`` is told what could not be.
+    ``user``: (name, password) for the registry, or None; the password is typed at ctr-remote's
+    prompt (`_prompted`)."""
     password = user[1] if user else None
     source = f"{host}/{repository}@{digest}"
     target = f"{host}/{repository}:{tag}"
     folder.mkdir(parents=True, exist_ok=True)
     record = folder / "prefetch.record.json"
     record.write_bytes(record_file(prioritized))
-    with Containerd(folder / "containerd") as containerd:
-        containerd.run(Step(["images", "pull", *_http(host), *_user(user), "--platform", platform, source],
-                            f"images pull {source}", password))
-        containerd.run(Step(["images", "convert", "--estargz", "--oci", "--platform", platform,
-                             "--estargz-record-in", str(record), source, target], f"images convert {source}"))
-        containerd.run(Step(["images", "push", *_http(host), *_user(user), "--platform", platform, target, target],
-                            f"images push {target}", password))
+    containerd = Containerd(folder / "containerd")
+    try:
+        with containerd:
+            containerd.run(Step(["images", "pull", *_http(host), *_user(user), "--platform", platform, source],
+                                f"images pull {source}", password))
+            containerd.run(Step(["images", "convert", "--estargz", "--oci", "--platform", platform,
+                                 "--estargz-record-in", str(record), source, target], f"images convert {source}"))
+            containerd.run(Step(["images", "push", *_http(host), *_user(user), "--platform", platform, target,
+                                 target], f"images push {target}", password))
+    finally:
+        for left in containerd.left:
+            say(f"note: the conversion's working state was not removed: {left}; remove it by hand")
     return target
 
 
@@ -286,26 +327,33 @@ def publish_variant(pushed: str, digest: str, report: Dict[str, Any], validation
     prefetch list first, push it under `variant_tag`, and with ``key`` sign and attach the statement
     binding it to ``digest`` (`builder.trust.variant`); (the variant's reference, its digest).
     ``validation``: the validation predicate signed for ``digest``."""
-    from builder.trust import attached, statements, variant
-
     check_format(fmt)
     host, repository, tag = split_reference(pushed)
     paths, prefetch = prefetch_of(report)
     found = credentials(host)
     started = time.monotonic()
     target = convert(state / "lazy" / name, host, repository, digest, variant_tag(tag, fmt), paths,
-                     platform_of(arch), found)
+                     platform_of(arch), found, say)
     registry = Registry(host)
     pushed_variant = registry.manifest(repository, variant_tag(tag, fmt))  # read once: its digest, then its subject
     lazy_digest = pushed_variant.digest
     say(f"[{name}] {fmt} variant pushed: {target}@{lazy_digest} ({len(paths)} prefetch files, "
         f"{time.monotonic() - started:.1f} s)")
     if key is not None:
-        predicate = variant.bind(registry, repository, digest, lazy_digest, validation, prefetch)
-        envelope = statements.sign(statements.statement(f"{host}/{repository}", lazy_digest, variant.LAZY_VARIANT_V1,
-                                                        predicate), key)
-        attached.attach(registry, repository, pushed_variant,
-                        [(envelope, variant.LAZY_VARIANT_V1)], key.public_key())
+        predicate = attest_variant(registry, repository, digest, pushed_variant, validation, prefetch, key)
         say(f"[{name}] attested {target}@{lazy_digest}: bound to {digest} "
             f"({sum(layer['regularFiles'] for layer in predicate['layers'])} files compared)")
     return target, lazy_digest
+
+
+def attest_variant(registry: Registry, repository: str, validated: str, pushed_variant: Manifest,
+                   validation: Dict[str, Any], prefetch: Dict[str, Any], key: PrivateKey) -> Dict[str, Any]:
+    """Check that the variant ``pushed_variant`` holds the files of ``validated`` (`builder.trust.variant.bind`),
+    then sign the lazy-variant statement saying so and attach it to the variant; its predicate."""
+    from builder.trust import attached, statements, variant
+
+    predicate = variant.bind(registry, repository, validated, pushed_variant.digest, validation, prefetch)
+    envelope = statements.sign(statements.statement(f"{registry.name}/{repository}", pushed_variant.digest,
+                                                    variant.LAZY_VARIANT_V1, predicate), key)
+    attached.attach(registry, repository, pushed_variant, [(envelope, variant.LAZY_VARIANT_V1)], key.public_key())
+    return predicate

@@ -30,7 +30,7 @@ from builder.registry import (ARCH_TO_PLATFORM, DOCKER_LIST, DOCKER_MANIFEST, IM
                               config_labels)
 from builder.vocabulary import ARCHS, CPU, NPU, Label, release_tag, required_tiers
 
-# ArchImage -> "" when its signed validation statement is trusted, else why not (`builder.trust.policy.trusted`)
+# ArchImage -> "" when its signed validation statement is trusted, else why not (`builder.trust.policy.decide`)
 Trust = Callable[["ArchImage"], str]
 
 # Labels every arch of one cell shares; the arch's own labels (and seal details) may differ.

@@ -9,7 +9,7 @@ bundle manifests and the ``.att`` manifests listed by the source's referrers API
 so that no tag ever names an image on the destination whose statements did not come along:
 
 1. with a key, every selected image's statements are checked at the source (`builder.trust.policy.
-   trusted`, the one trust decision): one that is not trusted stops the run before any copy;
+   decide`, the one trust decision): one that is not trusted stops the run before any copy;
 2. blobs: skipped when the destination holds them (a HEAD), mounted when source and
    destination are repositories of one registry (cross-repository mount: no byte sent), else
    streamed (never held in memory; the sha256 checked as the bytes pass);
@@ -44,7 +44,7 @@ from builder.errors import UserError
 from builder.node.oci_layout import Layout
 from builder.registry import CONFIG_LIMIT, OCI_INDEX, Manifest, Reader, Registry, config_labels
 from builder.trust import policy
-from builder.trust import attached
+from builder.trust import attached, variant
 from builder.trust.attached import attestation_tag, is_attached_tag
 from builder.trust.signing import PublicKey
 from builder.vocabulary import Label
@@ -75,7 +75,7 @@ class Place:
     """A repository of a registry, or an OCI image layout: what `mirror` reads from and writes to."""
 
     name: str
-    reader: Reader        # for `builder.trust.policy.trusted`
+    reader: Reader        # for `builder.trust.policy.decide`
     repository: str       # as the reader expects it
 
     def tags(self) -> List[str]:
@@ -352,17 +352,22 @@ def select(source: Place, selection: Selection) -> List[Unit]:
     return units
 
 
-def untrusted(where: Place, units: Sequence[Unit], key: Optional[PublicKey], require: str) -> List[str]:
-    """"tag (arch image digest): why" for each image the trust decision refuses at ``where``."""
+def _verdicts(where: Place, units: Sequence[Unit], key: Optional[PublicKey],
+              require: str) -> List[Tuple[Unit, Image, policy.Verdict]]:
+    """The trust decision about each image of ``units`` at ``where`` (none without a key)."""
     if key is None:
         return []
-    refused = []
-    for unit in units:
-        for image in unit.images:
-            why = policy.trusted(where.reader, where.repository, image.manifest.digest, image.labels, key, require)
-            if why:
-                refused.append(f"{unit.tag} ({image.manifest.digest}): {why}")
-    return refused
+    return [(unit, image, policy.decide(where.reader, where.repository, image.manifest.digest, image.labels, key,
+                                        require)) for unit in units for image in unit.images]
+
+
+def _refused(told: Sequence[Tuple[Unit, Image, policy.Verdict]]) -> List[str]:
+    return [f"{unit.tag} ({image.manifest.digest}): {verdict.line}" for unit, image, verdict in told if verdict.why_not]
+
+
+def untrusted(where: Place, units: Sequence[Unit], key: Optional[PublicKey], require: str) -> List[str]:
+    """"tag (arch image digest): why" for each image the trust decision refuses at ``where``."""
+    return _refused(_verdicts(where, units, key, require))
 
 
 def _descriptors(manifest: Manifest, what: str = "") -> List[Tuple[str, int]]:
@@ -410,7 +415,8 @@ class Progress:
 def mirror(source: Place, destination: Place, selection: Selection, key: Optional[PublicKey] = None,
            require: str = policy.ANY, say: Callable[[str], None] = lambda _: None) -> Tuple[List[Unit], Figures]:
     """Copy every unit `select` finds, in the order the module's docstring gives; the units and the figures."""
-    units = select(source, selection)
+    # a lazy variant is trusted on the destination through its validated image: that image goes first
+    units = sorted(select(source, selection), key=lambda unit: any(variant.is_lazy(i.manifest) for i in unit.images))
     if not units:
         raise UserError(f"nothing in {source.name} matches the selection", exit_code=1,
                         fix="check the source and the --cann/--chip/--cell filters (`ascend-build pull` lists images)")
@@ -424,19 +430,22 @@ def mirror(source: Place, destination: Place, selection: Selection, key: Optiona
     for number, unit in enumerate(units):
         progress = Progress()
         try:
-            _copy(source, destination, unit, key, require, figures, progress)
+            lazy = _copy(source, destination, unit, key, require, figures, progress)
         except UserError as exc:
             raise _stopped(destination, units, number, progress, exc) from None
         except KeyboardInterrupt as stop:  # Ctrl-C, SIGTERM: said with what was and was not copied
             told = _stopped(destination, units, number, progress, UserError("interrupted"))
             raise type(stop)(told.message.replace("\n  ", "; ")) from None
         say(f"{unit.tag}: {unit.top.digest} ({len(unit.images)} image(s), "
-            f"{sum(1 for i in unit.images if i.statements)} with statements)")
+            f"{sum(1 for i in unit.images if i.statements)} with statements"
+            + "".join(f"; {said}" for said in lazy) + ")")
     return units, figures
 
 
 def _copy(source: Place, destination: Place, unit: Unit, key: Optional[PublicKey], require: str,
-          figures: Figures, progress: Progress) -> None:
+          figures: Figures, progress: Progress) -> List[str]:
+    """Copy ``unit``; for each of its images trusted on the destination as a lazy variant, what vouches
+    for it there ("a lazy variant of X, whose validation statement verifies")."""
     manifests = unit.manifests()
     blobs = list(dict.fromkeys(b for m in manifests if not m.is_index for b in _descriptors(m)))
     progress.blobs_total = len(blobs)
@@ -472,7 +481,8 @@ def _copy(source: Place, destination: Place, unit: Unit, key: Optional[PublicKey
     for image in unit.images:  # the statements came along, byte for byte, and verify there
         if image.statements is not None:
             _arrived(destination, image.manifest.digest, image.statements)
-    refused = untrusted(destination, [unit], key, require)
+    told = _verdicts(destination, [unit], key, require)
+    refused = _refused(told)
     if refused:
         raise UserError(f"on {destination.name}, the statements do not verify: " + "; ".join(refused), exit_code=1,
                         fix="the copy was changed in transit or at the destination: run the mirror again, "
@@ -490,6 +500,7 @@ def _copy(source: Place, destination: Place, unit: Unit, key: Optional[PublicKey
     else:
         destination.put_manifest(unit.tag, unit.top)
         figures.tags_put.append(unit.tag)
+    return [verdict.vouched for _, _, verdict in told if verdict.lazy_of]
 
 
 def _arrived(destination: Place, digest: str, statements: Manifest) -> None:

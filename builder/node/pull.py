@@ -16,7 +16,7 @@ Example:
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from builder import commands, versions
 from builder.trust.attached import is_attached_tag
@@ -25,7 +25,7 @@ from builder.errors import UserError
 from builder.registry import ImageInfo, Registry
 from builder.vocabulary import CANDIDATE_SUFFIX, LAZY_FORMATS, NPU, Label
 
-# ImageInfo -> "" when its signed validation statement is trusted, else why not (`builder.trust.policy.trusted`)
+# ImageInfo -> "" when its signed validation statement is trusted, else why not (`builder.trust.policy.decide`)
 Trust = Callable[[ImageInfo], str]
 TRUST_REFUSED = "signed validation refused: "
 
@@ -174,8 +174,8 @@ def format_rejections(rejected: List[Tuple[ImageInfo, List[str]]]) -> str:
     return "\n".join(f"  {info.tag}: " + "; ".join(reasons) for info, reasons in rejected)
 
 
-def pick(registry: Registry, repository: str, node: Node, wanted: Wanted, key=None,
-         require: str = "any") -> Tuple[Optional[ImageInfo], List[Tuple[ImageInfo, List[str]]]]:
+def pick(registry: Registry, repository: str, node: Node, wanted: Wanted, key=None, require: str = "any",
+         verdicts: Optional[Dict[str, Any]] = None) -> Tuple[Optional[ImageInfo], List[Tuple[ImageInfo, List[str]]]]:
     """The choice `pull` and `k8s job` both make: every image of ``repository`` for ``node.arch``,
     the best that fits ``node`` and ``wanted``, and every rejected one with its reasons.
 
@@ -187,6 +187,8 @@ def pick(registry: Registry, repository: str, node: Node, wanted: Wanted, key=No
         node: what the node, or the weakest node of a pool, offers.
         wanted: the CANN/torch/Python/variant asked for.
         key, require: ``--trust-key`` and ``--require`` (``builder.trust.policy``).
+        verdicts: given, filled with the trust decision (`builder.trust.policy.Verdict`) of each image
+            asked, by digest: what vouches for the chosen one (a lazy variant names its validated image).
 
     Example:
         >>> best, rejected = pick(Registry("127.0.0.1:5000"), "ascend-build/pytorch", node, Wanted(cann="8.0.RC3"))  # doctest: +SKIP
@@ -194,7 +196,10 @@ def pick(registry: Registry, repository: str, node: Node, wanted: Wanted, key=No
     from builder.trust import policy
 
     def trust(image: ImageInfo) -> str:
-        return policy.trusted(registry, repository, image.digest, image.labels, key, require)
+        verdict = policy.decide(registry, repository, image.digest, image.labels, key, require)
+        if verdicts is not None:
+            verdicts[image.digest] = verdict
+        return verdict.line
 
     return choose(listing(registry, repository, node.arch), node, wanted, trust if key is not None else None)
 

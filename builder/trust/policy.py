@@ -19,8 +19,10 @@ The host kind is what the signer reported, not something a verifier can check. B
 this module: the node's `pull` and `run`, the build wing's `index`.
 
 A lazily pullable variant (``<tag>-estargz``, `builder.trust.variant`) carries no validation
-statement of its own: `trusted` takes it only through its signed lazy-variant statement, which must
-bind it to a validated image that `judge` trusts (`judge_variant`).
+statement of its own: `verdict`, the one decision every command makes, takes it only through its
+signed lazy-variant statement, which must bind it to a validated image that `judge` trusts; the
+`Verdict` then names that image, and every command says "a lazy variant of X, whose validation
+statement verifies".
 
 Example:
     >>> from builder.trust.attached import Verification
@@ -30,6 +32,7 @@ Example:
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any, Dict, List, Optional, Tuple
 
 from builder import documents
@@ -132,10 +135,12 @@ def judge(verification: attached.Verification, labels: Dict[str, str], require: 
           named: Optional[Tuple[str, str]] = None) -> str:
     """"" when a validation statement of ``verification`` verified and satisfies the policy; else why not.
 
-    The one decision `verify`, `pull`, `run`, `index`, `k8s job`, `mirror` and `catalogue` make.
-    ``labels``: the image config's labels (bound to the digest as the statement is); ``named``: the
-    (cell id, variant) of the tag the user gave (`builder.cell_id.named_by_tag`), by default the one
-    of the reference ``verification`` was made for (None for a digest or a tag naming no cell)."""
+    The rule on an image's own validation statements, which `verdict` (the one decision `verify`, `pull`,
+    `run`, `index`, `k8s job`, `mirror` and `catalogue` make) applies to every image, and to the
+    validated image a lazy variant is bound to. ``labels``: the image config's labels (bound to the
+    digest as the statement is); ``named``: the (cell id, variant) of the tag the user gave
+    (`builder.cell_id.named_by_tag`), by default the one of the reference ``verification`` was made
+    for (None for a digest or a tag naming no cell)."""
     return vouching(verification, labels, require, named)[1]
 
 
@@ -183,17 +188,80 @@ def labels_of(registry: Registry, repository: str, digest: str) -> Dict[str, str
         return {}
 
 
-def trusted(registry: Reader, repository: str, digest: str, labels: Dict[str, str], key: Optional[PublicKey],
-            require: str = ANY, named: Optional[Tuple[str, str]] = None) -> str:
-    """"" when ``repository@digest`` (whose config carries ``labels``) is trusted under the policy; else
-    why not. Without a key nothing is checked (""). ``named``: as `judge`'s (`run` of a tag passes it)."""
+@dataclass(frozen=True)
+class Verdict:
+    """The trust decision about one image (`decide`, `verdict`).
+
+    ``why_not``: "" when the image is trusted, else why not. ``lazy_of``: for a lazily pullable variant
+    whose verified lazy-variant statement binds it to a validated image, that image
+    (``NAME@sha256:…``, where it was looked up). ``fix``: for a refused variant, what would make it
+    trusted (a refused image of another kind gets its fix from the command that refused it)."""
+
+    why_not: str = ""
+    lazy_of: str = ""
+    fix: str = ""
+
+    @property
+    def vouched(self) -> str:
+        """What vouches for a trusted image, in the words every command prints."""
+        return (f"a lazy variant of {self.lazy_of}, whose validation statement verifies" if self.lazy_of
+                else "its validation statement verifies")
+
+    @property
+    def line(self) -> str:
+        """The refusal in one line, as the lists of `pull`, `mirror`, `index` and `k8s job` give it: the
+        reason, then the fix when there is one ("" when trusted)."""
+        return self.why_not + (f" (fix: {self.fix})" if self.why_not and self.fix else "")
+
+
+# what would make a refused variant trusted: its binding signed again, or the validated image used instead
+_SIGN_AGAIN = ("make the variant again from its validated image with `ascend-build image --push REGISTRY --sign-key "
+               "KEY --lazy estargz` (KEY the private half of the trusted key), which signs its binding; or use the "
+               "validated image itself")
+
+
+def decide(registry: Reader, repository: str, digest: str, labels: Dict[str, str], key: Optional[PublicKey],
+           require: str = ANY, named: Optional[Tuple[str, str]] = None) -> Verdict:
+    """The trust decision about ``repository@digest`` (whose config carries ``labels``) under the policy.
+    Without a key nothing is checked (trusted). ``named``: as `judge`'s (`run` of a tag passes it)."""
     if key is None:
-        return ""
-    verification = attached.verify(registry, repository, digest, key)
+        return Verdict()
+    return verdict(registry, repository, attached.verify(registry, repository, digest, key), labels, key, require,
+                   named)
+
+
+def verdict(registry: Reader, repository: str, verification: attached.Verification, labels: Dict[str, str],
+            key: PublicKey, require: str = ANY, named: Optional[Tuple[str, str]] = None) -> Verdict:
+    """The one decision `verify`, `pull`, `run`, `index`, `k8s job` and `mirror` make about the image
+    ``verification`` checked the statements of.
+
+    An image is trusted when a validation statement of its own satisfies `judge`. A lazily pullable
+    variant (`builder.trust.variant`) has none: it is trusted only through a lazy-variant statement,
+    signed with the key and about this very digest, binding it to a validated image that is trusted
+    (`_judge_variant`). An image that is an eStargz variant by its manifest and has no such statement
+    is refused as one, with the fix."""
+    named = named if named is not None else verification.named
     why = judge(verification, labels, require, named)
-    if why and any(f.predicate_type == variant.LAZY_VARIANT_V1 for f in verification.found):
-        return judge_variant(registry, repository, verification, labels, key, require, named)
-    return why
+    if not why:
+        return Verdict()
+    if any(f.predicate_type == variant.LAZY_VARIANT_V1 for f in verification.found):
+        return _judge_variant(registry, repository, verification, labels, key, require, named)
+    if not verification.verified(statements.VALIDATION_V1) and _is_lazy(registry, repository, verification.digest):
+        return Verdict("it is an eStargz variant, trusted only through a lazy-variant statement that binds it to its "
+                       f"validated image, and none is attached: {why}", fix=_SIGN_AGAIN)
+    return Verdict(why)
+
+
+def _is_lazy(registry: Reader, repository: str, digest: str) -> bool:
+    try:
+        return variant.is_lazy(registry.manifest(repository, digest))
+    except LookupError:
+        return False
+
+
+def _name(registry: Reader, repository: str, digest: str) -> str:
+    """``NAME/REPOSITORY@digest`` (``oci:FOLDER@digest`` in a layout): the image as this command found it."""
+    return f"{registry.name}/{repository}@{digest}" if repository else f"{registry.name}@{digest}"
 
 
 def _labels(registry: Reader, repository: str, digest: str) -> Optional[Dict[str, str]]:
@@ -210,46 +278,56 @@ def _labels(registry: Reader, repository: str, digest: str) -> Optional[Dict[str
     return config_labels(config) if isinstance(config, dict) else {}
 
 
-def judge_variant(registry: Reader, repository: str, verification: attached.Verification, labels: Dict[str, str],
-                  key: PublicKey, require: str = ANY, named: Optional[Tuple[str, str]] = None) -> str:
-    """"" when the image of ``verification`` (which carries no trusted validation statement of its own)
-    is a lazily pullable variant bound to a trusted validated image; else why not.
-
-    Trusted only through a lazy-variant statement (`builder.trust.variant`) that verified with the key
-    and names this very digest (``verification`` holds only those), when: the variant's manifest holds
-    the layers and TOC digests it lists, the validated image it names is another digest of the same
-    repository with the same labels as the variant, and that image's own statements pass `judge`."""
+def _judge_variant(registry: Reader, repository: str, verification: attached.Verification, labels: Dict[str, str],
+                   key: PublicKey, require: str, named: Optional[Tuple[str, str]]) -> Verdict:
+    """The image of ``verification``, which carries no trusted validation statement of its own, as a lazily
+    pullable variant: trusted when a lazy-variant statement that verified with the key and names this very
+    digest (``verification`` holds only those) binds it to a validated image that is trusted: the
+    variant's manifest holds the layers and TOC digests it lists, the validated image it names is another
+    digest of the same repository with the same labels as the variant, and that image's own statements
+    pass `judge`."""
     bindings = verification.verified(variant.LAZY_VARIANT_V1)
     if not bindings:
         claimed = [f for f in verification.found if f.predicate_type == variant.LAZY_VARIANT_V1]
-        return "its lazy-variant statement does not verify: " + "; ".join(sorted({f.checked.reason for f in claimed}))
-    reasons: List[str] = []
+        return Verdict("it is a lazy variant whose lazy-variant statement does not verify: "
+                       + "; ".join(sorted({f.checked.reason for f in claimed})), fix=_SIGN_AGAIN)
+    refusals: List[Verdict] = []
     for found in bindings:
         predicate = found.checked.predicate
         validated = str((predicate.get("validatedImage") or {}).get("digest", ""))
-        why = _variant_why_not(registry, repository, verification.digest, validated, predicate, labels, key,
-                               require, named)
-        if not why:
-            return ""
-        reasons.append(f"its lazy-variant statement binds it to {repository}@{validated or '(no digest)'}: {why}")
-    return "; ".join(sorted(set(reasons)))
+        told = _variant_verdict(registry, repository, verification.digest, validated, predicate, labels, key,
+                                require, named)
+        if not told.why_not:
+            return told
+        refusals.append(told)
+    return Verdict("; ".join(sorted({r.why_not for r in refusals})), refusals[0].lazy_of, refusals[0].fix)
 
 
-def _variant_why_not(registry: Reader, repository: str, digest: str, validated: str, predicate: Dict,
-                     labels: Dict[str, str], key: PublicKey, require: str, named: Optional[Tuple[str, str]]) -> str:
+def _variant_verdict(registry: Reader, repository: str, digest: str, validated: str, predicate: Dict,
+                     labels: Dict[str, str], key: PublicKey, require: str, named: Optional[Tuple[str, str]]) -> Verdict:
+    """One verified binding of the variant ``digest`` to ``validated``, judged."""
     if not validated.startswith("sha256:") or validated == digest:
-        return "it names no other image"
+        return Verdict("its lazy-variant statement names no other image as its validated image", fix=_SIGN_AGAIN)
+    bound = _name(registry, repository, validated)
     try:
         why = variant.manifest_why_not(registry.manifest(repository, digest), predicate)
     except LookupError:
         why = "the variant's manifest is not in the registry"
     if why:
-        return why
+        return Verdict(f"it is bound to {bound}, but {why}", bound, _SIGN_AGAIN)
     theirs = _labels(registry, repository, validated)
     if theirs is None:
-        return "that image is not in the registry"
+        return Verdict(f"it is a lazy variant of {bound}, which is not there", bound,
+                       f"{bound} must be beside the variant with its statements: tag it there too (`ascend-build "
+                       "mirror` copies the tagged images it selects, the validated image before its variant), or use "
+                       "another image")
     if theirs != labels:
         differs = sorted(k for k in set(theirs) | set(labels) if theirs.get(k) != labels.get(k))
-        return "that image's labels are not the variant's (" + ", ".join(differs[:5]) + ")"
+        return Verdict(f"it is bound to {bound}, whose labels are not the variant's (" + ", ".join(differs[:5]) + ")",
+                       bound, _SIGN_AGAIN)
     why = judge(attached.verify(registry, repository, validated, key), theirs, require, named)
-    return f"that image is not trusted: {why}" if why else ""
+    if why:
+        return Verdict(f"it is a lazy variant of {bound}, whose validation statement is refused: {why}", bound,
+                       f"a variant is trusted only as its validated image is: `ascend-build verify {bound} --key "
+                       "KEY` says why; attest that image, or use another one")
+    return Verdict("", bound)

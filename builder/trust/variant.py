@@ -17,10 +17,11 @@ the validated image's digest, both sides' layer and diff IDs, the TOC digests, a
 count of files and links and the sha256 of their sorted listing. Directories, owners, times and
 extended attributes are not compared.
 
-The statement records the signer's check; a verifier (`builder.trust.policy.trusted`) trusts the
-variant only through it: the statement verifies with the key and names this variant, the variant's
-manifest holds the layers and TOC digests it lists, the validated image it names has the variant's
-labels, and that image's own validation statement passes the same judge.
+The statement records the signer's check; a verifier (`builder.trust.policy.decide`, the one
+decision of `verify`, `pull`, `run`, `index`, `k8s job` and `mirror`) trusts the variant only
+through it: the statement verifies with the key and names this variant, the variant's manifest
+holds the layers and TOC digests it lists, the validated image it names is in the same repository
+with the variant's labels, and that image's own validation statement passes the same judge.
 
 Example:
     >>> listing_digest([("usr/bin/x", 0o755, "sha256:ab")], [("usr/bin/y", "x", "symlink")])[:7]
@@ -171,3 +172,13 @@ def manifest_why_not(manifest: Manifest, predicate: Dict[str, Any]) -> str:
     if not wanted or pairs != wanted:
         return "its lazy-variant statement lists other layers than the variant's manifest holds"
     return ""
+
+
+def is_lazy(manifest: Manifest) -> bool:
+    """Whether ``manifest`` is an eStargz image: it has layers, and each carries the TOC digest annotation
+    (`builder.estargz.TOC_DIGEST`) ctr-remote's conversion gives it. Read from the manifest, which the
+    digest binds, so an image tells it is a variant even with no statement attached."""
+    layers = manifest.data.get("layers")
+    return bool(layers) and isinstance(layers, list) and all(
+        isinstance(layer, dict) and isinstance(layer.get("annotations"), dict)
+        and estargz.TOC_DIGEST in layer["annotations"] for layer in layers)

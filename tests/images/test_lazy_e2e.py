@@ -20,6 +20,7 @@ from typing import Any, Dict
 import pytest
 
 from builder import estargz
+from builder.errors import UserError
 from builder.images import attest, lazy
 from builder.node import pull as chooser
 from builder.registry import Registry
@@ -90,6 +91,7 @@ def published(lazy_registry, keys, tmp_path_factory):
                                                        _validation(), "x86_64", state, "twin",
                                                        signing.load_private(keys["team"][0]), say=said.append)
     digests["command lines"] = started
+    digests["state"] = state
     assert ref == f"{registry.name}/{REPO}:{ht.TAG}-estargz"
     assert any("bound to " + digests["validated"] in line for line in said), said
     digests["unbound"] = _validated(registry, UNBOUND, keys["team"][0])
@@ -147,10 +149,11 @@ def test_the_signed_statement_binds_the_variant_to_the_validated_image(published
 def test_the_trust_judge_takes_the_variant_through_its_binding_and_pull_chooses_it(published, lazy_registry, keys):
     key = signing.load_public(keys["team"][1])
     labels = ht.sealed_twin_labels()
-    assert policy.trusted(lazy_registry, REPO, published["variant"], labels, key) == ""
+    told = policy.decide(lazy_registry, REPO, published["variant"], labels, key)
+    assert told.why_not == "" and told.lazy_of == f"{lazy_registry.name}/{REPO}@{published['validated']}"
     # another key: the binding does not verify, so nothing trusts the variant
     stranger = signing.load_public(keys["stranger"][1])
-    assert "not signed by the trusted key" in policy.trusted(lazy_registry, REPO, published["variant"], labels, stranger)
+    assert "not signed by the trusted key" in policy.decide(lazy_registry, REPO, published["variant"], labels, stranger).why_not
     # both are offered and trusted: pull takes the validated image itself (the variant is for lazy pulling)
     node = chooser.Node(arch="x86_64", chip=None, driver=None, firmware=None)
     best, _ = chooser.pick(lazy_registry, REPO, node, chooser.Wanted(cann="9.1.0", variant=CPU), key)
@@ -222,7 +225,8 @@ def test_a_variant_without_its_binding_or_bound_to_another_image_is_refused(publ
                                ht.sealed_twin_labels())
     _bind_as(lazy_registry, other, published["variant"], stranger_image, keys["team"][0])
     why = _pull_refusal(lazy_registry, other, keys, tmp_path)
-    assert f"binds it to {other}@{stranger_image}" in why and "that image is not trusted: no statement is attached" in why
+    assert (f"it is a lazy variant of {lazy_registry.name}/{other}@{stranger_image}, whose validation statement is "
+            "refused: no statement is attached") in why
 
     # a binding that names an image of another cell (its labels are not the variant's)
     cell = "lazy-test/cell"
@@ -231,7 +235,8 @@ def test_a_variant_without_its_binding_or_bound_to_another_image_is_refused(publ
     another = put_image(lazy_registry, cell, "another", (layer_tar(BASE),), {**ht.sealed_twin_labels(),
                                                                             "io.ascend-build.cell": "another-cell"})
     _bind_as(lazy_registry, cell, published["variant"], another, keys["team"][0])
-    assert "that image's labels are not the variant's (io.ascend-build.cell" in _pull_refusal(lazy_registry, cell, keys, tmp_path)
+    assert (f"it is bound to {lazy_registry.name}/{cell}@{another}, whose labels are not the variant's "
+            "(io.ascend-build.cell") in _pull_refusal(lazy_registry, cell, keys, tmp_path)
 
     # the genuine statement of REPO's variant copied to another variant's .att tag: about another image
     copied = "lazy-test/copied"
@@ -242,6 +247,73 @@ def test_a_variant_without_its_binding_or_bound_to_another_image_is_refused(publ
         lazy_registry.put_blob(copied, lazy_registry.blob(REPO, blob["digest"]))
     lazy_registry.put_manifest(copied, attached.attestation_tag(forged), att.body, att.media_type)
     assert "a statement about another image" in _pull_refusal(lazy_registry, copied, keys, tmp_path)
+
+
+def test_the_conversions_working_state_is_removed_after_the_push_and_after_a_failure(published, lazy_registry):
+    """ctr-remote's containerd pulled, unpacked and converted each image under the state folder; after
+    the push only its config, its log and the prefetch record are left there, a few KB, and the
+    variants stay in the registry. A conversion that fails (a digest the registry does not hold)
+    leaves no more."""
+    state = published["state"]
+    for name in ("twin", "unbound"):
+        left = sorted(str(p.relative_to(state)) for p in (state / "lazy" / name).rglob("*"))
+        assert left == [f"lazy/{name}/containerd", f"lazy/{name}/containerd/config.toml",
+                        f"lazy/{name}/containerd/containerd.log", f"lazy/{name}/prefetch.record.json"], left
+    assert sum(p.stat().st_size for p in state.rglob("*") if p.is_file()) < 64 << 10
+    assert lazy_registry.manifest(REPO, published["variant"]).digest == published["variant"]  # the push is kept
+    said: list = []
+    with pytest.raises(UserError, match="ctr-remote images pull .* failed"):
+        lazy.convert(state / "lazy" / "failing", lazy_registry.name, REPO, "sha256:" + "0" * 64, "failing-estargz",
+                     [], user=("lazy", "pw-lazy"), say=said.append)
+    assert not (state / "lazy" / "failing" / "containerd" / "root").exists()
+    assert not (state / "lazy" / "failing" / "containerd" / "state").exists() and said == []
+    # a root that is a link to elsewhere: containerd works through it, nothing there is removed, and it is said
+    elsewhere = state.parent / (state.name + "-elsewhere")
+    elsewhere.mkdir()
+    (state / "lazy" / "linked" / "containerd").mkdir(parents=True)
+    (state / "lazy" / "linked" / "containerd" / "root").symlink_to(elsewhere)
+    with pytest.raises(UserError, match="ctr-remote images pull .* failed"):
+        lazy.convert(state / "lazy" / "linked", lazy_registry.name, REPO, "sha256:" + "0" * 64, "linked-estargz",
+                     [], user=("lazy", "pw-lazy"), say=said.append)
+    assert any(elsewhere.iterdir())  # containerd's root was made there, and kept
+    [note] = said
+    assert note.startswith(f"note: the conversion's working state was not removed: "
+                           f"{state / 'lazy' / 'linked' / 'containerd' / 'root'}: ") and note.endswith("; remove it by hand")
+
+
+def test_verify_pull_and_run_agree_on_the_converted_variant(published, lazy_registry, keys, engine, tmp_path):
+    """The three commands on the variant ctr-remote made, the validated image beside it by digest only, so
+    that `pull` has the variant to choose: each trusts it through its binding and names the validated
+    image; the engine pulls the variant (an ordinary gzip image to Docker) and `run` prints its line."""
+    alone = REPO + "-alone"
+    copy_image(lazy_registry, REPO, alone, published["validated"])
+    copy_image(lazy_registry, REPO, alone, published["variant"])
+    lazy_registry.put_manifest(alone, ht.TAG + "-estargz", *_body(lazy_registry, REPO, published["variant"]))
+    said = (f"a lazy variant of {lazy_registry.name}/{alone}@{published['validated']}, whose validation statement "
+            f"verifies with {keys['team'][1]} (--require any)")
+    ref = f"{lazy_registry.name}/{alone}:{ht.TAG}-estargz"
+    env = dict(os.environ)
+
+    verified = subprocess.run([ht.CLI, "verify", ref, "--key", str(keys["team"][1])], capture_output=True, text=True,
+                              timeout=300, env=env)
+    assert verified.returncode == 0, verified.stdout + verified.stderr
+    assert f"verified: {said.split(' with ')[0]}: its lazy-variant statement" in verified.stdout
+    root = tmp_path / "node"
+    root.mkdir()
+    pulled = subprocess.run([ht.CLI, "pull", "--registry", f"{lazy_registry.name}/{alone}", "--variant", "cpu",
+                             "--cann", "9.1.0", "--root", str(root), "--trust-key", str(keys["team"][1])],
+                            capture_output=True, text=True, timeout=600, env=env)
+    pulled_ref = f"{lazy_registry.name}/{alone}@{published['variant']}"
+    try:
+        assert pulled.returncode == 0, pulled.stdout + pulled.stderr
+        assert f"pulled {pulled_ref}\n  tag {ht.TAG}-estargz\n  {said}\n" in pulled.stdout
+        started = subprocess.run([ht.CLI, "run", "--print", "--root", str(root), "--trust-key", str(keys["team"][1]),
+                                  ref, "--", "python", "train.py"], capture_output=True, text=True, timeout=300, env=env)
+        assert started.returncode == 0, started.stderr
+        assert f"verified: {pulled_ref}: {said}; starting it by that digest" in started.stderr
+        assert started.stdout.rstrip().endswith(f"{pulled_ref} python train.py")
+    finally:
+        engine.remove(pulled_ref, force=True)
 
 
 def copy_blobs_only(registry: Registry, source: str, target: str, digest: str) -> None:

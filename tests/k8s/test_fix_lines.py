@@ -20,7 +20,7 @@ from builder.registry import ImageInfo
 def _only_8_0_rc3(monkeypatch):
     """The registry holds one image, CANN 8.0.RC3, which fits but for the CANN asked for."""
     image = ImageInfo("fits", "sha256:" + "a" * 64, pipeline_labels(cell_8_0_rc3()), "amd64")
-    monkeypatch.setattr(pull, "pick", lambda registry, repository, node, wanted, key=None, require="any":
+    monkeypatch.setattr(pull, "pick", lambda registry, repository, node, wanted, key=None, require="any", verdicts=None:
                         (None, [(image, [f"CANN 8.0.RC3, not {wanted.cann}"])]))
 
 
@@ -64,7 +64,7 @@ def test_k8s_job_variant_cpu_prints_a_manifest_of_the_twin_with_no_npu_and_no_dr
     twin = ImageInfo("twin", "sha256:" + "c" * 64, labels, "amd64")
     asked = []
 
-    def pick(registry, repository, node, wanted, key=None, require="any"):
+    def pick(registry, repository, node, wanted, key=None, require="any", verdicts=None):
         asked.append(wanted.variant)
         return (twin, []) if not pull.why_not(twin, node, wanted) else (None, [(twin, pull.why_not(twin, node, wanted))])
 
@@ -100,7 +100,7 @@ def test_k8s_job_variant_cpu_retry_names_the_twins_cann_and_keeps_variant(monkey
     labels = {**pipeline_labels(cell_8_0_rc3(), variant=CPU), "io.ascend-build.arch": "x86_64"}
     labels.pop("io.ascend-build.cann", None)
     twin = ImageInfo(f"{cell_8_0_rc3().id}-cpu", "sha256:" + "c" * 64, labels, "amd64")
-    monkeypatch.setattr(pull, "pick", lambda registry, repository, node, wanted, key=None, require="any":
+    monkeypatch.setattr(pull, "pick", lambda registry, repository, node, wanted, key=None, require="any", verdicts=None:
                         (None, [(twin, pull.why_not(twin, node, wanted))]))
     monkeypatch.setattr("builder.cli.k8s_choice.host_arch", lambda: "x86_64")
     result = CliRunner().invoke(cli.app, ["k8s", "job", "--registry", "r:5000/pt", "--variant", "cpu", "--cann", "8.5.0",

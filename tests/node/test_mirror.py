@@ -142,7 +142,7 @@ def test_registry_to_layout_to_registry_round_trip(registry, creds, keys, source
     assert (folder / "blobs" / "sha256" / source["x86_64"].split(":")[1]).is_file()
     key = signing.load_public(Path(key_file))
     layout = Layout(folder)
-    assert policy.trusted(layout, "", source["x86_64"], ht.sealed_twin_labels(), key) == ""
+    assert policy.decide(layout, "", source["x86_64"], ht.sealed_twin_labels(), key).why_not == ""
     # ... and from the layout into a registry
     back = REPO + "-from-layout"
     done = figures(run_mirror(creds, f"oci:{folder}", f"{far.host}/{back}", "--trust-key", key_file, "--json"))
@@ -372,7 +372,7 @@ def test_a_statement_dropped_or_altered_in_transit_is_refused_on_the_destination
     assert [t for t in Registry(far.host).tags(repo) if not attached.is_attached_tag(t)] == []  # no image tag
     # and had the digests matched, the one trust decision refuses the altered statement there too
     if mode == "alter":
-        why = policy.trusted(Registry(far.host), repo, source["x86_64"], ht.sealed_twin_labels(), key)
+        why = policy.decide(Registry(far.host), repo, source["x86_64"], ht.sealed_twin_labels(), key).why_not
         assert "signed by another key" in why
 
 
