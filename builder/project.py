@@ -111,9 +111,9 @@ def data_to_write(command: str) -> Path:
     else a UserError saying where such facts go instead."""
     if in_checkout():
         return DATA_DIR
-    where = f"the checkout {checkout()}" if runs_from_checkout() else f"an installed package ({PACKAGE})"
-    raise UserError(f"{command} writes builder/data/ of ascend-build itself, and this ascend-build is {where}, "
-                    "which this folder is not in: an installed package's files are not edited", exit_code=2,
+    why = (f"this folder is outside the checkout {checkout()} it runs from" if runs_from_checkout()
+           else f"this ascend-build is an installed package ({PACKAGE}): an installed package's files are not edited")
+    raise UserError(f"{command} writes builder/data/ of ascend-build itself, and {why}", exit_code=2,
                     fix=f"run it inside a clone of ascend-build (`make knowledge`); a release your project needs "
                         f"goes in its {ADDITIONS_FILE} (`ascend-build releases check --write`)")
 

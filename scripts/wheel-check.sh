@@ -2,9 +2,10 @@
 # The package as a team gets it: build the sdist and the wheel (the wheel from the sdist, so the
 # sdist must hold everything), check both (twine check --strict), install the wheel into a clean
 # venv, and run the tool from an empty folder: --version, init ., validate, lock, render, and the
-# checks CI runs on the result (render --check, lock --check). Nothing may be left outside that
-# folder: HOME and TMPDIR are fresh empty folders, and after the run they, the venv and everything
-# else beside the project must hold no file the run wrote.
+# checks CI runs on the result (render --check, lock --check); `releases tables --write` must refuse
+# to write the installed package, `explain --json` of an unknown message print []. Nothing may be
+# left outside that folder: HOME and TMPDIR are fresh empty folders, and after the run they, the
+# venv and everything else beside the project must hold no file the run wrote.
 #
 #   scripts/wheel-check.sh [DIST]   DIST: where to leave the sdist and wheel (default: a temporary folder)
 #
@@ -68,6 +69,12 @@ run lock
 run render
 run render --check
 run lock --check
+# the installed package's builder/data is never written: generating it is a checkout's job
+if refused=$(run releases tables --write --documents . 2>&1); then fail "releases tables --write ran from the wheel"; fi
+case "$refused" in
+  *"an installed package's files are not edited"*) ;;
+  *) fail "releases tables --write was not refused as writing the installed package: $refused" ;;
+esac
 explained=$(run explain --json "no Ascend error in this line" || true)
 "$PYTHON" -c 'import json, sys; assert json.loads(sys.argv[1]) == [], sys.argv[1]' "$explained" \
   || fail "explain --json of an unknown message printed no JSON list: $explained"
