@@ -29,12 +29,14 @@ import subprocess
 from pathlib import Path
 from typing import Optional
 
+from builder import bounded
 from builder.errors import UserError
 from builder.knowledge.files import ADDITIONS_FILE, DATA_DIR
 
 PACKAGE = Path(__file__).resolve().parent
 MATRIX = Path("matrix")
 DOCKERFILES = Path("dockerfiles")
+PYPROJECT_LIMIT = 1 << 20  # ascend-build's is under 5 KiB; its [project] table comes first
 _PROJECT_NAME = re.compile(r'^\s*name\s*=\s*["\']ascend-build["\']\s*$', re.MULTILINE)
 
 
@@ -74,8 +76,8 @@ def runs_from_checkout() -> bool:
 def _names_ascend_build(pyproject: Path) -> bool:
     """Whether ``pyproject`` is ascend-build's: its ``[project]`` table's name."""
     try:
-        text = pyproject.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError):
+        text = bounded.read_file(pyproject, PYPROJECT_LIMIT).decode("utf-8")
+    except (OSError, UnicodeDecodeError):  # none there, a folder, a FIFO: not ascend-build's
         return False
     table = re.split(r"^\[project\]\s*$", text, maxsplit=1, flags=re.MULTILINE)
     if len(table) < 2:
