@@ -2,7 +2,7 @@
 
 A fix line such as "run `ascend-build lock`" is only useful if it works when pasted: a
 user who ran ``validate --matrix team.yaml --out team/`` needs ``lock --matrix team.yaml
---out team/``, since the bare command targets the shipped matrix. The CLI records the
+--out team/``, since the bare command targets the default matrix (./matrix/). The CLI records the
 matrix and output folder of the run for the length of the command (`given`); every module that suggests a
 command builds it here (`suggest`), deep in the build wing too (a broken lock file is
 found while reading it), so no caller threads the flags through. A command with flags of its
@@ -25,7 +25,7 @@ import shlex
 from pathlib import Path
 from typing import Dict, Iterator, NamedTuple, Optional, Sequence, Tuple, Union
 
-# The commands that read --out (the others read the shipped dockerfiles/ or none).
+# The commands that read --out (the others read the default dockerfiles/ or none).
 _TAKE_OUT = ("validate", "render", "lock", "image", "list")
 # The commands that read --matrix.
 _TAKE_MATRIX = _TAKE_OUT + ("list", "ci-matrix")

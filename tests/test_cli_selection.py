@@ -183,7 +183,7 @@ def test_the_shipped_matrix_uses_min_driver():
 
 
 def _checkout(tmp_path: Path) -> Path:
-    """A stand-in for the shipped checkout (./matrix and ./dockerfiles are the defaults when present),
+    """A project (./matrix and ./dockerfiles are the defaults),
     with one rendered cell, and a team's matrix under team/."""
     (tmp_path / "matrix").mkdir()
     write_cells(tmp_path / "matrix", VALID, name="default.yaml")
@@ -205,8 +205,8 @@ def test_render_of_another_matrix_without_out_writes_beside_it_and_says_so(tmp_p
     assert result.returncode == 0, result.stderr
     assert _tree(root / "dockerfiles") == before  # the shipped cell is still there, unchanged
     assert (root / "team" / "dockerfiles" / VALID_ARM / "Dockerfile").is_file()
-    assert ("note: --matrix team/team.yaml is not the shipped matrix: its rendered cells and locks are in "
-            "team/dockerfiles") in result.stderr
+    assert ("note: --matrix team/team.yaml is not the default matrix (./matrix/): its rendered cells and locks are "
+            "in team/dockerfiles") in result.stderr
     # the fix lines of the same run carry the derived --out
     check = run_cli("lock", "--check", "--matrix", "team/team.yaml", cwd=root)
     assert "fix: run `ascend-build lock --matrix team/team.yaml --out team/dockerfiles`" in check.stderr
@@ -220,7 +220,7 @@ def test_another_matrix_into_the_shipped_dockerfiles_is_refused(tmp_path, comman
     for args in (["--matrix", "team/team.yaml", "--out", "dockerfiles"], ["--matrix", "mine.yaml"]):
         result = run_cli(command, *args, cwd=root)
         assert result.returncode == 2, (args, result.stdout, result.stderr)
-        assert "is not the shipped matrix" in result.stderr and "nothing was written" in result.stderr
+        assert "is not the default matrix (./matrix/)" in result.stderr and "nothing was written" in result.stderr
         assert "give --out a folder of your own" in result.stderr
     assert _tree(root / "dockerfiles") == before
 
@@ -229,7 +229,7 @@ def test_the_shipped_matrix_by_file_still_renders_into_dockerfiles(tmp_path):
     root = _checkout(tmp_path)
     result = run_cli("render", "--check", "--matrix", "matrix/default.yaml", cwd=root)
     assert result.returncode == 0, result.stderr
-    assert "not the shipped matrix" not in result.stderr
+    assert "not the default matrix" not in result.stderr
 
 
 def test_a_team_folder_renders_again_into_its_own_dockerfiles(tmp_path):

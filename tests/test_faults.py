@@ -260,7 +260,8 @@ def test_record_onto_a_full_disk_fails_saying_so_and_leaves_no_partial_record(sm
 
 def test_render_into_a_symlink_to_nothing_is_a_clear_error_and_makes_nothing(tmp_path):
     (tmp_path / "out").symlink_to(tmp_path / "nowhere")
-    done = Killable(["render", "--out", tmp_path / "out"], tmp_path).finish(120)
+    shipped = Path(__file__).resolve().parent.parent / "matrix"
+    done = Killable(["render", "--matrix", shipped, "--out", tmp_path / "out"], tmp_path).finish(120)
     assert done.returncode == 1 and "Traceback" not in done.stderr
     assert f"cannot write {tmp_path / 'out'}: No such file or directory: nothing was written" in done.stderr
     assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]

@@ -14,17 +14,32 @@ from typing import Iterator, Optional
 
 import typer
 
-from builder import bounded
+from builder import __version__, bounded
 from builder.vocabulary import normalize_arch
 
-app = typer.Typer(add_completion=False, no_args_is_help=True, rich_markup_mode=None,
+# add_completion: typer's --install-completion and --show-completion (bash, zsh, fish, PowerShell)
+app = typer.Typer(no_args_is_help=True, rich_markup_mode=None,
                   help="Validated Docker images for training on Huawei Ascend NPUs.")
+
+
+def _print_version(wanted: bool) -> None:
+    if wanted:
+        typer.echo(f"ascend-build {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _options(version: bool = typer.Option(False, "--version", callback=_print_version, is_eager=True,
+                                          help="Print the installed version of ascend-build and exit.")) -> None:
+    """Validated Docker images for training on Huawei Ascend NPUs."""
+
+
 kb_app = typer.Typer(help="Query the knowledge base of Ascend releases.")  # alone: what it knows (cli/kb.py)
 app.add_typer(kb_app, name="kb")
 releases_app = typer.Typer(no_args_is_help=True, help="Watch the package index for torch_npu releases.")
 app.add_typer(releases_app, name="releases")
 
-JsonOpt = typer.Option(False, "--json", help="Print JSON instead of text.")
+JsonOpt = typer.Option(False, "--json", help="Print JSON instead of text, when it fails too.")
 
 # The whole of a networked command: every answer it reads and every helper it waits on.
 NETWORK_DEADLINE = 900.0      # pull, index, releases: a few hundred small answers at most

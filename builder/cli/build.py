@@ -14,7 +14,7 @@ from typing import Callable, Dict, List, Optional
 
 import typer
 
-from builder import commands, knowledge, writes
+from builder import commands, knowledge, project, writes
 from builder.images import checks, lock, matrix, relock, render
 from builder.cli import paths
 from builder.cli.trust_key import TrustKeyOpt, trust_key as trust_key_of
@@ -23,18 +23,15 @@ from builder.cli.app import (LOCK_DEADLINE, DeadlineOpt, JsonOpt, PushDeadlineOp
 from builder.errors import Finding, UserError
 from builder.vocabulary import release_tag
 
-REPO_ROOT = Path(__file__).resolve().parent.parent.parent
 DEFAULT_CA = Path("/etc/ssl/certs/ca-certificates.crt")
 
 
 def _default(name: str) -> Path:
-    """``./matrix`` or ``./dockerfiles`` when this folder has a ``matrix`` (a checkout's pair: its
-    dockerfiles/ is made by the first render), else the ones shipped beside the package."""
-    here = Path(".")
-    return here / name if (here / "matrix").exists() else REPO_ROOT / name
+    """The project's ``./matrix`` (a UserError naming `init` when the folder has none) or ``./dockerfiles``."""
+    return project.default_matrix() if name == "matrix" else project.DOCKERFILES
 
 
-MatrixOpt = typer.Option(None, "--matrix", "-m", callback=paths.FILE_OR_FOLDER, help="Matrix file or folder of *.yaml (default: the shipped matrix/).")
+MatrixOpt = typer.Option(None, "--matrix", "-m", callback=paths.FILE_OR_FOLDER, help="Matrix file or folder of *.yaml (default: ./matrix/, made by `ascend-build init`).")
 StrictOpt = typer.Option(False, "--strict", help="Treat warnings as errors.")
 
 
@@ -46,39 +43,46 @@ def _echo_findings(findings: List[Finding]) -> None:
 OutOpt = typer.Option(None, "--out", "-o", callback=paths.FOLDER, help="Folder of the rendered cells and their locks (default: dockerfiles/).")
 
 
-def _is_shipped(matrix_path: Optional[Path]) -> bool:
-    """Whether ``matrix_path`` is the default matrix folder (None, the folder, or a file directly in it)."""
+def _is_default(matrix_path: Optional[Path]) -> bool:
+    """Whether ``matrix_path`` is the project's default matrix folder (None, ./matrix, or a file directly in it)."""
     if matrix_path is None:
         return True
-    shipped = _default("matrix").resolve()
+    if not project.MATRIX.exists():
+        return False
+    default = project.MATRIX.resolve()
     given = matrix_path.resolve()
-    return given == shipped or (given.parent == shipped and not given.is_dir())
+    return given == default or (given.parent == default and not given.is_dir())
 
 
 def _out_for(command: str, matrix_path: Optional[Path], out: Optional[Path], check: bool = False) -> Path:
     """The folder of the rendered cells and their locks for this run.
 
-    The shipped dockerfiles/ belongs to the shipped matrix: another matrix without --out gets
+    ./dockerfiles/ belongs to the default matrix (./matrix/): another matrix without --out gets
     ``dockerfiles`` beside its file (or inside its folder); a command that writes there or
     builds from it (`render`, `lock` without ``check``, `image`) says so on stderr. `render` and
-    `lock` writing another matrix's cells into the shipped dockerfiles/ (given, or derived
-    there) are refused, since rendering replaces every cell of the folder with the matrix's own.
+    `lock` writing another matrix's cells into the default matrix's dockerfiles/ (given, or derived
+    there), or into those of the ascend-build checkout the package runs from, are refused, since
+    rendering replaces every cell of the folder with the matrix's own.
     """
-    shipped_out = _default("dockerfiles")
-    if _is_shipped(matrix_path):
-        return out or shipped_out
+    default_out = project.DOCKERFILES
+    if _is_default(matrix_path):
+        return out or default_out
     assert matrix_path is not None
     chosen = out
     if chosen is None:
         chosen = (matrix_path if matrix_path.is_dir() else matrix_path.parent) / "dockerfiles"
     writes = command in ("render", "lock") and not check
-    if writes and chosen.resolve() in (shipped_out.resolve(), (REPO_ROOT / "dockerfiles").resolve()):
-        raise UserError(f"--matrix {matrix_path} is not the shipped matrix, and {chosen} is the shipped "
-                        f"dockerfiles/: {command} would replace its cells with this matrix's; nothing was written",
+    taken = [default_out] if project.MATRIX.exists() else []
+    checkout = project.checkout()
+    if checkout is not None:
+        taken.append(checkout / "dockerfiles")
+    if writes and chosen.resolve() in {folder.resolve() for folder in taken}:
+        raise UserError(f"--matrix {matrix_path} is not the default matrix (./matrix/), and {chosen} holds the "
+                        f"default matrix's cells: {command} would replace them with this matrix's; nothing was written",
                         fix="give --out a folder of your own, e.g. --out team-dockerfiles", exit_code=2)
     if out is None and (writes or command == "image"):
-        typer.echo(f"note: --matrix {matrix_path} is not the shipped matrix: its rendered cells and locks are in "
-                   f"{chosen} (not the shipped dockerfiles/); give --out FOLDER to choose another", err=True)
+        typer.echo(f"note: --matrix {matrix_path} is not the default matrix (./matrix/): its rendered cells and locks "
+                   f"are in {chosen}; give --out FOLDER to choose another", err=True)
     return chosen
 
 
@@ -92,7 +96,7 @@ def _with_flags(command: Callable) -> Callable:
         given_out = options.get("out")
         if "out" in options:
             options["out"] = _out_for(name, options.get("matrix_path"), options["out"], bool(options.get("check")))
-            if given_out is None and not _is_shipped(options.get("matrix_path")):
+            if given_out is None and not _is_default(options.get("matrix_path")):
                 given_out = options["out"]  # derived: the fix lines name it
         with commands.given(options.get("matrix_path"), given_out):
             return command(**options)
@@ -429,8 +433,8 @@ def index_command(
     as_json: bool = JsonOpt,
     deadline: Optional[float] = DeadlineOpt,
     matrix_path: Optional[Path] = typer.Option(None, "--matrix", "-m", callback=paths.FILE_OR_FOLDER,
-                                               help="The matrix declaring the cell's arches (default: the shipped "
-                                                    "matrix/); a cell it lacks gets every arch."),
+                                               help="The matrix declaring the cell's arches (default: ./matrix/); "
+                                                    "a cell it lacks gets every arch."),
 ) -> None:
     """Put a cell's validated images, one per arch the matrix declares for it, under one tag (an image index).
 
@@ -545,7 +549,9 @@ def ci_matrix_command(
 def releases_check_command(
     index_url: Optional[str] = typer.Option(None, "--index-url",
                                             help="Simple-API index (default: $ASCEND_BUILD_INDEX_URL, else pip's)."),
-    write: bool = typer.Option(False, "--write", help="Add new releases to the knowledge base (CANN pairing unknown)."),
+    write: bool = typer.Option(False, "--write", help="Add new releases (CANN pairing unknown) to the project's "
+                                                      "ascend-build/knowledge.yaml; in a checkout of ascend-build, to "
+                                                      "its builder/data/."),
     propose: bool = typer.Option(False, "--propose", help="Draft matrix cells for them in matrix/proposed/."),
     as_json: bool = JsonOpt,
     deadline: Optional[float] = DeadlineOpt,
@@ -556,12 +562,16 @@ def releases_check_command(
     """
     from builder import releases
 
+    # where they would go is decided first: a folder that is no project fails before the index is asked
+    target = project.additions_to_write("releases check --write") if write else None
+    if propose:
+        project.proposals_folder("releases check --propose")
     with within(deadline):
         result = releases.check(index_url or releases.default_index_url())
     typer.echo(json.dumps(result.to_dict(), indent=2) if as_json else releases.format_check(result))
-    if write:
-        for path in releases.write(result):
-            typer.echo(f"wrote {path}", err=True)
+    if target is not None:
+        for version in releases.write(result, target, additions=target == knowledge.ADDITIONS_FILE):
+            typer.echo(f"added torch_npu {version} to {target}", err=True)
     if propose:
         text = releases.propose(result)
         typer.echo(f"proposed {text.count('- cann:')} cell(s) in {releases.default_proposal_path()}" if text
@@ -571,8 +581,8 @@ def releases_check_command(
 @releases_app.command("tables")
 def releases_tables_command(
     documents: Optional[Path] = typer.Option(None, "--documents", callback=paths.FOLDER,
-                                             help="The kept documents (default: tests/fixtures/documents/ of this "
-                                                  "checkout)."),
+                                             help="The kept documents (default: tests/fixtures/documents/ of the "
+                                                  "checkout of ascend-build the command runs in)."),
     from_git: List[str] = typer.Option([], "--from-git", metavar="KIND=GITDIR", callback=paths.FOLDER,
                                        help="First keep the newest documents of a clone (its .git folder): "
                                             "ascend-pytorch=GITDIR (TorchNPU's release notes and compatibility "
@@ -595,6 +605,13 @@ def releases_tables_command(
     """
     from builder.releases import keep_documents, published, tables_watch, torch_npu_wheels
 
+    # an installed package's files are never written: the data and the default documents are a checkout's
+    data_dir = project.data_to_write("releases tables --write") if write else None
+    proposals = project.proposals_folder("releases tables --propose") if propose and write else None
+    if documents is None and not project.in_checkout():
+        raise UserError("releases tables reads the documents kept in tests/fixtures/documents/ of a checkout of "
+                        "ascend-build, and this folder is in none", exit_code=2,
+                        fix="run it inside a clone of ascend-build, or pass --documents FOLDER")
     folder = documents or published.FIXTURES
     for given in from_git:
         source, sep, gitdir = given.rpartition("=")
@@ -618,17 +635,18 @@ def releases_tables_command(
                             fix="run `make knowledge` (ascend-build releases tables --write) and commit the result",
                             exit_code=1)
         return
+    assert data_dir is not None
     before = knowledge.load()
-    changed = published.write(folder)
+    changed = published.write(folder, data_dir)
     typer.echo("\n".join(f"wrote builder/data/{name}" for name in changed) or "every data file was current")
-    if propose:
-        knowledge.load.cache_clear()
-        pairs = tables_watch.enabled(before, knowledge.load())
-        text = tables_watch.proposal(pairs, knowledge.load())
+    if proposals is not None:
+        after = knowledge.load(fresh=True)
+        pairs = tables_watch.enabled(before, after)
+        text = tables_watch.proposal(pairs, after)
         for pair in pairs:
             typer.echo(f"now listed: torch_npu {pair.torch_npu} on CANN {pair.cann} (was {pair.was}; {pair.where[0]})")
         if text:
-            target = Path("matrix") / tables_watch.PROPOSAL_NAME
+            target = proposals / tables_watch.PROPOSAL_NAME
             target.parent.mkdir(parents=True, exist_ok=True)
             writes.replace_file(target, text.encode("utf-8"))
             typer.echo(f"proposed {text.count('- cann:')} cell(s) in {target}", err=True)

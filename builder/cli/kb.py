@@ -75,7 +75,8 @@ def _listed(value: Any) -> List[str]:
 def describe_knowledge(kb: KnowledgeBase) -> Dict[str, Any]:
     """What ``ascend-build kb`` lists: every CANN and torch_npu release it knows, the chips, the products
     a cell may name (and the releases that number their HDK per product), which data files are parsed
-    from kept documents and which are kept by hand, and where to look next.
+    from kept documents and which are kept by hand, where to look next, and what the project's
+    additions file brought (when the folder has one).
 
     Example:
         >>> from builder.knowledge import load
@@ -85,7 +86,7 @@ def describe_knowledge(kb: KnowledgeBase) -> Dict[str, Any]:
         >>> d["products"][0]
         {'product': 'atlas-950-superpod', 'chip': '950', 'name': 'Atlas 950 SuperPoD', 'hdk_per_product_in': '9.0.0, 9.1.0'}
     """
-    return {
+    described: Dict[str, Any] = {
         "cann_releases": kb.cann_releases(),
         "torch_npu_releases": kb.torch_npu_versions(),
         "chips": [{"chip": chip, "first_cann": kb.chip_min_cann(chip)} for chip in kb.chips()],
@@ -96,6 +97,12 @@ def describe_knowledge(kb: KnowledgeBase) -> Dict[str, Any]:
         "facts": published.facts(),
         "more": ["ascend-build kb cann VERSION", "ascend-build kb torch-npu VERSION"],
     }
+    if kb.additions is not None:  # the project's own releases, read on top (builder/knowledge/additions.py)
+        described["additions"] = {"file": kb.additions.path, "torch_npu_releases": list(kb.additions.torch_npu),
+                                  "cann_releases": list(kb.additions.cann),
+                                  "superseded (the package knows them: delete these entries)":
+                                      list(kb.additions.superseded)}
+    return described
 
 
 def describe_torch_npu(kb: KnowledgeBase, version: str) -> Dict[str, Any]:

@@ -312,6 +312,8 @@ def explain_command(
         labels = Engine.connect().labels(image_ref)
     matches = table.explain(text, host=host_probe.probe(root=root, run_npu_smi=False), labels=labels)
     if not matches:
+        if as_json:  # the same list, empty: a script reads "no match" as it reads matches
+            typer.echo("[]")
         typer.echo(f"no known Ascend error in that text ({len(table.table())} errors are known)\n"
                    "  next: `ascend-build explain --list` shows every one; give the lines that hold the error code "
                    "(e.g. EI0006), not only the last line of the log", err=True)

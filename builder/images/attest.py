@@ -12,7 +12,9 @@ pushed digest, each in a DSSE envelope signed with the team's key, in two forms
   (external parameters), the lock's and CANN installers' sha256 and the base image
   (resolved dependencies; the matrix's annotated with its git commit and whether that commit
   holds it as built: committed, modified, added, untracked, ignored, or outside-git), and this
-  builder's version and git commit;
+  builder's package version, with its git commit when the package comes from a checkout of
+  ascend-build (`builder.project.checkout`), never the commit of a repository it is merely
+  installed in;
 - **SBOM** (CycloneDX 1.5, `statements.CYCLONEDX_BOM`, made by `builder.images.sbom`): every
   distribution of the lock and every CANN package, with the hashes the build checked.
 
@@ -34,7 +36,7 @@ from typing import Dict, List, Optional, Tuple
 
 from packageurl import PackageURL
 
-from builder import __version__
+from builder import __version__, project
 
 from builder.trust import attached, statements
 from builder.images import oci
@@ -43,8 +45,6 @@ from builder.errors import UserError
 from builder.registry import Registry
 from builder.trust.signing import PrivateKey
 from builder.vocabulary import CPU, NPU
-
-REPO_ROOT = Path(__file__).resolve().parent.parent.parent
 
 
 @dataclass(frozen=True)
@@ -216,8 +216,9 @@ def provenance_predicate(proof: Evidence, report: Dict) -> Dict:
                                          "inCommit": state == "committed"}
         dependencies.append(matrix_dep)
     started = utc_timestamp(str(report.get("started") or ""))
-    commit, dirty = oci.git_head(REPO_ROOT)  # this builder's own checkout
-    version = {"ascend-build": __version__}
+    version = {"ascend-build": __version__}  # the installed package's version (its metadata)
+    checkout = project.checkout()  # a commit of ascend-build only when the package comes from its checkout
+    commit, dirty = oci.git_head(checkout) if checkout is not None else ("", False)
     if commit:
         version["git-commit"] = commit + ("-dirty" if dirty else "")
     return {

@@ -442,7 +442,10 @@ def _compile(uv: List[str], inputs: Inputs, requirements: Sequence[str], overrid
                      # and again, never reclaimed: 37 copies, 26 GB, after a day of test runs
                      # here. It bought no speed: the shipped matrix locked in 58.7 s with a warm
                      # cache and 56.3 s with an empty one (bench_lock, before this flag).
-                     "--no-cache"]
+                     "--no-cache",
+                     # Nor may it touch uv's managed Pythons (~/.local/share/uv/python): the resolution
+                     # needs no interpreter (--python-version), and lock writes nothing outside the project.
+                     "--no-python-downloads"]
         for link in find_links:
             argv += ["--find-links", link]
         if index_url:

@@ -13,7 +13,9 @@ It is split by concern, one part per module, each reading only its own data:
 * `environment`  the Python environment: torch pins, Python lines, base OSes, OS per CANN release (``Environment``);
 * `drivers`      chips, products, driver (HDK) minimums, firmware (``Drivers``);
 * `downloads`    where installers come from, Miniforge, uv (``Downloads``, ``Installer``);
-* `ascend_errors` the error table (``error_entries``).
+* `ascend_errors` the error table (``error_entries``);
+* `additions`    a project's own torch_npu and CANN releases (``ascend-build/knowledge.yaml``), laid over
+  ``ascend-compat.yaml`` before the parts are built.
 
 `KnowledgeBase` is the facade over them: it builds the parts and hands out their methods
 under one name each (``kb.min_driver`` is the ``Drivers`` part's own bound method, so a
@@ -43,9 +45,10 @@ from typing import Any, Mapping, Optional, Tuple
 from builder.knowledge.downloads import CannRelease, Downloads, Installer
 from builder.knowledge.drivers import OTHER_PRODUCTS, Drivers, Product, chip_of_soc, chip_min_cann
 from builder.knowledge.environment import CannOs, Environment, OsInfo, known_arch
+from builder.knowledge import additions as team_additions
 from builder.knowledge import cann_products
 from builder.knowledge.ascend_errors import ERRORS_FILE, error_entries
-from builder.knowledge.files import DATA_DIR, MINDCLUSTER_FILE, TABLES_FILE, read_json, read_yaml
+from builder.knowledge.files import ADDITIONS_FILE, DATA_DIR, MINDCLUSTER_FILE, TABLES_FILE, read_json, read_yaml
 from builder.knowledge.pairings import CannFit, CompatWindow, Releases, TorchNpu
 from builder.vocabulary import CHIPS
 
@@ -78,7 +81,9 @@ class KnowledgeBase:
         uv_doc: Optional[Mapping[str, Any]] = None,
         tables_doc: Optional[Mapping[str, Any]] = None,
         mindcluster_doc: Optional[Mapping[str, Any]] = None,
+        additions: Optional[team_additions.Additions] = None,
     ) -> None:
+        self.additions = additions  # what a project's additions file brought (`compat` holds it already)
         self.releases = releases = Releases(compat, packages, tables_doc)
         self.environment = environment = Environment(releases, compat, os_doc)
         self.drivers = drivers = Drivers(releases, compat, mindcluster_doc)
@@ -142,16 +147,28 @@ class KnowledgeBase:
         self.conda_installers = downloads.conda_installers
 
 
-@lru_cache(maxsize=None)
-def load() -> KnowledgeBase:
-    """The knowledge base, read from ``builder/data`` once per process (cached).
+def load(fresh: bool = False) -> KnowledgeBase:
+    """The knowledge base, read from ``builder/data`` and the project's additions file
+    (``ascend-build/knowledge.yaml`` of the current folder, `additions`) once per process
+    (cached; read again when that file changes, or with ``fresh``).
 
     Example:
         >>> load() is load()
         True
     """
+    if fresh:
+        _load.cache_clear()
+    return _load(team_additions.stamp())
+
+
+@lru_cache(maxsize=None)
+def _load(stamp: Optional[Tuple[str, int, int]]) -> KnowledgeBase:
+    compat = read_yaml(DATA_DIR / "ascend-compat.yaml")
+    added = None
+    if stamp is not None:
+        compat, added = team_additions.merge(compat, team_additions.read(ADDITIONS_FILE), str(ADDITIONS_FILE))
     return KnowledgeBase(
-        compat=read_yaml(DATA_DIR / "ascend-compat.yaml"),
+        compat=compat,
         packages=read_json(DATA_DIR / "cann-packages.json"),
         os_doc=read_yaml(DATA_DIR / "os.yaml"),
         conda_doc=read_yaml(DATA_DIR / "conda.yaml"),
@@ -159,8 +176,9 @@ def load() -> KnowledgeBase:
         uv_doc=read_yaml(DATA_DIR / "uv.yaml"),
         tables_doc=read_yaml(DATA_DIR / TABLES_FILE),
         mindcluster_doc=read_yaml(DATA_DIR / MINDCLUSTER_FILE),
+        additions=added,
     )
 
 
-__all__ = ["load", "KnowledgeBase", "TorchNpu", "CannFit", "CompatWindow", "OsInfo", "CannOs", "Product", "OTHER_PRODUCTS", "Installer", "CannRelease", "ARCHES", "CHIPS", "DATA_DIR", "TABLES_FILE", "ERRORS_FILE",
+__all__ = ["load", "KnowledgeBase", "TorchNpu", "CannFit", "CompatWindow", "OsInfo", "CannOs", "Product", "OTHER_PRODUCTS", "Installer", "CannRelease", "ARCHES", "CHIPS", "DATA_DIR", "ADDITIONS_FILE", "TABLES_FILE", "ERRORS_FILE",
            "error_entries", "chip_of_soc", "chip_min_cann", "known_arch"]

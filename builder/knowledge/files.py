@@ -1,4 +1,4 @@
-"""Where the knowledge base's data files are, and how one is read (``builder/data``)."""
+"""Where the knowledge base's data files are (``builder/data``, and a project's additions), and how one is read."""
 
 from __future__ import annotations
 
@@ -12,6 +12,8 @@ DATA_DIR = Path(__file__).resolve().parent.parent / "data"
 TABLES_FILE = "torchnpu-tables.yaml"
 # Generated from MindCluster's release notes: the Ascend HDK of each CANN release, per product.
 MINDCLUSTER_FILE = "mindcluster-tables.yaml"
+# A team's additions (`additions`): relative, so read in the folder a command runs in (its project).
+ADDITIONS_FILE = Path("ascend-build") / "knowledge.yaml"
 
 
 def read_yaml(path: Path) -> Dict[str, Any]:

@@ -15,12 +15,14 @@ from packaging.version import Version
 
 from builder import documents, knowledge
 from builder.errors import UserError
+from builder.knowledge import additions as team_additions
+from builder.knowledge.files import read_yaml
 from builder.releases.release_check import ReleaseCheck
 from builder.releases.wheel_names import normal_version, pep440
 from builder.releases.yaml_files import node_at, read_bytes, replace_file
 
 
-def write(result: ReleaseCheck, data_path: Optional[Path] = None) -> List[str]:
+def write(result: ReleaseCheck, data_path: Optional[Path] = None, additions: bool = False) -> List[str]:
     """Insert the new entries into ``torch_npu_releases.items``, in version order; the versions written.
 
     The rest of the file keeps its bytes: the entries are dumped as YAML text and
@@ -31,27 +33,51 @@ def write(result: ReleaseCheck, data_path: Optional[Path] = None) -> List[str]:
     the file is read back and checked again, and any failure restores the original
     bytes. Versions the file already lists are left alone.
 
+    With ``additions``, ``data_path`` is a project's additions file (`builder.knowledge.additions`),
+    laid over the packaged data: it is made when missing (as `ascend-build init` makes it), given a
+    ``torch_npu_releases.items`` list at its end when it has none, and the knowledge base that must
+    read the entries back is the packaged one with the file on top.
+
     Example:
         >>> write(check("http://127.0.0.1:8080/simple/"), Path("/tmp/ascend-compat.yaml"))   # doctest: +SKIP
         ['2.15.0']
     """
     path = Path(data_path) if data_path else knowledge.DATA_DIR / "ascend-compat.yaml"
-    original = read_bytes(path)
-    text = original.decode("utf-8")
-    old_doc = _parse(text, path)
+    original = read_bytes(path) if path.exists() or not additions else None
+    text = original.decode("utf-8") if original is not None else ""
+    old_doc = _parse(text, path, additions)
     have = {normal_version(str(i.get("version"))) for i in old_doc["torch_npu_releases"]["items"]}
     entries = [copy.deepcopy(r.entry) for r in result.new if normal_version(r.version) not in have]
     if not entries:
         return []
-    new_text = insert_entries(text, entries, path)
-    _verify(old_doc, new_text, entries, path)
+    new_text = _first_entries(text, entries) if additions and not _lists_releases(text) else \
+        insert_entries(text, entries, path)
+    _verify(old_doc, new_text, entries, path, additions)
+    if original is None:
+        path.parent.mkdir(parents=True, exist_ok=True)
     replace_file(path, new_text.encode("utf-8"), expect=original)
     try:
-        _verify(old_doc, read_bytes(path).decode("utf-8"), entries, path)
+        _verify(old_doc, read_bytes(path).decode("utf-8"), entries, path, additions)
     except Exception:
-        replace_file(path, original, expect=original, check=False)
+        if original is None:
+            path.unlink(missing_ok=True)
+        else:
+            replace_file(path, original, expect=original, check=False)
         raise
     return [str(e["version"]) for e in entries]
+
+
+def _lists_releases(text: str) -> bool:
+    """Whether the file has a ``torch_npu_releases`` key (of any shape: `insert_entries` refuses a wrong one)."""
+    return any(line.startswith("torch_npu_releases") for line in text.splitlines())
+
+
+def _first_entries(text: str, entries: Sequence[Mapping[str, Any]]) -> str:
+    """An additions file's ``text`` (what `ascend-build init` writes, when there is none), ending in a
+    ``torch_npu_releases.items`` list that holds ``entries``."""
+    head = text if text.strip() else team_additions.STARTER.read_text(encoding="utf-8")
+    block = "".join(_dump_item(e, 2, "\n") for e in sorted(entries, key=lambda e: Version(str(e["version"]))))
+    return head + ("" if head.endswith("\n") else "\n") + "torch_npu_releases:\n  items:\n" + block
 
 
 def insert_entries(text: str, entries: Sequence[Mapping[str, Any]], path: Path) -> str:
@@ -116,9 +142,10 @@ def _dump_item(entry: Mapping[str, Any], dash: int, newline: str) -> str:
     return "".join(" " * dash + line + newline for line in text.splitlines())
 
 
-def _verify(old_doc: Mapping[str, Any], new_text: str, entries: Sequence[Mapping[str, Any]], path: Path) -> None:
+def _verify(old_doc: Mapping[str, Any], new_text: str, entries: Sequence[Mapping[str, Any]], path: Path,
+            additions: bool = False) -> None:
     """The new text is the old document plus exactly ``entries``, sorted, and the KB reads them with cann None."""
-    new_doc = _parse(new_text, path)
+    new_doc = _parse(new_text, path, additions)
     items = new_doc["torch_npu_releases"]["items"]
     added = {normal_version(str(e["version"])) for e in entries}
     kept = [i for i in items if normal_version(str(i.get("version"))) not in added]
@@ -132,7 +159,7 @@ def _verify(old_doc: Mapping[str, Any], new_text: str, entries: Sequence[Mapping
     order = [Version(str(i["version"])) for i in items]
     if order != sorted(order):
         problems.append("the items are out of version order")
-    kb = _kb_from(new_doc, path.parent)
+    kb = _kb_over(new_doc, path) if additions else _kb_from(new_doc, path.parent)
     for entry in entries:
         rel = kb.torch_npu(str(entry["version"]))
         if rel is None or rel.cann is not None:
@@ -154,11 +181,25 @@ def _kb_from(compat: Mapping[str, Any], folder: Path) -> knowledge.KnowledgeBase
                                    mindcluster_doc=doc("mindcluster-tables.yaml"))
 
 
-def _parse(text: str, path: Path) -> Dict[str, Any]:
+def _kb_over(team: Mapping[str, Any], path: Path) -> knowledge.KnowledgeBase:
+    """The knowledge base of the packaged data with the additions ``team`` on top."""
+    compat, _ = team_additions.merge(read_yaml(knowledge.DATA_DIR / "ascend-compat.yaml"),
+                                     team_additions.check(team, path), str(path))
+    return _kb_from(compat, knowledge.DATA_DIR)
+
+
+def _parse(text: str, path: Path, additions: bool = False) -> Dict[str, Any]:
     try:
         doc = documents.load_yaml(text, str(path), exit_code=1)
     except yaml.YAMLError as exc:
         raise UserError(f"{path}: not valid YAML ({exc})", fix="repair the file before adding releases", exit_code=1) from exc
+    if additions:  # a project's file: no torch_npu_releases yet is an empty list
+        doc = doc if doc is not None else {}
+        if isinstance(doc, dict) and doc.get("torch_npu_releases") is None:
+            doc = {**doc, "torch_npu_releases": {"items": []}}
+        elif isinstance(doc, dict) and isinstance(doc["torch_npu_releases"], dict) \
+                and doc["torch_npu_releases"].get("items") is None:
+            doc = {**doc, "torch_npu_releases": {**doc["torch_npu_releases"], "items": []}}
     if not isinstance(doc, dict) or not isinstance((doc.get("torch_npu_releases") or {}).get("items"), list):
         raise UserError(f"{path}: no torch_npu_releases.items list", exit_code=1,
                         fix="point at builder/data/ascend-compat.yaml or a copy of it")

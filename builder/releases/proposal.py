@@ -8,7 +8,7 @@ from typing import Mapping, Optional, Sequence, Tuple
 import yaml
 from packaging.version import Version
 
-from builder import documents, knowledge, versions
+from builder import documents, knowledge, project, versions
 from builder.errors import UserError
 from builder.releases.release_check import NewRelease, ReleaseCheck
 from builder.releases.wheel_names import glibc_key, normal_version, python_key
@@ -21,10 +21,9 @@ _OS_PREFERENCE = ("ubuntu22.04", "ubuntu24.04", "openeuler24.03", "debian12", "o
 
 
 def default_proposal_path() -> Path:
-    """``./matrix/proposed/torch_npu.yaml`` when ./matrix exists, else beside the shipped matrix/."""
-    here = Path("matrix")
-    folder = here if here.is_dir() else knowledge.DATA_DIR.parent.parent / "matrix"
-    return folder / PROPOSAL_NAME
+    """``./matrix/proposed/torch_npu.yaml`` of the project the command runs in (a UserError when
+    the current folder has no matrix/: never beside the installed package)."""
+    return project.proposals_folder("releases check --propose") / PROPOSAL_NAME
 
 
 def propose(result: ReleaseCheck, matrix_path: Optional[Path] = None,
@@ -69,7 +68,7 @@ def propose(result: ReleaseCheck, matrix_path: Optional[Path] = None,
 _PROPOSAL_HEAD = """\
 # Draft cells for torch_npu releases found by `ascend-build releases check --propose`.
 # Every CANN value here is a guess until a human confirms the pairing (see each TODO);
-# move a cell into the shipped matrix only after that.
+# move a cell into the matrix only after that.
 cells:
 """
 

@@ -471,7 +471,9 @@ def test_unreachable_engine_is_a_clear_error_without_traceback(tmp_path):
     assert res.returncode == 1
     assert "error: cannot reach the Docker Engine at tcp://127.0.0.1:1" in res.stderr
     assert "fix:" in res.stderr and "DOCKER_HOST" in res.stderr and "dockerd" in res.stderr
-    assert "Traceback" not in res.stderr and res.stdout == ""
+    assert "Traceback" not in res.stderr
+    # --json: the error is JSON on stdout too
+    assert json.loads(res.stdout)["error"].startswith("cannot reach the Docker Engine at tcp://127.0.0.1:1")
     assert not (tmp_path / "state" / "reports").exists()
 
 
