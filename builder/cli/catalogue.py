@@ -31,8 +31,8 @@ def catalogue_command(
     require: str = RequireOpt,
     matrix_path: Optional[Path] = typer.Option(None, "--matrix", "-m", callback=paths.FILE_OR_FOLDER,
                                                help="The matrix whose cells without a validated image are listed "
-                                                    "as missing, in whichever repository (default: the shipped "
-                                                    "matrix/)."),
+                                                    "as missing, in whichever repository (default: ./matrix/ of "
+                                                    "this folder)."),
     generated: str = typer.Option("", "--generated", metavar="TEXT",
                                   help="A line shown as the site's 'Generated:', e.g. a time or a commit (default: "
                                        "none, so that the same registry and key give the same bytes)."),
