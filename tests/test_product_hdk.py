@@ -12,6 +12,7 @@ import copy
 
 from builder import knowledge, versions
 from builder.images import checks, matrix, plan
+from builder.images.blocks import DriverGuard
 from builder.k8s import pod
 from builder.knowledge.files import DATA_DIR, read_json, read_yaml
 from builder.node import labels as keys
@@ -128,7 +129,7 @@ def test_the_image_the_guard_the_nfd_ordinal_and_the_job_affinity_use_the_produc
     built = plan.plan(cell, knowledge.load(), "npu", "0" * 16)
     labels = dict(built.labels)
     assert (labels[Label.MIN_DRIVER], labels[Label.PRODUCT]) == ("25.1.RC1", "atlas-950-superpod")
-    assert dict(built.requirement)["ASCEND_REQUIRE_DRIVER"] == "25.1.RC1"
+    assert dict(built.block(DriverGuard).requirement)["ASCEND_REQUIRE_DRIVER"] == "25.1.RC1"
     spec = pod.PodSpec(image="r/i@sha256:" + "0" * 64, chip="950", arch="aarch64", npus=8, command=("python", "t.py"),
                        min_driver=labels[Label.MIN_DRIVER], chip_values=("Ascend950PR",), drivers=())
     terms = pod.affinity(spec)["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]

@@ -9,8 +9,8 @@ pipeline take from the plan; none of them asks the knowledge base again. The sha
 conda-lock's ``LockSpecification``: every input gathered into one value before anything
 is decided, with a `CellFacts.content_hash` of them all.
 
-Two hashes, two jobs: ``digest`` is the content hash of the cell's build context (its
-values, the lock, the templates; `render.content_hash`), the one the image's labels carry;
+Two hashes, two jobs: ``digest`` is the content hash of the cell's build context (the hash
+of the context's files; `render.content_hash`), the one the image's labels carry;
 `CellFacts.content_hash` hashes every resolved fact, the knowledge base's answers
 included, so two resolutions that hash alike make the same plan.
 

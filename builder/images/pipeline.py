@@ -34,6 +34,7 @@ from typing import Callable, Dict, List, Optional, Tuple
 from builder import bounded, claims, devices, documents, leftovers, writes
 from builder.images import plan as planning
 from builder.images import attest, fetch, installed, lazy, oci, own_wheel, progress, publish, render, sbom, stage, wheelhouse
+from builder.images.blocks import CannInstallers
 from builder.images.prepare import Job, Options, host_arch, prepare
 from builder.images.matrix import Cell
 from builder.engine import BuildFailed, Engine, RunTimeout
@@ -426,13 +427,14 @@ def preflight(job: Job, options: Options, engine: Engine, say: Say) -> None:
                 f"of {wanted}, or --twin-os for a stand-in twin labelled as one)")
     if image.conda_file and not options.conda_installer:
         mirror = dict(job.plan.mirrors).get("conda_installer")
-        url = f"{mirror.rstrip('/')}/{image.conda_file}" if mirror else image.conda_url
+        url = f"{mirror.rstrip('/')}/{image.conda_file}" if mirror else image.python_environment.installer_url
         fetch.reachable(url, referer="", fix=f"pass --conda-installer FILE with Miniforge's installer {image.conda_file} "
                                              "(its sha256 is checked all the same), or set the matrix's "
                                              "mirrors.conda_installer to a folder URL that serves it")
-    if job.npu and image.cann_source == "installer":
-        for file in image.installers:
-            fetch.reachable(file.url, referer=image.download_referer)
+    cann = image.find(CannInstallers)
+    if job.npu and cann is not None and cann.source == "installer":
+        for file in cann.installers:
+            fetch.reachable(file.url, referer=cann.referer)
 
 
 def build(job: Job, options: Options, engine: Engine, say: Say, out: Outcome) -> bool:

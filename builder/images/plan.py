@@ -5,11 +5,11 @@
 everything both images of a cell (the NPU image and its CPU twin) need: base image, OS
 packages, CANN installers and environment, Python environment from the lock and the
 lock's state, pins, files, labels, manifests, tags. It asks the knowledge base nothing.
-It returns a `CellPlan` holding a `Plan` per variant (the facts of its Dockerfile) and
-what the pipeline needs beside them. The functions that take ``(cell, kb, ...)``
-(`plan`, `manifest`, `lock_inputs`, `unrecorded_installers`, `final_env`) resolve the
-cell's facts first, for the callers that hold a cell and not its facts.
-The template (``builder/templates/Dockerfile.j2``) only formats a `Plan`; `render`
+It returns a `CellPlan` holding a `Plan` per variant (its Dockerfile as building blocks,
+`builder.images.blocks`, and the files of its context) and what the pipeline needs beside
+them. The functions that take ``(cell, kb, ...)`` (`plan`, `manifest`, `lock_inputs`,
+`unrecorded_installers`, `final_env`) resolve the cell's facts first, for the callers that
+hold a cell and not its facts. The blocks only format the values decided here; `render`
 writes the files; the pipeline's steps take the `CellPlan` (see `builder.images.prepare`).
 Values from the knowledge base are re-checked against strict patterns here, exactly like
 the matrix's own values, so none can change a Dockerfile's structure.
@@ -17,7 +17,7 @@ the matrix's own values, so none can change a Dockerfile's structure.
 Example:
     >>> resolved = resolve(resolve_facts(cell, knowledge.load(), lock, digest="0123456789abcdef"))  # doctest: +SKIP
     >>> p = resolved.plans[vocabulary.CPU]                                          # doctest: +SKIP
-    >>> p.base_image, p.steps, p.number("closure")                                  # doctest: +SKIP
+    >>> p.base_image, p.steps, p.block(LockedPackages).number                       # doctest: +SKIP
     ('debian:bookworm-slim', ('os', 'python', 'closure', 'env', 'files'), 3)
 """
 
@@ -25,16 +25,21 @@ from __future__ import annotations
 
 import os
 import re
-from dataclasses import dataclass
-from functools import cached_property, lru_cache
+from dataclasses import dataclass, field, replace
+from functools import lru_cache
 from pathlib import Path
-from typing import Dict, Mapping, Optional, Tuple
-
+from typing import Dict, List, Mapping, NamedTuple, Optional, Tuple, Type, TypeVar
 
 from builder import installers as installer_names
 from builder import python_env, vocabulary
 from builder.images import conda_lock, stage
 from builder.images import lock as locking
+from builder.images.blocks import (BaseOs, Block, CannEnv, CannInstallers, ChipPackages, ContextInputs, DriverGuard,
+                                   EnvDefaults, Header, ImageLabels, LockedPackages, PythonEnvironment, ShippedFiles,
+                                   UnverifiedPackages, UvStage)
+from builder.images.blocks.base_os import APT_COMPONENTS, FAMILIES
+from builder.images.blocks.cann_installers import UNPACK_SCRIPT, InstallerFile
+from builder.images.blocks.common import ALLOW_UNVERIFIED as ALLOW_UNVERIFIED  # the pipeline's build arg
 from builder.images.facts import CellFacts, resolve_facts
 from builder.images.matrix import Cell
 from builder.errors import UserError
@@ -47,25 +52,9 @@ DEFAULT_ENV = (
     ("HCCL_CONNECT_TIMEOUT", "1800"),
 )
 
-OS_PACKAGES = {
-    # bash/curl/unzip fetch and unpack installers; python3 runs CANN's install scripts
-    # (and is the interpreter of venv cells); gcc/g++/make: CANN's operator compiler.
-    "apt": ("bash", "ca-certificates", "curl", "unzip", "python3", "python3-venv",
-            "gcc", "g++", "make", "libc6-dev", "libgomp1", "libnuma1"),
-    "dnf": ("bash", "ca-certificates", "curl", "unzip", "python3", "gcc", "gcc-c++", "make",
-            "libgomp", "numactl-libs", "tar", "gzip", "findutils", "which"),
-}
-# The CPU twin needs no compiler and no installers.
-OS_PACKAGES_CPU = {
-    "apt": ("bash", "ca-certificates", "curl", "python3", "python3-venv", "libgomp1"),
-    "dnf": ("bash", "ca-certificates", "curl", "python3", "libgomp", "findutils"),
-}
-APT_COMPONENTS = {"ubuntu": "main universe", "debian": "main"}
-
 # The context files the lock is installed from, one per step: the verified closure, the
 # entries the lock could not verify (refused unless the build is asked), torch_npu.
 LOCK_STEPS = {"closure": "lock.closure.txt", "unverified": "lock.unverified.txt", "torch_npu": "lock.torch_npu.txt"}
-ALLOW_UNVERIFIED = "ASCEND_BUILD_ALLOW_UNVERIFIED"  # the build arg that lets unverified entries in
 UV_FILE = "uv.txt"  # the context file pinning uv, the installer of the verified steps (builder/data/uv.yaml)
 
 DRIVER_LIB = "/usr/local/Ascend/driver/lib64"  # mounted from the host at run time
@@ -89,6 +78,8 @@ NNAL_SETTINGS = (
 
 TORCH_NPU = "torch-npu"  # torch_npu's canonical name: its own step, and not in the twin
 
+B = TypeVar("B", bound=Block)
+
 _SAFE = {
     "url": re.compile(r"^https://[A-Za-z0-9._~:/?#@!&+,=%-]+$"),
     "channel": re.compile(r"^https?://[A-Za-z0-9._~:/?#@!&+,=%-]+$"),  # a conda channel: a mirror on a LAN may be http
@@ -110,24 +101,6 @@ def _safe(kind: str, value: Optional[str], what: str) -> str:
 
 
 @dataclass(frozen=True)
-class InstallerFile:
-    """A CANN package: fetched (or copied from the context's installers folder), checked,
-    unpacked when it is a signed bundle (``unpack-cann.sh``), run. ``sha256`` is "" when
-    neither the knowledge base nor the lock has one yet: the step then refuses to start."""
-
-    filename: str
-    url: str
-    sha256: str
-    run: str
-    sources: str = ""  # a script sourced before the installer runs (NNAL: the toolkit's set_env.sh)
-    kind: str = "toolkit"  # toolkit | ops | nnal
-
-    @property
-    def bundle(self) -> bool:
-        return self.filename.endswith(".zip")
-
-
-@dataclass(frozen=True)
 class Install:
     """One step of the Python environment: a requirements file from the lock and how pip takes it.
 
@@ -142,140 +115,83 @@ class Install:
     verified: bool
     resolve: bool = False
     reason: str = ""
+    text: bytes = field(init=False, repr=False, compare=False)  # the file's bytes, made once
 
-    @cached_property
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "text", ("\n".join(self.lines) + "\n").encode())
+
+    @property
     def names(self) -> Tuple[str, ...]:
-        """The names its lines install (the template says them twice: worked out once)."""
-        return tuple(_NAME_END.split(line, maxsplit=1)[0] for line in self.lines if not line.startswith((" ", "#")))
-
-    def text(self) -> bytes:
-        return ("\n".join(self.lines) + "\n").encode()
+        """The names its lines install (worked out once per process for the same lines)."""
+        return _names(self.lines)
 
 
-# The file time of everything torch_npu's step writes (1980-01-01, as reproducible builds use):
-# its layer then depends on the bytes installed, not on when or on which chip it was built.
-FIXED_MTIME = 315532800
+@lru_cache(maxsize=1024)
+def _names(lines: Tuple[str, ...]) -> Tuple[str, ...]:
+    return tuple(_NAME_END.split(line, maxsplit=1)[0] for line in lines if not line.startswith((" ", "#")))
+
+
+@lru_cache(maxsize=4096)
+def _block(kind: Type[B], *values) -> B:
+    """The block ``kind(*values)``, made once per process: the cells that share it share the very
+    same block, which formats its fragment once (`Block.text`)."""
+    return kind(*values)
 
 
 @dataclass(frozen=True)
 class Plan:
-    """Every fact the Dockerfile of one cell and variant is made of; the template formats it.
+    """One image of a cell: its Dockerfile as building blocks (`builder.images.blocks`, in
+    Dockerfile order), and what its build context holds beside the Dockerfile.
 
-    CANN fields are empty for the CPU twin; ``steps`` names its numbered steps in order.
+    ``steps`` names its numbered steps in order (each block holds its own number).
     """
 
-    # what it is and where it came from
     cell_id: str
     variant: str
-    npu: bool
-    matrix_file: str                      # as the header names it: folder/name
     dockerfile: str                       # its file name in dockerfiles/<cell>/
-    base_image: str                       # default of the BASE_IMAGE build arg
-    wheelhouse: str                       # context folder and stage of optional wheels
-    installers_folder: str                # context folder of a local CANN cell's installers
-    # 1. OS packages
-    os_family: str                        # apt | dnf
-    os_codename: str
-    apt_components: str
-    os_packages: Tuple[str, ...]
-    # CANN (NPU image only)
-    cann: str
-    chip: str
-    cann_source: str                      # installer | local | image ("" for the twin)
-    installers: Tuple[InstallerFile, ...]
-    download_referer: str                 # the Referer CANN downloads send ("" for the twin)
-    cann_env: Tuple[Tuple[str, str], ...]  # ENV lines in order; later ones may refer to earlier ones
-    # Python and its packages
-    python: str
-    env_manager: str                      # conda | venv
-    env_prefix: str
-    conda_url: str
-    conda_sha256: str
-    conda_file: str                       # Miniforge's installer file name ("" for a venv)
-    conda_explicit: str                   # the lock's conda part as `conda create --file` takes it ("" if none)
+    manifest_file: str                    # its manifest's file name there
     lock_state: str                       # ok | incomplete | missing | stale (locking.status)
-    installs: Tuple[Install, ...]         # the Python steps, in order
-    torch_index: str                      # where unverified torch==X+cpu may come from
-    torch_npu: str                        # "" for the twin
-    uv: str                               # uv's requirement line when a step is verified, else ""
-    env_vars: Tuple[Tuple[str, str], ...]
-    # what the image says of itself
-    tool_dir: str
-    shipped_files: Tuple[str, ...]        # beside the smoke program, but the guard
-    manifest_file: str
-    manifest_path: str
-    lock_file: str                        # "" when the cell has no usable lock
-    lock_path: str
-    labels: Tuple[Tuple[str, str], ...]
-    shipped_guard: str                    # the guard's file among the shipped ones, copied executable
-    guard: str                            # the ENTRYPOINT, vocabulary.GUARD: a link to it
-    requirement: Tuple[Tuple[str, str], ...]  # the guard's ENV: the minimum driver and firmware
     steps: Tuple[str, ...]
+    blocks: Tuple[Block, ...]
+    installs: Tuple[Install, ...]         # the Python steps' requirements files, in order
+    uv: str                               # uv's requirement line when a step is verified, else ""
+    conda_explicit: str                   # the lock's conda part as `conda create --file` takes it ("" if none)
+    scripts: Tuple[str, ...]              # the scripts of builder/templates/ its context carries as they are
+
+    def find(self, kind: Type[B]) -> Optional[B]:
+        """The plan's block of ``kind`` (the first one), None when the image has none."""
+        return next((b for b in self.blocks if isinstance(b, kind)), None)
+
+    def block(self, kind: Type[B]) -> B:
+        """The plan's block of ``kind`` (the first one); LookupError when the image has none."""
+        found = self.find(kind)
+        if found is None:
+            raise LookupError(f"the {self.variant} image of {self.cell_id} has no {kind.__name__} block")
+        return found
 
     @property
-    def wheelhouse_glob(self) -> str:
-        """A COPY source that matches the wheelhouse folder, and nothing when it is absent."""
-        return f"{self.wheelhouse[:-1]}[{self.wheelhouse[-1]}]"
+    def npu(self) -> bool:
+        return self.variant == vocabulary.NPU
 
     @property
-    def conda_installer_folder(self) -> str:
-        """The context folder (and stage) that may hold Miniforge's installer."""
-        return stage.CONDA_INSTALLER
+    def base_image(self) -> str:
+        """The default of the BASE_IMAGE build arg."""
+        return self.block(Header).base_image
 
     @property
-    def conda_installer_glob(self) -> str:
-        """A COPY source that matches that folder, and nothing when it is absent."""
-        return f"{stage.CONDA_INSTALLER[:-1]}[{stage.CONDA_INSTALLER[-1]}]"
+    def installers(self) -> Tuple[InstallerFile, ...]:
+        """The CANN packages, in install order (() for the twin and for CANN from an image)."""
+        cann = self.find(CannInstallers)
+        return cann.installers if cann else ()
 
     @property
-    def conda_packages(self) -> str:
-        """The context file listing the conda packages by hash, "" when the lock has none complete."""
-        return conda_lock.EXPLICIT_FILE if self.conda_explicit else ""
+    def python_environment(self) -> PythonEnvironment:
+        return self.block(PythonEnvironment)
 
     @property
-    def conda_fetch(self) -> str:
-        """The script that fetches and checks them (builder/templates/)."""
-        return conda_lock.FETCH_SCRIPT
-
-    @property
-    def conda_secrets(self) -> str:
-        """The script that refuses a conda layer holding the channel's credential (builder/templates/)."""
-        return conda_lock.SECRETS_SCRIPT
-
-    @property
-    def allow_unverified(self) -> str:
-        """The build arg that lets the steps the lock could not verify run."""
-        return ALLOW_UNVERIFIED
-
-    @property
-    def toolkit_installers(self) -> Tuple[InstallerFile, ...]:
-        """The toolkit: installed right after the OS, below the Python environment."""
-        return tuple(f for f in self.installers if f.kind == "toolkit")
-
-    @property
-    def chip_installers(self) -> Tuple[InstallerFile, ...]:
-        """The chip's package (and NNAL): installed above the Python closure, below torch_npu."""
-        return tuple(f for f in self.installers if f.kind != "toolkit")
-
-    @property
-    def same_torch_npu_on_every_chip(self) -> bool:
-        """Whether torch_npu's layer, above the chip's, is built to be the same bytes on every
-        chip (see the template: mount points laid down below it, fixed file times in it)."""
-        return bool(self.chip_installers) and any(i.step == "torch_npu" and i.verified for i in self.installs)
-
-    @property
-    def installed_dir(self) -> str:
-        """Where each Python step records which file it installed (`builder.images.installed`)."""
-        return vocabulary.INSTALLED_DIR
-
-    @property
-    def fixed_mtime(self) -> int:
-        """The file time of what torch_npu's step writes (see FIXED_MTIME)."""
-        return FIXED_MTIME
-
-    @property
-    def uv_file(self) -> str:
-        return UV_FILE
+    def conda_file(self) -> str:
+        """Miniforge's installer file name ("" for a venv)."""
+        return self.python_environment.installer_file
 
     @property
     def unverified(self) -> Tuple[Install, ...]:
@@ -284,6 +200,17 @@ class Plan:
     def number(self, step: str) -> int:
         """The printed number of ``step``: consecutive in each variant."""
         return self.steps.index(step) + 1
+
+    @property
+    def labels(self) -> Tuple[Tuple[str, str], ...]:
+        return self.block(ImageLabels).labels
+
+    def with_content_hash(self, digest: str) -> "Plan":
+        """This plan with ``digest`` as the content hash its label says (`CellPlan.with_content_hash`)."""
+        key = vocabulary.Label.CONTENT_HASH
+        return replace(self, blocks=tuple(
+            replace(b, labels=tuple((k, digest if k == key else v) for k, v in b.labels))
+            if isinstance(b, ImageLabels) else b for b in self.blocks))
 
 
 def atb_home(torch: str) -> str:
@@ -353,14 +280,22 @@ def final_env(cell: Cell, variant: str, kb) -> Dict[str, str]:
 
 def _expand(cann: Tuple[Tuple[str, str], ...], own: Tuple[Tuple[str, str], ...], cell: Cell) -> Dict[str, str]:
     """`final_env` from its parts (the manifest's ``env`` is made here too, so the two agree)."""
+    env = dict(_expanded(cann))
+    env.update(own)
+    env.update(requirement(cell))
+    return env
+
+
+@lru_cache(maxsize=256)
+def _expanded(cann: Tuple[Tuple[str, str], ...]) -> Dict[str, str]:
+    """CANN's ENV lines as Docker expands them, each line referring to the ones before it (the
+    same lines for every cell of a CANN layout: expanded once; callers copy the result)."""
     env: Dict[str, str] = {}
     for name, value in cann:
         if all(ref in env for ref in _REFERENCE.findall(value)):
             env[name] = _REFERENCE.sub(lambda m: env[m.group(1)], value)
         else:
             env.pop(name, None)
-    env.update(own)
-    env.update(requirement(cell))
     return env
 
 
@@ -482,7 +417,18 @@ def _labels(cell: Cell, variant: str, digest: str, lock_state: str, stand_in: st
             (Label.MIN_DRIVER, cell.driver),
             (Label.MIN_FIRMWARE, cell.firmware or ""),
         ] + ([(Label.PRODUCT, cell.product)] if cell.product else [])  # whose HDK numbering min-driver is in
-    return tuple((k, _safe("text", v, k)) for k, v in pairs)
+    return _texts(pairs)
+
+
+def _texts(pairs) -> Tuple[Tuple[str, str], ...]:
+    """``pairs`` of (name, value), each value checked to be plain text (`_safe`; None is ""). In one
+    pass: the pattern is one character class repeated, so the values joined pass exactly when
+    each of them does; the first that does not is then named."""
+    checked = tuple((name, value or "") for name, value in pairs)
+    if not _SAFE["text"].fullmatch("".join(value for _, value in checked)):
+        for name, value in checked:
+            _safe("text", value, name)
+    return checked
 
 
 def requirement(cell: Cell) -> Tuple[Tuple[str, str], ...]:
@@ -494,8 +440,7 @@ def requirement(cell: Cell) -> Tuple[Tuple[str, str], ...]:
         >>> requirement(C(driver="25.0.RC1", firmware=None))
         (('ASCEND_REQUIRE_DRIVER', '25.0.RC1'), ('ASCEND_REQUIRE_FIRMWARE', ''))
     """
-    return tuple((k, _safe("text", v, k)) for k, v in ((vocabulary.REQUIRE_DRIVER_ENV, cell.driver or ""),
-                                                       (vocabulary.REQUIRE_FIRMWARE_ENV, cell.firmware or "")))
+    return _texts(((vocabulary.REQUIRE_DRIVER_ENV, cell.driver), (vocabulary.REQUIRE_FIRMWARE_ENV, cell.firmware)))
 
 
 def _description(cell: Cell, npu: bool, cann_only: bool) -> str:
@@ -523,22 +468,39 @@ def _display_path(file: str) -> str:
 
 # --- one cell, resolved once ---------------------------------------------------------------
 
-def _installs(f: CellFacts, variant: str) -> Tuple[Install, ...]:
-    """The Python steps of ``variant``: the verified closure, then what the lock could not
-    verify, then torch_npu (NPU image only). The twin's steps are the same minus torch_npu:
-    the same closure.
+class _Shared(NamedTuple):
+    """What both images of a cell take alike, worked out once per cell."""
+
+    installs: Tuple[Install, ...]         # the NPU image's Python steps (the twin's: all but torch_npu)
+    env: Tuple[Tuple[str, str], ...]      # `env_vars`
+    cann_env: Tuple[Tuple[str, str], ...]  # `cann_env` (the NPU image's)
+    requirement: Tuple[Tuple[str, str], ...]  # `requirement`
+
+
+def _shared(f: CellFacts) -> _Shared:
+    return _Shared(_installs(f), env_vars(f.cell, f.default_env), cann_env(f), requirement(f.cell))
+
+
+def _variant_installs(shared: _Shared, variant: str) -> Tuple[Install, ...]:
+    """The Python steps of ``variant``: the twin's are the NPU image's minus torch_npu, the same
+    closure (the very same `Install` values)."""
+    return shared.installs if variant == vocabulary.NPU else tuple(i for i in shared.installs if i.step != "torch_npu")
+
+
+def _installs(f: CellFacts) -> Tuple[Install, ...]:
+    """The Python steps of the NPU image: the verified closure, then what the lock could not
+    verify, then torch_npu.
 
     Without a usable lock (missing, or made from other inputs), every requirement is
     unverified and pip resolves: refused unless the build is asked.
     """
-    npu = variant == vocabulary.NPU
     if f.state in ("missing", "stale"):
         lines = f.unlocked
         reason = f"The cell's lock is {f.state}: run `ascend-build lock`"
         is_npu = [python_env.name_of(line) == "torch-npu" for line in lines]
         others = tuple(line for line, own in zip(lines, is_npu) if not own)
         steps = [Install("unverified", LOCK_STEPS["unverified"], others, False, True, reason)]
-        if npu and any(is_npu):
+        if any(is_npu):
             steps.append(Install("torch_npu", LOCK_STEPS["torch_npu"], tuple(line for line, own in zip(lines, is_npu) if own),
                                  False, True, reason))
         return tuple(steps)
@@ -553,12 +515,12 @@ def _installs(f: CellFacts, variant: str) -> Tuple[Install, ...]:
     if missing:
         steps.append(Install("unverified", LOCK_STEPS["unverified"], tuple(line for e in missing for line in e.lines), False,
                              False, "; ".join(f"{e.name}: {e.note}" for e in missing)))
-    if npu and tnpu is not None:
+    if tnpu is not None:
         steps.append(Install("torch_npu", LOCK_STEPS["torch_npu"], tnpu.lines, tnpu.complete, False, tnpu.note))
     return tuple(steps)
 
 
-def _manifest(f: CellFacts, variant: str, words: _Words) -> Dict[str, object]:
+def _manifest(f: CellFacts, variant: str, words: _Words, shared: _Shared) -> Dict[str, object]:
     """The run record of the field guide (section 7), describing what the image must contain.
 
     The lock lists every distribution the environment must hold, at its locked version
@@ -584,7 +546,7 @@ def _manifest(f: CellFacts, variant: str, words: _Words) -> Dict[str, object]:
         "min_firmware": cell.firmware if npu else None,
         "env_manager": cell.env,
         "pip": list(cell.pip),
-        "env": _expand(cann_env(f) if npu else (), env_vars(cell, f.default_env), cell),
+        "env": {**_expanded(shared.cann_env if npu else ()), **dict(shared.env), **dict(shared.requirement)},
         "content_hash": f.digest,
         "lock": {"state": f.state, "file": vocabulary.LOCK if usable else None,
                  "distributions": {e.name: e.version for e in entries},
@@ -596,50 +558,81 @@ def _manifest(f: CellFacts, variant: str, words: _Words) -> Dict[str, object]:
     }
 
 
-def _plan(f: CellFacts, variant: str, words: _Words) -> Plan:
-    """Every fact of the Dockerfile of ``variant``, from the facts looked up once."""
+def _plan(f: CellFacts, variant: str, words: _Words, shared: _Shared) -> Plan:
+    """The blocks of ``variant``'s Dockerfile, from the facts looked up once: every value decided
+    and checked here; the blocks only format them."""
     cell, os_info, npu = f.cell, f.os, variant == vocabulary.NPU
+    family = FAMILIES.get(os_info.family)
+    if family is None:
+        raise UserError(f"{cell.os}: no way to install OS packages of family {os_info.family!r} "
+                        f"(known: {', '.join(FAMILIES)})",
+                        fix="correct family: in builder/data/os.yaml, or add the family to "
+                            "builder/images/blocks/base_os.py (FAMILIES)")
     conda = f.conda
-    conda_sha = dict(cell.sha256).get(conda.filename, conda.sha256) if conda else ""
     from_image = npu and cell.cann_source == "image"
-    base = cell.cann_image if from_image else (cell.base_image or os_info.image)
-    python_steps = _installs(f, variant)
+    python_steps = _variant_installs(shared, variant)
     usable = f.state in ("ok", "incomplete")
     verified = any(step.verified for step in python_steps)
     uv = f.uv if verified else ""
     if verified and not uv:
         raise UserError(f"no uv for {cell.arch} in builder/data/uv.yaml", fix="add its wheel's sha256 there")
     installers = installer_files(f) if npu and not from_image else ()
+    base = _safe("image", cell.cann_image if from_image else (cell.base_image or os_info.image), "base image")
+    chip_installers = tuple(i for i in installers if i.kind != "toolkit")
     python = tuple(i.step for i in python_steps)
-    if any(i.kind != "toolkit" for i in installers):  # the chip's layers: right below torch_npu's, else last
+    if chip_installers:  # the chip's layers: right below torch_npu's, else last
         python = (*python[:-1], "chip", python[-1]) if python[-1:] == ("torch_npu",) else (*python, "chip")
     steps = ("os", *(("cann",) if npu else ()), "python", *python, "env", "files")
-    return Plan(
-        cell_id=cell.id, variant=variant, npu=npu, matrix_file=matrix_name(cell),
-        dockerfile=words.dockerfile, base_image=_safe("image", base, "base image"),
-        wheelhouse=stage.WHEELHOUSE, installers_folder=stage.INSTALLERS,
-        os_family=os_info.family, os_codename=os_info.codename or "",
-        apt_components=APT_COMPONENTS.get(re.sub(r"[0-9.]+$", "", cell.os), "main"),
-        os_packages=(OS_PACKAGES if npu else OS_PACKAGES_CPU)[os_info.family],
-        cann=cell.cann if npu else "", chip=cell.chip if npu else "", cann_source=cell.cann_source if npu else "",
-        installers=installers,
-        download_referer=_safe("url", f.download_referer, "download referer") if npu else "",
-        cann_env=cann_env(f) if npu else (),
-        python=cell.python, env_manager=cell.env, env_prefix=env_prefix(cell),
-        conda_url=_safe("url", conda.url, "conda installer URL") if conda else "",
-        conda_sha256=_safe("sha256", conda_sha, "conda sha256") if conda else "",
-        conda_file=_safe("file", conda.filename, "conda installer file") if conda else "",
-        conda_explicit=_conda_explicit(f) if conda else "",
-        lock_state=f.state, installs=python_steps, torch_index=f.torch_index,
-        torch_npu=cell.torch_npu if npu else "", uv=uv, env_vars=env_vars(cell, f.default_env),
-        tool_dir=vocabulary.TOOL_DIR,
-        shipped_files=tuple(n for n in vocabulary.SHIPPED_FILES if n != vocabulary.GUARD_FILE),
-        manifest_file=words.manifest, manifest_path=vocabulary.MANIFEST,
-        lock_file=locking.LOCK_FILE if usable else "", lock_path=vocabulary.LOCK,
-        labels=_labels(cell, variant, f.digest, f.state, f.stand_in, words, f.cann_only),
-        shipped_guard=vocabulary.GUARD_FILE, guard=vocabulary.GUARD, requirement=requirement(cell),
-        steps=steps,
-    )
+    number = {step: n for n, step in enumerate(steps, 1)}
+    # torch_npu's layer, above the chip's, built to be the same bytes on every chip
+    same_on_every_chip = bool(chip_installers) and any(i.step == "torch_npu" and i.verified for i in python_steps)
+    explicit = _conda_explicit(f) if conda else ""
+    parts: List[Block] = [
+        Header(cell.id, matrix_name(cell), not npu, words.dockerfile, base,
+                      stage.INSTALLERS if npu and cell.cann_source == "local" else ""),
+        _block(ContextInputs, stage.WHEELHOUSE, stage.CONDA_INSTALLER if cell.env == "conda" else ""),
+        _block(BaseOs, os_info.family, family.npu_packages if npu else family.cpu_packages, number["os"],
+               "os" if installers or uv else "", os_info.codename or "",
+               APT_COMPONENTS.get(re.sub(r"[0-9.]+$", "", cell.os), "main")),
+    ]
+    if uv:
+        parts.append(_block(UvStage, UV_FILE, not installers))
+    if npu:
+        parts.append(_block(CannInstallers, cell.cann, cell.chip, cell.cann_source, number["cann"], installers,
+                            base, _safe("url", f.download_referer, "download referer"),
+                            number["chip"] if chip_installers else 0, same_on_every_chip))
+        parts.append(_block(CannEnv, shared.cann_env))
+    prefix = env_prefix(cell)
+    parts.append(_block(
+        PythonEnvironment, cell.env, cell.python, prefix, number["python"],
+        _safe("file", conda.filename, "conda installer file") if conda else "",
+        _safe("url", conda.url, "conda installer URL") if conda else "",
+        _safe("sha256", dict(cell.sha256).get(conda.filename, conda.sha256), "conda sha256") if conda else "",
+        conda_lock.EXPLICIT_FILE if explicit else ""))
+    installs = {i.step: i for i in python_steps}
+    for step in python:
+        if step == "chip":
+            parts.append(_block(ChipPackages, cell.chip, number["chip"], chip_installers, same_on_every_chip))
+            continue
+        install = installs[step]
+        parts.append(_block(LockedPackages, step, install.file, number[step], prefix,
+                            step == "torch_npu" and same_on_every_chip)
+                     if install.verified else
+                     _block(UnverifiedPackages, step, install.file, number[step], install.names, install.reason,
+                            install.resolve, f.torch_index))
+    parts += [
+        _block(EnvDefaults, number["env"], shared.env),
+        _block(ShippedFiles, number["files"], words.manifest, locking.LOCK_FILE if usable else ""),
+        _block(DriverGuard, shared.requirement),
+        ImageLabels(_labels(cell, variant, f.digest, f.state, f.stand_in, words, f.cann_only)),
+    ]
+    # the scripts the context carries: unpack-cann.sh for signed bundles, conda's credential
+    # check, the fetcher of the lock's conda packages
+    scripts = (UNPACK_SCRIPT if any(i.bundle for i in installers) else "",
+               conda_lock.SECRETS_SCRIPT if cell.env == "conda" else "", conda_lock.FETCH_SCRIPT if explicit else "")
+    return Plan(cell_id=cell.id, variant=variant, dockerfile=words.dockerfile, manifest_file=words.manifest,
+                lock_state=f.state, steps=steps, blocks=tuple(parts), installs=python_steps, uv=uv,
+                conda_explicit=explicit, scripts=tuple(name for name in scripts if name))
 
 
 def _conda_explicit(f: CellFacts) -> str:
@@ -656,14 +649,14 @@ def plan(cell: Cell, kb, variant: str, digest: str, lock: Optional[locking.Lock]
     """Decide everything about the Dockerfile of ``cell`` in ``variant``; ``digest`` is its content
     hash, ``lock`` the cell's lock (None: none yet). `resolve` decides both images at once."""
     f = resolve_facts(cell, kb, lock, closure_of, digest)
-    return _plan(f, variant, _variant_words(f, variant))
+    return _plan(f, variant, _variant_words(f, variant), _shared(f))
 
 
 def manifest(cell: Cell, variant: str, digest: str, kb, lock: Optional[locking.Lock] = None,
              closure_of: Optional[Cell] = None) -> Dict[str, object]:
     """The run record of ``cell``'s image of ``variant`` (see `_manifest`)."""
     f = resolve_facts(cell, kb, lock, closure_of, digest)
-    return _manifest(f, variant, _variant_words(f, variant))
+    return _manifest(f, variant, _variant_words(f, variant), _shared(f))
 
 
 @dataclass(frozen=True)
@@ -701,6 +694,13 @@ class CellPlan:
         """``image:tag`` of ``variant``'s release."""
         return self.refs[variant]
 
+    def with_content_hash(self, digest: str) -> "CellPlan":
+        """This cell's plan with ``digest`` as its content hash, in both images' labels and
+        manifests too (`render.resolve` hashes the context made with the hash left empty)."""
+        return replace(self, content_hash=digest,
+                       plans={v: p.with_content_hash(digest) for v, p in self.plans.items()},
+                       manifests={v: {**m, "content_hash": digest} for v, m in self.manifests.items()})
+
 
 def _facts_words(f: CellFacts) -> Dict[str, _Words]:
     return _words(f.ref, f.tag, f.cell.id, f.cell.os, f.stand_in, f"-on-{f.cell.os}" if f.closure_of else "")
@@ -723,7 +723,8 @@ def resolve(f: CellFacts) -> CellPlan:
     """
     cell, closure_of = f.cell, f.closure_of
     words = _facts_words(f)
-    plans = {variant: _plan(f, variant, words[variant]) for variant in vocabulary.VARIANTS}
+    shared = _shared(f)
+    plans = {variant: _plan(f, variant, words[variant], shared) for variant in vocabulary.VARIANTS}
     npu = plans[vocabulary.NPU]
     return CellPlan(
         cell_id=cell.id, arch=cell.arch, python=cell.python, glibc=f.os.glibc,
@@ -734,5 +735,5 @@ def resolve(f: CellFacts) -> CellPlan:
         stand_in=f.stand_in, unrecorded=_unhashed(npu.installers) if cell.cann_source == "installer" else (),
         installers_dir=(cell.cann_local or "") if cell.cann_source == "local" else "",
         own_wheel=cell.torch_npu_wheel, mirrors=cell.mirrors, cann_only=f.cann_only,
-        plans=plans, manifests={variant: _manifest(f, variant, words[variant]) for variant in vocabulary.VARIANTS},
+        plans=plans, manifests={variant: _manifest(f, variant, words[variant], shared) for variant in vocabulary.VARIANTS},
     )

@@ -11,8 +11,11 @@
   requirements file of each install step made from it (``plan.LOCK_STEPS``);
 * ``vocabulary.SHIPPED_FILES``: the smoke program and the files it runs with.
 
-What goes in is decided by `builder.images.plan` (one `Plan` per cell and variant); here
-the plans are only formatted, and the knowledge base is asked nothing while formatting.
+What goes in is decided by `builder.images.plan` (one `Plan` per cell and variant, its
+Dockerfile as building blocks: `builder.images.blocks`); here the plans are only formatted,
+and the knowledge base is asked nothing while formatting. Each image's labels and manifest
+carry the content hash of the context (`content_hash`): the hash of the context's own
+files, made with the hash's place left empty (see `_hashed`).
 
 Example:
     >>> files = render_cell(cell)                                                    # doctest: +SKIP
@@ -29,94 +32,115 @@ import os
 import re
 import shutil
 import stat
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 from typing import Dict, Iterator, List, Mapping, Optional, Tuple
 
-import jinja2
-
 from builder import claims, knowledge, vocabulary, writes
-from builder.images import conda_lock
+from builder.images import blocks, conda_lock
 from builder.images import lock as locking
 from builder.images import plan as planning
 from builder.images import stage
+from builder.images.blocks.cann_installers import UNPACK_SCRIPT
 from builder.images.facts import resolve_facts
-from builder.images.matrix import DERIVED, Cell
+from builder.images.matrix import Cell
 from builder.errors import UserError
 
 PACKAGE_DIR = Path(__file__).resolve().parent.parent
 TEMPLATES = PACKAGE_DIR / "templates"
-UNPACK_SCRIPT = "unpack-cann.sh"  # shipped beside the Dockerfile of a cell whose CANN comes as signed bundles
 # The files every image carries beside the smoke program, from where they live here.
 SMOKE_FILES = {name: (PACKAGE_DIR / name if name in ("versions.py", "vocabulary.py") else PACKAGE_DIR / "smoke" / name)
                for name in vocabulary.SHIPPED_FILES if name.endswith(".py")}
 # Folders a cell's folder may hold beside the rendered files: the inputs of a build
 # by hand (wheels, CANN installers). `render` neither writes nor reports them.
 INPUT_FOLDERS = (stage.WHEELHOUSE, stage.INSTALLERS, stage.CONDA_INSTALLER)
+# The scripts of TEMPLATES a context may carry as they are (`planning.Plan.scripts`).
+SHIPPED_SCRIPTS = (UNPACK_SCRIPT, conda_lock.FETCH_SCRIPT, conda_lock.SECRETS_SCRIPT)
 
+
+
+def content_hash(cell: Cell, lock: Optional[locking.Lock] = None, kb=None, closure_of: Optional[Cell] = None) -> str:
+    """The content hash of ``cell``'s build context (see `resolve`): the label its images carry."""
+    return resolve(cell, kb, lock, closure_of).content_hash
+
+
+def _context_hash(drafted: Mapping[str, bytes], own_wheel: Optional[Tuple[str, str]],
+                  shared: Mapping[str, Tuple[bytes, str]]) -> str:
+    """The sha256 of a context's listing, one line per file, ``NAME SHA256``, sorted by name (what
+    `sha256sum` prints), then the sha256 of the cell's own torch_npu wheel when it brings one
+    (staged into the build, and named by no file of the context when the cell has no lock);
+    16 hex digits. The files every context may share (``shared``: `_shared_digests`) are hashed
+    once per process."""
+    listing = []
+    for name in sorted(drafted):
+        data = drafted[name]
+        known = shared.get(name)
+        listing.append(f"{name} {known[1] if known is not None and known[0] is data else hashlib.sha256(data).hexdigest()}\n")
+    if own_wheel:
+        listing.append(f"torch_npu wheel {own_wheel[1]}\n")
+    return hashlib.sha256("".join(listing).encode()).hexdigest()[:16]
 
 
 @lru_cache(maxsize=1)
-def _environment() -> jinja2.Environment:
-    return jinja2.Environment(
-        loader=jinja2.FileSystemLoader(str(TEMPLATES)),
-        undefined=jinja2.StrictUndefined,
-        trim_blocks=True,
-        lstrip_blocks=True,
-        keep_trailing_newline=True,
-        autoescape=False,
-    )
-
-
-@lru_cache(maxsize=1)
-def _inputs_digest() -> str:
-    """Hash of everything besides the cell that shapes a context: templates and the smoke program."""
-    h = hashlib.sha256()
-    templates = [path for path in sorted(TEMPLATES.iterdir()) if path.is_file()]  # not a __pycache__ folder
-    for path in templates + [SMOKE_FILES[k] for k in sorted(SMOKE_FILES)] + [knowledge.ERRORS_FILE]:
-        h.update(path.name.encode() + b"\0" + path.read_bytes() + b"\0")
-    return h.hexdigest()
-
-
-def content_hash(cell: Cell, lock: Optional[locking.Lock] = None) -> str:
-    """A short hash of the cell's values, its lock and the shared inputs (templates, smoke
-    program, error table): what the build context is made of. A changed lock changes it,
-    so `ci-matrix` rebuilds exactly the cells whose lock moved.
-
-    Mirrors are left out: they change where bytes come from, not which bytes (so is the
-    path of a cell's own torch_npu wheel: its sha256 stands for it).
-    """
-    # a shallow copy: dataclasses.asdict deep-copies every value and was most of render's time
-    data = {f.name: getattr(cell, f.name) for f in fields(cell)
-            if f.name not in ("where", "path", "fields", "mirrors", "torch_npu_wheel", *DERIVED)}
-    if cell.torch_npu_wheel:  # its bytes, not where the file lies
-        data["torch_npu_wheel"] = cell.torch_npu_wheel[1]
-    blob = json.dumps(data, sort_keys=True, default=str) + _inputs_digest() + (lock.content if lock else "")
-    return hashlib.sha256(blob.encode()).hexdigest()[:16]
+def _shared_digests() -> Dict[str, Tuple[bytes, str]]:
+    """The files every context may share, as read once (`_smoke_files`, `_shipped`), with their sha256."""
+    found = {**_smoke_files(), **{name: _shipped(name) for name in SHIPPED_SCRIPTS}}
+    return {name: (data, hashlib.sha256(data).hexdigest()) for name, data in found.items()}
 
 
 def _json(data: object) -> bytes:
     return (json.dumps(data, indent=2, sort_keys=True) + "\n").encode()
 
 
-@lru_cache(maxsize=1)
-def _template() -> jinja2.Template:
-    """The Dockerfile's template, compiled once per process: ``get_template`` would look at
-    the file again on every call (a stat per Dockerfile, half of what formatting one cost)."""
-    return _environment().get_template("Dockerfile.j2")
-
-
 def dockerfile(p: planning.Plan) -> bytes:
-    return _template().render(plan=p).encode()
+    """The Dockerfile of ``p``: its blocks' fragments, in order."""
+    return blocks.dockerfile(p.blocks).encode()
 
 
 def resolve(cell: Cell, kb=None, lock: Optional[locking.Lock] = None,
             closure_of: Optional[Cell] = None) -> planning.CellPlan:
     """``cell`` resolved once: its facts (`facts.resolve_facts`, the one pass over the knowledge
-    base), with the content hash of what its context is made of, then its plan (`plan.resolve`)."""
-    cell_facts = resolve_facts(cell, kb or knowledge.load(), lock, closure_of, content_hash(cell, lock))
-    return planning.resolve(cell_facts)
+    base), its plan (`plan.resolve`), and the content hash of its build context (`_resolved`)."""
+    unhashed, digest, _ = _hashed(cell, kb, lock, closure_of)
+    return unhashed.with_content_hash(digest)
+
+
+def _hashed(cell: Cell, kb, lock: Optional[locking.Lock],
+            closure_of: Optional[Cell]) -> Tuple[planning.CellPlan, str, Dict[str, bytes]]:
+    """``cell``'s plan made with its content hash left empty, the content hash, and the files of
+    its context with the hash in place.
+
+    The content hash is the hash of the build context itself (`_context_hash`), every file made
+    with the hash's own place left empty (the content-hash label, the manifests' ``content_hash``):
+    every byte that reaches a build counts (the cell's values, its lock, the knowledge base's
+    answers, the smoke program, how the blocks format them), and nothing else does (a refactoring
+    of the renderer that moves no byte leaves every hash alone). The hash then takes its place:
+    in the plan, and in the files, where the empty value is replaced (`_stamped`; `files` of the
+    plan makes the same bytes).
+    """
+    shared = _shared_digests()  # the shared inputs (the error table among them) read before the cell's facts
+    unhashed = planning.resolve(resolve_facts(cell, kb or knowledge.load(), lock, closure_of, ""))
+    drafted = files(unhashed)
+    digest = _context_hash(drafted, cell.torch_npu_wheel, shared)
+    return unhashed, digest, _stamped(drafted, unhashed, digest)
+
+
+_EMPTY_LABEL = f'{vocabulary.Label.CONTENT_HASH}=""'.encode()
+_EMPTY_KEY = b'"content_hash": ""'
+
+
+def _stamped(drafted: Dict[str, bytes], unhashed: planning.CellPlan, digest: str) -> Dict[str, bytes]:
+    """``drafted`` with ``digest`` where the content hash was left empty: in each Dockerfile, the
+    label (in `blocks.ImageLabels`, the last block: its last such text), in each manifest the
+    top-level key (keys are sorted, and any other ``content_hash`` key is nested in one after it)."""
+    out = dict(drafted)
+    label, key = f'{vocabulary.Label.CONTENT_HASH}="{digest}"'.encode(), f'"content_hash": "{digest}"'.encode()
+    for p in unhashed.plans.values():
+        head, _, tail = drafted[p.dockerfile].rpartition(_EMPTY_LABEL)
+        out[p.dockerfile] = head + label + tail
+        out[p.manifest_file] = drafted[p.manifest_file].replace(_EMPTY_KEY, key, 1)
+    return out
 
 
 def files(resolved: planning.CellPlan) -> Dict[str, bytes]:
@@ -127,16 +151,12 @@ def files(resolved: planning.CellPlan) -> Dict[str, bytes]:
         p = resolved.plans[variant]
         out[p.dockerfile] = dockerfile(p)
         out[p.manifest_file] = _json(resolved.manifests[variant])
-        out.update({step.file: step.text() for step in p.installs})
+        out.update({step.file: step.text for step in p.installs})
         if p.uv:
-            out[p.uv_file] = (p.uv + "\n").encode()
-        if any(f.bundle for f in p.installers):
-            out[UNPACK_SCRIPT] = _shipped(UNPACK_SCRIPT)
-        if p.env_manager == "conda":
-            out[p.conda_secrets] = _shipped(p.conda_secrets)
-        if p.conda_packages:
-            out[p.conda_packages] = p.conda_explicit.encode()
-            out[p.conda_fetch] = _shipped(p.conda_fetch)
+            out[planning.UV_FILE] = (p.uv + "\n").encode()
+        if p.conda_explicit:
+            out[conda_lock.EXPLICIT_FILE] = p.conda_explicit.encode()
+        out.update({name: _shipped(name) for name in p.scripts})
     if resolved.lock is not None:
         out[locking.LOCK_FILE] = resolved.lock.content.encode()
     out.update(_smoke_files())
@@ -153,7 +173,7 @@ def render_cell(cell: Cell, kb=None, lock: Optional[locking.Lock] = None,
                 closure_of: Optional[Cell] = None) -> Dict[str, bytes]:
     """Every file of a cell's build context (see `files`). ``lock`` is the cell's lock;
     ``closure_of``: the cell whose lock this is, when ``cell`` is a stand-in for it."""
-    return files(resolve(cell, kb, lock, closure_of))
+    return _hashed(cell, kb, lock, closure_of)[2]
 
 
 @lru_cache(maxsize=1)

@@ -17,7 +17,7 @@ from typing import Dict, List
 
 import pytest
 
-from builder.images import ci_matrix, matrix, render
+from builder.images import blocks, ci_matrix, matrix, plan, render
 from builder.errors import UserError
 
 REPO = Path(__file__).resolve().parents[2]
@@ -85,17 +85,19 @@ def repo(pristine: Path, tmp_path: Path) -> Path:
     return root
 
 
+def _clear_render_caches() -> None:
+    for cache in (render._shipped, render._smoke_files, render._shared_digests, plan._block):
+        cache.cache_clear()
+
+
 @pytest.fixture
 def fresh_render_caches():
-    """render caches the template environment, the inputs digest and the shipped templates; tests that swap
-    the templates or the smoke program clear them before and after."""
-    render._environment.cache_clear()
-    render._inputs_digest.cache_clear()
-    render._shipped.cache_clear()
+    """render reads the shipped scripts and the smoke program once and hashes them once, and the plan
+    makes each block once (each formats its fragment once); tests that swap a block's fragment or the
+    smoke program clear those caches before and after."""
+    _clear_render_caches()
     yield
-    render._environment.cache_clear()
-    render._inputs_digest.cache_clear()
-    render._shipped.cache_clear()
+    _clear_render_caches()
 
 
 def edit_matrix(repo: Path, old: str, new: str) -> None:
@@ -133,26 +135,20 @@ def test_editing_a_version_in_the_id_builds_the_new_cell_not_the_old(repo: Path)
     assert ids(now(repo, "HEAD")) == [DEBIAN.replace("py3.11", "py3.12")]
 
 
-def test_template_change_rebuilds_every_cell(repo: Path, tmp_path: Path, monkeypatch, fresh_render_caches):
-    """REF rendered with a template one comment line longer than today's: a template
-    change between REF and now. Every cell's files differ, so every cell is rebuilt."""
-    old_templates = tmp_path / "old-templates"
-    shutil.copytree(render.TEMPLATES, old_templates)
-    dockerfile = old_templates / "Dockerfile.j2"
-    dockerfile.write_text("# an older template said one more line\n" + dockerfile.read_text())
+def test_a_block_change_rebuilds_every_cell(repo: Path, monkeypatch, fresh_render_caches):
+    """REF rendered with a block whose fragment said one more line than today's: a change to how the
+    Dockerfile is made between REF and now. Every cell's files differ, so every cell is rebuilt."""
     cells = cells_of(repo)
+    today = blocks.EnvDefaults.render
     with monkeypatch.context() as patch:
-        patch.setattr(render, "TEMPLATES", old_templates)
-        render._environment.cache_clear()
-        render._inputs_digest.cache_clear()
+        patch.setattr(blocks.EnvDefaults, "render", lambda self: "# an older block said one more line\n" + today(self))
         render.write(render.render_all(cells), repo / "dockerfiles")
-    ref = commit_all(repo, "rendered with the old template")
-    render._environment.cache_clear()
-    render._inputs_digest.cache_clear()
+    ref = commit_all(repo, "rendered with the old block")
+    _clear_render_caches()
 
     rows = now(repo, ref)
     assert ids(rows) == [c.id for c in cells] and len(rows) == 13
-    # ...while the commit before it (rendered with today's template) still matches.
+    # ...while the commit before it (rendered with today's blocks) still matches.
     assert now(repo, f"{ref}~1") == []
 
 
@@ -162,10 +158,9 @@ def test_smoke_program_change_rebuilds_every_cell(repo: Path, tmp_path: Path, mo
     cells = cells_of(repo)
     with monkeypatch.context() as patch:
         patch.setitem(render.SMOKE_FILES, "smoke.py", old_smoke)
-        render._inputs_digest.cache_clear()
         render.write(render.render_all(cells), repo / "dockerfiles")
     ref = commit_all(repo, "rendered with the old smoke program")
-    render._inputs_digest.cache_clear()
+    _clear_render_caches()
     assert ids(now(repo, ref)) == [c.id for c in cells]
 
 

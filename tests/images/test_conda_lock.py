@@ -312,7 +312,9 @@ def _conda_dockerfile(tmp_path: Path, path: str) -> str:
     cell = matrix.load(write_cells(tmp_path, CANN_7)[0]).cells[0]
     plan = render.resolve(cell, KB).plans[vocabulary.NPU]
     if path == "locked":
-        plan = replace(plan, conda_explicit="@EXPLICIT\nhttps://c.example/linux-64/python-3.9.7-h1_0.conda#sha256:" + "0" * 64)
+        env = plan.python_environment  # as the plan makes it of a lock with a complete conda part
+        plan = replace(plan, conda_explicit="@EXPLICIT\nhttps://c.example/linux-64/python-3.9.7-h1_0.conda#sha256:" + "0" * 64,
+                       blocks=tuple(replace(b, explicit_file=conda_lock.EXPLICIT_FILE) if b is env else b for b in plan.blocks))
     docker = render.dockerfile(plan).decode()
     assert ("sh /tmp/conda-fetch.sh" in docker) == (path == "locked")
     return docker

@@ -20,7 +20,7 @@ from packaging.utils import canonicalize_name
 
 from builder import knowledge, python_env, vocabulary
 from builder.images import lock as locking
-from builder.images import conda_lock, facts, matrix, plan, render
+from builder.images import blocks, conda_lock, facts, matrix, plan, render
 from builder.errors import UserError
 from tests.support.matrix import SHIPPED_DOCKERFILES, SHIPPED_MATRIX, write_cells
 
@@ -32,8 +32,6 @@ DRIVER = "/usr/local/Ascend/driver/lib64"
 DIGEST = "0123456789abcdef"
 SHIPPED = ("smoke.py", "parsers.py", "error_table.py", "versions.py", "vocabulary.py", "errors.json")
 GUARD_REQUIREMENT = (("ASCEND_REQUIRE_DRIVER", "25.2.RC1"), ("ASCEND_REQUIRE_FIRMWARE", ""))
-DRIVER_GUARD = {"shipped_guard": "driver_guard.py", "guard": "/usr/local/bin/ascend-driver-guard",
-                "requirement": GUARD_REQUIREMENT}
 FIELD_GUIDE_ENV = (("ASCEND_GLOBAL_LOG_LEVEL", "3"), ("HCCL_CONNECT_TIMEOUT", "1800"),
                    ("PYTORCH_NPU_ALLOC_CONF", "expandable_segments:True"))
 LOCK_PATH = "/etc/ascend-build/requirements.lock"
@@ -91,8 +89,9 @@ def _lines(entries) -> tuple:
     return tuple(line for e in entries for line in e.lines())
 
 
-def _values(p: plan.Plan) -> dict:
-    return {f.name: getattr(p, f.name) for f in dataclasses.fields(p)}
+def _fields(p: plan.Plan) -> dict:
+    """The plan's own fields but its blocks (each test compares those one by one)."""
+    return {f.name: getattr(p, f.name) for f in dataclasses.fields(p) if f.name != "blocks"}
 
 
 def _common_labels(variant: str):
@@ -111,28 +110,34 @@ def _common_labels(variant: str):
 def test_the_demo_cells_npu_plan(demo, demo_lock, kb):
     folder = "https://ascend-repo.obs.cn-east-2.myhuaweicloud.com/CANN/CANN%209.1.0/"
     toolkit, ops = "Ascend-cann-toolkit_9.1.0_linux-x86_64.run", "Ascend-cann-910b-ops_9.1.0_linux-x86_64.run"
-    assert _values(plan.plan(demo, kb, "npu", DIGEST, demo_lock)) == {
+    # CANN 9.1.0's .run files are published without a sha256, and this lock has none recorded
+    toolkit_file = plan.InstallerFile(toolkit, folder + toolkit, "", toolkit)
+    ops_file = plan.InstallerFile(ops, folder + ops, "", ops, kind="ops")
+    closure = plan.Install("closure", "lock.closure.txt", _lines(demo_lock.without("torch-npu")), True)
+    torch_npu = plan.Install("torch_npu", "lock.torch_npu.txt", tuple(demo_lock.entry("torch-npu").lines()), True)
+    p = plan.plan(demo, kb, "npu", DIGEST, demo_lock)
+    assert _fields(p) == {
         "cell_id": DEMO,
         "variant": "npu",
-        "npu": True,
-        "matrix_file": "matrix/default.yaml",
         "dockerfile": "Dockerfile",
-        "base_image": "debian:bookworm-slim",
-        "wheelhouse": "wheelhouse",
-        "installers_folder": "installers",
-        "os_family": "apt",
-        "os_codename": "bookworm",
-        "apt_components": "main",
-        "os_packages": ("bash", "ca-certificates", "curl", "unzip", "python3", "python3-venv",
-                        "gcc", "g++", "make", "libc6-dev", "libgomp1", "libnuma1"),
-        "cann": "9.1.0",
-        "chip": "910b",
-        "cann_source": "installer",
-        # CANN 9.1.0's .run files are published without a sha256, and this lock has none recorded
-        "installers": (plan.InstallerFile(toolkit, folder + toolkit, "", toolkit),
-                       plan.InstallerFile(ops, folder + ops, "", ops, kind="ops")),
-        "download_referer": "https://www.hiascend.com/",
-        "cann_env": (
+        "manifest_file": "manifest.json",
+        "lock_state": "ok",
+        "steps": ("os", "cann", "python", "closure", "chip", "torch_npu", "env", "files"),
+        "installs": (closure, torch_npu),
+        "uv": kb.uv_requirement("x86_64"),
+        "conda_explicit": "",
+        "scripts": (),
+    }
+    assert p.blocks == (
+        blocks.Header(DEMO, "matrix/default.yaml", False, "Dockerfile", "debian:bookworm-slim", ""),
+        blocks.ContextInputs("wheelhouse", ""),
+        blocks.BaseOs("apt", ("bash", "ca-certificates", "curl", "unzip", "python3", "python3-venv",
+                              "gcc", "g++", "make", "libc6-dev", "libgomp1", "libnuma1"), 1, "os", "bookworm", "main"),
+        blocks.UvStage("uv.txt", False),
+        # the chip's package installs in step 5, and torch_npu's layer is the same bytes on every chip
+        blocks.CannInstallers("9.1.0", "910b", "installer", 2, (toolkit_file, ops_file), "debian:bookworm-slim",
+                              "https://www.hiascend.com/", 5, True),
+        blocks.CannEnv((
             ("ASCEND_TOOLKIT_HOME", HOME),
             ("ASCEND_HOME_PATH", "${ASCEND_TOOLKIT_HOME}"),
             ("ASCEND_AICPU_PATH", "${ASCEND_TOOLKIT_HOME}"),
@@ -148,30 +153,16 @@ def test_the_demo_cells_npu_plan(demo, demo_lock, kb):
             ("PATH", "${ASCEND_TOOLKIT_HOME}/bin:${ASCEND_TOOLKIT_HOME}/compiler/ccec_compiler/bin:"
                      "${ASCEND_TOOLKIT_HOME}/tools/ccec_compiler/bin:${PATH}"),
             ("PATH", "${PATH}:${ASCEND_TOOLKIT_HOME}/tools/profiler/bin:${ASCEND_TOOLKIT_HOME}/python/site-packages/bin"),
-        ),
-        "python": "3.11",
-        "env_manager": "venv",
-        "env_prefix": "/opt/venv",
-        "conda_url": "",
-        "conda_sha256": "",
-        "conda_file": "",
-        "conda_explicit": "",
-        "lock_state": "ok",
-        "installs": (
-            plan.Install("closure", "lock.closure.txt", _lines(demo_lock.without("torch-npu")), True),
-            plan.Install("torch_npu", "lock.torch_npu.txt", tuple(demo_lock.entry("torch-npu").lines()), True),
-        ),
-        "torch_index": "https://download.pytorch.org/whl/cpu",
-        "torch_npu": "2.13.0",
-        "uv": kb.uv_requirement("x86_64"),
-        "env_vars": FIELD_GUIDE_ENV,
-        "tool_dir": "/opt/ascend-build",
-        "shipped_files": SHIPPED,
-        "manifest_file": "manifest.json",
-        "manifest_path": "/etc/ascend-build/manifest.json",
-        "lock_file": "requirements.lock",
-        "lock_path": LOCK_PATH,
-        "labels": (
+        )),
+        blocks.PythonEnvironment("venv", "3.11", "/opt/venv", 3),
+        blocks.LockedPackages("closure", "lock.closure.txt", 4, "/opt/venv", False),
+        blocks.ChipPackages("910b", 5, (ops_file,), True),
+        blocks.LockedPackages("torch_npu", "lock.torch_npu.txt", 6, "/opt/venv", True),
+        blocks.EnvDefaults(7, FIELD_GUIDE_ENV),
+        blocks.ShippedFiles(8, "manifest.json", "requirements.lock", SHIPPED, "driver_guard.py", "/opt/ascend-build",
+                            "/usr/local/bin/ascend-driver-guard", "/etc/ascend-build/manifest.json", LOCK_PATH),
+        blocks.DriverGuard(GUARD_REQUIREMENT, "/usr/local/bin/ascend-driver-guard"),
+        blocks.ImageLabels((
             ("org.opencontainers.image.title", f"ascend-build/pytorch:{DEMO}"),
             ("org.opencontainers.image.description", "PyTorch 2.13.0 + torch_npu 2.13.0 on CANN 9.1.0 for 910b"),
             ("org.opencontainers.image.version", DEMO),
@@ -181,10 +172,9 @@ def test_the_demo_cells_npu_plan(demo, demo_lock, kb):
             ("io.ascend-build.torch-npu", "2.13.0"),
             ("io.ascend-build.min-driver", "25.2.RC1"),
             ("io.ascend-build.min-firmware", ""),
-        ),
-        **DRIVER_GUARD,
-        "steps": ("os", "cann", "python", "closure", "chip", "torch_npu", "env", "files"),
-    }
+        )),
+    )
+    assert (p.base_image, p.installers, p.conda_file) == ("debian:bookworm-slim", (toolkit_file, ops_file), "")
 
 
 def test_a_sha256_recorded_in_the_lock_is_the_one_the_download_must_match(demo, demo_lock, kb):
@@ -198,53 +188,53 @@ def test_a_sha256_recorded_in_the_lock_is_the_one_the_download_must_match(demo, 
 
 
 def test_the_demo_cells_cpu_twin_plan(demo, demo_lock, kb):
-    assert _values(plan.plan(demo, kb, "cpu", DIGEST, demo_lock)) == {
+    """The twin: the same OS (fewer packages), Python and closure; no CANN, no torch_npu."""
+    closure = plan.Install("closure", "lock.closure.txt", _lines(demo_lock.without("torch-npu")), True)
+    p = plan.plan(demo, kb, "cpu", DIGEST, demo_lock)
+    assert _fields(p) == {
         "cell_id": DEMO,
         "variant": "cpu",
-        "npu": False,
-        "matrix_file": "matrix/default.yaml",
         "dockerfile": "Dockerfile.cpu",
-        "base_image": "debian:bookworm-slim",
-        "wheelhouse": "wheelhouse",
-        "installers_folder": "installers",
-        "os_family": "apt",
-        "os_codename": "bookworm",
-        "apt_components": "main",
-        "os_packages": ("bash", "ca-certificates", "curl", "python3", "python3-venv", "libgomp1"),
-        "cann": "",
-        "chip": "",
-        "cann_source": "",
-        "installers": (),
-        "download_referer": "",
-        "cann_env": (),
-        "python": "3.11",
-        "env_manager": "venv",
-        "env_prefix": "/opt/venv",
-        "conda_url": "",
-        "conda_sha256": "",
-        "conda_file": "",
-        "conda_explicit": "",
-        "lock_state": "ok",
-        "installs": (plan.Install("closure", "lock.closure.txt", _lines(demo_lock.without("torch-npu")), True),),
-        "torch_index": "https://download.pytorch.org/whl/cpu",
-        "torch_npu": "",
-        "uv": kb.uv_requirement("x86_64"),
-        "env_vars": FIELD_GUIDE_ENV,
-        "tool_dir": "/opt/ascend-build",
-        "shipped_files": SHIPPED,
         "manifest_file": "manifest.cpu.json",
-        "manifest_path": "/etc/ascend-build/manifest.json",
-        "lock_file": "requirements.lock",
-        "lock_path": LOCK_PATH,
-        "labels": (
+        "lock_state": "ok",
+        "steps": ("os", "python", "closure", "env", "files"),
+        "installs": (closure,),
+        "uv": kb.uv_requirement("x86_64"),
+        "conda_explicit": "",
+        "scripts": (),
+    }
+    assert p.blocks == (
+        blocks.Header(DEMO, "matrix/default.yaml", True, "Dockerfile.cpu", "debian:bookworm-slim", ""),
+        blocks.ContextInputs("wheelhouse", ""),
+        blocks.BaseOs("apt", ("bash", "ca-certificates", "curl", "python3", "python3-venv", "libgomp1"), 1, "os",
+                      "bookworm", "main"),
+        blocks.UvStage("uv.txt", True),  # no CANN stage follows: back to the OS stage
+        blocks.PythonEnvironment("venv", "3.11", "/opt/venv", 2),
+        blocks.LockedPackages("closure", "lock.closure.txt", 3, "/opt/venv", False),
+        blocks.EnvDefaults(4, FIELD_GUIDE_ENV),
+        blocks.ShippedFiles(5, "manifest.cpu.json", "requirements.lock"),
+        blocks.DriverGuard(GUARD_REQUIREMENT),  # the twin states its NPU image's requirement: the guard runs where no NPU is
+        blocks.ImageLabels((
             ("org.opencontainers.image.title", f"ascend-build/pytorch:{DEMO}-cpu"),
             ("org.opencontainers.image.description", f"CPU twin of {DEMO}: PyTorch 2.13.0 without CANN"),
             ("org.opencontainers.image.version", f"{DEMO}-cpu"),
             *_common_labels("cpu"),
-        ),
-        **DRIVER_GUARD,  # the twin states its NPU image's requirement: the guard runs where no NPU is
-        "steps": ("os", "python", "closure", "env", "files"),
-    }
+        )),
+    )
+    assert (p.installers, p.find(blocks.CannInstallers), p.find(blocks.CannEnv)) == ((), None, None)
+
+
+def test_the_blocks_of_a_plan_are_in_the_order_of_the_list(shipped, kb):
+    """Every plan's blocks come in the order `blocks.ORDER` lists, the Python steps and the chip's
+    packages among themselves in the order of the plan's steps; each numbered block holds its number."""
+    rank = {kind: (n if kind not in blocks.STEPS else blocks.ORDER.index(blocks.STEPS[0]))
+            for n, kind in enumerate(blocks.ORDER)}
+    for cell in shipped.values():
+        for variant in vocabulary.VARIANTS:
+            p = plan.plan(cell, kb, variant, DIGEST, _committed_lock(cell.id))
+            kinds = [type(b) for b in p.blocks]
+            assert [rank[k] for k in kinds] == sorted(rank[k] for k in kinds), (cell.id, variant)
+            assert [b.number for b in p.blocks if hasattr(b, "number")] == list(range(1, len(p.steps) + 1))
 
 
 def test_derived_values(demo, demo_lock, kb):
@@ -252,14 +242,13 @@ def test_derived_values(demo, demo_lock, kb):
     # the twin installs the NPU image's steps minus torch_npu: the same closure, byte for byte
     assert [i.step for i in npu.installs] == ["closure", "torch_npu"]
     assert cpu.installs == tuple(i for i in npu.installs if i.step != "torch_npu")
-    assert cpu.installs[0].text() == npu.installs[0].text()
+    assert cpu.installs[0].text == npu.installs[0].text
     assert npu.installs[1].names == ("torch-npu",) and "torch-npu" not in cpu.installs[0].names
     # the chip's package between the closure and torch_npu: chips share all below it, a bump moves neither
     assert (npu.number("os"), npu.number("closure"), npu.number("chip"), npu.number("torch_npu"),
             npu.number("files")) == (1, 4, 5, 6, 8)
     assert (cpu.number("os"), cpu.number("closure"), cpu.number("files")) == (1, 3, 5)
-    assert npu.wheelhouse_glob == "wheelhous[e]"  # matches the folder, or nothing
-    assert npu.allow_unverified == cpu.allow_unverified == "ASCEND_BUILD_ALLOW_UNVERIFIED"
+    assert plan.ALLOW_UNVERIFIED == "ASCEND_BUILD_ALLOW_UNVERIFIED"
     assert npu.unverified == cpu.unverified == ()
     with pytest.raises(ValueError):
         cpu.number("torch_npu")
@@ -275,7 +264,7 @@ def test_install_files_are_the_lock_as_pip_reads_it(demo, demo_lock, kb):
     assert "torch==2.13.0+cpu \\" in closure.lines  # the CPU build of x86_64, hashed from the wheelhouse
     assert torch_npu.lines[0] == "torch-npu==2.13.0 \\" and len(torch_npu.lines) > 1
     for install in (closure, torch_npu):
-        text = install.text().decode()
+        text = install.text.decode()
         assert text.endswith("\n") and not text.endswith("\\\n")
         for line in install.lines:
             assert HASH_LINE.match(line) or re.fullmatch(r"[a-z0-9][a-z0-9.-]*==[A-Za-z0-9.+!_-]+ \\", line), line
@@ -333,13 +322,13 @@ def test_other_sources_and_extras(tmp_path, kb):
          "torch_npu": "2.4.0"})
     image, euler = matrix.load(path).cells
     npu, cpu = plan.plan(image, kb, "npu", DIGEST), plan.plan(image, kb, "cpu", DIGEST)
-    assert (npu.base_image, npu.cann_source, npu.installers) == (ref, "image", ())
+    assert (npu.base_image, npu.block(blocks.CannInstallers).source, npu.installers) == (ref, "image", ())
     assert cpu.base_image == "local/ubuntu:22.04"  # the twin has no CANN: it starts from the OS
     # no lock yet: every requirement in one unverified step, torch_npu in its own
     assert (npu.lock_state, cpu.lock_state) == ("missing", "missing")
     assert npu.steps == ("os", "cann", "python", "unverified", "torch_npu", "env", "files")
     assert cpu.steps == ("os", "python", "unverified", "env", "files")
-    assert npu.torch_index == ""  # aarch64: torch from PyPI
+    assert npu.block(blocks.UnverifiedPackages).torch_index == ""  # aarch64: torch from PyPI
     unverified, torch_npu = npu.installs
     assert "torch==2.4.0" in unverified.lines and "six==1.16.0" in unverified.lines  # the cell's extra pin
     assert not any("+cpu" in line for line in unverified.lines)
@@ -347,9 +336,10 @@ def test_other_sources_and_extras(tmp_path, kb):
     assert cpu.installs == (unverified,)
     conda = kb.conda_installer("aarch64")
     e = plan.plan(euler, kb, "cpu", DIGEST)
-    assert (e.os_family, e.env_manager, e.env_prefix) == ("dnf", "conda", "/opt/conda/envs/ascend")
-    assert (e.conda_url, e.conda_sha256) == (conda.url, conda.sha256)
-    assert (e.lock_file, e.lock_path) == ("", LOCK_PATH)  # nothing to copy without a lock
+    env = e.python_environment
+    assert (e.block(blocks.BaseOs).family, env.manager, env.prefix) == ("dnf", "conda", "/opt/conda/envs/ascend")
+    assert (env.installer_url, env.installer_sha256, e.conda_file) == (conda.url, conda.sha256, conda.filename)
+    assert (e.block(blocks.ShippedFiles).lock_file, e.block(blocks.ShippedFiles).lock_path) == ("", LOCK_PATH)  # nothing to copy without a lock
     assert e.installs[0].lines[-3:] == ("pip", "setuptools<82", "wheel")  # conda's environment has wheel
 
 
@@ -379,7 +369,7 @@ def test_formatting_asks_the_knowledge_base_nothing(demo, demo_lock, kb, monkeyp
     monkeypatch.setattr(knowledge, "load", refuse)
     files = render.render_cell(demo, kb, demo_lock)
     assert render.dockerfile(p) == files["Dockerfile"]
-    assert [files[i.file] for i in p.installs] == [i.text() for i in p.installs]
+    assert [files[i.file] for i in p.installs] == [i.text for i in p.installs]
     assert files["lock.torch_npu.txt"].startswith(b"torch-npu==2.13.0 \\\n    --hash=sha256:")
 
 
@@ -391,7 +381,7 @@ def test_render_writes_what_the_plans_say(demo, demo_lock, kb):
         assert files[p.dockerfile] == render.dockerfile(p)
         assert json.loads(files[p.manifest_file]) == manifest(demo, variant, digest, kb, demo_lock)
         for install in p.installs:
-            assert files[install.file] == install.text()
+            assert files[install.file] == install.text
     assert files["requirements.lock"] == demo_lock.text().encode()
     assert set(vocabulary.SHIPPED_FILES) <= set(files)
     # what the folder holds beside the shipped files: Dockerfiles, manifests, the lock and its steps' files
@@ -402,6 +392,11 @@ def test_render_writes_what_the_plans_say(demo, demo_lock, kb):
 
 
 # --- the cell's lock: its state decides the Python steps -------------------------------------
+
+
+def _lock_file(p: plan.Plan) -> str:
+    """The lock file the image copies in ("" when it has no usable lock)."""
+    return p.block(blocks.ShippedFiles).lock_file
 
 
 def _dockerfile(cell, kb, variant, lock) -> str:
@@ -462,10 +457,10 @@ def test_a_complete_lock_installs_only_hashed_files(shipped, kb, cell_id):
         lock = _conda_completed(lock)
     for variant, steps in (("npu", ["closure", "torch_npu"]), ("cpu", ["closure"])):
         p = plan.plan(cell, kb, variant, DIGEST, lock)
-        assert p.lock_state == "ok" and p.lock_file == "requirements.lock"
+        assert p.lock_state == "ok" and _lock_file(p) == "requirements.lock"
         assert [i.step for i in p.installs] == steps and all(i.verified and not i.resolve for i in p.installs)
         text = _dockerfile(cell, kb, variant, lock)
-        assert _pip_lines(text) == [_uv(p.env_prefix, i.file) for i in p.installs]
+        assert _pip_lines(text) == [_uv(p.python_environment.prefix, i.file) for i in p.installs]
         assert p.uv == kb.uv_requirement(cell.arch) and p.uv.startswith("uv==")
         assert "ALLOW_UNVERIFIED" not in text and "NOT VERIFIED" not in text and "torch_index" not in text
         assert f"COPY requirements.lock {LOCK_PATH}\n" in text
@@ -486,7 +481,7 @@ def test_an_incomplete_lock_refuses_what_it_could_not_verify(demo, demo_lock, kb
     lock = _without_hashes(demo_lock, "numpy", "its index could not be reached")
     numpy = f"numpy=={demo_lock.entry('numpy').version}"
     npu, cpu = (plan.plan(demo, kb, v, DIGEST, lock) for v in vocabulary.VARIANTS)
-    assert (npu.lock_state, npu.lock_file) == ("incomplete", "requirements.lock")  # still installed into the image
+    assert (npu.lock_state, _lock_file(npu)) == ("incomplete", "requirements.lock")  # still installed into the image
     assert npu.steps == ("os", "cann", "python", "closure", "unverified", "chip", "torch_npu", "env", "files")
     closure, unverified, torch_npu = npu.installs
     assert unverified == plan.Install("unverified", "lock.unverified.txt", (numpy,), False, False,
@@ -514,8 +509,8 @@ RUN --mount=type=secret,id=buildenv --mount=type=secret,id=ca \\
         --report {vocabulary.INSTALLED_DIR}/unverified.json -r /tmp/lock.unverified.txt
 
 """
-    assert _pip_lines(text)[0] == _uv(npu.env_prefix, "lock.closure.txt")  # the closure, before it
-    assert _pip_lines(text)[2] == _uv(npu.env_prefix, "lock.torch_npu.txt")  # torch_npu, after it
+    assert _pip_lines(text)[0] == _uv("/opt/venv", "lock.closure.txt")  # the closure, before it
+    assert _pip_lines(text)[2] == _uv("/opt/venv", "lock.torch_npu.txt")  # torch_npu, after it
     assert 'io.ascend-build.lock="incomplete"' in text
     assert GUARD in _dockerfile(demo, kb, "cpu", lock)
 
@@ -532,13 +527,13 @@ def test_without_a_lock_every_requirement_is_unverified_and_resolved(cell7, kb):
     """No lock: pip resolves the top-level requirements within CANN's limits, refused unless asked."""
     reason = "The cell's lock is missing: run `ascend-build lock`"
     npu, cpu = (plan.plan(cell7, kb, v, DIGEST) for v in vocabulary.VARIANTS)
-    assert (npu.lock_state, npu.lock_file, cpu.lock_state) == ("missing", "", "missing")
+    assert (npu.lock_state, _lock_file(npu), cpu.lock_state) == ("missing", "", "missing")
     assert npu.installs == (
         plan.Install("unverified", "lock.unverified.txt", UNLOCKED_7, False, True, reason),
         plan.Install("torch_npu", "lock.torch_npu.txt", ("torch-npu==2.1.0rc1",), False, True, reason),
     )
     assert cpu.installs == npu.installs[:1]
-    assert "numpy<2" in npu.installs[0].text().decode().splitlines()  # CANN 7.0.RC1's limit
+    assert "numpy<2" in npu.installs[0].text.decode().splitlines()  # CANN 7.0.RC1's limit
     for variant, count in (("npu", 3), ("cpu", 2)):  # the conda environment's step is one of them
         text = _dockerfile(cell7, kb, variant, None)
         assert text.count(GUARD + "\n") == count
@@ -560,7 +555,7 @@ def test_a_stale_lock_is_no_lock(cell7, lock7, kb):
     assert plan.lock_inputs(pinned, kb).digest != lock7.inputs
     missing = plan.plan(pinned, kb, "npu", DIGEST)
     stale = plan.plan(pinned, kb, "npu", DIGEST, lock7)
-    assert (stale.lock_state, stale.lock_file) == ("stale", "")
+    assert (stale.lock_state, _lock_file(stale)) == ("stale", "")
     assert [dataclasses.replace(i, reason="") for i in stale.installs] == \
         [dataclasses.replace(i, reason="") for i in missing.installs]
     assert {i.reason for i in stale.installs} == {"The cell's lock is stale: run `ascend-build lock`"}
@@ -605,7 +600,7 @@ def test_the_allocator_default_only_where_torch_npu_takes_it(shipped, demo, cell
     the default is set. A cell's own value is kept either way."""
     general = (("ASCEND_GLOBAL_LOG_LEVEL", "3"), ("HCCL_CONNECT_TIMEOUT", "1800"))
     assert plan.env_vars(cell7) == general
-    assert plan.plan(cell7, kb, "npu", DIGEST).env_vars == general
+    assert plan.plan(cell7, kb, "npu", DIGEST).block(blocks.EnvDefaults).env == general
     assert "PYTORCH_NPU_ALLOC_CONF" not in plan.final_env(cell7, "npu", knowledge.load())
     assert "PYTORCH_NPU_ALLOC_CONF" not in manifest(cell7, "cpu", DIGEST, knowledge.load())["env"]
     assert "PYTORCH_NPU_ALLOC_CONF" not in _dockerfile(cell7, kb, "npu", None)

@@ -71,7 +71,7 @@ def test_a_conda_twin_asks_for_miniforges_installer_before_the_build(offline):
     assert job.image.conda_file.startswith("Miniforge3-")
     with pytest.raises(UserError) as caught:
         pipeline.preflight(job, options, Engine(), lambda line: None)  # type: ignore[arg-type]  # an Engine stand-in
-    assert caught.value.message.startswith(job.image.conda_url)
+    assert caught.value.message.startswith(job.image.python_environment.installer_url)
     assert "nothing was built" in caught.value.message
     assert caught.value.fix.startswith(f"pass --conda-installer FILE with Miniforge's installer {job.image.conda_file}")
 

@@ -459,7 +459,7 @@ def test_the_cpu_twin_has_no_cann_and_the_same_closure(cell7, lock7, kb, npu7, c
     npu, cpu = (plan.plan(cell7, kb, v, render.content_hash(cell7, lock7), lock7) for v in vocabulary.VARIANTS)
     assert [i.step for i in npu.installs] == ["closure", "unverified", "torch_npu"]
     assert cpu.installs == tuple(i for i in npu.installs if i.step != "torch_npu")
-    assert [i.text() for i in cpu.installs] == [rendered[CELL_7_X86][i.file] for i in cpu.installs]
+    assert [i.text for i in cpu.installs] == [rendered[CELL_7_X86][i.file] for i in cpu.installs]
     for install in cpu.installs:  # the same RUN in both Dockerfiles, under its own step number
         block_npu = npu7[npu7.index(f"# {npu.number(install.step)}. "):npu7.index(f"# {npu.number(install.step) + 1}. ")]
         block_cpu = cpu7[cpu7.index(f"# {cpu.number(install.step)}. "):cpu7.index(f"# {cpu.number(install.step) + 1}. ")]
