@@ -1,4 +1,4 @@
-"""How long do validate + render take for a 1,000-cell matrix? The goal is under 1 s.
+"""How long do validate + render take for a 1,000-cell matrix? The goal is under 0.5 s in process.
 
 Generates 1,000 cells (unique names) from the valid combinations of the shipped matrix:
 each shipped cell's CANN / torch_npu / OS / env, crossed with both arches, the chips
@@ -53,7 +53,8 @@ from tests.support.generated_matrix import _cell, _yaml, combinations
 
 REPO = Path(__file__).resolve().parent.parent
 
-GOAL_S = 1.0
+GOAL_S = 0.5      # validate + render of 1,000 cells, in one process
+CLI_GOAL_S = 1.0  # each command, interpreter start included
 
 
 def in_process(path: Path):
@@ -233,22 +234,22 @@ def main() -> Dict[str, str]:
               f"render {cold['render']:.3f} s = {cold['total']:.3f} s")
         print(f"in-process, best of 3: load {warm['load']:.3f} s + check {warm['check']:.3f} s + "
               f"render {warm['render']:.3f} s = {warm['total']:.3f} s "
-              f"({warm['files']} files)  -> {warm['total'] / GOAL_S:.2f} x the {GOAL_S:.0f} s goal")
+              f"({warm['files']} files)  -> {warm['total'] / GOAL_S:.2f} x the {GOAL_S} s goal")
 
         out = Path(folder) / "out"
         t_validate = min(wall("validate", "--matrix", path) for _ in range(3))
         t_render_first = wall("render", "--matrix", path, "--out", out)
         t_render_again = min(wall("render", "--matrix", path, "--out", out) for _ in range(2))
         t_check = min(wall("render", "--check", "--matrix", path, "--out", out) for _ in range(2))
-        print(f"CLI wall: validate {t_validate:.3f} s ({t_validate / GOAL_S:.2f} x goal); "
+        print(f"CLI wall: validate {t_validate:.3f} s ({t_validate / CLI_GOAL_S:.2f} x its {CLI_GOAL_S} s goal); "
               f"render {t_render_first:.3f} s first write, {t_render_again:.3f} s unchanged "
-              f"({t_render_again / GOAL_S:.2f} x goal); render --check {t_check:.3f} s")
+              f"({t_render_again / CLI_GOAL_S:.2f} x its goal); render --check {t_check:.3f} s")
         shipped_validate = min(wall("validate", "--matrix", REPO / "matrix") for _ in range(3))
         shipped_check = min(wall("render", "--check", "--matrix", REPO / "matrix", "--out", REPO / "dockerfiles")
                             for _ in range(3))
         print(f"shipped matrix, CLI wall: validate {shipped_validate:.3f} s; render --check {shipped_check:.3f} s")
     return {
-        f"validate + render, {len(cells)} cells, in-process": f"{warm['total']:.2f} s ({warm['total'] / GOAL_S:.2f} x the 1 s goal)",
+        f"validate + render, {len(cells)} cells, in-process": f"{warm['total']:.2f} s ({warm['total'] / GOAL_S:.2f} x the {GOAL_S} s goal)",
         f"validate / render --check, {len(cells)} cells, CLI": f"{t_validate:.2f} s / {t_check:.2f} s",
         "validate / render --check, shipped matrix, CLI": f"{shipped_validate:.2f} s / {shipped_check:.2f} s",
     }

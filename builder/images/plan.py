@@ -42,6 +42,7 @@ from builder.images.blocks.cann_installers import UNPACK_SCRIPT, InstallerFile
 from builder.images.blocks.common import ALLOW_UNVERIFIED as ALLOW_UNVERIFIED  # the pipeline's build arg
 from builder.images.facts import CellFacts, resolve_facts
 from builder.images.matrix import Cell
+from builder.knowledge import Installer
 from builder.errors import UserError
 
 # Field-guide defaults (section 2/3/5); a cell's env_vars override them by name. The
@@ -303,9 +304,18 @@ def installer_files(f: CellFacts) -> Tuple[InstallerFile, ...]:
     """Toolkit first, then the chip's ops package, then NNAL when the cell asks for it, each with
     the sha256 that must match: the cell's own, else the knowledge base's, else the one the lock
     recorded on first fetch. A local folder supplies each package the knowledge base lacks."""
-    given, recorded = dict(f.cell.sha256), dict(f.lock.installers if f.lock else ())
-    known = {item.kind: item for item in f.installers}
-    local = dict(f.local_packages)
+    return _installer_files(f.installers, f.cell.sha256, f.lock.installers if f.lock else (), f.local_packages)
+
+
+@lru_cache(maxsize=1024)
+def _installer_files(installers: Tuple[Installer, ...], given_pairs: Tuple[Tuple[str, str], ...],
+                     recorded_pairs: Tuple[Tuple[str, str], ...],
+                     local_pairs: Tuple[Tuple[str, str], ...]) -> Tuple[InstallerFile, ...]:
+    """`installer_files` of these values, worked out once per process (the cells of a CANN
+    release, chip and arch share them)."""
+    given, recorded = dict(given_pairs), dict(recorded_pairs)
+    known = {item.kind: item for item in installers}
+    local = dict(local_pairs)
     files = []
     for kind in installer_names.KINDS:  # in install order
         sources = TOOLKIT_SET_ENV if kind == "nnal" else ""

@@ -90,7 +90,57 @@ def _shared_digests() -> Dict[str, Tuple[bytes, str]]:
 
 
 def _json(data: object) -> bytes:
-    return (json.dumps(data, indent=2, sort_keys=True) + "\n").encode()
+    """``data`` as ``json.dumps(data, indent=2, sort_keys=True)`` writes it, and a newline.
+
+    A manifest's top-level keys are written here, each value by json's C encoder when it is a
+    string; a nested value (the environment, the lock, the pins) is written by json once per
+    process for each distinct value (`_nested`): most cells share theirs with other cells, and
+    json's indenting encoder is pure Python. Anything but a mapping with string keys goes to json.
+    """
+    if type(data) is not dict or not all(type(key) is str for key in data):
+        return (json.dumps(data, indent=2, sort_keys=True) + "\n").encode()
+    if not data:
+        return b"{}\n"
+    items = []
+    for key in sorted(data):
+        value = data[key]
+        kind = type(value)
+        if kind is str:
+            text = _ENCODE(value)
+        elif kind is dict or kind is list or kind is tuple:
+            text = _nested(_frozen(value), value)
+        else:
+            text = json.dumps(value)
+        items.append(f"{_ENCODE(key)}: {text}")
+    return ("{\n  " + ",\n  ".join(items) + "\n}\n").encode()
+
+
+_ENCODE = json.encoder.encode_basestring_ascii  # the C encoder json.dumps uses for a string (ensure_ascii)
+_NESTED: Dict[object, str] = {}  # a nested value's frozen form -> its JSON one level in (see `_nested`)
+
+
+def _frozen(value: object) -> object:
+    """A hashable form of a JSON value that tells apart what json writes apart (a dict from a
+    list, True from 1, 1 from "1")."""
+    kind = type(value)
+    if kind is str:
+        return value
+    if kind is dict:
+        return ("{", tuple((_frozen(key), _frozen(item)) for key, item in value.items()))  # type: ignore[attr-defined]
+    if kind is list or kind is tuple:
+        return ("[", tuple(_frozen(item) for item in value))  # type: ignore[attr-defined]
+    return (kind.__name__, value)
+
+
+def _nested(frozen: object, value: object) -> str:
+    """``value`` as json writes it one level in (each line after the first indented two more)."""
+    text = _NESTED.get(frozen)
+    if text is None:
+        text = json.dumps(value, indent=2, sort_keys=True).replace("\n", "\n  ")
+        if len(_NESTED) > 4096:  # a bound on a long process's memory; the next ones are written again
+            _NESTED.clear()
+        _NESTED[frozen] = text
+    return text
 
 
 def dockerfile(p: planning.Plan) -> bytes:

@@ -27,7 +27,7 @@ from typer.testing import CliRunner
 from builder import cli, installers, knowledge, python_env, vocabulary
 from builder.errors import UserError
 from builder.images import lock as locking
-from builder.images import conda_lock, facts, matrix, plan, render
+from builder.images import blocks, conda_lock, facts, matrix, plan, render
 from tests.support.matrix import REPO, SHIPPED_DOCKERFILES, SHIPPED_MATRIX, hadolint_exe, write_cells
 
 CELL_7_X86 = "cann7.0.rc1-910b-ubuntu22.04-py3.9-torch_npu2.1.0rc1-x86_64"
@@ -632,6 +632,76 @@ def test_content_hash_follows_the_lock_text(cell7, lock7):
         assert other.text() != lock7.text(), why
     assert with_lock not in hashes.values()
     assert len(set(hashes.values())) == len(changed)
+
+
+def _unstamped(files: Dict[str, bytes], digest: str) -> Dict[str, bytes]:
+    """``files`` with the content hash's place left empty again (the labels, the manifests' key)."""
+    out = dict(files)
+    for name in ("Dockerfile", "Dockerfile.cpu"):
+        out[name] = files[name].replace(f'io.ascend-build.content-hash="{digest}"'.encode(),
+                                        b'io.ascend-build.content-hash=""')
+    for name in ("manifest.json", "manifest.cpu.json"):
+        out[name] = files[name].replace(f'"content_hash": "{digest}"'.encode(), b'"content_hash": ""')
+    return out
+
+
+def _listing_hash(files: Dict[str, bytes], own_wheel_sha256: str = "") -> str:
+    """What `sha256sum` of the context's files prints, sorted by name, hashed; 16 hex digits."""
+    listing = "".join(f"{name} {hashlib.sha256(data).hexdigest()}\n" for name, data in sorted(files.items()))
+    listing += f"torch_npu wheel {own_wheel_sha256}\n" if own_wheel_sha256 else ""
+    return hashlib.sha256(listing.encode()).hexdigest()[:16]
+
+
+def test_the_content_hash_is_the_hash_of_the_context_itself(shipped, locks, rendered, unlocked):
+    """Each cell's label: the sha256 listing of its context's files, made with the hash's place left
+    empty; the label and both manifests say it once each, and no two cells share one."""
+    seen = set()
+    for contexts in (rendered, unlocked):
+        for cell_id, files in contexts.items():
+            digest = _labels(files["Dockerfile"].decode())["io.ascend-build.content-hash"]
+            assert _labels(files["Dockerfile.cpu"].decode())["io.ascend-build.content-hash"] == digest
+            assert {json.loads(files[m])["content_hash"] for m in ("manifest.json", "manifest.cpu.json")} == {digest}
+            assert sum(data.count(digest.encode()) for data in files.values()) == 4
+            assert _listing_hash(_unstamped(files, digest)) == digest, cell_id
+            seen.add(digest)
+    assert len(seen) == 2 * len(shipped.cells)
+
+
+def test_the_pipelines_plan_makes_the_very_files_render_writes(shipped, locks, rendered, kb):
+    """`resolve` (what the pipeline builds from) holds the content hash in its plans and manifests;
+    formatted again, they are byte for byte the files render wrote the hash into."""
+    for cell in shipped.cells:
+        resolved = render.resolve(cell, kb, locks[cell.id])
+        assert render.files(resolved) == rendered[cell.id]
+        assert resolved.content_hash == json.loads(rendered[cell.id]["manifest.json"])["content_hash"]
+
+
+def test_what_reaches_the_context_moves_the_hash_and_what_does_not_leaves_it(cell7, lock7, kb, monkeypatch):
+    """A knowledge-base answer the context shows (the base image) changes the hash; a cell's own wheel
+    changes it even where no file names the wheel (no lock); a block rewritten to print the same bytes,
+    and a matrix value no file shows, leave it alone."""
+    digest = render.content_hash(cell7, lock7, kb)
+
+    class OtherBase:
+        def __getattr__(self, name):
+            return getattr(kb, name)
+
+        def os_info(self, os_id):
+            return dataclasses.replace(kb.os_info(os_id), image="ubuntu:22.04-other")
+
+    assert render.content_hash(cell7, lock7, OtherBase()) != digest
+    wheel = dataclasses.replace(cell7, torch_npu_wheel=("w/torch_npu.whl", "1" * 64))
+    with_wheel, without = (render.content_hash(c, None, kb) for c in (wheel, cell7))
+    assert _unstamped(render.render_cell(wheel, kb), with_wheel) == _unstamped(render.render_cell(cell7, kb), without)
+    assert with_wheel != without
+    assert render.content_hash(dataclasses.replace(cell7, unlisted=True), lock7, kb) == digest
+    today = blocks.EnvDefaults.render
+    monkeypatch.setattr(blocks.EnvDefaults, "render", lambda self: "".join(today(self).splitlines(True)))
+    plan._block.cache_clear()  # new blocks: their fragments formatted by the rewrite
+    try:
+        assert render.content_hash(cell7, lock7, kb) == digest
+    finally:
+        plan._block.cache_clear()
 
 
 def test_render_cell_carries_the_lock(cell7, lock7, kb):

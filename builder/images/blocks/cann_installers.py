@@ -1,9 +1,9 @@
 """CANN's installers (NPU image only): every package fetched (or copied from the context) and checked
 in a stage of its own, then the toolkit installed.
 
-`SOURCES` names the ways CANN reaches an image (a cell's ``cann_source``). ``installer``: each
-file downloaded from its published URL; ``local``: copied from the context's installers folder;
-``image``: already in the base image, nothing to install. Whichever way, nothing runs before
+CANN reaches an image in one of three ways (a cell's ``cann_source``, `matrix.CANN_SOURCES`).
+``installer``: each file downloaded from its published URL; ``local``: copied from the context's
+installers folder; ``image``: already in the base image, nothing to install. Whichever way, nothing runs before
 every file has matched its sha256 and every signed bundle (a .zip) is unpacked
 (``unpack-cann.sh``); each package then installs in its own layer from its own file. The
 toolkit installs here, right after the OS; the chip's packages in `ChipPackages`, above the
@@ -12,7 +12,7 @@ Python closure.
 Parameters:
     cann              the CANN release, as the step's title says it
     chip              the chip the image is for
-    source            how CANN comes: a key of `SOURCES`
+    source            how CANN comes: ``installer``, ``local`` or ``image``
     number            the step's printed number
     installers        every package, `InstallerFile`, in install order (() for ``image``)
     base_image        the image CANN comes with (``image``: the title names it)
@@ -37,7 +37,6 @@ from typing import Tuple
 from builder.images.blocks.common import SHELL, Block, install_package, net
 from builder.images.stage import INSTALLERS
 
-SOURCES = ("installer", "local", "image")
 UNPACK_SCRIPT = "unpack-cann.sh"  # shipped beside the Dockerfile of an image whose CANN comes as signed bundles
 
 
@@ -94,10 +93,12 @@ class CannInstallers(Block):
         unpack = self.unpack_script
         if self.source == "installer":
             text = f"RUN {net(binds=(unpack,) if unpack else ())}\n"
-        else:
+        elif self.source == "local":
             text = f"RUN --mount=type=bind,source={self.installers_folder},target=/tmp/installers \\\n"
             if unpack:
                 text += f"    --mount=type=bind,source={unpack},target=/tmp/{unpack} \\\n"
+        else:
+            raise ValueError(f"CANN source {self.source!r}: not installer, local or image")
         text += "    mkdir -p /cann && \\\n"
         for f in self.installers:
             if not f.sha256:
