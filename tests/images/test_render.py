@@ -1357,3 +1357,15 @@ def test_a_render_that_cannot_write_one_file_leaves_no_new_cell_folder(copy):
     finally:
         subprocess.run(["chattr", "-i", str(last)], check=True)
 
+
+
+@pytest.mark.parametrize("value", [
+    {"b": {"x": 1}, "a": "é\"\\\n", "c": [], "d": {}, "e": None, "f": True, "g": 1.5, "h": (1, 2)},
+    {"nested": {"x": True}}, {"nested": {"x": 1}}, {"nested": {"x": "1"}}, {"nested": {1: "x"}}, {"nested": {True: "x"}},
+    {"nested": [1.0]}, {"nested": [1]}, {}, [{"a": 1}], "text", {1: "not a string key"},
+])
+def test_manifests_are_written_as_json_writes_them(value):
+    """`render._json` keeps the nested values it wrote, by what json would write apart: each value
+    twice (the second from the kept text), the same bytes as json.dumps(indent=2, sort_keys=True)."""
+    for _ in range(2):
+        assert render._json(value) == (json.dumps(value, indent=2, sort_keys=True) + "\n").encode()
