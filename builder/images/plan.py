@@ -505,15 +505,7 @@ def _installs(f: CellFacts) -> Tuple[Install, ...]:
     unverified and pip resolves: refused unless the build is asked.
     """
     if f.state in ("missing", "stale"):
-        lines = f.unlocked
-        reason = f"The cell's lock is {f.state}: run `ascend-build lock`"
-        is_npu = [python_env.name_of(line) == "torch-npu" for line in lines]
-        others = tuple(line for line, own in zip(lines, is_npu) if not own)
-        steps = [Install("unverified", LOCK_STEPS["unverified"], others, False, True, reason)]
-        if any(is_npu):
-            steps.append(Install("torch_npu", LOCK_STEPS["torch_npu"], tuple(line for line, own in zip(lines, is_npu) if own),
-                                 False, True, reason))
-        return tuple(steps)
+        return _unlocked_installs(f.state, f.unlocked)
     # "ok" and "incomplete" are states of a lock that exists: f.locked is its entries
     tnpu = next((e for e in f.locked if e.name == TORCH_NPU), None)
     rest = tuple(e for e in f.locked if e.name != TORCH_NPU)
@@ -527,6 +519,20 @@ def _installs(f: CellFacts) -> Tuple[Install, ...]:
                              False, "; ".join(f"{e.name}: {e.note}" for e in missing)))
     if tnpu is not None:
         steps.append(Install("torch_npu", LOCK_STEPS["torch_npu"], tnpu.lines, tnpu.complete, False, tnpu.note))
+    return tuple(steps)
+
+
+@lru_cache(maxsize=1024)
+def _unlocked_installs(state: str, lines: Tuple[str, ...]) -> Tuple[Install, ...]:
+    """The steps without a usable lock: every requirement unverified, pip resolves (the cells
+    that share their requirements share these steps, made once per process)."""
+    reason = f"The cell's lock is {state}: run `ascend-build lock`"
+    is_npu = [python_env.name_of(line) == "torch-npu" for line in lines]
+    others = tuple(line for line, own in zip(lines, is_npu) if not own)
+    steps = [Install("unverified", LOCK_STEPS["unverified"], others, False, True, reason)]
+    if any(is_npu):
+        steps.append(Install("torch_npu", LOCK_STEPS["torch_npu"], tuple(line for line, own in zip(lines, is_npu) if own),
+                             False, True, reason))
     return tuple(steps)
 
 

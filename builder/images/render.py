@@ -35,7 +35,7 @@ import stat
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
-from typing import Dict, Iterator, List, Mapping, Optional, Tuple
+from typing import Dict, Iterable, Iterator, List, Mapping, Optional, Set, Tuple
 
 from builder import claims, knowledge, vocabulary, writes
 from builder.images import blocks, conda_lock
@@ -97,10 +97,8 @@ def _json(data: object) -> bytes:
     process for each distinct value (`_nested`): most cells share theirs with other cells, and
     json's indenting encoder is pure Python. Anything but a mapping with string keys goes to json.
     """
-    if type(data) is not dict or not all(type(key) is str for key in data):
+    if type(data) is not dict or not data or _types(data) != _STRINGS:
         return (json.dumps(data, indent=2, sort_keys=True) + "\n").encode()
-    if not data:
-        return b"{}\n"
     items = []
     for key in sorted(data):
         value = data[key]
@@ -109,6 +107,10 @@ def _json(data: object) -> bytes:
             text = _ENCODE(value)
         elif kind is dict or kind is list or kind is tuple:
             text = _nested(_frozen(value), value)
+        elif value is None or kind is bool:
+            text = _SCALARS[value]
+        elif kind is int:
+            text = int.__repr__(value)
         else:
             text = json.dumps(value)
         items.append(f"{_ENCODE(key)}: {text}")
@@ -119,17 +121,26 @@ _ENCODE = json.encoder.encode_basestring_ascii  # the C encoder json.dumps uses 
 _NESTED: Dict[object, str] = {}  # a nested value's frozen form -> its JSON one level in (see `_nested`)
 
 
+_SCALARS = {None: "null", True: "true", False: "false"}
+_STRINGS = {str}
+
+
+def _types(values: Iterable[object]) -> Set[type]:
+    return set(map(type, values))
+
+
 def _frozen(value: object) -> object:
     """A hashable form of a JSON value that tells apart what json writes apart (a dict from a
-    list, True from 1, 1 from "1")."""
-    kind = type(value)
-    if kind is str:
+    list, True from 1, 1 from "1", 0.0 from -0.0)."""
+    if isinstance(value, str):
         return value
-    if kind is dict:
-        return ("{", tuple((_frozen(key), _frozen(item)) for key, item in value.items()))  # type: ignore[attr-defined]
-    if kind is list or kind is tuple:
-        return ("[", tuple(_frozen(item) for item in value))  # type: ignore[attr-defined]
-    return (kind.__name__, value)
+    if isinstance(value, dict):
+        if _types(value) <= _STRINGS and _types(value.values()) <= _STRINGS:  # strings only: as they are
+            return ("{", tuple(value.items()))
+        return ("{", tuple((_frozen(key), _frozen(item)) for key, item in value.items()))
+    if isinstance(value, (list, tuple)):
+        return ("[", tuple(_frozen(item) for item in value))
+    return (type(value).__name__, repr(value) if isinstance(value, float) else value)
 
 
 def _nested(frozen: object, value: object) -> str:

@@ -1362,7 +1362,8 @@ def test_a_render_that_cannot_write_one_file_leaves_no_new_cell_folder(copy):
 @pytest.mark.parametrize("value", [
     {"b": {"x": 1}, "a": "é\"\\\n", "c": [], "d": {}, "e": None, "f": True, "g": 1.5, "h": (1, 2)},
     {"nested": {"x": True}}, {"nested": {"x": 1}}, {"nested": {"x": "1"}}, {"nested": {1: "x"}}, {"nested": {True: "x"}},
-    {"nested": [1.0]}, {"nested": [1]}, {}, [{"a": 1}], "text", {1: "not a string key"},
+    {"nested": [1.0]}, {"nested": [1]}, {"nested": [0.0]}, {"nested": [-0.0]}, {}, [{"a": 1}], "text",
+    {1: "not a string key"},
 ])
 def test_manifests_are_written_as_json_writes_them(value):
     """`render._json` keeps the nested values it wrote, by what json would write apart: each value
