@@ -605,7 +605,7 @@ def _plan(f: CellFacts, variant: str, words: _Words, shared: _Shared) -> Plan:
     explicit = _conda_explicit(f) if conda else ""
     parts: List[Block] = [
         Header(cell.id, matrix_name(cell), not npu, words.dockerfile, base,
-                      stage.INSTALLERS if npu and cell.cann_source == "local" else ""),
+               stage.INSTALLERS if npu and cell.cann_source == "local" else ""),
         _block(ContextInputs, stage.WHEELHOUSE, stage.CONDA_INSTALLER if cell.env == "conda" else ""),
         _block(BaseOs, os_info.family, family.npu_packages if npu else family.cpu_packages, number["os"],
                "os" if installers or uv else "", os_info.codename or "",
