@@ -127,6 +127,12 @@ class Install:
         return _names(self.lines)
 
 
+@lru_cache(maxsize=64)
+def _apt_components(os_id: str) -> str:
+    """The archive components of an apt OS's mirror line: by distribution (the id without its version)."""
+    return APT_COMPONENTS.get(re.sub(r"[0-9.]+$", "", os_id), "main")
+
+
 @lru_cache(maxsize=1024)
 def _names(lines: Tuple[str, ...]) -> Tuple[str, ...]:
     return tuple(_NAME_END.split(line, maxsplit=1)[0] for line in lines if not line.startswith((" ", "#")))
@@ -485,10 +491,16 @@ class _Shared(NamedTuple):
     env: Tuple[Tuple[str, str], ...]      # `env_vars`
     cann_env: Tuple[Tuple[str, str], ...]  # `cann_env` (the NPU image's)
     requirement: Tuple[Tuple[str, str], ...]  # `requirement`
+    conda: Tuple[str, str, str]           # Miniforge's installer: file, URL, sha256 (all "" for a venv)
+    conda_explicit: str                   # `_conda_explicit`
 
 
 def _shared(f: CellFacts) -> _Shared:
-    return _Shared(_installs(f), env_vars(f.cell, f.default_env), cann_env(f), requirement(f.cell))
+    conda, explicit = f.conda, _conda_explicit(f) if f.conda else ""
+    installer = (_safe("file", conda.filename, "conda installer file"), _safe("url", conda.url, "conda installer URL"),
+                 _safe("sha256", dict(f.cell.sha256).get(conda.filename, conda.sha256), "conda sha256")) \
+        if conda else ("", "", "")
+    return _Shared(_installs(f), env_vars(f.cell, f.default_env), cann_env(f), requirement(f.cell), installer, explicit)
 
 
 def _variant_installs(shared: _Shared, variant: str) -> Tuple[Install, ...]:
@@ -584,7 +596,6 @@ def _plan(f: CellFacts, variant: str, words: _Words, shared: _Shared) -> Plan:
                         f"(known: {', '.join(FAMILIES)})",
                         fix="correct family: in builder/data/os.yaml, or add the family to "
                             "builder/images/blocks/base_os.py (FAMILIES)")
-    conda = f.conda
     from_image = npu and cell.cann_source == "image"
     python_steps = _variant_installs(shared, variant)
     usable = f.state in ("ok", "incomplete")
@@ -602,14 +613,14 @@ def _plan(f: CellFacts, variant: str, words: _Words, shared: _Shared) -> Plan:
     number = {step: n for n, step in enumerate(steps, 1)}
     # torch_npu's layer, above the chip's, built to be the same bytes on every chip
     same_on_every_chip = bool(chip_installers) and any(i.step == "torch_npu" and i.verified for i in python_steps)
-    explicit = _conda_explicit(f) if conda else ""
+    explicit = shared.conda_explicit
     parts: List[Block] = [
         Header(cell.id, matrix_name(cell), not npu, words.dockerfile, base,
                stage.INSTALLERS if npu and cell.cann_source == "local" else ""),
         _block(ContextInputs, stage.WHEELHOUSE, stage.CONDA_INSTALLER if cell.env == "conda" else ""),
         _block(BaseOs, os_info.family, family.npu_packages if npu else family.cpu_packages, number["os"],
                "os" if installers or uv else "", os_info.codename or "",
-               APT_COMPONENTS.get(re.sub(r"[0-9.]+$", "", cell.os), "main")),
+               _apt_components(cell.os)),
     ]
     if uv:
         parts.append(_block(UvStage, UV_FILE, not installers))
@@ -619,12 +630,8 @@ def _plan(f: CellFacts, variant: str, words: _Words, shared: _Shared) -> Plan:
                             number["chip"] if chip_installers else 0, same_on_every_chip))
         parts.append(_block(CannEnv, shared.cann_env))
     prefix = env_prefix(cell)
-    parts.append(_block(
-        PythonEnvironment, cell.env, cell.python, prefix, number["python"],
-        _safe("file", conda.filename, "conda installer file") if conda else "",
-        _safe("url", conda.url, "conda installer URL") if conda else "",
-        _safe("sha256", dict(cell.sha256).get(conda.filename, conda.sha256), "conda sha256") if conda else "",
-        conda_lock.EXPLICIT_FILE if explicit else ""))
+    parts.append(_block(PythonEnvironment, cell.env, cell.python, prefix, number["python"], *shared.conda,
+                        conda_lock.EXPLICIT_FILE if explicit else ""))
     installs = {i.step: i for i in python_steps}
     for step in python:
         if step == "chip":
