@@ -56,6 +56,7 @@ from __future__ import annotations
 
 import copy
 import json
+import time
 import uuid
 from dataclasses import replace
 from pathlib import Path
@@ -86,6 +87,7 @@ os.write(1, ("RESULT " + json.dumps({"rank": rank, "world": world, "sum": total.
                                      "vc_task_index": os.environ.get("VC_TASK_INDEX")}) + "\\n").encode())
 dist.destroy_process_group()
 '''
+DEADLINE = 240  # seconds for every pod of a run to end: a run takes under 60 s on 2 busy cores
 OPERATOR_NAME = "ascendjob-controller"  # ascend-common/api/default_name.go: ControllerName
 GROUP_NAME = "mindxdl.gitee.com"  # ascendjob_controller.go: GetGroupNameLabelValue, the API group
 CLUSTERD_DOMAIN = "clusterd-grpc-svc.mindx-dl.svc.cluster.local"  # consts.go: mindxDefaultServerDomain
@@ -214,12 +216,13 @@ def play(cluster: Cluster, pods: List[Dict[str, Any]], first: Dict[str, Any], re
             cluster.records[record] = addresses[pod_name]
     for pod in sorted(pods, key=lambda p: p is first):
         cluster.start(pod, addresses[pod["metadata"]["name"]])
-    results = []
-    for pod in pods:
-        code, out, err = cluster.wait(pod["metadata"]["name"])
-        assert code == 0, f"{pod['metadata']['name']} exited {code}:\n{out[-3000:]}\n{err[-3000:]}"
-        results += results_in(out)
-    return results
+    deadline = time.monotonic() + DEADLINE
+    ended = [(pod["metadata"]["name"], *cluster.wait(pod["metadata"]["name"], deadline - time.monotonic()))
+             for pod in pods]
+    for name, code, _, _ in ended:
+        assert code == 0, "\n".join([f"{name} {'ran past the deadline' if code is None else f'exited {code}'}"] +
+                                    [f"--- {n} (exit {c}):\n{o[-2000:]}\n{e[-2000:]}" for n, c, o, e in ended])
+    return [result for _, _, out, _ in ended for result in results_in(out)]
 
 
 def check(results: List[Dict[str, Any]], pods: int, nproc: int) -> None:

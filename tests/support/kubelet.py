@@ -40,6 +40,7 @@ from pathlib import Path
 from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 import docker
+import requests
 from docker.types import Mount
 
 from builder.engine import OWNER_LABEL, _owner
@@ -252,13 +253,14 @@ class Cluster:
                 raise AssertionError(f"the stand-in kubelet mounts no {sorted(volume)}")
         self._run(pod["metadata"]["name"], ip, command, hostname, HOSTS_HEAD + own + self._dns_lines(), env, mounts)
 
-    def wait(self, name: str, timeout: float = 300) -> Tuple[int, str, str]:
-        """(exit code, stdout, stderr) of the Pod or Service ``name`` once it has exited."""
+    def wait(self, name: str, timeout: float) -> Tuple[Optional[int], str, str]:
+        """(exit code, stdout, stderr) of the Pod or Service ``name`` once it has exited; a code of
+        None when it was still running after ``timeout`` seconds (it is killed then)."""
         ctr = self.containers[name]
-        code = ctr.wait(timeout=timeout)["StatusCode"]
+        try:
+            code: Optional[int] = ctr.wait(timeout=max(timeout, 1))["StatusCode"]
+        except (requests.exceptions.ReadTimeout, requests.exceptions.ConnectionError):
+            code = None
+            ctr.kill()
         return (code, ctr.logs(stdout=True, stderr=False).decode("utf-8", "replace"),
                 ctr.logs(stdout=False, stderr=True).decode("utf-8", "replace"))
-
-    def logs(self, name: str) -> Optional[str]:
-        ctr = self.containers.get(name)
-        return ctr.logs().decode("utf-8", "replace") if ctr is not None else None
