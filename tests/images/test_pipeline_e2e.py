@@ -609,7 +609,8 @@ def test_ctrl_c_leaves_no_tag_no_container_no_temp_tag_no_secret_file(engine, ba
     last = res.stderr.rstrip().splitlines()[-1]
     assert last.startswith("interrupted by SIGINT: published nothing;") and "Traceback" not in res.stderr
     assert f"not finished: {CELL_ID} (cpu), no tag" in last
-    assert res.stdout == ""  # no summary claims anything
+    said = json.loads(res.stdout)  # --json: no summary claims anything, the interruption is the error
+    assert said == {"error": last, "where": None, "fix": None, "exit_code": 130}
     log = (state / "logs" / f"{CELL_ID}-cpu.build.log").read_text()
     if phase == "build":
         assert "exporting to image" not in log, "the build finished before Ctrl-C"
