@@ -5,7 +5,8 @@ the real client) through four classes of fault and counts what they leave behind
   `record` at timed points, and to `image` (the test suite's CPU twin, cached) at each
   phase: build, smoke, seal, tag, push, index; each then run again.
 - concurrent: two `render`s into one tree at once; two `image` runs of one cell on one
-  state folder.
+  state folder; two `image --push --sign-key` runs of one cell with two state folders (a digest a
+  run reports must be its own image: none attests the other's).
 - disk full: `render`, a lock write and `record` onto a full tmpfs; `image` with its state
   folder on a 32 MiB tmpfs.
 - registry faults: a real docker-registry behind tests/support/faults.FaultProxy: 503, 429,
@@ -491,6 +492,7 @@ def _image_runs(tmp, rows, engine, client, host, creds, repo, family, e2e) -> No
         both.recovered += first_done.returncode == 0 and start().finish().returncode == 0
         both.unvalidated_tags += len(hf.unvalidated_tags(engine, client, repo))
 
+    _two_state_folders(tmp, both, client, host, repo, start)
     _stalled_push(tmp, rows["stall"], engine, host, creds, e2e)
     _random_kills(tmp, rows["kill at random points"], engine, client, host, creds, repo, matrix_file, e2e)
 
@@ -508,6 +510,34 @@ def _image_runs(tmp, rows, engine, client, host, creds, repo, family, e2e) -> No
         full.recovered += start(state_dir=tmp / "state-roomy").finish().returncode == 0
     except hf.CannotMount as why:
         full.notes.append(f"no tmpfs ({why})")
+
+
+def _two_state_folders(tmp: Path, row: Row, client, host: str, repo: str, start) -> None:
+    """Two `image --push --sign-key` runs of one cell at once, each with its own state folder (the
+    claims do not meet): both push one name. A digest a run reports must be its own image (the
+    manifest's config is the run's image ID), so no run attests the other's image."""
+    from builder.trust import signing
+
+    saved = os.environ.pop(signing.PASSPHRASE_ENV, None)
+    (tmp / "keys").mkdir(exist_ok=True)
+    try:
+        key = signing.generate(tmp / "keys", "team")[0]
+    finally:
+        if saved is not None:
+            os.environ[signing.PASSPHRASE_ENV] = saved
+    runs = [start("--push", host, "--sign-key", str(key), state_dir=tmp / f"state-{side}") for side in "ab"]
+    done = [run.finish() for run in runs]
+    row.faults += 1
+    reported = 0
+    for finished in done:
+        for outcome in json.loads(finished.stdout or "[]"):
+            for digest in (outcome.get("digests") or {}).values():
+                reported += 1
+                config = client.manifest(repo, digest).data.get("config") or {}
+                row.corrupted += config.get("digest") != outcome.get("image_id")  # another run's image
+    row.recovered += reported > 0
+    row.notes.append(f"image: two runs, two state folders, one pushed name: {reported} digest(s) reported, "
+                     "each checked to be its own run's image")
 
 
 def _stalled_push(tmp: Path, row: Row, engine, host: str, creds: Dict[str, str], e2e) -> None:

@@ -59,7 +59,7 @@ from builder.errors import UserError
 from builder.images import lazy, matrix, pipeline
 from builder.images.prepare import host_arch
 from builder.registry import OCI_MANIFEST, Registry
-from builder.vocabulary import CPU, DEFAULT_IMAGE, RECORDED_TIERS, SMOKE_PROGRAM, TOOL_DIR, Label, release_tag
+from builder.vocabulary import CPU, DEFAULT_IMAGE, SMOKE_PROGRAM, TOOL_DIR, Label, recorded_tiers, release_tag
 from tests.support.lazy import CONFIG, LAYER_GZIP, own_registry, tools_here
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -94,7 +94,7 @@ def smoke_files(python: str, work: Path) -> Tuple[Dict[str, List[str]], float]:
     manifest = work / "manifest.json"
     manifest.write_text(json.dumps({"schema": 1, "cell": "bench", "variant": "cpu", "env": {}}))
     done = subprocess.run([python, str(SMOKE), "--manifest", str(manifest), "--device", "cpu", "--steps", "10",
-                           "--tiers", ",".join(RECORDED_TIERS)], capture_output=True, text=True, timeout=1800,
+                           "--tiers", ",".join(recorded_tiers())], capture_output=True, text=True, timeout=1800,
                           env={**os.environ, "ASCEND_BUILD_SMOKE_TEST": "1"})
     report = json.loads(done.stdout.splitlines()[-1])
     failed = [t["name"] for t in report["tiers"] if t["status"] != "passed"]
@@ -212,7 +212,7 @@ def twin_image(engine, ref: str) -> Tuple[Callable[[Registry], str], Dict[str, L
     """The twin ``ref``: its file list from this checkout's smoke program run inside it (mounted over the
     image's own, which predates the recorder), and a function that pushes it to a registry."""
     mounts = [(str(SMOKE), SMOKE_PROGRAM, True), (str(SMOKE.parent.parent / "vocabulary.py"), f"{TOOL_DIR}/vocabulary.py", True)]
-    report, _ = pipeline.smoke(engine, ref, CPU, RECORDED_TIERS, [], mounts, ("--steps", "10"))
+    report, _ = pipeline.smoke(engine, ref, CPU, recorded_tiers(), [], mounts, ("--steps", "10"))
     failed = [t.get("name") for t in report.get("tiers", []) if t.get("status") != "passed"]
     if failed or "files_read" not in report:
         raise SystemExit(f"the smoke tiers {failed} did not pass in {ref}, or it recorded no files: {report}")
@@ -236,7 +236,7 @@ def measure(work: Path, put: Callable[[Registry], str], files_read: Dict[str, Li
             what: str) -> Dict[str, str]:
     with own_registry(work / "registry") as registry:
         validated = put(registry)
-        wanted = [p for tier in RECORDED_TIERS for p in files_read.get(tier, [])]
+        wanted = [p for tier in recorded_tiers() for p in files_read.get(tier, [])]
         started = time.monotonic()
         lazy.convert(work / "lazy", registry.name, REPO, validated, "validated-estargz", wanted)
         convert_seconds = time.monotonic() - started

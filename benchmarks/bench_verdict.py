@@ -21,7 +21,7 @@ from typing import Dict, List
 
 from builder.images import matrix, pipeline
 from builder.engine import Engine
-from builder.vocabulary import TIERS
+from builder.vocabulary import tier_names
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -42,12 +42,12 @@ def main() -> Dict[str, str]:
         [out] = pipeline.run([cell], options, engine, lambda line: None)
         if out.status != "passed":
             raise SystemExit(f"the twin did not pass: {out.message}")
-        per_tier: Dict[str, List[float]] = {name: [] for name in TIERS}
+        per_tier: Dict[str, List[float]] = {name: [] for name in tier_names()}
         totals = []
         print(f"host: {os.cpu_count()} CPUs, {cpu_model()}")
         for run in range(RUNS):
             load = load_average()
-            report, seconds = pipeline.smoke(engine, out.image_id, "cpu", TIERS, [], [])
+            report, seconds = pipeline.smoke(engine, out.image_id, "cpu", tier_names(), [], [])
             if not report.get("passed"):
                 raise SystemExit("a smoke run failed: " + "; ".join(t.get("summary", "") for t in report["tiers"]))
             totals.append(seconds)

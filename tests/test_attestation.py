@@ -30,7 +30,7 @@ from builder.trust import attached, signing, statements
 from builder.images import attest, matrix
 from builder.images.prepare import Options, prepare
 from builder.errors import UserError
-from builder.vocabulary import CPU, NPU, TIERS
+from builder.vocabulary import CPU, NPU, tier_names
 
 ROOT = Path(__file__).resolve().parents[1]
 SCHEMAS = Path(__file__).resolve().parent / "fixtures" / "attestation"
@@ -240,7 +240,7 @@ def smoke_report(device=CPU, skipped=(), **extra):
             "tiers": [{"name": t, "status": "skipped" if t in skipped else "passed",
                        "summary": "skipped: 1 NPU visible, hccl all-reduce needs >= 2" if t in skipped else f"{t} ok",
                        "details": {"device_name": "Ascend910B3", "device_count": 1} if t == "device" and device == NPU else {}}
-                      for t in TIERS],
+                      for t in tier_names()],
             "base_image": {"ref": "local/debian:12", "id": "sha256:" + "11" * 32, "digests": []}, **extra}
 
 
@@ -261,7 +261,7 @@ def test_the_statements_validate_against_the_in_toto_and_slsa_schemas(job, pair)
     key, public = pair
     proof = attest.evidence(job)
     report = smoke_report(NPU, skipped=("collective",))
-    made = attest.statements_for(report, TIERS, MISSION_CELL, NPU, "0123456789abcdef", proof)
+    made = attest.statements_for(report, tier_names(), MISSION_CELL, NPU, "0123456789abcdef", proof)
     assert [kind for kind, _ in made] == [statements.VALIDATION_V1, statements.SLSA_PROVENANCE_V1]
     bodies = [statements.statement("127.0.0.1:5000/team/img", DIGEST, kind, predicate) for kind, predicate in made]
     for body in bodies:
@@ -275,7 +275,7 @@ def test_the_statements_validate_against_the_in_toto_and_slsa_schemas(job, pair)
         validate(broken, "slsa-provenance-v1.schema.json")
 
     validation = bodies[0]["predicate"]
-    assert validation["passedTiers"] == [t for t in TIERS if t != "collective"]
+    assert validation["passedTiers"] == [t for t in tier_names() if t != "collective"]
     assert validation["skippedTiers"] == [{"name": "collective", "reason": "skipped: 1 NPU visible, hccl all-reduce needs >= 2"}]
     assert validation["ranOn"]["kind"] == "npu-host"
     assert validation["ranOn"]["npuHost"] == {"driver": "24.1.rc3", "firmware": "7.5.0.1.129", "chip": "Ascend910B3", "npus": 1}
@@ -311,7 +311,7 @@ def test_the_provenance_reads_with_in_toto_attestations_own_bindings_times_in_ut
     job = prepare(next(c for c in matrix.load(ROOT / "matrix").cells if c.id == MISSION_CELL), NPU,
                   Options(locks_dir=ROOT / "dockerfiles", allow_incomplete_lock=True))
     report = smoke_report(NPU, started="2026-12-01T11:00:00.5+01:00")
-    (_, predicate) = attest.statements_for(report, TIERS, MISSION_CELL, NPU, "h", attest.evidence(job))[1]
+    (_, predicate) = attest.statements_for(report, tier_names(), MISSION_CELL, NPU, "h", attest.evidence(job))[1]
     body = statements.statement("127.0.0.1:5000/team/img", DIGEST, statements.SLSA_PROVENANCE_V1, predicate)
     from in_toto_attestation.v1 import statement_pb2
 
@@ -340,7 +340,7 @@ def test_the_provenance_reads_with_in_toto_attestations_own_bindings_times_in_ut
     (smoke_report(CPU, emulated="qemu-user: aarch64 on an x86_64 host"), "emulated"),
 ])
 def test_the_validation_statement_says_where_it_ran(report, kind):
-    predicate = attest.validation_predicate(report, TIERS, CELL_ID, CPU, "h")
+    predicate = attest.validation_predicate(report, tier_names(), CELL_ID, CPU, "h")
     assert predicate["ranOn"]["kind"] == kind and predicate["ranOn"]["npuHost"] is None
 
 

@@ -38,7 +38,7 @@ from builder.errors import UserError
 from builder.images import attest
 from builder.registry import OCI_MANIFEST, Registry
 from builder.trust import attached, signing, statements, variant
-from builder.vocabulary import CPU, REQUIRE_DRIVER_ENV, TIERS, Label
+from builder.vocabulary import CPU, REQUIRE_DRIVER_ENV, Label, tier_names
 from tests.support import browser
 from tests.support import trust as ht
 from tests.support.mirror import layer, push_image, push_index
@@ -51,7 +51,7 @@ ARM_CELL = FAMILY + "-aarch64"
 MISSING_CELL = "cann8.0.rc3-910b-ubuntu22.04-py3.10-torch_npu2.4.0-aarch64"  # in the shipped matrix, never pushed
 LYING_TAG = f"{MISSING_CELL}-{CPU}"  # the missing cell's twin tag, put on the Debian twin
 HOSTILE = '<script>document.title="owned"</script><img src=x onerror="alert(1)">'
-SECONDS = {name: 1.25 + n for n, name in enumerate(TIERS)}
+SECONDS = {name: 1.25 + n for n, name in enumerate(tier_names())}
 
 
 def report() -> dict:
@@ -73,7 +73,7 @@ def published(registry, creds, keys) -> Dict[str, str]:
         labels = ht.sealed_twin_labels(arch)
         made[arch] = push_image(reg, REPO, f"{cell}-{CPU}", labels, f"twin {arch}".encode(), arch, base,
                                 env=[f"{REQUIRE_DRIVER_ENV}=25.0.RC1", "PATH=/usr/bin"])
-        predicates = attest.statements_for(report(), TIERS, cell, CPU, ht.CONTENT_HASH, None)
+        predicates = attest.statements_for(report(), tier_names(), cell, CPU, ht.CONTENT_HASH, None)
         attest.attest(f"{registry.host}/{REPO}:{cell}-{CPU}", made[arch], predicates, team)
     push_index(reg, REPO, f"{FAMILY}-{CPU}", {"x86_64": made["x86_64"], "aarch64": made["aarch64"]})
     # the x86_64 twin also under another cell's tag: that tag lies, the image stays validated
@@ -133,7 +133,7 @@ def test_only_statements_that_verify_make_an_image_validated(site, published, ke
     assert (twin["cell"], twin["variant"], twin["cann"], twin["chip"], twin["torch"], twin["torch_npu"], twin["python"],
             twin["os"]) == (CELL_ID, CPU, "9.1.0", "910b", "2.13.0", "2.13.0", "3.11", "debian12")
     assert twin["min_driver"] == "25.0.RC1" and twin["ran_on"] == "cpu-twin"
-    assert [(t["name"], t["status"], t["seconds"]) for t in twin["tiers"]] == [(t, "passed", SECONDS[t]) for t in TIERS]
+    assert [(t["name"], t["status"], t["seconds"]) for t in twin["tiers"]] == [(t, "passed", SECONDS[t]) for t in tier_names()]
     assert twin["tags"] == [f"{CELL_ID}-{CPU}", f"{FAMILY}-{CPU} (index)"]
     assert data["key_fingerprint"] == signing.fingerprint(signing.load_public(keys["team"][1]))
     assert data["key_name"] == "team.pub"
@@ -238,7 +238,7 @@ def test_headless_chromium_shows_the_validated_twin_its_tiers_and_the_missing_ce
     validated, missing, refused = _text(validated), _text(missing), _text(refused)
     assert f"{CELL_ID} CPU twin" in validated
     assert "Ran on the CPU twin on a build machine" in validated
-    for tier in TIERS:
+    for tier in tier_names():
         assert f"{tier} passed {SECONDS[tier]:.1f} s" in validated
     assert published["x86_64"] in validated and published["unsigned"] not in validated
     assert f"{MISSING_CELL} 8.0.RC3 910b aarch64 NPU image, CPU twin none" in missing

@@ -35,7 +35,7 @@ from builder.images import attest, lazy
 from builder.node import pull as chooser
 from builder.registry import Registry
 from builder.trust import attached, policy, signing, statements, variant
-from builder.vocabulary import CPU, TIERS
+from builder.vocabulary import CPU, tier_names
 from tests.support import trust as ht
 from tests.support.lazy import fixture_pair
 from tests.support.trust import CELL_ID, CLI, TAG  # the fixtures (creds, keys) come from the plugin tests/conftest.py names
@@ -47,7 +47,7 @@ NO_ENGINE = "unix:///nonexistent/ascend-build-test/docker.sock"  # `run` stops t
 
 
 def _bind(reg: Registry, repo: str, validated: str, lazy_digest: str, key_file: Path) -> None:
-    validation = attest.validation_predicate(ht.report(), TIERS, CELL_ID, CPU, ht.CONTENT_HASH)
+    validation = attest.validation_predicate(ht.report(), tier_names(), CELL_ID, CPU, ht.CONTENT_HASH)
     lazy.attest_variant(reg, repo, validated, reg.manifest(repo, lazy_digest), validation, {"files": 0},
                         signing.load_private(key_file))
 

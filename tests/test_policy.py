@@ -16,7 +16,7 @@ from builder.images import attest, publish
 from builder.errors import UserError
 from builder.node.pull import TRUST_REFUSED, Node, Wanted, choose, suggestions
 from builder.registry import ImageInfo
-from builder.vocabulary import CPU, NPU, TIERS, Label
+from builder.vocabulary import CPU, NPU, Label, tier_names
 
 DIGEST = "sha256:" + "ab" * 32
 CELL = "cann9.1.0-910b-debian12-py3.11-torch_npu2.13.0-x86_64"
@@ -27,7 +27,7 @@ KEY = ec.generate_private_key(ec.SECP256R1())
 def report(device=CPU, statuses=None, **extra) -> dict:
     statuses = statuses or {}
     return {"device": device, "host": {"driver": "24.1.rc3", "firmware": "7.5.0.1.129"} if device == NPU else {},
-            "tiers": [{"name": t, "status": statuses.get(t, "passed"), "summary": f"{t}"} for t in TIERS], **extra}
+            "tiers": [{"name": t, "status": statuses.get(t, "passed"), "summary": f"{t}"} for t in tier_names()], **extra}
 
 
 def verification(predicate: dict, key=KEY, digest: str = DIGEST) -> attached.Verification:
@@ -38,7 +38,7 @@ def verification(predicate: dict, key=KEY, digest: str = DIGEST) -> attached.Ver
 
 
 def predicate(device=CPU, variant=CPU, statuses=None, **extra) -> dict:
-    return attest.validation_predicate(report(device, statuses, **extra), TIERS, CELL, variant, "h")
+    return attest.validation_predicate(report(device, statuses, **extra), tier_names(), CELL, variant, "h")
 
 
 def test_a_passed_twin_statement_is_trusted_under_any_and_refused_under_npu_host():

@@ -203,7 +203,8 @@ def test_index_through_a_failing_registry_fails_clearly_and_reports_nothing_publ
     env = dict(os.environ, ASCEND_BUILD_REGISTRY_USER=registry.username, ASCEND_BUILD_REGISTRY_PASSWORD=registry.password)
     start = time.monotonic()
     done = subprocess.run([str(cli), "index", f"{proxy.host}/{repository}:cann9.1.0-910b-debian12-py3.11-torch_npu2.13.0",
-                           "--json"], capture_output=True, text=True, env=env, cwd=tmp_path, timeout=120)
+                           "--matrix", str(Path(__file__).resolve().parents[1] / "matrix"), "--json"],
+                          capture_output=True, text=True, env=env, cwd=tmp_path, timeout=120)
     elapsed = time.monotonic() - start
     assert done.returncode == 1 and "Traceback" not in done.stderr
     [outcome] = json.loads(done.stdout)

@@ -35,7 +35,7 @@ from builder.images import attest, pipeline
 from builder.images.prepare import Options
 from builder.node.pull import listing
 from builder.registry import OCI_MANIFEST, Registry
-from builder.vocabulary import CPU, TIERS, Label
+from builder.vocabulary import CPU, Label, tier_names
 from tests.support.trust import CELL_ID, CLI, ROOT, TAG, report
 
 REPO = f"ascend-build-test/trust-{uuid.uuid4().hex[:8]}"
@@ -59,7 +59,7 @@ def attested(engine, registry, creds, keys, images):
     out = pipeline.Outcome(CELL_ID, CPU, status="passed", digests={ref: digest})
     said: List[str] = []
     start = time.monotonic()
-    out = pipeline.attest_pushed(out, report(), TIERS, "0123456789abcdef", None, options, said.append)
+    out = pipeline.attest_pushed(out, report(), tier_names(), "0123456789abcdef", None, options, said.append)
     seconds = time.monotonic() - start
     assert out.status == "passed", out.message
     assert list(out.attested) == [ref] and "attested" in said[0]
@@ -111,7 +111,7 @@ def test_appending_keeps_the_statements_there(attested, keys, creds, registry, e
     """A second key (rotation) adds its statements beside the first key's; both verify."""
     digest = push(engine, registry, images("rotated"), tag="rotation")
     ref = f"{registry.host}/{REPO}:rotation"
-    predicates = attest.statements_for(report(), TIERS, CELL_ID, CPU, "0123456789abcdef", None)
+    predicates = attest.statements_for(report(), tier_names(), CELL_ID, CPU, "0123456789abcdef", None)
     attest.attest(ref, digest, predicates, signing.load_private(keys["team"][0]))
     attest.attest(ref, digest, predicates, signing.load_private(keys["team"][0]))  # the same again: not duplicated
     attest.attest(ref, digest, predicates, signing.load_private(keys["team-2027"][0]))
@@ -179,7 +179,7 @@ def test_a_failed_attach_fails_the_outcome_and_says_what_is_published(tmp_path, 
     key = signing.load_private(signing.generate(tmp_path, "team")[0])
     ref, digest = f"127.0.0.1:9/{REPO}:{TAG}", "sha256:" + "ab" * 32  # nothing listens on port 9
     out = pipeline.Outcome(CELL_ID, CPU, status="passed", digests={ref: digest})
-    out = pipeline.attest_pushed(out, report(), TIERS, "h", None, Options(push="127.0.0.1:9", sign_key=key), print)
+    out = pipeline.attest_pushed(out, report(), tier_names(), "h", None, Options(push="127.0.0.1:9", sign_key=key), print)
     assert out.status == "error" and not out.ok
     assert out.message.startswith(f"{ref} ({digest}) is published WITHOUT its signed statements")
     assert "`ascend-build verify` refuses it" in out.message
@@ -236,7 +236,7 @@ def test_image_push_sign_key_attests_the_twin_and_verify_accepts_it(registry, cr
         assert all(s["verified"] for s in result["statements"])
         validation = by_type[statements.VALIDATION_V1]["predicate"]
         assert validation["cell"] == CELL_ID and validation["ranOn"]["kind"] == "cpu-twin"
-        assert [t["name"] for t in validation["tiers"]] == list(TIERS)
+        assert [t["name"] for t in validation["tiers"]] == list(tier_names())
         info = Registry(registry.host).inspect(repo, TAG, "x86_64")
         assert info
         labels = info.labels

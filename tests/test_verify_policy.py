@@ -21,7 +21,7 @@ import pytest
 from builder.images import attest
 from builder.registry import Registry
 from builder.trust import signing, statements
-from builder.vocabulary import CPU, TIERS
+from builder.vocabulary import CPU, tier_names
 from tests.support import trust as ht
 from tests.support.trust import CELL_ID, CLI  # the fixtures (creds, keys) come from the plugin tests/conftest.py names
 
@@ -29,14 +29,14 @@ REPO = f"ascend-build-test/verify-policy-{uuid.uuid4().hex[:8]}"
 
 
 def genuine_predicate() -> dict:
-    return attest.validation_predicate(ht.report(), TIERS, CELL_ID, CPU, ht.CONTENT_HASH)
+    return attest.validation_predicate(ht.report(), tier_names(), CELL_ID, CPU, ht.CONTENT_HASH)
 
 
 def with_skip(reason: str) -> dict:
     predicate = genuine_predicate()
     predicate["tiers"][-1]["status"] = "skipped"
     predicate["passedTiers"] = predicate["passedTiers"][:-1]
-    predicate["skippedTiers"] = [{"name": TIERS[-1], "reason": reason}]
+    predicate["skippedTiers"] = [{"name": tier_names()[-1], "reason": reason}]
     return predicate
 
 
@@ -53,8 +53,8 @@ def failed_tier() -> dict:
 CASES = {
     "verdict-failed": (changed(verdict="failed"), "its validation statement says failed, not passed"),
     "no-required-tiers": (changed(requiredTiers=[]), "its validation statement names no required tiers"),
-    "failed-tier": (failed_tier(), f"not every required tier passed: {TIERS[1]} failed"),
-    "skipped-no-reason": (with_skip(""), f"required tier(s) {TIERS[-1]} skipped without a reason"),
+    "failed-tier": (failed_tier(), f"not every required tier passed: {tier_names()[1]} failed"),
+    "skipped-no-reason": (with_skip(""), f"required tier(s) {tier_names()[-1]} skipped without a reason"),
 }
 
 

@@ -20,7 +20,7 @@ import pytest
 from builder.images import attest
 from builder.registry import OCI_MANIFEST, Registry
 from builder.trust import signing
-from builder.vocabulary import CPU, NPU, TIERS
+from builder.vocabulary import CPU, NPU, tier_names
 from tests.support import trust as ht
 from tests.support.trust import CELL_ID, CLI, TAG  # the fixtures (creds, keys) come from the plugin tests/conftest.py names
 
@@ -97,7 +97,7 @@ def test_a_statement_about_the_tags_cell_beside_another_validates(genuine, regis
         digest = ht.put_tiny_image(reg, REPO, "both-" + uuid.uuid4().hex[:6], ht.sealed_twin_labels(arch))
         for cell in (CELL_ID, ARM_CELL):
             attest.attest(f"{registry.host}/{REPO}:{ARM_TAG}", digest,
-                          attest.statements_for(ht.report(), TIERS, cell, CPU, ht.CONTENT_HASH, None), key)
+                          attest.statements_for(ht.report(), tier_names(), cell, CPU, ht.CONTENT_HASH, None), key)
         tag = f"{ARM_TAG}-on-os{len(arch)}"  # a stand-in twin's tag: it names the aarch64 twin too
         reg.put_manifest(REPO, tag, reg.manifest(REPO, digest).body, OCI_MANIFEST)
         done = verify(registry, creds, keys, f":{tag}", "--json")

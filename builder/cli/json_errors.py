@@ -6,7 +6,8 @@ error of the command line), the entry point prints one object instead::
 
     {"error": "what went wrong", "where": "file:line:column or null", "fix": "what to do, or null", "exit_code": 2}
 
-``error`` is the UserError's message, or else what the run said on standard error. Standard error
+``error`` is the UserError's message, or else what the run said last on standard error (`last_word`:
+its progress lines left out). Standard error
 says it all as it does without ``--json``. The command line asks for JSON when ``--json`` stands
 before any ``--`` (what follows ``--`` is another program's).
 
@@ -14,7 +15,7 @@ Example:
     >>> wanted(["list", "--json"]), wanted(["run", "IMAGE", "--", "tool", "--json"]), wanted(["list"])
     (True, False, False)
     >>> failure(2, said="Usage: ascend-build list [OPTIONS]\\n\\nError: No such option: --jsn\\n")
-    {'error': 'Usage: ascend-build list [OPTIONS]\\n\\nError: No such option: --jsn', 'where': None, 'fix': None, 'exit_code': 2}
+    {'error': 'Error: No such option: --jsn', 'where': None, 'fix': None, 'exit_code': 2}
 """
 
 from __future__ import annotations
@@ -39,7 +40,23 @@ def failure(exit_code: int, error: Optional[UserError] = None, said: str = "") -
     if error is not None:
         return {"error": error.message, "where": str(error.where) if error.where else None, "fix": error.fix or None,
                 "exit_code": exit_code}
-    return {"error": said.strip() or f"exit code {exit_code}", "where": None, "fix": None, "exit_code": exit_code}
+    return {"error": last_word(said) or f"exit code {exit_code}", "where": None, "fix": None, "exit_code": exit_code}
+
+
+_LAST_WORD = ("error:", "Error:", "interrupted", "Usage:")  # how a run's own last word starts on stderr
+
+
+def last_word(said: str) -> str:
+    """What a run said last on stderr, its progress lines left out: from the last line that starts
+    an error, an interruption or a usage message, to the end (the last line when none does).
+
+    Example:
+        >>> last_word("[c] step 2/9 RUN x\\ninterrupted by SIGINT: published nothing\\n")
+        'interrupted by SIGINT: published nothing'
+    """
+    lines = said.strip().splitlines()
+    starts = [i for i, line in enumerate(lines) if line.startswith(_LAST_WORD)]
+    return "\n".join(lines[starts[-1] if starts else -1:]) if lines else ""
 
 
 class _Watched:

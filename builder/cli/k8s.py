@@ -15,7 +15,7 @@ from builder.cli import k8s_choice
 from builder.cli.node import RequireOpt, RootOpt, how_chosen
 from builder.cli.trust_key import TrustKeyOpt, trust_key as decide_trust_key
 from builder.errors import UserError
-from builder.vocabulary import CPU, NPU, VARIANTS, Label
+from builder.vocabulary import CPU, NPU, Label
 
 k8s_app = typer.Typer(no_args_is_help=True, help="Kubernetes manifests for the validated image that fits a node pool.")
 app.add_typer(k8s_app, name="k8s")
@@ -32,9 +32,7 @@ def job_command(
     npus: Optional[int] = typer.Option(None, "--npus",
                                        help="NPUs per pod (the device plugin's resource, limits = requests); "
                                             "with --variant cpu, processes per pod (default 1)."),
-    variant: str = typer.Option(NPU, "--variant", metavar="npu|cpu",
-                                help="The NPU image (default), or its CPU twin: no NPU asked for, no driver mounted, "
-                                     "any node of the arch (a manifest to try before any NPU image exists)."),
+    variant: str = k8s_choice.VariantOpt,
     chip: Optional[str] = k8s_choice.ChipOpt,
     nodes: Optional[Path] = k8s_choice.NodesOpt,
     kind: str = typer.Option("job", "--kind", metavar="job|volcano|ascendjob",
@@ -65,9 +63,7 @@ def job_command(
 
     trusted = decide_trust_key(trust_key)
     key = trusted.key
-    if variant not in VARIANTS:
-        raise UserError(f"--variant {variant!r} is none of {', '.join(VARIANTS)}", exit_code=2,
-                        fix="--variant npu (the NPU image) or --variant cpu (its CPU twin)")
+    k8s_choice.check_variant(variant)
     if npus is None:
         if variant == NPU:
             raise UserError("--npus is needed: the NPUs each pod asks the device plugin for", exit_code=2,
@@ -79,6 +75,8 @@ def job_command(
         raise UserError("--nodes-count is for --kind volcano or ascendjob (a batch/v1 Job here runs one pod)",
                         fix="add --kind volcano (or ascendjob), or leave --nodes-count out")
     launcher.check(tuple(ctx.args), nodes_count, kind)
+    if kind == "ascendjob":
+        ascendjob.check(tuple(ctx.args), nodes_count, variant, npus)
     job.check_name(name)
     policy.check_requirement(require)
     found = k8s_choice.read_pool(nodes, chip, root, variant)
@@ -114,8 +112,10 @@ def job_command(
     if variant == CPU:
         header.append("the CPU twin: no NPU asked for, no driver mounted, any node of the arch "
                       "(a numerical reference, not the NPU image)")
+    header += (volcano.header(name) if kind == "volcano" else
+               ascendjob.header(name, spec) if kind == "ascendjob" else [])
     text = manifest_yaml.render(manifest, header)
     if prepull:
-        text += "---\n" + manifest_yaml.render(prepulls.daemonset(name, spec, annotations),
+        text += "---\n" + manifest_yaml.render(prepulls.daemonset(name, spec, prepulls.pull_annotations(best.tag)),
                                                prepulls.header(name))
     typer.echo(text, nl=False)

@@ -14,10 +14,11 @@ import typer
 from builder import bounded, commands
 from builder.cli import paths
 from builder.cli.app import host_arch, within
+from builder.errors import UserError
 from builder.k8s.pool import Pool
 from builder.registry import ImageInfo
 from builder.trust.policy import Verdict
-from builder.vocabulary import CPU, DEFAULT_IMAGE, NPU
+from builder.vocabulary import CPU, DEFAULT_IMAGE, NPU, VARIANTS
 
 # The options `k8s job` and `k8s prepull` share: the same words choose the same image.
 RegistryOpt = typer.Option(..., "--registry", help="HOST[:PORT][/REPOSITORY] the images are in.")
@@ -28,6 +29,17 @@ NodesOpt = typer.Option(None, "--nodes", metavar="FILE", callback=paths.FILE,
 NameOpt = typer.Option("ascend-train", "--name", help="The job's name (its pre-pull manifest is NAME-prepull).")
 TorchOpt = typer.Option(None, "--torch", help="Pin torch (default: the newest that fits).")
 PythonOpt = typer.Option(None, "--python", help="Pin Python, e.g. 3.10.")
+VariantOpt = typer.Option(NPU, "--variant", metavar="npu|cpu",
+                          help="The NPU image (default), or its CPU twin: no NPU asked for, no driver mounted, "
+                               "any node of the arch (a manifest to try before any NPU image exists).")
+
+
+def check_variant(variant: str) -> str:
+    """``--variant`` as given, if it is one ascend-build builds."""
+    if variant not in VARIANTS:
+        raise UserError(f"--variant {variant!r} is none of {', '.join(VARIANTS)}", exit_code=2,
+                        fix="--variant npu (the NPU image) or --variant cpu (its CPU twin)")
+    return variant
 
 
 def read_pool(nodes: Optional[Path], chip: Optional[str], root: Path, variant: str = NPU) -> Pool:

@@ -15,7 +15,7 @@ from builder.cli.k8s import k8s_app
 from builder.cli.node import RequireOpt, RootOpt, how_chosen
 from builder.cli.trust_key import TrustKeyOpt, trust_key as decide_trust_key
 from builder.errors import UserError
-from builder.vocabulary import Label
+from builder.vocabulary import CPU, Label
 
 PREPULL_KINDS = ("daemonset", "openkruise")
 
@@ -29,6 +29,7 @@ def prepull_command(
     kind: str = typer.Option("daemonset", "--kind", metavar="daemonset|openkruise",
                              help="An apps/v1 DaemonSet, or an OpenKruise ImagePullJob (needs --nodes: it names the nodes)."),
     name: str = k8s_choice.NameOpt,
+    variant: str = k8s_choice.VariantOpt,
     torch: Optional[str] = k8s_choice.TorchOpt,
     python: Optional[str] = k8s_choice.PythonOpt,
     trust_key: Optional[str] = TrustKeyOpt,
@@ -50,6 +51,7 @@ def prepull_command(
     from builder.trust import policy
 
     trusted = decide_trust_key(trust_key)
+    k8s_choice.check_variant(variant)
     if kind not in PREPULL_KINDS:
         raise UserError(f"--kind {kind!r} is none of {', '.join(PREPULL_KINDS)}", fix="--kind daemonset or --kind openkruise")
     if kind == "openkruise" and nodes is None:
@@ -57,16 +59,16 @@ def prepull_command(
                         fix="pass --nodes (kubectl get nodes -o json > nodes.json), or --kind daemonset")
     job.check_name(name)
     policy.check_requirement(require)
-    found = k8s_choice.read_pool(nodes, chip, root)
-    wanted = chooser.Wanted(cann=cann, torch=torch, python=python)
+    found = k8s_choice.read_pool(nodes, chip, root, variant)
+    wanted = chooser.Wanted(cann=cann, torch=torch, python=python, variant=variant)
     chosen = k8s_choice.choose(registry, found, wanted, trusted.key, require, deadline, nodes is None,
                                "k8s prepull")
     best = chosen.best
-    annotations = {"ascend-build.io/image-tag": best.tag}
+    annotations = prepull.pull_annotations(best.tag)
     if kind == "daemonset":
         spec = pod.PodSpec(image=chosen.image, chip=best.labels.get(Label.CHIP) or found.node.chip or "",
                            arch=found.node.arch, npus=1, command=(), min_driver=best.labels.get(Label.MIN_DRIVER, ""),
-                           chip_values=found.chip_values, drivers=found.drivers)
+                           chip_values=found.chip_values, drivers=found.drivers, variant=variant)
         manifest, notes = prepull.daemonset(name, spec, annotations), prepull.header(name)
     else:
         manifest = prepull.image_pull_job(name, chosen.image, found.names, annotations)
@@ -74,4 +76,6 @@ def prepull_command(
                  f"per node: kubectl get imagepulljob {prepull.prepull_name(name)} -o yaml (status.failedNodes)"]
     header = [f"ascend-build k8s prepull: image tag {best.tag}, chosen for {chosen.subject} (arch {found.node.arch}, "
               f"chip {found.node.chip}, driver {found.node.driver})", how_chosen(trusted, require, chosen.verdict), *notes]
+    if variant == CPU:
+        header.append("the CPU twin (--variant cpu): the image k8s job --variant cpu chooses, on any node of the arch")
     typer.echo(manifest_yaml.render(manifest, header), nl=False)

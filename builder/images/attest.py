@@ -44,7 +44,7 @@ from builder.images.prepare import Job, host_arch
 from builder.errors import UserError
 from builder.registry import Registry
 from builder.trust.signing import PrivateKey
-from builder.vocabulary import CPU, NPU
+from builder.vocabulary import CPU, DEVICE_TIER, NPU
 
 
 @dataclass(frozen=True)
@@ -87,7 +87,7 @@ def _ran_on(report: Dict) -> Dict:
     """Where the smoke test ran, in the words a policy checks: ``kind`` is ``npu-host``,
     ``emulated``, ``stand-in`` or ``cpu-twin`` (the first that applies)."""
     host = report.get("host") or {}
-    device_tier: Dict = next((t for t in report.get("tiers", []) if t.get("name") == "device"), {})
+    device_tier: Dict = next((t for t in report.get("tiers", []) if t.get("name") == DEVICE_TIER), {})
     details = device_tier.get("details") or {}
     npu = report.get("device") == NPU
     kind = ("npu-host" if npu and not report.get("emulated") else "emulated" if report.get("emulated")

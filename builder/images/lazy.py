@@ -45,7 +45,7 @@ from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tupl
 from builder.errors import UserError
 from builder.registry import Manifest, Registry, credentials, is_loopback, split_reference
 from builder.trust.signing import PrivateKey
-from builder.vocabulary import LAZY_FORMATS, RECORDED_TIERS, platform_of
+from builder.vocabulary import LAZY_FORMATS, platform_of, recorded_tiers
 
 ESTARGZ = LAZY_FORMATS[0]
 FORMATS = LAZY_FORMATS
@@ -303,20 +303,18 @@ def convert(folder: Path, host: str, repository: str, digest: str, tag: str, pri
 
 # --- the pipeline's step: after the validated image is pushed (and attested) -------------------
 
-PREFETCH_TIERS = RECORDED_TIERS  # the tiers whose reads the variant puts first
-
-
 def prefetch_of(report: Dict[str, Any]) -> Tuple[List[str], Dict[str, Any]]:
     """The files the smoke report says its import, device and train tiers read (``files_read``, in
     the order first read), and what the statement records of them."""
     recorded = report.get("files_read") if isinstance(report.get("files_read"), dict) else {}
+    prefetch = recorded_tiers()  # the tiers whose reads the variant puts first
     paths: List[str] = []
-    for tier in PREFETCH_TIERS:
+    for tier in prefetch:
         for path in (recorded.get(tier) or []) if isinstance(recorded, dict) else []:
             if isinstance(path, str) and path not in paths:
                 paths.append(path)
     listing = json.dumps(paths, separators=(",", ":")).encode()
-    return paths, {"tiers": [t for t in PREFETCH_TIERS if isinstance(recorded, dict) and t in recorded],
+    return paths, {"tiers": [t for t in prefetch if isinstance(recorded, dict) and t in recorded],
                    "files": len(paths), "listingSha256": "sha256:" + hashlib.sha256(listing).hexdigest()}
 
 

@@ -284,8 +284,8 @@ def smoke(engine: Engine, image: str, device: str, tiers: Tuple[str, ...], docke
           mounts: List[Tuple[str, str, bool]], extra: Tuple[str, ...] = (), scale: float = 1.0) -> Tuple[Dict, float]:
     """Run the smoke program inside ``image``; return its JSON report and the seconds it took.
 
-    Each tier has its own deadline (``TIER_SECONDS`` times ``scale``), kept by the smoke
-    program; the container runs under an init, and the engine kills it after
+    Each tier has its own deadline (its entry's ``seconds`` in ``vocabulary.SMOKE_TIERS``, times
+    ``scale``), kept by the smoke program; the container runs under an init, and the engine kills it after
     `engine_timeout`: then the report is a failed one that says so, with the output's tail.
     """
     command = ["python", SMOKE_PROGRAM, "--device", device, "--tiers", ",".join(tiers), *extra]

@@ -28,7 +28,7 @@ from builder.images.matrix import Cell
 from builder.images.plan import CellPlan, Plan
 from builder.errors import UserError
 from builder.trust.signing import PrivateKey
-from builder.vocabulary import CPU, NPU, STATIC_TIERS, VARIANTS, normalize_arch, required_tiers
+from builder.vocabulary import CPU, NPU, VARIANTS, normalize_arch, required_tiers, static_tiers
 
 
 PUSH_DEADLINE = 900.0  # seconds, `image --push-deadline`'s default
@@ -98,10 +98,6 @@ class Job:
 HOST_ARCH = normalize_arch(platform.machine()) or platform.machine()
 
 
-# (variant, cann_only) -> the tiers its image must pass, read from the vocabulary once
-REQUIRED_TIERS = {(v, c): required_tiers(v, c) for v in VARIANTS for c in (False, True)}
-
-
 def host_arch() -> str:
     """This machine's arch in the matrix's words (`HOST_ARCH`)."""
     return HOST_ARCH
@@ -114,12 +110,13 @@ def smoke_plan(variant: str, options: Options, cann_only: bool = False) -> Smoke
     the static tiers, on an NPU host too (nothing in it runs on the device).
     """
     if variant == CPU:
-        return SmokePlan(CPU, REQUIRED_TIERS[CPU, bool(cann_only)], [], [], True)
+        return SmokePlan(CPU, required_tiers(CPU, bool(cann_only)), [], [], True)
     present = [] if options.no_device else devices.npu_devices(options.root)
-    if not present:
-        return SmokePlan(NPU, STATIC_TIERS, [], devices.driver_mounts(options.root), False)
+    if not present:  # a build machine: the tiers it owes that need no device, for a -candidate
+        owed = required_tiers(NPU, bool(cann_only))
+        return SmokePlan(NPU, tuple(t for t in static_tiers() if t in owed), [], devices.driver_mounts(options.root), False)
     chosen = devices.choose(present, options.devices)
-    return SmokePlan(NPU, REQUIRED_TIERS[NPU, bool(cann_only)], devices.docker_devices(chosen, options.root),
+    return SmokePlan(NPU, required_tiers(NPU, bool(cann_only)), devices.docker_devices(chosen, options.root),
                      devices.driver_mounts(options.root), True)
 
 

@@ -39,7 +39,7 @@ def job(name: str, spec: PodSpec, annotations: Mapping[str, str]) -> Dict[str, A
     """The Job manifest. ``backoffLimit: 0``: a failed training run is looked at, not silently restarted
     on the same data; one pod, so the rendezvous is the pod itself (`builder.k8s.launcher`)."""
     check_name(name)
-    env = launcher.rendezvous_env(spec.command, 1, spec.npus, "0", "localhost", str(MASTER_PORT), "batch/v1")
+    command, env = launcher.rendezvous(spec.command, 1, spec.npus, "0", "localhost", str(MASTER_PORT), "batch/v1")
     labels = {**MANAGED_BY, **ring_controller(spec)}
     return {
         "apiVersion": "batch/v1",
@@ -47,6 +47,6 @@ def job(name: str, spec: PodSpec, annotations: Mapping[str, str]) -> Dict[str, A
         "metadata": {"name": name, "labels": dict(labels), "annotations": dict(annotations)},
         "spec": {
             "backoffLimit": 0,
-            "template": {"metadata": {"labels": dict(labels)}, "spec": pod_spec(spec, env)},
+            "template": {"metadata": {"labels": dict(labels)}, "spec": pod_spec(spec, env, command=command)},
         },
     }

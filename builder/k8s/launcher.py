@@ -19,7 +19,13 @@ rank 0 listens. Each launcher reads that from its own place, so the command deci
   one pod it is refused with the fix; on one pod it gets no rendezvous variables.
 
 Where the values come from is the job kind's business (`builder.k8s.volcano`,
-`builder.k8s.ascendjob`): a number, or a ``valueFrom`` the kubelet fills in.
+`builder.k8s.ascendjob`): a number, a ``valueFrom`` the kubelet fills in, or a variable the job's
+controller appends to the container's env (`appended`). Such a variable can only be read in the
+command: Kubernetes expands ``$(VAR)`` in an env value only from the variables before it, and
+in the command from the container's whole env (``kubelet_pods.go``: ``makeEnvironmentVariables``,
+``ExpandContainerCommandAndArgs``). So with an appended node rank, torchrun gets
+``--node-rank=$(VAR)`` as an argument, and plain python is started as ``env RANK=$(VAR) python ...``
+(``env`` is the image's GNU coreutils, as in every OS ascend-build builds on).
 
 Example:
     >>> kind_of(("torchrun", "--nproc_per_node", "8", "train.py"))
@@ -48,7 +54,7 @@ RENDEZVOUS_FLAGS = ("--nnodes", "--node-rank", "--node_rank", "--master-addr", "
                     "--master_port", "--rdzv-backend", "--rdzv_backend", "--rdzv-endpoint", "--rdzv_endpoint",
                     "--rdzv-id", "--rdzv_id", "--standalone")
 
-Value = Union[str, Dict[str, Any]]  # a literal, or a valueFrom
+Value = Union[str, Dict[str, Any]]  # a literal, a valueFrom, or `appended`'s $(VAR)
 Env = List[Dict[str, Any]]
 
 
@@ -97,8 +103,22 @@ def _takes_value(flag: str) -> bool:
                                                                        "--module", "-m", "--run-path", "--run_path")
 
 
-def check(command: Sequence[str], nodes: int, kind_name: str) -> str:
-    """The launcher of ``command``, refused when a job of ``nodes`` pods cannot wire it.
+def appended(variable: str) -> str:
+    """A reference to a variable the job's controller appends to the container's env: read in the command.
+
+    >>> appended("VC_TASK_INDEX")
+    '$(VC_TASK_INDEX)'
+    """
+    return f"$({variable})"
+
+
+def _is_appended(value: Value) -> bool:
+    return isinstance(value, str) and re.fullmatch(r"\$\([A-Za-z_][A-Za-z0-9_]*\)", value) is not None
+
+
+def check(command: Sequence[str], nodes: int, kind_name: str, wired: Sequence[str] = ()) -> str:
+    """The launcher of ``command``, refused when a job of ``nodes`` pods cannot wire it. ``wired``:
+    torchrun flags the job kind also gives, refused in the command as the rendezvous flags are.
 
     >>> check(("torchrun", "--nproc_per_node", "8", "train.py"), 2, "volcano")
     'torchrun'
@@ -119,7 +139,7 @@ def check(command: Sequence[str], nodes: int, kind_name: str) -> str:
                             "PET_NNODES, PET_NODE_RANK, PET_MASTER_ADDR, PET_MASTER_PORT) or with python "
                             "(-- python train.py: one process per pod on env://), or run one pod: --nodes-count 1")
     if kind == TORCHRUN:
-        given = sorted({flag.split("=", 1)[0] for flag in _launcher_args(command)} & set(RENDEZVOUS_FLAGS))
+        given = sorted({flag.split("=", 1)[0] for flag in _launcher_args(command)} & {*RENDEZVOUS_FLAGS, *wired})
         if given:
             raise UserError(f"--nodes-count {nodes}: the command sets {', '.join(given)} itself, which would "
                             f"override the rendezvous the {kind_name} job gives torchrun",
@@ -153,15 +173,31 @@ def _var(name: str, value: Value) -> Dict[str, Any]:
     return {"name": name, "valueFrom": value} if isinstance(value, dict) else {"name": name, "value": value}
 
 
-def rendezvous_env(command: Sequence[str], nodes: int, npus: int, node_rank: Value, master_addr: Value,
-                   master_port: Value, kind_name: str) -> Env:
-    """The variables the command's launcher reads for a job of ``nodes`` pods (see the module)."""
+def rendezvous(command: Sequence[str], nodes: int, npus: int, node_rank: Value, master_addr: Value,
+               master_port: Value, kind_name: str) -> Tuple[Tuple[str, ...], Env]:
+    """(command, env) telling the command's launcher about a job of ``nodes`` pods (see the module):
+    the variables it reads, and the command itself changed only to read an `appended` node rank.
+
+    >>> rendezvous(("torchrun", "t.py"), 2, 8, appended("VC_TASK_INDEX"), "j-worker-0.j", "2222", "Volcano")[0]
+    ('torchrun', '--node-rank=$(VC_TASK_INDEX)', 't.py')
+    >>> rendezvous(("python", "t.py"), 2, 1, appended("VC_TASK_INDEX"), "j-worker-0.j", "2222", "Volcano")[0]
+    ('env', 'RANK=$(VC_TASK_INDEX)', 'python', 't.py')
+    """
+    command = tuple(command)
     kind = check(command, nodes, kind_name)
+    in_command = _is_appended(node_rank)
     if kind == TORCHRUN:
-        return torchrun_env(nodes, npus, node_rank, master_addr, master_port)
+        env = torchrun_env(nodes, npus, node_rank, master_addr, master_port)
+        if in_command:
+            return (torchrun_args(command, [("--node-rank", str(node_rank))]),
+                    [e for e in env if e["name"] != "PET_NODE_RANK"])
+        return command, env
     if kind == PYTHON:
-        return python_env(nodes, node_rank, master_addr, master_port)
-    return []
+        env = python_env(nodes, node_rank, master_addr, master_port)
+        if in_command:
+            return ("env", f"RANK={node_rank}", *command), [e for e in env if e["name"] != "RANK"]
+        return command, env
+    return command, []
 
 
 def torchrun_args(command: Sequence[str], flags: Sequence[Tuple[str, str]]) -> Tuple[str, ...]:

@@ -61,6 +61,15 @@ def header(name: str) -> List[str]:
             f"ready per node: kubectl rollout status daemonset/{ds}; kubectl get pods -l app.kubernetes.io/name={ds} -o wide"]
 
 
+def pull_annotations(tag: str) -> Dict[str, str]:
+    """The pre-pull object's annotations, the same from `k8s prepull` and `k8s job --prepull`: the image's tag.
+
+    >>> pull_annotations("cell-cpu")
+    {'ascend-build.io/image-tag': 'cell-cpu'}
+    """
+    return {"ascend-build.io/image-tag": tag}
+
+
 def _labels(name: str) -> Dict[str, str]:
     return {**MANAGED_BY, "app.kubernetes.io/name": prepull_name(name)}
 

@@ -41,6 +41,7 @@ import hashlib
 import io
 import json
 import os
+import stat
 import re
 from pathlib import Path
 from typing import BinaryIO, Callable, ContextManager, Dict, Iterator, List, Optional
@@ -213,12 +214,21 @@ class Layout:
 
     @contextlib.contextmanager
     def open_blob(self, digest: str, size: int) -> Iterator[Checked]:
-        """The blob as a `Checked` stream; LookupError when it is not there."""
+        """The blob as a `Checked` stream; LookupError when it is not there. Only a regular file is
+        opened (without blocking: a FIFO under a blob's name is refused, never waited on)."""
         try:
-            stream = open(self.path(digest), "rb")
+            fd = os.open(self.path(digest), os.O_RDONLY | os.O_NONBLOCK)
         except FileNotFoundError:
             raise LookupError(digest) from None
-        with stream:
+        except OSError as exc:
+            raise UserError(f"{self.name}: cannot read the blob {digest} ({exc.strerror or exc})", exit_code=1,
+                            fix="check the layout folder") from None
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            os.close(fd)
+            raise UserError(f"{self.name}: the blob {digest} is not a regular file (a FIFO, a device or a folder)",
+                            exit_code=1, fix="the layout is damaged: write it again with `ascend-build mirror`")
+        os.set_blocking(fd, True)
+        with os.fdopen(fd, "rb") as stream:
             yield Checked(stream, digest, size, f"{self.name}@{digest}")
 
     # --- writing ------------------------------------------------------------------------------------

@@ -8,13 +8,13 @@ stdlib + torch (+ torch_npu when present), no other deps.
     python smoke.py [--device auto|npu|cpu] [--tiers NAME,...] [--manifest PATH]
         [--steps 30] [--lr 3e-3] [--timeout-scale 1] [--tier-seconds NAME=SECONDS,...]
 
-Tiers are ``vocabulary.TIERS``, all by default; the manifest defaults to
-``vocabulary.MANIFEST``. stdout carries exactly one line: the JSON report (library
+Tiers are the entries of ``vocabulary.SMOKE_TIERS``, all by default, each run by the
+function its entry names; the manifest defaults to ``vocabulary.MANIFEST``. stdout carries exactly one line: the JSON report (library
 noise is sent to stderr). Progress goes to stderr. Exit 0: every selected tier passed
 or was skipped with a reason; 1: a tier failed; 2: bad usage or unreadable manifest.
 
 No tier can hang the verdict: the tiers run in a forked tier process, and this process
-(stdlib only, no threads) holds each tier to its deadline (``vocabulary.TIER_SECONDS``
+(stdlib only, no threads) holds each tier to its deadline (its entry's ``seconds``
 times ``--timeout-scale``, or ``--tier-seconds``). When one passes, the tier process writes
 the Python stack of every thread (faulthandler, on SIGUSR1: it needs no GIL, so a thread
 stuck in C code holding it is dumped too), its process group (the all-reduce workers
@@ -71,18 +71,18 @@ STOP_SECONDS = 5.0   # from SIGTERM to SIGKILL of the tier process and its worke
 def longest_run(tiers, scale=1.0):
     """The longest `supervise` lets a run of ``tiers`` last with every wait spent to its end, in
     seconds: ``vocabulary.SMOKE_STARTUP_SECONDS`` before the first tier and again after each tier
-    (to the next one's start, or to the end), each tier's ``vocabulary.TIER_SECONDS``, then the stack
+    (to the next one's start, or to the end), each tier's deadline (its entry's ``seconds``), then the stack
     dump of a hung tier (``DUMP_SECONDS``) and at most two `stop_group` calls of two ``STOP_SECONDS``
     each (SIGTERM, then SIGKILL); all scaled. The engine's limit on the container is this plus a margin
     (`builder.images.pipeline.engine_timeout`), so a deadline changed here moves it too.
 
     Example:
-        >>> longest_run(("versions",)) == 2 * vocabulary.SMOKE_STARTUP_SECONDS + vocabulary.TIER_SECONDS["versions"] + 25
+        >>> longest_run(("versions",)) == 2 * vocabulary.SMOKE_STARTUP_SECONDS + vocabulary.tier("versions").seconds + 25
         True
     """
     waits = (len(tiers) + 1) * vocabulary.SMOKE_STARTUP_SECONDS
     ending = DUMP_SECONDS + 4 * STOP_SECONDS
-    return (waits + sum(vocabulary.TIER_SECONDS[t] for t in tiers) + ending) * scale
+    return (waits + sum(vocabulary.tier(t).seconds for t in tiers) + ending) * scale
 # Test only (tests/test_smoke.py): the tier this names hangs for real (see hang_for_tests).
 # Nothing sets it in an image.
 HANG_HOOK = "ASCEND_BUILD_SMOKE_TEST_HANG"
@@ -975,9 +975,18 @@ def tier_collective(ctx):
     return passed("%s all-reduce over %d processes gave %s" % (d["backend"], world, expected), **d)
 
 
-# vocabulary.TIERS names them, in the order they run.
-TIERS = dict(zip(vocabulary.TIERS, (tier_versions, tier_libraries, tier_import, tier_device, tier_train,
-                                     tier_collective)))
+def tier_functions(names):
+    """{name: the function its entry of ``vocabulary.SMOKE_TIERS`` names} for ``names``, looked up
+    here when the program starts: an entry naming no function of this file is bad usage (exit 2),
+    said before any tier runs."""
+    found = {}
+    for name in names:
+        function = globals().get(vocabulary.tier(name).function)
+        if not callable(function):
+            raise UsageError("tier %s: its entry in vocabulary.SMOKE_TIERS names the function %s, which smoke.py "
+                             "does not define" % (name, vocabulary.tier(name).function))
+        found[name] = function
+    return found
 
 
 # ---------------------------------------------------------------- main
@@ -991,16 +1000,20 @@ class Parser(argparse.ArgumentParser):
 
 
 def parse_args(argv):
-    p = Parser(prog="smoke.py", description="ascend-build in-image smoke test")
+    names = vocabulary.tier_names()
+    p = Parser(prog="smoke.py", description="ascend-build in-image smoke test",
+               formatter_class=argparse.RawDescriptionHelpFormatter,
+               epilog="tiers, in the order they run (vocabulary.SMOKE_TIERS):\n" + "\n".join(
+                   "  %-11s %s" % (t.name, t.proves) for t in vocabulary.SMOKE_TIERS))
     p.add_argument("--device", default="auto", choices=("auto", "npu", "cpu"))
-    p.add_argument("--tiers", default=",".join(TIERS))
+    p.add_argument("--tiers", default=",".join(names))
     p.add_argument("--manifest", default=vocabulary.MANIFEST)
     p.add_argument("--steps", type=int, default=30)
     p.add_argument("--lr", type=float, default=3e-3, help="AdamW learning rate (0 proves the check bites)")
     p.add_argument("--timeout-scale", type=float, default=1.0,
                    help="multiplies every default deadline (the pipeline passes 4 under qemu)")
     p.add_argument("--tier-seconds", default="", metavar="NAME=SECONDS,...",
-                   help="a tier's deadline in seconds, not scaled (default: vocabulary.TIER_SECONDS)")
+                   help="a tier's deadline in seconds, not scaled (default: its entry's seconds)")
     args = p.parse_args(argv)
     if not (0 < args.timeout_scale < 1000):
         raise UsageError("--timeout-scale must be > 0 and < 1000")
@@ -1011,16 +1024,17 @@ def parse_args(argv):
             value = float(secs)
         except ValueError:
             value = -1.0
-        if name.strip() not in TIERS or not (0 < value < 1e6):
-            raise UsageError("--tier-seconds %s: expected NAME=SECONDS with NAME one of %s" % (item, ",".join(TIERS)))
+        if name.strip() not in names or not (0 < value < 1e6):
+            raise UsageError("--tier-seconds %s: expected NAME=SECONDS with NAME one of %s" % (item, ",".join(names)))
         args.deadlines[name.strip()] = value
-    names = [t.strip() for t in args.tiers.split(",") if t.strip()]
-    unknown = [t for t in names if t not in TIERS]
-    if unknown or not names:
-        raise UsageError("unknown tier(s) %s; choose from %s" % (",".join(unknown) or "(none)", ",".join(TIERS)))
+    chosen = [t.strip() for t in args.tiers.split(",") if t.strip()]
+    unknown = [t for t in chosen if t not in names]
+    if unknown or not chosen:
+        raise UsageError("unknown tier(s) %s; choose from %s" % (",".join(unknown) or "(none)", ",".join(names)))
     if args.steps < 2:
         raise UsageError("--steps must be >= 2")
-    args.tiers = [t for t in TIERS if t in names]
+    args.tiers = [t for t in names if t in chosen]
+    args.functions = tier_functions(args.tiers)
     return args
 
 
@@ -1049,7 +1063,7 @@ def hang_for_tests(tier):
     The collective tier then blocks in a C call that holds the GIL (libc's pause through
     ctypes.PyDLL), as a C call inside torch can, with its workers still waiting for their port;
     the train tier sleeps in a step. Without the variable (as in every image) this returns at once."""
-    name = next(n for n, f in TIERS.items() if f is tier)
+    name = next(t.name for t in vocabulary.SMOKE_TIERS if t.function == tier.__name__)
     if os.environ.get(HANG_HOOK) != name:
         return
     log("%s: hanging on purpose (%s=%s, a test)" % (name, HANG_HOOK, name))
@@ -1066,7 +1080,7 @@ def run_tier(name, ctx):
     log("%s ..." % name)
     t0 = time.time()
     try:
-        res = TIERS[name](ctx)
+        res = ctx.args.functions[name](ctx)
     except BaseException as exc:
         if isinstance(exc, KeyboardInterrupt):
             raise
@@ -1085,7 +1099,7 @@ def deadline_of(name, args):
     """Seconds the tier ``name`` may take: --tier-seconds, else its default times the scale."""
     if name in args.deadlines:
         return args.deadlines[name]
-    return vocabulary.TIER_SECONDS[name] * args.timeout_scale
+    return vocabulary.tier(name).seconds * args.timeout_scale
 
 
 def _send(fd, event):
@@ -1095,7 +1109,6 @@ def _send(fd, event):
 
 
 # ---------------------------------------------------------------- files read
-RECORDED_TIERS = vocabulary.RECORDED_TIERS  # the road to a first training step: what a lazy pull must fetch first
 UNRECORDED = ("/proc/", "/sys/", "/dev/", "/tmp/", "/run/")
 # ... except inside the Python environment that runs the tiers (a venv may live under /tmp, e.g. a
 # test suite's in a fresh clone there): its files are the image's whatever the path
@@ -1104,7 +1117,7 @@ ENVIRONMENT = tuple(sorted(set(os.path.join(os.path.realpath(p), "") for p in
 
 
 class FileRecorder(object):
-    """Which files of the image the tiers of ``RECORDED_TIERS`` read, each tier's new ones in the
+    """Which files of the image the tiers of ``vocabulary.recorded_tiers()`` read, each tier's new ones in the
     order first seen (the report's ``files_read``: the prefetch list of the image's lazily pullable
     variant). Two sources, both stdlib: an audit hook (``sys.addaudithook``) sees every ``open``
     Python makes (modules, their bytecode, data files); ``/proc/self/maps`` lists every file mapped
@@ -1140,7 +1153,7 @@ class FileRecorder(object):
         return out
 
     def begin(self, tier):
-        if tier not in RECORDED_TIERS:
+        if tier not in vocabulary.recorded_tiers():
             return
         self.active = True
         if not self.started:
@@ -1150,7 +1163,7 @@ class FileRecorder(object):
 
     def end(self, tier):
         """The files first read during ``tier`` (absolute, regular files; a symlink and what it names)."""
-        if tier not in RECORDED_TIERS:
+        if tier not in vocabulary.recorded_tiers():
             return None
         self.active = False
         found = []
@@ -1175,7 +1188,7 @@ def tier_process(ctx, events_fd, dump_fd):
     ``dump_fd`` on SIGUSR1 (a deadline passed) and on a fatal signal (a crash)."""
     faulthandler.enable(file=dump_fd, all_threads=True)
     faulthandler.register(signal.SIGUSR1, file=dump_fd, all_threads=True)
-    if any(TIERS[n] is tier_collective for n in ctx.args.tiers):
+    if any(ctx.args.functions[n] is tier_collective for n in ctx.args.tiers):
         ctx.workers = start_workers(2, ctx.device, ctx.collective_timeout)
         _send(events_fd, {"event": "workers", "pids": [p.pid for p in ctx.workers]})
     recorder = FileRecorder()

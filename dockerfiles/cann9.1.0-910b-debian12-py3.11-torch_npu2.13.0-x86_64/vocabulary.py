@@ -18,7 +18,7 @@ Example:
 
 from __future__ import annotations
 
-from typing import Tuple
+from typing import NamedTuple, Tuple
 
 # ------------------------------------------------------------------ image labels
 LABEL_PREFIX = "io.ascend-build."
@@ -122,24 +122,85 @@ def manifest_name(variant: str) -> str:
 
 
 # ------------------------------------------------------------------ smoke tiers
-STATIC_TIERS = ("versions", "libraries")  # need no device: run on any build machine
-TIERS = STATIC_TIERS + ("import", "device", "train", "collective")
-# the tiers whose file reads the smoke report keeps (files_read): the prefetch list of the lazy variant
-RECORDED_TIERS = ("import", "device", "train")
-# Each tier's deadline in seconds on native hardware (the smoke program's --timeout-scale
-# multiplies them: under qemu the pipeline passes 4). Natively every tier takes seconds; the
-# versions tier's `pip check` alone may take 120 s, the collective tier's own all-reduce
-# timeout is 60 s. When a deadline passes, that tier fails with the stacks of every thread.
-TIER_SECONDS = {"versions": 240, "libraries": 240, "import": 180, "device": 120, "train": 180, "collective": 150}
+class Tier(NamedTuple):
+    """One smoke tier: everything the smoke program, the pipeline and the docs key on it.
+
+    A new tier is one entry of `SMOKE_TIERS` plus its function in ``builder/smoke/smoke.py``
+    (docs/contributing.md, "Adding a smoke tier"); nothing else lists the tiers.
+    """
+
+    name: str  # in --tiers, the report, the seal labels and statements: a lowercase word
+    function: str  # the function of builder/smoke/smoke.py that runs it: (ctx) -> passed/failed/skipped
+    seconds: int  # its deadline on native hardware; the smoke program's --timeout-scale multiplies it
+    needs_device: bool  # False: a static tier, run on any build machine (all a -candidate image passed)
+    owed_without_torch: Tuple[str, ...]  # the variants of a CANN-only image (no torch) that owe it
+    records_reads: bool  # its file reads go into the report's files_read: the lazy variant's prefetch list
+    proves: str  # what passing it proves, in one line (the docs' tier table, smoke.py --help)
+
+
+# The registry, in the order the tiers run. Natively every tier takes seconds: the versions tier's
+# `pip check` alone may take 120 s, the collective tier's own all-reduce timeout is 60 s. When a
+# deadline passes, that tier fails with the stacks of every thread.
+SMOKE_TIERS: Tuple[Tier, ...] = (
+    Tier("versions", "tier_versions", 240, needs_device=False, owed_without_torch=(NPU, CPU), records_reads=False,
+         proves="Python, torch, torch_npu and CANN are what the manifest declares, the environment is the lock's "
+                "with pip check clean, and the ENV holds what CANN's set_env.sh sets"),
+    Tier("libraries", "tier_libraries", 240, needs_device=False, owed_without_torch=(NPU,), records_reads=False,
+         proves="every library torch_npu's objects need resolves with the image's LD_LIBRARY_PATH, no NPU present "
+                "(torch's in the twin, CANN's runtime in a CANN-only image)"),
+    Tier("import", "tier_import", 180, needs_device=True, owed_without_torch=(), records_reads=True,
+         proves="torch, and torch_npu in an NPU image, import as a user's script imports them, and numpy and torch "
+                "agree both ways"),
+    Tier("device", "tier_device", 120, needs_device=True, owed_without_torch=(), records_reads=True,
+         proves="the device is usable (torch.npu.is_available() in an NPU image), a matmul on it matches the CPU's, "
+                "and the host's driver and firmware meet the image's minimums"),
+    Tier("train", "tier_train", 180, needs_device=True, owed_without_torch=(), records_reads=True,
+         proves="a tiny transformer learns under bf16 autocast and the GradScaler: the loss falls to 70% of its "
+                "start and stays finite"),
+    Tier("collective", "tier_collective", 150, needs_device=True, owed_without_torch=(), records_reads=False,
+         proves="two processes all-reduce a tensor (hccl on NPUs, gloo on the CPU) and both see the sum"),
+)
+# The tier whose details name the NPU the smoke test saw (a validation statement's ranOn.npuHost).
+DEVICE_TIER = "device"
 # Before the first tier (the tier process up, the manifest read, the all-reduce workers started)
 # and between two tiers; also scaled.
 SMOKE_STARTUP_SECONDS = 60
 
 
+# Everything below reads SMOKE_TIERS when called, never a copy made at import: a tier added to the
+# registry is run, required and sealed like the others (tests/test_tiers.py adds one).
+def tier_names() -> Tuple[str, ...]:
+    """Every tier, in the order they run: what the smoke program runs by default."""
+    return tuple(t.name for t in SMOKE_TIERS)
+
+
+def static_tiers() -> Tuple[str, ...]:
+    """The tiers that need no device: what an NPU image passes on a build machine (its -candidate)."""
+    return tuple(t.name for t in SMOKE_TIERS if not t.needs_device)
+
+
+def recorded_tiers() -> Tuple[str, ...]:
+    """The tiers whose file reads the report keeps (``files_read``): the road to a first training step."""
+    return tuple(t.name for t in SMOKE_TIERS if t.records_reads)
+
+
+def tier(name: str) -> Tier:
+    """The registry's entry of ``name``; KeyError when no tier has that name.
+
+    Example:
+        >>> tier("versions").seconds
+        240
+    """
+    for entry in SMOKE_TIERS:
+        if entry.name == name:
+            return entry
+    raise KeyError(name)
+
+
 def required_tiers(variant: str, cann_only: bool) -> Tuple[str, ...]:
     """The tiers an image must pass to be validated: all of them, but a CANN-only image has no
-    torch to import, run or train, so its NPU image owes the static tiers and its twin the
-    versions tier (its twin has no CANN to link).
+    torch to import, run or train, so it owes only the tiers whose ``owed_without_torch`` names
+    its variant (its NPU image the static tiers, its twin, with no CANN to link, the versions tier).
 
     Examples:
         >>> required_tiers(NPU, cann_only=True)
@@ -147,9 +208,7 @@ def required_tiers(variant: str, cann_only: bool) -> Tuple[str, ...]:
         >>> required_tiers(CPU, cann_only=True)
         ('versions',)
     """
-    if not cann_only:
-        return TIERS
-    return STATIC_TIERS if variant == NPU else STATIC_TIERS[:1]
+    return tuple(t.name for t in SMOKE_TIERS if not cann_only or variant in t.owed_without_torch)
 
 # ------------------------------------------------------------------ hardware words
 ARCHS = ("aarch64", "x86_64")

@@ -23,8 +23,10 @@ from builder.images import matrix, pipeline, plan, publish, render
 from builder.node.pull import listing
 from builder.errors import UserError
 from builder.registry import DOCKER_LIST, Registry
-from builder.vocabulary import STATIC_TIERS, TIERS
+from builder.vocabulary import static_tiers, tier_names
 from tests.support.node import SMI_910B3, make_node
+
+SHIPPED_TIERS = tier_names()
 
 CLI = str(Path(sys.executable).with_name("ascend-build"))
 ROOT = Path(__file__).resolve().parents[2]
@@ -36,7 +38,7 @@ def cell_of(arch: str, **over) -> matrix.Cell:
     return replace(x86, arch=arch, id=x86.id[: -len("x86_64")] + arch, **over)
 
 
-def labels_of(cell: matrix.Cell, validated: bool = True, tiers=TIERS) -> dict:
+def labels_of(cell: matrix.Cell, validated: bool = True, tiers=SHIPPED_TIERS) -> dict:
     labels = dict(plan.labels(cell, "npu", render.content_hash(cell)))
     if validated:
         labels.update({"io.ascend-build.validated": "true", "io.ascend-build.validated-device": "npu",
@@ -52,7 +54,7 @@ def arch_images(engine, registry, tmp_path):
     repository = f"ascend-build-test/index-{uuid.uuid4().hex[:8]}"
     refs = []
 
-    def push(arch: str, validated: bool = True, tiers=TIERS, **over) -> str:
+    def push(arch: str, validated: bool = True, tiers=SHIPPED_TIERS, **over) -> str:
         cell = cell_of(arch, **over)
         folder = tmp_path / f"ctx-{arch}-{uuid.uuid4().hex[:6]}"
         folder.mkdir()
@@ -126,14 +128,14 @@ def test_a_cann_only_cell_is_indexed_on_the_tiers_it_owes_fake_npu(arch_images, 
     """A CANN-only image (no torch) is sealed on the static tiers: it has nothing to import or
     train. Those are all it owes, so both arches index; the same labels with torch are refused."""
     repository, push = arch_images
-    digests = {arch: push(arch, tiers=STATIC_TIERS, torch="", torch_npu="") for arch in ("x86_64", "aarch64")}
+    digests = {arch: push(arch, tiers=static_tiers(), torch="", torch_npu="") for arch in ("x86_64", "aarch64")}
     done = subprocess.run([CLI, "index", f"{registry.host}/{repository}:{family()}", "--json"],
                           capture_output=True, text=True, timeout=300, env={**os.environ, **creds})
     assert done.returncode == 0, done.stderr
     [out] = json.loads(done.stdout)
     assert out["status"] == "passed" and out["arches"] == digests
 
-    push("x86_64", tiers=STATIC_TIERS)  # with torch: import, device, train and collective are owed
+    push("x86_64", tiers=static_tiers())  # with torch: import, device, train and collective are owed
     refused = subprocess.run([CLI, "index", f"{registry.host}/{repository}:{family()}"],
                              capture_output=True, text=True, timeout=300, env={**os.environ, **creds})
     assert refused.returncode == 1 and "import, device, train, collective missing" in refused.stderr

@@ -25,7 +25,7 @@ from builder.images import attest, lazy
 from builder.node import pull as chooser
 from builder.registry import Registry
 from builder.trust import attached, policy, signing, statements, variant
-from builder.vocabulary import CPU, TIERS
+from builder.vocabulary import CPU, tier_names
 from tests.support import trust as ht
 from tests.support.lazy import layer_tar, own_registry, put_image, need_tools
 
@@ -68,7 +68,7 @@ def _validated(registry: Registry, repo: str, key_file: Path) -> str:
 
 
 def _validation() -> dict:
-    return attest.validation_predicate(REPORT, TIERS, ht.CELL_ID, CPU, ht.CONTENT_HASH)
+    return attest.validation_predicate(REPORT, tier_names(), ht.CELL_ID, CPU, ht.CONTENT_HASH)
 
 
 @pytest.fixture(scope="module")

@@ -125,7 +125,7 @@ def test_cpu_twin_passes_is_sealed_tagged_pushed_and_pulled_by_digest(engine, re
     assert "Traceback" not in res.stderr
     assert (out["cell"], out["variant"], out["status"]) == (CELL_ID, "cpu", "passed"), out["message"]
     tiers = {t["name"]: t["status"] for t in out["tiers"]}
-    assert tiers == {name: "passed" for name in vocabulary.TIERS}, out["tiers"]
+    assert tiers == {name: "passed" for name in vocabulary.tier_names()}, out["tiers"]
     train = next(t for t in out["tiers"] if t["name"] == "train")
     assert train["details"]["device"] == "cpu" and train["details"]["losses"][-1] < train["details"]["losses"][0]
 
@@ -169,7 +169,7 @@ def test_cpu_twin_passes_is_sealed_tagged_pushed_and_pulled_by_digest(engine, re
     assert labels["io.ascend-build.validated"] == "true"
     assert labels["io.ascend-build.cell"] == CELL_ID
     assert labels["io.ascend-build.variant"] == "cpu"
-    assert labels["io.ascend-build.validated-tiers"] == ",".join(vocabulary.TIERS)
+    assert labels["io.ascend-build.validated-tiers"] == ",".join(vocabulary.tier_names())
     assert labels["io.ascend-build.validated-device"] == "cpu"
     assert labels["io.ascend-build.content-hash"] == report["content_hash"]
 
@@ -210,7 +210,7 @@ def test_the_catalogue_lists_the_signed_twin_with_the_tiers_and_times_of_its_smo
     report = json.loads(Path(twin.outcome["report"]).read_text())
     out = pipeline.Outcome(CELL_ID, "cpu", status="passed", digests={twin.pushed: digest})
     options = pipeline.Options(push=registry.host, sign_key=signing.load_private(key))
-    assert pipeline.attest_pushed(out, report, vocabulary.TIERS, report["content_hash"], None, options,
+    assert pipeline.attest_pushed(out, report, vocabulary.tier_names(), report["content_hash"], None, options,
                                   lambda line: None).status == "passed"
     site = tmp_path / "site"
     done = run_cli(["catalogue", "--registry", registry.host, "--trust-key", str(pub), "--out", str(site),
@@ -294,9 +294,9 @@ def test_npu_image_on_a_base_without_cann_fails_static_tiers_and_gets_no_tag(eng
     assert "smoke test on npu: versions, libraries" in res.stderr  # no NPU here: static tiers only
 
     report = json.loads(Path(out["report"]).read_text())
-    assert report["required_tiers"] == list(vocabulary.STATIC_TIERS) and report["passed"] is False
+    assert report["required_tiers"] == list(vocabulary.static_tiers()) and report["passed"] is False
     tiers = {t["name"]: t for t in report["tiers"]}
-    assert [t["name"] for t in report["tiers"]] == list(vocabulary.STATIC_TIERS)
+    assert [t["name"] for t in report["tiers"]] == list(vocabulary.static_tiers())
     assert tiers["versions"]["status"] == "failed" and tiers["libraries"]["status"] == "failed"
     print("versions:", tiers["versions"]["summary"])
     print("libraries:", tiers["libraries"]["summary"])
@@ -609,7 +609,8 @@ def test_ctrl_c_leaves_no_tag_no_container_no_temp_tag_no_secret_file(engine, ba
     last = res.stderr.rstrip().splitlines()[-1]
     assert last.startswith("interrupted by SIGINT: published nothing;") and "Traceback" not in res.stderr
     assert f"not finished: {CELL_ID} (cpu), no tag" in last
-    assert res.stdout == ""  # no summary claims anything
+    said = json.loads(res.stdout)  # --json: no summary claims anything, the interruption is the error
+    assert said == {"error": last, "where": None, "fix": None, "exit_code": 130}
     log = (state / "logs" / f"{CELL_ID}-cpu.build.log").read_text()
     if phase == "build":
         assert "exporting to image" not in log, "the build finished before Ctrl-C"
@@ -642,7 +643,7 @@ def _fake_npu_root(root: Path, davinci=(0,)) -> Path:
 def test_plan_fake_npu_host_runs_every_tier_with_devices_and_mounts(tmp_path):
     root = _fake_npu_root(tmp_path)
     device, tiers, devs, mounts, final = smoke_plan("npu", pipeline.Options(root=root))
-    assert (device, tiers, final) == ("npu", vocabulary.TIERS, True)
+    assert (device, tiers, final) == ("npu", vocabulary.tier_names(), True)
     assert devs == ["/dev/davinci0", "/dev/davinci_manager"]  # only control devices that exist
     assert mounts == [("/usr/local/Ascend/driver/lib64", "/usr/local/Ascend/driver/lib64", True)]
 
@@ -658,28 +659,28 @@ def test_plan_fake_npu_host_devices_option_picks_and_refuses(tmp_path):
 def test_plan_fake_npu_host_with_no_device_runs_static_tiers_only(tmp_path):
     root = _fake_npu_root(tmp_path)
     device, tiers, devs, mounts, final = smoke_plan("npu", pipeline.Options(root=root, no_device=True))
-    assert (device, tiers, devs, final) == ("npu", vocabulary.STATIC_TIERS, [], False)
+    assert (device, tiers, devs, final) == ("npu", vocabulary.static_tiers(), [], False)
     assert mounts == [("/usr/local/Ascend/driver/lib64", "/usr/local/Ascend/driver/lib64", True)]
 
 
 def test_plan_without_npu_runs_static_tiers_and_is_not_final(tmp_path):
     device, tiers, devs, mounts, final = smoke_plan("npu", pipeline.Options(root=tmp_path))
-    assert (device, tiers, devs, mounts, final) == ("npu", vocabulary.STATIC_TIERS, [], [], False)
+    assert (device, tiers, devs, mounts, final) == ("npu", vocabulary.static_tiers(), [], [], False)
 
 
 def test_plan_cpu_twin_runs_every_tier_on_cpu_also_on_a_fake_npu_host(tmp_path):
     root = _fake_npu_root(tmp_path / "fake_npu")
     for options in (pipeline.Options(root=tmp_path), pipeline.Options(root=root)):
-        assert smoke_plan("cpu", options) == ("cpu", vocabulary.TIERS, [], [], True)
+        assert smoke_plan("cpu", options) == ("cpu", vocabulary.tier_names(), [], [], True)
 
 
 def test_plan_cann_only_has_no_torch_tiers_on_any_host(tmp_path):
     root = _fake_npu_root(tmp_path / "fake_npu")
     assert smoke_plan("cpu", pipeline.Options(root=tmp_path), cann_only=True) == ("cpu", ("versions",), [], [], True)
-    assert smoke_plan("npu", pipeline.Options(root=tmp_path), cann_only=True)[1:] == (vocabulary.STATIC_TIERS, [], [],
+    assert smoke_plan("npu", pipeline.Options(root=tmp_path), cann_only=True)[1:] == (vocabulary.static_tiers(), [], [],
                                                                                           False)
     device, tiers, devs, _, final = smoke_plan("npu", pipeline.Options(root=root), cann_only=True)
-    assert (device, tiers, final) == ("npu", vocabulary.STATIC_TIERS, True) and devs
+    assert (device, tiers, final) == ("npu", vocabulary.static_tiers(), True) and devs
 
 
 # --- 6. a smoke test that hangs -----------------------------------------------------------
@@ -732,9 +733,9 @@ def test_a_hung_smoke_fails_the_image_keeping_seconds_and_report_and_tags_nothin
     assert report["passed"] is False and report["candidate"] == out.image_id
     tiers = {t["name"]: t for t in report["tiers"]}
     if by_deadline:
-        assert hanging.limits == [pipeline.engine_timeout(vocabulary.TIERS, 1.0)]
+        assert hanging.limits == [pipeline.engine_timeout(vocabulary.tier_names(), 1.0)]
         assert 10 <= out.smoke_seconds < hanging.limits[0]
-        assert [tiers[n]["status"] for n in vocabulary.TIERS] == ["passed"] * 5 + ["failed"]
+        assert [tiers[n]["status"] for n in vocabulary.tier_names()] == ["passed"] * 5 + ["failed"]
         hung = tiers["collective"]
         assert hung["summary"].startswith("collective did not finish within 10 s (its deadline): hung in hang_for_tests")
         assert 10 <= hung["seconds"] <= 18 and "in tier_collective" in hung["details"]["stacks"]
@@ -743,8 +744,8 @@ def test_a_hung_smoke_fails_the_image_keeping_seconds_and_report_and_tags_nothin
     else:
         assert 25 <= out.smoke_seconds < 60
         # the tiers that ended before, from the program's log; then the failure
-        assert [t["name"] for t in report["tiers"]] == list(vocabulary.TIERS[:5]) + ["smoke"]
-        assert all(tiers[n]["status"] == "passed" for n in vocabulary.TIERS[:5])
+        assert [t["name"] for t in report["tiers"]] == list(vocabulary.tier_names()[:5]) + ["smoke"]
+        assert all(tiers[n]["status"] == "passed" for n in vocabulary.tier_names()[:5])
         smoke_tier = tiers["smoke"]
         assert smoke_tier["status"] == "failed" and report["exit_code"] == -1
         assert smoke_tier["summary"].startswith("the smoke program did not finish within 25 s, the engine's limit")

@@ -8,7 +8,7 @@ from tests.support.matrix import REPO
 from builder.images import matrix, publish
 from builder.images.publish import ArchImage, family_of, index_body, why_not
 from builder.registry import DOCKER_LIST, DOCKER_MANIFEST, OCI_INDEX, OCI_MANIFEST
-from builder.vocabulary import TIERS
+from builder.vocabulary import tier_names
 
 FAMILY = "cann7.0.rc1-910b-ubuntu22.04-py3.9-torch_npu2.1.0rc1"
 
@@ -16,7 +16,7 @@ FAMILY = "cann7.0.rc1-910b-ubuntu22.04-py3.9-torch_npu2.1.0rc1"
 def image(arch="aarch64", media_type=DOCKER_MANIFEST, **labels):
     base = {"io.ascend-build.cell": f"{FAMILY}-{arch}", "io.ascend-build.variant": "npu",
             "io.ascend-build.arch": arch, "io.ascend-build.validated": "true", "io.ascend-build.torch": "2.1.0",
-            "io.ascend-build.validated-tiers": ",".join(TIERS)}
+            "io.ascend-build.validated-tiers": ",".join(tier_names())}
     base.update(labels)
     return ArchImage(arch, f"{FAMILY}-{arch}", "sha256:" + ("a" if arch == "aarch64" else "b") * 64, media_type, 428,
                      {k: v for k, v in base.items() if v is not None})
@@ -100,7 +100,7 @@ def test_an_oci_manifest_among_them_makes_an_oci_index():
 
 def test_a_tier_skipped_with_a_reason_keeps_no_image_out():
     """The seal names a skipped tier apart (io.ascend-build.skipped-tiers); it did not fail."""
-    skipped = image(**{"io.ascend-build.validated-tiers": ",".join(t for t in TIERS if t != "collective"),
+    skipped = image(**{"io.ascend-build.validated-tiers": ",".join(t for t in tier_names() if t != "collective"),
                        "io.ascend-build.skipped-tiers": "collective"})
     assert why_not(skipped, FAMILY, "npu", "arm64") == []
 

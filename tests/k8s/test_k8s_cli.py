@@ -206,7 +206,9 @@ def test_a_volcano_torchrun_job_gets_torchruns_rendezvous_fake_npu(repo):
     done = k8s_job(repo, "--npus", "8", "--nodes", str(POOL_910B), "--kind", "volcano", "--nodes-count", "2",
                    "--name", "llama", "--", "torchrun", "--nproc_per_node", "8", "train.py")
     assert done.returncode == 0, done.stderr
-    env = {e["name"]: e.get("value") for e in
-           yaml.safe_load(done.stdout)["spec"]["tasks"][0]["template"]["spec"]["containers"][0]["env"]}
+    container = yaml.safe_load(done.stdout)["spec"]["tasks"][0]["template"]["spec"]["containers"][0]
+    env = {e["name"]: e.get("value") for e in container["env"]}
     assert env["PET_NNODES"] == "2" and env["PET_MASTER_ADDR"] == "llama-worker-0.llama"
     assert "WORLD_SIZE" not in env and "RANK" not in env
+    assert "--node-rank=$(VC_TASK_INDEX)" in container["command"]  # the env plugin's, which every Volcano from 1.0 sets
+    assert "# needs Volcano 1.0 or newer" in done.stdout

@@ -31,13 +31,28 @@ def test_the_launcher_is_read_from_the_command(command, kind):
 
 
 def test_torchrun_on_several_pods_reads_pet_variables_and_no_process_rank_is_set():
-    env = launcher.rendezvous_env(("torchrun", "--nproc_per_node", "8", "train.py"), 2, 8, {"fieldRef": {}},
-                                  "j-worker-0.j", "2222", "Volcano")
+    command, env = launcher.rendezvous(("torchrun", "--nproc_per_node", "8", "train.py"), 2, 8, {"fieldRef": {}},
+                                       "j-worker-0.j", "2222", "Volcano")
     names = [e["name"] for e in env]
+    assert command == ("torchrun", "--nproc_per_node", "8", "train.py")
     assert names == ["PET_NNODES", "PET_NODE_RANK", "PET_MASTER_ADDR", "PET_MASTER_PORT", "PET_NPROC_PER_NODE"]
     assert env[1] == {"name": "PET_NODE_RANK", "valueFrom": {"fieldRef": {}}}
     # RANK/WORLD_SIZE are torchrun's to set per process: a node rank and an NPU count there disagreed
     assert not {"RANK", "WORLD_SIZE"} & set(names)
+
+
+def test_a_node_rank_the_controller_appends_is_read_in_the_command_not_in_the_env():
+    """An env value expands only the variables before it, and the controller's come after: in the
+    env, PET_NODE_RANK or RANK would be the text "$(VC_TASK_INDEX)"."""
+    rank = launcher.appended("VC_TASK_INDEX")
+    command, env = launcher.rendezvous(("python", "-m", "torch.distributed.run", "t.py"), 3, 2, rank, "m", "1", "V")
+    assert command == ("python", "-m", "torch.distributed.run", "--node-rank=$(VC_TASK_INDEX)", "t.py")
+    assert [e["name"] for e in env] == ["PET_NNODES", "PET_MASTER_ADDR", "PET_MASTER_PORT", "PET_NPROC_PER_NODE"]
+    command, env = launcher.rendezvous(("python3", "train.py", "--lr", "1"), 3, 1, rank, "m", "1", "V")
+    assert command == ("env", "RANK=$(VC_TASK_INDEX)", "python3", "train.py", "--lr", "1")
+    assert {e["name"]: e["value"] for e in env} == {"MASTER_ADDR": "m", "MASTER_PORT": "1", "WORLD_SIZE": "3",
+                                                    "LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "1"}
+    assert "$(" not in str(env)
 
 
 def test_the_pet_names_are_the_ones_torchrun_reads():
@@ -78,4 +93,4 @@ def test_an_unknown_launcher_on_several_pods_is_refused_with_the_fix_and_allowed
     assert info.value.message == ("--nodes-count 3: cannot tell 'mpirun' how the 3 pods find each other "
                                   "(ascend-build wires torchrun and plain python)")
     assert "-- torchrun --nproc_per_node 8 train.py" in info.value.fix and "--nodes-count 1" in info.value.fix
-    assert launcher.rendezvous_env(("mpirun", "x"), 1, 8, "0", "localhost", "2222", "batch/v1") == []
+    assert launcher.rendezvous(("mpirun", "x"), 1, 8, "0", "localhost", "2222", "batch/v1") == (("mpirun", "x"), [])

@@ -7,7 +7,8 @@ from dataclasses import replace
 import kubernetes_validate
 import pytest
 import yaml
-from tests.support.k8s import CLUSTER, IMAGE, admitted, nodes, spec_for, validate_k8s, validate_volcano
+from tests.support.k8s import (CLUSTER, IMAGE, VOLCANO_ENV_PLUGIN, admitted, go_constants, go_function, kept_source,
+                               nodes, spec_for, validate_k8s, validate_volcano)
 
 from builder import devices
 from builder.errors import UserError
@@ -191,27 +192,42 @@ def test_the_jobs_plain_python_is_rank_0_of_1():
     assert env_of(the_job(command=("./serve.sh",))) == {}
 
 
-TASK_INDEX = {"fieldRef": {"fieldPath": "metadata.annotations['volcano.sh/task-index']"}}
-
-
 def test_the_volcano_job_spreads_k_pods_with_pod_zero_as_master():
     doc = the_volcano(count=2)
     task = doc["spec"]["tasks"][0]
     assert doc["spec"]["minAvailable"] == 2 and task["replicas"] == 2 and doc["spec"]["schedulerName"] == "volcano"
     assert doc["spec"]["plugins"] == {"env": [], "svc": []}
-    env = {e["name"]: e.get("value", e.get("valueFrom")) for e in task["template"]["spec"]["containers"][0]["env"]}
-    # torchrun reads PET_*; the node rank is the task index, the master pod 0's svc host name
-    assert env == {"PET_NNODES": "2", "PET_NODE_RANK": TASK_INDEX, "PET_MASTER_ADDR": "llama-sft-worker-0.llama-sft",
+    container = task["template"]["spec"]["containers"][0]
+    env = {e["name"]: e.get("value", e.get("valueFrom")) for e in container["env"]}
+    # torchrun reads PET_*, the master is pod 0's svc host name; the node rank, the env plugin's task index
+    assert env == {"PET_NNODES": "2", "PET_MASTER_ADDR": "llama-sft-worker-0.llama-sft",
                    "PET_MASTER_PORT": "2222", "PET_NPROC_PER_NODE": "8"}
+    assert container["command"][1:] == ["torchrun", "--node-rank=$(VC_TASK_INDEX)", "--nproc_per_node", "8", "train.py"]
     anti = task["template"]["spec"]["affinity"]["podAntiAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
     assert anti[0]["topologyKey"] == "kubernetes.io/hostname"
 
 
 def test_a_volcano_job_of_plain_python_is_one_process_per_pod():
-    task = the_volcano(count=3, command=("python3", "train.py"))["spec"]["tasks"][0]
-    env = {e["name"]: e.get("value", e.get("valueFrom")) for e in task["template"]["spec"]["containers"][0]["env"]}
+    container = the_volcano(count=3, command=("python3", "train.py"))["spec"]["tasks"][0]["template"]["spec"]["containers"][0]
+    env = {e["name"]: e.get("value", e.get("valueFrom")) for e in container["env"]}
     assert env == {"MASTER_ADDR": "llama-sft-worker-0.llama-sft", "MASTER_PORT": "2222", "WORLD_SIZE": "3",
-                   "RANK": TASK_INDEX, "LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "1"}
+                   "LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "1"}
+    assert container["command"][1:] == ["env", "RANK=$(VC_TASK_INDEX)", "python3", "train.py"]
+
+
+def test_the_node_rank_is_what_every_volcano_from_1_0_appends_and_never_the_1_9_annotation():
+    """Volcano 1.0's env plugin (kept in tests/fixtures/volcano/env-plugin) appends VC_TASK_INDEX to
+    every container; the task-index annotation came only with 1.9.0 (MindCluster 26.1 deploys 1.7.0)."""
+    constants = go_constants(kept_source(VOLCANO_ENV_PLUGIN / "const.go"))
+    on_create = go_function(kept_source(VOLCANO_ENV_PLUGIN / "env.go"), "func (ep *envPlugin) OnPodCreate(")
+    assert "for i := range pod.Spec.Containers {" in on_create
+    assert "pod.Spec.Containers[i].Env = append(pod.Spec.Containers[i].Env, v1.EnvVar{Name: TaskIndex, Value: index})" \
+        in on_create
+    assert constants["TaskIndex"] == volcano.TASK_INDEX == "VC_TASK_INDEX"
+    for command in (("torchrun", "t.py"), ("python", "t.py")):
+        text = manifest_yaml.render(the_volcano(count=3, command=command), volcano.header("llama-sft"))
+        assert "$(VC_TASK_INDEX)" in text and "task-index" not in text
+        assert "# needs Volcano 1.0 or newer" in text and "app=volcano-controller" in text
 
 
 def test_the_job_the_volcano_job_and_their_pods_carry_mindclusters_ring_controller_label():

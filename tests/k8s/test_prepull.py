@@ -20,6 +20,7 @@ import yaml
 from builder.k8s import prepull
 from builder.k8s.pod import PodSpec
 from builder.registry import Registry
+from builder.vocabulary import CPU
 from tests.support import mirror as hm
 from tests.support.images import ROOT, cell_8_0_rc3, pipeline_labels
 from tests.support.k8s import CLUSTER, POOL_910B, admitted, nodes, validate_k8s, validate_openkruise
@@ -30,7 +31,8 @@ REPO = "team/pytorch"
 
 @pytest.fixture(scope="module")
 def source(tmp_path_factory):
-    """A registry (no auth) holding: "fits" (driver 24.1.RC3), "newer" (25.0.RC1), an unvalidated "candidate"."""
+    """A registry (no auth) holding: "fits" (driver 24.1.RC3), "newer" (25.0.RC1), an unvalidated
+    "candidate", and "twin": the CPU twin of "fits"."""
     if not Path(hm.REGISTRY_BIN).exists():
         pytest.skip("docker-registry missing")
     served = hm.serve(tmp_path_factory.mktemp("prepull") / "registry")
@@ -39,7 +41,9 @@ def source(tmp_path_factory):
     pushed = {tag: hm.push_image(reg, REPO, tag, labels, tag.encode()) for tag, labels in {
         "fits": pipeline_labels(fits),
         "newer": pipeline_labels(cell_8_0_rc3(torch_npu="2.4.0.post2", driver="25.0.RC1", id="newer")),
-        "candidate": pipeline_labels(fits, validated=False)}.items()}
+        "candidate": pipeline_labels(fits, validated=False),
+        f"{fits.id}-cpu": pipeline_labels(fits, variant=CPU)}.items()}
+    pushed["twin"] = pushed.pop(f"{fits.id}-cpu")
     yield f"{served.host}/{REPO}", pushed
     served.stop()
 
@@ -162,3 +166,32 @@ def test_without_nodes_this_hosts_probe_decides_as_for_k8s_job(source, tmp_path)
     assert pod["containers"][0]["image"] == f"{where}@{pushed['fits']}"
     assert pod["affinity"] == yaml.safe_load(job.stdout)["spec"]["template"]["spec"]["affinity"]
     assert admitted(pod, nodes(POOL_910B)) == ["npu-a", "npu-b"]  # npu-c's 910B4 is not this host's chip
+
+
+def test_prepull_variant_cpu_pulls_the_twin_as_k8s_job_variant_cpu_prepull_does(source):
+    """The same words choose the same image: `k8s prepull --variant cpu` prints the very DaemonSet
+    `k8s job --variant cpu --prepull` prints after its Job, the twin's digest on any node of the arch."""
+    where, pushed = source
+    args = ("--nodes", str(POOL_910B), "--name", "llama", "--variant", "cpu")
+    alone = cli(where, "prepull", *args)
+    with_job = cli(where, "job", *args, "--prepull", "--", "python", "train.py")
+    assert alone.returncode == with_job.returncode == 0, alone.stderr + with_job.stderr
+    ds = yaml.safe_load(alone.stdout)
+    job, job_ds = list(yaml.safe_load_all(with_job.stdout))
+    assert ds == job_ds
+    validate_k8s(ds)
+    twin = f"{where}@{pushed['twin']}"
+    assert ds["spec"]["template"]["spec"]["containers"][0]["image"] == job["spec"]["template"]["spec"]["containers"][0]["image"] == twin
+    pod = ds["spec"]["template"]["spec"]
+    assert pod["affinity"] == job["spec"]["template"]["spec"]["affinity"]
+    assert pod["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"] == [
+        {"matchExpressions": [{"key": "kubernetes.io/arch", "operator": "In", "values": ["amd64"]}]}]
+    assert "# the CPU twin (--variant cpu)" in alone.stdout
+    npu = yaml.safe_load(cli(where, "prepull", "--nodes", str(POOL_910B), "--name", "llama").stdout)
+    assert npu["spec"]["template"]["spec"]["containers"][0]["image"] == f"{where}@{pushed['fits']}" != twin
+
+
+def test_prepull_refuses_a_variant_it_does_not_build(source):
+    done = cli(source[0], "prepull", "--nodes", str(POOL_910B), "--variant", "gpu")
+    assert done.returncode == 2 and done.stdout == ""
+    assert "--variant 'gpu' is none of npu, cpu" in done.stderr and "fix: --variant npu" in done.stderr

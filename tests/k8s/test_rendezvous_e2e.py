@@ -1,52 +1,79 @@
-"""The multi-node rendezvous for real: a Volcano Job's pods, instantiated for 2 and 3 ranks as
-Volcano instantiates them, played by ``podman kube play`` with the CPU twin, train as one job.
+"""Each job kind's pods, instantiated as its controller instantiates them, train as one job on the
+CPU twin: a plain Job's one pod (torchrun, a world of 2), a Volcano Job's and an AscendJob's 2 and
+3 pods (torchrun, 2 processes each), plain python over a Volcano Job's 3 pods; and the NPU image's
+AscendJob over 2 pods, its pods given what the operator gives pods that ask for NPUs.
 
-What Volcano adds to each pod (volcano-sh/volcano at ed72c7c8, see `builder.k8s.volcano`):
-the name ``JOB-TASK-INDEX`` (``MakePodName``), the annotation and label ``volcano.sh/task-index``
-(``createJobPod``), ``hostname`` = the pod's name and ``subdomain`` = the job's (``svc`` plugin),
-``VK_TASK_INDEX``/``VC_TASK_INDEX`` appended to the container's env (``env`` plugin) and
-``VC_WORKER_HOSTS``/``VC_WORKER_NUM`` (``svc`` plugin, from its ConfigMap; literal values here).
-The test adds exactly these to the rendered template, nothing else of the job's.
+The pods run from the twin the pipeline builds (torch 2.13.0, gloo), each as its own container
+with its own address on a Docker network, by the stand-in kubelet of `tests.support.kubelet`:
+env and command expanded as the kubelet expands them, the hosts file it writes, and only the
+names the cluster's DNS would answer. Each kind's manifest is what `k8s job --variant cpu`
+prints, its image replaced by the locally built twin; the test adds to each pod exactly what the
+kind's controller adds, by its source:
 
-What stands in for the cluster, and why:
+- **Volcano** (volcano-sh/volcano, `builder.k8s.volcano`): the name ``JOB-TASK-INDEX``
+  (``helpers.go`` ``MakePodName``), the label ``volcano.sh/job-name``
+  (``job_controller_util.go`` ``createJobPod``), and the annotation and label
+  ``volcano.sh/task-index`` only as Volcano 1.9.0 and newer add them: the 3-pod runs play
+  Volcano 1.7.0 (the one MindCluster 26.1's installation guide deploys), which adds neither; ``hostname`` = the pod's name and
+  ``subdomain`` = the job's, whose headless Service makes ``HOSTNAME.JOB`` resolve to the pod
+  (``svc.go`` ``OnPodCreate``); ``VK_TASK_INDEX``/``VC_TASK_INDEX`` appended to the env
+  (``env.go`` ``OnPodCreate``) and ``VC_WORKER_HOSTS``/``VC_WORKER_NUM`` (``svc.go``, from its
+  ConfigMap: literal values here). The queue, group and version annotations, which nothing here
+  reads, are left out.
+- **AscendJob** (Ascend/mind-cluster at 22bb3d98, ``component/ascend-operator/pkg/controllers/v1/``;
+  kubeflow/common v0.4.3 ``pkg/``), for pods that ask for **no NPU**, the CPU twin's:
+  the Master's ClusterIP Service ``JOB-master-0`` on ``ascendjob-port``, made before any pod
+  (``pod.go:98`` ``getMngSvcIpAndPort``, ``jobinfo.go:157-188``, ``service.go:40-63``); the names
+  ``JOB-master-0`` and ``JOB-worker-INDEX`` (``pod.go:733``, ``controller.v1/common/util.go:50-53``);
+  the labels of ``labels.go:22-45`` (``GenLabels``: ``controller.v1/common/job_controller.go:209-217``;
+  replica type and index: ``util/labels/labels.go:41-60``; ``training.kubeflow.org/job-role:
+  master`` on the Master; ``version: 0``); the annotation ``hccl/rankIndex`` = the replica index
+  (``annotation.go:37-40``: the job's ``nonWorkerPodMountChipStatus`` is "false" when the Master
+  asks for no NPU, ``job.go:249-254``) and the gang annotations (``pod.go:807-811``); and
+  appended to the ``ascend`` container's env only ``setCommonEnv``'s (``env.go:168-186``:
+  ``MINDX_TASK_ID``, ``MINDX_SERVER_IP``, ``MINDX_SERVER_DOMAIN``, ``HostNetwork``,
+  ``REPLICA_TYPE``; no ``ASCEND_VISIBLE_DEVICES`` or ``HCCL_LOGIC_SUPERPOD_ID`` without a
+  ``huawei.com/`` request), since ``setEnv`` returns before ``setPytorchEnv`` when the pods ask
+  for no NPU (``pod.go:772``). ``MINDX_SERVER_IP`` is ClusterD's service address, its domain here
+  (``service.go:130-137``: what the operator falls back to when ClusterD is not installed).
+  For pods that ask for NPUs, besides: ``hccl/rankIndex`` and ``RANK`` = the Workers' index + 1
+  (``annotation.go:43-50``, ``pod.go:723-731``), ``ASCEND_VISIBLE_DEVICES`` from the pod's
+  device annotation (``env.go:188-202``: empty here, no device plugin), ``HCCL_LOGIC_SUPERPOD_ID``
+  0 (no sp-block annotation: ``utils/superpod.go:52-57``), and ``setPytorchEnv``'s
+  ``LOCAL_WORLD_SIZE``, ``WORLD_SIZE``, ``LOCAL_RANK``, ``MASTER_ADDR`` (the Service's ClusterIP),
+  ``MASTER_PORT`` and ``RANK`` (``env.go:259-266``). That run's driver hostPaths are left out
+  (no driver here) and its NPU requests are not allocated (no device plugin).
+- **the plain Job**: nothing; its one pod's name is the Job's.
 
-- **the network**: every pod runs with ``hostNetwork: true`` on this host's loopback, and a
-  hosts file mounted at ``/etc/hosts`` maps each pod's host name, short and ``NAME.JOB`` (what
-  the headless service's DNS and the kubelet's hosts file give a pod) to 127.0.0.1. podman 4.3
-  ignores ``hostAliases`` on the host network, and pods on its bridge cannot know pod 0's
-  address before it starts; one pod with N containers would share one set of annotations, so
-  the node rank (read from the pod's ``volcano.sh/task-index``) could not differ.
-- **the port**: ``PET_MASTER_PORT``/``MASTER_PORT`` (2222 in the manifest) is a free port of
-  this host, since the host's network is shared with whatever else runs here; the container's
-  ``ports`` entry (informational) is dropped, since podman refuses port mappings on the host network.
-- **the node**: no NPU and no driver here, so the driver hostPaths are left out (the guard then
-  runs the command with its one-line note, as tests/node/test_driver_guard_e2e.py shows), and
-  the check script comes from a hostPath.
-
-The script does one ``all_reduce`` of ``rank + 1`` over gloo and gathers every rank's world size;
-each rank prints what it saw. Every rank must see the sum n(n+1)/2, the same world size n x
-nproc, and a node rank equal to the ``VC_TASK_INDEX`` Volcano gave its pod.
+Every run starts rank 0's pod (Volcano's pod 0, the AscendJob's Master) last, so the others wait
+for it as on a cluster where its node pulls the image last. The script does one ``all_reduce`` of
+``rank + 1`` over gloo and gathers every rank's world size; every rank must see the sum
+n(n+1)/2 and one world size, and each pod one node rank of its own: Volcano's ``VC_TASK_INDEX``;
+the twin's AscendJob's, torchrun's c10d rendezvous's choice; the NPU image's, the operator's ``RANK``.
 """
 
 from __future__ import annotations
 
 import copy
 import json
+import time
 import uuid
+from dataclasses import replace
 from pathlib import Path
-from typing import Any, Dict, List, Sequence
+from typing import Any, Dict, Iterator, List, Sequence
 
 import pytest
-import yaml
 
-from tests.support.loopback_registry import free_port
-from tests.support.podman import own_podman
-from tests.support.pipeline import _torch_wheel, image_args, run_cli, write_matrix, CELL_ID, CLI, drop_images
+from builder.k8s import ascendjob, job, volcano
+from builder.k8s.pod import MASTER_PORT, PodSpec
+from builder.vocabulary import CPU, NPU
+from tests.support.k8s import OPERATOR_COMMON_ENV
+from tests.support.kubelet import Cluster
+from tests.support.pipeline import CELL_ID, CLI, _torch_wheel, drop_images, image_args, run_cli, write_matrix
 
 REPO = f"ascend-build-test/jobs-rdzv-{uuid.uuid4().hex[:8]}"
-MINIMUM = "25.2.RC1"  # the twin's NPU image's minimum driver (CANN 9.1.0)
 SCRIPT = '''
-import json, os, torch, torch.distributed as dist
+import json, os, socket, torch, torch.distributed as dist
 dist.init_process_group("gloo")
 rank, world = dist.get_rank(), dist.get_world_size()
 total = torch.tensor([float(rank + 1)])
@@ -56,82 +83,119 @@ dist.all_gather(worlds, torch.tensor([world], dtype=torch.int64))
 node_rank = os.environ.get("GROUP_RANK", os.environ["RANK"])  # torchrun: GROUP_RANK; plain python: RANK
 # one write of the whole line: the local ranks of a pod share its stdout, and two print()s may interleave
 os.write(1, ("RESULT " + json.dumps({"rank": rank, "world": world, "sum": total.item(), "worlds": [int(w) for w in worlds],
-                                     "node_rank": int(node_rank), "vc_task_index": int(os.environ["VC_TASK_INDEX"])})
-             + "\\n").encode())
+                                     "node_rank": int(node_rank), "pod": socket.gethostname(),
+                                     "vc_task_index": os.environ.get("VC_TASK_INDEX")}) + "\\n").encode())
 dist.destroy_process_group()
 '''
+DEADLINE = 240  # seconds for every pod of a run to end: a run takes under 60 s on 2 busy cores
+OPERATOR_NAME = "ascendjob-controller"  # ascend-common/api/default_name.go: ControllerName
+GROUP_NAME = "mindxdl.gitee.com"  # ascendjob_controller.go: GetGroupNameLabelValue, the API group
+CLUSTERD_DOMAIN = "clusterd-grpc-svc.mindx-dl.svc.cluster.local"  # consts.go: mindxDefaultServerDomain
 
 
 @pytest.fixture(scope="module")
-def podman(tmp_path_factory):
-    """podman with storage of its own (nothing shared with other tests), reset at the module's end."""
-    with own_podman(tmp_path_factory.mktemp("podman")) as run:
-        yield run
-
-
-@pytest.fixture(scope="module")
-def twin_in_podman(engine, base_image, registry, podman, tmp_path_factory) -> str:
-    """The shipped Debian 12 cell's CPU twin (torch 2.13.0, gloo), built and sealed by `image`,
-    pushed to the loopback registry and pulled by digest into podman's storage."""
+def twin(engine, base_image, tmp_path_factory) -> Iterator[str]:
+    """The shipped Debian 12 cell's CPU twin (torch 2.13.0, gloo), built and sealed by `image`: its image ID."""
     if _torch_wheel() is None or not CLI.exists():
         pytest.skip("needs the torch 2.13.0 cp311 wheel in /opt/wheels and the ascend-build script")
     work = tmp_path_factory.mktemp("rdzv-twin")
     matrix_file = write_matrix(work, REPO)
     built = run_cli(image_args(matrix_file, work / "state", base_image, "--variant", "cpu"), cwd=work)
     assert built.returncode == 0, built.stdout[-3000:] + built.stderr[-3000:]
-    ref = f"{registry.host}/{REPO}:rdzv"
-    try:
-        engine.tag(engine.image_id(f"{REPO}:{CELL_ID}-cpu"), ref)
-        digest = engine.push(ref, username=registry.username, password=registry.password)
-    finally:
-        engine.untag(ref)
-        drop_images(engine, REPO)
-    image = f"{registry.host}/{REPO}@{digest}"
-    pulled = podman("pull", "--tls-verify=false", "--creds", f"{registry.username}:{registry.password}", image,
-                    timeout=600)
-    assert pulled.returncode == 0, pulled.stderr
-    return image
+    image = engine.image_id(f"{REPO}:{CELL_ID}-cpu")
+    assert image
+    yield image
+    drop_images(engine, REPO)
 
 
-def volcano_pods(name: str, image: str, command: Sequence[str], nodes: int, port: int, work: Path) -> List[Dict[str, Any]]:
-    """The Pods Volcano would create from `k8s job --kind volcano`'s Job, with the stand-ins above."""
-    from builder.k8s.pod import PodSpec
-    from builder.k8s.volcano import JOB_NAME_LABEL, volcano_job
+def twin_spec(command: Sequence[str], processes: int) -> PodSpec:
+    """What `k8s job --variant cpu --npus PROCESSES -- COMMAND` renders from (its image replaced below)."""
+    return PodSpec(image="registry.example/team/pytorch@sha256:" + "0" * 64, chip="910b", arch="x86_64",
+                   npus=processes, command=tuple(command), min_driver="25.2.RC1", chip_values=(), drivers=(),
+                   variant=CPU)
 
-    spec = PodSpec(image=image, chip="910b", arch="x86_64", npus=2, command=tuple(command), min_driver=MINIMUM,
-                   chip_values=("910B3",), drivers=())
-    task = volcano_job(name, spec, nodes, {})["spec"]["tasks"][0]
-    names = [f"{name}-{task['name']}-{i}" for i in range(nodes)]  # helpers.MakePodName
-    hosts = work / "hosts"
-    hosts.write_text("127.0.0.1 localhost " + " ".join(f"{n} {n}.{name}" for n in names) + "\n")
-    (work / "check.py").write_text(SCRIPT)
+
+def on_this_node(template: Dict[str, Any], image: str, work: Path) -> Dict[str, Any]:
+    """The pod template with the stand-ins: the twin built here for the digest, the check script
+    mounted, no driver file (this node has no NPU driver: the NPU image's hostPaths are left out)."""
+    template = copy.deepcopy(template)
+    pod = template["spec"]
+    container, = pod["containers"]
+    container["image"] = image
+    drivers = {v["name"] for v in pod["volumes"] if "hostPath" in v}
+    pod["volumes"] = [v for v in pod["volumes"] if v["name"] not in drivers]
+    container["volumeMounts"] = [m for m in container["volumeMounts"] if m["name"] not in drivers]
+    pod["volumes"].append({"name": "check", "hostPath": {"path": str(work), "type": "Directory"}})
+    container["volumeMounts"].append({"name": "check", "mountPath": "/check", "readOnly": True})
+    return template
+
+
+def job_pods(name: str, manifest: Dict[str, Any], image: str, work: Path) -> List[Dict[str, Any]]:
+    """The one Pod of a batch/v1 Job (its name stands in for the Job controller's ``NAME-RANDOM``)."""
+    template = on_this_node(manifest["spec"]["template"], image, work)
+    return [{"metadata": {"name": name, "labels": template["metadata"]["labels"]}, "spec": template["spec"]}]
+
+
+def volcano_pods(name: str, manifest: Dict[str, Any], image: str, work: Path, version: str) -> List[Dict[str, Any]]:
+    """The Pods Volcano ``version`` ("1.7.0" or "1.9.0": the task-index annotation or not) makes of the Job."""
+    task = manifest["spec"]["tasks"][0]
+    names = [f"{name}-{task['name']}-{i}" for i in range(task["replicas"])]  # helpers.MakePodName
     pods = []
     for index, pod_name in enumerate(names):
-        template = copy.deepcopy(task["template"])
+        template = on_this_node(task["template"], image, work)
+        labels = {**template["metadata"]["labels"], volcano.JOB_NAME_LABEL: name}
+        annotations = {"volcano.sh/job-name": name, "volcano.sh/task-spec": task["name"]}
+        if version != "1.7.0":
+            labels["volcano.sh/task-index"] = annotations["volcano.sh/task-index"] = str(index)
         pod = template["spec"]
-        # Volcano's job controller, svc and env plugins
-        labels = {**template["metadata"]["labels"], JOB_NAME_LABEL: name, "volcano.sh/task-index": str(index)}
-        metadata = {"name": pod_name, "labels": labels,
-                    "annotations": {"volcano.sh/task-index": str(index), "volcano.sh/job-name": name}}
-        pod["hostname"], pod["subdomain"] = pod_name, name
-        container = pod["containers"][0]
-        container["env"] += [{"name": "VK_TASK_INDEX", "value": str(index)}, {"name": "VC_TASK_INDEX", "value": str(index)},
-                             {"name": "VC_WORKER_HOSTS", "value": ",".join(f"{n}.{name}" for n in names)},
-                             {"name": "VC_WORKER_NUM", "value": str(nodes)}]
-        # the stand-ins: the host's loopback for the cluster network, a free port, no driver files
-        pod["hostNetwork"] = True
-        container.pop("ports")  # informational on the host network; podman refuses them there
-        for variable in container["env"]:
-            if variable["name"] in ("PET_MASTER_PORT", "MASTER_PORT"):
-                variable["value"] = str(port)
-        kept = {v["name"] for v in pod["volumes"] if "hostPath" not in v}
-        pod["volumes"] = [v for v in pod["volumes"] if v["name"] in kept]
-        container["volumeMounts"] = [m for m in container["volumeMounts"] if m["name"] in kept]
-        pod["volumes"] += [{"name": "hosts", "hostPath": {"path": str(hosts), "type": "File"}},
-                           {"name": "check", "hostPath": {"path": str(work), "type": "Directory"}}]
-        container["volumeMounts"] += [{"name": "hosts", "mountPath": "/etc/hosts", "readOnly": True},
-                                      {"name": "check", "mountPath": "/check", "readOnly": True}]
-        pods.append({"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": pod})
+        pod["hostname"], pod["subdomain"] = pod_name, name  # the svc plugin
+        pod["containers"][0]["env"] += [  # the env plugin, then the svc plugin's hosts
+            {"name": "VK_TASK_INDEX", "value": str(index)}, {"name": "VC_TASK_INDEX", "value": str(index)},
+            {"name": "VC_WORKER_HOSTS", "value": ",".join(f"{n}.{name}" for n in names)},
+            {"name": "VC_WORKER_NUM", "value": str(len(names))}]
+        pods.append({"metadata": {"name": pod_name, "labels": labels, "annotations": annotations}, "spec": pod})
+    return pods
+
+
+def ascendjob_pods(name: str, manifest: Dict[str, Any], image: str, work: Path,
+                   service_ip: str) -> List[Dict[str, Any]]:
+    """The Pods the Ascend Operator makes of an AscendJob (see the module), whose pods ask for NPUs
+    or not (the CPU twin), and the ClusterIP it gives the Master's Service (``service_ip``)."""
+    uid = str(uuid.uuid4())
+    replicas = manifest["spec"]["replicaSpecs"]
+    requests = replicas[ascendjob.MASTER]["template"]["spec"]["containers"][0].get("resources", {}).get("requests", {})
+    npu = next((k for k in requests if k.startswith("huawei.com/")), None)  # utils.go:97-104
+    chips = int(requests[npu]) if npu else 0  # ctReq; the Master asks as the Workers do: Workers' rank is index + 1
+    pods_total = sum(r["replicas"] for r in replicas.values())
+    pods = []
+    for role, replica in replicas.items():
+        for index in range(replica["replicas"]):
+            template = on_this_node(replica["template"], image, work)
+            container, = template["spec"]["containers"]
+            rank = index + 1 if npu and role == ascendjob.WORKER else index  # pod.go:723-731, annotation.go:37-50
+            labels = {**template["metadata"]["labels"], "version": "0",
+                      "training.kubeflow.org/operator-name": OPERATOR_NAME, "group-name": GROUP_NAME,
+                      ascendjob.JOB_NAME_LABEL: name, "job-name": name,
+                      "training.kubeflow.org/replica-type": role.lower(), "replica-type": role.lower(),
+                      "training.kubeflow.org/replica-index": str(index), "replica-index": str(index)}
+            if role == ascendjob.MASTER:
+                labels["training.kubeflow.org/job-role"] = "master"
+            annotations = {"hccl/rankIndex": str(rank), "scheduling.k8s.io/group-name": f"{name}-{uid}",
+                           "volcano.sh/task-spec": role.lower()}
+            common = dict(zip(OPERATOR_COMMON_ENV, (uid, CLUSTERD_DOMAIN, CLUSTERD_DOMAIN, "false", role)))
+            env = [{"name": k, "value": v} for k, v in common.items()]
+            if npu:  # setAscendVisibleDevicesEnv first; HCCL_LOGIC_SUPERPOD_ID 0 without an sp-block annotation
+                env.insert(0, {"name": "ASCEND_VISIBLE_DEVICES",
+                               "valueFrom": {"fieldRef": {"fieldPath": f"metadata.annotations['{npu}']"}}})
+                env.insert(-1, {"name": "HCCL_LOGIC_SUPERPOD_ID", "value": "0"})
+                env += [{"name": "LOCAL_WORLD_SIZE", "value": str(chips)},  # setPytorchEnv
+                        {"name": "WORLD_SIZE", "value": str(chips * pods_total)},
+                        {"name": "LOCAL_RANK", "value": ",".join(str(i) for i in range(chips))},
+                        {"name": "MASTER_ADDR", "value": service_ip}, {"name": "MASTER_PORT", "value": str(MASTER_PORT)},
+                        {"name": "RANK", "value": str(rank)}]
+            container["env"] += env
+            pods.append({"metadata": {"name": f"{name}-{role.lower()}-{index}", "labels": labels,
+                                      "annotations": annotations}, "spec": template["spec"]})
     return pods
 
 
@@ -141,47 +205,104 @@ def results_in(text: str) -> List[Dict[str, Any]]:
     return [decoder.raw_decode(part)[0] for part in text.split("RESULT ")[1:] if part.startswith("{")]
 
 
-def play(podman, pods: List[Dict[str, Any]], manifest: Path) -> List[Dict[str, Any]]:
-    """Play the pods, wait for each, and return each one's RESULT line (asserting every pod exited 0)."""
-    manifest.write_text(yaml.safe_dump_all(pods, sort_keys=False))
-    try:
-        played = podman("kube", "play", str(manifest), timeout=300)
-        assert played.returncode == 0, played.stdout + played.stderr
-        results = []
-        for pod in pods:
-            container = f"{pod['metadata']['name']}-main"
-            waited = podman("wait", container, timeout=300)
-            logs = podman("logs", container)
-            assert waited.stdout.strip() == "0", f"{container} exited {waited.stdout.strip()}:\n{logs.stdout}\n{logs.stderr}"
-            results += results_in(logs.stdout)
-        return results
-    finally:
-        podman("kube", "down", str(manifest), timeout=120)
+def play(cluster: Cluster, pods: List[Dict[str, Any]], first: Dict[str, Any], records=None,
+         services=()) -> List[Dict[str, Any]]:
+    """Start the Services, then every pod with ``first``'s last; wait for each (exit 0) and return their RESULTs."""
+    addresses = {pod["metadata"]["name"]: cluster.address() for pod in pods}
+    for name, port, pod_name, ip in services:
+        cluster.service(name, port, addresses[pod_name], ip)
+    for pod_name, names in (records or {}).items():
+        for record in names:
+            cluster.records[record] = addresses[pod_name]
+    for pod in sorted(pods, key=lambda p: p is first):
+        cluster.start(pod, addresses[pod["metadata"]["name"]])
+    deadline = time.monotonic() + DEADLINE
+    ended = [(pod["metadata"]["name"], *cluster.wait(pod["metadata"]["name"], deadline - time.monotonic()))
+             for pod in pods]
+    for name, code, _, _ in ended:
+        assert code == 0, "\n".join([f"{name} {'ran past the deadline' if code is None else f'exited {code}'}"] +
+                                    [f"--- {n} (exit {c}):\n{o[-2000:]}\n{e[-2000:]}" for n, c, o, e in ended])
+    return [result for _, _, out, _ in ended for result in results_in(out)]
 
 
-def check(results: List[Dict[str, Any]], nodes: int, nproc: int) -> None:
-    world = nodes * nproc
+def check(results: List[Dict[str, Any]], pods: int, nproc: int) -> None:
+    world = pods * nproc
     assert sorted(r["rank"] for r in results) == list(range(world)), results  # one job: every rank once
     for r in results:
         assert r["world"] == world and r["worlds"] == [world] * world, r
         assert r["sum"] == world * (world + 1) / 2, r
-        assert r["node_rank"] == r["vc_task_index"], r  # the node rank is the task index Volcano gave the pod
-    assert sorted({r["node_rank"] for r in results}) == list(range(nodes))
+    node_ranks = {r["pod"]: r["node_rank"] for r in results}
+    assert sorted(node_ranks.values()) == list(range(pods)), results  # a node rank of its own per pod
+    assert all(node_ranks[r["pod"]] == r["node_rank"] for r in results), results  # one per pod
+
+
+@pytest.mark.engine
+def test_the_plain_jobs_pod_is_one_world_of_its_processes(engine, twin, tmp_path):
+    (tmp_path / "check.py").write_text(SCRIPT)
+    name = f"job-{uuid.uuid4().hex[:6]}"
+    pods = job_pods(name, job.job(name, twin_spec(["torchrun", "/check/check.py"], 2), {}), twin, tmp_path)
+    with Cluster(engine.client, twin) as cluster:
+        results = play(cluster, pods, pods[0])
+    check(results, 1, nproc=2)
+
+
+@pytest.mark.engine
+@pytest.mark.parametrize("nodes, version", [(2, "1.9.0"), (3, "1.7.0")])
+def test_torchrun_pods_of_a_volcano_job_train_as_one(engine, twin, tmp_path, nodes, version):
+    (tmp_path / "check.py").write_text(SCRIPT)
+    name = f"vc{nodes}-{uuid.uuid4().hex[:6]}"
+    manifest = volcano.volcano_job(name, twin_spec(["torchrun", "/check/check.py"], 2), nodes, {})
+    pods = volcano_pods(name, manifest, twin, tmp_path, version)
+    with Cluster(engine.client, twin) as cluster:
+        results = play(cluster, pods, pods[0], records={p["metadata"]["name"]: [
+            f"{p['metadata']['name']}.{name}", f"{p['metadata']['name']}.{name}.default.svc.cluster.local"]
+            for p in pods})
+    check(results, nodes, nproc=2)
+    assert all(r["node_rank"] == int(r["vc_task_index"]) for r in results)  # the index Volcano gave the pod
+
+
+@pytest.mark.engine
+def test_plain_python_pods_of_a_volcano_1_7_job_are_one_process_each(engine, twin, tmp_path):
+    (tmp_path / "check.py").write_text(SCRIPT)
+    name = f"vcpy-{uuid.uuid4().hex[:6]}"
+    manifest = volcano.volcano_job(name, twin_spec(["python", "/check/check.py"], 1), 3, {})
+    pods = volcano_pods(name, manifest, twin, tmp_path, "1.7.0")
+    with Cluster(engine.client, twin) as cluster:
+        results = play(cluster, pods, pods[0], records={p["metadata"]["name"]: [f"{p['metadata']['name']}.{name}"]
+                                                         for p in pods})
+    check(results, 3, nproc=1)
+    assert all(r["node_rank"] == int(r["vc_task_index"]) for r in results)
+
+
+def play_ascendjob(engine, twin, work: Path, name: str, manifest: Dict[str, Any]) -> List[Dict[str, Any]]:
+    """The AscendJob's pods and its Master's Service, the Master started last."""
+    service = ascendjob.master_service(name)
+    with Cluster(engine.client, twin) as cluster:
+        service_ip = cluster.address()
+        pods = ascendjob_pods(name, manifest, twin, work, service_ip)
+        master = next(p for p in pods if p["metadata"]["name"] == service)  # the Master pod's name is its Service's
+        return play(cluster, pods, master, services=[(service, MASTER_PORT, service, service_ip)])
 
 
 @pytest.mark.engine
 @pytest.mark.parametrize("nodes", [2, 3])
-def test_torchrun_pods_of_a_volcano_job_train_as_one(twin_in_podman, podman, tmp_path, nodes):
-    name = f"rdzv{nodes}-{uuid.uuid4().hex[:6]}"
-    command = ["torchrun", "--nproc_per_node", "2", "/check/check.py"]
-    results = play(podman, volcano_pods(name, twin_in_podman, command, nodes, free_port(), tmp_path),
-                   tmp_path / "pods.yaml")
-    check(results, nodes, nproc=2)
+def test_torchrun_pods_of_an_ascendjob_on_the_cpu_twin_train_as_one(engine, twin, tmp_path, nodes):
+    (tmp_path / "check.py").write_text(SCRIPT)
+    name = f"aj{nodes}-{uuid.uuid4().hex[:6]}"
+    manifest = ascendjob.ascend_job(name, twin_spec(["torchrun", "/check/check.py"], 2), nodes, {})
+    check(play_ascendjob(engine, twin, tmp_path, name, manifest), nodes, nproc=2)
 
 
 @pytest.mark.engine
-def test_plain_python_pods_of_a_volcano_job_are_one_process_each(twin_in_podman, podman, tmp_path):
-    name = f"rdzvpy-{uuid.uuid4().hex[:6]}"
-    results = play(podman, volcano_pods(name, twin_in_podman, ["python", "/check/check.py"], 3, free_port(), tmp_path),
-                   tmp_path / "pods.yaml")
-    check(results, 3, nproc=1)
+def test_torchrun_pods_of_an_ascendjob_asking_for_npus_train_as_one_fake_npu(engine, twin, tmp_path):
+    """The NPU image's AscendJob (2 NPUs a pod), its pods given what the operator gives pods that
+    ask for NPUs; the twin stands in for the NPU image, and no device plugin allocates the NPUs."""
+    (tmp_path / "check.py").write_text(SCRIPT)
+    name = f"ajnpu-{uuid.uuid4().hex[:6]}"
+    spec = replace(twin_spec(["torchrun", "/check/check.py"], 2), variant=NPU, chip_values=("910B3",),
+                   drivers=("25.2.rc1",))
+    manifest = ascendjob.ascend_job(name, spec, 2, {})
+    results = play_ascendjob(engine, twin, tmp_path, name, manifest)
+    check(results, 2, nproc=2)
+    ranks = {r["pod"]: r["node_rank"] for r in results}
+    assert ranks == {f"{name}-master-0": 0, f"{name}-worker-0": 1}  # the operator's RANK: Master 0, Workers index + 1

@@ -167,3 +167,15 @@ def test_skopeo_finds_a_docker_image_in_the_layout_and_its_digest_is_the_signed_
     (plain.folder / INDEX_FILE).write_text(json.dumps(index))
     missed = skopeo("inspect", f"oci:{plain.folder}:v1")
     assert missed.returncode != 0 and "no descriptor found for reference" in missed.stderr
+
+
+def test_a_blob_that_is_a_fifo_is_refused_never_waited_on(tmp_path):
+    import os
+
+    layout = Layout(tmp_path / "carry", create=True)
+    path = layout.path(DIGEST)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    os.mkfifo(path)  # no writer: a plain open() waits for ever
+    with pytest.raises(UserError, match="is not a regular file"):
+        with layout.open_blob(DIGEST, len(BODY)):
+            pass

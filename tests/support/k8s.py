@@ -151,3 +151,34 @@ def spec_for(min_driver: str, npus: int = 8, path: Path = POOL_910B, chip=None, 
                   chip_values=found.chip_values, drivers=found.drivers)
     fields.update(over)
     return pod.PodSpec(**fields)
+
+
+# --- sources kept verbatim (below a header line naming repository, path and commit) -------------
+
+OPERATOR_SOURCES = FIXTURES / "mindcluster" / "ascend-operator"
+KUBEFLOW_COMMON = FIXTURES / "mindcluster" / "kubeflow-common"
+VOLCANO_ENV_PLUGIN = FIXTURES / "volcano" / "env-plugin"
+# What the Ascend Operator appends to the env of a pod that asks for no NPU (its setCommonEnv,
+# env.go:168-186, without the two variables it sets only for a huawei.com/ request): the
+# rendezvous test gives its AscendJob pods exactly these, and test_ascendjob reads them in env.go.
+OPERATOR_COMMON_ENV = ("MINDX_TASK_ID", "MINDX_SERVER_IP", "MINDX_SERVER_DOMAIN", "HostNetwork", "REPLICA_TYPE")
+
+
+def kept_source(path: Path) -> str:
+    """A kept source file's text, without its header line (which names where it is from)."""
+    header, _, text = path.read_text(encoding="utf-8").partition("\n")
+    assert header.startswith("// Kept unchanged below this line for ascend-build's tests: "), path
+    return text
+
+
+def go_function(text: str, signature: str) -> str:
+    """The body of the Go function whose ``func`` line starts with ``signature``, up to the next top-level ``}``."""
+    start = text.index(signature)
+    return text[start:text.index("\n}\n", start) + 2]
+
+
+def go_constants(text: str) -> Dict[str, str]:
+    """Every ``Name = "value"`` string constant of a Go source."""
+    import re
+
+    return dict(re.findall(r'^\s*(\w+)\s*=\s*"([^"]*)"', text, re.M))

@@ -32,7 +32,7 @@ import pytest
 from builder.trust import attached, signing, statements
 from builder.images import attest, matrix, pipeline, plan, render
 from builder.registry import OCI_MANIFEST, Registry
-from builder.vocabulary import CPU, TIERS
+from builder.vocabulary import CPU, tier_names
 
 ROOT = Path(__file__).resolve().parents[2]
 CLI = str(Path(sys.executable).with_name("ascend-build"))
@@ -49,14 +49,14 @@ def sealed_twin_labels(arch: str = "x86_64") -> dict:
     if arch != cell.arch:
         cell = replace(cell, arch=arch, id=cell.id[: -len(cell.arch)] + arch)
     labels = dict(plan.labels(cell, CPU, render.content_hash(cell)))
-    labels.update(pipeline.verdict(report(), TIERS, final=True).seal_labels)
+    labels.update(pipeline.verdict(report(), tier_names(), final=True).seal_labels)
     return labels
 
 
 def report() -> dict:
     return {"schema": 1, "passed": True, "exit_code": 0, "device": CPU, "python": "3.11.2",
             "started": "2026-12-01T10:00:00+00:00", "content_hash": CONTENT_HASH, "lock": "ok", "host": {},
-            "tiers": [{"name": t, "status": "passed", "summary": f"{t} ok"} for t in TIERS],
+            "tiers": [{"name": t, "status": "passed", "summary": f"{t} ok"} for t in tier_names()],
             "base_image": {"ref": "local/debian:12", "id": "sha256:" + "11" * 32, "digests": []}}
 
 
@@ -115,7 +115,7 @@ def push(engine, registry, image: str, repo: str, tag: str = TAG) -> str:
 
 def attest_as(registry, repo: str, tag: str, digest: str, key_file: Path, cell_id: str = CELL_ID) -> None:
     """Sign the validation statement of a passed twin of ``cell_id`` about ``digest`` and attach it."""
-    predicates = attest.statements_for(report(), TIERS, cell_id, CPU, CONTENT_HASH, None)
+    predicates = attest.statements_for(report(), tier_names(), cell_id, CPU, CONTENT_HASH, None)
     attest.attest(f"{registry.host}/{repo}:{tag}", digest, predicates, signing.load_private(key_file))
 
 
