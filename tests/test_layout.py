@@ -157,3 +157,13 @@ def test_the_sys_path_and_test_import_check_can_fail(tmp_path):
     assert list(path_edits_and_test_imports(sample)) == [
         "sample.py:2: edits sys.path", "sample.py:3: edits sys.path", "sample.py:4: imports a test module",
         "sample.py:5: imports a test module", "sample.py:6: imports a test module"]
+
+
+def test_the_layout_page_names_every_module_of_builder():
+    """docs/layout.md is where a newcomer finds which module does what: each module's file name is
+    on it (a package's __init__.py aside)."""
+    root = Path(__file__).resolve().parents[1]
+    page = (root / "docs" / "layout.md").read_text()
+    missing = sorted(str(p.relative_to(root)) for p in (root / "builder").rglob("*.py")
+                     if p.name != "__init__.py" and p.name not in page)
+    assert missing == [], f"docs/layout.md does not name: {', '.join(missing)}"

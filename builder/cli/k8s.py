@@ -15,13 +15,12 @@ from builder.cli import k8s_choice
 from builder.cli.node import RequireOpt, RootOpt, how_chosen
 from builder.cli.trust_key import TrustKeyOpt, trust_key as decide_trust_key
 from builder.errors import UserError
+from builder.k8s import kinds
 from builder.vocabulary import CPU, NPU, Label
 
 k8s_app = typer.Typer(no_args_is_help=True, help="Kubernetes manifests for the validated image that fits a node pool.")
 app.add_typer(k8s_app, name="k8s")
 
-KINDS = ("job", "volcano", "ascendjob")
-MULTI_NODE_KINDS = ("volcano", "ascendjob")
 
 
 @k8s_app.command("job", context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
@@ -35,9 +34,8 @@ def job_command(
     variant: str = k8s_choice.VariantOpt,
     chip: Optional[str] = k8s_choice.ChipOpt,
     nodes: Optional[Path] = k8s_choice.NodesOpt,
-    kind: str = typer.Option("job", "--kind", metavar="job|volcano|ascendjob",
-                             help="A batch/v1 Job (one pod), a Volcano Job or MindCluster's AscendJob over --nodes-count nodes."),
-    nodes_count: int = typer.Option(1, "--nodes-count", help="--kind volcano or ascendjob: pods, one per node, N NPUs each."),
+    kind: str = typer.Option("job", "--kind", metavar="|".join(kinds.names()), help=kinds.help_text()),
+    nodes_count: int = typer.Option(1, "--nodes-count", help="A kind over several nodes: pods, one per node, N NPUs each."),
     name: str = k8s_choice.NameOpt,
     shm_size: str = typer.Option("16Gi", "--shm-size", help="Size limit of the in-memory /dev/shm."),
     torch: Optional[str] = k8s_choice.TorchOpt,
@@ -58,7 +56,7 @@ def job_command(
     (nodes.json: kubectl get nodes -o json > nodes.json)
     """
     from builder.trust import policy
-    from builder.k8s import ascendjob, job, launcher, pod, pool, manifest_yaml, prepull as prepulls, volcano
+    from builder.k8s import job, launcher, pod, pool, manifest_yaml, prepull as prepulls
     from builder.node import pull as chooser
 
     trusted = decide_trust_key(trust_key)
@@ -69,18 +67,14 @@ def job_command(
             raise UserError("--npus is needed: the NPUs each pod asks the device plugin for", exit_code=2,
                             fix="add e.g. --npus 8 (or --variant cpu for the CPU twin, which asks for none)")
         npus = 1
-    if kind not in KINDS:
-        raise UserError(f"--kind {kind!r} is none of {', '.join(KINDS)}", fix="--kind job, volcano or ascendjob")
-    if nodes_count != 1 and kind not in MULTI_NODE_KINDS:
-        raise UserError("--nodes-count is for --kind volcano or ascendjob (a batch/v1 Job here runs one pod)",
-                        fix="add --kind volcano (or ascendjob), or leave --nodes-count out")
+    chosen_kind = kinds.kind(kind)
+    kinds.check_count(chosen_kind, nodes_count)
     launcher.check(tuple(ctx.args), nodes_count, kind)
-    if kind == "ascendjob":
-        ascendjob.check(tuple(ctx.args), nodes_count, variant, npus)
+    chosen_kind.check(tuple(ctx.args), nodes_count, variant, npus)
     job.check_name(name)
     policy.check_requirement(require)
     found = k8s_choice.read_pool(nodes, chip, root, variant)
-    if kind in MULTI_NODE_KINDS and nodes is not None and nodes_count > len(found.names):
+    if chosen_kind.multi_node and nodes is not None and nodes_count > len(found.names):
         raise UserError(f"--nodes-count {nodes_count}: the pool has {len(found.names)} node(s) and each pod needs its own",
                         fix=f"--nodes-count {len(found.names)} or fewer", exit_code=1)
     if variant == NPU:
@@ -103,17 +97,14 @@ def job_command(
                        min_driver=best.labels.get(Label.MIN_DRIVER, ""), chip_values=found.chip_values,
                        drivers=found.drivers, shm_size=shm_size, variant=variant)
     annotations = {"ascend-build.io/image-tag": best.tag, "ascend-build.io/min-driver": spec.min_driver}
-    manifest = (job.job(name, spec, annotations) if kind == "job"
-                else volcano.volcano_job(name, spec, nodes_count, annotations) if kind == "volcano"
-                else ascendjob.ascend_job(name, spec, nodes_count, annotations))
+    manifest = chosen_kind.build(name, spec, nodes_count, annotations)
     verified = how_chosen(trusted, require, chosen.verdict)
     header = [f"ascend-build k8s job: image tag {best.tag}, chosen for {subject} ({pool.describe(found)}arch "
               f"{found.node.arch}, chip {found.node.chip or 'unknown'}, driver {found.node.driver or 'unknown'})", verified]
     if variant == CPU:
         header.append("the CPU twin: no NPU asked for, no driver mounted, any node of the arch "
                       "(a numerical reference, not the NPU image)")
-    header += (volcano.header(name) if kind == "volcano" else
-               ascendjob.header(name, spec) if kind == "ascendjob" else [])
+    header += chosen_kind.header(name, spec)
     text = manifest_yaml.render(manifest, header)
     if prepull:
         text += "---\n" + manifest_yaml.render(prepulls.daemonset(name, spec, prepulls.pull_annotations(best.tag)),
