@@ -97,12 +97,13 @@ def test_render_check_fix_carries_the_flags(tmp_path):
 def test_no_fix_line_names_a_matrix_command_bare():
     """Every fix line that suggests a matrix command builds it with `commands.suggest` (so it carries
     the user's flags): no literal "run `ascend-build lock" is left in the source. The Dockerfile's
-    comment (plan.py) is rendered and committed, and a conda part's reason is written into the lock
+    comments (plan.py, blocks/header.py) are rendered and committed, and a conda part's reason is written into the lock
     (conda_lock.py), so those name no user's flags on purpose."""
     bare = re.compile(r"run `ascend-build (lock|render|validate|list|image)\b")
     found = [f"{p.relative_to(REPO)}:{n}" for p in sorted((REPO / "builder").rglob("*.py")) if p.name != "commands.py"
              for n, line in enumerate(p.read_text().splitlines(), 1) if bare.search(line)]
-    persisted = {"builder/images/plan.py": "The cell's lock is", "builder/images/conda_lock.py": "with a current indexer"}
+    persisted = {"builder/images/plan.py": "The cell's lock is", "builder/images/conda_lock.py": "with a current indexer",
+                 "builder/images/blocks/header.py": "Change the matrix or builder/templates/"}
     assert sorted(found) == sorted(f"{path}:{n}" for path, text in persisted.items()
                                    for n, line in enumerate((REPO / path).read_text().splitlines(), 1) if text in line)
 
