@@ -1,0 +1,326 @@
+"""Claims of docs/reliability.md that no test without a Docker Engine held: each test here quotes
+its claim and fails when the code behind it breaks. Where a registry is needed it is Debian's
+docker-registry on loopback (the ``registry`` fixture), a fault proxy in front of it, or an HTTP
+server on loopback answering from a script (tests/support/scripted.py) for answers no real
+registry gives on cue.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import uuid
+from pathlib import Path
+
+import pytest
+
+from builder import bounded, registry as reg_module
+from builder.errors import UserError
+from builder.registry import OCI_MANIFEST, Registry
+from tests.support.faults import FaultProxy
+from tests.support.scripted import Scripted
+
+DIGEST = "sha256:" + "a" * 64
+
+
+@pytest.fixture
+def no_credentials(monkeypatch, tmp_path):
+    """Nothing in the environment or a Docker config: the client is anonymous."""
+    monkeypatch.delenv("ASCEND_BUILD_REGISTRY_USER", raising=False)
+    monkeypatch.delenv("ASCEND_BUILD_REGISTRY_PASSWORD", raising=False)
+    monkeypatch.setenv("DOCKER_CONFIG", str(tmp_path / "no-docker-config"))
+
+
+@pytest.fixture
+def scripted():
+    """scripted(script) -> a started `Scripted` server, stopped at the test's end."""
+    started = []
+
+    def start(script) -> Scripted:
+        started.append(Scripted(script))
+        return started[-1]
+    yield start
+    for server in started:
+        server.stop()
+
+
+@pytest.fixture
+def sleeps(monkeypatch):
+    """The registry client's waits, recorded and not slept: a wait it should not make fails the test
+    at once instead of holding it for the hour a registry asked."""
+    made = []
+    monkeypatch.setattr(reg_module.time, "sleep", made.append)
+    return made
+
+
+def _image_answers(config: bytes, served_config: bytes) -> dict:
+    """A registry's answers for ``r:t``: a manifest naming ``config`` by its digest, and
+    ``served_config`` as the bytes of that blob."""
+    config_digest = "sha256:" + hashlib.sha256(config).hexdigest()
+    manifest = json.dumps({"schemaVersion": 2, "mediaType": OCI_MANIFEST,
+                           "config": {"mediaType": "application/vnd.oci.image.config.v1+json",
+                                      "digest": config_digest, "size": len(config)},
+                           "layers": []}).encode()
+    manifest_digest = "sha256:" + hashlib.sha256(manifest).hexdigest()
+    return {("GET", r"/v2/r/manifests/t$"): [(200, {"Content-Type": OCI_MANIFEST,
+                                                    "Docker-Content-Digest": manifest_digest}, manifest)],
+            ("GET", rf"/v2/r/blobs/{config_digest}$"): [(200, {}, served_config)]}
+
+
+# --- Hostile inputs: "Every manifest and config is checked against its digest." --------------
+
+
+def test_a_config_whose_bytes_are_not_its_digest_is_never_read_for_labels(no_credentials, scripted):
+    """reliability.md, Hostile inputs: "Every manifest and config is checked against its digest."
+    A registry serving other bytes under a config's digest (labels saying "validated") is refused;
+    the same answers with the config's own bytes are read."""
+    genuine = json.dumps({"architecture": "amd64", "config": {"Labels": {"io.ascend-build.validated": "false"}}}).encode()
+    forged = json.dumps({"architecture": "amd64", "config": {"Labels": {"io.ascend-build.validated": "true"}}}).encode()
+    altered = scripted(_image_answers(genuine, forged))
+    with pytest.raises(UserError, match=r"the config blob sha256:[0-9a-f]{64} of r does not hash to its digest"):
+        Registry(altered.host).inspect("r", "t", "x86_64")
+    honest = scripted(_image_answers(genuine, genuine))
+    info = Registry(honest.host).inspect("r", "t", "x86_64")
+    assert info is not None and info.labels == {"io.ascend-build.validated": "false"}
+
+
+# --- Registries that fail ---------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("status", reg_module.TRANSIENT_STATUS)
+def test_each_transient_status_is_retried(status, no_credentials, scripted, sleeps):
+    """reliability.md, Registries that fail: "retries after HTTP 429, 500, 502, 503, 504 or a
+    connection reset" (the reset: tests/test_registry_faults.py)."""
+    assert reg_module.TRANSIENT_STATUS == (429, 500, 502, 503, 504)
+    server = scripted({("GET", r"/v2/r/tags/list$"): [(status, {}, b""), (200, {}, b'{"tags": ["v1"]}')]})
+    assert Registry(server.host).tags("r") == ["v1"]
+    assert server.count("GET", r"/tags/list$") == 2 and sleeps == [reg_module.BACKOFF]
+
+
+@pytest.mark.parametrize("status", [400, 501, 505])
+def test_another_status_is_not_retried(status, no_credentials, scripted, sleeps):
+    """reliability.md, Registries that fail: only the statuses named are retried; any other answer
+    is an error at once."""
+    server = scripted({("GET", r"/v2/r/tags/list$"): [(status, {}, b""), (200, {}, b'{"tags": ["v1"]}')]})
+    with pytest.raises(UserError, match=f"answered HTTP {status} for GET /v2/r/tags/list"):
+        Registry(server.host).tags("r")
+    assert server.count("GET", r"/tags/list$") == 1 and sleeps == []
+
+
+@pytest.mark.parametrize("retry_after, deadline, why", [
+    ("3600", None, "asked to retry after 3600 s, more than the 60 s waited for"),
+    ("61", None, "asked to retry after 61 s, more than the 60 s waited for"),
+    ("30", 5, "asked to retry after 30 s, past the command's deadline"),
+])
+def test_a_retry_after_too_long_is_not_waited_for(retry_after, deadline, why, no_credentials, scripted, sleeps):
+    """reliability.md, Registries that fail: "a `Retry-After` of more than 60 s, or past the
+    command's `--deadline`, is not waited for: the command stops at once and says so"."""
+    server = scripted({("GET", r"/v2/r/tags/list$"): [(429, {"Retry-After": retry_after}, b"")]})
+    with pytest.raises(UserError) as stopped, bounded.command_deadline(deadline):
+        Registry(server.host).tags("r")
+    assert why in stopped.value.message and sleeps == []  # no wait made at all
+    assert server.count("GET", r"/tags/list$") == 1
+
+
+def test_a_retry_after_within_the_bounds_is_waited_for_as_asked(no_credentials, scripted, sleeps):
+    """reliability.md, Registries that fail: "... or after the `Retry-After` the registry names"."""
+    server = scripted({("GET", r"/v2/r/tags/list$"): [(503, {"Retry-After": "7"}, b""), (200, {}, b'{"tags": []}')]})
+    assert Registry(server.host).tags("r") == []
+    assert sleeps == [7.0]
+
+
+@pytest.fixture
+def proxy(registry):
+    p = FaultProxy(registry.host)
+    yield p
+    p.stop()
+
+
+def test_a_small_upload_whose_post_failed_is_made_again_whole_from_its_head(registry, proxy, monkeypatch):
+    """reliability.md, Registries that fail: "an upload session's own POST and PUT are never
+    repeated alone" and "a blob's whole upload (again from its HEAD ...)" is retried: `put_blob`
+    (attachments) after a 503 to its POST asks HEAD again before its next POST."""
+    monkeypatch.setattr(reg_module, "BACKOFF", 0.05)
+    through = Registry(proxy.host, registry.username, registry.password)
+    repository = f"claims/post-{uuid.uuid4().hex[:8]}"
+    through.tags(repository)  # the 401 challenge of the pull scope behind us
+    data = b"statement " + uuid.uuid4().hex.encode()
+    proxy.plan("POST", r"/blobs/uploads/$", ["503"])
+
+    digest = through.put_blob(repository, data)
+
+    assert digest == "sha256:" + hashlib.sha256(data).hexdigest()
+    assert proxy.count("POST", r"/blobs/uploads/$") == 2 and proxy.count("PUT", r"/blobs/uploads/") == 1
+    assert proxy.count("HEAD", r"/blobs/sha256:") == 2 + 1  # one per whole try, + the push scope's 401 challenge
+    assert Registry(registry.host, registry.username, registry.password).blob(repository, digest) == data
+
+
+def test_a_manifest_the_registry_stores_under_another_digest_reports_no_digest(no_credentials, scripted):
+    """reliability.md, Registries that fail: "a write reports a digest only once the registry
+    confirmed it": a registry that says it stored other bytes than the ones sent gets no digest
+    reported; one that confirms the digest sent does."""
+    body = b'{"schemaVersion": 2}'
+    sent = "sha256:" + hashlib.sha256(body).hexdigest()
+    other = scripted({("PUT", r"/v2/r/manifests/t$"): [(201, {"Docker-Content-Digest": DIGEST}, b"")]})
+    with pytest.raises(UserError, match=f"stored the manifest for r:t as {DIGEST}, not {sent}"):
+        Registry(other.host).put_manifest("r", "t", body, OCI_MANIFEST)
+    confirming = scripted({("PUT", r"/v2/r/manifests/t$"): [(201, {"Docker-Content-Digest": sent}, b"")]})
+    assert Registry(confirming.host).put_manifest("r", "t", body, OCI_MANIFEST) == sent
+
+
+def test_a_streamed_blob_the_registry_stores_under_another_digest_counts_as_not_sent(no_credentials, scripted):
+    """reliability.md, Registries that fail: "a write reports a digest only once the registry
+    confirmed it", for the streamed upload `mirror` makes."""
+    data = b"layer bytes"
+    sent = "sha256:" + hashlib.sha256(data).hexdigest()
+
+    def server(stored: str) -> Scripted:
+        return scripted({("HEAD", rf"/v2/r/blobs/{sent}$"): [(404, {}, b"")],
+                         ("POST", r"/v2/r/blobs/uploads/$"): [(202, {"Location": "/v2/r/blobs/uploads/u1"}, b"")],
+                         ("PUT", r"/v2/r/blobs/uploads/u1$"): [(201, {"Docker-Content-Digest": stored}, b"")]})
+
+    def stream():
+        import contextlib
+        import io
+        return contextlib.nullcontext(io.BytesIO(data))
+
+    other = server(DIGEST)
+    with pytest.raises(UserError, match=f"stored the blob {sent} of r as {DIGEST}"):
+        Registry(other.host).put_blob_stream("r", sent, len(data), stream)
+    [put] = [s for s in other.seen if s.method == "PUT"]
+    assert put.body == data  # the bytes went; the registry's word on them was not taken
+    assert Registry(server(sent).host).put_blob_stream("r", sent, len(data), stream) == len(data)
+
+
+# --- Hostile inputs: each answer's deadline ---------------------------------------------------
+
+
+def test_each_answer_has_the_deadline_the_page_names():
+    """reliability.md, Hostile inputs: "Network answers have a size limit and a deadline over the
+    whole answer ...: 120 s for a registry request, 300 s for a package index answer." (That the
+    deadline cuts a trickle: tests/test_registry.py and tests/test_bounded.py, with short ones.)"""
+    from builder.releases import http_client
+
+    assert Registry("127.0.0.1:5000").deadline == reg_module.DEADLINE == 120
+    assert http_client.DEADLINE == 300
+
+
+# --- Hostile inputs: "Files are read only when regular ... and within a size bound" ------------
+
+
+def refused_promptly(read, fifo: Path, seconds: float = 10.0):
+    """``read()``'s UserError, which must come without waiting on the FIFO ``fifo`` (no writer):
+    a read that blocks on it fails the test after ``seconds`` (its opener is then released)."""
+    import os
+    import threading
+
+    caught: list = []
+
+    def attempt():
+        try:
+            read()
+        except BaseException as exc:  # the test looks at what it was
+            caught.append(exc)
+    worker = threading.Thread(target=attempt, daemon=True)
+    worker.start()
+    worker.join(seconds)
+    if worker.is_alive():
+        os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))  # the blocked open returns, then reads nothing
+        worker.join(seconds)
+        pytest.fail(f"the read waited on the FIFO {fifo} instead of refusing it")
+    assert caught and isinstance(caught[0], UserError), caught
+    return caught[0]
+
+
+@pytest.mark.parametrize("kind", ["public", "private"])
+def test_a_key_file_that_is_a_fifo_is_refused_not_waited_on(kind, tmp_path, monkeypatch):
+    """reliability.md, Hostile inputs: "Files are read only when regular (a FIFO is refused, not
+    waited on) and within a size bound: ... key files ..." """
+    import os
+
+    from builder.trust import signing
+
+    monkeypatch.delenv(signing.PASSPHRASE_ENV, raising=False)
+    fifo = tmp_path / f"team.{'pub' if kind == 'public' else 'key'}"
+    os.mkfifo(fifo)
+    load = signing.load_public if kind == "public" else signing.load_private
+    refused = refused_promptly(lambda: load(fifo), fifo)
+    assert refused.exit_code == 2 and f"cannot read the {kind} key {fifo}: not a regular file" in refused.message
+
+
+def test_a_key_file_is_read_no_further_than_its_bound(tmp_path, monkeypatch):
+    """reliability.md, Hostile inputs: key files are read "within a size bound": a genuine public key
+    written after 70,000 bytes of padding lies past the 64 KiB read, and is not found there."""
+    from builder.trust import signing
+
+    monkeypatch.delenv(signing.PASSPHRASE_ENV, raising=False)
+    _, public = signing.generate(tmp_path / "keys", "team")
+    assert signing.load_public(public) is not None
+    padded = tmp_path / "padded.pub"
+    padded.write_bytes(b"#" * 70_000 + b"\n" + public.read_bytes())
+    with pytest.raises(UserError, match="is not a PEM public key"):
+        signing.load_public(padded)
+
+
+def test_a_lock_that_is_a_fifo_is_refused_not_waited_on_nor_taken_for_no_lock(tmp_path):
+    """reliability.md, Hostile inputs: "Files are read only when regular (a FIFO is refused, not
+    waited on) ...: ... locks". A FIFO where a cell's lock goes is no lock to build from, nor
+    the absence of one: it is refused by name."""
+    import os
+
+    from builder.images import lock
+
+    fifo = tmp_path / lock.LOCK_FILE
+    os.mkfifo(fifo)
+    refused = refused_promptly(lambda: lock.read(tmp_path), fifo)
+    assert f"{fifo} is not a regular file" in refused.message and refused.exit_code == 1
+
+
+def test_a_lock_is_read_no_further_than_its_bound(tmp_path, monkeypatch):
+    """reliability.md, Hostile inputs: locks are read "within a size bound" (16 MiB), whatever
+    their size said when it was looked at: a lock that grows after its size is checked is read
+    only to the bound, never whole."""
+    from builder import bounded
+    from builder.images import lock
+
+    path = tmp_path / lock.LOCK_FILE
+    path.write_text("# inputs: -\n")
+    asked = []
+    real = bounded.read_file
+
+    def counted(target, limit):
+        asked.append(limit)
+        return real(target, limit)
+    monkeypatch.setattr(bounded, "read_file", counted)
+    with pytest.raises(UserError):  # a lock of no entries is damaged (A lock cut short)
+        lock.read(tmp_path)
+    assert asked == [lock.MAX_LOCK_BYTES + 1]
+
+
+# --- Killed at any point: "The rerun takes over the staged files and folders" -----------------
+
+
+def test_the_rerun_removes_what_a_killed_render_left_staged_even_for_a_cell_it_no_longer_writes(tmp_path):
+    """reliability.md, Killed at any point: a new cell folder "is staged whole under a temporary
+    name (`.<cell>.ascend-build-tmp`) ... The rerun takes over the staged files and folders":
+    a staged folder of a cell the matrix no longer has, and a staged file beside a cell's
+    Dockerfile, are gone after the next render; a folder of the user's is not."""
+    from builder import writes
+    from builder.images import matrix, render
+    from tests.support.matrix import SHIPPED_MATRIX
+
+    rendered = render.render_all(matrix.load(SHIPPED_MATRIX).cells)
+    out = tmp_path / "out"
+    render.write(rendered, out)
+    cell = sorted(rendered)[0]
+    gone = out / f".cann0.0.0-gone{writes.TMP_SUFFIX}"  # a killed run's new cell, since dropped from the matrix
+    gone.mkdir()
+    (gone / "Dockerfile").write_bytes(b"FROM half\n")
+    half = writes.temporary_name(out / cell / "Dockerfile")  # a killed run's staged file
+    half.write_bytes(b"FROM half\n")
+    (out / "notes").mkdir()  # the user's
+
+    render.write(rendered, out)
+
+    assert not gone.exists() and not half.exists() and (out / "notes").is_dir()
+    assert render.stale(rendered, out) == []
