@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import time
 import uuid
 from pathlib import Path
 
@@ -48,7 +49,7 @@ def scripted():
 def sleeps(monkeypatch):
     """The registry client's waits, recorded and not slept: a wait it should not make fails the test
     at once instead of holding it for the hour a registry asked."""
-    made = []
+    made: list = []
     monkeypatch.setattr(reg_module.time, "sleep", made.append)
     return made
 
@@ -324,3 +325,114 @@ def test_the_rerun_removes_what_a_killed_render_left_staged_even_for_a_cell_it_n
 
     assert not gone.exists() and not half.exists() and (out / "notes").is_dir()
     assert render.stale(rendered, out) == []
+
+
+# --- Deadlines: "Networked commands" ----------------------------------------------------------
+
+
+class _Deadline(Exception):
+    """Raised by a spy once it has seen the command's deadline in force: the command goes no further."""
+
+
+@pytest.fixture
+def deadline_seen(monkeypatch):
+    """deadline_seen(module, name) -> the list the spy put in place of ``module.name`` fills with
+    `bounded.command_limit()`'s seconds when the command calls it (and stops there)."""
+    def spy(module, name):
+        seen: list = []
+
+        def record(*args, **kwargs):
+            limit = bounded.command_limit()
+            seen.append(None if limit is None else limit[1])
+            raise _Deadline()
+        monkeypatch.setattr(module, name, record)
+        return seen
+    monkeypatch.delenv(bounded.DEADLINE_ENV, raising=False)
+    return spy
+
+
+def _invoke(*args: str):
+    from typer.testing import CliRunner
+
+    from builder import cli
+
+    return CliRunner().invoke(cli.app, list(args))
+
+
+@pytest.mark.parametrize("given, expected", [((), 6 * 3600.0), (("--deadline", "7"), 7.0), (("--deadline", "0"), None)])
+def test_mirror_runs_within_its_deadline_six_hours_by_default(given, expected, deadline_seen, tmp_path):
+    """reliability.md, Deadlines: "`pull`, `verify`, `index`, `mirror`, `lock` ... finish within
+    `--deadline SECONDS` ... The default is 900 s, six hours for `lock` and `mirror`. `0` leaves
+    only each answer's own deadline." """
+    from builder.node import mirror
+
+    seen = deadline_seen(mirror, "mirror")
+    done = _invoke("mirror", "127.0.0.1:9/team/pytorch", f"oci:{tmp_path / 'layout'}", *given)
+    assert isinstance(done.exception, _Deadline) and seen == [expected]
+
+
+@pytest.mark.parametrize("given, expected", [((), 6 * 3600.0), (("--deadline", "7"), 7.0)])
+def test_lock_runs_within_its_deadline_six_hours_by_default(given, expected, deadline_seen, tmp_path):
+    """reliability.md, Deadlines: the default is "six hours for `lock`"."""
+    from builder.images import relock
+    from tests.support.matrix import SHIPPED_MATRIX
+
+    seen = deadline_seen(relock, "run")
+    done = _invoke("lock", "--matrix", str(SHIPPED_MATRIX), "--out", str(tmp_path / "out"), *given)
+    assert isinstance(done.exception, _Deadline) and seen == [expected]
+
+
+@pytest.mark.parametrize("given, expected", [((), 900.0), (("--deadline", "7"), 7.0)])
+def test_pull_runs_within_its_deadline_900_s_by_default(given, expected, deadline_seen, tmp_path):
+    """reliability.md, Deadlines: "The default is 900 s" (`pull`; `verify`, `index`, `releases` share
+    the option and its default: tests/test_registry.py, tests/releases/test_releases.py)."""
+    from builder.node import pull
+
+    seen = deadline_seen(pull, "pick")
+    done = _invoke("pull", "--cann", "8.0.RC3", "--registry", "127.0.0.1:9", "--root", str(tmp_path), *given)
+    assert isinstance(done.exception, _Deadline) and seen == [expected]
+
+
+def test_mirror_from_a_stalling_registry_stops_at_its_deadline_naming_what_it_waited_on(registry, creds, proxy, tmp_path):
+    """reliability.md, Deadlines: networked commands (`mirror` here) "finish within `--deadline
+    SECONDS` (or `ASCEND_BUILD_DEADLINE`), or stop with exit 1 naming what they were waiting on"."""
+    import os
+    import subprocess
+    import sys
+
+    from tests.support import trust as ht
+
+    repository = f"claims/mirror-{uuid.uuid4().hex[:8]}"
+    ht.put_tiny_image(Registry(registry.host), repository, ht.TAG)
+    proxy.plan("GET", r"/manifests/", always="stall")
+    cli = str(Path(sys.executable).with_name("ascend-build"))
+    for how in ("option", "variable"):
+        env = {**os.environ, **creds}
+        args = [cli, "mirror", f"{proxy.host}/{repository}", f"oci:{tmp_path / how}"]
+        if how == "option":
+            args += ["--deadline", "3"]
+        else:
+            env[bounded.DEADLINE_ENV] = "3"
+        start = time.monotonic()
+        done = subprocess.run(args, capture_output=True, text=True, env=env, timeout=60)
+        elapsed = time.monotonic() - start
+        assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr
+        assert "the command's deadline of 3 s passed, waiting on" in done.stderr and "/manifests/" in done.stderr
+        assert elapsed < 3 + 10, elapsed  # the start of a Python process and the registry's, no more
+
+
+def test_a_uv_run_lock_waits_for_ends_at_the_commands_deadline(tmp_path):
+    """reliability.md, Deadlines: "The deadline bounds every answer they read and every `uv` run
+    `lock` waits for." A uv that never answers is given up at the command's deadline, named."""
+    import sys
+
+    from builder.images import lock
+
+    hung = [sys.executable, "-c", "import time; time.sleep(30)"]  # a uv that never ends (arguments ignored)
+    inputs = lock.Inputs(cell="c", python="3.11", platform="x86_64-manylinux_2_35", requirements=("six",),
+                         constraints=(), torch_index="")
+    start = time.monotonic()
+    with pytest.raises(bounded.DeadlinePassed) as late, bounded.command_deadline(2):
+        lock._compile(hung, inputs, ["six"], [], [], None, None)
+    assert time.monotonic() - start < 10
+    assert late.value.message == "the command's deadline of 2 s passed, waiting on uv resolving cell c"
