@@ -436,3 +436,31 @@ def test_a_uv_run_lock_waits_for_ends_at_the_commands_deadline(tmp_path):
         lock._compile(hung, inputs, ["six"], [], [], None, None)
     assert time.monotonic() - start < 10
     assert late.value.message == "the command's deadline of 2 s passed, waiting on uv resolving cell c"
+
+
+# --- Hostile inputs: "Numbers of any length" --------------------------------------------------
+
+
+@pytest.mark.parametrize("kind, text", [("cann", "8.0.RC1234567890"), ("cann", "1234567890.0.RC1"),
+                                        ("hdk", "24.1.1234567890"), ("firmware", "7.5.0.1.1234567890")])
+def test_an_ascend_version_part_of_ten_digits_is_a_version_error(kind, text):
+    """reliability.md, Hostile inputs: "Ascend version parts of more than 9 digits are version
+    errors." (Nine still read: tests/test_versions.py.)"""
+    from builder import versions
+
+    with pytest.raises(versions.VersionError):
+        getattr(versions, kind)(text)
+    assert versions.lenient(kind, text) is None
+
+
+@pytest.mark.parametrize("wanted", ["\u0661", "0,\u0663", "\u00b9", "1" * 5000])
+def test_devices_of_other_scripts_or_any_length_are_no_device_numbers(wanted):
+    """reliability.md, Hostile inputs: "What is read as a number from text ... is a bounded run of
+    ASCII digits. A longer one, or digits of another script, is no number." `--devices ١` (an
+    Arabic-Indic one) names no NPU 1."""
+    from builder import devices
+
+    with pytest.raises(UserError, match="is not a list of numbers") as refused:
+        devices.choose([0, 1, 3], wanted)
+    assert refused.value.exit_code == 2
+    assert devices.choose([0, 1, 3], "0, 3") == [0, 3]
