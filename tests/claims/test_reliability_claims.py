@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import subprocess
 import time
 import uuid
 from pathlib import Path
@@ -464,3 +465,150 @@ def test_devices_of_other_scripts_or_any_length_are_no_device_numbers(wanted):
         devices.choose([0, 1, 3], wanted)
     assert refused.value.exit_code == 2
     assert devices.choose([0, 1, 3], "0, 3") == [0, 3]
+
+
+# --- Hostile inputs: "OCI layouts" ------------------------------------------------------------
+
+
+def test_a_link_planted_at_a_partial_blobs_name_after_its_removal_is_never_written_through(tmp_path, monkeypatch):
+    """reliability.md, OCI layouts: "a blob is written under a name created anew (`O_EXCL`,
+    `O_NOFOLLOW`; a link planted there is removed, its target untouched)": a link planted in the
+    instant between that removal and the open (a race lost) makes the write fail; its target
+    keeps its bytes."""
+    import contextlib
+    import io
+    import os
+    import pathlib
+
+    from builder.node import oci_layout
+
+    body = b"a layer's bytes"
+    digest = "sha256:" + hashlib.sha256(body).hexdigest()
+    layout = oci_layout.Layout(tmp_path / "carry", create=True)
+    victim = tmp_path / "victim.txt"
+    victim.write_text("keep me")
+    real_unlink = pathlib.Path.unlink
+
+    def racing(path, missing_ok=False):
+        real_unlink(path, missing_ok=missing_ok)
+        if path.name.startswith(oci_layout._TMP) and not os.path.lexists(path):
+            path.symlink_to(victim)  # the other side of the race, right after the removal
+    monkeypatch.setattr(pathlib.Path, "unlink", racing)
+    with pytest.raises(UserError):
+        layout.put_blob(digest, len(body), lambda: contextlib.nullcontext(io.BytesIO(body)))
+    monkeypatch.undo()
+    assert victim.read_text() == "keep me" and not layout.has_blob(digest, len(body))
+
+
+def test_a_layouts_blob_that_is_a_fifo_is_refused_not_waited_on(tmp_path):
+    """reliability.md, Hostile inputs: "Files are read only when regular (a FIFO is refused, not
+    waited on) and within a size bound: ... a layout's blobs": a manifest or config blob."""
+    import os
+
+    from builder.node import oci_layout
+
+    layout = oci_layout.Layout(tmp_path / "carry", create=True)
+    fifo = layout.path(DIGEST)
+    os.mkfifo(fifo)
+    refused = refused_promptly(lambda: layout.blob("any", DIGEST), fifo)
+    assert f"cannot read the blob {DIGEST}" in refused.message
+    assert not layout.has_blob(DIGEST, 10)
+
+
+@pytest.mark.xfail(strict=True, reason="Layout.open_blob opens a layer's blob with a plain open(): a FIFO there "
+                                       "is waited on (builder/node/oci_layout.py, left to its owner)")
+def test_a_layouts_layer_blob_that_is_a_fifo_is_refused_not_waited_on(tmp_path):
+    """reliability.md, Hostile inputs: "... a layout's blobs": the layers `mirror` streams out of a
+    layout (`open_blob`) too."""
+    import os
+
+    from builder.node import oci_layout
+
+    layout = oci_layout.Layout(tmp_path / "carry", create=True)
+    fifo = layout.path(DIGEST)
+    os.mkfifo(fifo)
+
+    def stream():
+        with layout.open_blob(DIGEST, 10) as blob:
+            blob.read()
+    refused_promptly(stream, fifo, seconds=3)
+
+
+# --- Hostile inputs: "Output": the comment header of a manifest -------------------------------
+
+INJECTED = "\n---\napiVersion: v1\nkind: ConfigMap\nmetadata: {name: injected}\n# "
+
+
+@pytest.fixture(scope="module")
+def npu_image(registry, creds, keys):
+    """(registry/repository, the team's signed NPU image of CANN 8.0.RC3's cell) in the loopback registry."""
+    from builder.images import attest
+    from builder.trust import signing
+    from builder.vocabulary import NPU, TIERS
+    from tests.support import mirror as hm
+    from tests.support import trust as ht
+    from tests.support.images import cell_8_0_rc3, pipeline_labels
+
+    repository = f"claims/k8s-{uuid.uuid4().hex[:8]}"
+    cell = cell_8_0_rc3()
+    labels = pipeline_labels(cell)
+    digest = hm.push_image(Registry(registry.host), repository, "fits", labels, b"fits")
+    predicates = attest.statements_for(ht.report(), TIERS, cell.id, NPU, labels["io.ascend-build.content-hash"], None)
+    attest.attest(f"{registry.host}/{repository}:fits", digest, predicates, signing.load_private(keys["team"][0]))
+    return f"{registry.host}/{repository}", digest
+
+
+def _k8s(where: str, creds, *args: str) -> subprocess.CompletedProcess:
+    import os
+    import sys
+
+    cli = str(Path(sys.executable).with_name("ascend-build"))
+    done = subprocess.run([cli, "k8s", *args[:1], "--registry", where, "--cann", "8.0.RC3", *args[1:]],
+                          capture_output=True, text=True, env={**os.environ, **creds}, timeout=120)
+    assert done.returncode == 0 and "Traceback" not in done.stderr, done.stderr
+    return done
+
+
+def _one_comment_line_each(text: str, manifests: int) -> None:
+    """``text`` is comment lines and ``manifests`` YAML documents, none of them injected."""
+    import yaml
+
+    documents = list(yaml.safe_load_all(text))
+    assert len(documents) == manifests and all(d.get("kind") != "ConfigMap" for d in documents)
+    assert "\\u000a---\\u000aapiVersion: v1\\u000akind: ConfigMap" in text
+    assert not [line for line in text.splitlines() if line.startswith(("kind: ConfigMap", "metadata: {name: injected"))]
+
+
+def test_a_node_name_in_the_job_header_adds_no_line_and_no_document(npu_image, creds, tmp_path):
+    """reliability.md, Output: "The comment header of a Kubernetes manifest (`k8s job`, `k8s
+    prepull`) writes every line break, control or format character of its text as `\\uXXXX`
+    ..., so a node name or key path adds no line and no document to the manifest." The pool's
+    node with the lowest driver, named in the header, is named with a YAML document in its name."""
+    from tests.support.k8s import POOL_910B
+
+    where, _ = npu_image
+    pool = json.loads(POOL_910B.read_text())
+    for node in pool["items"]:
+        node["metadata"]["name"] += INJECTED
+    nodes = tmp_path / "nodes.json"
+    nodes.write_text(json.dumps(pool))
+    done = _k8s(where, creds, "job", "--nodes", str(nodes), "--npus", "8", "--prepull", "--", "python", "t.py")
+    assert "lowest driver on npu-" in done.stdout
+    _one_comment_line_each(done.stdout, 2)  # the Job and its DaemonSet
+
+
+def test_a_key_path_in_the_prepull_header_adds_no_line_and_no_document(npu_image, creds, keys, tmp_path):
+    """reliability.md, Output: the comment header of `k8s prepull` names the key its statement
+    verified with; a key path holding a YAML document adds nothing to the manifest."""
+    import shutil
+
+    from tests.support.k8s import POOL_910B
+
+    where, digest = npu_image
+    folder = tmp_path / f"keys{INJECTED}x"
+    folder.mkdir()
+    key = folder / "team.pub"
+    shutil.copy(keys["team"][1], key)
+    done = _k8s(where, creds, "prepull", "--nodes", str(POOL_910B), "--trust-key", str(key))
+    assert f"{where}@{digest}" in done.stdout and "verifies with" in done.stdout
+    _one_comment_line_each(done.stdout, 1)
