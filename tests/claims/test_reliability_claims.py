@@ -612,3 +612,62 @@ def test_a_key_path_in_the_prepull_header_adds_no_line_and_no_document(npu_image
     done = _k8s(where, creds, "prepull", "--nodes", str(POOL_910B), "--trust-key", str(key))
     assert f"{where}@{digest}" in done.stdout and "verifies with" in done.stdout
     _one_comment_line_each(done.stdout, 1)
+
+
+# --- Deadlines: "Smoke tests" -----------------------------------------------------------------
+
+
+def test_a_hung_tier_fails_with_the_stack_of_every_thread_of_its_process(tmp_path):
+    """reliability.md, Deadlines: "Every tier has a deadline. A hung or crashed tier fails with
+    every thread's stack and the report of the tiers before it." The versions tier hangs (its
+    platform.python_version() never returns) after starting a second thread: both stacks are in
+    the failed tier's details. The smoke program is standard library only: this Python runs it."""
+    import os
+    import platform
+    import sys
+
+    from tests.support.matrix import REPO
+
+    smoke = REPO / "builder" / "smoke" / "smoke.py"
+    manifest = tmp_path / "manifest.json"
+    manifest.write_text(json.dumps({
+        "schema": 1, "framework": "pytorch", "cell": "test-cpu", "variant": "cpu", "os": "debian12", "arch": "x86_64",
+        "chip": None, "python_version": ".".join(platform.python_version().split(".")[:2]), "torch_version": "2.13.0",
+        "torch_npu_version": None, "cann_version": None, "min_driver": None, "min_firmware": None,
+        "env": {}, "content_hash": "0" * 64}))
+    hanging = tmp_path / "hanging_versions.py"
+    hanging.write_text(
+        "import os, platform, runpy, sys, threading, time\n"
+        "program, real = os.getpid(), platform.python_version\n"
+        "def another_thread_of_the_tier():\n    time.sleep(600)\n"
+        "def python_version_that_hangs():\n"
+        "    if os.getpid() == program:\n        return real()\n"  # only in the tier process the program forks
+        "    threading.Thread(target=another_thread_of_the_tier, daemon=True).start()\n"
+        "    time.sleep(600)\n"
+        "platform.python_version = python_version_that_hangs\n"
+        f"sys.argv = [{str(smoke)!r}] + sys.argv[1:]\n"
+        f"runpy.run_path({str(smoke)!r}, run_name='__main__')\n")
+    start = time.monotonic()
+    done = subprocess.run([sys.executable, str(hanging), "--manifest", str(manifest), "--device", "cpu",
+                           "--tiers", "versions", "--tier-seconds", "versions=2"],
+                          capture_output=True, text=True, timeout=60, env=dict(os.environ, ASCEND_BUILD_SMOKE_TEST="1"))
+    assert time.monotonic() - start < 20, done.stderr
+    report = json.loads(done.stdout)
+    [versions] = report["tiers"]
+    assert done.returncode == 1 and report["passed"] is False and versions["status"] == "failed"
+    assert versions["summary"].startswith("versions did not finish within 2 s (its deadline): hung in ")
+    stacks = versions["details"]["stacks"]
+    assert "in python_version_that_hangs" in stacks and "in another_thread_of_the_tier" in stacks, stacks
+
+
+def test_every_tier_has_a_deadline_by_default():
+    """reliability.md, Deadlines: "Every tier has a deadline": without --tier-seconds, each tier's
+    is its `vocabulary.TIER_SECONDS`, times --timeout-scale (the pipeline passes 4 under qemu)."""
+    from builder import vocabulary
+    from builder.smoke import smoke
+
+    plain, scaled = smoke.parse_args([]), smoke.parse_args(["--timeout-scale", "4"])
+    for tier in smoke.TIERS:
+        assert 0 < smoke.deadline_of(tier, plain) == vocabulary.TIER_SECONDS[tier] < 3600
+        assert smoke.deadline_of(tier, scaled) == 4 * vocabulary.TIER_SECONDS[tier]
+    assert smoke.deadline_of("train", smoke.parse_args(["--tier-seconds", "train=7"])) == 7
