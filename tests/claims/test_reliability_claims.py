@@ -671,3 +671,174 @@ def test_every_tier_has_a_deadline_by_default():
         assert 0 < smoke.deadline_of(tier, plain) == vocabulary.TIER_SECONDS[tier] < 3600
         assert smoke.deadline_of(tier, scaled) == 4 * vocabulary.TIER_SECONDS[tier]
     assert smoke.deadline_of("train", smoke.parse_args(["--tier-seconds", "train=7"])) == 7
+
+
+# --- Deadlines: "Docker Engine's streams"; Registries that fail: `Engine.push` ------------------
+# A stand-in for the engine's API on loopback (tests/support/fake_engine.py), spoken to by the real
+# docker SDK: an engine that goes silent or trickles progress for ever cannot be had on cue.
+
+REF = "reg.local:5000/team/pytorch:cell-cpu"
+
+
+@pytest.fixture
+def fake_engine():
+    """fake_engine(push=[...], pull=[...], timeout=300) -> (the stand-in, an Engine connected to it)."""
+    import docker
+
+    from builder.engine import Engine
+    from tests.support.fake_engine import FakeEngine
+
+    made = []
+
+    def start(push=("ok",), pull=("ok",), timeout: float = 300):
+        fake = FakeEngine(push=push, pull=pull)
+        made.append(fake)
+        return fake, Engine(docker.DockerClient(base_url=fake.url, timeout=timeout), fake.url)
+    yield start
+    for fake in made:
+        fake.stop()
+
+
+@pytest.mark.timeout(60)  # a stream never cut fails here, not at the suite's bound
+@pytest.mark.parametrize("how", ["silent", "trickle", "headless"])
+def test_a_push_through_the_engine_is_cut_at_the_commands_deadline(how, fake_engine):
+    """reliability.md, Deadlines: "A push or pull through the engine within a deadline is cut at that
+    instant, whether the engine is silent or trickles progress: the connection the SDK answers on is
+    shut (`Engine._streaming`), and the engine cancels the transfer. The push ends with `push of REF
+    to HOST stalled: the command's deadline of N s passed before the engine finished the push; no
+    digest was reported, so nothing counts as published (the engine's push was cancelled)`". An
+    engine that sends not even its answer's head is cut there too (the client's read limit, cut to
+    the deadline)."""
+    fake, engine = fake_engine(push=[how])
+    start = time.monotonic()
+    with pytest.raises(UserError) as stalled, bounded.command_deadline(2):
+        engine.push(REF)
+    took = time.monotonic() - start
+    assert stalled.value.message == (
+        f"push of {REF} to reg.local:5000 stalled: the command's deadline of 2 s passed before the engine finished "
+        "the push; no digest was reported, so nothing counts as published (the engine's push was cancelled)")
+    assert 1.9 <= took < 4, took
+    [cut] = fake.cuts()  # the engine saw its client shut the connection, at the deadline: it cancels the push
+    assert cut is not None and 1.5 <= cut < 4
+    assert fake.count("push") == 1  # a cut push is not tried again
+
+
+@pytest.mark.timeout(60)  # a stream never cut fails here, not at the suite's bound
+@pytest.mark.parametrize("how", ["silent", "trickle"])
+def test_a_pull_through_the_engine_is_cut_at_the_commands_deadline(how, fake_engine):
+    """reliability.md, Deadlines: "A pull ends with `pull of REF stalled: ...`, nothing pulled."."""
+    fake, engine = fake_engine(pull=[how])
+    ref = "reg.local:5000/team/pytorch@" + "sha256:" + "1" * 64
+    start = time.monotonic()
+    with pytest.raises(UserError) as stalled, bounded.command_deadline(2):
+        engine.pull(ref)
+    assert stalled.value.message == (f"pull of {ref} stalled: the command's deadline of 2 s passed before the engine "
+                                     "finished the pull (the engine's pull was cancelled)")
+    assert time.monotonic() - start < 4 and fake.cuts()[0] is not None
+
+
+@pytest.mark.timeout(60)  # a stream never cut fails here, not at the suite's bound
+def test_without_a_deadline_a_silent_push_ends_at_the_clients_read_limit(fake_engine, monkeypatch):
+    """reliability.md, Registries that fail: "with `--push-deadline 0`, after the engine client's read
+    limit (300 s) with `push of REF to HOST stalled: the engine reported no progress for 300 s; ...`,
+    not a traceback": the limit is the client's (1 s here; `Engine.connect` gives it 300 s)."""
+    from builder.engine import Engine
+    from tests.support.fake_engine import FakeEngine
+
+    fake, engine = fake_engine(push=["silent"], timeout=1)
+    with pytest.raises(UserError) as stalled, bounded.command_deadline(0):
+        engine.push(REF)
+    assert stalled.value.message == (f"push of {REF} to reg.local:5000 stalled: the engine reported no progress for "
+                                     "1 s; no digest was reported, so nothing counts as published")
+    assert fake.count("push") == 1
+    ours = FakeEngine()
+    try:
+        monkeypatch.setenv("DOCKER_HOST", ours.url)
+        assert Engine.connect().client.api.timeout == 300
+    finally:
+        ours.stop()
+
+
+@pytest.mark.timeout(60)  # a stream never cut fails here, not at the suite's bound
+def test_the_engines_retries_wait_no_longer_than_the_deadline(fake_engine):
+    """reliability.md, Registries that fail: "`Engine.push` retries a 5xx 3 times with backoff (a wait
+    past the deadline is not made)". Its waits are 1, 2 and 4 s; under a deadline of 1.5 s the
+    second is not made: the push stops at the deadline, naming what it waited on."""
+    fake, engine = fake_engine(push=["fail"])
+    start = time.monotonic()
+    with pytest.raises(bounded.DeadlinePassed) as late, bounded.command_deadline(1.5):
+        engine.push(REF)
+    assert time.monotonic() - start < 3
+    assert late.value.message == f"the command's deadline of 1.5 s passed, waiting on the push of {REF} to reg.local:5000"
+    assert fake.count("push") == 2
+
+
+def test_a_push_that_keeps_failing_reports_an_error_no_digest_and_keeps_the_image_tagged(fake_engine, monkeypatch, tmp_path):
+    """reliability.md, Registries that fail: "When every try fails, the push step reports an error and
+    no digest, and keeps the sealed image under its tags." (4 tries: the first and 3 retries.)"""
+    from builder import engine as engine_module
+    from builder.images import pipeline
+    from builder.images.prepare import Options
+
+    monkeypatch.setattr(engine_module.time, "sleep", lambda seconds: None)  # the backoff's 1 + 2 + 4 s
+    fake, engine = fake_engine(push=["fail"])
+    out = pipeline.Outcome("cell", "cpu", status="passed")
+    done = pipeline.tag_and_push(out, engine, "sha256:" + "e" * 64, "cell-cpu",
+                                 Options(push="reg.local:5000/team", state_dir=tmp_path), "cell-cpu", lambda line: None)
+    assert fake.count("push") == 4
+    assert done.status == "error" and done.digests == {}
+    assert done.message.startswith("push of reg.local:5000/team/cell-cpu to reg.local:5000 failed: received unexpected "
+                                   "HTTP status: 503")
+    assert "(kept locally as cell-cpu, reg.local:5000/team/cell-cpu)" in done.message
+    assert done.tags == ["cell-cpu", "reg.local:5000/team/cell-cpu"]
+    assert not [r for r in fake.requests if r.startswith("DELETE")]  # no tag taken off
+
+
+@pytest.mark.timeout(60)  # a stream never cut fails here, not at the suite's bound
+def test_a_push_stalled_past_the_push_deadline_keeps_the_image_and_publishes_nothing(fake_engine, tmp_path):
+    """reliability.md, Deadlines: "`image --push` ... give each image's push through Docker Engine ...
+    `--push-deadline SECONDS`"; a push it cuts: "the image stays sealed and tagged here (`kept
+    locally as ...`), and no statement or index is made for it"."""
+    from builder.images import pipeline
+    from builder.images.prepare import Options
+    from builder.trust import signing
+
+    fake, engine = fake_engine(push=["trickle"])
+    options = Options(push="reg.local:5000/team", state_dir=tmp_path, push_deadline=2,
+                      sign_key=signing.generate(tmp_path / "keys", "team") and signing.load_private(tmp_path / "keys" / "team.key"))
+    out = pipeline.Outcome("cell", "cpu", status="passed")
+    done = pipeline.tag_and_push(out, engine, "sha256:" + "e" * 64, "cell-cpu", options, "cell-cpu", lambda line: None)
+    assert done.status == "error" and done.digests == {} and done.tags == ["cell-cpu", "reg.local:5000/team/cell-cpu"]
+    assert "stalled: the command's deadline of 2 s passed" in done.message and "(kept locally as cell-cpu, " in done.message
+    signed = pipeline.attest_pushed(done, {}, (), "", None, options, lambda line: None)
+    assert signed.attested == {} and pipeline.indexes([signed], options.push, lambda line: None) == []
+
+
+@pytest.mark.timeout(60)  # a stream never cut fails here, not at the suite's bound
+def test_pull_counts_the_engines_pull_of_the_layers_against_its_deadline(registry, creds, tmp_path):
+    """reliability.md, Deadlines: "`pull` counts Docker Engine's pull of the layers too." The image
+    is chosen from a real registry; the engine (a stand-in on loopback, DOCKER_HOST) then trickles
+    its pull for ever: `pull --deadline 4` ends after 4 s, saying the pull stalled."""
+    import os
+    import sys
+
+    from tests.support import trust as ht
+    from tests.support.fake_engine import FakeEngine
+    from tests.support.node import write
+
+    repository = f"claims/pull-{uuid.uuid4().hex[:8]}"
+    digest = ht.put_tiny_image(Registry(registry.host), repository, ht.TAG)
+    write(tmp_path / "node" / "proc/sys/kernel/arch", "x86_64\n")
+    fake = FakeEngine(pull=["trickle"])
+    try:
+        cli = str(Path(sys.executable).with_name("ascend-build"))
+        start = time.monotonic()
+        done = subprocess.run([cli, "pull", "--cann", "9.1.0", "--variant", "cpu", "--registry",
+                               f"{registry.host}/{repository}", "--root", str(tmp_path / "node"), "--deadline", "4"],
+                              capture_output=True, text=True, timeout=60, env={**os.environ, **creds, "DOCKER_HOST": fake.url})
+        took = time.monotonic() - start
+    finally:
+        fake.stop()
+    assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr
+    assert f"pull of {registry.host}/{repository}@{digest} stalled: the command's deadline of 4 s passed" in done.stderr
+    assert fake.count("pull") == 1 and took < 4 + 8
