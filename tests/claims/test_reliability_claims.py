@@ -842,3 +842,80 @@ def test_pull_counts_the_engines_pull_of_the_layers_against_its_deadline(registr
     assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr
     assert f"pull of {registry.host}/{repository}@{digest} stalled: the command's deadline of 4 s passed" in done.stderr
     assert fake.count("pull") == 1 and took < 4 + 8
+
+
+# --- Killed at any point / Stopped: what a run leaves in the engine ---------------------------
+
+
+def _interrupt_after(seconds: float) -> None:
+    """Ctrl-C to this process's main thread (where the test runs) in ``seconds``."""
+    import signal
+    import threading
+
+    main = threading.main_thread().ident or 0
+    threading.Timer(seconds, lambda: signal.pthread_kill(main, signal.SIGINT)).start()
+
+
+def _mine(fake) -> list:
+    from builder.engine import _owner, OWNER_LABEL
+
+    return [made for made, ctr in fake.containers.items() if ctr["labels"].get(OWNER_LABEL) == _owner()]
+
+
+def test_what_a_killed_run_left_in_the_engine_is_removed_by_the_next_run_and_nothing_else(fake_engine):
+    """reliability.md, Killed at any point: "A smoke container whose run was killed is removed by the
+    next run (`Engine.remove_orphans`: containers labelled with the PID of an ascend-build process of
+    this host that is gone)" and "the seal's temporary tag is `ascend-build-candidate:<image>-<host>-<pid>`.
+    The next run's `Engine.remove_orphans` (before every build and smoke run) removes those of a
+    process of this host that is gone"."""
+    import os
+    import socket
+
+    from builder import leftovers
+    from builder.engine import OWNER_LABEL
+    from tests.support.fake_engine import API_VERSION
+
+    fake, engine = fake_engine()
+    gone = 4194301  # above the kernel's pid_max: no process has it
+    assert not leftovers.alive(gone)
+    owners = (f"{socket.gethostname()}:{gone}", f"{socket.gethostname()}:{os.getpid()}",  # a gone run, a live one
+              f"elsewhere:{gone}")  # another host's
+    for n, owner in enumerate(owners):
+        fake.containers[str(n) * 64] = {"labels": {OWNER_LABEL: owner, "ascend-build.run": "1"}, "state": "running"}
+    fake.containers["9" * 64] = {"labels": {}, "state": "exited"}  # another tool's
+    gone_tag = f"{leftovers.CANDIDATE_REPOSITORY}:{'1' * 20}-{leftovers.host_mark()}-{gone}"
+    live_tag = f"{leftovers.CANDIDATE_REPOSITORY}:{'1' * 20}-{leftovers.owner_mark()}"
+    fake.images = [{"Id": "sha256:" + "1" * 64, "RepoTags": [gone_tag, live_tag]}]
+
+    engine.run("img", ["python", "smoke.py"])  # a smoke run
+
+    assert sorted(fake.containers) == ["1" * 64, "2" * 64, "9" * 64]  # the gone run's removed, its own too
+    deletes = [r for r in fake.requests if r.startswith("DELETE")]
+    assert deletes[0].startswith(f"DELETE /v{API_VERSION}/images/{gone_tag}?")  # the gone run's seal tag
+    assert deletes[1].startswith(f"DELETE /v{API_VERSION}/containers/{'0' * 64}?")
+    created = next(n for n, r in enumerate(fake.requests) if "/containers/create" in r)
+    assert fake.requests.index(deletes[1]) < created  # swept before the smoke run's own container is made
+    assert not [r for r in deletes if live_tag in r]
+
+
+@pytest.mark.timeout(60)
+def test_a_ctrl_c_while_the_engine_creates_the_smoke_container_removes_it(fake_engine):
+    """reliability.md, Stopped: "A Ctrl-C while the engine creates the smoke container removes that
+    container too." The engine has made it; its answer never comes back before the Ctrl-C."""
+    fake, engine = fake_engine()
+    fake.create_delay = 3
+    _interrupt_after(0.5)
+    with pytest.raises(KeyboardInterrupt):
+        engine.run("img", ["python", "smoke.py"])
+    assert _mine(fake) == [] and any("/containers/create" in r for r in fake.requests)
+
+
+@pytest.mark.timeout(60)
+def test_a_ctrl_c_during_the_smoke_run_removes_its_container(fake_engine):
+    """reliability.md, Stopped: "On Ctrl-C or SIGTERM, ... the smoke container removed"."""
+    fake, engine = fake_engine()
+    fake.wait_seconds = 30
+    _interrupt_after(0.5)
+    with pytest.raises(KeyboardInterrupt):
+        engine.run("img", ["python", "smoke.py"])
+    assert _mine(fake) == [] and any(r.endswith("/wait") or "/wait?" in r for r in fake.requests)

@@ -1,30 +1,39 @@
-"""A stand-in for the Docker Engine's HTTP API on loopback TCP: just enough of it (ping, version, an
-image's inspect, a push and a pull that stream JSON progress, a tag) for `builder.engine.Engine` to talk
-to it through the real docker SDK, with the engine's ways of failing on cue: a push or pull that
-goes silent, one that trickles progress for ever, one that fails with a 5xx, one that succeeds.
+"""A stand-in for the Docker Engine's HTTP API on loopback TCP: just enough of it for
+`builder.engine.Engine` to talk to it through the real docker SDK (ping, version, an image's
+inspect, tags and their removal, a push and a pull that stream JSON progress, containers made,
+started, waited for, listed by label and removed), with the engine's ways of failing on cue: a
+push or pull that goes silent, one that trickles progress for ever, one that never answers at
+all, one that fails with a 5xx; a container whose creation takes its time.
 
 What these tests hold cannot be caused on cue with a real engine in a few seconds (an engine
-that stops answering mid-push, for ever), and needs none: the SDK, its connection, the stream
-and the deadline's cut are all real here; only the daemon answering is scripted.
+that stops answering mid-push, for ever; a Ctrl-C in the instant the engine creates a
+container), and needs none: the SDK, its connection, the stream and the deadline's cut are all
+real here; only the daemon answering is scripted.
 
 ``FakeEngine(push=[...], pull=[...])``: each push (pull) request gets the next behaviour of its
 list, the last one repeated: "ok" (progress, then the digest `DIGEST`), "silent" (the answer's
-head, then nothing), "trickle" (a progress line every 0.2 s for ever), "headless" (no answer at all, not even
-its head), "fail" (an error line
-naming HTTP 503). ``cut``: for each silent, trickling or headless answer, the seconds after its start at
-which the client shut its connection (None while it has not). ``url``: ``tcp://127.0.0.1:PORT``,
-for ``DOCKER_HOST`` or ``docker.DockerClient(base_url=...)``.
+head, then nothing), "trickle" (a progress line every 0.2 s for ever), "headless" (no answer at
+all, not even its head), "fail" (an error line naming HTTP 503). ``cut``: for each silent,
+trickling or headless answer, the seconds after its start at which the client shut its
+connection (None while it has not). ``containers``: id -> {"labels", "state"} (add some to
+stand for what other runs left); ``images``: what the image list answers ({"Id", "RepoTags"});
+``create_delay``: seconds the answer to a container's creation takes (the container is there at once); ``wait_seconds``: how long a started
+container runs. ``url``: ``tcp://127.0.0.1:PORT``, for ``DOCKER_HOST`` or
+``docker.DockerClient(base_url=...)``.
 """
 
 from __future__ import annotations
 
 import json
+import re
 import select
 import socket
 import threading
 import time
+import urllib.parse
+import uuid
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Dict, List, Optional, Sequence
+from typing import Any, Dict, List, Optional, Sequence
 
 API_VERSION = "1.41"
 DIGEST = "sha256:" + "d" * 64
@@ -36,8 +45,12 @@ class FakeEngine:
                  labels: Optional[Dict[str, str]] = None) -> None:
         self.behaviours = {"push": list(push), "pull": list(pull)}
         self.labels = dict(labels or {})
-        self.requests: List[str] = []  # "METHOD path"
+        self.requests: List[str] = []  # "METHOD path", in order
         self.cut: List[Optional[float]] = []
+        self.containers: Dict[str, Dict[str, Any]] = {}
+        self.images: List[Dict[str, Any]] = []
+        self.create_delay = 0.0
+        self.wait_seconds = 0.0
         self._counts = {"push": 0, "pull": 0}
         self._stop = threading.Event()
         self._lock = threading.Lock()
@@ -49,37 +62,81 @@ class FakeEngine:
             def log_message(self, *args):
                 pass
 
+            def _route(self) -> str:
+                engine.requests.append(f"{self.command} {self.path}")
+                return re.sub(r"^/v[0-9.]+", "", urllib.parse.urlsplit(self.path).path)
+
+            def _query(self) -> Dict[str, str]:
+                return dict(urllib.parse.parse_qsl(urllib.parse.urlsplit(self.path).query))
+
             def do_GET(self):
-                engine.requests.append(f"GET {self.path}")
-                path = self.path.split("?")[0]
-                if path.endswith("/_ping"):
+                path = self._route()
+                if path == "/_ping":
                     return self._answer(200, b"OK", "text/plain")
-                if path.endswith("/version"):
-                    return self._answer(200, json.dumps({"ApiVersion": API_VERSION, "Version": "fake"}).encode())
-                if path.endswith("/json") and "/images/" in path:
-                    return self._answer(200, json.dumps({"Id": IMAGE_ID, "RepoTags": [], "RepoDigests": [],
-                                                         "Config": {"Labels": engine.labels}}).encode())
-                return self._answer(404, b'{"message": "no such thing here"}')
+                if path == "/version":
+                    return self._json(200, {"ApiVersion": API_VERSION, "Version": "fake"})
+                if path == "/images/json":
+                    return self._json(200, engine.images)
+                if path.startswith("/images/") and path.endswith("/json"):
+                    return self._json(200, {"Id": IMAGE_ID, "RepoTags": [], "RepoDigests": [],
+                                            "Config": {"Labels": engine.labels}})
+                if path == "/containers/json":
+                    return self._json(200, engine.listed(json.loads(self._query().get("filters") or "{}")))
+                found = re.fullmatch(r"/containers/([^/]+)/(json|logs)", path)
+                if found and found.group(1) in engine.containers:
+                    if found.group(2) == "logs":
+                        return self._answer(200, b"", "application/vnd.docker.raw-stream")
+                    ctr = engine.containers[found.group(1)]
+                    return self._json(200, {"Id": found.group(1), "Name": "/" + found.group(1)[:12],
+                                            "Config": {"Labels": ctr["labels"], "Image": IMAGE_ID, "Tty": False},
+                                            "State": {"Status": ctr["state"]}})
+                return self._json(404, {"message": "no such thing here"})
 
             def do_HEAD(self):
-                engine.requests.append(f"HEAD {self.path}")
+                self._route()
                 self._answer(200, b"", "text/plain")
 
+            def do_DELETE(self):
+                path = self._route()
+                found = re.fullmatch(r"/containers/([^/]+)", path)
+                if found:
+                    gone = engine.containers.pop(found.group(1), None)
+                    return self._answer(204 if gone is not None else 404, b"")
+                if path.startswith("/images/"):
+                    return self._json(200, [{"Untagged": urllib.parse.unquote(path[len("/images/"):])}])
+                return self._json(404, {"message": "no such thing here"})
+
             def do_POST(self):
-                engine.requests.append(f"POST {self.path}")
+                path = self._route()
                 length = int(self.headers.get("Content-Length") or 0)
-                if length:
-                    self.rfile.read(length)
-                path = self.path.split("?")[0]
+                body = self.rfile.read(length) if length else b""
                 if path.endswith("/tag"):  # Engine.tag: the name is given, nothing to say
-                    self.send_response(201)
-                    self.send_header("Content-Length", "0")
-                    self.end_headers()
-                    return
-                kind = "push" if path.endswith("/push") else "pull" if path.endswith("/images/create") else None
+                    return self._answer(201, b"")
+                if path == "/containers/create":  # made at once, answered after create_delay
+                    made = uuid.uuid4().hex * 2
+                    engine.containers[made] = {"labels": json.loads(body or b"{}").get("Labels") or {},
+                                               "state": "created"}
+                    engine._stop.wait(engine.create_delay)
+                    return self._json(201, {"Id": made, "Warnings": []})
+                found = re.fullmatch(r"/containers/([^/]+)/(start|wait|kill)", path)
+                if found and found.group(1) in engine.containers:
+                    ctr = engine.containers[found.group(1)]
+                    if found.group(2) == "start":
+                        ctr["state"] = "running"
+                    elif found.group(2) == "wait":
+                        engine._stop.wait(engine.wait_seconds)
+                        ctr["state"] = "exited"
+                        return self._json(200, {"StatusCode": 0})
+                    else:
+                        ctr["state"] = "exited"
+                    return self._answer(204, b"")
+                kind = "push" if path.endswith("/push") else "pull" if path == "/images/create" else None
                 if kind is None:
-                    return self._answer(404, b'{"message": "no such thing here"}')
+                    return self._json(404, {"message": "no such thing here"})
                 self._stream(engine.next_behaviour(kind), kind)
+
+            def _json(self, status: int, value: Any) -> None:
+                self._answer(status, json.dumps(value).encode())
 
             def _answer(self, status: int, body: bytes, content_type: str = "application/json") -> None:
                 self.send_response(status)
@@ -118,6 +175,17 @@ class FakeEngine:
         self.url = f"tcp://127.0.0.1:{self.server.server_port}"
         threading.Thread(target=self.server.serve_forever, daemon=True).start()
 
+    def listed(self, filters: Dict[str, List[str]]) -> List[Dict[str, Any]]:
+        """The containers a ``GET /containers/json`` with ``filters`` (label KEY or KEY=VALUE, status) lists."""
+        out = []
+        for made, ctr in list(self.containers.items()):
+            labels = ctr["labels"]
+            wanted = [f.partition("=") for f in filters.get("label", [])]
+            if all(key in labels and (not eq or labels[key] == value) for key, eq, value in wanted) and \
+                    ctr["state"] in filters.get("status", [ctr["state"]]):
+                out.append({"Id": made, "Labels": labels, "State": ctr["state"]})
+        return out
+
     def next_behaviour(self, kind: str) -> str:
         with self._lock:
             n = self._counts[kind]
@@ -138,8 +206,8 @@ class FakeEngine:
         return list(self.cut)
 
     def hold(self, handler, behaviour: str) -> None:
-        """Keep a silent or trickling answer open until the client shuts its connection (or the
-        stand-in stops); record when it did."""
+        """Keep a silent, trickling or headless answer open until the client shuts its connection
+        (or the stand-in stops); record when it did."""
         with self._lock:
             self.cut.append(None)
             slot = len(self.cut) - 1
