@@ -86,6 +86,22 @@ def test_a_config_whose_bytes_are_not_its_digest_is_never_read_for_labels(no_cre
     assert info is not None and info.labels == {"io.ascend-build.validated": "false"}
 
 
+def test_a_manifest_that_is_not_the_digest_the_registry_announced_is_refused(no_credentials, scripted):
+    """reliability.md, Registries that fail: "A manifest is checked against the digest it was asked
+    by, or the one the registry announced." Served for a tag with a Docker-Content-Digest its bytes
+    do not hash to, it is refused; with the digest of its bytes, it is read."""
+    body = json.dumps({"schemaVersion": 2, "mediaType": OCI_MANIFEST, "layers": []}).encode()
+    actual = "sha256:" + hashlib.sha256(body).hexdigest()
+    lying = scripted({("GET", r"/v2/r/manifests/t$"): [(200, {"Content-Type": OCI_MANIFEST,
+                                                               "Docker-Content-Digest": DIGEST}, body)]})
+    with pytest.raises(UserError, match=f"hashes to {actual}, not {DIGEST}: the registry served other bytes than the "
+                                        "digest it announced"):
+        Registry(lying.host).manifest("r", "t")
+    honest = scripted({("GET", r"/v2/r/manifests/t$"): [(200, {"Content-Type": OCI_MANIFEST,
+                                                                "Docker-Content-Digest": actual}, body)]})
+    assert Registry(honest.host).manifest("r", "t").digest == actual
+
+
 # --- Registries that fail ---------------------------------------------------------------------
 
 
@@ -919,3 +935,91 @@ def test_a_ctrl_c_during_the_smoke_run_removes_its_container(fake_engine):
     with pytest.raises(KeyboardInterrupt):
         engine.run("img", ["python", "smoke.py"])
     assert _mine(fake) == [] and any(r.endswith("/wait") or "/wait?" in r for r in fake.requests)
+
+
+# --- Killed at any point: files written whole; A full disk ------------------------------------
+
+
+def test_a_record_is_linked_into_place_never_replacing_one(tmp_path):
+    """reliability.md, Killed at any point: "A record is linked, never replacing one." Two writers of
+    one name: the second finds the first's file there and changes nothing."""
+    from builder import writes
+
+    path = tmp_path / "ascend-build-record.json"
+    assert writes.create_file(path, b'{"first": 1}\n') is True
+    assert writes.create_file(path, b'{"second": 2}\n') is False
+    assert path.read_bytes() == b'{"first": 1}\n' and [p.name for p in tmp_path.iterdir()] == [path.name]
+
+
+@pytest.fixture
+def full_disk():
+    """A tmpfs of 2 MiB, filled but for ``keep`` bytes: full_disk(keep) -> its folder."""
+    import contextlib
+
+    from tests.support.faults import CannotMount, fill, small_fs
+
+    with contextlib.ExitStack() as stack:
+        def make(keep: int = 0) -> Path:
+            try:
+                point = stack.enter_context(small_fs("2m"))
+            except CannotMount as why:
+                pytest.skip(f"cannot mount a tmpfs here: {why}")
+            fill(point, keep)
+            return point
+        yield make
+
+
+def test_a_smoke_report_on_a_full_disk_is_not_written_and_the_old_one_stays_whole(full_disk):
+    """reliability.md, Killed at any point: "A lock, a smoke report and a run record are written
+    whole under a temporary name and renamed into place (`builder/writes.py`)": a report that does
+    not fit leaves the one before it byte for byte, and no staged file."""
+    from builder.images import pipeline
+
+    point = full_disk(keep=64 << 10)
+    path = point / "reports" / "cell-cpu.json"
+    path.parent.mkdir()
+    path.write_bytes(b'{"old": true}\n')
+    with pytest.raises(UserError, match=f"no space left on the file system of {path}"):
+        pipeline._keep_json({"tiers": ["x" * 200] * 2000}, path)  # 400 KB: more than is free
+    assert path.read_bytes() == b'{"old": true}\n' and sorted(p.name for p in path.parent.iterdir()) == [path.name]
+
+
+def test_image_on_a_full_state_folder_fails_before_any_build_and_tags_nothing(full_disk, fake_engine, monkeypatch):
+    """reliability.md, A full disk: "`image` with its state folder on a full file system fails the
+    image the same way [no space left on the file system of PATH], before any build, and tags
+    nothing." The engine is the stand-in; a build would be its CLI's, and is watched for."""
+    from builder.engine import Engine
+    from builder.images import matrix, pipeline
+    from builder.images.prepare import Options
+    from tests.support.matrix import SHIPPED_DOCKERFILES, SHIPPED_MATRIX
+    from tests.support.trust import CELL_ID
+
+    built: list = []
+    monkeypatch.setattr(Engine, "build", lambda self, *args, **kwargs: built.append(args) or "sha256:" + "0" * 64)
+    cell = next(c for c in matrix.load(SHIPPED_MATRIX).cells if c.id == CELL_ID)
+    fake, engine = fake_engine()
+    state = full_disk(keep=0) / "state"
+    [outcome] = pipeline.run([cell], Options(variants=("cpu",), state_dir=state, locks_dir=SHIPPED_DOCKERFILES),
+                             engine, lambda line: None)
+    assert outcome.status == "error" and outcome.tags == [] and outcome.digests == {}
+    assert outcome.message.startswith(f"no space left on the file system of {state}"), outcome.message
+    assert built == [] and not [r for r in fake.requests if r.startswith("POST")]  # nothing built, nothing tagged
+
+
+def test_the_seal_on_a_full_disk_stops_before_its_build_with_no_half_report(full_disk, fake_engine, monkeypatch):
+    """reliability.md, A full disk: "The seal writes its report whole: a disk that fills between the
+    smoke test and the seal stops the seal before its build, and no half report is sealed into an
+    image."""
+    from builder.engine import Engine
+    from builder.images import pipeline
+
+    built: list = []
+    monkeypatch.setattr(Engine, "build", lambda self, *args, **kwargs: built.append(args) or "sha256:" + "0" * 64)
+    fake, engine = fake_engine()
+    folder = full_disk(keep=16 << 10) / "seal" / "cell-cpu"
+    report = json.dumps({"passed": True, "tiers": ["x" * 100] * 1000}).encode()  # 100 KB: more than is free
+    with pytest.raises(UserError, match="no space left on the file system of"):
+        pipeline.seal(engine, "sha256:" + "c" * 64, report, {"io.ascend-build.validated": "true"}, folder,
+                      folder.parent / "seal.log")
+    assert built == [] and not [r for r in fake.requests if r.endswith("/tag") or "/tag?" in r]
+    assert not (folder / "validation.json").exists()
