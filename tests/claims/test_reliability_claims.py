@@ -1023,3 +1023,88 @@ def test_the_seal_on_a_full_disk_stops_before_its_build_with_no_half_report(full
                       folder.parent / "seal.log")
     assert built == [] and not [r for r in fake.requests if r.endswith("/tag") or "/tag?" in r]
     assert not (folder / "validation.json").exists()
+
+
+# --- Stopped ----------------------------------------------------------------------------------
+
+
+@pytest.mark.timeout(60)
+def test_a_stopped_image_run_says_in_one_line_what_it_published(fake_engine, monkeypatch, tmp_path):
+    """reliability.md, Stopped: "On Ctrl-C or SIGTERM, the build is cancelled, the smoke container
+    removed and half-set tags removed. One line says what was published: `... published nothing;
+    not finished: CELL (cpu), no tag (stopped at "...")`". Stopped during the smoke test; the build
+    is a stand-in (it needs an engine), the smoke run the engine's stand-in's."""
+    import signal
+    import threading
+
+    from builder.engine import Engine
+    from builder.images import matrix, pipeline
+    from builder.images.prepare import Options
+    from tests.support.matrix import SHIPPED_DOCKERFILES, SHIPPED_MATRIX
+    from tests.support.trust import CELL_ID
+
+    monkeypatch.setattr(Engine, "build", lambda self, *args, **kwargs: "sha256:" + "c" * 64)
+    cell = next(c for c in matrix.load(SHIPPED_MATRIX).cells if c.id == CELL_ID)
+    fake, engine = fake_engine()
+    fake.wait_seconds = 30
+    main = threading.main_thread().ident or 0
+
+    def say(line: str) -> None:
+        if "smoke test on" in line:
+            threading.Timer(0.5, lambda: signal.pthread_kill(main, signal.SIGINT)).start()
+    with pytest.raises(KeyboardInterrupt) as stopped:
+        pipeline.run([cell], Options(variants=("cpu",), state_dir=tmp_path / "state", locks_dir=SHIPPED_DOCKERFILES),
+                     engine, say)
+    assert str(stopped.value).startswith(f"published nothing; not finished: {CELL_ID} (cpu), no tag (stopped at "
+                                         f'"[{CELL_ID}-cpu] smoke test on cpu: ')
+    assert _mine(fake) == []  # the smoke container removed
+    assert not [r for r in fake.requests if "/tag" in r]
+
+
+@pytest.mark.parametrize("signed", [False, True])
+def test_an_image_stopped_after_its_push_is_published_only_with_its_statements(signed, monkeypatch, tmp_path):
+    """reliability.md, Stopped: "With `--sign-key`, an image the stop caught after its push and before
+    its statements were attached is not called published: the line says `pushed WITHOUT its signed
+    statements (stopped before they were attached; ...)` with its digest." (A stand-in for the one
+    image's build, smoke test and push, which need an engine, stops right after the push.)"""
+    from builder.images import matrix, pipeline
+    from builder.images.prepare import Options
+    from builder.trust import signing
+    from tests.support.matrix import SHIPPED_MATRIX
+    from tests.support.trust import CELL_ID
+
+    ref, digest = f"reg.local:5000/team:{CELL_ID}-cpu", "sha256:" + "d" * 64
+
+    def pushed_then_stopped(cell, variant, options, engine, say, out):
+        out.status, out.tags, out.digests[ref] = "passed", [ref], digest
+        raise KeyboardInterrupt()
+    monkeypatch.setattr(pipeline, "build_one", pushed_then_stopped)
+    monkeypatch.delenv(signing.PASSPHRASE_ENV, raising=False)
+    key = signing.load_private(signing.generate(tmp_path, "team")[0]) if signed else None
+    cell = next(c for c in matrix.load(SHIPPED_MATRIX).cells if c.id == CELL_ID)
+    with pytest.raises(KeyboardInterrupt) as stopped:
+        pipeline.run([cell], Options(variants=("cpu",), state_dir=tmp_path / "state", sign_key=key), None,  # type: ignore[arg-type]  # no engine is asked
+                     lambda line: None)
+    said = str(stopped.value)
+    if signed:
+        assert said.startswith("published nothing; pushed WITHOUT its signed statements (stopped before they were "
+                               f"attached; `ascend-build verify` refuses it): {ref}@{digest}"), said
+    else:
+        assert said.startswith(f"published {ref}@{digest}"), said
+
+
+@pytest.mark.timeout(60)
+def test_a_ctrl_c_while_an_image_is_tagged_removes_the_tags_already_set(fake_engine):
+    """reliability.md, Stopped: "On Ctrl-C or SIGTERM, ... half-set tags removed": stopped while the
+    engine sets the second of an image's two names, the first is taken off again."""
+    from builder.images import pipeline
+    from tests.support.fake_engine import API_VERSION
+
+    fake, engine = fake_engine()
+    fake.slow_tag = "reg.local"
+    _interrupt_after(0.5)
+    with pytest.raises(KeyboardInterrupt):
+        pipeline._apply_tags(engine, "sha256:" + "e" * 64, ["cell-cpu", "reg.local:5000/team/cell-cpu"])
+    tagged = [r for r in fake.requests if "/tag?" in r]
+    assert len(tagged) == 2 and "repo=cell-cpu" in tagged[0]
+    assert [r.split("?")[0] for r in fake.requests if r.startswith("DELETE")] == [f"DELETE /v{API_VERSION}/images/cell-cpu"]

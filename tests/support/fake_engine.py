@@ -18,7 +18,7 @@ trickling or headless answer, the seconds after its start at which the client sh
 connection (None while it has not). ``containers``: id -> {"labels", "state"} (add some to
 stand for what other runs left); ``images``: what the image list answers ({"Id", "RepoTags"});
 ``create_delay``: seconds the answer to a container's creation takes (the container is there at once); ``wait_seconds``: how long a started
-container runs. ``url``: ``tcp://127.0.0.1:PORT``, for ``DOCKER_HOST`` or
+container runs; ``slow_tag``: a tag whose name holds it is answered after 5 s. ``url``: ``tcp://127.0.0.1:PORT``, for ``DOCKER_HOST`` or
 ``docker.DockerClient(base_url=...)``.
 """
 
@@ -50,6 +50,7 @@ class FakeEngine:
         self.containers: Dict[str, Dict[str, Any]] = {}
         self.images: List[Dict[str, Any]] = []
         self.create_delay = 0.0
+        self.slow_tag = ""  # a tag whose name holds this is answered after 5 s
         self.wait_seconds = 0.0
         self._counts = {"push": 0, "pull": 0}
         self._stop = threading.Event()
@@ -111,6 +112,8 @@ class FakeEngine:
                 length = int(self.headers.get("Content-Length") or 0)
                 body = self.rfile.read(length) if length else b""
                 if path.endswith("/tag"):  # Engine.tag: the name is given, nothing to say
+                    if engine.slow_tag and engine.slow_tag in urllib.parse.unquote(self.path):
+                        engine._stop.wait(5)
                     return self._answer(201, b"")
                 if path == "/containers/create":  # made at once, answered after create_delay
                     made = uuid.uuid4().hex * 2
@@ -144,7 +147,10 @@ class FakeEngine:
                 self.send_header("Content-Length", str(len(body)))
                 self.send_header("Api-Version", API_VERSION)
                 self.end_headers()
-                self.wfile.write(body)
+                try:
+                    self.wfile.write(body)
+                except OSError:  # the client is gone (a Ctrl-C while it waited): nobody to answer
+                    self.close_connection = True
 
             def _chunk(self, event: dict) -> None:
                 data = json.dumps(event).encode() + b"\r\n"
