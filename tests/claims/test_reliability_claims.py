@@ -1108,3 +1108,41 @@ def test_a_ctrl_c_while_an_image_is_tagged_removes_the_tags_already_set(fake_eng
     tagged = [r for r in fake.requests if "/tag?" in r]
     assert len(tagged) == 2 and "repo=cell-cpu" in tagged[0]
     assert [r.split("?")[0] for r in fake.requests if r.startswith("DELETE")] == [f"DELETE /v{API_VERSION}/images/cell-cpu"]
+
+
+@pytest.mark.timeout(120)
+def test_a_lock_stopped_while_it_downloads_an_installer_lets_the_download_end_and_writes_no_lock(monkeypatch, tmp_path):
+    """reliability.md, Stopped: "A `lock` stopped while uv resolves writes no lock. ... A download
+    already running is not cut short." Stopped (Ctrl-C) while the demo cell's CANN installer is
+    fetched to record its sha256: that fetch runs to its end, and no lock is written."""
+    import signal
+    import threading
+    import types
+
+    from builder import knowledge
+    from builder.images import lock, matrix, relock
+    from tests.support.matrix import SHIPPED_DOCKERFILES, SHIPPED_MATRIX
+    from tests.support.trust import CELL_ID
+
+    stops: list = []
+
+    class Recorded(threading.Event):  # the run's stop event, seen by the stand-in for the download
+        def __init__(self) -> None:
+            super().__init__()
+            stops.append(self)
+
+    monkeypatch.setattr(relock, "threading", types.SimpleNamespace(Event=Recorded))
+    demo = next(c for c in matrix.load(SHIPPED_MATRIX).cells if c.id == CELL_ID)  # its 9.1.0 installers: no sha256 known
+    previous = lock.read(SHIPPED_DOCKERFILES / CELL_ID)
+    fetched: list = []
+
+    def fetch(url, **_):  # a download under way when Ctrl-C reaches the main thread
+        signal.pthread_kill(threading.main_thread().ident or 0, signal.SIGINT)
+        assert len(stops) == 1 and stops[0].wait(60), "the run never took the Ctrl-C"
+        fetched.append(url)  # ... and it ends all the same
+        return "0" * 64, 1
+
+    with pytest.raises(KeyboardInterrupt):
+        relock.run([demo], knowledge.load(), tmp_path, resolve=lambda inputs, **_: previous, fetch=fetch)
+    assert len(fetched) == 1
+    assert not (tmp_path / CELL_ID / lock.LOCK_FILE).exists()
