@@ -1146,3 +1146,100 @@ def test_a_lock_stopped_while_it_downloads_an_installer_lets_the_download_end_an
         relock.run([demo], knowledge.load(), tmp_path, resolve=lambda inputs, **_: previous, fetch=fetch)
     assert len(fetched) == 1
     assert not (tmp_path / CELL_ID / lock.LOCK_FILE).exists()
+
+
+# --- Two runs at once -------------------------------------------------------------------------
+
+
+def test_image_claims_each_image_in_the_state_folder_refusing_a_second_run_of_it_alone(fake_engine, monkeypatch, tmp_path):
+    """reliability.md, Two runs at once: "`image` holds one per image in `<state>/claims/`. A second run
+    is refused at once, naming the first ... Two different images on one state folder both run, each
+    to its own verdict." The claim of CANN 8.0.RC3's NPU image is held: its build is refused, naming
+    what holds it; the demo cell's CPU twin, on the same state folder, goes on to its build (a
+    stand-in: it needs an engine)."""
+    from builder import claims
+    from builder.engine import Engine
+    from builder.images import matrix, pipeline
+    from builder.images.prepare import Options, prepare
+    from tests.support.images import cell_8_0_rc3
+    from tests.support.matrix import SHIPPED_DOCKERFILES, SHIPPED_MATRIX
+    from tests.support.trust import CELL_ID
+
+    class Built(Exception):
+        """The twin reached its build: it was not refused."""
+
+    def build(self, *args, **kwargs):
+        raise Built()
+    monkeypatch.setattr(Engine, "build", build)
+    held, other = cell_8_0_rc3(), next(c for c in matrix.load(SHIPPED_MATRIX).cells if c.id == CELL_ID)
+    state = tmp_path / "state"
+    options = Options(state_dir=state, locks_dir=SHIPPED_DOCKERFILES, allow_incomplete_lock=True)
+    npu = prepare(held, "npu", options).name
+    (state / "claims").mkdir(parents=True)
+    _, engine = fake_engine()
+    with claims.claim(state / "claims" / f"{npu}.lock", "building it in another run", folder=False):
+        with pytest.raises(UserError) as refused:
+            pipeline.build_one(held, "npu", options, engine, lambda line: None)
+        with pytest.raises(Built):
+            pipeline.build_one(other, "cpu", options, engine, lambda line: None)
+    assert refused.value.message.startswith(f"another ascend-build run is building {npu} with the state folder "
+                                            f"{state} ("), refused.value.message
+    assert refused.value.message.endswith("); nothing was done here") and refused.value.exit_code == 1
+
+
+def test_a_name_another_run_took_during_the_push_records_no_digest(fake_engine, tmp_path):
+    """reliability.md, Two runs at once: "a run checks after its push that the name still holds its own
+    image; when another run took it meanwhile, the run records no digest, attests nothing and says
+    so, keeping its image by ID." (The engine's stand-in names another image under the pushed name.)"""
+    from builder.images import pipeline
+    from builder.images.prepare import Options
+    from tests.support.fake_engine import IMAGE_ID
+
+    fake, engine = fake_engine(push=["ok"])
+    ours = "sha256:" + "a" * 64  # the name now holds IMAGE_ID, another run's
+    out = pipeline.Outcome("cell", "cpu", status="passed")
+    done = pipeline.tag_and_push(out, engine, ours, "cell-cpu", Options(push="reg.local:5000/team", state_dir=tmp_path),
+                                 "cell-cpu", lambda line: None)
+    assert fake.count("push") == 1 and done.status == "error" and done.digests == {}
+    assert done.message.startswith(f"reg.local:5000/team/cell-cpu was given to another image ({IMAGE_ID}) while this "
+                                   "run pushed it")
+    assert "nothing is attested (kept locally by its ID)" in done.message
+
+
+# --- Scratch space ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("where", ["contexts", "contexts/cpu-x86_64"])
+def test_a_fifo_where_a_scratch_folder_goes_is_removed_and_the_folder_made(where, tmp_path):
+    """reliability.md, Scratch space: "A file, FIFO or symlink where either folder goes is removed (a
+    symlink is never followed) and the folder made, rather than blocking every build." (A file and a
+    symlink: tests/images/test_stage.py.)"""
+    import os
+
+    from builder.images import stage
+
+    (tmp_path / "contexts").mkdir()
+    if where == "contexts":
+        (tmp_path / "contexts").rmdir()
+    os.mkfifo(tmp_path / where)
+    with stage.claim(tmp_path / "contexts", "x86_64", "cpu") as folder:
+        made = stage.context({"Dockerfile": b"FROM scratch\n"}, folder)
+    assert made == tmp_path / "contexts" / "cpu-x86_64" and (made / "Dockerfile").read_bytes() == b"FROM scratch\n"
+
+
+def test_each_build_empties_its_context_and_a_linked_contexts_folder_is_kept_and_used(tmp_path):
+    """reliability.md, Scratch space: "each build empties its context folder and writes it again ...
+    A symlink as `contexts/` itself, to a folder, is kept and used." """
+    from builder.images import stage
+
+    elsewhere = tmp_path / "big-disk" / "contexts"
+    elsewhere.mkdir(parents=True)
+    (tmp_path / "state").mkdir()
+    (tmp_path / "state" / "contexts").symlink_to(elsewhere, target_is_directory=True)
+    contexts = tmp_path / "state" / "contexts"
+    with stage.claim(contexts, "x86_64", "cpu") as folder:
+        stage.context({"Dockerfile": b"FROM one\n", "old.txt": b"left from the build before\n"}, folder)
+    with stage.claim(contexts, "x86_64", "cpu") as folder:
+        made = stage.context({"Dockerfile": b"FROM two\n"}, folder)
+    assert contexts.is_symlink() and sorted(p.name for p in (elsewhere / "cpu-x86_64").iterdir()) == ["Dockerfile"]
+    assert (made / "Dockerfile").read_bytes() == b"FROM two\n"
