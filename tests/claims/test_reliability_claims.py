@@ -1243,3 +1243,16 @@ def test_each_build_empties_its_context_and_a_linked_contexts_folder_is_kept_and
         made = stage.context({"Dockerfile": b"FROM two\n"}, folder)
     assert contexts.is_symlink() and sorted(p.name for p in (elsewhere / "cpu-x86_64").iterdir()) == ["Dockerfile"]
     assert (made / "Dockerfile").read_bytes() == b"FROM two\n"
+
+
+def test_keys_generate_that_fits_its_key_but_not_its_pub_removes_the_key_it_made(full_disk, monkeypatch):
+    """reliability.md, A full disk: "`keys generate` makes its pair whole or not at all: a failure
+    removes the file it had made, so a retry is not refused as "never overwritten"." Room for one
+    page: the .key is written, the .pub is not; no .key is left."""
+    from builder.trust import signing
+
+    monkeypatch.delenv(signing.PASSPHRASE_ENV, raising=False)
+    point = full_disk(keep=4096)
+    with pytest.raises(UserError, match=r"no space left on the file system of .*: no key was written \(neither file\)"):
+        signing.generate(point / "k", "team")
+    assert list((point / "k").iterdir()) == []
