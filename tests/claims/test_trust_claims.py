@@ -20,6 +20,7 @@ from pathlib import Path
 
 import pytest
 
+from builder.errors import UserError
 from builder.images import attest
 from builder.registry import OCI_MANIFEST, Registry
 from builder.trust import attached, signing, statements
@@ -231,3 +232,57 @@ def test_index_with_a_key_names_an_arch_whose_statement_is_refused_and_writes_no
     assert done.returncode == 0, done.stderr
     index = reg.manifest(repository, FAMILY)
     assert [m["digest"] for m in index.data["manifests"]] == [genuine] and forged not in done.stdout
+
+
+# --- A Kyverno policy for the cluster ---------------------------------------------------------
+
+
+@pytest.mark.parametrize("require", ["any", "npu-host"])
+def test_the_kyverno_policy_verifies_and_pins_the_digest_without_a_transparency_log(require, keys):
+    """trust.md, A Kyverno policy for the cluster: "`failureAction: Enforce`, `required`,
+    `verifyDigest` and `mutateDigest`; one attestation of type
+    `https://ascend-build.io/attestations/validation/v1`, whose attestor is the public key, with
+    `rekor.ignoreTlog` and `ctlog.ignoreSCT` ... No top-level attestor is set." """
+    from builder.k8s import kyverno
+
+    pem = keys["team"][1].read_text()
+    [rule] = kyverno.kyverno(pem, ["r/ascend-build/*"], require)["spec"]["rules"]
+    [verify] = rule["verifyImages"]
+    assert (verify["failureAction"], verify["required"], verify["verifyDigest"], verify["mutateDigest"]) == \
+        ("Enforce", True, True, True)
+    assert "attestors" not in verify
+    [attestation] = verify["attestations"]
+    [entry] = attestation["attestors"][0]["entries"]
+    assert attestation["type"] == statements.VALIDATION_V1 and entry["keys"]["publicKeys"] == pem
+    assert entry["keys"]["rekor"] == {"ignoreTlog": True} and entry["keys"]["ctlog"] == {"ignoreSCT": True}
+
+
+# --- The key a command trusts: "the first of" ---------------------------------------------------
+
+
+def test_the_first_source_of_a_key_decides_and_the_later_ones_are_not_read(tmp_path, monkeypatch):
+    """trust.md, pull, run and index with a key: "The key is decided in one place
+    (`builder/cli/trust_key.py`) ..., the first of: 1. `--trust-key FILE`; 2. `ASCEND_BUILD_TRUST_KEY`;
+    3. `trust_key:` in the node's config ...; 4. the node's default key file". Each source, when
+    given, wins over every later one, even one that is broken (a later one is not read)."""
+    from builder.cli.trust_key import trust_key
+    from builder.trust.policy import TRUST_KEY_ENV
+
+    monkeypatch.delenv(signing.PASSPHRASE_ENV, raising=False)
+    pubs = {name: signing.generate(tmp_path / name, "team")[1] for name in ("option", "variable", "config", "default")}
+    good_config, broken_config = tmp_path / "node.yaml", tmp_path / "broken.yaml"
+    good_config.write_text(f"trust_key: {pubs['config']}\n")
+    broken_config.write_text("trust-key: misspelt\n")  # refused whenever it is read
+    default = pubs["default"]
+
+    def decided(option, environ, config) -> str:
+        return trust_key(option, environ=environ, node_default=default, node_config=config).path
+
+    env = {TRUST_KEY_ENV: str(pubs["variable"])}
+    assert decided(str(pubs["option"]), env, broken_config) == str(pubs["option"])
+    assert decided(None, env, good_config) == str(pubs["variable"])
+    assert decided(None, env, broken_config) == str(pubs["variable"])
+    assert decided(None, {}, good_config) == str(pubs["config"])
+    assert decided(None, {}, tmp_path / "no-config.yaml") == str(default)
+    with pytest.raises(UserError, match="holds 'trust-key'"):
+        decided(None, {}, broken_config)
