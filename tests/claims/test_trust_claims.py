@@ -286,3 +286,101 @@ def test_the_first_source_of_a_key_decides_and_the_later_ones_are_not_read(tmp_p
     assert decided(None, {}, tmp_path / "no-config.yaml") == str(default)
     with pytest.raises(UserError, match="holds 'trust-key'"):
         decided(None, {}, broken_config)
+
+
+# --- The statements ----------------------------------------------------------------------------
+
+
+def _report(device: str, **extra) -> dict:
+    """A passed smoke report of ``device``, as the smoke program writes one (on an NPU host: its driver,
+    firmware, chip and NPU count)."""
+    npu = device == "npu"
+    tiers = [{"name": t, "status": "passed", "summary": f"{t} ok",
+              "details": {"device_name": "Ascend910B3", "device_count": 8} if t == "device" and npu else {}}
+             for t in TIERS]
+    return {**ht.report(), "device": device, "tiers": tiers,
+            "host": {"driver": "24.1.rc3", "firmware": "7.5.0.1.129"} if npu else {}, **extra}
+
+
+@pytest.mark.parametrize("extra, kind", [({}, "npu-host"), ({"emulated": "qemu-user: aarch64 on an x86_64 host"}, "emulated")])
+def test_an_npu_images_statement_says_where_it_ran(extra, kind):
+    """trust.md, The statements: the validation statement says "where it ran (`ranOn.kind`:
+    `npu-host`, `emulated`, `stand-in` or `cpu-twin`; on an NPU host its driver, firmware, chip and
+    NPU count)": an NPU image tested under emulation did not run on an NPU host. (The CPU twin's
+    kinds: tests/test_attestation.py.)"""
+    ran = attest.validation_predicate(_report("npu", **extra), TIERS, CELL_ID, "npu", "h")["ranOn"]
+    assert ran["kind"] == kind
+    if kind == "npu-host":
+        assert ran["npuHost"] == {"driver": "24.1.rc3", "firmware": "7.5.0.1.129", "chip": "Ascend910B3", "npus": 8}
+
+
+def test_the_provenance_names_the_builder_with_its_version_and_git_commit(tmp_path):
+    """trust.md, The statements: the provenance's "`builder`: the CLI with its version and git commit"."""
+    from builder import __version__
+    from builder.images.attest import Evidence
+    from tests.support.matrix import REPO
+
+    head = subprocess.run(["git", "-C", str(REPO), "rev-parse", "HEAD"], capture_output=True, text=True, check=True)
+    proof = Evidence(CELL_ID, CPU, "x86_64", "", "", "", "ok", (), "local/debian:12")
+    builder = attest.provenance_predicate(proof, ht.report())["runDetails"]["builder"]
+    assert builder["id"] == statements.BUILDER_ID
+    assert builder["version"]["ascend-build"] == __version__
+    assert builder["version"]["git-commit"] in (head.stdout.strip(), head.stdout.strip() + "-dirty")
+
+
+# --- Keys: "`image` and `promote` read the key before building" ----------------------------------
+
+
+@pytest.mark.parametrize("command", ["image", "promote"])
+def test_image_and_promote_read_the_signing_key_before_building(command, tmp_path, monkeypatch):
+    """trust.md, Keys: "`image` and `promote` read the key before building, so a wrong passphrase fails
+    in a second." Encrypted with one passphrase, given another: the command stops on the key (exit
+    2) before it asks the engine anything (none answers here)."""
+    import time
+
+    monkeypatch.setenv(signing.PASSPHRASE_ENV, "right horse battery")
+    key, _ = signing.generate(tmp_path / "keys", "team")
+    args = (["image", "--cell", CELL_ID, "--variant", "cpu", "--state-dir", str(tmp_path / "state")] if command == "image"
+            else ["promote", f"127.0.0.1:9/team/pytorch:{CELL_ID}-candidate"])
+    start = time.monotonic()
+    done = _cli({}, *args, "--push", "127.0.0.1:9", "--sign-key", str(key),
+                env={signing.PASSPHRASE_ENV: "wrong", "DOCKER_HOST": "tcp://127.0.0.1:9"})
+    assert done.returncode == 2, done.stderr
+    assert f"{key} cannot be read as a PEM private key (the passphrase in {signing.PASSPHRASE_ENV} is wrong" in done.stderr
+    assert "Docker Engine" not in done.stderr and time.monotonic() - start < 20
+
+
+# --- "`image` also writes each image's SBOM into the state folder (`<state>/sbom/`), signing or not" -
+
+
+@pytest.fixture
+def fake_engine():
+    """(the engine's stand-in on loopback, an Engine connected to it), stopped at the test's end."""
+    import docker
+
+    from builder.engine import Engine
+    from tests.support.fake_engine import FakeEngine
+
+    fake = FakeEngine()
+    yield fake, Engine(docker.DockerClient(base_url=fake.url, timeout=300), fake.url)
+    fake.stop()
+
+
+def test_image_keeps_each_images_sbom_in_the_state_folder_signing_or_not(fake_engine, monkeypatch, tmp_path):
+    """trust.md, The statements: "`image` also writes each image's SBOM into the state folder
+    (`<state>/sbom/`), signing or not." No key, and an image that fails its smoke test (the engine's
+    stand-in runs no smoke program; the build is a stand-in too): its CycloneDX SBOM is there."""
+    from builder.engine import Engine
+    from builder.images import matrix, pipeline
+    from builder.images.prepare import Options
+    from tests.support.matrix import SHIPPED_DOCKERFILES, SHIPPED_MATRIX
+
+    monkeypatch.setattr(Engine, "build", lambda self, *args, **kwargs: "sha256:" + "c" * 64)
+    cell = next(c for c in matrix.load(SHIPPED_MATRIX).cells if c.id == CELL_ID)
+    _, engine = fake_engine
+    out = pipeline.build_one(cell, CPU, Options(state_dir=tmp_path / "state", locks_dir=SHIPPED_DOCKERFILES),
+                             engine, lambda line: None)
+    kept = tmp_path / "state" / "sbom" / f"{CELL_ID}-{CPU}.cdx.json"
+    assert out.status == "failed" and out.sbom == str(kept)
+    bom = json.loads(kept.read_text())
+    assert bom["bomFormat"] == "CycloneDX" and bom["specVersion"] == "1.5" and bom["components"]
