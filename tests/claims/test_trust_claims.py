@@ -109,7 +109,7 @@ def test_verify_refuses_each_forgery_naming_why(kind, registry, creds, keys):
 # --- How they are stored -----------------------------------------------------------------------
 
 
-def test_the_same_statements_signed_again_attach_nothing_new_and_another_keys_are_appended(registry, keys):
+def test_the_same_statements_signed_again_attach_nothing_new_and_another_keys_are_appended(registry, creds, keys):
     """trust.md, How they are stored: "Signatures are deterministic, so signing the same statement
     again attaches nothing new." and "Attaching appends: statements already there, of another
     predicate or key, stay." """
@@ -131,7 +131,7 @@ def test_the_same_statements_signed_again_attach_nothing_new_and_another_keys_ar
         assert len(found.verified(statements.VALIDATION_V1)) == 1
 
 
-def test_pull_and_mirror_take_the_statement_tags_for_no_image(registry, keys):
+def test_pull_and_mirror_take_the_statement_tags_for_no_image(registry, creds, keys):
     """trust.md, How they are stored: the referrers index's tag `sha256-<hex>` (and cosign's `.att`
     tag): "`pull` and `mirror` list it as no image"."""
     from builder.node import mirror, pull
@@ -384,3 +384,49 @@ def test_image_keeps_each_images_sbom_in_the_state_folder_signing_or_not(fake_en
     assert out.status == "failed" and out.sbom == str(kept)
     bom = json.loads(kept.read_text())
     assert bom["bomFormat"] == "CycloneDX" and bom["specVersion"] == "1.5" and bom["components"]
+
+
+def test_an_unverified_distribution_is_marked_so_with_the_sha256_pip_reported(tmp_path):
+    """trust.md, The statements: "pip's unverified step writes pip's installation report ...; an
+    unverified distribution then gets the sha256 pip reports (which no lock checked) beside its
+    `ascend-build:unverified` property." The shipped x86_64 CANN 7.0.RC1 cell's lock has no sha256
+    for torch 2.1.0+cpu (its index was not reached where the lock was made)."""
+    from builder.images import matrix, sbom
+    from builder.images.installed import Installed
+    from builder.images.prepare import Options, prepare
+    from tests.support.matrix import SHIPPED_DOCKERFILES, SHIPPED_MATRIX
+
+    cell = next(c for c in matrix.load(SHIPPED_MATRIX).cells if c.id.startswith("cann7.0.rc1") and c.arch == "x86_64")
+    job = prepare(cell, CPU, Options(locks_dir=SHIPPED_DOCKERFILES, allow_incomplete_lock=True))
+    [unverified] = [e for e in job.plan.lock.entries if not e.hashes and e.name == "torch"]
+
+    def torch(installed) -> dict:
+        return next(c for c in sbom.of(job, installed)["components"] if c.get("name") == "torch")
+    said = {p["name"]: p["value"] for p in torch(None)["properties"]}
+    assert "ascend-build:unverified" in said and "hashes" not in torch(None)
+    reported = Installed("torch-2.1.0+cpu-cp39-cp39-linux_x86_64.whl", "ab" * 32, "pip report")
+    component = torch({"torch": reported})
+    assert component["hashes"] == [{"alg": "SHA-256", "content": "ab" * 32}]
+    assert {p["name"]: p["value"] for p in component["properties"]} == {
+        "ascend-build:unverified": said["ascend-build:unverified"], "ascend-build:installed-file": reported.file}
+
+
+def test_each_statements_subject_is_the_repository_and_the_images_digest(registry, creds, keys):
+    """trust.md, How they are stored: "Each is an in-toto Statement v1 whose `subject` is the
+    repository and the image's sha256." """
+    repository = _repository()
+    digest = _genuine(registry, keys, repository)
+    found = attached.verify(Registry(registry.host), repository, TAG, signing.load_public(keys["team"][1]))
+    [validation] = found.verified(statements.VALIDATION_V1)
+    statement = validation.checked.statement
+    assert statement is not None and statement["_type"] == statements.STATEMENT_V1
+    assert statement["subject"] == [{"name": f"{registry.host}/{repository}", "digest": {"sha256": digest.split(":")[1]}}]
+
+
+def test_verify_prints_what_each_verified_statement_says_tier_by_tier(registry, creds, keys):
+    """trust.md, verify: "It prints which statements verify and what they say, the tiers one by one." """
+    repository = _repository()
+    _genuine(registry, keys, repository)
+    done = _cli(creds, "verify", f"{registry.host}/{repository}:{TAG}", "--key", str(keys["team"][1]))
+    assert done.returncode == 0, done.stderr
+    assert "tiers: " + ", ".join(f"{tier} passed" for tier in TIERS) in done.stdout, done.stdout
