@@ -1256,3 +1256,49 @@ def test_keys_generate_that_fits_its_key_but_not_its_pub_removes_the_key_it_made
     with pytest.raises(UserError, match=r"no space left on the file system of .*: no key was written \(neither file\)"):
         signing.generate(point / "k", "team")
     assert list((point / "k").iterdir()) == []
+
+
+# --- Deadlines: "Pushes": the statements and each index too ------------------------------------
+
+
+def test_the_statements_and_the_index_of_a_push_end_at_the_push_deadline(registry, creds, proxy, tmp_path, monkeypatch):
+    """reliability.md, Deadlines: "`image --push` and `promote --push` give each image's push through
+    Docker Engine, its signed statements, and each index `--push-deadline SECONDS`". A registry that
+    stops answering while the statements are attached, or the index is made, holds them 2 s, no more.
+    (The push itself: test_a_push_stalled_past_the_push_deadline_keeps_the_image_and_publishes_nothing.)"""
+    import time
+
+    from dataclasses import replace
+
+    from builder.images import matrix, pipeline
+    from builder.images.prepare import Options
+    from builder.trust import signing
+    from tests.support import trust as ht
+    from tests.support.matrix import SHIPPED_MATRIX
+
+    monkeypatch.delenv(signing.PASSPHRASE_ENV, raising=False)
+    repository = f"claims/push-deadline-{uuid.uuid4().hex[:8]}"
+    digest = ht.put_tiny_image(Registry(registry.host), repository, ht.TAG)
+    ref = f"{proxy.host}/{repository}:{ht.TAG}"
+    key = signing.load_private(signing.generate(tmp_path, "team")[0])
+    options = Options(push=proxy.host, state_dir=tmp_path, push_deadline=2, sign_key=key)
+    proxy.plan("GET", r"/manifests/", always="stall")
+    proxy.plan("GET", r"/tags/list", always="stall")
+
+    start = time.monotonic()
+    signed = pipeline.attest_pushed(pipeline.Outcome(ht.CELL_ID, "cpu", status="passed", digests={ref: digest}),
+                                    ht.report(), (), "", None, options, lambda line: None)
+    took = time.monotonic() - start
+    assert signed.status == "error" and signed.attested == {} and took < 2 + 3, took
+    assert "is published WITHOUT its signed statements" in signed.message
+    assert "the command's deadline of 2 s passed" in signed.message, signed.message
+
+    def pushed(cell, variant, options, engine, say, out):  # a stand-in for one image's build and push (an engine's)
+        return pipeline.Outcome(ht.CELL_ID, "cpu", status="passed", digests={ref: digest})
+    monkeypatch.setattr(pipeline, "build_one", pushed)
+    cell = next(c for c in matrix.load(SHIPPED_MATRIX).cells if c.id == ht.CELL_ID)
+    start = time.monotonic()
+    [_, index] = pipeline.run([cell], replace(options, variants=("cpu",), sign_key=None), None,  # type: ignore[arg-type]  # no engine is asked
+                              lambda line: None)
+    took = time.monotonic() - start
+    assert index.status != "passed" and "the command's deadline of 2 s passed" in index.message and took < 2 + 3
