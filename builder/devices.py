@@ -61,10 +61,11 @@ def choose(available: Sequence[int], wanted: Optional[str]) -> List[int]:
     """Parse ``--devices 0,1`` against what the host has; None means all of them."""
     if not wanted:
         return list(available)
-    try:
-        chosen = [int(x) for x in wanted.split(",") if x.strip()]
-    except ValueError:
-        raise UserError(f"--devices {wanted!r} is not a list of numbers", fix="write e.g. --devices 0,1") from None
+    parts = [x.strip() for x in wanted.split(",") if x.strip()]
+    # ASCII digits only, as /dev/davinciN are read: int() also takes '١' (Arabic-Indic one) for NPU 1
+    if not all(re.fullmatch(r"[0-9]{1,9}", x) for x in parts):
+        raise UserError(f"--devices {wanted!r} is not a list of numbers", fix="write e.g. --devices 0,1")
+    chosen = [int(x) for x in parts]
     missing = [n for n in chosen if n not in available]
     if missing:
         raise UserError(f"NPU device(s) {missing} not present on this host (have {list(available) or 'none'})",

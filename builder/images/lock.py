@@ -257,17 +257,26 @@ MAX_LOCK_BYTES = 16 << 20  # a lock of a thousand distributions is a few hundred
 
 def read(folder: Path) -> Optional[Lock]:
     """The lock in ``folder`` (a cell's folder of dockerfiles/), None when there is none; a
-    file too large to be a lock, or not UTF-8 text, is refused naming it."""
+    file too large to be a lock, not UTF-8 text, or no regular file (a FIFO is not waited on,
+    a folder or a device is no missing lock either) is refused naming it."""
     path = Path(folder) / LOCK_FILE
-    if not path.is_file():
-        return None
     def fix() -> str:  # only a refusal says it
         return f"run {commands.suggest('lock')} to make it again (or restore it from version control)"
 
-    if path.stat().st_size > MAX_LOCK_BYTES:
-        raise UserError(f"{path} has {path.stat().st_size} bytes: no lock is that large", fix=fix(), exit_code=1)
     try:
-        text = path.read_bytes().decode("utf-8")
+        size = path.stat().st_size
+        data = bounded.read_file(path, MAX_LOCK_BYTES + 1)  # no further: it may have grown since the stat
+    except (FileNotFoundError, NotADirectoryError):  # none, a link to nothing, or no cell folder there
+        return None
+    except bounded.NotRegular:
+        raise UserError(f"{path} is not a regular file (a FIFO, a device or a folder): not a lock", fix=fix(),
+                        exit_code=1) from None
+    except OSError as exc:
+        raise UserError(f"{path} cannot be read ({exc.strerror or exc})", fix=fix(), exit_code=1) from None
+    if len(data) > MAX_LOCK_BYTES:
+        raise UserError(f"{path} has {max(size, len(data))} bytes: no lock is that large", fix=fix(), exit_code=1)
+    try:
+        text = data.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise UserError(f"{path} is not UTF-8 text (byte {exc.start}): not a lock", fix=fix(), exit_code=1) from None
     return Lock.parse(text, where=str(path))

@@ -69,11 +69,12 @@ def check(cells: Sequence[Cell], kb, out: Path) -> List[Row]:
     return rows
 
 
-def record_installers(facts: CellFacts, made: locking.Lock, fetch: Callable, say: Callable[[str], None]
-                      ) -> Tuple[locking.Lock, Tuple[str, ...]]:
+def record_installers(facts: CellFacts, made: locking.Lock, fetch: Callable, say: Callable[[str], None],
+                      stopped: Callable[[], bool] = lambda: False) -> Tuple[locking.Lock, Tuple[str, ...]]:
     """Record in the lock the sha256 of each CANN installer published without one, fetching it
     once; a recorded one is kept (later downloads must match it, never replace it). Returns the
-    lock and the installers still without a hash (their server did not answer)."""
+    lock and the installers still without a hash (their server did not answer). Once ``stopped()``
+    (Ctrl-C), no further installer is fetched: the one under way ends, the next (GBs) never starts."""
     cell = facts.cell
     if cell.cann_source != "installer":
         return made, ()
@@ -81,6 +82,8 @@ def record_installers(facts: CellFacts, made: locking.Lock, fetch: Callable, say
     for item in facts.installers:
         if item.sha256 or item.filename in recorded or dict(cell.sha256).get(item.filename):
             continue
+        if stopped():
+            break
         try:
             recorded[item.filename], size = fetch(item.url, referer=facts.download_referer)
             say(f"[{cell.id}] recorded {item.filename}: {size} bytes, sha256 {recorded[item.filename]}")
@@ -120,7 +123,7 @@ def run(cells: Sequence[Cell], kb, out: Path, *, wheelhouse: Optional[Path] = No
                 return Row(cell.id, "failed", exc.message)
         if stopped.is_set():  # Ctrl-C or SIGTERM came while uv ran: no installer is downloaded to be thrown away
             return Row(cell.id, "failed", "stopped before its lock was written")
-        made, missing = record_installers(facts, made, fetch, say)
+        made, missing = record_installers(facts, made, fetch, say, stopped.is_set)
         if stopped.is_set():  # ... or while they downloaded: a stopped run writes nothing more
             return Row(cell.id, "failed", "stopped before its lock was written")
         if previous is not None and previous.text() == made.text():
