@@ -531,8 +531,6 @@ def test_a_layouts_blob_that_is_a_fifo_is_refused_not_waited_on(tmp_path):
     assert not layout.has_blob(DIGEST, 10)
 
 
-@pytest.mark.xfail(strict=True, reason="Layout.open_blob opens a layer's blob with a plain open(): a FIFO there "
-                                       "is waited on (builder/node/oci_layout.py, left to its owner)")
 def test_a_layouts_layer_blob_that_is_a_fifo_is_refused_not_waited_on(tmp_path):
     """reliability.md, Hostile inputs: "... a layout's blobs": the layers `mirror` streams out of a
     layout (`open_blob`) too."""
@@ -560,7 +558,7 @@ def npu_image(registry, creds, keys):
     """(registry/repository, the team's signed NPU image of CANN 8.0.RC3's cell) in the loopback registry."""
     from builder.images import attest
     from builder.trust import signing
-    from builder.vocabulary import NPU, TIERS
+    from builder.vocabulary import NPU, tier_names
     from tests.support import mirror as hm
     from tests.support import trust as ht
     from tests.support.images import cell_8_0_rc3, pipeline_labels
@@ -569,7 +567,7 @@ def npu_image(registry, creds, keys):
     cell = cell_8_0_rc3()
     labels = pipeline_labels(cell)
     digest = hm.push_image(Registry(registry.host), repository, "fits", labels, b"fits")
-    predicates = attest.statements_for(ht.report(), TIERS, cell.id, NPU, labels["io.ascend-build.content-hash"], None)
+    predicates = attest.statements_for(ht.report(), tier_names(), cell.id, NPU, labels["io.ascend-build.content-hash"], None)
     attest.attest(f"{registry.host}/{repository}:fits", digest, predicates, signing.load_private(keys["team"][0]))
     return f"{registry.host}/{repository}", digest
 
@@ -678,14 +676,14 @@ def test_a_hung_tier_fails_with_the_stack_of_every_thread_of_its_process(tmp_pat
 
 def test_every_tier_has_a_deadline_by_default():
     """reliability.md, Deadlines: "Every tier has a deadline": without --tier-seconds, each tier's
-    is its `vocabulary.TIER_SECONDS`, times --timeout-scale (the pipeline passes 4 under qemu)."""
+    is its `vocabulary.tier(name).seconds`, times --timeout-scale (the pipeline passes 4 under qemu)."""
     from builder import vocabulary
     from builder.smoke import smoke
 
     plain, scaled = smoke.parse_args([]), smoke.parse_args(["--timeout-scale", "4"])
-    for tier in smoke.TIERS:
-        assert 0 < smoke.deadline_of(tier, plain) == vocabulary.TIER_SECONDS[tier] < 3600
-        assert smoke.deadline_of(tier, scaled) == 4 * vocabulary.TIER_SECONDS[tier]
+    for tier in vocabulary.tier_names():
+        assert 0 < smoke.deadline_of(tier, plain) == vocabulary.tier(tier).seconds < 3600
+        assert smoke.deadline_of(tier, scaled) == 4 * vocabulary.tier(tier).seconds
     assert smoke.deadline_of("train", smoke.parse_args(["--tier-seconds", "train=7"])) == 7
 
 
