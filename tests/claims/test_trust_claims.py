@@ -11,7 +11,6 @@ loopback (tests/support/fake_engine.py) answers.
 
 from __future__ import annotations
 
-import base64
 import json
 import os
 import subprocess
@@ -52,23 +51,7 @@ def _genuine(registry, keys, repository: str) -> str:
 
 def _forge(kind: str, registry, keys, repository: str, genuine: str) -> str:
     """Forgery ``kind`` (tests/support/trust.FORGERIES) put under TAG by the registry API alone; its digest."""
-    reg = Registry(registry.host)
-    forged = _image(registry, repository, f"forged-{kind}")
-    real = reg.manifest(repository, attached.attestation_tag(genuine))
-    if kind == "copied":
-        reg.put_manifest(repository, attached.attestation_tag(forged), real.body, real.media_type)
-    elif kind == "edited":
-        layer = next(x for x in real.data["layers"] if x["annotations"]["predicateType"] == statements.VALIDATION_V1)
-        envelope = json.loads(reg.blob(repository, layer["digest"]))
-        body = json.loads(base64.b64decode(envelope["payload"]))
-        body["subject"][0]["digest"]["sha256"] = forged.split(":")[1]
-        body["predicate"]["ranOn"]["kind"] = "npu-host"
-        envelope["payload"] = base64.b64encode(json.dumps(body).encode()).decode()
-        attached.attach(reg, repository, reg.manifest(repository, forged),
-                        [(json.dumps(envelope).encode(), statements.VALIDATION_V1)], signing.load_public(keys["team"][1]))
-    elif kind == "stranger":
-        ht.attest_as(registry, repository, TAG, forged, keys["stranger"][0])
-    return forged
+    return ht.tamper(kind, registry, repository, genuine, _image(registry, repository, f"forged-{kind}"), keys)
 
 
 def _cli(creds, *args: str, env=None) -> subprocess.CompletedProcess:

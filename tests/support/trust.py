@@ -122,9 +122,16 @@ def attest_as(registry, repo: str, tag: str, digest: str, key_file: Path, cell_i
 def forge(kind: str, engine, registry, images, repo: str, genuine: str, keys, tag: str = TAG,
           labels: Optional[Dict[str, str]] = None, base: Optional[str] = None, platform: Optional[str] = None) -> str:
     """Push forgery ``kind`` (one of FORGERIES) under ``tag``, with the genuine image's labels; its digest."""
-    reg = Registry(registry.host)
     forged = push(engine, registry, images(f"forged-{kind}", labels, base, platform), repo, tag)
+    return tamper(kind, registry, repo, genuine, forged, keys, tag, (labels or {}).get("io.ascend-build.cell", CELL_ID))
+
+
+def tamper(kind: str, registry, repo: str, genuine: str, forged: str, keys, tag: str = TAG,
+           cell_id: str = CELL_ID) -> str:
+    """Give the pushed image ``forged`` the statements of forgery ``kind`` (one of FORGERIES): none,
+    the genuine image's copied, the genuine one edited to name it, or a stranger's; ``forged``."""
     assert forged != genuine
+    reg = Registry(registry.host)
     if kind == "unsigned":
         return forged
     real = reg.manifest(repo, attached.attestation_tag(genuine))
@@ -140,7 +147,6 @@ def forge(kind: str, engine, registry, images, repo: str, genuine: str, keys, ta
         attached.attach(reg, repo, reg.manifest(repo, forged),  # the hint names the team's public key
                         [(json.dumps(envelope).encode(), statements.VALIDATION_V1)], signing.load_public(keys["team"][1]))
     elif kind == "stranger":
-        cell_id = (labels or {}).get("io.ascend-build.cell", CELL_ID)
         attest_as(registry, repo, tag, forged, keys["stranger"][0], cell_id)
     else:
         raise ValueError(kind)
