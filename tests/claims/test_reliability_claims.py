@@ -1140,8 +1140,14 @@ def test_a_lock_stopped_while_it_downloads_an_installer_lets_the_download_end_an
         fetched.append(url)  # ... and it ends all the same
         return "0" * 64, 1
 
-    with pytest.raises(KeyboardInterrupt):
-        relock.run([demo], knowledge.load(), tmp_path, resolve=lambda inputs, **_: previous, fetch=fetch)
+    # Ctrl-C as a process started from a shell gets it, whatever handler a test run before this one
+    # in the same worker left (one that ignores SIGINT would leave the download waiting for a stop)
+    saved = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            relock.run([demo], knowledge.load(), tmp_path, resolve=lambda inputs, **_: previous, fetch=fetch)
+    finally:
+        signal.signal(signal.SIGINT, saved)
     assert len(fetched) == 1
     assert not (tmp_path / CELL_ID / lock.LOCK_FILE).exists()
 
