@@ -731,9 +731,9 @@ def test_a_push_through_the_engine_is_cut_at_the_commands_deadline(how, fake_eng
     assert stalled.value.message == (
         f"push of {REF} to reg.local:5000 stalled: the command's deadline of 2 s passed before the engine finished "
         "the push; no digest was reported, so nothing counts as published (the engine's push was cancelled)")
-    assert 1.9 <= took < 4, took
+    assert 1.9 <= took < 2 + 4, took  # (the slack: a loaded machine's thread wake-ups)
     [cut] = fake.cuts()  # the engine saw its client shut the connection, at the deadline: it cancels the push
-    assert cut is not None and 1.5 <= cut < 4
+    assert cut is not None and 1.5 <= cut < 2 + 4
     assert fake.count("push") == 1  # a cut push is not tried again
 
 
@@ -748,7 +748,7 @@ def test_a_pull_through_the_engine_is_cut_at_the_commands_deadline(how, fake_eng
         engine.pull(ref)
     assert stalled.value.message == (f"pull of {ref} stalled: the command's deadline of 2 s passed before the engine "
                                      "finished the pull (the engine's pull was cancelled)")
-    assert time.monotonic() - start < 4 and fake.cuts()[0] is not None
+    assert time.monotonic() - start < 2 + 4 and fake.cuts()[0] is not None
 
 
 @pytest.mark.timeout(60)  # a stream never cut fails here, not at the suite's bound
@@ -776,14 +776,15 @@ def test_without_a_deadline_a_silent_push_ends_at_the_clients_read_limit(fake_en
 @pytest.mark.timeout(60)  # a stream never cut fails here, not at the suite's bound
 def test_the_engines_retries_wait_no_longer_than_the_deadline(fake_engine):
     """reliability.md, Registries that fail: "`Engine.push` retries a 5xx 3 times with backoff (a wait
-    past the deadline is not made)". Its waits are 1, 2 and 4 s; under a deadline of 1.5 s the
-    second is not made: the push stops at the deadline, naming what it waited on."""
+    past the deadline is not made)". Its waits are 1, 2 and 4 s; under a deadline of 1.2 s the second
+    is cut to what is left (0.2 s), not made whole: the push stops at the deadline (not at 3 s),
+    naming what it waited on."""
     fake, engine = fake_engine(push=["fail"])
     start = time.monotonic()
-    with pytest.raises(bounded.DeadlinePassed) as late, bounded.command_deadline(1.5):
+    with pytest.raises(bounded.DeadlinePassed) as late, bounded.command_deadline(1.2):
         engine.push(REF)
-    assert time.monotonic() - start < 3
-    assert late.value.message == f"the command's deadline of 1.5 s passed, waiting on the push of {REF} to reg.local:5000"
+    assert time.monotonic() - start < 1.2 + 1.4  # a second wait made whole ends at 1 + 2 = 3 s
+    assert late.value.message == f"the command's deadline of 1.2 s passed, waiting on the push of {REF} to reg.local:5000"
     assert fake.count("push") == 2
 
 
@@ -1133,8 +1134,10 @@ def test_a_lock_stopped_while_it_downloads_an_installer_lets_the_download_end_an
     demo = next(c for c in matrix.load(SHIPPED_MATRIX).cells if c.id == CELL_ID)  # its 9.1.0 installers: no sha256 known
     previous = lock.read(SHIPPED_DOCKERFILES / CELL_ID)
     fetched: list = []
+    workers: list = []
 
     def fetch(url, **_):  # a download under way when Ctrl-C reaches the main thread
+        workers.append(threading.current_thread())
         signal.pthread_kill(threading.main_thread().ident or 0, signal.SIGINT)
         assert len(stops) == 1 and stops[0].wait(60), "the run never took the Ctrl-C"
         fetched.append(url)  # ... and it ends all the same
@@ -1148,6 +1151,8 @@ def test_a_lock_stopped_while_it_downloads_an_installer_lets_the_download_end_an
             relock.run([demo], knowledge.load(), tmp_path, resolve=lambda inputs, **_: previous, fetch=fetch)
     finally:
         signal.signal(signal.SIGINT, saved)
+    for worker in workers:  # a Ctrl-C can come while the pool still starts its worker: the run does not
+        worker.join(60)     # wait for it then, the process's exit does (a pool's thread is no daemon)
     assert len(fetched) == 1
     assert not (tmp_path / CELL_ID / lock.LOCK_FILE).exists()
 
@@ -1293,7 +1298,7 @@ def test_the_statements_and_the_index_of_a_push_end_at_the_push_deadline(registr
     signed = pipeline.attest_pushed(pipeline.Outcome(ht.CELL_ID, "cpu", status="passed", digests={ref: digest}),
                                     ht.report(), (), "", None, options, lambda line: None)
     took = time.monotonic() - start
-    assert signed.status == "error" and signed.attested == {} and took < 2 + 3, took
+    assert signed.status == "error" and signed.attested == {} and took < 2 + 6, took  # the stall: 120 s
     assert "is published WITHOUT its signed statements" in signed.message
     assert "the command's deadline of 2 s passed" in signed.message, signed.message
 
@@ -1305,4 +1310,4 @@ def test_the_statements_and_the_index_of_a_push_end_at_the_push_deadline(registr
     [_, index] = pipeline.run([cell], replace(options, variants=("cpu",), sign_key=None), None,  # type: ignore[arg-type]  # no engine is asked
                               lambda line: None)
     took = time.monotonic() - start
-    assert index.status != "passed" and "the command's deadline of 2 s passed" in index.message and took < 2 + 3
+    assert index.status != "passed" and "the command's deadline of 2 s passed" in index.message and took < 2 + 6
