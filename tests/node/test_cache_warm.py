@@ -16,7 +16,7 @@ from typing import Dict, List
 
 import pytest
 
-from builder.registry import Registry
+from builder.registry import Registry, Transient
 from tests.support import mirror as hm
 from tests.support.throttle import Throttle
 
@@ -35,20 +35,38 @@ def cli(*args: str) -> subprocess.CompletedProcess:
 
 
 def pull(host: str, arch_digest: str) -> int:
-    """A node's pull of one arch: its manifest, then every blob read to its end; the bytes read."""
+    """A node's pull of one arch: its manifest, then every blob read to its end; the bytes read.
+    A blob whose GET fails as a 5xx or a broken connection is asked again, up to three times, as
+    containerd does (a cold docker-registry cache may answer so while many ask it at once)."""
     reg = Registry(host)
     manifest = reg.manifest(REPO, arch_digest)
     read = 0
     for item in [manifest.data["config"], *manifest.data["layers"]]:
-        with reg.open_blob(REPO, item["digest"], item["size"]) as stream:
-            while chunk := stream.read(1 << 16):
-                read += len(chunk)
+        for attempt in range(3):
+            try:
+                got = 0
+                with reg.open_blob(REPO, item["digest"], item["size"]) as stream:
+                    while chunk := stream.read(1 << 16):
+                        got += len(chunk)
+                break
+            except Transient:
+                if attempt == 2:
+                    raise
+        read += got
     return read
 
 
-def at_once(host: str, digest: str, n: int) -> List[int]:
-    results: List[int] = []
-    threads = [threading.Thread(target=lambda: results.append(pull(host, digest))) for _ in range(n)]
+def at_once(host: str, digest: str, n: int) -> List[object]:
+    """``n`` pulls at once: each one's bytes read, or the error that ended it (as text)."""
+    results: List[object] = []
+
+    def one() -> None:
+        try:
+            results.append(pull(host, digest))
+        except Exception as exc:  # shown in the test's assertion, not lost in a thread's warning
+            results.append(f"{type(exc).__name__}: {exc}")
+
+    threads = [threading.Thread(target=one) for _ in range(n)]
     for thread in threads:
         thread.start()
     for thread in threads:
