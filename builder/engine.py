@@ -474,6 +474,28 @@ class Engine:
             return str(getattr(e, "explanation", None) or e).strip() or type(e).__name__
         return ""
 
+    def data_root(self) -> Tuple[Optional[Path], str]:
+        """The folder this engine keeps its images and build cache in (``docker info``'s
+        DockerRootDir), when it is on this host: ``(folder, "")``; else ``(None, why not)``.
+
+        On this host means: the engine is reached by a Unix socket or on loopback, calls itself by
+        this host's name (a Docker Desktop VM or an engine in a container names itself otherwise,
+        and its folder of that name is not the one on this host), and the folder exists here."""
+        scheme, _, rest = self.url.partition("://")
+        host = rest.rsplit(":", 1)[0].strip("[]") if scheme == "tcp" else ""
+        if scheme != "unix" and not (scheme == "tcp" and host in ("127.0.0.1", "localhost", "::1")):
+            return None, f"the engine at {self.url} is not on this host"
+        try:
+            info = self.client.info()
+        except (docker.errors.APIError, requests.RequestException) as e:
+            return None, f"the engine did not say where it keeps its data ({_reason(e)})"
+        root, name = str(info.get("DockerRootDir") or ""), str(info.get("Name") or "")
+        if name != socket.gethostname():
+            return None, f"the engine at {self.url} runs on {name or 'an unnamed host'}, not on this host"
+        if not root.startswith("/") or not os.path.isdir(root):
+            return None, f"the engine's data root {root or '(not given)'} is not a folder on this host"
+        return Path(root), ""
+
     def os_release(self, ref: str) -> Dict[str, str]:
         """The ``KEY=value`` pairs of an image's os-release file (``ID``, ``VERSION_ID``...);
         ``{}`` when it has none or is not in the engine (the build pulls it)."""

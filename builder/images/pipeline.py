@@ -33,7 +33,7 @@ from typing import Callable, Dict, List, Optional, Tuple
 
 from builder import bounded, claims, devices, documents, leftovers, writes
 from builder.images import plan as planning
-from builder.images import attest, fetch, installed, lazy, oci, own_wheel, progress, publish, render, sbom, stage, wheelhouse
+from builder.images import attest, fetch, free_space, installed, lazy, oci, own_wheel, progress, publish, render, sbom, stage, wheelhouse
 from builder.images.blocks import CannInstallers
 from builder.images.prepare import Job, Options, host_arch, prepare
 from builder.images.matrix import Cell
@@ -405,7 +405,8 @@ def preflight(job: Job, options: Options, engine: Engine, say: Say) -> None:
     and its registry does not serve it: --base-image, or --twin-os for a twin), Miniforge's
     installer for a conda image (--conda-installer, or mirrors.conda_installer), the CANN
     download server for each installer; and a ``--base-image`` whose OS is not the cell's (a
-    warning: the image would be labelled with an OS it does not have)."""
+    warning: the image would be labelled with an OS it does not have); then the free space the
+    build needs, on the state folder's file system and the engine's (`free_space`)."""
     image = job.image
     base_problem = engine.base_unavailable(image.base_image)
     if base_problem:
@@ -435,6 +436,7 @@ def preflight(job: Job, options: Options, engine: Engine, say: Say) -> None:
     if job.npu and cann is not None and cann.source == "installer":
         for file in cann.installers:
             fetch.reachable(file.url, referer=cann.referer)
+    free_space.check(job, options, engine, say)
 
 
 def build(job: Job, options: Options, engine: Engine, say: Say, out: Outcome) -> bool:
