@@ -984,9 +984,10 @@ def test_a_smoke_report_on_a_full_disk_is_not_written_and_the_old_one_stays_whol
 
 
 def test_image_on_a_full_state_folder_fails_before_any_build_and_tags_nothing(full_disk, fake_engine, monkeypatch):
-    """reliability.md, A full disk: "`image` with its state folder on a full file system fails the
-    image the same way [no space left on the file system of PATH], before any build, and tags
-    nothing." The engine is the stand-in; a build would be its CLI's, and is watched for."""
+    """reliability.md, Free space, checked before the build: "Short of space, the image fails with
+    its outcome saying what is short, where, and by how much, before anything is built, downloaded
+    or tagged." The engine is the stand-in; a build would be its CLI's, and is watched for.
+    (tests/images/test_free_space.py holds the estimate's parts.)"""
     from builder.engine import Engine
     from builder.images import matrix, pipeline
     from builder.images.prepare import Options
@@ -1001,7 +1002,8 @@ def test_image_on_a_full_state_folder_fails_before_any_build_and_tags_nothing(fu
     [outcome] = pipeline.run([cell], Options(variants=("cpu",), state_dir=state, locks_dir=SHIPPED_DOCKERFILES),
                              engine, lambda line: None)
     assert outcome.status == "error" and outcome.tags == [] and outcome.digests == {}
-    assert outcome.message.startswith(f"no space left on the file system of {state}"), outcome.message
+    assert (f"not enough free space for this build on the file system of the state folder {state}: 0 B free, "
+            "about 16.0 MiB needed") in outcome.message, outcome.message
     assert built == [] and not [r for r in fake.requests if r.startswith("POST")]  # nothing built, nothing tagged
 
 

@@ -7,7 +7,7 @@ real docker SDK talks to it. A context file's size is that of a sparse file: cou
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Iterator, List
+from typing import Iterator, List, Optional
 
 import docker
 import pytest
@@ -47,7 +47,7 @@ def _cell():
     return next(c for c in matrix.load(SHIPPED_MATRIX).cells if c.id == CELL)
 
 
-def _options(state: Path, wheelhouse: Path = None) -> Options:  # type: ignore[assignment]
+def _options(state: Path, wheelhouse: Optional[Path] = None) -> Options:
     return Options(variants=(CPU,), state_dir=state, locks_dir=SHIPPED_DOCKERFILES, allow_incomplete_lock=True,
                    wheelhouse=wheelhouse)
 
@@ -63,8 +63,8 @@ def _wheelhouse(folder: Path, size: int) -> Path:
 def test_a_state_folder_without_room_refuses_the_image_before_its_build_and_tags_nothing(fake, monkeypatch, tmp_path):
     import contextlib
 
-    built: List[str] = []
-    monkeypatch.setattr(Engine, "build", lambda self, *args, **kwargs: built.append("build") or "sha256:" + "c" * 64)
+    built: List[tuple] = []
+    monkeypatch.setattr(Engine, "build", lambda self, *args, **kwargs: built.append(args))  # a build is a failure here
     fake.data_root = str(tmp_path)  # the engine has room: only the state folder is short
     with contextlib.ExitStack() as stack:
         small = _mounted(stack, "1m")
