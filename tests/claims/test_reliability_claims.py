@@ -20,6 +20,7 @@ from builder import bounded, registry as reg_module
 from builder.errors import UserError
 from builder.registry import OCI_MANIFEST, Registry
 from tests.support.faults import FaultProxy
+from tests.support.promptly import refused_promptly
 from tests.support.scripted import Scripted
 
 DIGEST = "sha256:" + "a" * 64
@@ -224,30 +225,6 @@ def test_each_answer_has_the_deadline_the_page_names():
 
 
 # --- Hostile inputs: "Files are read only when regular ... and within a size bound" ------------
-
-
-def refused_promptly(read, fifo: Path, seconds: float = 10.0):
-    """``read()``'s UserError, which must come without waiting on the FIFO ``fifo`` (no writer):
-    a read that blocks on it fails the test after ``seconds`` (its opener is then released)."""
-    import os
-    import threading
-
-    caught: list = []
-
-    def attempt():
-        try:
-            read()
-        except BaseException as exc:  # the test looks at what it was
-            caught.append(exc)
-    worker = threading.Thread(target=attempt, daemon=True)
-    worker.start()
-    worker.join(seconds)
-    if worker.is_alive():
-        os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))  # the blocked open returns, then reads nothing
-        worker.join(seconds)
-        pytest.fail(f"the read waited on the FIFO {fifo} instead of refusing it")
-    assert caught and isinstance(caught[0], UserError), caught
-    return caught[0]
 
 
 @pytest.mark.parametrize("kind", ["public", "private"])
