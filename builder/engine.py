@@ -39,7 +39,7 @@ from docker.auth import resolve_repository_name
 from docker.types import Mount
 from docker.utils import parse_repository_tag
 
-from builder import bounded, leftovers
+from builder import bounded, leftovers, writes
 from builder.errors import UserError
 
 DEFAULT_HOST = "unix:///var/run/docker.sock"
@@ -281,7 +281,7 @@ class Engine:
             argv += ["--platform", platform] if platform else []
             argv.append(str(context))
             tail: deque = deque(maxlen=400)
-            with open(log_path, "w", encoding="utf-8") as log:
+            with writes.stream_to(log_path, encoding="utf-8") as log:  # a link planted at its name is not followed
                 log.write("$ " + " ".join(argv) + "\n")
                 proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                         stdin=subprocess.DEVNULL, env={**os.environ, **cli.env},

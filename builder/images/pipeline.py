@@ -503,7 +503,7 @@ def _fetch_wheels(job: Job, folder: Path, say: Say) -> Optional[Path]:
     start, plan = time.monotonic(), job.plan
     uv = folder.with_name(f"{folder.name}.uv.txt")  # the installer the build uses comes offline too
     folder.parent.mkdir(parents=True, exist_ok=True)
-    uv.write_text(plan.uv + "\n")
+    writes.replace_file(uv, (plan.uv + "\n").encode())
     why_not = wheelhouse.download((job.lock_file, uv), folder, python=plan.python, arch=plan.arch, glibc=plan.glibc)
     if why_not:
         say(f"[{job.name}] wheels will be fetched inside the emulated build: {why_not}")
