@@ -480,13 +480,17 @@ def test_a_link_planted_at_a_partial_blobs_name_after_its_removal_is_never_writt
     layout = oci_layout.Layout(tmp_path / "carry", create=True)
     victim = tmp_path / "victim.txt"
     victim.write_text("keep me")
-    real_unlink = pathlib.Path.unlink
+    final = layout.path(digest)
+    final.parent.mkdir(parents=True, exist_ok=True)
+    final.with_name(oci_layout._TMP + final.name).write_bytes(b"a killed run's part")  # to be removed first
+    real_unlink, planted = os.unlink, []
 
-    def racing(path, missing_ok=False):
-        real_unlink(path, missing_ok=missing_ok)
-        if path.name.startswith(oci_layout._TMP) and not os.path.lexists(path):
-            path.symlink_to(victim)  # the other side of the race, right after the removal
-    monkeypatch.setattr(pathlib.Path, "unlink", racing)
+    def racing(path, *args, **kwargs):
+        real_unlink(path, *args, **kwargs)
+        if pathlib.Path(path).name.startswith(oci_layout._TMP) and not planted:
+            planted.append(path)
+            os.symlink(victim, path)  # the other side of the race, right after the removal
+    monkeypatch.setattr(os, "unlink", racing)
     with pytest.raises(UserError):
         layout.put_blob(digest, len(body), lambda: contextlib.nullcontext(io.BytesIO(body)))
     monkeypatch.undo()
