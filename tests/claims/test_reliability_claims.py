@@ -483,7 +483,8 @@ def test_a_link_planted_at_a_partial_blobs_name_after_its_removal_is_never_writt
     final = layout.path(digest)
     final.parent.mkdir(parents=True, exist_ok=True)
     final.with_name(oci_layout._TMP + final.name).write_bytes(b"a killed run's part")  # to be removed first
-    real_unlink, planted = os.unlink, []
+    real_unlink = os.unlink
+    planted: list = []  # the name a link was planted at, once
 
     def racing(path, *args, **kwargs):
         real_unlink(path, *args, **kwargs)
