@@ -74,7 +74,7 @@ def test_no_pairing_a_parser_reads_is_typed_in_the_hand_kept_file():
     assert typed == []
     assert "lines" not in compat["pta_lines"]  # the PTA of a torch_npu comes from the mapping rows and branches
     # what the parser reads is what the knowledge base says: 2.9.0's pair, from the compatibility page
-    release = knowledge.load().torch_npu("2.9.0")
+    release = knowledge.load().releases.torch_npu("2.9.0")
     assert release is not None and (release.cann, release.cann_sources[0]) == ("8.5.0", "Ascend/pytorch@master:COMPATIBILITY.en.md, line 28")
 
 
@@ -223,7 +223,7 @@ def test_both_shapes_of_mindclusters_version_mapping_are_read():
 
 def test_product_names_are_matched_by_their_model_words_and_families_match_none():
     from builder.releases import mindcluster_notes
-    products = knowledge.load().products()
+    products = knowledge.load().drivers.products()
     assert [mindcluster_notes.product_id(n, products) for n in (
         "Atlas 350 标卡", "Atlas 850 Server", "Atlas 850 系列硬件产品", "Atlas 950 SuperPoD", "其他产品",
         "Atlas A2/A3 系列产品", "Ascend 950 系列产品")] == [
@@ -250,8 +250,8 @@ def test_what_releases_check_wrote_of_each_release_agrees_with_every_kept_wheel(
 
     kb = knowledge.load()
     checked = 0
-    for version in kb.torch_npu_versions():
-        release = kb.torch_npu(version)
+    for version in kb.releases.torch_npu_versions():
+        release = kb.releases.torch_npu(version)
         assert release is not None
         for arch in ("x86_64", "aarch64"):
             written = sorted(str(Requirement(r.strip())) for r in release.requires_dist.get(arch, "").split(",") if r.strip())
