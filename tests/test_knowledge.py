@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import doctest
 import json
+import re
 import time
 
 import pytest
@@ -19,6 +20,7 @@ from builder.cli import kb as cli_kb
 from builder.cli.kb import describe_cann, describe_torch_npu
 from builder.errors import UserError
 from builder.knowledge import OsInfo, TorchNpu, load
+from tests.support.matrix import REPO
 
 DATA = knowledge.DATA_DIR
 
@@ -46,6 +48,44 @@ def packages():
 def test_load_is_cached(kb):
     assert load() is load()
     assert load() is kb
+
+
+# The parts a loaded knowledge base holds, by attribute name, and what each is.
+PARTS = {"releases": knowledge.pairings.Releases, "environment": knowledge.environment.Environment,
+         "drivers": knowledge.drivers.Drivers, "downloads": knowledge.downloads.Downloads}
+
+
+def test_the_facade_holds_the_parts_and_nothing_else(kb):
+    """No method of a part under a flat name of the facade: a caller names the part (``kb.drivers.min_driver``)."""
+    assert sorted(vars(kb)) == sorted([*PARTS, "additions"])
+    assert {name: type(getattr(kb, name)) for name in PARTS} == PARTS
+    assert [name for name in dir(knowledge.KnowledgeBase) if not name.startswith("_")] == []
+
+
+def _part_methods():
+    """Each public method name of the four parts, with the part that answers it."""
+    return {name: part for part, cls in PARTS.items() for name in dir(cls) if not name.startswith("_")}
+
+
+def test_no_caller_asks_a_part_method_of_the_facade():
+    """No module (builder/, tests/, benchmarks/, scripts/) nor docs page asks a part's method of the
+    facade (``kb.<method>``, ``self.kb.<method>``, ``knowledge.load().<method>``): the facade has none."""
+    methods = _part_methods()
+    assert {"min_driver", "torch_npu", "os_info", "cann_release", "product_first_release"} <= set(methods)
+    names = "|".join(sorted(methods, key=len, reverse=True))
+    through_kb = re.compile(rf"(?<![\w.])(?:\w+\.)*_?kb\.({names})\b|(?<![\w.])(?:knowledge\.)?load\(\)\.({names})\b")
+    # builder.knowledge's own module functions (chip_min_cann...) are no part's, when called on the module
+    on_module = re.compile(rf"\bknowledge\.({names})\b")
+    module_functions = set(vars(knowledge))
+    files = [p for folder in ("builder", "tests", "benchmarks", "scripts") for p in (REPO / folder).rglob("*.py")]
+    files += [*(REPO / "docs").rglob("*.md"), REPO / "README.md"]
+    found = []
+    for path in files:
+        for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+            hits = [m.group(0) for m in through_kb.finditer(line)]
+            hits += [m.group(0) for m in on_module.finditer(line) if m.group(1) not in module_functions]
+            found += [f"{path.relative_to(REPO)}:{number}: {hit}" for hit in hits]
+    assert len(files) > 300 and found == []
 
 
 def test_module_examples_hold():
