@@ -5,9 +5,9 @@ a third when the cell asks for it, NNAL (the ATB library); an image with ``env: 
 first runs the Miniforge3 bootstrap. The functions here
 name those files and, where the data lists them, give their URL and checksum. They
 take the knowledge base (:class:`builder.knowledge.KnowledgeBase`) and read it only
-through one question per release, ``cann_release`` (a `CannRelease`: the release's own
-spelling and sort key, its cann-packages.json entry, its folder, NNAL's first release), and
-``conda_installer``; `installers_of` and `package_of` take that answer itself (a cell's
+through its ``downloads`` part: one question per release, ``cann_release`` (a `CannRelease`: the
+release's own spelling and sort key, its cann-packages.json entry, its folder, NNAL's first
+release), and ``conda_installers``; `installers_of` and `package_of` take that answer itself (a cell's
 facts ask for it once). A chip's first CANN (``knowledge.chip_min_cann``) and the releases
 the naming rules change at are parsed once, at import: a release is placed among them by
 comparing plain sort keys. This module imports the knowledge base (its `Installer` record

@@ -2,8 +2,8 @@
 
 ``describe_torch_npu`` and ``describe_cann`` gather what the knowledge base knows of one
 release into plain data (dicts, lists, strings) that the commands print, as text or as
-JSON. They ask the KnowledgeBase through its public methods only, and raise UserError
-(exit code 1) for a release the data does not know.
+JSON. They ask the knowledge base's parts (``kb.releases``, ``kb.drivers``, ...) through their
+public names only, and raise UserError (exit code 1) for a release the data does not know.
 
 Example:
     >>> from builder.knowledge import load

@@ -2,7 +2,7 @@
 
 Reads ``ascend-compat.yaml`` (``hdk_driver_firmware.observed_pairs``, the HDK fields of
 ``cann_hdk.releases`` and ``chips.products``) once; asks the `releases` part for a CANN
-release's entry and package. ``min_driver_reason`` is the one rule of a CANN release's
+release's entry and package, and `cann_products` since when CANN's notes name a product. ``min_driver_reason`` is the one rule of a CANN release's
 minimum driver, on a product where the release numbers its HDK per product.
 """
 
