@@ -292,13 +292,11 @@ def push_tiny_image(repo_registry, repository: str, tag: str) -> Tuple[str, byte
     return repo_registry.put_manifest(repository, tag, manifest, OCI_MANIFEST), manifest
 
 
-ATTESTATIONS = re.compile(r"sha256-[0-9a-f]{64}\.att")
-
-
 def unvalidated_tags(engine, client, repository: str) -> List[str]:
     """Every tag of ``repository`` naming an image not labelled validated: in the engine
     (``engine``), and in the registry ``client`` (a `builder.registry.Registry`) but for indexes
-    and the ``sha256-<hex>.att`` tags that hold an image's signed statements."""
+    and the tags that hold what is attached to an image (`attached.is_attached_tag`)."""
+    from builder.trust.attached import is_attached_tag
     from builder.vocabulary import Label
     from tests.support import listing
 
@@ -309,7 +307,7 @@ def unvalidated_tags(engine, client, repository: str) -> List[str]:
     except Exception:  # never pushed: no repository yet
         tags = []
     for tag in tags:
-        if ATTESTATIONS.fullmatch(tag):  # an image's signed statements (`attached.attestation_tag`), no image
+        if is_attached_tag(tag):  # an image's signed statements, signatures or SBOM: no image
             continue
         manifest = client.manifest(repository, tag)
         if manifest.is_index:
