@@ -470,10 +470,11 @@ def _image_runs(tmp, rows, engine, client, host, creds, repo, family, e2e) -> No
         run.finish(120)
         killed.faults += 1
         killed.unvalidated_tags += len(hf.unvalidated_tags(engine, client, repo))
-        killed.corrupted += len(list(state.rglob("*" + writes.TMP_SUFFIX)))
+        killed.corrupted += _half_written(state)  # a staged file under its temporary name is by design
         again = start("--push", host)  # the rerun must get past the phase its predecessor died in
         done = again.finish()
         killed.recovered += done.returncode == 0
+        killed.corrupted += len(list(state.rglob("*" + writes.TMP_SUFFIX)))  # a staged file outliving the rerun
     killed.unvalidated_tags += len(hf.unvalidated_tags(engine, client, repo))
     killed.notes.append("image: SIGKILL to the process group at build, smoke, seal, tag, push and index")
 
@@ -512,6 +513,18 @@ def _image_runs(tmp, rows, engine, client, host, creds, repo, family, e2e) -> No
         full.notes.append(f"no tmpfs ({why})")
 
 
+def _half_written(state: Path) -> int:
+    """JSON files of the state folder that do not read whole: a kill may leave a staged file under
+    its temporary name (`writes`), never a prefix under a real name."""
+    count = 0
+    for path in state.rglob("*.json"):
+        try:
+            json.loads(path.read_bytes())
+        except ValueError:
+            count += 1
+    return count
+
+
 def _two_state_folders(tmp: Path, row: Row, client, host: str, repo: str, start) -> None:
     """Two `image --push --sign-key` runs of one cell at once, each with its own state folder (the
     claims do not meet): both push one name. A digest a run reports must be its own image (the
@@ -528,16 +541,21 @@ def _two_state_folders(tmp: Path, row: Row, client, host: str, repo: str, start)
     runs = [start("--push", host, "--sign-key", str(key), state_dir=tmp / f"state-{side}") for side in "ab"]
     done = [run.finish() for run in runs]
     row.faults += 1
-    reported = 0
-    for finished in done:
-        for outcome in json.loads(finished.stdout or "[]"):
-            for digest in (outcome.get("digests") or {}).values():
-                reported += 1
-                config = client.manifest(repo, digest).data.get("config") or {}
+    outcomes = [o for finished in done for o in json.loads(finished.stdout or "[]")]
+    images = {d for o in outcomes if not o.get("arches") for d in (o.get("digests") or {}).values()}
+    for outcome in outcomes:
+        for digest in (outcome.get("digests") or {}).values():
+            manifest = client.manifest(repo, digest).data
+            if outcome.get("arches"):  # an index: its entries are what it says, its x86_64 one a run's own image
+                entries = {m.get("digest") for m in manifest.get("manifests") or []}
+                row.corrupted += entries != set(outcome["arches"].values())
+                row.corrupted += outcome["arches"].get("x86_64") not in images
+            else:
+                config = manifest.get("config") or {}
                 row.corrupted += config.get("digest") != outcome.get("image_id")  # another run's image
-    row.recovered += reported > 0
-    row.notes.append(f"image: two runs, two state folders, one pushed name: {reported} digest(s) reported, "
-                     "each checked to be its own run's image")
+    row.recovered += bool(images)
+    row.notes.append(f"image: two runs, two state folders, one pushed name: {len(images)} image digest(s) reported, "
+                     "each checked to be its own run's image, and each index's x86_64 entry one of them")
 
 
 def _stalled_push(tmp: Path, row: Row, engine, host: str, creds: Dict[str, str], e2e) -> None:
