@@ -1,6 +1,9 @@
-"""Build -> smoke -> seal -> tag -> push (-> attest), one cell and variant at a time.
+"""Build -> smoke -> seal -> tag -> push (-> attest), one cell and variant at a time; then the
+indexes. Each image's run is `builder.images.image_run`'s (its `ImageRun` and steps); this
+module runs them in turn, publishes each cell's index, promotes a ``-candidate`` image, and says
+what a stopped run leaves (`stopped_summary`).
 
-The rule this module exists to keep: **only an image that passed its smoke test
+The rule the pipeline exists to keep: **only an image that passed its smoke test
 gets a release tag.** A build yields a candidate (an image ID, no tag). The
 smoke program runs inside it on this host. Only when every required tier passed
 is the candidate sealed (a tiny ``FROM`` step adding the report at
@@ -9,7 +12,7 @@ and tagged. A failed build or tier, or Ctrl-C, leaves no release tag; the build
 log and the report stay under the state directory.
 
 With a signing key, each pushed image that passed then gets its signed validation
-statement and provenance attached to its digest (`attest_pushed`, `builder.images.attest`).
+statement and provenance attached to its digest (`image_run.attest_pushed`, `builder.images.attest`).
 
 Without NPUs (``--no-device``, or no ``/dev/davinci*``) an NPU image can only run
 its static tiers and earns at most a ``-candidate`` tag; `promote` later runs the
