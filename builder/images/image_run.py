@@ -8,8 +8,9 @@ skips the build and the smoke test (`already_sealed`, `reuse_sealed`). The steps
 test read the `Job` (what to build); the run carries everything else they share, and what they
 produce along the way (the report, the build's evidence, the SBOM) for the steps after them.
 
-A step's refusal before the build is a `UserError`; a failed build, tier, push or attachment is
-said in the run's `Outcome` (its status and message), which every step returns.
+A refusal before the build is a `UserError`; a failed build, tier, push or attachment is said in
+the run's `Outcome` (its status and message), which `build_one` and each step from `conclude` on
+return.
 
 Example:
     >>> out = build_one(cell, "cpu", Options(state_dir=Path(".state")), Engine.connect(), print)   # doctest: +SKIP
