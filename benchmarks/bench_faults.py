@@ -8,7 +8,7 @@ the real client) through four classes of fault and counts what they leave behind
   state folder; two `image --push --sign-key` runs of one cell with two state folders (a digest a
   run reports must be its own image: none attests the other's).
 - disk full: `render`, a lock write and `record` onto a full tmpfs; `image` with its state
-  folder on a 32 MiB tmpfs.
+  folder on a 32 MiB tmpfs (its free space check must refuse it before the build).
 - registry faults: a real docker-registry behind tests/support/faults.FaultProxy: 503, 429,
   resets and 502 on reads, resets mid-push, and 500 or resets that persist.
 - stall: the same proxy takes the request and never answers: a registry read and the `verify`
@@ -505,7 +505,7 @@ def _image_runs(tmp, rows, engine, client, host, creds, repo, family, e2e) -> No
             full.faults += 1
             full.fail_in(run.seconds)
             message = json.loads(done.stdout or "[{}]")[0].get("message", "")
-            full.corrupted += not message.startswith("no space left on the file system of")
+            full.corrupted += "not enough free space for this build" not in message  # refused before the build
             full.unvalidated_tags += len(hf.unvalidated_tags(engine, client, repo))
         full.recovered += start(state_dir=tmp / "state-roomy").finish().returncode == 0
     except hf.CannotMount as why:

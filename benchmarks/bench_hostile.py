@@ -1,11 +1,14 @@
-"""Benchmark (not a test): does the real CLI stay clean on ~150 hostile inputs?
+"""Benchmark (not a test): does the real CLI stay clean on ~190 hostile inputs?
 
 Each input (benchmarks/hostile/inputs.py) is built in a temporary folder: matrices with
 escape sequences and GitHub annotations in keys, values and file names; render trees
 with user data, symlinks out, FIFOs, /dev/zero, immutable folders; fake host roots with
 FIFOs, huge or absurd version files and broken npu-smi programs; and loopback servers
 (benchmarks/hostile/fakes.py) posing as a misbehaving OCI registry, a misbehaving package
-index, and a foreign host that logs any credentials it is sent.
+index, and a foreign host that logs any credentials it is sent; and forged eStargz layers (odd
+TOC fields, huge declared sizes, gzip bombs, many chunks, chunks that leave gaps), read by a
+small program as `image --lazy`'s binding and a lazy reader do (benchmarks/hostile/estargz_reader.py:
+the reader has no command of its own).
 
 The real `ascend-build` runs once per input as a subprocess (stdin /dev/null, own
 session, RLIMIT_AS 3 GiB, 60 s timeout unless the input says less). An input is clean

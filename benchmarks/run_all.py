@@ -5,7 +5,9 @@ prints them together at the end, measured in this one run, and writes them whole
 benchmarks/RESULTS.md with when, on which commit and on which machine they were measured
 (a benchmark that fails stops the run, and RESULTS.md is then left as it was).
 `--only a,b` runs some of them; RESULTS.md then says at its top which ran and that it is
-not a whole `make bench`.
+not a whole `make bench`. A section headed `SINGLE_RUNS` at the end of RESULTS.md (runs of one
+benchmark alone that `make bench` does not make, such as `bench_validate_render --vs`, each with
+its own commit and load) is kept as it is when the table above it is written again.
 
 Run (from the repository root): .venv/bin/python -m benchmarks.run_all [--only NAME,NAME]
      (needs `make engine` first)
@@ -30,6 +32,8 @@ RESULTS = ROOT / "benchmarks" / "RESULTS.md"
 
 BENCHMARKS = ("bench_validate_render", "bench_build", "bench_chips", "bench_verdict", "bench_lock", "bench_arm64",
               "bench_hostile", "bench_faults", "bench_attest", "bench_distribution", "bench_lazy", "trace_cell_path")
+
+SINGLE_RUNS = "## Runs of one benchmark alone"
 
 Row = Tuple[str, str, str]  # benchmark, figure, value
 
@@ -96,6 +100,16 @@ def markdown(rows: Sequence[Row], ran: Sequence[str], whole: bool, started: date
     return "\n".join(lines) + "\n"
 
 
+def single_runs(path: Path) -> str:
+    """The `SINGLE_RUNS` section of the results file at ``path``, from its heading to the end; "" when none."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return ""
+    at = text.find(f"\n{SINGLE_RUNS}\n")
+    return text[at + 1:] if at >= 0 else ""
+
+
 def parse(argv: Optional[Sequence[str]]) -> List[str]:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--only", default="", help="comma-separated benchmark names, e.g. bench_verdict,bench_chips "
@@ -121,7 +135,8 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
         print("\n== summary (this run)")
         for _, what, value in rows:
             print(f"{what:<{width}}  {value}")
-    writes.replace_file(RESULTS, text.encode())
+    kept = single_runs(RESULTS)
+    writes.replace_file(RESULTS, (text + ("\n" + kept if kept else "")).encode())
     print(f"\nwritten: {RESULTS}")
 
 

@@ -62,7 +62,7 @@ def parse_id(text: str) -> Optional[CellId]:
     m = _ID.fullmatch(str(text).strip().lower()[:200])
     if m is None:
         return None
-    cann = re.sub(r"\.rc([0-9])", r".RC\1", m["cann"])  # the releases' own spelling, as knowledge.canonical_cann
+    cann = re.sub(r"\.rc([0-9])", r".RC\1", m["cann"])  # the releases' own spelling, as Releases.canonical_cann (knowledge.pairings)
     return CellId(cann, m["chip"], m["os"], m["python"], m["torch_npu"] or "", m["arch"], CPU if m["cpu"] else NPU,
                   m["product"] or "")
 

@@ -67,7 +67,9 @@ def claim(path: Path, doing: str, fix: str = "wait for it to finish (or stop it)
     folder: whether ``path`` is a folder; by default, whether it is one now.
     """
     is_folder = Path(path).is_dir() if folder is None else folder
-    flags = (os.O_RDONLY | os.O_DIRECTORY) if is_folder else (os.O_RDWR | os.O_CREAT)
+    # a lock file is opened for its flock alone: created when missing, never truncated or written,
+    # never through a link (a link planted at its name makes the open fail: nothing is made elsewhere)
+    flags = (os.O_RDONLY | os.O_DIRECTORY) if is_folder else (os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW)
     fd = os.open(path, flags | os.O_CLOEXEC, 0o666)
     try:
         try:

@@ -39,7 +39,7 @@ from docker.auth import resolve_repository_name
 from docker.types import Mount
 from docker.utils import parse_repository_tag
 
-from builder import bounded, leftovers
+from builder import bounded, leftovers, writes
 from builder.errors import UserError
 
 DEFAULT_HOST = "unix:///var/run/docker.sock"
@@ -281,7 +281,7 @@ class Engine:
             argv += ["--platform", platform] if platform else []
             argv.append(str(context))
             tail: deque = deque(maxlen=400)
-            with open(log_path, "w", encoding="utf-8") as log:
+            with writes.stream_to(log_path, encoding="utf-8") as log:  # a link planted at its name is not followed
                 log.write("$ " + " ".join(argv) + "\n")
                 proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                         stdin=subprocess.DEVNULL, env={**os.environ, **cli.env},
@@ -473,6 +473,28 @@ class Engine:
         except (docker.errors.APIError, requests.RequestException) as e:
             return str(getattr(e, "explanation", None) or e).strip() or type(e).__name__
         return ""
+
+    def data_root(self) -> Tuple[Optional[Path], str]:
+        """The folder this engine keeps its images and build cache in (``docker info``'s
+        DockerRootDir), when it is on this host: ``(folder, "")``; else ``(None, why not)``.
+
+        On this host means: the engine is reached by a Unix socket or on loopback, calls itself by
+        this host's name (a Docker Desktop VM or an engine in a container names itself otherwise,
+        and its folder of that name is not the one on this host), and the folder exists here."""
+        scheme, _, rest = self.url.partition("://")
+        host = rest.rsplit(":", 1)[0].strip("[]") if scheme == "tcp" else ""
+        if scheme != "unix" and not (scheme == "tcp" and host in ("127.0.0.1", "localhost", "::1")):
+            return None, f"the engine at {self.url} is not on this host"
+        try:
+            info = self.client.info()
+        except (docker.errors.APIError, requests.RequestException) as e:
+            return None, f"the engine did not say where it keeps its data ({_reason(e)})"
+        root, name = str(info.get("DockerRootDir") or ""), str(info.get("Name") or "")
+        if name != socket.gethostname():
+            return None, f"the engine at {self.url} runs on {name or 'an unnamed host'}, not on this host"
+        if not root.startswith("/") or not os.path.isdir(root):
+            return None, f"the engine's data root {root or '(not given)'} is not a folder on this host"
+        return Path(root), ""
 
     def os_release(self, ref: str) -> Dict[str, str]:
         """The ``KEY=value`` pairs of an image's os-release file (``ID``, ``VERSION_ID``...);

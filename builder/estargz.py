@@ -44,6 +44,10 @@ TOC_LIMIT = 256 << 20  # a TOC is ~300 bytes a file; an image of a million files
 # decompressed, the TOC's tar may not grow past this (a gzip member of a few KB can inflate to GBs)
 TOC_INFLATED_LIMIT = 4 * TOC_LIMIT
 MEMBER_SLACK = 1 << 20  # inflated past a chunk's own bytes: its tar padding and the next tar header
+# What `Layer.read_files` holds in memory, whatever a TOC declares: a chunk (ctr-remote cuts files
+# into chunks of 4 MiB by default) and a file read whole (a CANN or torch library is under 1 GiB)
+CHUNK_LIMIT = 256 << 20
+FILE_LIMIT = 1 << 30
 
 # (start, end exclusive) -> those bytes of the blob
 Fetch = Callable[[int, int], bytes]
@@ -173,6 +177,10 @@ class Layer:
         for entry in entries:  # every field read below is a number of bytes, or the TOC is refused
             for key in ("offset", "size", "chunkOffset", "chunkSize", "innerOffset"):
                 _count(entry, key, str(entry.get("name", ""))[:200])
+            mode = entry.get("mode", 0)  # the listing `bind` compares holds its permission bits
+            if mode is not None and (isinstance(mode, bool) or not isinstance(mode, int) or mode < 0):
+                raise Corrupt(f"{str(entry.get('name', ''))[:200]}: its TOC field mode is {str(mode)[:40]!r}, "
+                              "not a file mode")
         offsets = sorted({e["offset"] for e in entries if e.get("offset")} | {self.toc_at})
         after = {a: b for a, b in zip(offsets, offsets[1:])}
         for entry in entries:
@@ -209,6 +217,8 @@ class Layer:
             key = name.lstrip("/")
             if key in self.entries and key not in wanted:
                 wanted.append(key)
+        for key in wanted:  # what the TOC declares is checked before any of it is fetched or inflated
+            _within_limits(key, self.entries[key].get("size") or 0, self.chunks.get(key, []))
         needed = sorted({c for key in wanted for c in self.chunks.get(key, [])}, key=lambda c: c.offset)
         data: Dict[int, bytes] = {}
         for start, end, group in _merged(needed):
@@ -224,8 +234,11 @@ class Layer:
                 except Corrupt as exc:
                     raise Corrupt(f"{key}: the chunk at file offset {chunk.chunk_offset} (layer offset {chunk.offset}) "
                                   f"is {exc}") from None
+                if len(body) != chunk.size:
+                    raise Corrupt(f"{key}: the chunk at file offset {chunk.chunk_offset} (layer offset {chunk.offset}) "
+                                  f"holds {len(body)} bytes, its TOC entry says {chunk.size}")
                 found = "sha256:" + hashlib.sha256(body).hexdigest()
-                if len(body) != chunk.size or found != chunk.digest:
+                if found != chunk.digest:
                     raise Corrupt(f"{key}: the chunk at file offset {chunk.chunk_offset} (layer offset {chunk.offset}) "
                                   f"hashes to {found}, its chunkDigest is {chunk.digest or 'missing'}")
                 parts.append(body)
@@ -240,6 +253,26 @@ class Layer:
         """The compressed bytes `read_files` fetches for ``names`` (nothing is fetched)."""
         keys = {n.lstrip("/") for n in names}
         return sum(c.end - c.offset for k in keys for c in self.chunks.get(k, []))
+
+
+def _within_limits(name: str, size: int, chunks: List[Chunk]) -> None:
+    """`Corrupt` unless the file ``name`` of ``size`` bytes is within `FILE_LIMIT`, each of its
+    ``chunks`` within `CHUNK_LIMIT`, and the chunks, in file order, follow one another from 0 to
+    ``size`` (no gap, no overlap): what is inflated is bounded, and no file is returned short or
+    doubled, with or without a whole-file digest."""
+    if size > FILE_LIMIT:
+        raise Corrupt(f"{name}: its TOC entry says {size} bytes, past the {FILE_LIMIT} bytes this reader holds")
+    at = 0
+    for chunk in sorted(chunks, key=lambda c: c.chunk_offset):
+        if chunk.inner + chunk.size > CHUNK_LIMIT:
+            raise Corrupt(f"{name}: its chunk at file offset {chunk.chunk_offset} is {chunk.inner + chunk.size} "
+                          f"bytes, past the {CHUNK_LIMIT} bytes this reader inflates")
+        if chunk.chunk_offset != at:
+            raise Corrupt(f"{name}: its chunks do not follow one another: one starts at file offset "
+                          f"{chunk.chunk_offset}, the ones before it end at {at}")
+        at += chunk.size
+    if at != size:
+        raise Corrupt(f"{name}: its chunks hold {at} bytes, its TOC entry says {size}")
 
 
 def _merged(chunks: List[Chunk]) -> List[Tuple[int, int, List[Chunk]]]:

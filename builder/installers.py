@@ -5,9 +5,9 @@ a third when the cell asks for it, NNAL (the ATB library); an image with ``env: 
 first runs the Miniforge3 bootstrap. The functions here
 name those files and, where the data lists them, give their URL and checksum. They
 take the knowledge base (:class:`builder.knowledge.KnowledgeBase`) and read it only
-through one question per release, ``cann_release`` (a `CannRelease`: the release's own
-spelling and sort key, its cann-packages.json entry, its folder, NNAL's first release), and
-``conda_installer``; `installers_of` and `package_of` take that answer itself (a cell's
+through its ``downloads`` part: one question per release, ``cann_release`` (a `CannRelease`: the
+release's own spelling and sort key, its cann-packages.json entry, its folder, NNAL's first
+release), and ``conda_installers``; `installers_of` and `package_of` take that answer itself (a cell's
 facts ask for it once). A chip's first CANN (``knowledge.chip_min_cann``) and the releases
 the naming rules change at are parsed once, at import: a release is placed among them by
 comparing plain sort keys. This module imports the knowledge base (its `Installer` record
@@ -91,7 +91,7 @@ def ops_package(kb: KnowledgeBase, chip: str, cann: str, arch: str) -> str:
         >>> ops_package(load(), "a3", "8.1.RC1", "x86_64")
         'Atlas-A3-cann-kernels_8.1.RC1_linux-x86_64.run'
     """
-    return _ops(kb.cann_release(cann), chip, arch)
+    return _ops(kb.downloads.cann_release(cann), chip, arch)
 
 
 def _arch(arch: str) -> str:
@@ -141,7 +141,7 @@ def toolkit_package(kb: KnowledgeBase, cann: str, arch: str) -> str:
         >>> toolkit_package(load(), "8.3.rc1", "amd64")
         'Ascend-cann-toolkit_8.3.RC1_linux-x86_64.run'
     """
-    return _toolkit(kb.cann_release(cann), arch)
+    return _toolkit(kb.downloads.cann_release(cann), arch)
 
 
 def _toolkit(release: CannRelease, arch: str) -> str:
@@ -179,7 +179,7 @@ def nnal_package(kb: KnowledgeBase, cann: str, arch: str) -> str:
         >>> nnal_package(load(), "9.1.0", "arm64")
         'Ascend-cann-nnal_9.1.0_linux-aarch64.run'
     """
-    return _nnal(kb.cann_release(cann), arch)
+    return _nnal(kb.downloads.cann_release(cann), arch)
 
 
 def _nnal(release: CannRelease, arch: str) -> str:
@@ -214,16 +214,16 @@ def cann_installers(kb: KnowledgeBase, cann: str, chip: str, arch: str, nnal: bo
         >>> cann_installers(load(), "6.4.0", "910b", "x86_64")
         []
     """
-    return installers_of(kb.cann_release(cann), chip, arch, nnal)
+    return installers_of(kb.downloads.cann_release(cann), chip, arch, nnal)
 
 
 def installers_of(release: CannRelease, chip: str, arch: str, nnal: bool = False) -> List[Installer]:
-    """`cann_installers` of the release the knowledge base told of (``kb.cann_release``): the
+    """`cann_installers` of the release the knowledge base told of (``kb.downloads.cann_release``): the
     one answer everything here is named from.
 
     Example:
         >>> from builder.knowledge import load
-        >>> [i.kind for i in installers_of(load().cann_release("8.0.RC3"), "910b", "x86_64")]
+        >>> [i.kind for i in installers_of(load().downloads.cann_release("8.0.RC3"), "910b", "x86_64")]
         ['toolkit', 'ops']
     """
     a = arch if arch in ARCHS else normalize_arch(arch)
@@ -263,15 +263,15 @@ def package(kb: KnowledgeBase, kind: str, cann: str, chip: str, arch: str) -> st
         >>> package(load(), "ops", "8.5.0", "a3", "x86_64")
         'Ascend-cann-A3-ops_8.5.0_linux-x86_64.run'
     """
-    return package_of(kb.cann_release(cann), kind, chip, arch)
+    return package_of(kb.downloads.cann_release(cann), kind, chip, arch)
 
 
 def package_of(release: CannRelease, kind: str, chip: str, arch: str) -> str:
-    """`package` of the release the knowledge base told of (``kb.cann_release``).
+    """`package` of the release the knowledge base told of (``kb.downloads.cann_release``).
 
     Example:
         >>> from builder.knowledge import load
-        >>> package_of(load().cann_release("9.1.0"), "nnal", "910b", "x86_64")
+        >>> package_of(load().downloads.cann_release("9.1.0"), "nnal", "910b", "x86_64")
         'Ascend-cann-nnal_9.1.0_linux-x86_64.run'
     """
     return _package(release, kind, chip, arch)
@@ -293,7 +293,7 @@ def conda_installer(kb: KnowledgeBase, arch: str) -> Optional[Installer]:
         >>> conda_installer(load(), "x86_64").filename, conda_installer(load(), "ppc64le")
         ('Miniforge3-26.3.2-3-Linux-x86_64.sh', None)
     """
-    return kb.conda_installers().get(normalize_arch(arch) or "")
+    return kb.downloads.conda_installers().get(normalize_arch(arch) or "")
 
 
 __all__ = ["KINDS", "Installer", "cann_installers", "conda_installer", "installers_of", "kinds", "known_arch", "nnal_package",

@@ -37,7 +37,7 @@ import errno
 import os
 import shutil
 from pathlib import Path
-from typing import Callable, Dict, Iterable, Optional, Union
+from typing import IO, Any, BinaryIO, Callable, Dict, Iterable, Optional, TextIO, Union, overload
 
 from builder.errors import UserError
 
@@ -83,6 +83,31 @@ def stage_in(folder: Path, name: str, data: bytes) -> Path:
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o666)
     _fill(fd, path, data, False)
     return path
+
+
+@overload
+def stream_to(path: Path, encoding: None = None, mode: int = 0o666) -> BinaryIO: ...
+@overload
+def stream_to(path: Path, encoding: str, mode: int = 0o666) -> TextIO: ...
+
+
+def stream_to(path: Path, encoding: Optional[str] = None, mode: int = 0o666) -> IO[Any]:
+    """A new, empty file at ``path`` for a writer that writes as it goes (a build log, a
+    download's partial file), open for writing: text in ``encoding`` when given, else bytes.
+
+    Created exclusively and without following a link, as `stage` creates its files: whatever is
+    at the name already (an earlier log, a link someone planted) is removed first (unlink removes
+    a link, never what it points at; a folder there makes this fail). Not staged: a reader may see
+    it half written, so it is for what is written as it goes, never for state or evidence (the
+    caller renames a download into place once it is whole). ``mode``: less the umask.
+    """
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
+    try:
+        fd = os.open(path, flags, mode)
+    except FileExistsError:
+        os.unlink(path)
+        fd = os.open(path, flags, mode)
+    return os.fdopen(fd, "w", encoding=encoding) if encoding else os.fdopen(fd, "wb")
 
 
 def stage_folder(folder: Path) -> Path:

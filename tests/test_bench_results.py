@@ -62,6 +62,16 @@ def test_a_whole_run_writes_when_where_and_one_row_per_figure(fake_benchmarks):
     ]
 
 
+def test_a_run_keeps_the_section_of_single_runs_and_writes_the_table_again(fake_benchmarks):
+    single = (f"{run_all.SINGLE_RUNS}\n\nOne benchmark alone, with its own commit and load.\n\n"
+              "| figure | value |\n|---|---|\n| in-process | 0.371 s |\n")
+    fake_benchmarks.write_text("# Benchmark results\n\nan older run\n\n| stale | row |\n\n" + single)
+    run_all.main([])
+    text = fake_benchmarks.read_text()
+    assert "an older run" not in text and "| stale | row |" not in text
+    assert text.endswith("`python -m benchmarks.fake_pipes` |\n\n" + single)
+
+
 def test_a_partial_run_says_so_at_the_top_and_holds_only_what_ran(fake_benchmarks):
     run_all.main(["--only", "fake_pipes"])
     text = fake_benchmarks.read_text()

@@ -30,13 +30,23 @@ ATLAS_350 = Cell(id="c", image="i", os="ubuntu22.04", arch="aarch64", chip="950"
                  firmware=None, python="3.11", torch="", torch_npu="", env="venv", product="atlas-350")
 
 
+class Drivers:
+    """The shipped knowledge base's `drivers` part, answering from ``notes`` where products first appear."""
+
+    def __init__(self, notes: answers.CannProducts) -> None:
+        self._drivers = knowledge.load().drivers
+        self.product_first_release = notes.first_release
+
+    def __getattr__(self, name):
+        return getattr(self._drivers, name)
+
+
 class KB:
-    """The shipped knowledge base with the answers of ``notes`` under the facade's names."""
+    """The shipped knowledge base with a `drivers` part that reads ``notes``."""
 
     def __init__(self, notes: answers.CannProducts) -> None:
         self._kb = knowledge.load()
-        self.product_first_release = notes.first_release
-        self.product_listed = notes.listed
+        self.drivers = Drivers(notes)
 
     def __getattr__(self, name):
         return getattr(self._kb, name)
@@ -88,7 +98,7 @@ def test_releases_come_in_cann_order_and_notes_without_the_list_say_nothing():
 
 
 def test_names_meet_ids_by_their_model_words_only():
-    products = knowledge.load().products()
+    products = knowledge.load().drivers.products()
     ids = cann_notes.product_ids(["Atlas 350 加速卡", "Atlas 900 A3 SuperPoD", "Atlas 950 SuperPoD", "Atlas"], products)
     assert ids == {"Atlas 350 加速卡": "atlas-350", "Atlas 900 A3 SuperPoD": None,
                    "Atlas 950 SuperPoD": "atlas-950-superpod", "Atlas": None}

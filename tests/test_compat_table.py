@@ -39,7 +39,7 @@ def recent():
 
 def test_every_cann_release_the_table_names_since_7_0_is_known():
     kb = knowledge.load()
-    known = {versions.cann(c) for c in kb.cann_releases()}
+    known = {versions.cann(c) for c in kb.releases.cann_releases()}
     missing = sorted({cann for _, _, cann in recent() if versions.cann(cann) not in known})
     assert missing == [] and len({cann for _, _, cann in recent()}) == 12
 
@@ -50,7 +50,7 @@ def _cells(rows, kb):
     column is PyTorch's, not torch_npu's wheels')."""
     cells: List[dict] = []
     for npu, _torch, cann in rows:
-        release = kb.torch_npu(npu)
+        release = kb.releases.torch_npu(npu)
         stated = python_env.python_range(cann)
         for arch in ("x86_64", "aarch64"):
             pythons = release.python.get(arch, ()) if release else ("3.10",)
@@ -75,7 +75,7 @@ def test_every_published_pairing_since_7_0_validates(tmp_path):
     assert set(rule for rules in by_cell.values() for rule in rules) == {"torch-npu-unpublished"}, by_cell
     assert refused == {"1.11.0.post14", "1.11.0.post11", "2.1.0.post4", "1.11.0.post8", "1.11.0.post4", "2.0.1",
                        "2.0.1.post1"}
-    assert all(kb.torch_npu(npu) is None for npu in refused)  # none of them is on PyPI
+    assert all(kb.releases.torch_npu(npu) is None for npu in refused)  # none of them is on PyPI
     assert len(rows) * 2 - len(by_cell) == 2 * (len(rows) - len(refused))  # all others validate, both arches
 
 

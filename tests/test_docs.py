@@ -40,6 +40,15 @@ def mkdocs_build(config_dir: Path, site: Path) -> subprocess.CompletedProcess:
 HASH = re.compile(r"\b(?=[0-9a-f]*[0-9])(?=[0-9a-f]*[a-f])[0-9a-f]{7,40}\b")
 DATE = re.compile(r"\b(?:19|20)\d\d-[01]\d(?:-[0-3]\d)?\b")
 HISTORY = re.compile(r"\b(?:this stop|after the merges?|no longer|now|(?:this|last|previous) session)\b", re.IGNORECASE)
+# Lab notes: the development machine's load, cores and timings, or "here" meaning that machine. A
+# user's page says what the tool does and what a user can expect; the figures of one run on one
+# machine belong in benchmarks/RESULTS.md and docs/benchmarks.md.
+LAB_NOTE = re.compile(r"load\s+average|\bload\s+\d"
+                      r"|\b(?:this|our)(?:\s+(?:loaded|shared))?\s+machine\b|\b(?:loaded|shared|development)(?:\s+test)?\s+machine\b"
+                      r"|\b(?:2|two)(?:\s+loaded|\s+shared)?\s+cores\b|\b2-core\b"
+                      r"|\b(?:run|runs|ran|built|measured|seen|tried|downloaded|shown|show)\s+here\b"
+                      r"|\b(?:image|images|host|node|machine)\s+here\b", re.IGNORECASE)
+LAB_NOTES_ALLOWED = (DOCS / "benchmarks.md", DOCS / "contributing.md")
 
 
 def test_the_readme_is_a_front_door():
@@ -63,12 +72,28 @@ def test_no_page_tells_the_history_of_the_code(path):
     assert found == [], "say what the code does, in the present tense; history belongs in CHANGELOG.md"
 
 
+@pytest.mark.parametrize("path", [p for p in prose_files() if p not in LAB_NOTES_ALLOWED],
+                         ids=lambda p: str(p.relative_to(ROOT)))
+def test_no_user_page_holds_lab_notes(path):
+    text = path.read_text(encoding="utf-8")
+    found = [f"{path.relative_to(ROOT)}:{text.count(chr(10), 0, m.start()) + 1}: {' '.join(m.group(0).split())}"
+             for m in LAB_NOTE.finditer(text)]
+    assert found == [], ("the development machine's figures (its load, cores, timings, 'here') belong in "
+                         "benchmarks/RESULTS.md and docs/benchmarks.md; say what a user can expect instead")
+
+
 def test_the_patterns_catch_what_they_are_for():
     assert HASH.search("at commit 35e090f") and HASH.search("ee97ce09") and not HASH.search("2400110030000000")
     assert not HASH.search("a decade") and not HASH.search("sha256")
     assert DATE.search("run of 2026-12-01") and DATE.search("2026-11") and not DATE.search("CANN 8.0.RC3")
     assert HISTORY.search("pull now checks") and HISTORY.search("no longer pays") and HISTORY.search("as last session's run")
     assert not HISTORY.search("known")
+    for note in ("at load average 9.1", "took 155 s at load 3", "on this loaded\nmachine", "2 loaded cores",
+                 "a 2-core machine", "no CANN installer can be downloaded here", "no NPU image here"):
+        assert LAB_NOTE.search(note), note
+    for prose in ("the loader reads it", "the image named here", "the lines named here", "loaded by dlopen",
+                  "the host's platform", "an arm64 build under qemu takes several times longer"):
+        assert not LAB_NOTE.search(prose), prose
 
 
 def test_the_command_reference_is_what_the_cli_says(tmp_path):

@@ -113,17 +113,17 @@ def test_installers_carry_the_right_checksums(kb):
 
 def packages_of(kb, cann):
     """The URLs cann-packages.json lists for a release."""
-    return [f["url"] for f in kb.cann_package(cann)[1]["files"].values()]
+    return [f["url"] for f in kb.releases.cann_package(cann)[1]["files"].values()]
 
 
 def test_installers_match_cann_packages_for_every_release(kb, packages):
     for ver, entry in packages["cann"].items():
         for arch in ("x86_64", "aarch64"):
-            for chip in kb.chips():
+            for chip in kb.drivers.chips():
                 for inst in cann_installers(kb, ver, chip, arch):
                     if inst.sha256 is None:  # not in the data: the .run from the release's folder
                         assert inst.filename == inst.run and inst.filename not in entry["files"]
-                        assert inst.url == kb.cann_release_folder(ver) + inst.filename
+                        assert inst.url == kb.downloads.cann_release_folder(ver) + inst.filename
                         continue
                     assert entry["files"][inst.filename]["sha256"] == inst.sha256
                     assert entry["files"][inst.filename]["url"] == inst.url

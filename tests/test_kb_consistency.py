@@ -47,7 +47,7 @@ def compat():
 
 def _known(kb, cann) -> bool:
     wanted = versions.lenient("cann", str(cann))
-    return wanted is not None and any(versions.cann(k) == wanted for k in kb.cann_releases())
+    return wanted is not None and any(versions.cann(k) == wanted for k in kb.releases.cann_releases())
 
 
 def _pairings(compat):
@@ -55,7 +55,7 @@ def _pairings(compat):
     (torchnpu-tables.yaml) or hand-kept with its source (ascend-compat.yaml)."""
     kb = knowledge.load()
     for item in compat["torch_npu_releases"]["items"]:
-        release = kb.torch_npu(str(item["version"]))
+        release = kb.releases.torch_npu(str(item["version"]))
         if release is not None and release.cann:
             yield release.version, release.cann, "torch_npu_releases"
     for item in compat["torch_npu_not_on_pypi"]["items"]:
@@ -71,19 +71,19 @@ def test_every_cann_a_torch_npu_pairs_with_is_a_known_release_with_hdk_and_insta
     unknown = sorted({(c, where) for _, c, where in pairings if not _known(kb, c)})
     assert unknown == []
     for cann in sorted({c for _, c, _ in pairings}, key=versions.cann):
-        assert kb.min_driver(cann) is not None, cann
-        assert kb.hdk_known(kb.min_driver(cann))[0] or versions.lenient("hdk", kb.min_driver(cann)) is not None, cann
+        assert kb.drivers.min_driver(cann) is not None, cann
+        assert kb.drivers.hdk_known(kb.drivers.min_driver(cann))[0] or versions.lenient("hdk", kb.drivers.min_driver(cann)) is not None, cann
         for arch in knowledge.ARCHES:
             kinds = [i.kind for i in installers.cann_installers(kb, cann, "910b", arch)]
-            if kb.canonical_cann(cann) in FOLDER_UNKNOWN:
+            if kb.releases.canonical_cann(cann) in FOLDER_UNKNOWN:
                 assert kinds == [], cann
             else:
                 assert kinds == ["toolkit", "ops"], (cann, arch)
 
 
 def test_the_listed_exceptions_are_exactly_the_pre_releases_without_a_folder(kb, compat):
-    no_folder = {kb.canonical_cann(c) for _, c, _ in _pairings(compat) if kb.cann_release_folder(c) is None
-                 and kb.cann_package(c) is None}
+    no_folder = {kb.releases.canonical_cann(c) for _, c, _ in _pairings(compat) if kb.downloads.cann_release_folder(c) is None
+                 and kb.releases.cann_package(c) is None}
     assert no_folder == set(FOLDER_UNKNOWN)
 
 
@@ -96,35 +96,35 @@ def test_every_cross_reference_of_the_data_resolves(kb, compat):
         named += [item["cann_from"]] + ([item["below"]] if item.get("below") else [])
     for item in env["cann_python"].get("python", []):
         named.append(item["cann"])
-    named += [kb.chip_min_cann(c) for c in kb.chips() if kb.chip_min_cann(c)]
+    named += [kb.drivers.chip_min_cann(c) for c in kb.drivers.chips() if kb.drivers.chip_min_cann(c)]
     assert [c for c in named if not _known(kb, c)] == []
     # every pre-release folder is one of that release's own official images' folders
     for cann, entry in downloads["prerelease_folders"].items():
         assert re.fullmatch(r"Ascend/cann-container-image@[0-9a-f]{40}:(cann|manylinux)/\S+/Dockerfile", entry["source"])
-        assert kb.cann_release_folder(cann) == entry["folder"]
+        assert kb.downloads.cann_release_folder(cann) == entry["folder"]
     # every HDK a CANN release is paired with is an HDK the knowledge base names
     for entry in compat["cann_hdk"]["releases"]:
-        paired = kb.paired_hdk(str(entry["version"]))
+        paired = kb.drivers.paired_hdk(str(entry["version"]))
         if paired and not paired.upper().endswith(".X"):
-            assert kb.hdk_known(paired)[0], (entry["version"], paired)
+            assert kb.drivers.hdk_known(paired)[0], (entry["version"], paired)
     # every downstream pairing names a torch_npu on PyPI, one Huawei names without PyPI files,
     # or a build the downstream fetched itself (a dev or local version)
     for pair in compat["downstream_pairings"]["pairs"]:
         name, version = str(pair["torch_npu"]), versions.python_package(str(pair["torch_npu"]))
-        assert kb.torch_npu(name) or kb.unpublished(name) or version.is_devrelease or version.local, pair
+        assert kb.releases.torch_npu(name) or kb.releases.unpublished(name) or version.is_devrelease or version.local, pair
     # every torch_npu release's Python tags and manylinux tags name each arch it has wheels for
-    for name in kb.torch_npu_versions():
-        release = kb.torch_npu(name)
+    for name in kb.releases.torch_npu_versions():
+        release = kb.releases.torch_npu(name)
         assert set(release.python) <= set(knowledge.ARCHES) and set(release.manylinux) <= set(knowledge.ARCHES)
     # every base OS the matrix may name carries glibc and Python
-    assert all(kb.os_info(o).glibc >= (2, 17) and kb.os_info(o).python for o in kb.os_ids())
+    assert all(kb.environment.os_info(o).glibc >= (2, 17) and kb.environment.os_info(o).python for o in kb.environment.os_ids())
 
 
 def _cells(kb, compat):
     """One cell per pairing, arch and Python the torch_npu wheel and CANN's stated range both allow."""
     cells: List[Tuple[str, dict]] = []
     for npu, cann, where in _pairings(compat):
-        release = kb.torch_npu(npu)
+        release = kb.releases.torch_npu(npu)
         if release is None:  # not on PyPI: the torch_npu-published rule refuses it by design
             continue
         for arch in knowledge.ARCHES:
@@ -134,7 +134,7 @@ def _cells(kb, compat):
                     continue
                 cell = {"name": f"kb-{len(cells)}", "cann": cann, "chip": "910b", "os": "ubuntu22.04", "env": "conda",
                         "python": py, "arch": arch, "torch_npu": npu}
-                if kb.canonical_cann(cann) in FOLDER_UNKNOWN:
+                if kb.releases.canonical_cann(cann) in FOLDER_UNKNOWN:
                     cell["cann_source"] = {"local": "/srv/cann"}
                     cell["sha256"] = {installers.package(kb, k, cann, "910b", arch): "0" * 64
                                       for k in installers.kinds(False)}
@@ -157,7 +157,7 @@ def test_every_pairing_the_knowledge_base_lists_validates(kb, compat, tmp_path):
     assert len(cells) >= 380
     # every pairing of a torch_npu on PyPI has at least one Python both allow
     walked = {(c["torch_npu"], c["cann"]) for _, c in cells}
-    listed = {(n, c) for n, c, _ in _pairings(compat) if kb.torch_npu(n) is not None}
+    listed = {(n, c) for n, c, _ in _pairings(compat) if kb.releases.torch_npu(n) is not None}
     assert listed == walked
 
 
@@ -179,7 +179,7 @@ def test_python_env_reads_every_cann_it_names(kb):
 
 def test_the_allocator_default_is_a_key_every_release_it_is_set_for_parses(kb):
     variable = "PYTORCH_NPU_ALLOC_CONF"
-    later = [v for v in kb.torch_npu_versions() if python_env.default_env(v)]
+    later = [v for v in kb.releases.torch_npu_versions() if python_env.default_env(v)]
     assert len(later) > 50
     for version in later:
         for var, value in python_env.default_env(version):
@@ -195,12 +195,12 @@ def test_every_torch_npu_on_pypi_has_its_allocator_keys_unless_no_tag_can_say(kb
     table = _yaml("python-env.yaml")["torch_npu_env"][variable]["releases"]
     assert len(table) >= 79
     assert all(re.fullmatch(r"[0-9a-f]{40}", e["commit"]) and e["keys"] and e["files"] for e in table.values())
-    unanswered = [v for v in kb.torch_npu_versions() if python_env.accepts(variable, "max_split_size_mb", v) is None]
+    unanswered = [v for v in kb.releases.torch_npu_versions() if python_env.accepts(variable, "max_split_size_mb", v) is None]
     for version in unanswered:
         parsed = versions.python_package(version)
         newest = python_env.newest(variable, version)
         assert parsed.pre or not newest or parsed > versions.python_package(newest), version
-    assert len(unanswered) < len(kb.torch_npu_versions()) / 2
+    assert len(unanswered) < len(kb.releases.torch_npu_versions()) / 2
 
 
 def test_every_piece_of_disagreeing_evidence_names_what_the_knowledge_base_knows(kb, compat):
@@ -214,9 +214,9 @@ def test_every_piece_of_disagreeing_evidence_names_what_the_knowledge_base_knows
         assert [d["python"] for d in item.get("shipped", ()) if stated.allows(d["python"])] == []
     for entry in compat["cann_hdk"]["releases"]:
         named = [str(h) for h in (entry.get("downstream_hdk") or {}).get("hdk", ())]
-        assert all(kb.hdk_known(h)[0] for h in named), entry["version"]
+        assert all(kb.drivers.hdk_known(h)[0] for h in named), entry["version"]
         if named:  # some of it lies below CANN's own minimum, else it would not disagree
-            minimum = versions.hdk(kb.min_driver(str(entry["version"])))
+            minimum = versions.hdk(kb.drivers.min_driver(str(entry["version"])))
             assert any(versions.hdk(h) < minimum for h in named), entry["version"]
 
 
@@ -224,24 +224,24 @@ def test_every_pair_a_published_table_or_window_lists_validates(kb, compat, tmp_
     """Every torch_npu on PyPI whose PTA release a parsed table row (torchnpu-tables.yaml) or a
     hand-kept window marks compatible with a CANN release validates with it, without an error."""
     windows = compat["pta_lines"]["compat_windows"]
-    assert windows and kb.compat_windows()
+    assert windows and kb.releases.compat_windows()
     for window in windows:
         assert window["source"] and all(s in compat["sources"] for s in window["source"]), window
         assert [c for c in window["cann"] if not _known(kb, c)] == [], window
-    finals = [c for c in kb.cann_releases() if versions.cann(c).key[4] == 2]  # no alphas or betas
+    finals = [c for c in kb.releases.cann_releases() if versions.cann(c).key[4] == 2]  # no alphas or betas
     tables = kb.releases.tables
     for row in tables.rows:  # every column a row marks compatible is a release the knowledge base knows
         assert [c for c in row.compatible if not any(compat_tables.column_matches(c, k) for k in finals)] == [], row
     cells: List[dict] = []
-    for npu in kb.torch_npu_versions():
-        pta = kb.pta_of(npu)
+    for npu in kb.releases.torch_npu_versions():
+        pta = kb.releases.pta_of(npu)
         for cann in finals if pta else ():
-            fit = kb.cann_fit(npu, cann)
+            fit = kb.releases.cann_fit(npu, cann)
             if fit is None or fit.kind != "window":
                 continue
             stated = python_env.python_range(cann)
-            pythons = [p for p in kb.torch_npu(npu).python.get("aarch64", ()) if stated is None or stated.allows(p)]
-            if pythons and kb.cann_package(cann) is not None:  # installers known: nothing else refuses the cell
+            pythons = [p for p in kb.releases.torch_npu(npu).python.get("aarch64", ()) if stated is None or stated.allows(p)]
+            if pythons and kb.releases.cann_package(cann) is not None:  # installers known: nothing else refuses the cell
                 cells.append({"name": f"w-{len(cells)}", "cann": cann, "chip": "910b", "os": "ubuntu22.04",
                               "env": "conda", "python": pythons[0], "arch": "aarch64", "torch_npu": npu})
     assert len(cells) >= 140
@@ -260,9 +260,9 @@ def test_every_cann_release_has_a_python_range_with_a_source_or_the_not_checked_
     assert all(re.search(r"https?://\S+$", str(i["source"])) for i in env["python"])  # ends with the page read
     assert all(str(i["why"]).strip() for i in env["python_not_checked"])
     assert [c for c in ranged + marked if not _known(kb, c)] == []
-    both = {kb.canonical_cann(c) for c in ranged} & {kb.canonical_cann(c) for c in marked}
+    both = {kb.releases.canonical_cann(c) for c in ranged} & {kb.releases.canonical_cann(c) for c in marked}
     assert both == set()  # a range read and a marker would contradict each other
-    for cann in kb.cann_releases():  # exactly one of the two, for every release the knowledge base knows
+    for cann in kb.releases.cann_releases():  # exactly one of the two, for every release the knowledge base knows
         assert (python_env.python_range(cann) is not None) != bool(python_env.python_not_checked(cann)), cann
     # NNAL's Pythons, where stated, lie inside the release's own range, each with the guide's words
     for item in env["python"]:
@@ -279,21 +279,21 @@ def test_every_hdk_per_product_table_names_known_products_and_each_row_validates
     validates on every arch with no error."""
     products = compat["chips"]["products"]["items"]
     assert len({str(p["id"]) for p in products}) == len(products)
-    assert [p["id"] for p in products if str(p["chip"]) not in kb.chips()] == []
+    assert [p["id"] for p in products if str(p["chip"]) not in kb.drivers.chips()] == []
     tabled = set()
     cells = []
-    for cann in kb.cann_releases():
-        table = kb.hdk_by_product(cann)
+    for cann in kb.releases.cann_releases():
+        table = kb.drivers.hdk_by_product(cann)
         if not table:
             continue
-        assert kb.hdk_by_product_source(cann), cann
-        assert [v for _, v in table if not kb.hdk_known(v)[0]] == [], cann
+        assert kb.drivers.hdk_by_product_source(cann), cann
+        assert [v for _, v in table if not kb.drivers.hdk_known(v)[0]] == [], cann
         for product_id, hdk in table:
             if product_id == knowledge.OTHER_PRODUCTS:
                 continue
             tabled.add(product_id)
-            product = kb.product(product_id)
-            assert kb.min_driver(cann, product.id) == hdk
+            product = kb.drivers.product(product_id)
+            assert kb.drivers.min_driver(cann, product.id) == hdk
             cells += [{"os": "ubuntu22.04", "arch": arch, "chip": product.chip, "cann": cann,
                        "python": "3.11", "product": product.id, "min_driver": hdk} for arch in ("aarch64", "x86_64")]
     assert tabled == {str(p["id"]) for p in products}  # a product no table names would change nothing
@@ -316,9 +316,9 @@ def test_every_cann_release_has_an_os_list_with_its_page_or_the_not_checked_mark
     assert all(i["os"] and isinstance(i.get("complete", True), bool) for i in cann_os["listed"])
     assert all(str(i["why"]).strip() for i in cann_os["os_not_checked"])
     assert [c for c in listed_ + marked if not _known(kb, c)] == []
-    assert len(listed_ + marked) == len({kb.canonical_cann(c) for c in listed_ + marked})  # each release once
-    for cann in kb.cann_releases():
-        assert (kb.cann_os(cann) is not None) != bool(kb.cann_os_not_checked(cann)), cann
-    assert [o for o in kb.os_ids() if kb.os_family_name(o) is None] == []
+    assert len(listed_ + marked) == len({kb.releases.canonical_cann(c) for c in listed_ + marked})  # each release once
+    for cann in kb.releases.cann_releases():
+        assert (kb.environment.cann_os(cann) is not None) != bool(kb.environment.cann_os_not_checked(cann)), cann
+    assert [o for o in kb.environment.os_ids() if kb.environment.os_family_name(o) is None] == []
     for family in cann_os["family_names"].values():
-        assert any(kb.cann_os(c).names(family) for c in listed_), family
+        assert any(kb.environment.cann_os(c).names(family) for c in listed_), family

@@ -205,3 +205,50 @@ def test_adjacent_chunks_merge_into_one_range_each_kept_once():
     assert (start, end) == (0, 50000) and group == chunks
     split = estargz._merged(chunks[:2] + chunks[3:4])
     assert [(s, e, len(g)) for s, e, g in split] == [(0, 20, 2), (30, 40, 1)]
+
+
+# --- what a TOC declares, bounded before anything is inflated (issue 41; bench_hostile's eStargz inputs) ---
+
+
+def _forged(make):
+    blob, toc = make()
+    return estargz.Layer.open(lambda start, end: blob[start:end], len(blob), toc)
+
+
+def test_a_toc_mode_that_is_no_file_mode_is_corrupt_not_a_traceback_in_the_listing():
+    from benchmarks.hostile import estargz_reader as forge
+
+    for mode in ("rwxr-xr-x", [420], -1, True):
+        with pytest.raises(estargz.Corrupt, match="etc/conf: its TOC field mode is .*, not a file mode"):
+            _forged(lambda: forge.one_file(mode=mode))  # noqa: B023  # called at once, in this turn
+    files, _ = variant.toc_listing(_forged(lambda: forge.one_file(mode=0o100644)))
+    assert files == [("etc/conf", 0o644, forge.sha(b"x=1\n"))]
+
+
+@pytest.mark.parametrize("make, said", [
+    ("_short_chunks", "short: its chunks hold 4 bytes, its TOC entry says 10"),
+    ("_doubled_chunks", "twice: its chunks do not follow one another: one starts at file offset 0, the ones before "
+                        "it end at 4"),
+])
+def test_chunks_that_leave_a_gap_or_overlap_are_corrupt_without_a_file_digest(make, said):
+    from benchmarks.hostile import estargz_reader as forge
+
+    layer = _forged(getattr(forge, make))
+    with pytest.raises(estargz.Corrupt) as refused:
+        layer.read_files(layer.regular_files())
+    assert str(refused.value) == said and layer.counter.requests == 2  # refused before any chunk was fetched
+
+
+def test_a_declared_size_past_the_readers_bounds_is_corrupt_before_anything_is_inflated(monkeypatch):
+    from benchmarks.hostile import estargz_reader as forge
+
+    huge = _forged(lambda: forge.one_file(size=1 << 64, chunkSize=0))
+    with pytest.raises(estargz.Corrupt, match=f"etc/conf: its TOC entry says {1 << 64} bytes, past the"):
+        huge.read_files(["etc/conf"])
+    monkeypatch.setattr(estargz, "CHUNK_LIMIT", 1024)
+    bomb = _forged(lambda: forge._bomb(4096, 4096))
+    with pytest.raises(estargz.Corrupt, match="zeros: its chunk at file offset 0 is 4096 bytes, past the 1024 bytes"):
+        bomb.read_files(["zeros"])
+    assert bomb.counter.requests == 2  # the footer and the TOC: no chunk fetched
+    monkeypatch.setattr(estargz, "CHUNK_LIMIT", 4096)
+    assert bomb.read_files(["zeros"]) == {"zeros": b"\0" * 4096}  # at the bound: read, checked

@@ -29,7 +29,7 @@ SMOKE = smoke_module()
 # Every HDK the knowledge base names (pairings, release notes), plus lines and junk.
 DRIVERS = sorted({str(d) for d in ("6.0.0", "22.0.RC1", "23.0.RC3", "24.1.RC2", "24.1.rc3", "25.0.RC1", "25.0.rc1.1", "25.2.0", "25.3.RC1",
                                    "25.5.1", "26.0.RC1", "not-a-driver")}
-                 | {knowledge.load().min_driver(c.cann) or "23.0.RC3" for c in CELLS})
+                 | {knowledge.load().drivers.min_driver(c.cann) or "23.0.RC3" for c in CELLS})
 
 
 def image(cell):
@@ -59,7 +59,7 @@ def decisions(cell, driver):
 @pytest.mark.parametrize("cell", CELLS, ids=lambda c: c.id)
 def test_every_caller_agrees_on_the_minimum_driver(cell):
     assert cell.driver, "every shipped cell names its minimum driver"
-    kb_min = knowledge.load().min_driver(cell.cann)
+    kb_min = knowledge.load().drivers.min_driver(cell.cann)
     for driver in DRIVERS:
         fits = versions.meets_minimum("hdk", driver, cell.driver)
         by_pull, by_doctor, by_smoke, by_validate = decisions(cell, driver)

@@ -53,7 +53,7 @@ def test_a_family_the_guide_of_the_release_does_not_name_is_a_warning_with_the_p
 def test_the_shipped_lists_name_every_family_of_the_matrix_os_ids(tmp_path):
     """With the data as shipped, every os: of every listed release is named: no warning."""
     kb = knowledge.load()
-    cells = [dict(CELL, os=o, cann=c.cann) for c in map(kb.cann_os, ("8.5.0", "9.0.0", "9.1.0")) if c
+    cells = [dict(CELL, os=o, cann=c.cann) for c in map(kb.environment.cann_os, ("8.5.0", "9.0.0", "9.1.0")) if c
              for o in ("ubuntu22.04", "openeuler22.03", "debian12")]
     found, _ = _os_findings(tmp_path, kb, *cells)
     assert found == []

@@ -65,15 +65,15 @@ def test_the_same_cell_without_the_table_entry_is_refused_at_25_1_rc1(tmp_path):
     minimum (25.2.RC1, from its release notes) refuses it."""
     loaded, _ = _cells(tmp_path, dict(SUPERPOD, min_driver="25.1.RC1"))
     bare = _kb_without("9.1.0")
-    assert bare.min_driver("9.1.0", "atlas-950-superpod") == "25.2.RC1"
+    assert bare.drivers.min_driver("9.1.0", "atlas-950-superpod") == "25.2.RC1"
     assert ("driver-too-old", "error") in _rules(checks.check(loaded.cells, bare))
 
 
 def test_each_product_takes_its_own_number_and_the_rest_the_canns(tmp_path):
     kb = knowledge.load()
-    assert {p.id: kb.min_driver("9.1.0", p.id) for p in kb.products()} == {
+    assert {p.id: kb.drivers.min_driver("9.1.0", p.id) for p in kb.drivers.products()} == {
         "atlas-950-superpod": "25.1.RC1", "atlas-350": "25.7.RC1", "atlas-850": "25.6.RC1"}
-    assert kb.min_driver("9.1.0") == kb.min_driver("9.1.0", "") == "25.2.RC1"  # no product: as before
+    assert kb.drivers.min_driver("9.1.0") == kb.drivers.min_driver("9.1.0", "") == "25.2.RC1"  # no product: as before
     loaded, _ = _cells(tmp_path, dict(SUPERPOD, product="atlas-350", min_driver="25.6.RC1"))
     assert ("driver-too-old", "error") in _rules(checks.check(loaded.cells))  # the 350's number is higher
 
@@ -113,7 +113,7 @@ def test_a_product_of_another_chip_is_refused_and_an_unmapped_release_is_a_warni
     unknown = found[("product-hdk-unknown", "cells[1].product")]
     assert unknown.severity == "warning"
     assert unknown.message.startswith("the knowledge base holds no HDK of Atlas 950 SuperPoD for CANN 8.5.0")
-    assert loaded.cells[1].driver == knowledge.load().min_driver("8.5.0")
+    assert loaded.cells[1].driver == knowledge.load().drivers.min_driver("8.5.0")
 
 
 def test_an_unknown_product_is_a_schema_error_naming_the_products(tmp_path):
@@ -164,10 +164,10 @@ def test_two_releases_of_mindcluster_on_one_cann_merge_the_later_pages_word_winn
     26.0.1's (and 26.1.0-beta.1's) name the Atlas 350 alone, with HDK 1.0.RC1: the later word wins for
     the 350, the earlier one stands for the products the later page does not name."""
     kb = knowledge.load()
-    assert kb.hdk_by_product("9.0.0") == (("atlas-950-superpod", "25.1.RC1"), ("atlas-350", "1.0.RC1"),
+    assert kb.drivers.hdk_by_product("9.0.0") == (("atlas-950-superpod", "25.1.RC1"), ("atlas-350", "1.0.RC1"),
                                           ("atlas-850", "25.1.RC1"), ("other_products", "26.0.RC1"))
-    assert kb.min_driver_reason("9.0.0", "atlas-350")[1].endswith(
+    assert kb.drivers.min_driver_reason("9.0.0", "atlas-350")[1].endswith(
         "(Ascend/mind-cluster@v26.1.0.beta.1:docs/zh/release_notes.md, line 33) pairs it with HDK 1.0.RC1 on Atlas 350 card")
-    assert kb.min_driver_reason("9.0.0", "atlas-850")[1].startswith(
+    assert kb.drivers.min_driver_reason("9.0.0", "atlas-850")[1].startswith(
         "its per-product HDK table (Ascend/mind-cluster@v26.0.0:docs/zh/release_notes.md, line 36)")
-    assert kb.hdk_known("1.0.RC1") == (True, ())  # an HDK a parsed page names is a known release
+    assert kb.drivers.hdk_known("1.0.RC1") == (True, ())  # an HDK a parsed page names is a known release

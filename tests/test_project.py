@@ -157,12 +157,12 @@ def test_the_example_in_the_additions_file_is_read_on_top_of_the_packaged_data(t
     (tmp_path / "ascend-build" / "knowledge.yaml").write_text(_uncommented_example())
     monkeypatch.chdir(tmp_path)
     kb = knowledge.load()
-    added = kb.torch_npu("2.99.0")
+    added = kb.releases.torch_npu("2.99.0")
     assert added is not None and added.cann is None and added.python["x86_64"] == ("3.11",)
-    assert "9.9.0" in kb.cann_releases() and kb.paired_hdk("9.9.0") == "26.9.0"
+    assert "9.9.0" in kb.releases.cann_releases() and kb.drivers.paired_hdk("9.9.0") == "26.9.0"
     assert kb.additions is not None and kb.additions.torch_npu == ("2.99.0",) and kb.additions.cann == ("9.9.0",)
     monkeypatch.chdir(REPO)
-    assert knowledge.load().torch_npu("2.99.0") is None  # another folder: the packaged data alone
+    assert knowledge.load().releases.torch_npu("2.99.0") is None  # another folder: the packaged data alone
 
 
 def test_an_entry_the_package_knows_is_superseded_and_kb_names_it(team):

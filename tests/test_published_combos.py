@@ -59,13 +59,13 @@ def test_every_official_cann_image_validates_as_a_cann_only_cell(tmp_path):
     errors, _ = validate(tmp_path, cells)
     assert errors == {}
     assert len(cells) == 598
-    releases = {knowledge.load().canonical_cann(r["cann"]) for r in rows}
+    releases = {knowledge.load().releases.canonical_cann(r["cann"]) for r in rows}
     assert len(releases) == 25 and {"8.1.RC1.alpha001", "8.3.RC2", "9.1.0-beta.1"} <= releases
 
 
 def test_every_cann_release_since_7_0_in_the_image_matrix_is_known():
     kb = knowledge.load()
-    known = {versions.cann(c) for c in kb.cann_releases()}
+    known = {versions.cann(c) for c in kb.releases.cann_releases()}
     named = {versions.cann(r["cann"]) for r in fixture("published-cann-images.yaml")}
     assert named <= known
 
@@ -105,7 +105,7 @@ def vllm_cells(rows):
             cell = {"name": f"vllm-{len(cells)}", "cann": r["cann"], "chip": chip(r["chip"]), "os": r["os"],
                     "python": r["python"], "arch": arch, "torch_npu": r["torch_npu"]}
             pinned = str(r.get("torch", ""))
-            if kb.torch_npu(r["torch_npu"]) is None:  # downloaded by the Dockerfile: a wheel of one's own
+            if kb.releases.torch_npu(r["torch_npu"]) is None:  # downloaded by the Dockerfile: a wheel of one's own
                 cp = "cp" + r["python"].replace(".", "")
                 cell["torch_npu_wheel"] = {"path": f"wheels/torch_npu-{r['torch_npu']}-{cp}-{cp}-manylinux_2_17_{arch}.whl",
                                            "sha256": "0" * 64}

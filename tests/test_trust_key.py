@@ -24,6 +24,7 @@ from builder.errors import UserError
 from builder.trust import signing
 from builder.trust.policy import TRUST_KEY_ENV
 from tests.support.matrix import run_cli
+from tests.support.promptly import refused_promptly
 
 REF = "127.0.0.1:1/ascend-build/pytorch:cann9.1.0-910b-debian12-py3.11-torch_npu2.13.0-x86_64-cpu"
 INDEX_REF = "127.0.0.1:1/ascend-build/pytorch:cann9.1.0-910b-debian12-py3.11-torch_npu2.13.0-cpu"
@@ -197,12 +198,11 @@ def test_a_node_config_that_names_no_key_is_an_error_never_no_key(text, says, tm
         os.mkfifo(config)  # no writer: refused, never waited on
     else:
         config.write_text(text)
-    with pytest.raises(UserError) as caught:
-        trust_key(None, environ={}, node_default=default, node_config=config)
-    assert caught.value.exit_code == 2 and says in caught.value.message, caught.value.message
-    assert str(config) in caught.value.message
+    caught = refused_promptly(lambda: trust_key(None, environ={}, node_default=default, node_config=config), config)
+    assert caught.exit_code == 2 and says in caught.message, caught.message
+    assert str(config) in caught.message
     going_on = trust_key(None, insecure=True, environ={}, node_default=default, node_config=config)
-    assert going_on.key is None and going_on.refused == caught.value.message  # run --insecure: said, not silent
+    assert going_on.key is None and going_on.refused == caught.message  # run --insecure: said, not silent
 
 
 def test_the_cli_reads_the_node_config_it_is_given_no_flag_for(tmp_path, monkeypatch):

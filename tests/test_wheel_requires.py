@@ -48,7 +48,7 @@ def test_the_data_file_is_what_the_fixtures_generate_byte_for_byte():
 
 def test_every_release_the_knowledge_base_knows_has_its_wheels_on_both_arches():
     releases = {r["version"]: r["wheels"] for r in generate()["releases"]}
-    assert list(releases) == knowledge.load().torch_npu_versions()  # PEP 440 order, the same releases
+    assert list(releases) == knowledge.load().releases.torch_npu_versions()  # PEP 440 order, the same releases
     for version, wheels in releases.items():
         assert {w["arch"] for w in wheels} == {"x86_64", "aarch64"}, version
         keys = [(w["arch"], int(w["python"][3:]), w["wheel"]) for w in wheels]

@@ -787,4 +787,6 @@ CLASSES = ("security", "data-loss", "hangs-memory", "traceback", "wrong-answer")
 
 
 def all_cases() -> List[Case]:
-    return security() + data_loss() + hangs_memory() + tracebacks() + wrong_answers()
+    from .estargz_reader import cases as estargz_cases  # it builds on this module's Case and checks
+
+    return security() + data_loss() + hangs_memory() + tracebacks() + wrong_answers() + estargz_cases()

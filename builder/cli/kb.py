@@ -2,8 +2,8 @@
 
 ``describe_torch_npu`` and ``describe_cann`` gather what the knowledge base knows of one
 release into plain data (dicts, lists, strings) that the commands print, as text or as
-JSON. They ask the KnowledgeBase through its public methods only, and raise UserError
-(exit code 1) for a release the data does not know.
+JSON. They ask the knowledge base's parts (``kb.releases``, ``kb.drivers``, ...) through their
+public names only, and raise UserError (exit code 1) for a release the data does not know.
 
 Example:
     >>> from builder.knowledge import load
@@ -60,7 +60,7 @@ def kb_cann_command(version: Optional[str] = typer.Argument(None, help="CANN ver
     Example: ascend-build kb cann 7.0.RC1
     """
     kb = knowledge.load()
-    _print(describe_cann(kb, version) if version else {"cann_releases": kb.cann_releases()}, as_json)
+    _print(describe_cann(kb, version) if version else {"cann_releases": kb.releases.cann_releases()}, as_json)
 
 
 def _listed(value: Any) -> List[str]:
@@ -87,12 +87,12 @@ def describe_knowledge(kb: KnowledgeBase) -> Dict[str, Any]:
         {'product': 'atlas-950-superpod', 'chip': '950', 'name': 'Atlas 950 SuperPoD', 'hdk_per_product_in': '9.0.0, 9.1.0'}
     """
     described: Dict[str, Any] = {
-        "cann_releases": kb.cann_releases(),
-        "torch_npu_releases": kb.torch_npu_versions(),
-        "chips": [{"chip": chip, "first_cann": kb.chip_min_cann(chip)} for chip in kb.chips()],
+        "cann_releases": kb.releases.cann_releases(),
+        "torch_npu_releases": kb.releases.torch_npu_versions(),
+        "chips": [{"chip": chip, "first_cann": kb.drivers.chip_min_cann(chip)} for chip in kb.drivers.chips()],
         "products": [{"product": p.id, "chip": p.chip, "name": p.name,
-                      "hdk_per_product_in": ", ".join(c for c in kb.cann_releases() if kb.product_hdk(c, p.id)) or None}
-                     for p in kb.products()],
+                      "hdk_per_product_in": ", ".join(c for c in kb.releases.cann_releases() if kb.drivers.product_hdk(c, p.id)) or None}
+                     for p in kb.drivers.products()],
         "arches": list(ARCHES),
         "facts": published.facts(),
         "more": ["ascend-build kb cann VERSION", "ascend-build kb torch-npu VERSION"],
@@ -116,9 +116,9 @@ def describe_torch_npu(kb: KnowledgeBase, version: str) -> Dict[str, Any]:
         >>> d["on_pypi"], d["cann"]
         (False, '8.0.RC1')
     """
-    rel = kb.torch_npu(version)
+    rel = kb.releases.torch_npu(version)
     if rel is None:
-        entry = kb.unpublished(version)
+        entry = kb.releases.unpublished(version)
         if entry is not None:
             return {
                 "version": str(entry["version"]),
@@ -137,17 +137,17 @@ def describe_torch_npu(kb: KnowledgeBase, version: str) -> Dict[str, Any]:
         "version": rel.version,
         "on_pypi": True,
         "prerelease": rel.prerelease,
-        "torch": {a: dict(zip(("requirement", "index"), kb.torch_requirement(rel.version, a))) for a in ARCHES},
-        "torch_cpu_build": {a: dict(zip(("requirement", "index"), kb.cpu_torch(rel.torch, a))) for a in ARCHES},
+        "torch": {a: dict(zip(("requirement", "index"), kb.environment.torch_requirement(rel.version, a))) for a in ARCHES},
+        "torch_cpu_build": {a: dict(zip(("requirement", "index"), kb.environment.cpu_torch(rel.torch, a))) for a in ARCHES},
         "requires_dist": dict(rel.requires_dist),
         "cann": rel.cann,
         "cann_sources": list(rel.cann_sources),
-        "cann_at_least": (lambda f: f"{f[0]} (inferred from torch_npu {f[1]})" if f else None)(kb.cann_floor(rel.version)),
-        "pta": kb.pta_of(rel.version),
+        "cann_at_least": (lambda f: f"{f[0]} (inferred from torch_npu {f[1]})" if f else None)(kb.releases.cann_floor(rel.version)),
+        "pta": kb.releases.pta_of(rel.version),
         "cann_tables": _table_rows(kb, rel.version),
         "python": {a: list(rel.python.get(a, ())) for a in ARCHES},
         "manylinux": dict(rel.manylinux),
-        "glibc_floor": {a: ".".join(map(str, g)) for a in ARCHES if (g := kb.glibc_floor(rel.version, a))},
+        "glibc_floor": {a: ".".join(map(str, g)) for a in ARCHES if (g := kb.environment.glibc_floor(rel.version, a))},
         "branch": rel.branch,
         "first_upload": rel.first_upload,
         "notes": list(rel.notes),
@@ -168,14 +168,14 @@ def _table_rows(kb: KnowledgeBase, torch_npu: str) -> List[Dict[str, Any]]:
         >>> _table_rows(load(), "2.13.0")
         []
     """
-    pta = kb.pta_of(torch_npu)
+    pta = kb.releases.pta_of(torch_npu)
     if pta is None:
         return []
     rows = [{"pta": r.pta, "compatible": ", ".join(r.compatible) or "-",
              "not_compatible": ", ".join(c for c, ok in r.cann if not ok) or "-", "source": r.where}
             for r in reversed(kb.releases.tables.covering(pta))]
     return rows + [{"pta": w.pta_text, "compatible": w.cann_text, "not_compatible": "-", "source": ", ".join(w.sources)}
-                   for w in kb.compat_windows() if pta in w.pta]
+                   for w in kb.releases.compat_windows() if pta in w.pta]
 
 
 def _nearby_hint(kb: KnowledgeBase, version: str) -> str:
@@ -190,10 +190,10 @@ def _nearby_hint(kb: KnowledgeBase, version: str) -> str:
     if wanted is None:
         return "write a torch_npu version like 2.4.0 or 2.1.0.post3"
     line = wanted.base_version
-    same = [v for v in kb.torch_npu_versions() if versions.python_package(v).base_version == line]
+    same = [v for v in kb.releases.torch_npu_versions() if versions.python_package(v).base_version == line]
     if same:
         return f"releases of torch_npu on torch {line}: {', '.join(same)}"
-    return f"the newest releases are {', '.join(kb.torch_npu_versions()[-4:])}; `ascend-build kb` lists them all"
+    return f"the newest releases are {', '.join(kb.releases.torch_npu_versions()[-4:])}; `ascend-build kb` lists them all"
 
 
 def _installer_rows(kb: KnowledgeBase, version: str, arch: str) -> List[Dict[str, Any]]:
@@ -222,33 +222,33 @@ def describe_cann(kb: KnowledgeBase, version: str) -> Dict[str, Any]:
         >>> describe_cann(load(), "8.5.0")["python"]["supported"], describe_cann(load(), "7.0.RC1")["python"]["supported"]
         ('3.7 to 3.13', 'not checked')
     """
-    entry = kb.cann_entry(version)
-    package = kb.cann_package(version)
+    entry = kb.releases.cann_entry(version)
+    package = kb.releases.cann_package(version)
     if entry is None and package is None:
         if versions.lenient("cann", version) is None:
             raise versions.VersionError(f"{version!r} is not a CANN version", fix="write it like 8.0.RC3 or 8.5.0")
         raise UserError(
             f"CANN {version} is not in the knowledge base",
-            fix="known releases: " + ", ".join(kb.cann_releases()),
+            fix="known releases: " + ", ".join(kb.releases.cann_releases()),
             exit_code=1,
         )
     return {
         "version": (entry or {}).get("version") or (package[0] if package else version),
-        "paired_hdk": kb.paired_hdk(version),
-        "min_driver": kb.min_driver(version),
-        "min_driver_because": kb.min_driver_reason(version)[1],
+        "paired_hdk": kb.drivers.paired_hdk(version),
+        "min_driver": kb.drivers.min_driver(version),
+        "min_driver_because": kb.drivers.min_driver_reason(version)[1],
         "hdk_by_product": _product_rows(kb, version),
-        "hdk_by_product_source": kb.hdk_by_product_source(version) or None,
-        "supported_hdk": list(kb.supported_hdk_lines(version)),
+        "hdk_by_product_source": kb.drivers.hdk_by_product_source(version) or None,
+        "supported_hdk": list(kb.drivers.supported_hdk_lines(version)),
         "not_supported_hdk": _listed((entry or {}).get("not_supported_hdk")),
-        "torch_npu": [r.version for r in kb.torch_npu_for_cann(version)],
+        "torch_npu": [r.version for r in kb.releases.torch_npu_for_cann(version)],
         "compatible_pta": _compatible_pta(kb, version),
         "python": _python_rows(version),
         "os": _os_rows(kb, version),
         "python_limits": [c.requirement + (f" (on {c.python})" if c.python else "")
                           for c in python_env.release_constraints(version)],
-        "download_folder": kb.cann_release_folder(version),
-        "download_folder_source": kb.cann_release_folder_source(version) or None,
+        "download_folder": kb.downloads.cann_release_folder(version),
+        "download_folder_source": kb.downloads.cann_release_folder_source(version) or None,
         "installers": {a: _installer_rows(kb, version, a) for a in ARCHES},
         "sources": _listed((entry or {}).get("source")),
     }
@@ -265,11 +265,11 @@ def _product_rows(kb: KnowledgeBase, cann: str) -> List[Dict[str, Any]]:
         [('atlas-950-superpod', '25.1.RC1', '25.1.RC1'), ('other_products', '26.1.0', '25.2.RC1')]
     """
     rows: List[Dict[str, Any]] = []
-    for product_id, hdk in kb.hdk_by_product(cann):
-        product = kb.product(product_id)
+    for product_id, hdk in kb.drivers.hdk_by_product(cann):
+        product = kb.drivers.product(product_id)
         rows.append({"product": product_id, "chip": product.chip if product else None,
                      "name": product.name if product else "every product the table does not name",
-                     "paired_hdk": hdk, "min_driver": kb.min_driver(cann, product_id if product else "")})
+                     "paired_hdk": hdk, "min_driver": kb.drivers.min_driver(cann, product_id if product else "")})
     return rows
 
 
@@ -283,7 +283,7 @@ def _compatible_pta(kb: KnowledgeBase, cann: str) -> List[Dict[str, Any]]:
         ['26.1.X', '26.0.X', '7.3.X']
     """
     rows = [{"pta": r.pta, "source": r.where} for r in reversed(kb.releases.tables.rows) if r.column(cann)]
-    return rows + [{"pta": w.pta_text, "source": ", ".join(w.sources)} for w in kb.compat_windows() if w.covers(cann)]
+    return rows + [{"pta": w.pta_text, "source": ", ".join(w.sources)} for w in kb.releases.compat_windows() if w.covers(cann)]
 
 
 def _os_rows(kb: KnowledgeBase, version: str) -> Optional[Dict[str, Any]]:
@@ -295,9 +295,9 @@ def _os_rows(kb: KnowledgeBase, version: str) -> Optional[Dict[str, Any]]:
         >>> _os_rows(load(), "9.0.0")["named"][:3], _os_rows(load(), "8.1.RC1")["named"]
         (['openEuler', 'Ubuntu', 'veLinux'], 'not checked')
     """
-    stated = kb.cann_os(version)
+    stated = kb.environment.cann_os(version)
     if stated is None:
-        why = kb.cann_os_not_checked(version)
+        why = kb.environment.cann_os_not_checked(version)
         return {"named": "not checked", "why": why} if why else None
     rows: Dict[str, Any] = {"named": list(stated.os), "source": stated.source}
     if not stated.complete:

@@ -63,7 +63,7 @@ def _parsed(cell: Cell, key: str, parse: Callable, out: List[Finding]):
 
 
 def _suggest_torch_npu(kb, cell: Cell) -> str:
-    paired = kb.torch_npu_for_cann(cell.cann)
+    paired = kb.releases.torch_npu_for_cann(cell.cann)
     if not paired:
         return f"pick a torch_npu release from `ascend-build kb cann {cell.cann}` or PyPI"
     return f"for CANN {cell.cann} use " + " or ".join(r.version for r in paired[:3])
@@ -72,9 +72,9 @@ def _suggest_torch_npu(kb, cell: Cell) -> str:
 def torch_npu_published(cell: Cell, kb) -> Findings:
     """torch_npu must exist on PyPI (a made-up or unpublished version cannot be installed),
     unless the cell brings its own wheel (`own_wheel_fits` checks that one)."""
-    if cell.cann_only or kb.torch_npu(cell.torch_npu) is not None or cell.torch_npu_wheel:
+    if cell.cann_only or kb.releases.torch_npu(cell.torch_npu) is not None or cell.torch_npu_wheel:
         return
-    named = kb.unpublished(cell.torch_npu)
+    named = kb.releases.unpublished(cell.torch_npu)
     why = ("is named in Huawei's tables but has no files on PyPI" if named
            else "was never published on PyPI")
     yield _finding(cell, "torch_npu", "torch-npu-unpublished", f"torch_npu {cell.torch_npu} {why}",
@@ -83,7 +83,7 @@ def torch_npu_published(cell: Cell, kb) -> Findings:
 
 def torch_matches_pin(cell: Cell, kb) -> Findings:
     """torch_npu X.Y.Z[.postN] is built against torch X.Y.Z exactly."""
-    release = kb.torch_npu(cell.torch_npu)
+    release = kb.releases.torch_npu(cell.torch_npu)
     if release is None or not cell.torch:
         return
     try:
@@ -99,12 +99,12 @@ def torch_matches_pin(cell: Cell, kb) -> Findings:
 
 def cann_paired(cell: Cell, kb) -> Findings:
     """Each torch_npu release is built for one CANN release. Another CANN is judged by the evidence
-    Ascend's documents give (`kb.cann_fit`): a published table of its PTA release that lists it
+    Ascend's documents give (`kb.releases.cann_fit`): a published table of its PTA release that lists it
     (``cann-window``, a warning naming the document and row), a downstream that ships it
     (``cann-downstream``), a table that covers its PTA release and leaves it out (``cann-mismatch``,
     an error naming the table and the CANN releases it lists), a later release of the paired line
     (``cann-adjacent``), or no table at all (``cann-uncovered``, a warning; an error under --strict)."""
-    release = kb.torch_npu(cell.torch_npu)
+    release = kb.releases.torch_npu(cell.torch_npu)
     if release is None:
         if cell.torch_npu_wheel:  # a build of the cell's own: nothing published to pair it with
             yield _finding(cell, "torch_npu_wheel", "cann-pairing-unknown",
@@ -112,7 +112,7 @@ def cann_paired(cell: Cell, kb) -> Findings:
                            f"CANN {cell.cann} is unconfirmed", "validate the image on an NPU host before relying on it",
                            severity="warning")
         return
-    fit = kb.cann_fit(cell.torch_npu, cell.cann)
+    fit = kb.releases.cann_fit(cell.torch_npu, cell.cann)
     if release.cann is None and fit is None:
         yield from _cann_unpaired(cell, kb)
         return
@@ -166,13 +166,13 @@ def _evidence(sources: Sequence[str]) -> str:
 def _cann_unpaired(cell: Cell, kb) -> Findings:
     """A torch_npu release with no published pairing that no table speaks of: bounded by the
     published pairs of older releases (inferred), else unconfirmed."""
-    floor = kb.cann_floor(cell.torch_npu)
+    floor = kb.releases.cann_floor(cell.torch_npu)
     try:
         below = floor is not None and _cann(cell.cann) < _cann(floor[0])
     except versions.VersionError:
         return  # reported by cann_known
     if below:
-        fitting = ", ".join(r.version for r in kb.torch_npu_for_cann(cell.cann)[:3])
+        fitting = ", ".join(r.version for r in kb.releases.torch_npu_for_cann(cell.cann)[:3])
         yield _finding(cell, "cann", "cann-below-inferred",
                        f"torch_npu {cell.torch_npu} has no published CANN pairing, but the older torch_npu "
                        f"{floor[1]} is paired with CANN {floor[0]}, and a newer torch_npu never needs an older "
@@ -197,7 +197,7 @@ def cann_known(cell: Cell, kb) -> Findings:
     yield from out
     if parsed is None:
         return
-    known = kb.cann_releases()
+    known = kb.releases.cann_releases()
     if any(_cann(k) == parsed for k in known):
         return
     below = [k for k in known if _cann(k) < parsed][-1:]
@@ -225,7 +225,7 @@ def cann_known(cell: Cell, kb) -> Findings:
 
 def python_has_wheel(cell: Cell, kb) -> Findings:
     """Python versions come from the wheel tags: torch_npu 2.3.1 has no cp311 wheel, for example."""
-    release = kb.torch_npu(cell.torch_npu)
+    release = kb.releases.torch_npu(cell.torch_npu)
     if release is None:
         return
     tags = release.python.get(cell.arch, ())
@@ -290,7 +290,7 @@ def not_checked(cells: List[Cell], kb: Any = None) -> List[Finding]:
                                 f"Python range of that release ({why})",
                                 "validate the image on an NPU host; when the release's installation guide is found, "
                                 "add its range with its source to builder/data/python-env.yaml", severity="warning"))
-        why_os = kb.cann_os_not_checked(cell.cann)
+        why_os = kb.environment.cann_os_not_checked(cell.cann)
         if why_os:
             out.append(_finding(cell, "os", "os-not-checked",
                                 f"{cell.os} is not checked against CANN {cell.cann}: the knowledge base holds no list of "
@@ -306,11 +306,11 @@ def os_listed(cell: Cell, kb) -> Findings:
     Not an error: the guides name families as options (the scenario selector, "other systems
     can follow these steps"), not a support statement per version, and an image's OS is not its
     host's. A list read only in part (``complete: false``) says nothing of a family it lacks."""
-    stated = kb.cann_os(cell.cann)
-    family = kb.os_family_name(cell.os)
+    stated = kb.environment.cann_os(cell.cann)
+    family = kb.environment.os_family_name(cell.os)
     if stated is None or family is None or stated.names(family) or not stated.complete:
         return
-    named = [o for o in kb.os_ids() if (kb.os_family_name(o) or "") and stated.names(kb.os_family_name(o) or "")]
+    named = [o for o in kb.environment.os_ids() if (kb.environment.os_family_name(o) or "") and stated.names(kb.environment.os_family_name(o) or "")]
     yield _finding(cell, "os", "os-not-listed",
                    f"CANN {cell.cann}'s installation guide names no {family} among the operating systems it installs "
                    f"on ({', '.join(stated.os)}; per {stated.source})",
@@ -320,11 +320,11 @@ def os_listed(cell: Cell, kb) -> Findings:
 
 def glibc_new_enough(cell: Cell, kb) -> Findings:
     """manylinux_2_28 wheels do not load on an OS with an older glibc."""
-    floor = kb.glibc_floor(cell.torch_npu, cell.arch)
-    os_info = kb.os_info(cell.os)
+    floor = kb.environment.glibc_floor(cell.torch_npu, cell.arch)
+    os_info = kb.environment.os_info(cell.os)
     if floor is None or os_info is None or os_info.glibc >= floor:
         return
-    newer = [o for o in kb.os_ids() if kb.os_info(o).glibc >= floor]
+    newer = [o for o in kb.environment.os_ids() if kb.environment.os_info(o).glibc >= floor]
     yield _finding(cell, "os", "glibc-too-old",
                    f"{cell.os} has glibc {'.'.join(map(str, os_info.glibc))}, below the manylinux_{floor[0]}_{floor[1]} "
                    f"floor of torch_npu {cell.torch_npu}",
@@ -335,10 +335,10 @@ def driver_supports_cann(cell: Cell, kb) -> Findings:
     """A CANN release needs at least its paired driver; a newer driver runs older CANN. Where a
     major downstream's release notes name an older driver for it (MindIE for CANN 8.2.RC1),
     that driver is a warning naming them. On a product the release numbers its HDK apart for
-    (``product:``), the minimum is that product's (``kb.min_driver(cann, product)``)."""
-    needed = kb.min_driver(cell.cann, cell.product)
-    reason = kb.min_driver_reason(cell.cann, cell.product)[1]
-    by_product = bool(kb.product_hdk(cell.cann, cell.product))
+    (``product:``), the minimum is that product's (``kb.drivers.min_driver(cann, product)``)."""
+    needed = kb.drivers.min_driver(cell.cann, cell.product)
+    reason = kb.drivers.min_driver_reason(cell.cann, cell.product)[1]
+    by_product = bool(kb.drivers.product_hdk(cell.cann, cell.product))
     target = f"CANN {cell.cann}" + (f" on {cell.product}" if by_product else "")
     if not cell.driver:
         yield _finding(cell, "driver", "driver-missing",
@@ -351,7 +351,7 @@ def driver_supports_cann(cell: Cell, kb) -> Findings:
     if driver is None or not needed:
         return
     if versions.meets_minimum("hdk", cell.driver, needed) is False:
-        shipped = kb.downstream_driver(cell.cann, cell.driver)
+        shipped = kb.drivers.downstream_driver(cell.cann, cell.driver)
         if shipped:  # CANN's notes and a downstream's disagree: the strictest is the default, not a refusal
             yield _finding(cell, "driver", "driver-downstream",
                            f"driver {cell.driver} is below {needed}, the minimum HDK for {target} "
@@ -375,19 +375,19 @@ def product_fits(cell: Cell, kb) -> Findings:
     mapping for CANN 9.1.0 on the 950's products), the cell's ``product:`` picks the number. A product
     of another chip is refused; a product the release's table does not name, and a cell of such a
     chip that names none, are warnings (the CANN's own minimum then applies)."""
-    table = dict(kb.hdk_by_product(cell.cann))
-    choices = [p for p in kb.products() if p.chip == cell.chip and p.id in table]
+    table = dict(kb.drivers.hdk_by_product(cell.cann))
+    choices = [p for p in kb.drivers.products() if p.chip == cell.chip and p.id in table]
     if not cell.product:
         if choices:
             listed = ", ".join(f"{p.id} {table[p.id]}" for p in choices)
             yield _finding(cell, "chip", "product-unstated",
                            f"CANN {cell.cann} numbers its HDK per product on chip {cell.chip} ({listed}; "
-                           f"{kb.hdk_by_product_source(cell.cann)}); the cell names no product, so its minimum driver "
-                           f"is the CANN's own ({kb.min_driver(cell.cann)})",
+                           f"{kb.drivers.hdk_by_product_source(cell.cann)}); the cell names no product, so its minimum driver "
+                           f"is the CANN's own ({kb.drivers.min_driver(cell.cann)})",
                            f"add product: {choices[0].id} (or {', '.join(p.id for p in choices[1:])}) when the image "
                            "targets one of them", severity="warning")
         return
-    product = kb.product(cell.product)
+    product = kb.drivers.product(cell.product)
     if product is None:  # the schema refuses an unknown id; a Cell made in code may still carry one
         return
     if product.chip != cell.chip:
@@ -400,7 +400,7 @@ def product_fits(cell: Cell, kb) -> Findings:
                else "it numbers its HDK the same on every product, as far as the knowledge base knows")
         yield _finding(cell, "product", "product-hdk-unknown",
                        f"the knowledge base holds no HDK of {product.name} for CANN {cell.cann} ({why}); "
-                       f"the minimum driver is the CANN's own ({kb.min_driver(cell.cann)})",
+                       f"the minimum driver is the CANN's own ({kb.drivers.min_driver(cell.cann)})",
                        "set min_driver: to the HDK the product's own notes name for this CANN, or drop product:",
                        severity="warning")
 
@@ -411,7 +411,7 @@ def driver_known(cell: Cell, kb) -> Findings:
     the cell says it is unlisted on purpose (then a warning)."""
     if not cell.driver or versions.lenient("hdk", cell.driver) is None:  # driver-missing / version-syntax
         return
-    known, nearest = kb.hdk_known(cell.driver)
+    known, nearest = kb.drivers.hdk_known(cell.driver)
     if known:
         return
     near = f" (nearest: {', '.join(nearest)})" if nearest else ""
@@ -436,9 +436,9 @@ def firmware_in_range(cell: Cell, kb) -> Findings:
     yield from out
     if firmware is None or not cell.driver:
         return
-    accepted = kb.firmware_ranges(cell.driver)
+    accepted = kb.drivers.firmware_ranges(cell.driver)
     if not accepted:  # no range of this driver is known: only having seen this firmware ship vouches for it
-        if not kb.firmware_observed(cell.firmware):
+        if not kb.drivers.firmware_observed(cell.firmware):
             yield _finding(cell, "firmware", "firmware-unlisted" if cell.unlisted else "firmware-unknown",
                            f"firmware {cell.firmware}: no range is known for driver {cell.driver}, and the knowledge "
                            "base never saw this firmware ship", "check it on an NPU host before relying on it"
@@ -449,7 +449,7 @@ def firmware_in_range(cell: Cell, kb) -> Findings:
     if versions.firmware_in_ranges(cell.firmware, accepted) is not False:
         return
     shown = ", ".join(f"[{low}, {high}]" for low, high in accepted)
-    paired = kb.paired_firmware(cell.driver, cell.chip)
+    paired = kb.drivers.paired_firmware(cell.driver, cell.chip)
     yield _finding(cell, "firmware", "firmware-out-of-range",
                    f"firmware {cell.firmware} is outside {shown}, the range driver {cell.driver} accepts",
                    f"use the firmware of the same HDK release as driver {cell.driver}" + (f" ({paired})" if paired else ""))
@@ -457,7 +457,7 @@ def firmware_in_range(cell: Cell, kb) -> Findings:
 
 def chip_supported(cell: Cell, kb) -> Findings:
     """A3 needs CANN 8.1.RC1 or later, the 950 CANN 9.0.0 or later."""
-    first = kb.chip_min_cann(cell.chip)
+    first = kb.drivers.chip_min_cann(cell.chip)
     if not first:
         return
     try:
@@ -472,7 +472,7 @@ def chip_supported(cell: Cell, kb) -> Findings:
 
 def venv_python_matches(cell: Cell, kb) -> Findings:
     """A venv uses the OS's own python3; only conda can give another Python."""
-    os_info = kb.os_info(cell.os)
+    os_info = kb.environment.os_info(cell.os)
     if cell.env != "venv" or os_info is None:
         return
     minor = ".".join(cell.python.split(".")[:2])
@@ -589,7 +589,7 @@ def env_vars_accepted(cell: Cell, kb) -> Findings:
 
 def _nnal_too_early(cell: Cell, kb) -> str:
     """The first CANN with NNAL when ``cell``'s CANN predates it, else ""."""
-    since, cann = kb.nnal_since(), versions.lenient("cann", cell.cann)
+    since, cann = kb.downloads.nnal_since(), versions.lenient("cann", cell.cann)
     return since if cann is not None and since and cann < versions.cann(since) else ""
 
 
@@ -609,12 +609,12 @@ def torch_atb_glibc(cell: Cell, kb) -> Findings:
     install NNAL on that OS for that release (then a warning naming the image)."""
     if not cell.nnal or cell.cann_source == "image":
         return
-    found = kb.torch_atb_glibc(cell.cann, cell.os)
+    found = kb.downloads.torch_atb_glibc(cell.cann, cell.os)
     if found is None:
         return
     needs, source, image = found
-    newer = [o for o in kb.os_ids() if kb.os_info(o).glibc >= tuple(int(p) for p in needs.split("."))]
-    has = ".".join(map(str, kb.os_info(cell.os).glibc))
+    newer = [o for o in kb.environment.os_ids() if kb.environment.os_info(o).glibc >= tuple(int(p) for p in needs.split("."))]
+    has = ".".join(map(str, kb.environment.os_info(cell.os).glibc))
     message = (f"NNAL's torch_atb from CANN {cell.cann} needs glibc {needs}; {cell.os} has glibc {has} "
                f"(per {source})")
     fix = (f"use an OS with glibc >= {needs} ({', '.join(newer)}), or CANN 9.0's torch_atb wheel as that page shows, "
@@ -647,7 +647,7 @@ def own_wheel_fits(cell: Cell, kb) -> Findings:
                        "runs in); `image` refuses any other bytes", severity="warning")
     elif found:
         yield _finding(cell, "torch_npu_wheel", "torch-npu-wheel-sha256", *own_wheel.other_bytes(path, found, sha256))
-    if not cell.torch and kb.torch_npu(cell.torch_npu) is None:
+    if not cell.torch and kb.releases.torch_npu(cell.torch_npu) is None:
         yield _finding(cell, "torch_npu_wheel", "torch-unknown",
                        f"torch_npu {cell.torch_npu} is not in the knowledge base: the torch it was built against "
                        "cannot be inferred", "set torch: to the version its wheel requires (its METADATA's Requires-Dist)")

@@ -119,16 +119,16 @@ def resolve_facts(cell: Cell, kb: KnowledgeBase, lock: Optional[locking.Lock] = 
     # the matrix's own derived values first, then each source in turn, so each is entered once
     cann_only, ref, tag = cell.cann_only, cell.ref, cell.tag
     # the knowledge base: the Python environment, the downloads, then the installer files named from them
-    os_info = kb.os_info(cell.os)
-    owner_os = kb.os_info(owner.os) if closure_of else os_info
+    os_info = kb.environment.os_info(cell.os)
+    owner_os = kb.environment.os_info(owner.os) if closure_of else os_info
     if os_info is None or owner_os is None:
         missing = cell.os if os_info is None else owner.os
         raise UserError(f"{cell.id}: OS {missing!r} is not in builder/data/os.yaml", fix="pick an OS listed there")
     torch, index = _torch(cell, kb)  # the owner's too: a stand-in differs from it in its OS and env alone
-    uv = kb.uv_requirement(cell.arch)
-    referer = kb.download_referer()
-    conda = kb.conda_installer(cell.arch) if cell.env == "conda" else None
-    release = kb.cann_release(cell.cann)  # the CANN release, looked up once: the installers are named from it
+    uv = kb.downloads.uv_requirement(cell.arch)
+    referer = kb.downloads.download_referer()
+    conda = kb.downloads.conda_installer(cell.arch) if cell.env == "conda" else None
+    release = kb.downloads.cann_release(cell.cann)  # the CANN release, looked up once: the installers are named from it
     installers = tuple(installer_names.installers_of(release, cell.chip, cell.arch, cell.nnal))
     known = {item.kind for item in installers}
     local = tuple((kind, installer_names.package_of(release, kind, cell.chip, cell.arch))
@@ -169,13 +169,13 @@ def cann_home(cann: str, key: Optional[Tuple[int, ...]] = None) -> str:
 
 def _torch(cell: Cell, kb: KnowledgeBase) -> Tuple[str, str]:
     """The torch requirement and the extra index that serves it: the CPU build of the torch
-    torch_npu pins, on every arch (``kb.image_torch``: ``torch==X+cpu`` from the PyTorch
+    torch_npu pins, on every arch (``kb.environment.image_torch``: ``torch==X+cpu`` from the PyTorch
     CPU index on x86_64, and on aarch64 from 2.11, where PyPI's torch is the CUDA build),
     which also meets torch_npu's ``torch==X``/``torch==X.*`` pins.
     A CANN-only cell has none: ("", "")."""
     if not cell.torch_npu:
         return "", ""
-    pinned, where = kb.image_torch(cell.torch_npu, cell.torch, cell.arch)
+    pinned, where = kb.environment.image_torch(cell.torch_npu, cell.torch, cell.arch)
     return pinned, (PYTORCH_CPU_INDEX if where == "pytorch-cpu" else "")
 
 

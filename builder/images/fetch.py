@@ -21,7 +21,7 @@ import urllib.request
 from pathlib import Path
 from typing import BinaryIO, Optional, Tuple
 
-from builder import bounded, commands
+from builder import bounded, commands, writes
 from builder.errors import UserError
 
 READ_TIMEOUT = 60.0
@@ -76,7 +76,7 @@ def download(url: str, target: Path, sha256: str, *, referer: str = "", read_tim
     target.parent.mkdir(parents=True, exist_ok=True)
     part = target.with_name(target.name + ".part")
     try:
-        with open(part, "wb") as sink:
+        with writes.stream_to(part) as sink:  # never through a link planted at the partial file's name
             found, _ = _stream(url, referer, sink, read_timeout, deadline, limit, _DOWNLOAD_FIXES)
         if found != sha256:
             raise UserError(f"{url}: its sha256 is {found}, not the {sha256} the matrix gives", exit_code=1,

@@ -28,7 +28,7 @@ from typing import Callable, Dict, List, Optional, Tuple
 
 from builder import bounded, claims, documents, writes
 from builder.images import plan as planning
-from builder.images import attest, fetch, installed, lazy, oci, own_wheel, progress, render, sbom, stage, wheelhouse
+from builder.images import attest, fetch, free_space, installed, lazy, oci, own_wheel, progress, render, sbom, stage, wheelhouse
 from builder.images.blocks import CannInstallers
 from builder.images.prepare import Job, Options, host_arch, prepare
 from builder.images.matrix import Cell
@@ -189,7 +189,8 @@ def preflight(job: Job, run: ImageRun) -> None:
     and its registry does not serve it: --base-image, or --twin-os for a twin), Miniforge's
     installer for a conda image (--conda-installer, or mirrors.conda_installer), the CANN
     download server for each installer; and a ``--base-image`` whose OS is not the cell's (a
-    warning: the image would be labelled with an OS it does not have)."""
+    warning: the image would be labelled with an OS it does not have); then the free space the
+    build needs, on the state folder's file system and the engine's (`free_space`)."""
     image, options, engine = job.image, run.options, run.engine
     base_problem = engine.base_unavailable(image.base_image)
     if base_problem:
@@ -219,6 +220,7 @@ def preflight(job: Job, run: ImageRun) -> None:
     if job.npu and cann is not None and cann.source == "installer":
         for file in cann.installers:
             fetch.reachable(file.url, referer=cann.referer)
+    free_space.check(job, options, engine, run.say)
 
 
 def build(job: Job, run: ImageRun) -> bool:
@@ -286,7 +288,7 @@ def _fetch_wheels(job: Job, folder: Path, say: Say) -> Optional[Path]:
     start, plan = time.monotonic(), job.plan
     uv = folder.with_name(f"{folder.name}.uv.txt")  # the installer the build uses comes offline too
     folder.parent.mkdir(parents=True, exist_ok=True)
-    uv.write_text(plan.uv + "\n")
+    writes.replace_file(uv, (plan.uv + "\n").encode())
     why_not = wheelhouse.download((job.lock_file, uv), folder, python=plan.python, arch=plan.arch, glibc=plan.glibc)
     if why_not:
         say(f"[{job.name}] wheels will be fetched inside the emulated build: {why_not}")

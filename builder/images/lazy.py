@@ -42,6 +42,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tuple
 
+from builder import writes
 from builder.errors import UserError
 from builder.registry import Manifest, Registry, credentials, is_loopback, split_reference
 from builder.trust.signing import PrivateKey
@@ -151,8 +152,8 @@ class Containerd:
         self.place_sockets()
         self.socket.unlink(missing_ok=True)
         config = self.folder / "config.toml"
-        config.write_text(self.config())
-        log = open(self.folder / "containerd.log", "wb")
+        writes.replace_file(config, self.config().encode())
+        log = writes.stream_to(self.folder / "containerd.log")
         try:
             self.proc = subprocess.Popen([CONTAINERD, "--config", str(config)], stdout=log, stderr=log,
                                          stdin=subprocess.DEVNULL, start_new_session=True)
@@ -285,7 +286,7 @@ def convert(folder: Path, host: str, repository: str, digest: str, tag: str, pri
     target = f"{host}/{repository}:{tag}"
     folder.mkdir(parents=True, exist_ok=True)
     record = folder / "prefetch.record.json"
-    record.write_bytes(record_file(prioritized))
+    writes.replace_file(record, record_file(prioritized))
     containerd = Containerd(folder / "containerd")
     try:
         with containerd:

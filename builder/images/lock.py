@@ -435,7 +435,7 @@ def _compile(uv: List[str], inputs: Inputs, requirements: Sequence[str], overrid
              find_links: Sequence[str], index_url: Optional[str], previous: Optional[Lock],
              run: Callable = subprocess.run) -> List[Entry]:
     with tempfile.TemporaryDirectory(prefix="ascend-build-lock-") as tmp:
-        folder = Path(tmp)
+        folder = Path(tmp)  # a private folder made for this call: its files are written plainly (no writes.*)
         (folder / "requirements.in").write_text("\n".join(requirements) + "\n")
         (folder / "constraints.txt").write_text("\n".join(inputs.constraints) + "\n")
         (folder / "overrides.txt").write_text("\n".join(overrides) + "\n")

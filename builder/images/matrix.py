@@ -448,7 +448,7 @@ def _parse_fields(raw: Dict[str, _Val], path: str, out: _Collector) -> Dict[str,
         elif key == "product":
             from builder import knowledge
 
-            value = _choice(val, sub, tuple(p.id for p in knowledge.load().products()), out)
+            value = _choice(val, sub, tuple(p.id for p in knowledge.load().drivers.products()), out)
         elif key == "env":
             value = _choice(val, sub, ENV_MANAGERS, out)
         elif key == "name":
@@ -640,15 +640,15 @@ def complete(cell: Cell) -> Cell:
     kb = knowledge.load()
     updates: Dict[str, Any] = {}  # Any: replace(**updates) cannot tell which field each key is
     if not cell.torch:
-        release = kb.torch_npu(cell.torch_npu)
+        release = kb.releases.torch_npu(cell.torch_npu)
         if release is not None:
             updates["torch"] = release.torch
     if not cell.driver:
-        driver = kb.min_driver(cell.cann, cell.product)
+        driver = kb.drivers.min_driver(cell.cann, cell.product)
         if driver:
             updates["driver"] = driver
     if cell.firmware is None:
-        firmware = kb.paired_firmware(updates.get("driver", cell.driver), cell.chip)
+        firmware = kb.drivers.paired_firmware(updates.get("driver", cell.driver), cell.chip)
         if firmware:
             updates["firmware"] = firmware
     return replace(cell, **updates) if updates else cell

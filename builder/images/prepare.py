@@ -122,7 +122,7 @@ def smoke_plan(variant: str, options: Options, cann_only: bool = False) -> Smoke
 
 def _stand_in(cell: Cell, twin_os: str) -> Cell:
     """``cell`` on ``twin_os``'s base with a venv: a stand-in twin installing ``cell``'s closure."""
-    found = knowledge.load().os_info(twin_os)
+    found = knowledge.load().environment.os_info(twin_os)
     if found is None or found.python != cell.python:
         raise UserError(f"--twin-os {twin_os}: its python3 is {found.python if found else 'unknown'}, "
                         f"cell {cell.id} needs Python {cell.python}",

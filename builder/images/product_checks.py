@@ -5,7 +5,7 @@ Atlas 350 加速卡", newly supports the Atlas 350 card, while the 950 chip itse
 9.0.0 line), so a cell naming a product with a CANN release older than the first whose notes
 name it is refused, citing those notes. The knowledge base answers from
 ``builder/data/cann-products.yaml`` (parsed from the notes, `builder.knowledge.cann_products`)
-through ``kb.product_first_release``.
+through ``kb.drivers.product_first_release``.
 
 A release whose notes do not name a product an older release's notes name says nothing: the
 notes list what is new in a release, not everything it supports. Where nothing is known (no
@@ -44,10 +44,10 @@ def product_released(cell: Cell, kb) -> Findings:
     """A product first named in CANN R's release notes needs CANN R or later (an error, citing the notes)."""
     if not cell.product:
         return
-    product = kb.product(cell.product)
+    product = kb.drivers.product(cell.product)
     if product is None or product.chip != cell.chip:  # unknown id: the schema's; another chip: product_fits's
         return
-    first = kb.product_first_release(cell.product)
+    first = kb.drivers.product_first_release(cell.product)
     if first is None:  # no notes name it: nothing known, nothing said
         return
     release, source = first

@@ -469,7 +469,7 @@ def write(rendered: Dict[str, Dict[str, bytes]], out: Path) -> Written:
             targets = [p for p in path.iterdir() if _renders(p)] if data is None and path.is_dir() else [path]
             for target in targets:
                 if why != "missing" and target.exists():
-                    os.close(os.open(target, os.O_WRONLY | os.O_APPEND))  # writable? (changes nothing)
+                    os.close(os.open(target, os.O_WRONLY | os.O_APPEND))  # writable? (opened and closed: nothing written)
             if data is not None and path.parent in new_folders:
                 if path.parent not in folders:
                     if out not in there:

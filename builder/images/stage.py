@@ -29,7 +29,7 @@ import tempfile
 from pathlib import Path
 from typing import Dict, Iterator, Optional, Protocol, Sequence, Tuple
 
-from builder import leftovers
+from builder import leftovers, writes
 from builder.errors import UserError
 
 
@@ -67,9 +67,16 @@ def claim(contexts: Path, arch: str, variant: str) -> Iterator[Path]:
         contexts.unlink()  # a file (or dangling link) where the tool's own scratch folder goes: nobody's data
     contexts.mkdir(parents=True, exist_ok=True)
     folder = contexts / f"{variant}-{arch}"
-    with open(contexts / f".{variant}-{arch}.lock", "w") as held:
+    lock = contexts / f".{variant}-{arch}.lock"
+    if lock.is_symlink():  # the tool's own scratch space: a link there is removed, never followed
+        lock.unlink()
+    # opened for its flock alone: created when missing, never truncated, never through a link
+    held = os.open(lock, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o666)
+    try:
         fcntl.flock(held, fcntl.LOCK_EX)
         yield folder
+    finally:
+        os.close(held)
 
 
 def context(files: Dict[str, bytes], folder: Path, wheelhouse: Optional[Path] = None,
@@ -90,7 +97,7 @@ def context(files: Dict[str, bytes], folder: Path, wheelhouse: Optional[Path] = 
         folder.unlink()  # the tool's own scratch space: removed, never followed
     folder.mkdir(parents=True)
     for name, data in files.items():
-        (folder / name).write_bytes(data)
+        writes.stage_in(folder, name, data)  # created exclusively in the folder just made, never through a link
     for wheel in own_wheels:
         (folder / WHEELHOUSE).mkdir(exist_ok=True)
         _link(wheel, folder / WHEELHOUSE / wheel.name)
@@ -124,7 +131,7 @@ def _link(source: Path, target: Path) -> None:
     try:
         os.link(source, target)  # same file system: no copy of GBs
     except OSError:
-        shutil.copy2(source, target)
+        shutil.copy2(source, target)  # into the context folder this build just made: nothing else is in it
 
 
 def buildenv(settings: Settings, with_ca: bool, offline_pip: bool = False) -> str:
@@ -150,6 +157,7 @@ def secrets(settings: Settings, ca_bundle: Optional[Path], offline_pip: bool = F
     # named for this process: a run killed with SIGKILL leaves it, and the next run sweeps it
     with tempfile.TemporaryDirectory(prefix=leftovers.temp_prefix("secrets")) as tmp:
         env_file = Path(tmp) / "buildenv"
+        # a private folder (0700) made for this build: no one else's name is in it (no writes.* needed)
         env_file.write_text(buildenv(settings, ca_bundle is not None, offline_pip))
         env_file.chmod(0o600)
         files = {"buildenv": env_file}

@@ -17,9 +17,9 @@ It is split by concern, one part per module, each reading only its own data:
 * `additions`    a project's own torch_npu and CANN releases (``ascend-build/knowledge.yaml``), laid over
   ``ascend-compat.yaml`` before the parts are built.
 
-`KnowledgeBase` is the facade over them: it builds the parts and hands out their methods
-under one name each (``kb.min_driver`` is the ``Drivers`` part's own bound method, so a
-call through the facade makes no extra hop). Installer file names are not here: they are
+`KnowledgeBase` is the facade over them: it loads the data, builds the parts and holds them;
+a caller asks the part it needs (``kb.drivers.min_driver``), so each call site names the
+part, and the module, it reads. Installer file names are not here: they are
 `builder.installers`'s, which reads this package (never the other way round).
 
 Lookups are lenient (``versions.lenient``): a version string that does not parse, or
@@ -29,11 +29,11 @@ malformed strings with file:line. The ``ascend-build kb`` descriptions are in
 
 Example:
     >>> kb = load()
-    >>> kb.torch_npu("2.1.0.rc1").cann
+    >>> kb.releases.torch_npu("2.1.0.rc1").cann
     '7.0.RC1'
-    >>> kb.torch_requirement("2.1.0.post3", "x86_64")
+    >>> kb.environment.torch_requirement("2.1.0.post3", "x86_64")
     ('torch==2.1.0+cpu', 'pytorch-cpu')
-    >>> kb.paired_hdk("7.0.RC1")
+    >>> kb.drivers.paired_hdk("7.0.RC1")
     '23.0.RC3'
 """
 
@@ -46,7 +46,6 @@ from builder.knowledge.downloads import CannRelease, Downloads, Installer
 from builder.knowledge.drivers import OTHER_PRODUCTS, Drivers, Product, chip_of_soc, chip_min_cann
 from builder.knowledge.environment import CannOs, Environment, OsInfo, known_arch
 from builder.knowledge import additions as team_additions
-from builder.knowledge import cann_products
 from builder.knowledge.ascend_errors import ERRORS_FILE, error_entries
 from builder.knowledge.files import ADDITIONS_FILE, DATA_DIR, MINDCLUSTER_FILE, TABLES_FILE, read_json, read_yaml
 from builder.knowledge.pairings import CannFit, CompatWindow, Releases, TorchNpu
@@ -58,17 +57,22 @@ ARCHES: Tuple[str, ...] = ("x86_64", "aarch64")
 
 
 class KnowledgeBase:
-    """The parts of the knowledge base, composed; their methods under one name each.
+    """The parts of the knowledge base, composed: ``releases``, ``environment``, ``drivers``,
+    ``downloads``, and ``additions`` (what a project's additions file brought, or None).
+
+    A caller asks the part that answers (``kb.drivers.min_driver(...)``): the facade hands out
+    no method of its own, so which part a module reads shows at each call
+    (tests/test_knowledge.py holds that rule).
 
     Build it with :func:`load` (cached); the constructor takes already parsed documents
     so tests can feed their own.
 
     Example:
         >>> kb = load()
-        >>> kb.min_driver("8.0.RC3"), kb.firmware_range("24.1.rc3")
+        >>> kb.drivers.min_driver("8.0.RC3"), kb.drivers.firmware_range("24.1.rc3")
         ('24.1.RC3', ('7.0.0', '7.5.99'))
-        >>> kb.min_driver == kb.drivers.min_driver
-        True
+        >>> sorted(vars(kb))
+        ['additions', 'downloads', 'drivers', 'environment', 'releases']
     """
 
     def __init__(
@@ -86,65 +90,8 @@ class KnowledgeBase:
         self.additions = additions  # what a project's additions file brought (`compat` holds it already)
         self.releases = releases = Releases(compat, packages, tables_doc)
         self.environment = environment = Environment(releases, compat, os_doc)
-        self.drivers = drivers = Drivers(releases, compat, mindcluster_doc)
-        self.downloads = downloads = Downloads(releases, environment, conda_doc, downloads_doc, uv_doc)
-        # releases and pairings
-        self.torch_npu = releases.torch_npu
-        self.torch_npu_versions = releases.torch_npu_versions
-        self.unpublished = releases.unpublished
-        self.torch_npu_for_cann = releases.torch_npu_for_cann
-        self.cann_floor = releases.cann_floor
-        self.cann_releases = releases.cann_releases
-        self.canonical_cann = releases.canonical_cann
-        self.cann_entry = releases.cann_entry
-        self.cann_package = releases.cann_package
-        self.downstream_evidence = releases.downstream_evidence
-        self.pta_of = releases.pta_of
-        self.compat_window = releases.compat_window
-        self.cann_fit = releases.cann_fit
-        self.compat_windows = releases.compat_windows
-        # the Python environment
-        self.torch_requirement = environment.torch_requirement
-        self.cpu_torch = environment.cpu_torch
-        self.image_torch = environment.image_torch
-        self.glibc_floor = environment.glibc_floor
-        self.python_official = environment.python_official
-        self.os_info = environment.os_info
-        self.os_ids = environment.os_ids
-        self.os_family_name = environment.os_family_name
-        self.cann_os = environment.cann_os
-        self.cann_os_not_checked = environment.cann_os_not_checked
-        # drivers and products
-        self.chips = drivers.chips
-        self.products = drivers.products
-        self.product = drivers.product
-        self.hdk_by_product = drivers.hdk_by_product
-        self.hdk_by_product_source = drivers.hdk_by_product_source
-        self.product_hdk = drivers.product_hdk
-        self.chip_min_cann = drivers.chip_min_cann
-        # since when CANN's release notes name a product (cann-products.yaml, parsed from the notes);
-        # what downstream releases require (downstream-pins.yaml) is read by its rule when a cell pins one
-        self.product_first_release = cann_products.first_release
-        self.paired_hdk = drivers.paired_hdk
-        self.min_driver_reason = drivers.min_driver_reason
-        self.min_driver = drivers.min_driver
-        self.downstream_driver = drivers.downstream_driver
-        self.hdk_known = drivers.hdk_known
-        self.supported_hdk_lines = drivers.supported_hdk_lines
-        self.firmware_range = drivers.firmware_range
-        self.firmware_ranges = drivers.firmware_ranges
-        self.firmware_observed = drivers.firmware_observed
-        self.paired_firmware = drivers.paired_firmware
-        # installers' sources
-        self.nnal_since = downloads.nnal_since
-        self.torch_atb_glibc = downloads.torch_atb_glibc
-        self.cann_release = downloads.cann_release
-        self.cann_release_folder = downloads.cann_release_folder
-        self.cann_release_folder_source = downloads.cann_release_folder_source
-        self.uv_requirement = downloads.uv_requirement
-        self.download_referer = downloads.download_referer
-        self.conda_installer = downloads.conda_installer
-        self.conda_installers = downloads.conda_installers
+        self.drivers = Drivers(releases, compat, mindcluster_doc)
+        self.downloads = Downloads(releases, environment, conda_doc, downloads_doc, uv_doc)
 
 
 def load(fresh: bool = False) -> KnowledgeBase:

@@ -73,7 +73,7 @@ class CannRelease:
 
     Example:
         >>> from builder.knowledge import load
-        >>> release = load().cann_release("8.3.rc1")
+        >>> release = load().downloads.cann_release("8.3.rc1")
         >>> release.name, release.listed is not None, release.folder is not None, release.nnal_since
         ('8.3.RC1', True, True, '8.0.RC3')
         >>> release.key == load().releases.listing("8.3.RC1").key, release.source
@@ -117,7 +117,7 @@ class Downloads:
 
         Example:
             >>> from builder.knowledge import load
-            >>> load().nnal_since()
+            >>> load().downloads.nnal_since()
             '8.0.RC3'
         """
         return str((self._downloads.get("nnal") or {}).get("since") or "")
@@ -129,9 +129,9 @@ class Downloads:
 
         Example:
             >>> from builder.knowledge import load
-            >>> load().torch_atb_glibc("9.1.0", "ubuntu22.04")[0], load().torch_atb_glibc("9.1.0", "ubuntu24.04")
+            >>> load().downloads.torch_atb_glibc("9.1.0", "ubuntu22.04")[0], load().downloads.torch_atb_glibc("9.1.0", "ubuntu24.04")
             ('2.38', None)
-            >>> load().torch_atb_glibc("9.0.0", "ubuntu22.04") is None
+            >>> load().downloads.torch_atb_glibc("9.0.0", "ubuntu22.04") is None
             True
         """
         rule = (self._downloads.get("nnal") or {}).get("torch_atb_glibc") or {}
@@ -172,11 +172,11 @@ class Downloads:
 
         Example:
             >>> from builder.knowledge import load
-            >>> load().cann_release_folder("9.1.0")
+            >>> load().downloads.cann_release_folder("9.1.0")
             'https://ascend-repo.obs.cn-east-2.myhuaweicloud.com/CANN/CANN%209.1.0/'
-            >>> load().cann_release_folder("9.0.0-beta.1")
+            >>> load().downloads.cann_release_folder("9.0.0-beta.1")
             'https://ascend-repo.obs.cn-east-2.myhuaweicloud.com/CANN/CANN%209.0.T2/'
-            >>> load().cann_release_folder("6.4.0") is None, load().cann_release_folder("8.0.RC2.alpha002") is None
+            >>> load().downloads.cann_release_folder("6.4.0") is None, load().downloads.cann_release_folder("8.0.RC2.alpha002") is None
             (True, True)
         """
         return self._folder(self._releases.listing(cann))
@@ -198,7 +198,7 @@ class Downloads:
 
         Example:
             >>> from builder.knowledge import load
-            >>> load().cann_release_folder_source("9.1.0-beta.3")[:46]
+            >>> load().downloads.cann_release_folder_source("9.1.0-beta.3")[:46]
             'Ascend/cann-container-image@fe522a3511b10ddd28'
         """
         if self.cann_release_folder(cann) is None:
@@ -211,7 +211,7 @@ class Downloads:
 
         Example:
             >>> from builder.knowledge import load
-            >>> load().uv_requirement("arm64")[:40]
+            >>> load().downloads.uv_requirement("arm64")[:40]
             'uv==0.13.9 --hash=sha256:5435c5ce14a5643'
         """
         sha = (self._uv.get("sha256") or {}).get(arch if arch in ARCHS else normalize_arch(arch) or "")
@@ -226,7 +226,7 @@ class Downloads:
 
         Example:
             >>> from builder.knowledge import load
-            >>> load().conda_installer("arm64").filename, load().conda_installer("ppc64le")
+            >>> load().downloads.conda_installer("arm64").filename, load().downloads.conda_installer("ppc64le")
             ('Miniforge3-26.3.2-3-Linux-aarch64.sh', None)
         """
         return self._conda.get(normalize_arch(arch) or "")
@@ -236,7 +236,7 @@ class Downloads:
 
         Example:
             >>> from builder.knowledge import load
-            >>> sorted(load().conda_installers())
+            >>> sorted(load().downloads.conda_installers())
             ['aarch64', 'x86_64']
         """
         return dict(self._conda)

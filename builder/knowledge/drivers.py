@@ -2,7 +2,7 @@
 
 Reads ``ascend-compat.yaml`` (``hdk_driver_firmware.observed_pairs``, the HDK fields of
 ``cann_hdk.releases`` and ``chips.products``) once; asks the `releases` part for a CANN
-release's entry and package. ``min_driver_reason`` is the one rule of a CANN release's
+release's entry and package, and `cann_products` since when CANN's notes name a product. ``min_driver_reason`` is the one rule of a CANN release's
 minimum driver, on a product where the release numbers its HDK per product.
 """
 
@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any, Dict, List, Mapping, Optional, Set, Tuple
 
 from builder import versions
+from builder.knowledge import cann_products
 from builder.knowledge.pairings import Releases, cann_key, listed
 from builder.vocabulary import CHIPS
 
@@ -130,7 +131,7 @@ class Drivers:
 
         Example:
             >>> from builder.knowledge import load
-            >>> load().chips()
+            >>> load().drivers.chips()
             ('910', '910b', 'a3', '310p', '950')
         """
         return CHIPS
@@ -140,7 +141,7 @@ class Drivers:
 
         Example:
             >>> from builder.knowledge import load
-            >>> load().chip_min_cann("a3")
+            >>> load().drivers.chip_min_cann("a3")
             '8.1.RC1'
         """
         return chip_min_cann(chip)
@@ -150,7 +151,7 @@ class Drivers:
 
         Example:
             >>> from builder.knowledge import load
-            >>> [p.id for p in load().products()]
+            >>> [p.id for p in load().drivers.products()]
             ['atlas-950-superpod', 'atlas-350', 'atlas-850']
         """
         return tuple(self._products.values())
@@ -160,10 +161,25 @@ class Drivers:
 
         Example:
             >>> from builder.knowledge import load
-            >>> load().product("atlas-350").name, load().product("atlas-999")
+            >>> load().drivers.product("atlas-350").name, load().drivers.product("atlas-999")
             ('Atlas 350 card', None)
         """
         return self._products.get(str(product_id))
+
+    def product_first_release(self, product_id: str) -> Optional[Tuple[str, cann_products.Source]]:
+        """The oldest CANN release whose release notes name that product, with where they do
+        (``cann-products.yaml``); None when no notes name it.
+
+        Asked here, of the part that owns the products, so the product rule reads the knowledge
+        base alone (and a test hands it other notes through a stand-in part); the notes' data
+        stays `cann_products`'s, a file the parser makes, read once per process.
+
+        Example:
+            >>> from builder.knowledge import load
+            >>> load().drivers.product_first_release("atlas-350")[0]
+            '9.0.0'
+        """
+        return cann_products.first_release(product_id)
 
     def hdk_by_product(self, cann: str) -> Tuple[Tuple[str, str], ...]:
         """(product id, paired HDK) of the release's per-product HDK table, the id ``other_products``
@@ -173,7 +189,7 @@ class Drivers:
 
         Example:
             >>> from builder.knowledge import load
-            >>> load().hdk_by_product("9.1.0")[0], load().hdk_by_product("8.5.0")
+            >>> load().drivers.hdk_by_product("9.1.0")[0], load().drivers.hdk_by_product("8.5.0")
             (('atlas-950-superpod', '25.1.RC1'), ())
         """
         parsed = self._by_product.get(cann_key(cann) or (), {})
@@ -201,7 +217,7 @@ class Drivers:
 
         Example:
             >>> from builder.knowledge import load
-            >>> load().product_hdk("9.1.0", "atlas-950-superpod"), load().product_hdk("8.5.0", "atlas-950-superpod")
+            >>> load().drivers.product_hdk("9.1.0", "atlas-950-superpod"), load().drivers.product_hdk("8.5.0", "atlas-950-superpod")
             ('25.1.RC1', None)
         """
         return dict(self.hdk_by_product(cann)).get(str(product_id)) if product_id != OTHER_PRODUCTS else None
@@ -214,7 +230,7 @@ class Drivers:
 
         Example:
             >>> from builder.knowledge import load
-            >>> load().paired_hdk("9.0.1")
+            >>> load().drivers.paired_hdk("9.0.1")
             '25.5.1'
         """
         entry = self._releases.entry(cann)
@@ -272,11 +288,11 @@ class Drivers:
 
         Example:
             >>> from builder.knowledge import load
-            >>> load().min_driver_reason("8.3.RC1")
+            >>> load().drivers.min_driver_reason("8.3.RC1")
             ('25.0.RC1', 'CANN 8.5.0 runs on HDK 25.0.RC1 (its release notes support HDK 25.0.X), and a driver that runs a newer CANN runs an older one')
-            >>> load().min_driver_reason("7.0.RC1")
+            >>> load().drivers.min_driver_reason("7.0.RC1")
             ('23.0.RC3', 'its paired HDK 23.0.RC3')
-            >>> load().min_driver_reason("9.1.0", "atlas-950-superpod")
+            >>> load().drivers.min_driver_reason("9.1.0", "atlas-950-superpod")
             ('25.1.RC1', 'its per-product HDK table (Ascend/mind-cluster@master:docs/zh/release_notes.md, line 35) pairs it with HDK 25.1.RC1 on Atlas 950 SuperPoD')
         """
         key = (cann, product if self.product_hdk(cann, product) else "")
@@ -317,7 +333,7 @@ class Drivers:
 
         Example:
             >>> from builder.knowledge import load
-            >>> load().min_driver("7.0.RC1"), load().min_driver("8.3.RC1"), load().min_driver("9.1.0", "atlas-350")
+            >>> load().drivers.min_driver("7.0.RC1"), load().drivers.min_driver("8.3.RC1"), load().drivers.min_driver("9.1.0", "atlas-350")
             ('23.0.RC3', '25.0.RC1', '25.7.RC1')
         """
         return self.min_driver_reason(cann, product)[0]
@@ -328,9 +344,9 @@ class Drivers:
 
         Example:
             >>> from builder.knowledge import load
-            >>> load().downstream_driver("8.2.RC1", "24.1.rc3")
+            >>> load().drivers.downstream_driver("8.2.RC1", "24.1.rc3")
             'MindIE 2.1.RC1 release notes, version compatibility (MINDIE_21RC1_RN)'
-            >>> load().downstream_driver("8.2.RC1", "24.1.RC1"), load().downstream_driver("8.3.RC1", "24.1.RC3")
+            >>> load().drivers.downstream_driver("8.2.RC1", "24.1.RC1"), load().drivers.downstream_driver("8.3.RC1", "24.1.RC3")
             ('', '')
         """
         entry = self._releases.entry(cann) or {}
@@ -349,7 +365,7 @@ class Drivers:
 
         Example:
             >>> from builder.knowledge import load
-            >>> load().hdk_known("25.2.1")[0], load().hdk_known("24.1.RC4")
+            >>> load().drivers.hdk_known("25.2.1")[0], load().drivers.hdk_known("24.1.RC4")
             (True, (False, ('24.1.RC3', '24.1.0')))
         """
         dv = versions.lenient("hdk", driver)
@@ -366,7 +382,7 @@ class Drivers:
 
         Example:
             >>> from builder.knowledge import load
-            >>> load().supported_hdk_lines("9.2.0")[0]
+            >>> load().drivers.supported_hdk_lines("9.2.0")[0]
             '25.3.X'
         """
         entry = self._releases.entry(cann)
@@ -383,7 +399,7 @@ class Drivers:
 
         Example:
             >>> from builder.knowledge import load
-            >>> load().firmware_range("24.1.rc3")
+            >>> load().drivers.firmware_range("24.1.rc3")
             ('7.0.0', '7.5.99')
         """
         ranges = self.firmware_ranges(driver)
@@ -394,7 +410,7 @@ class Drivers:
 
         Example:
             >>> from builder.knowledge import load
-            >>> load().firmware_ranges("25.0.rc1.1")
+            >>> load().drivers.firmware_ranges("25.0.rc1.1")
             [('7.0.0', '7.7.99'), ('6.4.0', '6.4.99')]
         """
         found: List[Tuple[str, str]] = []
@@ -409,7 +425,7 @@ class Drivers:
 
         Example:
             >>> from builder.knowledge import load
-            >>> load().firmware_observed("7.5.0.1.129"), load().firmware_observed("7.5.0.1.130")
+            >>> load().drivers.firmware_observed("7.5.0.1.129"), load().drivers.firmware_observed("7.5.0.1.130")
             (True, False)
         """
         fv = versions.lenient("firmware", firmware)
@@ -426,7 +442,7 @@ class Drivers:
 
         Example:
             >>> from builder.knowledge import load
-            >>> load().paired_firmware("24.1.rc1", "910b")
+            >>> load().drivers.paired_firmware("24.1.rc1", "910b")
             '7.1.0.6.220'
         """
         want = str(chip).lower() if chip else None

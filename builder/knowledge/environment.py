@@ -64,7 +64,7 @@ class OsInfo:
 
     Example:
         >>> from builder.knowledge import load
-        >>> info = load().os_info("ubuntu22.04")
+        >>> info = load().environment.os_info("ubuntu22.04")
         >>> info.glibc, info.python, info.image
         ((2, 35), '3.10', 'ubuntu:22.04')
     """
@@ -87,7 +87,7 @@ class CannOs:
 
     Example:
         >>> from builder.knowledge import load
-        >>> stated = load().cann_os("8.5.0")
+        >>> stated = load().environment.cann_os("8.5.0")
         >>> stated.names("Debian"), stated.names("Alpine"), stated.complete
         (True, False, True)
     """
@@ -143,7 +143,7 @@ class Environment:
 
         Example:
             >>> from builder.knowledge import load
-            >>> load().torch_requirement("2.1.0.post3", "aarch64")
+            >>> load().environment.torch_requirement("2.1.0.post3", "aarch64")
             ('torch==2.1.0', 'pypi')
         """
         a = known_arch(arch)
@@ -172,9 +172,9 @@ class Environment:
 
         Example:
             >>> from builder.knowledge import load
-            >>> load().cpu_torch("2.1.0", "x86_64"), load().cpu_torch("2.9.0", "aarch64")
+            >>> load().environment.cpu_torch("2.1.0", "x86_64"), load().environment.cpu_torch("2.9.0", "aarch64")
             (('torch==2.1.0+cpu', 'pytorch-cpu'), ('torch==2.9.0', 'pypi'))
-            >>> load().cpu_torch("2.13.0", "arm64")
+            >>> load().environment.cpu_torch("2.13.0", "arm64")
             ('torch==2.13.0+cpu', 'pytorch-cpu')
         """
         return _cpu_build(versions.python_package(torch), known_arch(arch))
@@ -187,7 +187,7 @@ class Environment:
 
         Example:
             >>> from builder.knowledge import load
-            >>> load().image_torch("2.1.0.post3", "2.1.0", "aarch64")
+            >>> load().environment.image_torch("2.1.0.post3", "2.1.0", "aarch64")
             ('torch==2.1.0', 'pypi')
         """
         requirement, _ = self.torch_requirement(torch_npu, arch)
@@ -201,7 +201,7 @@ class Environment:
 
         Example:
             >>> from builder.knowledge import load
-            >>> load().glibc_floor("2.7.1", "x86_64")
+            >>> load().environment.glibc_floor("2.7.1", "x86_64")
             (2, 28)
         """
         rel = self._releases.torch_npu(torch_npu)
@@ -216,7 +216,7 @@ class Environment:
 
         Example:
             >>> from builder.knowledge import load
-            >>> load().python_official("2.1.0")
+            >>> load().environment.python_official("2.1.0")
             ('3.8', '3.9', '3.10', '3.11')
         """
         key = versions.lenient("python_package", torch)
@@ -230,7 +230,7 @@ class Environment:
 
         Example:
             >>> from builder.knowledge import load
-            >>> load().os_info("debian12").codename
+            >>> load().environment.os_info("debian12").codename
             'bookworm'
         """
         return self._os.get(str(os_id).lower())
@@ -241,7 +241,7 @@ class Environment:
 
         Example:
             >>> from builder.knowledge import load
-            >>> load().os_family_name("openeuler22.03"), load().os_family_name("debian12")
+            >>> load().environment.os_family_name("openeuler22.03"), load().environment.os_family_name("debian12")
             ('openEuler', 'Debian')
         """
         letters = re.match(r"[a-z]+", str(os_id).lower())
@@ -253,7 +253,7 @@ class Environment:
 
         Example:
             >>> from builder.knowledge import load
-            >>> load().cann_os("9.0.0").os[:3], load().cann_os("8.1.RC1")
+            >>> load().environment.cann_os("9.0.0").os[:3], load().environment.cann_os("8.1.RC1")
             (('openEuler', 'Ubuntu', 'veLinux'), None)
         """
         wanted = versions.lenient("cann", cann)
@@ -265,7 +265,7 @@ class Environment:
 
         Example:
             >>> from builder.knowledge import load
-            >>> load().cann_os_not_checked("8.1.RC1")[:10], load().cann_os_not_checked("8.5.0")
+            >>> load().environment.cann_os_not_checked("8.1.RC1")[:10], load().environment.cann_os_not_checked("8.5.0")
             ('not found:', '')
         """
         wanted = versions.lenient("cann", cann)
@@ -278,7 +278,7 @@ class Environment:
 
         Example:
             >>> from builder.knowledge import load
-            >>> "ubuntu22.04" in load().os_ids()
+            >>> "ubuntu22.04" in load().environment.os_ids()
             True
         """
         return tuple(self._os)

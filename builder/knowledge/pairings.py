@@ -32,7 +32,7 @@ class TorchNpu:
 
     Example:
         >>> from builder.knowledge import load
-        >>> load().torch_npu("2.3.1").python["x86_64"]
+        >>> load().releases.torch_npu("2.3.1").python["x86_64"]
         ('3.8', '3.9', '3.10')
     """
 
@@ -58,7 +58,7 @@ class CompatWindow:
 
     Example:
         >>> from builder.knowledge import load
-        >>> w = load().compat_window("2.4.0.post2", "8.0.RC2")
+        >>> w = load().releases.compat_window("2.4.0.post2", "8.0.RC2")
         >>> w.pta, w.cann_text
         (('6.0.0',), '8.0.RC2, 8.0.RC3, 8.0.0, 8.1.RC1, 8.2.RC1, 8.3.RC1')
     """
@@ -101,9 +101,9 @@ class CannFit:
     Example:
         >>> from builder.knowledge import load
         >>> kb = load()
-        >>> [kb.cann_fit("2.6.0.post3", c).kind for c in ("8.3.RC1", "8.0.RC2", "8.5.0", "7.0.RC1")]
+        >>> [kb.releases.cann_fit("2.6.0.post3", c).kind for c in ("8.3.RC1", "8.0.RC2", "8.5.0", "7.0.RC1")]
         ['paired', 'window', 'mismatch', 'uncovered']
-        >>> kb.cann_fit("2.9.0", "8.5.1").kind, kb.cann_fit("2.10.0", "9.1.0-beta.1").evidence
+        >>> kb.releases.cann_fit("2.9.0", "8.5.1").kind, kb.releases.cann_fit("2.10.0", "9.1.0-beta.1").evidence
         ('window', 'vllm-project/vllm-ascend@v0.20.2rc1:Dockerfile.310p')
     """
 
@@ -297,7 +297,7 @@ class Releases:
 
         Example:
             >>> from builder.knowledge import load
-            >>> load().torch_npu("2.1.0.rc1").version
+            >>> load().releases.torch_npu("2.1.0.rc1").version
             '2.1.0rc1'
         """
         key = versions.lenient("python_package", version)
@@ -308,7 +308,7 @@ class Releases:
 
         Example:
             >>> from builder.knowledge import load
-            >>> load().torch_npu_versions()[:2]
+            >>> load().releases.torch_npu_versions()[:2]
             ['2.1.0rc1', '2.1.0']
         """
         return [self._releases[k].version for k in self._release_order]
@@ -318,7 +318,7 @@ class Releases:
 
         Example:
             >>> from builder.knowledge import load
-            >>> load().unpublished("2.1.0.post4")["cann"]
+            >>> load().releases.unpublished("2.1.0.post4")["cann"]
             '8.0.RC1'
         """
         key = versions.lenient("python_package", version)
@@ -330,7 +330,7 @@ class Releases:
 
         Example:
             >>> from builder.knowledge import load
-            >>> [r.version for r in load().torch_npu_for_cann("7.0.RC1")]
+            >>> [r.version for r in load().releases.torch_npu_for_cann("7.0.RC1")]
             ['2.1.0rc1']
         """
         cv = versions.lenient("cann", cann)
@@ -350,9 +350,9 @@ class Releases:
 
         Example:
             >>> from builder.knowledge import load
-            >>> load().cann_floor("2.13.0")
+            >>> load().releases.cann_floor("2.13.0")
             ('9.1.0', '2.12.0')
-            >>> load().cann_floor("2.1.0rc1") is None
+            >>> load().releases.cann_floor("2.1.0rc1") is None
             True
         """
         if torch_npu not in self._cann_floor:
@@ -384,7 +384,7 @@ class Releases:
 
         Example:
             >>> from builder.knowledge import load
-            >>> "7.0.RC1" in load().cann_releases()
+            >>> "7.0.RC1" in load().releases.cann_releases()
             True
         """
         return list(self._cann_names)
@@ -394,7 +394,7 @@ class Releases:
 
         Example:
             >>> from builder.knowledge import load
-            >>> load().canonical_cann("8.3.rc1"), load().canonical_cann("9.9.rc1")
+            >>> load().releases.canonical_cann("8.3.rc1"), load().releases.canonical_cann("9.9.rc1")
             ('8.3.RC1', '9.9.RC1')
         """
         text = str(cann)
@@ -410,7 +410,7 @@ class Releases:
 
         Example:
             >>> from builder.knowledge import load
-            >>> load().cann_entry("7.0.rc1")["version"]
+            >>> load().releases.cann_entry("7.0.rc1")["version"]
             '7.0.RC1'
         """
         entry = self.entry(cann)
@@ -422,7 +422,7 @@ class Releases:
 
         Example:
             >>> from builder.knowledge import load
-            >>> ver, entry = load().cann_package("8.0.rc3")
+            >>> ver, entry = load().releases.cann_package("8.0.rc3")
             >>> ver, sorted(entry)
             ('8.0.RC3', ['files', 'requires', 'seen_in'])
         """
@@ -436,7 +436,7 @@ class Releases:
 
         Example:
             >>> from builder.knowledge import load
-            >>> load().pta_of("2.6.0.post3"), load().pta_of("2.7.1.post6"), load().pta_of("2.13.0")
+            >>> load().releases.pta_of("2.6.0.post3"), load().releases.pta_of("2.7.1.post6"), load().releases.pta_of("2.13.0")
             ('7.2.0', '26.0.0', None)
         """
         row = self.tables.pta_of(torch_npu)
@@ -458,9 +458,9 @@ class Releases:
 
         Example:
             >>> from builder.knowledge import load
-            >>> load().compat_window("2.1.0.post10", "8.3.RC1").pta_text
+            >>> load().releases.compat_window("2.1.0.post10", "8.3.RC1").pta_text
             '6.0.0'
-            >>> load().compat_window("2.1.0.post10", "8.5.0") is None, load().compat_window("2.1.0.post3", "8.0.RC2") is None
+            >>> load().releases.compat_window("2.1.0.post10", "8.5.0") is None, load().releases.compat_window("2.1.0.post3", "8.0.RC2") is None
             (True, True)
         """
         pta = self.pta_of(torch_npu)
@@ -508,7 +508,7 @@ class Releases:
 
         Example:
             >>> from builder.knowledge import load
-            >>> load().downstream_evidence("2.9.0", "8.5.1")
+            >>> load().releases.downstream_evidence("2.9.0", "8.5.1")
             'vllm-project/vllm-ascend@v0.16.0rc1:Dockerfile'
         """
         npu, wanted = versions.lenient("python_package", torch_npu), versions.lenient("cann", cann)

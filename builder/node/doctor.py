@@ -132,7 +132,7 @@ def check_pairing(host: HostInfo) -> Check:
     kb = knowledge.load()
     fw_ranges = host.driver_fw_ranges
     if not fw_ranges:
-        rng = kb.firmware_range(host.driver)
+        rng = kb.drivers.firmware_range(host.driver)
         fw_ranges = [list(rng)] if rng else []
     verdicts = []
     flag = (host.compatibility or "").upper()
@@ -155,7 +155,7 @@ def check_pairing(host: HostInfo) -> Check:
         return Check(name, OK, detail)
     fix = explain.fix_for("firmware-driver-mismatch", host,
                           driver_fw_range=", ".join(f"[{a},{b}]" for a, b in fw_ranges) or None)
-    paired = kb.paired_firmware(host.driver, host.chip)
+    paired = kb.drivers.paired_firmware(host.driver, host.chip)
     if paired:
         fix += f" (driver {host.driver} shipped with firmware {paired})"
     return Check(name, FAIL, detail, fix)
@@ -556,7 +556,7 @@ def image_checks(labels: Mapping[str, str], facts: Mapping[str, Any], host: Host
         what = "the CPU twin: no CANN by design" if lab(Label.VARIANT) == CPU else "no CANN in the image (a CPU image?)"
         out.append(Check("image: CANN", WARN, what, "use the NPU variant on NPU nodes"))
 
-    need = lab(Label.MIN_DRIVER) or (kb.min_driver(cann, lab(Label.PRODUCT) or "") if cann else None)
+    need = lab(Label.MIN_DRIVER) or (kb.drivers.min_driver(cann, lab(Label.PRODUCT) or "") if cann else None)
     if need:
         meets = versions.meets_minimum("hdk", host.driver, need)
         if meets is None:
@@ -608,10 +608,10 @@ def _torch_checks(kb, lab, facts, cann, npu, host, labels) -> List[Check]:
                     else "no torch_npu in the image (a CPU image?)")
             out.append(Check("image: torch_npu vs CANN", WARN, what, "use the NPU variant on NPU nodes"))
         return out
-    rel = kb.torch_npu(tnpu)
+    rel = kb.releases.torch_npu(tnpu)
     values = dict(image_torch_npu=tnpu, image_cann=cann)
     if rel is None:
-        what = "was never published on PyPI" if kb.unpublished(tnpu) is None else "is named by Huawei but has no PyPI files"
+        what = "was never published on PyPI" if kb.releases.unpublished(tnpu) is None else "is named by Huawei but has no PyPI files"
         out.append(Check("image: torch_npu vs CANN", FAIL, f"torch_npu {tnpu} {what}",
                          f"install a published torch_npu paired with CANN {cann or '?'} (`ascend-build kb cann {cann or '<version>'}`)"))
         return out
@@ -621,7 +621,7 @@ def _torch_checks(kb, lab, facts, cann, npu, host, labels) -> List[Check]:
     elif cann is None:
         out.append(Check("image: torch_npu vs CANN", WARN, f"torch_npu {tnpu} pairs with CANN {rel.cann}; "
                                                            "the image's CANN is unknown", "check ASCEND_HOME_PATH"))
-    elif (fit := kb.cann_fit(tnpu, cann)) is not None and fit.kind == "window":  # validate's own fit
+    elif (fit := kb.releases.cann_fit(tnpu, cann)) is not None and fit.kind == "window":  # validate's own fit
         out.append(Check("image: torch_npu vs CANN", OK, f"torch_npu {tnpu} + CANN {cann}: not its pair (CANN "
                                                          f"{rel.cann}), but a published table of its PTA {fit.pta} "
                                                          f"lists it ({fit.sources[0]})"))

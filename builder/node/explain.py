@@ -129,17 +129,17 @@ def context(host: Optional[HostInfo] = None, labels: Optional[Mapping[str, str]]
     # what the knowledge base adds
     image_cann = ctx.get("image_cann")
     if image_cann:
-        ctx.setdefault("image_min_driver", kb.min_driver(image_cann, labels.get(Label.PRODUCT) or ""))
-        paired = [r.version for r in kb.torch_npu_for_cann(image_cann)]
+        ctx.setdefault("image_min_driver", kb.drivers.min_driver(image_cann, labels.get(Label.PRODUCT) or ""))
+        paired = [r.version for r in kb.releases.torch_npu_for_cann(image_cann)]
         if paired:
             ctx.setdefault("paired_torch_npu", "torch_npu " + " or ".join(paired))
     image_torch_npu = ctx.get("image_torch_npu")
     if image_torch_npu:
-        rel = kb.torch_npu(image_torch_npu)
+        rel = kb.releases.torch_npu(image_torch_npu)
         ctx.setdefault("paired_cann", rel.cann if rel else None)
     host_driver = ctx.get("host_driver")
     if host_driver and not ctx.get("driver_fw_range"):
-        rng = kb.firmware_range(host_driver)
+        rng = kb.drivers.firmware_range(host_driver)
         ctx["driver_fw_range"] = f"[{rng[0]},{rng[1]}]" if rng else None
     defaults = {"devices": "--device /dev/davinciN", "paired_torch_npu": "see `ascend-build kb cann <version>`"}
     return {k: (ctx.get(k) or defaults.get(k) or UNKNOWN) for k in set(PLACEHOLDERS) | set(ctx)}

@@ -46,11 +46,10 @@ from __future__ import annotations
 
 import os
 import re
-import tempfile
 from pathlib import Path
 from typing import List, Tuple
 
-from builder import versions
+from builder import versions, writes
 from builder.errors import UserError
 from builder.node import labels as keys
 from builder.node.host import HostInfo
@@ -139,19 +138,13 @@ def write_atomically(path: Path, text: str) -> None:
     """
     path = Path(path)
     try:
-        fd, tmp = tempfile.mkstemp(prefix="." + path.name + ".", dir=str(path.parent))
+        staged = writes.stage(path, text.encode("utf-8"))  # a dot file, created exclusively, never through a link
+        os.chmod(staged, 0o644)  # read by nfd-worker and the container runtime, not secret
+        os.replace(staged, path)
     except OSError as exc:
+        writes.temporary_name(path).unlink(missing_ok=True)
         raise UserError(f"cannot write {path}: {exc.strerror or exc}",
                         fix="give a file in an existing folder you can write (or - for stdout)", exit_code=1) from None
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
-        os.chmod(tmp, 0o644)  # read by nfd-worker and the container runtime, not secret
-        os.replace(tmp, path)
-    except OSError as exc:
-        os.unlink(tmp)
-        raise UserError(f"cannot write {path}: {exc.strerror or exc}",
-                        fix="give a file you can write (or - for stdout)", exit_code=1) from None
 
 
 __all__ = ["FEATURES_DIR", "MAX_FILE_BYTES", "features", "features_text", "write_atomically"]

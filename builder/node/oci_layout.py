@@ -241,9 +241,7 @@ class Layout:
             return 0
         partial = final.with_name(_TMP + final.name)
         try:
-            partial.unlink(missing_ok=True)  # a link planted under the name goes, its target untouched
-            # created anew, never through a link: O_EXCL and O_NOFOLLOW
-            out = os.fdopen(os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644), "wb")
+            out = writes.stream_to(partial, mode=0o644)  # a link planted under the name goes, its target untouched
             with out, source() as stream:
                 checked = stream if isinstance(stream, Checked) else Checked(stream, digest, size, digest)
                 while True:

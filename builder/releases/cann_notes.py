@@ -193,7 +193,7 @@ def _release(folder: Path, notes: Path) -> str:
 def generate(folder: Path = FIXTURES, products: Optional[Sequence[Any]] = None) -> Dict[str, Any]:
     """The data file's content, from the notes under ``folder`` (``<release>/release-notes.md``);
     ``products``: the knowledge base's by default. Releases in CANN order."""
-    known = tuple(knowledge.load().products() if products is None else products)
+    known = tuple(knowledge.load().drivers.products() if products is None else products)
     found = sorted(p for p in Path(folder).glob("*/*") if _NOTES_FILE.fullmatch(p.name))
     if not found:
         raise UserError(f"no release notes under {folder}", fix="copy them there, one folder per release")

@@ -111,7 +111,7 @@ def read(source: str, timeout: float = 60.0) -> str:
 
 def _known(kb, cann: str) -> bool:
     wanted = versions.lenient("cann", cann)
-    return wanted is not None and any(versions.lenient("cann", k) == wanted for k in kb.cann_releases())
+    return wanted is not None and any(versions.lenient("cann", k) == wanted for k in kb.releases.cann_releases())
 
 
 def propose(kb, rows: Sequence[Tuple[str, str, str]], tags: Sequence[Dict[str, str]],
@@ -123,16 +123,16 @@ def propose(kb, rows: Sequence[Tuple[str, str, str]], tags: Sequence[Dict[str, s
         if not _known(kb, cann):
             releases.setdefault(cann, []).append(f"{notes_source}: {cann}/")
     unknown_npu, pairings = [], []
-    oldest = versions.cann(kb.cann_releases()[0])  # the knowledge base's scope begins there
+    oldest = versions.cann(kb.releases.cann_releases()[0])  # the knowledge base's scope begins there
     for npu, torch, cann in rows:
         parsed = versions.lenient("cann", cann)
         if parsed is not None and parsed < oldest:
             continue
         if not _known(kb, cann):
             releases.setdefault(cann, []).append(f"{table_source}: torch_npu {npu}")
-        release = kb.torch_npu(npu)
+        release = kb.releases.torch_npu(npu)
         if release is None:
-            if not kb.unpublished(npu):
+            if not kb.releases.unpublished(npu):
                 unknown_npu.append({"torch_npu": npu, "torch": torch, "cann": cann, "source": table_source})
         elif release.cann is None or versions.lenient("cann", release.cann) != versions.lenient("cann", cann):
             pairings.append({"torch_npu": npu, "cann": cann, "knowledge_base": release.cann, "source": table_source})
@@ -143,7 +143,7 @@ def propose(kb, rows: Sequence[Tuple[str, str, str]], tags: Sequence[Dict[str, s
             releases.setdefault(tag["cann"], []).append(f"{images_source}: {tag['tag']}")
         if tag["chip"] not in CHIPS:
             chips.setdefault(tag["chip"], f"{images_source}: {tag['tag']}")
-        if kb.os_info(tag["os"]) is None:
+        if kb.environment.os_info(tag["os"]) is None:
             systems.setdefault(tag["os"], f"{images_source}: {tag['tag']}")
     return {
         "cann_releases": [{"version": v, "named_by": sorted(set(by))[:5]} for v, by in sorted(releases.items(), key=_order)],

@@ -161,7 +161,7 @@ def _verify(old_doc: Mapping[str, Any], new_text: str, entries: Sequence[Mapping
         problems.append("the items are out of version order")
     kb = _kb_over(new_doc, path) if additions else _kb_from(new_doc, path.parent)
     for entry in entries:
-        rel = kb.torch_npu(str(entry["version"]))
+        rel = kb.releases.torch_npu(str(entry["version"]))
         if rel is None or rel.cann is not None:
             problems.append(f"the knowledge base does not read {entry['version']} back with cann null")
     if problems:

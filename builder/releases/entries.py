@@ -71,7 +71,7 @@ def _entry_note(version: str, files: Sequence[IndexFile], kb: knowledge.Knowledg
     note = f"found on the package index by `ascend-build releases check` on {date.today().isoformat()}"
     if files and all(f.yanked is not None for f in files):
         note += "; every file is yanked"
-    unpublished = kb.unpublished(version)
+    unpublished = kb.releases.unpublished(version)
     if unpublished is not None:
         note += "; listed under torch_npu_not_on_pypi before"
         if unpublished.get("cann"):

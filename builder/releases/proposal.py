@@ -157,8 +157,8 @@ def suggest_cann(kb: knowledge.KnowledgeBase, torch: str) -> Tuple[str, str]:
     """
     line = ".".join(Version(torch).base_version.split(".")[:2])
     same, anywhere = [], []
-    for version in kb.torch_npu_versions():
-        rel = kb.torch_npu(version)
+    for version in kb.releases.torch_npu_versions():
+        rel = kb.releases.torch_npu(version)
         if rel is None or not rel.cann:
             continue
         anywhere.append(rel.cann)
@@ -168,13 +168,13 @@ def suggest_cann(kb: knowledge.KnowledgeBase, torch: str) -> Tuple[str, str]:
         return max(same, key=versions.cann), f"the newest CANN paired with a torch {line} torch_npu release"
     if anywhere:
         return max(anywhere, key=versions.cann), f"the newest CANN paired with any torch_npu release (none on torch {line})"
-    return kb.cann_releases()[-1], "the newest CANN the knowledge base knows (it pairs none)"
+    return kb.releases.cann_releases()[-1], "the newest CANN the knowledge base knows (it pairs none)"
 
 
 def _os_for(kb: knowledge.KnowledgeBase, floor: str) -> str:
     need = glibc_key(floor)
     for os_id in _OS_PREFERENCE:
-        info = kb.os_info(os_id)
+        info = kb.environment.os_info(os_id)
         if info is not None and info.glibc >= need:
             return os_id
     return _OS_PREFERENCE[0]

@@ -134,7 +134,7 @@ def render_mindcluster_tables(folder: Path) -> str:
     documents, rows = [], []
     for src, text in kept(folder):
         documents.append(src.entry())
-        rows += mindcluster_notes.data(mindcluster_notes.read(text, src.id), knowledge.load().products())
+        rows += mindcluster_notes.data(mindcluster_notes.read(text, src.id), knowledge.load().drivers.products())
     return _generated(folder, "MindCluster release notes", {"documents": documents, "hdk": rows})
 
 

@@ -115,12 +115,12 @@ def check(index_url: str, kb: Optional[knowledge.KnowledgeBase] = None, project:
     for version in sorted(by_version, key=Version):
         pairs = by_version[version]
         result.yanked.extend(YankedFile(f.filename, version, f.yanked) for f, _ in pairs if f.yanked is not None)
-        if kb.torch_npu(version) is not None:
+        if kb.releases.torch_npu(version) is not None:
             result.known.append(version)
         else:
             result.new.append(_new_release(http, version, pairs, kb, result))
     seen = set(by_version)
-    result.missing = [v for v in kb.torch_npu_versions() if v not in seen]
+    result.missing = [v for v in kb.releases.torch_npu_versions() if v not in seen]
     result.bytes_fetched = http.bytes_fetched
     return result
 

@@ -40,14 +40,14 @@ class Enabled:
 
 def _pairs(kb: Any) -> Dict[Tuple[str, str], Any]:
     """Every final torch_npu on PyPI with every final CANN release whose installers are known: its fit."""
-    finals = [c for c in kb.cann_releases() if versions.cann(c).key[4] == 2 and kb.cann_package(c) is not None]
+    finals = [c for c in kb.releases.cann_releases() if versions.cann(c).key[4] == 2 and kb.releases.cann_package(c) is not None]
     out = {}
-    for npu in kb.torch_npu_versions():
-        release = kb.torch_npu(npu)
+    for npu in kb.releases.torch_npu_versions():
+        release = kb.releases.torch_npu(npu)
         if release.prerelease:
             continue
         for cann in finals:
-            fit = kb.cann_fit(npu, cann)
+            fit = kb.releases.cann_fit(npu, cann)
             if fit is not None:
                 out[(npu, cann)] = fit
     return out
@@ -65,7 +65,7 @@ def proposal(pairs: Sequence[Enabled], kb: Any) -> str:
     """A complete matrix of one draft cell per pair (x86_64, 910b, the newest Python both allow); "" for none."""
     cells = []
     for pair in pairs:
-        release = kb.torch_npu(pair.torch_npu)
+        release = kb.releases.torch_npu(pair.torch_npu)
         stated = python_env.python_range(pair.cann)
         pythons = [p for p in release.python.get("x86_64", ()) if stated is None or stated.allows(p)]
         if not pythons:

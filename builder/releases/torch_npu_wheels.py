@@ -293,7 +293,7 @@ def fetch(folder: Path = FOLDER, index_url: str = "", timeout: float = 30, max_e
         https://.../simple/torch-npu/: 512 wheels read (0 by PEP 658, 512 by range reads), ...
     """
     if known is None:
-        known = knowledge.load().torch_npu_versions()
+        known = knowledge.load().releases.torch_npu_versions()
     wanted = {normal_version(v) for v in known}
     started = time.monotonic()
     http = Http(timeout)

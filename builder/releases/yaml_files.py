@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import os
-import tempfile
 from pathlib import Path
 from typing import Any, Optional, Sequence
 
 import yaml
 
+from builder import writes
 from builder.errors import UserError
 
 
@@ -48,17 +48,12 @@ def replace_file(path: Path, data: bytes, expect: Optional[bytes], check: bool =
     if check and current != expect:
         raise UserError(f"{path} changed while releases were being added; nothing was written",
                         fix="run the command again", exit_code=1)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=str(path.parent))
     try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-            fh.flush()
-            os.fsync(fh.fileno())
+        tmp = writes.stage(path, data)  # created exclusively beside it, never through a link; flushed
         if path.exists():
             os.chmod(tmp, path.stat().st_mode & 0o7777)
         os.replace(tmp, path)
     except OSError as exc:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
+        writes.temporary_name(path).unlink(missing_ok=True)
         raise UserError(f"cannot write {path}: {exc.strerror}", fix="check the folder's permissions and free space",
                         exit_code=1) from exc

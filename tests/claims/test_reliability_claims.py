@@ -20,6 +20,7 @@ from builder import bounded, registry as reg_module
 from builder.errors import UserError
 from builder.registry import OCI_MANIFEST, Registry
 from tests.support.faults import FaultProxy
+from tests.support.promptly import refused_promptly
 from tests.support.scripted import Scripted
 
 DIGEST = "sha256:" + "a" * 64
@@ -224,30 +225,6 @@ def test_each_answer_has_the_deadline_the_page_names():
 
 
 # --- Hostile inputs: "Files are read only when regular ... and within a size bound" ------------
-
-
-def refused_promptly(read, fifo: Path, seconds: float = 10.0):
-    """``read()``'s UserError, which must come without waiting on the FIFO ``fifo`` (no writer):
-    a read that blocks on it fails the test after ``seconds`` (its opener is then released)."""
-    import os
-    import threading
-
-    caught: list = []
-
-    def attempt():
-        try:
-            read()
-        except BaseException as exc:  # the test looks at what it was
-            caught.append(exc)
-    worker = threading.Thread(target=attempt, daemon=True)
-    worker.start()
-    worker.join(seconds)
-    if worker.is_alive():
-        os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))  # the blocked open returns, then reads nothing
-        worker.join(seconds)
-        pytest.fail(f"the read waited on the FIFO {fifo} instead of refusing it")
-    assert caught and isinstance(caught[0], UserError), caught
-    return caught[0]
 
 
 @pytest.mark.parametrize("kind", ["public", "private"])
@@ -503,13 +480,18 @@ def test_a_link_planted_at_a_partial_blobs_name_after_its_removal_is_never_writt
     layout = oci_layout.Layout(tmp_path / "carry", create=True)
     victim = tmp_path / "victim.txt"
     victim.write_text("keep me")
-    real_unlink = pathlib.Path.unlink
+    final = layout.path(digest)
+    final.parent.mkdir(parents=True, exist_ok=True)
+    final.with_name(oci_layout._TMP + final.name).write_bytes(b"a killed run's part")  # to be removed first
+    real_unlink = os.unlink
+    planted: list = []  # the name a link was planted at, once
 
-    def racing(path, missing_ok=False):
-        real_unlink(path, missing_ok=missing_ok)
-        if path.name.startswith(oci_layout._TMP) and not os.path.lexists(path):
-            path.symlink_to(victim)  # the other side of the race, right after the removal
-    monkeypatch.setattr(pathlib.Path, "unlink", racing)
+    def racing(path, *args, **kwargs):
+        real_unlink(path, *args, **kwargs)
+        if pathlib.Path(path).name.startswith(oci_layout._TMP) and not planted:
+            planted.append(path)
+            os.symlink(victim, path)  # the other side of the race, right after the removal
+    monkeypatch.setattr(os, "unlink", racing)
     with pytest.raises(UserError):
         layout.put_blob(digest, len(body), lambda: contextlib.nullcontext(io.BytesIO(body)))
     monkeypatch.undo()
@@ -986,9 +968,10 @@ def test_a_smoke_report_on_a_full_disk_is_not_written_and_the_old_one_stays_whol
 
 
 def test_image_on_a_full_state_folder_fails_before_any_build_and_tags_nothing(full_disk, fake_engine, monkeypatch):
-    """reliability.md, A full disk: "`image` with its state folder on a full file system fails the
-    image the same way [no space left on the file system of PATH], before any build, and tags
-    nothing." The engine is the stand-in; a build would be its CLI's, and is watched for."""
+    """reliability.md, Free space, checked before the build: "Short of space, the image fails with
+    its outcome saying what is short, where, and by how much, before anything is built, downloaded
+    or tagged." The engine is the stand-in; a build would be its CLI's, and is watched for.
+    (tests/images/test_free_space.py holds the estimate's parts.)"""
     from builder.engine import Engine
     from builder.images import matrix, pipeline
     from builder.images.prepare import Options
@@ -1003,7 +986,8 @@ def test_image_on_a_full_state_folder_fails_before_any_build_and_tags_nothing(fu
     [outcome] = pipeline.run([cell], Options(variants=("cpu",), state_dir=state, locks_dir=SHIPPED_DOCKERFILES),
                              engine, lambda line: None)
     assert outcome.status == "error" and outcome.tags == [] and outcome.digests == {}
-    assert outcome.message.startswith(f"no space left on the file system of {state}"), outcome.message
+    assert (f"not enough free space for this build on the file system of the state folder {state}: 0 B free, "
+            "about 16.0 MiB needed") in outcome.message, outcome.message
     assert built == [] and not [r for r in fake.requests if r.startswith("POST")]  # nothing built, nothing tagged
 
 

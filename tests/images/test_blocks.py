@@ -23,6 +23,7 @@ from builder.images.blocks.cann_installers import InstallerFile
 from builder.images.blocks.common import formatted
 from builder.knowledge.files import DATA_DIR, read_yaml
 from tests.support.matrix import REPO, write_cells
+from tests.support.knowledge import with_part
 
 TOOLKIT = InstallerFile("toolkit.zip", "https://d.example/c/toolkit.zip", "a" * 64, "toolkit.run")
 OPS = InstallerFile("ops.run", "https://d.example/c/ops.run", "", "ops.run", kind="ops")  # no sha256 known yet
@@ -482,19 +483,15 @@ def test_every_cann_source_of_the_matrix_is_formatted():
 def test_an_os_family_no_block_installs_is_refused_by_name(tmp_path):
     kb = knowledge.load()
 
-    class NewFamily:
-        def __getattr__(self, name):
-            return getattr(kb, name)
-
-        def os_info(self, os_id):
-            found = kb.os_info(os_id)
-            return dataclasses.replace(found, family="apk") if found else None
+    def os_info(os_id):
+        found = kb.environment.os_info(os_id)
+        return dataclasses.replace(found, family="apk") if found else None
 
     path, _ = write_cells(tmp_path, {"name": "c", "os": "ubuntu22.04", "arch": "x86_64", "chip": "910b",
                                      "cann": "8.0.RC3", "python": "3.10", "torch_npu": "2.4.0"})
     [cell] = matrix.load(path).cells
     with pytest.raises(UserError, match="family 'apk'") as refused:
-        plan.plan(cell, NewFamily(), "cpu", "0" * 16)
+        plan.plan(cell, with_part(kb, "environment", os_info=os_info), "cpu", "0" * 16)
     assert "builder/images/blocks/base_os.py" in (refused.value.fix or "")
 
 

@@ -19,6 +19,7 @@ from typer.testing import CliRunner
 from builder.images import checks, matrix, plan
 from builder.cli.kb import describe_cann
 from builder import cli, installers, knowledge, python_env, versions
+from tests.support.knowledge import with_part
 from tests.support.cann import synthetic_torch_npu_wheel
 from tests.support.matrix import CANN_7, SHIPPED_MATRIX, VALID, all_findings, by_rule, write_cells
 
@@ -232,7 +233,7 @@ def test_newer_driver_runs_older_cann(tmp_path):
 
 def test_driver_rule_is_the_node_rule(tmp_path):
     """validate decides with versions.meets_minimum, as pull, run, doctor and smoke do."""
-    assert knowledge.load().min_driver("8.5.0") == "25.0.RC1"  # the floor of min_hdk_line 25.0.X
+    assert knowledge.load().drivers.min_driver("8.5.0") == "25.0.RC1"  # the floor of min_hdk_line 25.0.X
     for driver in ("25.0.RC1", "25.0.rc1.1", "24.1.RC3", "23.0.3"):
         cell = dict(VALID, cann="8.5.0", torch_npu="2.8.0.post2", python="3.11", min_driver=driver)
         findings, _, _ = cell_findings(tmp_path, cell)
@@ -273,7 +274,7 @@ def test_cann_version_syntax(tmp_path):
 
 def test_firmware_out_of_range(tmp_path):
     kb = knowledge.load()
-    assert kb.firmware_range("24.1.RC1") == ("7.0.0", "7.2.99")  # the driver's version.info
+    assert kb.drivers.firmware_range("24.1.RC1") == ("7.0.0", "7.2.99")  # the driver's version.info
     findings, lines, _ = cell_findings(tmp_path, dict(CANN_7, min_driver="24.1.RC1", firmware="7.5.0.1.129"))
     f = only(findings, "firmware-out-of-range")
     assert f.severity == "error"
@@ -419,25 +420,20 @@ def test_local_installer_with_sha256_is_clean(tmp_path):
     assert findings == []
 
 
-class _NoCondaChecksum:
+def _no_conda_checksum(kb):
     """The knowledge base, except that the conda installer's sha256 is unknown."""
+    from dataclasses import replace
 
-    def __init__(self, kb):
-        self._kb = kb
+    def conda_installers():
+        return {arch: replace(found, sha256=None) for arch, found in kb.downloads.conda_installers().items()}
 
-    def __getattr__(self, name):
-        return getattr(self._kb, name)
-
-    def conda_installers(self):
-        from dataclasses import replace
-
-        return {arch: replace(found, sha256=None) for arch, found in self._kb.conda_installers().items()}
+    return with_part(kb, "downloads", conda_installers=conda_installers)
 
 
 def test_conda_installer_without_sha256(tmp_path):
     path, lines = write_cells(tmp_path, dict(VALID, env="conda"))
-    kb = _NoCondaChecksum(knowledge.load())
-    bootstrap = installers.conda_installer(kb, "x86_64")  # type: ignore[arg-type]  # a KnowledgeBase stand-in
+    kb = _no_conda_checksum(knowledge.load())
+    bootstrap = installers.conda_installer(kb, "x86_64")
     assert bootstrap is not None and bootstrap.sha256 is None
     name = bootstrap.filename
     f = only(checks.check(matrix.load(path).cells, kb), "installer-sha256-unknown")
@@ -562,15 +558,15 @@ def test_nnal_from_cann_9_1_on_an_os_older_than_glibc_2_38_is_refused(tmp_path):
 def test_nnal_glibc_is_a_warning_where_ascends_own_image_installs_it():
     """The official 9.1.0-beta.3 Ubuntu 22.04 images install NNAL (glibc 2.35): a warning naming them."""
     kb = knowledge.load()
-    found = kb.torch_atb_glibc("9.1.0-beta.3", "ubuntu22.04")
+    found = kb.downloads.torch_atb_glibc("9.1.0-beta.3", "ubuntu22.04")
     assert found is not None
     needs, source, image = found
     assert needs == "2.38" and "ascendtb_0034" in source
     assert image.startswith("Ascend/cann-container-image@fe522a35") and "9.1.0-beta.3-910b-ubuntu22.04" in image
-    final = kb.torch_atb_glibc("9.1.0", "ubuntu22.04")
+    final = kb.downloads.torch_atb_glibc("9.1.0", "ubuntu22.04")
     assert final is not None and final[2] == ""  # no official image of the final release there
-    assert kb.torch_atb_glibc("9.1.0", "openeuler24.03") is None  # glibc 2.38
-    assert kb.torch_atb_glibc("9.0.0", "ubuntu22.04") is None
+    assert kb.downloads.torch_atb_glibc("9.1.0", "openeuler24.03") is None  # glibc 2.38
+    assert kb.downloads.torch_atb_glibc("9.0.0", "ubuntu22.04") is None
 
 
 # --- unique_tags -------------------------------------------------------------------------

@@ -285,7 +285,7 @@ def test_an_incomplete_conda_part_is_refused_unless_asked(tmp_path, serve_folder
 def test_the_conda_bootstrap_comes_from_a_local_file_or_a_mirror_and_its_failure_names_both(channel, tmp_path):
     _, cell = _cell(tmp_path, channel[1])
     docker = render.render_cell(cell, KB)["Dockerfile"].decode()
-    bootstrap = KB.conda_installer("x86_64")
+    bootstrap = KB.downloads.conda_installer("x86_64")
     assert bootstrap is not None
     name = bootstrap.filename
     assert f"installer='/tmp/conda-installer/{name}'" in docker

@@ -66,7 +66,7 @@ def test_lock_records_each_unhashed_installer_once_and_keeps_it(release_folder):
     folder, seen = release_folder
     kb = knowledge.load()
     cell = next(c for c in matrix.load(SHIPPED_MATRIX).cells if c.id == DEMO)
-    published = kb.cann_release_folder("9.1.0")
+    published = kb.downloads.cann_release_folder("9.1.0")
 
     def local(url, referer):  # the real fetch, at the loopback copy of the release folder
         return fetch.sha256_of_url(url.replace(published, folder), referer=referer)
@@ -75,7 +75,7 @@ def test_lock_records_each_unhashed_installer_once_and_keeps_it(release_folder):
     said: List[str] = []
     made, missing = relock.record_installers(resolve_facts(cell, kb), lock, local, said.append)
     assert missing == () and dict(made.installers) == {n: hashlib.sha256(b).hexdigest() for n, b in FILES.items()}
-    assert len(seen) == 2 and set(seen) == {kb.download_referer()}
+    assert len(seen) == 2 and set(seen) == {kb.downloads.download_referer()}
     assert locking.Lock.parse(made.text()).installers == made.installers  # written and read back
     assert "# installer: Ascend-cann-910b-ops_9.1.0_linux-x86_64.run sha256:" in made.text()
 
@@ -92,7 +92,7 @@ def test_a_cell_with_nnal_records_its_installer_too(release_folder):
     folder, _ = release_folder
     kb = knowledge.load()
     cell = replace(next(c for c in matrix.load(SHIPPED_MATRIX).cells if c.id == DEMO), nnal=True)
-    published = kb.cann_release_folder("9.1.0")
+    published = kb.downloads.cann_release_folder("9.1.0")
     lock = locks.read(REPO / "dockerfiles" / DEMO)
     made, missing = relock.record_installers(
         resolve_facts(cell, kb), lock, lambda url, referer: fetch.sha256_of_url(url.replace(published, folder), referer=referer),

@@ -297,7 +297,7 @@ def test_a_resolver_that_outlasts_the_commands_deadline_is_stopped_there():
     assert time.monotonic() - started < 10
 
 
-# --- which torch build an Ascend image takes (knowledge.cpu_torch), and no CUDA package in any lock ---
+# --- which torch build an Ascend image takes (kb.environment.cpu_torch), and no CUDA package in any lock ---
 
 
 def _aarch64_2_13(tmp_path):

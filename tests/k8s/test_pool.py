@@ -6,6 +6,7 @@ import json
 
 import pytest
 from tests.support.k8s import CLUSTER, POOL_910B, nodes
+from tests.support.promptly import refused_promptly
 
 from builder.errors import UserError
 from builder.k8s.pool import describe, host_pool, node_facts, read_pool
@@ -223,7 +224,6 @@ def test_a_nodes_file_that_is_no_regular_text_file_in_bounds_is_refused_never_wa
         path.write_text(CLUSTER.read_text())
     elif plant == "latin-1":
         path.write_bytes(b"\xe9" + CLUSTER.read_bytes())
-    with pytest.raises(UserError) as refused:
-        k8s_choice.read_pool(path, None, tmp_path)
-    assert refused.value.message.startswith(f"--nodes {path}") and said in refused.value.message
-    assert "kubectl get nodes -o json" in refused.value.fix
+    refused = refused_promptly(lambda: k8s_choice.read_pool(path, None, tmp_path), path)
+    assert refused.message.startswith(f"--nodes {path}") and said in refused.message
+    assert "kubectl get nodes -o json" in refused.fix

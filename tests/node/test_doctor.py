@@ -214,7 +214,7 @@ HOST_910B = HostInfo(arch="aarch64", driver="24.1.rc3", firmware="7.5.0.1.129", 
 
 
 def test_image_checks_all_ok():
-    release = knowledge.load().torch_npu("2.4.0")
+    release = knowledge.load().releases.torch_npu("2.4.0")
     assert release and release.cann == "8.0.RC3"  # the fixture's own premise
     checks = doctor.image_checks(NPU_LABELS, NPU_FACTS, HOST_910B)
     bad = [c for c in checks if c.status != OK]
@@ -238,7 +238,7 @@ def test_image_needs_a_newer_driver():
 def test_image_min_driver_from_the_knowledge_base_without_labels():
     facts = dict(NPU_FACTS, cann=[{"path": "x", "version": "8.0.RC3"}])
     c = by_name(doctor.image_checks({}, facts, HostInfo(driver="23.0.3")), "image: driver vs CANN")
-    driver = knowledge.load().min_driver("8.0.RC3")
+    driver = knowledge.load().drivers.min_driver("8.0.RC3")
     assert driver and c.status == FAIL and driver in c.detail
 
 

@@ -184,7 +184,7 @@ def test_driver_too_old_filled_from_host_and_image():
     # the text's driver is the subject; the image's minimum comes from its label
     assert "to at least 24.1.RC3" in m.fix and "the host driver 23.0" in m.fix
     [m] = ex.explain("RuntimeError: not support driver", host, {"io.ascend-build.cann": "8.0.RC3"})
-    assert f"to at least {knowledge.load().min_driver('8.0.RC3')}" in m.fix and "host driver 23.0.3" in m.fix
+    assert f"to at least {knowledge.load().drivers.min_driver('8.0.RC3')}" in m.fix and "host driver 23.0.3" in m.fix
 
 
 def test_platform_mismatch_filled_from_the_text():
@@ -198,10 +198,10 @@ def test_atb_undefined_symbol_names_the_pairings():
     labels = {"io.ascend-build.torch-npu": "2.4.0", "io.ascend-build.cann": "8.0.RC2"}
     [m] = ex.explain(REAL["torch-npu-cann-mismatch"][0], HostInfo(), labels)
     kb = knowledge.load()
-    release = kb.torch_npu("2.4.0")
+    release = kb.releases.torch_npu("2.4.0")
     assert release and f"pairs with CANN {release.cann}" in m.fix
     assert "the image has CANN 8.0.RC2" in m.fix
-    paired = [r.version for r in kb.torch_npu_for_cann("8.0.RC2")]
+    paired = [r.version for r in kb.releases.torch_npu_for_cann("8.0.RC2")]
     assert paired and all(v in m.fix for v in paired)
 
 

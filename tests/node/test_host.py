@@ -24,6 +24,7 @@ from builder import knowledge
 from builder.node.host import format_host, probe
 
 from tests.support.node import (COMPAT, SAMPLES, DRIVER_INFO, INSTALL_INFO, VERSION_CFG, TOOLKIT_INSTALL, SUBPACKAGE_INFO, BOARD_25_5_2, SUMMARY_HEADER, TABLE_910B3, TABLE_A3, CHIP_A2, CHIP_A3, TABLE_310P3, TABLE_950, BOARD_950, TABLE_910PROB, board, write, fake_npu_smi, make_node, SMI_910B3)
+from tests.support.promptly import promptly
 
 
 
@@ -347,7 +348,7 @@ def test_a_fifo_where_a_host_file_goes_is_refused_not_waited_on(tmp_path):
     os.mkfifo(tmp_path / "etc/ascend_install.info")
     (tmp_path / "proc/sys/kernel/arch").unlink()
     os.mkfifo(tmp_path / "proc/sys/kernel/arch")
-    info = probe(tmp_path, run_npu_smi=False)  # returns: a FIFO without a writer would block a plain open()
+    info, _ = promptly(lambda: probe(tmp_path, run_npu_smi=False), tmp_path / "etc/ascend_install.info")  # a plain open() would block
     assert "/etc/ascend_install.info is not a regular file: not read" in info.problems
     assert info.driver == "24.1.rc3"  # the rest is still read
 

@@ -26,13 +26,13 @@ def test_kb_alone_lists_the_cann_and_torch_npu_releases_and_the_chips():
     found = re.search(r"^cann_releases: (.*?)^torch_npu_releases:", text, re.S | re.M)
     assert found, text
     listed = found.group(1)
-    assert [v.strip() for v in listed.replace("\n", " ").split(",")] == kb_data.cann_releases()
+    assert [v.strip() for v in listed.replace("\n", " ").split(",")] == kb_data.releases.cann_releases()
     assert "2.4.0" in text.split("torch_npu_releases:")[1].split("chips:")[0]
     assert re.search(r"^  a3    8\.1\.RC1$", text, re.M)  # the chips as a table, with their first CANN
     assert "ascend-build kb cann VERSION" in text
     assert max(len(line) for line in text.splitlines()) <= kb.WIDTH
     data = json.loads(run("--json").stdout)
-    assert data["torch_npu_releases"] == kb_data.torch_npu_versions() and data["arches"] == ["x86_64", "aarch64"]
+    assert data["torch_npu_releases"] == kb_data.releases.torch_npu_versions() and data["arches"] == ["x86_64", "aarch64"]
 
 
 def test_kb_cann_prints_its_installers_as_a_table():
@@ -52,6 +52,6 @@ def test_kb_cann_prints_its_installers_as_a_table():
 def test_kb_torch_npu_unknown_points_to_a_command_that_lists_the_releases():
     done = run("torch-npu", "9.9.9")
     assert done.returncode == 1 and "torch_npu 9.9.9 is not a known release" in done.stderr
-    newest = knowledge.load().torch_npu_versions()[-1]
+    newest = knowledge.load().releases.torch_npu_versions()[-1]
     assert newest in done.stderr and "`ascend-build kb` lists them all" in done.stderr
     assert "torch_npu_releases:" in run().stdout  # the command named lists them

@@ -13,6 +13,7 @@ from builder.node import record as rec
 from builder.errors import UserError
 from builder.node.host import HostInfo, probe
 from tests.support.node import SMI_910B3, make_node, write
+from tests.support.promptly import promptly
 
 GUIDE_EXAMPLE = ["model=qwen2.5-27b", "train_mode=lora", "seq_len=4096", "batch_size=8",
                  "learning_rate=3e-5", "world_size=8"]
@@ -148,7 +149,8 @@ def test_a_manifest_that_is_no_regular_file_or_too_large_is_a_note_never_a_hang(
     else:
         monkeypatch.setattr(rec, "RECORD_READ_MAX", 64)
         path.write_text(json.dumps({"cell": "x" * 100}))
-    data = json.loads(rec.write_record(tmp_path / "o", {}, HostInfo(), {}, root=tmp_path).read_text())
+    written, _ = promptly(lambda: rec.write_record(tmp_path / "o", {}, HostInfo(), {}, root=tmp_path), path)
+    data = json.loads(written.read_text())
     said = " ".join(data["problems"])
     assert data["image"] is None
     assert ("/etc/ascend-build/manifest.json is over 64 bytes" if plant == "huge" else

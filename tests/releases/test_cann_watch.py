@@ -144,9 +144,9 @@ def test_releases_only_the_release_notes_and_the_image_folders_name_are_proposed
 
 def test_the_releases_after_9_1_0_the_watcher_missed_are_known_with_their_hdk():
     kb = knowledge.load()
-    assert kb.paired_hdk("9.1.1") == "26.1.1" and kb.min_driver("9.1.1") == "25.2.RC1"  # 9.1.X drops 25.0.X
-    assert "9.2.0-beta.1" in kb.cann_releases() and kb.min_driver("9.2.0-beta.1") == "25.3.RC1"  # bounded by 9.2.0
-    assert kb.cann_release_folder("9.2.0-beta.1") is None  # no official image fetched it: no folder made up
+    assert kb.drivers.paired_hdk("9.1.1") == "26.1.1" and kb.drivers.min_driver("9.1.1") == "25.2.RC1"  # 9.1.X drops 25.0.X
+    assert "9.2.0-beta.1" in kb.releases.cann_releases() and kb.drivers.min_driver("9.2.0-beta.1") == "25.3.RC1"  # bounded by 9.2.0
+    assert kb.downloads.cann_release_folder("9.2.0-beta.1") is None  # no official image fetched it: no folder made up
 
 
 def test_a_proposal_out_in_a_missing_folder_is_a_clear_error_not_a_traceback(tmp_path):

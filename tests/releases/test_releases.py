@@ -285,13 +285,13 @@ def test_write_adds_the_release_and_knowledge_reading_sees_it(serve, compat_copy
     assert removed == []  # the rest of the file kept every byte
     assert len(new.splitlines()) > len(old.splitlines())
     kb = kb_of(compat_copy)
-    rel = kb.torch_npu(NEW)
+    rel = kb.releases.torch_npu(NEW)
     assert rel is not None and rel.cann is None and rel.torch == "2.15.0"
     assert rel.requires_torch == {"x86_64": "torch==2.15.0.*", "aarch64": "torch==2.15.0.*"}
     assert rel.python == {"x86_64": ("3.10", "3.11"), "aarch64": ("3.10", "3.11")}
-    assert kb.glibc_floor(NEW, "aarch64") == (2, 17) and kb.glibc_floor(NEW, "x86_64") == (2, 28)
+    assert kb.environment.glibc_floor(NEW, "aarch64") == (2, 17) and kb.environment.glibc_floor(NEW, "x86_64") == (2, 28)
     assert "pairing unknown until a human confirms it" in rel.notes
-    assert kb.torch_npu_versions() == knowledge.load().torch_npu_versions() + [NEW]
+    assert kb.releases.torch_npu_versions() == knowledge.load().releases.torch_npu_versions() + [NEW]
     assert [p.name for p in compat_copy.parent.iterdir()] == ["ascend-compat.yaml"]  # no temp file left
 
     assert releases.write(result, compat_copy) == []  # already there: untouched
@@ -308,7 +308,7 @@ def test_write_inserts_in_version_order(serve, compat_copy):
     assert listed[at - 1: at + 2] == ["2.8.0.post5", "2.8.0.post6", "2.9.0rc1"]
     text = compat_copy.read_text()
     assert text.index("  - version: 2.8.0.post6\n") < text.index("  - version: 2.9.0rc1\n")
-    release = kb_of(compat_copy).torch_npu("2.8.0.post6")
+    release = kb_of(compat_copy).releases.torch_npu("2.8.0.post6")
     assert release and release.python == {"x86_64": ("3.11",)}
 
 

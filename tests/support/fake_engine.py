@@ -17,7 +17,8 @@ all, not even its head), "fail" (an error line naming HTTP 503). ``cut``: for ea
 trickling or headless answer, the seconds after its start at which the client shut its
 connection (None while it has not). ``containers``: id -> {"labels", "state"} (add some to
 stand for what other runs left); ``images``: what the image list answers ({"Id", "RepoTags"});
-``create_delay``: seconds the answer to a container's creation takes (the container is there at once); ``wait_seconds``: how long a started
+``data_root`` and ``host_name``: what ``docker info`` answers as DockerRootDir and Name (this host's
+name: an engine on this host); ``create_delay``: seconds the answer to a container's creation takes (the container is there at once); ``wait_seconds``: how long a started
 container runs; ``slow_tag``: a tag whose name holds it is answered after 5 s. ``url``: ``tcp://127.0.0.1:PORT``, for ``DOCKER_HOST`` or
 ``docker.DockerClient(base_url=...)``.
 """
@@ -52,6 +53,8 @@ class FakeEngine:
         self.create_delay = 0.0
         self.slow_tag = ""  # a tag whose name holds this is answered after 5 s
         self.wait_seconds = 0.0
+        self.data_root = "/var/lib/docker"
+        self.host_name = socket.gethostname()
         self._counts = {"push": 0, "pull": 0}
         self._stop = threading.Event()
         self._lock = threading.Lock()
@@ -76,6 +79,8 @@ class FakeEngine:
                     return self._answer(200, b"OK", "text/plain")
                 if path == "/version":
                     return self._json(200, {"ApiVersion": API_VERSION, "Version": "fake"})
+                if path == "/info":
+                    return self._json(200, {"DockerRootDir": engine.data_root, "Name": engine.host_name})
                 if path == "/images/json":
                     return self._json(200, engine.images)
                 if path.startswith("/images/") and path.endswith("/json"):

@@ -21,7 +21,7 @@ def combinations():
     shipped = matrix.load(REPO / "matrix" / "default.yaml").cells
     seen, out = set(), []
     for cell in shipped:
-        release = kb.torch_npu(cell.torch_npu)
+        release = kb.releases.torch_npu(cell.torch_npu)
         for arch, chip in itertools.product(matrix.ARCHS, ("910b", "a3")):
             if cell.env == "venv":
                 pythons: Tuple[str, ...] = (cell.python,)
