@@ -294,7 +294,9 @@ def push_tiny_image(repo_registry, repository: str, tag: str) -> Tuple[str, byte
 
 def unvalidated_tags(engine, client, repository: str) -> List[str]:
     """Every tag of ``repository`` naming an image not labelled validated: in the engine
-    (``engine``), and in the registry ``client`` (a `builder.registry.Registry`) but for indexes."""
+    (``engine``), and in the registry ``client`` (a `builder.registry.Registry`) but for indexes
+    and the tags that hold what is attached to an image (`attached.is_attached_tag`)."""
+    from builder.trust.attached import is_attached_tag
     from builder.vocabulary import Label
     from tests.support import listing
 
@@ -305,6 +307,8 @@ def unvalidated_tags(engine, client, repository: str) -> List[str]:
     except Exception:  # never pushed: no repository yet
         tags = []
     for tag in tags:
+        if is_attached_tag(tag):  # an image's signed statements, signatures or SBOM: no image
+            continue
         manifest = client.manifest(repository, tag)
         if manifest.is_index:
             continue
