@@ -24,7 +24,7 @@ import tempfile
 from pathlib import Path
 from typing import Dict
 
-from builder.images import matrix, pipeline
+from builder.images import image_run, matrix, pipeline, smoke_run
 from builder.engine import Engine
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -40,13 +40,13 @@ RUNS = (("x86_64 native", "cann9.1.0-910b-debian12-py3.11-torch_npu2.13.0-x86_64
 def main() -> Dict[str, str]:
     os.environ["PIP_NO_CACHE_DIR"] = "1"
     engine = Engine.connect()
-    fetch_natively = pipeline._fetch_wheels
+    fetch_natively = image_run._fetch_wheels
     cells = {c.id: c for c in matrix.load(ROOT / "matrix").cells}
     rows = []
     with tempfile.TemporaryDirectory(prefix="ascend-bench-arm64-") as tmp:
         for name, cell_id, base, twin_os in RUNS:
             # the third run turns the native fetch off, as a host without pip would have it
-            pipeline._fetch_wheels = (lambda *a: None) if "inside" in name else fetch_natively
+            image_run._fetch_wheels = (lambda *a: None) if "inside" in name else fetch_natively
             options = pipeline.Options(variants=("cpu",), state_dir=Path(tmp) / name.replace(" ", "_"), base_image=base,
                                        wheelhouse=WHEELHOUSE if WHEELHOUSE.is_dir() else None,
                                        ca_bundle=CA if CA.is_file() else None, quiet=True,
@@ -64,8 +64,8 @@ def main() -> Dict[str, str]:
     (_, nb, ns, nstep, _), (_, eb, es, estep, _), (_, ib, _, _, _) = rows
     print(f"emulated / native: build {eb / nb:.1f}x, smoke {es / ns:.1f}x, one training step {estep / nstep:.0f}x")
     print(f"fetching the wheels natively: build {ib:.1f} s -> {eb:.1f} s ({eb / ib:.2f}x, {ib - eb:.0f} s saved)")
-    print(f"the emulated smoke trains {pipeline.EMULATED_STEPS} steps instead of 30: at this step time 30 would add "
-          f"{(30 - pipeline.EMULATED_STEPS) * estep / 1000:.0f} s")
+    print(f"the emulated smoke trains {smoke_run.EMULATED_STEPS} steps instead of 30: at this step time 30 would add "
+          f"{(30 - smoke_run.EMULATED_STEPS) * estep / 1000:.0f} s")
     return {"arm64 twin under qemu / native x86_64": f"build {eb / nb:.1f}x, smoke {es / ns:.1f}x",
             "arm64 build, wheels fetched natively vs inside": f"{eb:.0f} s vs {ib:.0f} s"}
 

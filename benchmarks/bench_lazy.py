@@ -56,7 +56,7 @@ from typing import Callable, Dict, List, Optional, Sequence, Tuple
 from builder import estargz
 from builder.engine import Engine
 from builder.errors import UserError
-from builder.images import lazy, matrix, pipeline
+from builder.images import lazy, matrix, smoke_run
 from builder.images.prepare import host_arch
 from builder.registry import OCI_MANIFEST, Registry
 from builder.vocabulary import CPU, DEFAULT_IMAGE, SMOKE_PROGRAM, TOOL_DIR, Label, recorded_tiers, release_tag
@@ -212,7 +212,7 @@ def twin_image(engine, ref: str) -> Tuple[Callable[[Registry], str], Dict[str, L
     """The twin ``ref``: its file list from this checkout's smoke program run inside it (mounted over the
     image's own, which predates the recorder), and a function that pushes it to a registry."""
     mounts = [(str(SMOKE), SMOKE_PROGRAM, True), (str(SMOKE.parent.parent / "vocabulary.py"), f"{TOOL_DIR}/vocabulary.py", True)]
-    report, _ = pipeline.smoke(engine, ref, CPU, recorded_tiers(), [], mounts, ("--steps", "10"))
+    report, _ = smoke_run.smoke(engine, ref, CPU, recorded_tiers(), [], mounts, ("--steps", "10"))
     failed = [t.get("name") for t in report.get("tiers", []) if t.get("status") != "passed"]
     if failed or "files_read" not in report:
         raise SystemExit(f"the smoke tiers {failed} did not pass in {ref}, or it recorded no files: {report}")

@@ -19,7 +19,7 @@ import tempfile
 from pathlib import Path
 from typing import Dict, List
 
-from builder.images import matrix, pipeline
+from builder.images import matrix, pipeline, smoke_run
 from builder.engine import Engine
 from builder.vocabulary import tier_names
 
@@ -47,7 +47,7 @@ def main() -> Dict[str, str]:
         print(f"host: {os.cpu_count()} CPUs, {cpu_model()}")
         for run in range(RUNS):
             load = load_average()
-            report, seconds = pipeline.smoke(engine, out.image_id, "cpu", tier_names(), [], [])
+            report, seconds = smoke_run.smoke(engine, out.image_id, "cpu", tier_names(), [], [])
             if not report.get("passed"):
                 raise SystemExit("a smoke run failed: " + "; ".join(t.get("summary", "") for t in report["tiers"]))
             totals.append(seconds)

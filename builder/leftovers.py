@@ -25,7 +25,7 @@ import tempfile
 from pathlib import Path
 from typing import List, Optional, Tuple
 
-CANDIDATE_REPOSITORY = "ascend-build-candidate"  # the seal's temporary tag (`builder.images.pipeline.seal`)
+CANDIDATE_REPOSITORY = "ascend-build-candidate"  # the seal's temporary tag (`builder.images.smoke_run.seal`)
 _OWNED = re.compile(r"([0-9a-f]{8})-([0-9]+)$")
 _TEMP = re.compile(r"ascend-build-[a-z]+-([0-9a-f]{8}-[0-9]+)-")
 

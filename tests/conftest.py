@@ -57,7 +57,7 @@ pytest_plugins = ("tests.support.trust", "tests.support.podman")
 #   all (test_index_e2e, test_node_cli and test_registry build FROM local/debian:12 with the
 #   very same labels, so the very same image ID, and node_cli force-removes it by that ID),
 #   so they stay one after the other;
-# * pipeline.seal tags its candidate `ascend-build-candidate:<id>` for the seconds its seal
+# * smoke_run.seal tags its candidate `ascend-build-candidate:<id>` for the seconds its seal
 #   build takes, and a test asserting `temp_tags(engine) <= before` would see another
 #   worker's seal as a leftover: such a test holds the engine lock exclusively, every other
 #   engine test holds it shared (`_engine_lock`), so a check never overlaps a test that may

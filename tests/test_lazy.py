@@ -10,12 +10,13 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from typing import Callable, Dict
 
 import pytest
 
 from builder import estargz
 from builder.errors import UserError
-from builder.images import lazy, pipeline
+from builder.images import image_run, lazy
 from builder.images.prepare import Options
 from builder.trust import variant
 
@@ -133,18 +134,23 @@ def test_a_variant_that_fails_leaves_the_validated_image_published_and_says_so(m
     def fail(*args, **kwargs):
         raise UserError("ctr-remote images convert failed: boom", fix="read the message")
     monkeypatch.setattr(lazy, "publish_variant", fail)
-    out = pipeline.Outcome("c", "cpu", status="passed", digests={"r:5000/p:c-cpu": "sha256:" + "a" * 64})
+    out = image_run.Outcome("c", "cpu", status="passed", digests={"r:5000/p:c-cpu": "sha256:" + "a" * 64})
     report = {"tiers": [{"name": "versions", "status": "passed"}]}
-    done = pipeline.lazy_variant(out, report, ("versions",), "h", "x86_64", "c-cpu",
-                                 Options(state_dir=tmp_path, push="r:5000", lazy="estargz"), lambda line: None)
+    done = image_run.lazy_variant(_run(out, Options(state_dir=tmp_path, push="r:5000", lazy="estargz"), report, lambda line: None))
     assert done.status == "error" and not done.lazy
     assert done.message.startswith("r:5000/p:c-cpu (sha256:" + "a" * 64 + ") is published, its estargz variant is not")
     assert "boom" in done.message
     # without --lazy, or for an image that did not pass, nothing is converted
     for options, status in ((Options(state_dir=tmp_path, push="r:5000"), "passed"),
                             (Options(state_dir=tmp_path, push="r:5000", lazy="estargz"), "candidate")):
-        untouched = pipeline.Outcome("c", "cpu", status=status, digests={"r:5000/p:c-cpu": "sha256:" + "a" * 64})
-        assert pipeline.lazy_variant(untouched, report, ("versions",), "h", "x86_64", "c", options, print).status == status
+        untouched = image_run.Outcome("c", "cpu", status=status, digests={"r:5000/p:c-cpu": "sha256:" + "a" * 64})
+        assert image_run.lazy_variant(_run(untouched, options, report, print)).status == status
+
+
+def _run(out: image_run.Outcome, options: Options, report: Dict, say: Callable[[str], None]) -> image_run.ImageRun:
+    """The run of a pushed image ``out`` that lazy_variant takes (it asks no engine)."""
+    return image_run.ImageRun("c-cpu", "p:c-cpu", out, options, None, say, content_hash="h",  # type: ignore[arg-type]  # no engine
+                              arch="x86_64", tiers=("versions",), report=report)
 
 
 def _with_toc(entries, blob: bytes = BLOB):

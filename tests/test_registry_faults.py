@@ -219,7 +219,7 @@ def test_image_push_to_a_failing_registry_reports_an_error_no_digest_and_keeps_t
                                                                                        tmp_path, monkeypatch):
     """Pushing goes through Docker Engine: the pipeline's last step (`conclude`: seal, tag, push)
     of a small image that passed, against a registry whose manifest PUT keeps answering 500."""
-    from builder.images import pipeline
+    from builder.images import image_run
 
     monkeypatch.setenv("ASCEND_BUILD_REGISTRY_USER", registry.username)
     monkeypatch.setenv("ASCEND_BUILD_REGISTRY_PASSWORD", registry.password)
@@ -233,11 +233,12 @@ def test_image_push_to_a_failing_registry_reports_an_error_no_digest_and_keeps_t
     proxy.plan("PUT", r"/manifests/", always="500")
     report = {"schema": 1, "passed": True, "exit_code": 0, "device": "cpu", "host": {},
               "tiers": [{"name": "versions", "status": "passed", "summary": "ok"}]}
-    out = pipeline.Outcome("cell", "cpu", image_id=candidate)
-    options = pipeline.Options(variants=("cpu",), state_dir=tmp_path / "state", push=proxy.host)
+    out = image_run.Outcome("cell", "cpu", image_id=candidate)
+    options = image_run.Options(variants=("cpu",), state_dir=tmp_path / "state", push=proxy.host)
     start = time.monotonic()
     try:
-        out = pipeline.conclude(out, engine, report, ("versions",), True, ref, "cell-cpu", options)
+        out = image_run.conclude(image_run.ImageRun("cell-cpu", ref, out, options, engine, lambda line: None,
+                                                    tiers=("versions",), report=report))
         elapsed = time.monotonic() - start
         print(f"image --push, manifest PUT always 500: {out.status} after {elapsed:.1f} s, "
               f"{proxy.count('PUT', r'/manifests/')} manifest PUTs: {out.message.splitlines()[0]}")

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from builder import vocabulary
-from builder.images import pipeline, publish
+from builder.images import pipeline, publish, smoke_run
 from builder.images.prepare import smoke_plan
 from builder.vocabulary import CPU, NPU, VARIANTS, Label, Tier
 
@@ -171,7 +171,7 @@ def test_a_tier_added_to_the_registry_alone_is_required_like_the_others(tmp_path
     engine's limit makes room for its deadline, the verdict and the index refuse an image without
     it, and the seal lists it."""
     shipped = vocabulary.tier_names()
-    limit = pipeline.engine_timeout(shipped, 2.0)
+    limit = smoke_run.engine_timeout(shipped, 2.0)
     _, ran, _ = run_with_echo(tmp_path, "pass", "--tiers", "echo")
     monkeypatch.setattr(vocabulary, "SMOKE_TIERS", vocabulary.SMOKE_TIERS + (ECHO,))
 
@@ -182,13 +182,13 @@ def test_a_tier_added_to_the_registry_alone_is_required_like_the_others(tmp_path
     assert smoke_plan(CPU, pipeline.Options(root=tmp_path)).tiers == (*shipped, "echo")
     assert smoke_plan(NPU, pipeline.Options(root=tmp_path)).tiers == ("versions", "libraries", "echo")  # no NPU here
     required = vocabulary.required_tiers(CPU, cann_only=False)
-    assert pipeline.engine_timeout(required, 2.0) - limit == (ECHO.seconds + vocabulary.SMOKE_STARTUP_SECONDS) * 2.0
+    assert smoke_run.engine_timeout(required, 2.0) - limit == (ECHO.seconds + vocabulary.SMOKE_STARTUP_SECONDS) * 2.0
 
     others = {"schema": 1, "passed": True, "exit_code": 0, "device": "cpu", "host": {},
               "tiers": [{"name": name, "status": "passed", "summary": "ok"} for name in shipped]}
-    judged = pipeline.verdict(others, required, final=True)
+    judged = smoke_run.verdict(others, required, final=True)
     assert judged.status == "failed" and "echo: not run" in judged.message
-    sealed = pipeline.verdict(dict(others, tiers=others["tiers"] + ran["tiers"]), required, final=True)
+    sealed = smoke_run.verdict(dict(others, tiers=others["tiers"] + ran["tiers"]), required, final=True)
     assert sealed.status == "passed" and sealed.seal_labels[Label.VALIDATED_TIERS].split(",") == [*shipped, "echo"]
 
     family = "cann9.1.0-910b-x"

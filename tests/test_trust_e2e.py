@@ -4,7 +4,7 @@ Against Debian's docker-registry on loopback (htpasswd auth, `registry` fixture)
 images built through the real engine (FROM local/debian:12 with the labels the pipeline
 writes for a sealed twin) and real P-256 signatures:
 
-- round trip: push, then the pipeline's attest step (`pipeline.attest_pushed`) attaches the
+- round trip: push, then the pipeline's attest step (`image_run.attest_pushed`) attaches the
   validation statement and SLSA provenance in cosign's layout; `ascend-build verify` accepts it;
 - forgeries, each refused by `verify` with its reason: an image with the same labels pushed
   under the same tag without a statement; the statements copied from the real image's .att to
@@ -31,7 +31,7 @@ import pytest
 
 from tests.support import trust as ht
 from builder.trust import attached, signing, statements
-from builder.images import attest, pipeline
+from builder.images import attest, image_run
 from builder.images.prepare import Options
 from builder.node.pull import listing
 from builder.registry import OCI_MANIFEST, Registry
@@ -56,10 +56,11 @@ def attested(engine, registry, creds, keys, images):
     digest = push(engine, registry, images("genuine"))
     ref = f"{registry.host}/{REPO}:{TAG}"
     options = Options(push=registry.host, sign_key=signing.load_private(keys["team"][0]))
-    out = pipeline.Outcome(CELL_ID, CPU, status="passed", digests={ref: digest})
+    out = image_run.Outcome(CELL_ID, CPU, status="passed", digests={ref: digest})
     said: List[str] = []
     start = time.monotonic()
-    out = pipeline.attest_pushed(out, report(), tier_names(), "0123456789abcdef", None, options, said.append)
+    out = image_run.attest_pushed(image_run.ImageRun(CELL_ID + "-cpu", f"{REPO}:{TAG}", out, options, engine, said.append,
+                                                     content_hash="0123456789abcdef", tiers=tier_names(), report=report()))
     seconds = time.monotonic() - start
     assert out.status == "passed", out.message
     assert list(out.attested) == [ref] and "attested" in said[0]
@@ -178,8 +179,10 @@ def test_a_failed_attach_fails_the_outcome_and_says_what_is_published(tmp_path, 
     monkeypatch.delenv(signing.PASSPHRASE_ENV, raising=False)
     key = signing.load_private(signing.generate(tmp_path, "team")[0])
     ref, digest = f"127.0.0.1:9/{REPO}:{TAG}", "sha256:" + "ab" * 32  # nothing listens on port 9
-    out = pipeline.Outcome(CELL_ID, CPU, status="passed", digests={ref: digest})
-    out = pipeline.attest_pushed(out, report(), tier_names(), "h", None, Options(push="127.0.0.1:9", sign_key=key), print)
+    out = image_run.Outcome(CELL_ID, CPU, status="passed", digests={ref: digest})
+    run = image_run.ImageRun(CELL_ID + "-cpu", f"{REPO}:{TAG}", out, Options(push="127.0.0.1:9", sign_key=key),
+                             None, print, content_hash="h", tiers=tier_names(), report=report())  # type: ignore[arg-type]  # attaching asks no engine
+    out = image_run.attest_pushed(run)
     assert out.status == "error" and not out.ok
     assert out.message.startswith(f"{ref} ({digest}) is published WITHOUT its signed statements")
     assert "`ascend-build verify` refuses it" in out.message

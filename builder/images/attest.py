@@ -1,6 +1,6 @@
 """What a passed, pushed image is attested with: a validation statement and SLSA provenance, signed.
 
-After the push (`pipeline.conclude`), `attest` attaches up to three in-toto statements to the
+After the push (`image_run.conclude`), `attest` attaches up to three in-toto statements to the
 pushed digest, each in a DSSE envelope signed with the team's key, in two forms
 (`builder.trust.attached`): cosign's ``.att`` tag, and one Sigstore bundle referrer per statement:
 

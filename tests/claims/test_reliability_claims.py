@@ -774,14 +774,15 @@ def test_a_push_that_keeps_failing_reports_an_error_no_digest_and_keeps_the_imag
     """reliability.md, Registries that fail: "When every try fails, the push step reports an error and
     no digest, and keeps the sealed image under its tags." (4 tries: the first and 3 retries.)"""
     from builder import engine as engine_module
-    from builder.images import pipeline
+    from builder.images import image_run
     from builder.images.prepare import Options
 
     monkeypatch.setattr(engine_module.time, "sleep", lambda seconds: None)  # the backoff's 1 + 2 + 4 s
     fake, engine = fake_engine(push=["fail"])
-    out = pipeline.Outcome("cell", "cpu", status="passed")
-    done = pipeline.tag_and_push(out, engine, "sha256:" + "e" * 64, "cell-cpu",
-                                 Options(push="reg.local:5000/team", state_dir=tmp_path), "cell-cpu", lambda line: None)
+    out = image_run.Outcome("cell", "cpu", status="passed")
+    run = image_run.ImageRun("cell-cpu", "cell-cpu", out, Options(push="reg.local:5000/team", state_dir=tmp_path), engine,
+                             lambda line: None)
+    done = image_run.tag_and_push(run, "sha256:" + "e" * 64, "cell-cpu")
     assert fake.count("push") == 4
     assert done.status == "error" and done.digests == {}
     assert done.message.startswith("push of reg.local:5000/team/cell-cpu to reg.local:5000 failed: received unexpected "
@@ -796,19 +797,20 @@ def test_a_push_stalled_past_the_push_deadline_keeps_the_image_and_publishes_not
     """reliability.md, Deadlines: "`image --push` ... give each image's push through Docker Engine ...
     `--push-deadline SECONDS`"; a push it cuts: "the image stays sealed and tagged here (`kept
     locally as ...`), and no statement or index is made for it"."""
-    from builder.images import pipeline
+    from builder.images import image_run, pipeline
     from builder.images.prepare import Options
     from builder.trust import signing
 
     fake, engine = fake_engine(push=["trickle"])
     options = Options(push="reg.local:5000/team", state_dir=tmp_path, push_deadline=2,
                       sign_key=signing.generate(tmp_path / "keys", "team") and signing.load_private(tmp_path / "keys" / "team.key"))
-    out = pipeline.Outcome("cell", "cpu", status="passed")
-    done = pipeline.tag_and_push(out, engine, "sha256:" + "e" * 64, "cell-cpu", options, "cell-cpu", lambda line: None)
+    run = image_run.ImageRun("cell-cpu", "cell-cpu", image_run.Outcome("cell", "cpu", status="passed"), options, engine,
+                             lambda line: None)
+    done = image_run.tag_and_push(run, "sha256:" + "e" * 64, "cell-cpu")
     assert done.status == "error" and done.digests == {} and done.tags == ["cell-cpu", "reg.local:5000/team/cell-cpu"]
     assert "stalled: the command's deadline of 2 s passed" in done.message and "(kept locally as cell-cpu, " in done.message
-    signed = pipeline.attest_pushed(done, {}, (), "", None, options, lambda line: None)
-    assert signed.attested == {} and pipeline.indexes([signed], "reg.local:5000/team", lambda line: None) == []
+    signed = image_run.attest_pushed(run)
+    assert signed.attested == {} and pipeline.indexes([signed], options, lambda line: None) == []
 
 
 @pytest.mark.timeout(60)  # a stream never cut fails here, not at the suite's bound
@@ -954,14 +956,14 @@ def test_a_smoke_report_on_a_full_disk_is_not_written_and_the_old_one_stays_whol
     """reliability.md, Killed at any point: "A lock, a smoke report and a run record are written
     whole under a temporary name and renamed into place (`builder/writes.py`)": a report that does
     not fit leaves the one before it byte for byte, and no staged file."""
-    from builder.images import pipeline
+    from builder.images import image_run
 
     point = full_disk(keep=64 << 10)
     path = point / "reports" / "cell-cpu.json"
     path.parent.mkdir()
     path.write_bytes(b'{"old": true}\n')
     with pytest.raises(UserError, match=f"no space left on the file system of {path}"):
-        pipeline._keep_json({"tiers": ["x" * 200] * 2000}, path)  # 400 KB: more than is free
+        image_run._keep_json({"tiers": ["x" * 200] * 2000}, path)  # 400 KB: more than is free
     assert path.read_bytes() == b'{"old": true}\n' and sorted(p.name for p in path.parent.iterdir()) == [path.name]
 
 
@@ -994,7 +996,7 @@ def test_the_seal_on_a_full_disk_stops_before_its_build_with_no_half_report(full
     smoke test and the seal stops the seal before its build, and no half report is sealed into an
     image."""
     from builder.engine import Engine
-    from builder.images import pipeline
+    from builder.images import smoke_run
 
     built: list = []
     monkeypatch.setattr(Engine, "build", lambda self, *args, **kwargs: built.append(args))  # a build is a failure here
@@ -1002,8 +1004,8 @@ def test_the_seal_on_a_full_disk_stops_before_its_build_with_no_half_report(full
     folder = full_disk(keep=16 << 10) / "seal" / "cell-cpu"
     report = json.dumps({"passed": True, "tiers": ["x" * 100] * 1000}).encode()  # 100 KB: more than is free
     with pytest.raises(UserError, match="no space left on the file system of"):
-        pipeline.seal(engine, "sha256:" + "c" * 64, report, {"io.ascend-build.validated": "true"}, folder,
-                      folder.parent / "seal.log")
+        smoke_run.seal(engine, "sha256:" + "c" * 64, report, {"io.ascend-build.validated": "true"}, folder,
+                       folder.parent / "seal.log")
     assert built == [] and not [r for r in fake.requests if r.endswith("/tag") or "/tag?" in r]
     assert not (folder / "validation.json").exists()
 
@@ -1080,14 +1082,14 @@ def test_an_image_stopped_after_its_push_is_published_only_with_its_statements(s
 def test_a_ctrl_c_while_an_image_is_tagged_removes_the_tags_already_set(fake_engine):
     """reliability.md, Stopped: "On Ctrl-C or SIGTERM, ... half-set tags removed": stopped while the
     engine sets the second of an image's two names, the first is taken off again."""
-    from builder.images import pipeline
+    from builder.images import image_run
     from tests.support.fake_engine import API_VERSION
 
     fake, engine = fake_engine()
     fake.slow_tag = "reg.local"
     _interrupt_after(0.5)
     with pytest.raises(KeyboardInterrupt):
-        pipeline._apply_tags(engine, "sha256:" + "e" * 64, ["cell-cpu", "reg.local:5000/team/cell-cpu"])
+        image_run._apply_tags(engine, "sha256:" + "e" * 64, ["cell-cpu", "reg.local:5000/team/cell-cpu"])
     tagged = [r for r in fake.requests if "/tag?" in r]
     assert len(tagged) == 2 and "repo=cell-cpu" in tagged[0]
     assert [r.split("?")[0] for r in fake.requests if r.startswith("DELETE")] == [f"DELETE /v{API_VERSION}/images/cell-cpu"]
@@ -1184,15 +1186,15 @@ def test_a_name_another_run_took_during_the_push_records_no_digest(fake_engine, 
     """reliability.md, Two runs at once: "a run checks after its push that the name still holds its own
     image; when another run took it meanwhile, the run records no digest, attests nothing and says
     so, keeping its image by ID." (The engine's stand-in names another image under the pushed name.)"""
-    from builder.images import pipeline
+    from builder.images import image_run
     from builder.images.prepare import Options
     from tests.support.fake_engine import IMAGE_ID
 
     fake, engine = fake_engine(push=["ok"])
     ours = "sha256:" + "a" * 64  # the name now holds IMAGE_ID, another run's
-    out = pipeline.Outcome("cell", "cpu", status="passed")
-    done = pipeline.tag_and_push(out, engine, ours, "cell-cpu", Options(push="reg.local:5000/team", state_dir=tmp_path),
-                                 "cell-cpu", lambda line: None)
+    run = image_run.ImageRun("cell-cpu", "cell-cpu", image_run.Outcome("cell", "cpu", status="passed"),
+                             Options(push="reg.local:5000/team", state_dir=tmp_path), engine, lambda line: None)
+    done = image_run.tag_and_push(run, ours, "cell-cpu")
     assert fake.count("push") == 1 and done.status == "error" and done.digests == {}
     assert done.message.startswith(f"reg.local:5000/team/cell-cpu was given to another image ({IMAGE_ID}) while this "
                                    "run pushed it")
@@ -1263,7 +1265,7 @@ def test_the_statements_and_the_index_of_a_push_end_at_the_push_deadline(registr
 
     from dataclasses import replace
 
-    from builder.images import matrix, pipeline
+    from builder.images import image_run, matrix, pipeline
     from builder.images.prepare import Options
     from builder.trust import signing
     from tests.support import trust as ht
@@ -1279,8 +1281,9 @@ def test_the_statements_and_the_index_of_a_push_end_at_the_push_deadline(registr
     proxy.plan("GET", r"/tags/list", always="stall")
 
     start = time.monotonic()
-    signed = pipeline.attest_pushed(pipeline.Outcome(ht.CELL_ID, "cpu", status="passed", digests={ref: digest}),
-                                    ht.report(), (), "", None, options, lambda line: None)
+    out = pipeline.Outcome(ht.CELL_ID, "cpu", status="passed", digests={ref: digest})
+    signed = image_run.attest_pushed(image_run.ImageRun(f"{ht.CELL_ID}-cpu", ref, out, options, None,  # type: ignore[arg-type]  # attaching asks no engine
+                                                        lambda line: None, report=ht.report()))
     took = time.monotonic() - start
     assert signed.status == "error" and signed.attested == {} and took < 2 + 6, took  # the stall: 120 s
     assert "is published WITHOUT its signed statements" in signed.message

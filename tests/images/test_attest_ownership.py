@@ -50,7 +50,7 @@ def test_a_name_another_run_takes_during_the_push_publishes_nothing_for_this_run
     """Two runs of one cell share the engine's names: the engine pushes what the name holds when it
     reads it. A run whose name was taken meanwhile records no digest (so attests nothing) and says why;
     its own image stays, by its ID."""
-    from builder.images import pipeline
+    from builder.images import image_run
     from builder.images.prepare import Options
 
     ours, theirs = _tiny(engine, tmp_path / "ours", "ours"), _tiny(engine, tmp_path / "theirs", "theirs")
@@ -64,8 +64,9 @@ def test_a_name_another_run_takes_during_the_push_publishes_nothing_for_this_run
 
     monkeypatch.setattr(engine, "push", other_run_retags_first)
     try:
-        out = pipeline.tag_and_push(pipeline.Outcome("cell", "cpu", status="passed"), engine, ours, ref,
-                                    Options(push=registry.host), "cell", lambda line: None)
+        run = image_run.ImageRun("cell", ref, image_run.Outcome("cell", "cpu", status="passed"), Options(push=registry.host),
+                                 engine, lambda line: None)
+        out = image_run.tag_and_push(run, ours, ref)
         assert out.status == "error" and out.digests == {}
         assert f"{pushed} was given to another image ({theirs})" in out.message and "nothing is attested" in out.message
         assert engine.image_id(ours) == ours  # kept

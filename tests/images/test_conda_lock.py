@@ -264,7 +264,7 @@ def test_the_dockerfile_installs_the_conda_part_by_hash_and_holds_no_token(chann
     assert manifest["lock"]["conda"] == {"libzz": "1.2 h0_0", "python": "3.9.7 h1_0", "pip": "24.0 pyh_0"}
     # where it does go: the build's secret, mounted only while a step runs, and no build arg
     assert TOKEN in stage.buildenv(resolved, with_ca=False)
-    assert resolved.lock_state == "ok"  # so the pipeline passes no build arg at all (pipeline.build)
+    assert resolved.lock_state == "ok"  # so the pipeline passes no build arg at all (image_run.build)
 
 
 def test_an_incomplete_conda_part_is_refused_unless_asked(tmp_path, serve_folder):

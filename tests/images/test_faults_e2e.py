@@ -77,7 +77,7 @@ def _run(tmp: Path, state: Path, base_image: str, registry, *extra: str) -> Kill
 
 def _unsealed(engine) -> None:
     """Drop this module's images: an image sealed by an earlier test is reused as it is
-    (`pipeline.already_sealed`), never smoke-tested again, and these tests stop a smoke test.
+    (`image_run.already_sealed`), never smoke-tested again, and these tests stop a smoke test.
     The BuildKit cache stays, so the rebuild takes seconds."""
     drop_images(engine, REPO)
 

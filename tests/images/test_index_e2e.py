@@ -176,12 +176,12 @@ def test_image_push_indexes_a_cell_once_its_last_arch_is_in_the_registry_fake_np
     said: List[str] = []
     x86 = pipeline.Outcome(cell_of("x86_64").id, "npu", status="passed")
     x86.digests = {f"{registry.host}/{repository}:{cell_of('x86_64').id}": push("x86_64")}
-    assert pipeline.indexes([x86], registry.host, said.append) == []
+    assert pipeline.indexes([x86], pipeline.Options(push=registry.host), said.append) == []
     assert said == [f"[{family()}] no index yet: aarch64 not in {registry.host}/{repository} "
                     "(no matrix read: every arch)"]
 
     arm_digest = push("aarch64")  # pushed by another run (e.g. the arm runner)
-    [index] = pipeline.indexes([x86], registry.host, said.append)
+    [index] = pipeline.indexes([x86], pipeline.Options(push=registry.host), said.append)
     assert index.status == "passed", index.message
     assert index.arches == {"x86_64": list(x86.digests.values())[0], "aarch64": arm_digest}
     assert index.tags == [f"{registry.host}/{repository}:{family()}"]

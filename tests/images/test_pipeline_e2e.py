@@ -41,7 +41,7 @@ from typing import Dict, List, Optional, Tuple
 import pytest
 
 from builder.images.prepare import smoke_plan
-from builder.images import matrix, pipeline, render, stage
+from builder.images import image_run, matrix, pipeline, render, smoke_run, stage
 from builder import vocabulary
 from builder.errors import UserError
 from tests.support.locks import entry, read as read_lock
@@ -208,10 +208,11 @@ def test_the_catalogue_lists_the_signed_twin_with_the_tiers_and_times_of_its_smo
         monkeypatch.setenv(name, value)
     digest = twin.outcome["digests"][twin.pushed]
     report = json.loads(Path(twin.outcome["report"]).read_text())
-    out = pipeline.Outcome(CELL_ID, "cpu", status="passed", digests={twin.pushed: digest})
-    options = pipeline.Options(push=registry.host, sign_key=signing.load_private(key))
-    assert pipeline.attest_pushed(out, report, vocabulary.tier_names(), report["content_hash"], None, options,
-                                  lambda line: None).status == "passed"
+    out = image_run.Outcome(CELL_ID, "cpu", status="passed", digests={twin.pushed: digest})
+    options = image_run.Options(push=registry.host, sign_key=signing.load_private(key))
+    run = image_run.ImageRun(f"{CELL_ID}-cpu", twin.pushed.split("/", 1)[1], out, options, None, lambda line: None,  # type: ignore[arg-type]  # attaching asks no engine
+                             content_hash=report["content_hash"], tiers=vocabulary.tier_names(), report=report)
+    assert image_run.attest_pushed(run).status == "passed"
     site = tmp_path / "site"
     done = run_cli(["catalogue", "--registry", registry.host, "--trust-key", str(pub), "--out", str(site),
                     "--matrix", str(twin.state.parent / "matrix.yaml")], cwd=tmp_path, timeout=300, **creds)
@@ -733,7 +734,7 @@ def test_a_hung_smoke_fails_the_image_keeping_seconds_and_report_and_tags_nothin
     assert report["passed"] is False and report["candidate"] == out.image_id
     tiers = {t["name"]: t for t in report["tiers"]}
     if by_deadline:
-        assert hanging.limits == [pipeline.engine_timeout(vocabulary.tier_names(), 1.0)]
+        assert hanging.limits == [smoke_run.engine_timeout(vocabulary.tier_names(), 1.0)]
         assert 10 <= out.smoke_seconds < hanging.limits[0]
         assert [tiers[n]["status"] for n in vocabulary.tier_names()] == ["passed"] * 5 + ["failed"]
         hung = tiers["collective"]

@@ -14,7 +14,7 @@ from tests.support import registry as hr
 from tests.support.matrix import SHIPPED_DOCKERFILES, SHIPPED_MATRIX
 
 from builder.errors import UserError
-from builder.images import matrix, pipeline, prepare
+from builder.images import image_run, matrix, prepare
 from builder.vocabulary import CPU
 
 CONDA_CELL = "cann8.0.rc3-910b-ubuntu22.04-py3.10-torch_npu2.4.0-aarch64"
@@ -61,7 +61,7 @@ def test_a_base_image_that_cannot_be_had_stops_the_build_with_base_image_and_twi
     job, options = _job(VENV_CELL)
     engine = Engine(missing="Get https://registry.invalid/v2/: dial tcp: no such host")
     with pytest.raises(UserError) as caught:
-        pipeline.preflight(job, options, engine, lambda line: None)  # type: ignore[arg-type]  # an Engine stand-in
+        image_run.preflight(job, image_run.ImageRun.of(job, options, engine, lambda line: None))  # type: ignore[arg-type]  # an Engine stand-in
     assert engine.asked == [job.image.base_image]
     assert (f"the cell's base image {job.image.base_image} is not on this engine and its registry cannot serve it "
             "(Get https://registry.invalid/v2/: dial tcp: no such host); nothing was built") in caught.value.message
@@ -73,7 +73,7 @@ def test_a_conda_twin_asks_for_miniforges_installer_before_the_build(offline):
     job, options = _job(CONDA_CELL)
     assert job.image.conda_file.startswith("Miniforge3-")
     with pytest.raises(UserError) as caught:
-        pipeline.preflight(job, options, Engine(), lambda line: None)  # type: ignore[arg-type]  # an Engine stand-in
+        image_run.preflight(job, image_run.ImageRun.of(job, options, Engine(), lambda line: None))  # type: ignore[arg-type]  # an Engine stand-in
     assert caught.value.message.startswith(job.image.python_environment.installer_url)
     assert "nothing was built" in caught.value.message
     assert caught.value.fix.startswith(f"pass --conda-installer FILE with Miniforge's installer {job.image.conda_file}")
@@ -83,6 +83,6 @@ def test_a_local_miniforge_installer_or_a_venv_cell_asks_no_download_server(offl
     installer = tmp_path / "Miniforge3.sh"
     installer.write_text("#!/bin/sh\n")
     job, options = _job(CONDA_CELL, conda_installer=Path(installer))
-    pipeline.preflight(job, options, Engine(), lambda line: None)  # type: ignore[arg-type]  # an Engine stand-in  # nothing to ask: it is here
+    image_run.preflight(job, image_run.ImageRun.of(job, options, Engine(), lambda line: None))  # type: ignore[arg-type]  # an Engine stand-in  # nothing to ask: it is here
     job, options = _job(VENV_CELL)
-    pipeline.preflight(job, options, Engine(), lambda line: None)  # type: ignore[arg-type]  # an Engine stand-in
+    image_run.preflight(job, image_run.ImageRun.of(job, options, Engine(), lambda line: None))  # type: ignore[arg-type]  # an Engine stand-in

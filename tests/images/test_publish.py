@@ -137,7 +137,7 @@ def _arm_only_run(monkeypatch, declared):
     pushed = pipeline.Outcome(f"{ARM_ONLY}-aarch64", "cpu", status="passed",
                               digests={f"127.0.0.1:5000/team/pytorch:{ARM_ONLY}-aarch64-cpu": "sha256:" + "a" * 64})
     said: list = []
-    return pipeline.indexes([pushed], "127.0.0.1:5000", said.append, declared=declared), said, reg
+    return pipeline.indexes([pushed], pipeline.Options(push="127.0.0.1:5000", declared=declared), said.append), said, reg
 
 
 def test_an_arm64_only_cell_gets_its_index_of_its_one_arch(monkeypatch):

@@ -19,7 +19,7 @@ from typing import List
 import pytest
 
 from builder.images import prepare as jobs
-from builder.images import matrix, pipeline
+from builder.images import image_run, matrix, pipeline
 from builder.vocabulary import CPU, Label
 from tests.support.matrix import REPO, SHIPPED_MATRIX
 from tests.support import listing
@@ -78,10 +78,10 @@ def sealed_setup(engine, base_image, tmp_path):
         engine.remove_if_unnamed(image_id)
 
 
-def seal_as_release(engine, job, options, candidate_id: str, seconds: float) -> pipeline.Outcome:
-    out = pipeline.Outcome(job.plan.cell_id, CPU, image_id=candidate_id)
-    return pipeline.conclude(out, engine, passed_report(job, seconds), job.smoke.tiers, True, job.ref, job.name,
-                             options)
+def seal_as_release(engine, job, options, candidate_id: str, seconds: float) -> image_run.Outcome:
+    run = image_run.ImageRun.of(job, options, engine, lambda line: None, image_run.Outcome(job.plan.cell_id, CPU, image_id=candidate_id))
+    run.report = passed_report(job, seconds)
+    return image_run.conclude(run)
 
 
 def dangling(engine) -> List[str]:
@@ -105,7 +105,7 @@ def test_push_of_an_image_sealed_already_pushes_it_without_building_or_testing_i
     monkeypatch.setenv("ASCEND_BUILD_REGISTRY_USER", registry.username)
     monkeypatch.setenv("ASCEND_BUILD_REGISTRY_PASSWORD", registry.password)
     said: List[str] = []
-    out = pipeline.build_one(cell, CPU, replace(options, push=registry.host), NoBuild(engine), said.append)  # type: ignore[arg-type]  # an Engine stand-in that refuses to build
+    out = image_run.build_one(cell, CPU, replace(options, push=registry.host), NoBuild(engine), said.append)  # type: ignore[arg-type]  # an Engine stand-in that refuses to build
     pushed = f"{registry.host}/{job.ref}"
     assert (out.status, out.image_id, out.tags) == ("passed", sealed.image_id, [job.ref, pushed]), out.message
     assert (out.build_seconds, out.smoke_seconds) == (0.0, 0.0)
@@ -119,7 +119,7 @@ def test_an_image_of_other_inputs_under_the_tag_is_built_again(engine, sealed_se
     seal_as_release(engine, job, options, candidate(), 1.0)
     other = replace(cell, env_vars=(("TEAM", "x"),))  # other inputs: another content hash, the same tag
     with pytest.raises(AssertionError, match="built again"):
-        pipeline.build_one(other, CPU, options, NoBuild(engine), lambda line: None)  # type: ignore[arg-type]  # an Engine stand-in that refuses to build
+        image_run.build_one(other, CPU, options, NoBuild(engine), lambda line: None)  # type: ignore[arg-type]  # an Engine stand-in that refuses to build
 
 
 def test_a_sealed_image_whose_report_is_gone_is_built_again(engine, base_image, sealed_setup, tmp_path):
@@ -130,15 +130,15 @@ def test_a_sealed_image_whose_report_is_gone_is_built_again(engine, base_image, 
     labels = {**dict(job.image.labels), Label.VALIDATED: "true"}  # labelled as sealed, but no report inside
     made.append(engine.build(context, labels=labels, log_path=tmp_path / "no-report.log"))
     engine.tag(made[-1], job.ref)
-    assert pipeline.already_sealed(job, engine) is None
+    assert image_run.already_sealed(job, engine) is None
     with pytest.raises(AssertionError, match="built again"):
-        pipeline.build_one(cell, CPU, options, NoBuild(engine), lambda line: None)  # type: ignore[arg-type]  # an Engine stand-in that refuses to build
+        image_run.build_one(cell, CPU, options, NoBuild(engine), lambda line: None)  # type: ignore[arg-type]  # an Engine stand-in that refuses to build
 
 
 def test_the_report_reused_is_the_one_the_sealed_image_carries(engine, sealed_setup):
     _, options, job, candidate, _ = sealed_setup
     seal_as_release(engine, job, options, candidate(), 7.5)
-    report = pipeline.already_sealed(job, engine)
+    report = image_run.already_sealed(job, engine)
     assert report is not None and [t["seconds"] for t in report["tiers"]] == [7.5] * len(job.smoke.tiers)
     assert json.loads(Path(options.state_dir / "reports" / f"{job.name}.json").read_text()) == report
 

@@ -9,7 +9,7 @@ from typing import List
 import pytest
 
 from builder import vocabulary
-from builder.images import pipeline
+from builder.images import smoke_run
 from builder.engine import RunResult, RunTimeout
 from builder.errors import UserError
 
@@ -34,25 +34,25 @@ LOG = ("[smoke] versions ...\n[smoke] versions passed (0.1 s): python 3.11.7, to
 
 
 def test_native_runs_keep_the_old_command_and_the_limit_covers_every_deadline(monkeypatch):
-    monkeypatch.delenv(pipeline.SCALE_ENV, raising=False)
+    monkeypatch.delenv(smoke_run.SCALE_ENV, raising=False)
     engine = _Engine(RunResult(0, '{"schema": 1, "passed": true, "tiers": []}\n', "", 1.0))
-    report, _ = pipeline.smoke(engine, "img", "cpu", vocabulary.tier_names(), [], [], (), pipeline.smoke_scale(False))  # type: ignore[arg-type]  # an Engine stand-in
+    report, _ = smoke_run.smoke(engine, "img", "cpu", vocabulary.tier_names(), [], [], (), smoke_run.smoke_scale(False))  # type: ignore[arg-type]  # an Engine stand-in
     [(command, kwargs)] = engine.calls
     assert "--timeout-scale" not in command  # a -candidate image from before the option still runs
-    assert kwargs["timeout"] == pipeline.engine_timeout(vocabulary.tier_names(), 1.0)
+    assert kwargs["timeout"] == smoke_run.engine_timeout(vocabulary.tier_names(), 1.0)
     assert report["exit_code"] == 0
 
 
 def test_under_qemu_every_deadline_and_the_limit_are_scaled(monkeypatch):
-    monkeypatch.setenv(pipeline.SCALE_ENV, "2")
-    assert pipeline.smoke_scale(True) == 2 * pipeline.EMULATED_SCALE and pipeline.smoke_scale(False) == 2
+    monkeypatch.setenv(smoke_run.SCALE_ENV, "2")
+    assert smoke_run.smoke_scale(True) == 2 * smoke_run.EMULATED_SCALE and smoke_run.smoke_scale(False) == 2
     engine = _Engine(RunResult(0, '{"tiers": []}', "", 1.0))
-    pipeline.smoke(engine, "img", "cpu", ("versions", "train"), [], [], ("--steps", "4"), 8.0)  # type: ignore[arg-type]  # an Engine stand-in
+    smoke_run.smoke(engine, "img", "cpu", ("versions", "train"), [], [], ("--steps", "4"), 8.0)  # type: ignore[arg-type]  # an Engine stand-in
     [(command, kwargs)] = engine.calls
     assert command[-4:] == ["--steps", "4", "--timeout-scale", "8"]
-    assert kwargs["timeout"] == pipeline.engine_timeout(("versions", "train"), 8.0)
-    assert kwargs["timeout"] - pipeline.ENGINE_MARGIN_SECONDS == 8 * (
-        pipeline.engine_timeout(("versions", "train"), 1.0) - pipeline.ENGINE_MARGIN_SECONDS)
+    assert kwargs["timeout"] == smoke_run.engine_timeout(("versions", "train"), 8.0)
+    assert kwargs["timeout"] - smoke_run.ENGINE_MARGIN_SECONDS == 8 * (
+        smoke_run.engine_timeout(("versions", "train"), 1.0) - smoke_run.ENGINE_MARGIN_SECONDS)
 
 
 @pytest.mark.parametrize("tier", vocabulary.tier_names())
@@ -61,36 +61,36 @@ def test_the_engine_limit_grows_with_every_deadline_of_the_smoke_program(monkeyp
     and after each, grown in the smoke program's constants, grows the engine's limit by at least as
     much as the program may now take (never computed here: only what changed is)."""
     scale = 2.0
-    before = pipeline.engine_timeout(vocabulary.tier_names(), scale)
+    before = smoke_run.engine_timeout(vocabulary.tier_names(), scale)
     monkeypatch.setattr(vocabulary, "SMOKE_TIERS", tuple(t._replace(seconds=t.seconds + 1000) if t.name == tier else t
                                                     for t in vocabulary.SMOKE_TIERS))
-    assert pipeline.engine_timeout(vocabulary.tier_names(), scale) - before >= 1000 * scale
-    grown = pipeline.engine_timeout(vocabulary.tier_names(), scale)
+    assert smoke_run.engine_timeout(vocabulary.tier_names(), scale) - before >= 1000 * scale
+    grown = smoke_run.engine_timeout(vocabulary.tier_names(), scale)
     monkeypatch.setattr(vocabulary, "SMOKE_STARTUP_SECONDS", vocabulary.SMOKE_STARTUP_SECONDS + 10)
     waits = len(vocabulary.tier_names()) + 1  # supervise waits before the first tier and after each
-    assert pipeline.engine_timeout(vocabulary.tier_names(), scale) - grown >= waits * 10 * scale
+    assert smoke_run.engine_timeout(vocabulary.tier_names(), scale) - grown >= waits * 10 * scale
 
 
 @pytest.mark.parametrize("value", ["0", "-1", "x", "1e9"])
 def test_a_bad_scale_is_a_usage_error(monkeypatch, value):
-    monkeypatch.setenv(pipeline.SCALE_ENV, value)
-    with pytest.raises(UserError, match=pipeline.SCALE_ENV):
-        pipeline.smoke_scale(False)
+    monkeypatch.setenv(smoke_run.SCALE_ENV, value)
+    with pytest.raises(UserError, match=smoke_run.SCALE_ENV):
+        smoke_run.smoke_scale(False)
 
 
 def test_killed_by_the_engine_the_report_is_a_failed_one_with_the_tiers_it_logged(monkeypatch):
-    monkeypatch.delenv(pipeline.SCALE_ENV, raising=False)
+    monkeypatch.delenv(smoke_run.SCALE_ENV, raising=False)
     engine = _Engine(RunResult(-1, "", LOG, 300.4), times_out=True)
-    report, seconds = pipeline.smoke(engine, "img", "cpu", vocabulary.tier_names(), [], [])  # type: ignore[arg-type]  # an Engine stand-in
+    report, seconds = smoke_run.smoke(engine, "img", "cpu", vocabulary.tier_names(), [], [])  # type: ignore[arg-type]  # an Engine stand-in
     assert seconds == 300.4 and report["passed"] is False and report["exit_code"] == -1
     assert [(t["name"], t["status"], t["seconds"]) for t in report["tiers"]] == [
         ("versions", "passed", 0.1), ("import", "failed", 12.5), ("smoke", "failed", 300.4)]
     smoke = report["tiers"][-1]
-    limit = pipeline.engine_timeout(vocabulary.tier_names(), 1.0)
+    limit = smoke_run.engine_timeout(vocabulary.tier_names(), 1.0)
     assert smoke["summary"].startswith(f"the smoke program did not finish within {limit:g} s, the engine's limit")
-    assert f"{pipeline.SCALE_ENV}=2 doubles every deadline" in smoke["summary"]
+    assert f"{smoke_run.SCALE_ENV}=2 doubles every deadline" in smoke["summary"]
     assert "collective: hanging on purpose" in smoke["details"]["stderr_tail"]
-    judged = pipeline.verdict(report, vocabulary.tier_names(), final=True)
+    judged = smoke_run.verdict(report, vocabulary.tier_names(), final=True)
     assert judged.status == "failed" and "smoke: the smoke program did not finish" in judged.message
     assert "collective: not run" in judged.message and "raise the timeout" not in judged.message
 

@@ -1,8 +1,8 @@
-"""pipeline.verdict: what a smoke report earns, decided from the report alone (no engine)."""
+"""smoke_run.verdict: what a smoke report earns, decided from the report alone (no engine)."""
 
 import pytest
 
-from builder.images.pipeline import verdict
+from builder.images.smoke_run import verdict
 from builder.vocabulary import Label, static_tiers, tier_names
 
 
@@ -56,7 +56,7 @@ def test_the_seals_report_is_written_whole_or_the_seal_stops_before_its_build():
     """A full disk while the seal writes its files: a clear error, and no half report left to be
     sealed into an image. The engine is never reached (the write comes first): None stands in."""
     from builder.errors import UserError
-    from builder.images.pipeline import seal
+    from builder.images.smoke_run import seal
     from tests.support.faults import CannotMount, fill, small_fs
 
     report = b'{"passed": true, "tiers": []}' + b" " * 20000

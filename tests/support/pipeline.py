@@ -25,7 +25,7 @@ WHEELHOUSE = Path("/opt/wheels")
 CA_BUNDLE = Path("/etc/ssl/certs/ca-certificates.crt")
 CLI = Path(sys.executable).with_name("ascend-build")
 DOCKER = "/usr/bin/docker"
-TEMP_TAG_REPO = "ascend-build-candidate"  # pipeline.seal's temporary name
+TEMP_TAG_REPO = "ascend-build-candidate"  # smoke_run.seal's temporary name
 
 # The shipped Debian 12 cell (matrix/default.yaml), keys in the same order.
 CELL = {"cann": "9.1.0", "chip": "910b", "arch": "x86_64", "os": "debian12", "env": "venv",
@@ -106,7 +106,7 @@ def temp_tags(engine) -> Set[str]:
 
 
 def smoke_containers(engine, release: str) -> List:
-    """Containers of pipeline.smoke (engine.run labels them) made from the image titled ``release``."""
+    """Containers of smoke_run.smoke (engine.run labels them) made from the image titled ``release``."""
     return listing.containers(engine, all=True, filters={"label": [
         "ascend-build.run=1", f"org.opencontainers.image.title={release}"]})
 

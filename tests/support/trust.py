@@ -30,7 +30,7 @@ from typing import Dict, Optional
 import pytest
 
 from builder.trust import attached, signing, statements
-from builder.images import attest, matrix, pipeline, plan, render
+from builder.images import attest, matrix, plan, render, smoke_run
 from builder.registry import OCI_MANIFEST, Registry
 from builder.vocabulary import CPU, tier_names
 
@@ -49,7 +49,7 @@ def sealed_twin_labels(arch: str = "x86_64") -> dict:
     if arch != cell.arch:
         cell = replace(cell, arch=arch, id=cell.id[: -len(cell.arch)] + arch)
     labels = dict(plan.labels(cell, CPU, render.content_hash(cell)))
-    labels.update(pipeline.verdict(report(), tier_names(), final=True).seal_labels)
+    labels.update(smoke_run.verdict(report(), tier_names(), final=True).seal_labels)
     return labels
 
 
