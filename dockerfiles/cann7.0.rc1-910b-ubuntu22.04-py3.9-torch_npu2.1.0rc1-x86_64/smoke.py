@@ -74,7 +74,7 @@ def longest_run(tiers, scale=1.0):
     (to the next one's start, or to the end), each tier's deadline (its entry's ``seconds``), then the stack
     dump of a hung tier (``DUMP_SECONDS``) and at most two `stop_group` calls of two ``STOP_SECONDS``
     each (SIGTERM, then SIGKILL); all scaled. The engine's limit on the container is this plus a margin
-    (`builder.images.pipeline.engine_timeout`), so a deadline changed here moves it too.
+    (`builder.images.smoke_run.engine_timeout`), so a deadline changed here moves it too.
 
     Example:
         >>> longest_run(("versions",)) == 2 * vocabulary.SMOKE_STARTUP_SECONDS + vocabulary.tier("versions").seconds + 25
