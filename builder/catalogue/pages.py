@@ -30,6 +30,7 @@ import jinja2
 from builder import writes
 from builder.catalogue.collect import Catalogue, Missing, Refused, Validated, order, unique_bytes
 from builder.errors import UserError
+from builder.sizes import size
 from builder.vocabulary import CPU, NPU
 
 TEMPLATES = Path(__file__).resolve().parent / "templates"
@@ -51,15 +52,6 @@ def page_name(kind: str, value: str) -> str:
     if _PLAIN.fullmatch(value) and ".." not in value:
         return f"{kind}-{value}.html"
     return f"{kind}--{hashlib.sha256(value.encode()).hexdigest()[:16]}.html"
-
-
-def size(count: int) -> str:
-    value, unit = float(count), "B"
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if value < 1024 or unit == "TiB":
-            break
-        value /= 1024
-    return f"{count} B" if unit == "B" else f"{value:.1f} {unit}"
 
 
 def seconds(value: Optional[float]) -> str:

@@ -36,6 +36,7 @@ from builder.engine import Engine
 from builder.errors import UserError
 from builder.images import own_wheel
 from builder.images.prepare import Job, Options
+from builder.sizes import size
 
 # The state folder's own files for one image: its build log (a few hundred KiB for a CANN
 # image's BuildKit output), smoke report, SBOM and the seal's context: a few MiB, with room.
@@ -58,16 +59,6 @@ class Need:
     where: Path
     what: str
     bytes: int
-
-
-def size(count: int) -> str:
-    """``count`` bytes in the largest binary unit that keeps it above 1."""
-    value, unit = float(count), "B"
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if value < 1024 or unit == "TiB":
-            break
-        value /= 1024
-    return f"{count} B" if unit == "B" else f"{value:.1f} {unit}"
 
 
 def context_files(job: Job, options: Options) -> List[Path]:

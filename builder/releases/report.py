@@ -8,6 +8,7 @@ from builder import knowledge
 from builder.releases.entries import CANN_NOTE
 from builder.releases.metadata import METHOD_TEXT
 from builder.releases.release_check import NewRelease, ReleaseCheck
+from builder.sizes import size
 
 
 def format_check(result: ReleaseCheck) -> str:
@@ -24,7 +25,7 @@ def format_check(result: ReleaseCheck) -> str:
         f"index: {result.page_url} ({api}, api {result.api_version or 'unstated'})",
         f"files: {result.files} ({result.wheels} Linux wheels, {len(result.skipped)} skipped); "
         f"versions: {len(result.known) + len(result.new)} ({len(result.known)} known, {len(result.new)} new); "
-        f"{_size(result.bytes_fetched)} fetched",
+        f"{size(result.bytes_fetched)} fetched",
     ]
     if not result.new:
         out.append("no new torch_npu releases")
@@ -58,10 +59,6 @@ def _format_release(release: NewRelease) -> List[str]:
         pin = (m.torch_pin or "no torch requirement") if m else "METADATA not read"
         lines.append(
             f"    {arch:<8} {pin:<18} python {', '.join(e['python'][arch])}; {e['manylinux'].get(arch, 'no manylinux tag')}"
-            + (f"; Requires-Python {m.requires_python or 'unset'}; METADATA by {METHOD_TEXT[m.method]} ({_size(m.bytes_fetched)})"
+            + (f"; Requires-Python {m.requires_python or 'unset'}; METADATA by {METHOD_TEXT[m.method]} ({size(m.bytes_fetched)})"
                if m else ""))
     return lines
-
-
-def _size(n: int) -> str:
-    return f"{n} B" if n < 1024 else f"{n / 1024:.1f} KiB" if n < 1 << 20 else f"{n / (1 << 20):.1f} MiB"
