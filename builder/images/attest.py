@@ -79,7 +79,7 @@ def evidence(job: Job) -> Evidence:
         matrix_sha256=_sha256_of(Path(matrix)) if matrix else "", lock_sha256=_sha256_of(job.lock_file),
         lock_state=job.plan.lock_state,
         installers=tuple((i.filename, i.url, i.sha256) for i in job.image.installers) if job.npu else (),
-        base_image=job.image.base_image, matrix_git=oci.file_in_git(Path(matrix)) if matrix else ("", ""),
+        base_image=job.base_image, matrix_git=oci.file_in_git(Path(matrix)) if matrix else ("", ""),
         matrix_repository=oci.repository_of(Path(matrix)) if matrix else ("", ""))
 
 

@@ -40,6 +40,18 @@ from builder.vocabulary import CANDIDATE_SUFFIX, VALIDATION_REPORT, Label, platf
 Say = Callable[[str], None]
 
 
+class Said:
+    """Where a run's progress lines go (``say``), the last one kept (``last``): a stopped run
+    says where it stopped (`pipeline.stopped_summary`)."""
+
+    def __init__(self, say: Say) -> None:
+        self.say, self.last = say, ""
+
+    def __call__(self, line: str) -> None:
+        self.last = line
+        self.say(line)
+
+
 @dataclass
 class Outcome:
     """What happened to one image; `cli` prints these as the summary table."""
@@ -88,6 +100,7 @@ class ImageRun:
     report: Dict = field(default_factory=dict)  # the smoke report (or the one a sealed image carries)
     proof: Optional[attest.Evidence] = None     # the build's inputs, for the provenance (with a signing key)
     bom: Optional[Dict] = None                  # the image's SBOM (`builder.images.sbom`)
+    base: Dict = field(default_factory=dict)    # the base image as the engine knew it at the build: ref, id, digests
 
     @classmethod
     def of(cls, job: Job, options: Options, engine: Engine, say: Say, out: Optional[Outcome] = None) -> "ImageRun":
@@ -190,18 +203,21 @@ def preflight(job: Job, run: ImageRun) -> None:
     installer for a conda image (--conda-installer, or mirrors.conda_installer), the CANN
     download server for each installer; and a ``--base-image`` whose OS is not the cell's (a
     warning: the image would be labelled with an OS it does not have); then the free space the
-    build needs, on the state folder's file system and the engine's (`free_space`)."""
-    image, options, engine = job.image, run.options, run.engine
-    base_problem = engine.base_unavailable(image.base_image)
+    build needs, on the state folder's file system and the engine's (`free_space`). What the
+    engine knows of the base image (its ID and registry digests) goes into the run (``run.base``)."""
+    image, options, engine, base = job.image, run.options, run.engine, job.base_image
+    base_problem = engine.base_unavailable(base)
     if base_problem:
         given = "--base-image" if options.base_image else "the cell's base image"
-        fixes = [f"pull or load {image.base_image} into this engine where it can be had (docker save | docker load)",
+        fixes = [f"pull or load {base} into this engine where it can be had (docker save | docker load)",
                  f"or pass --base-image IMAGE of {job.plan.manifests[job.variant]['os']} that this engine has"]
         if not job.npu:
             fixes.append("or --twin-os OS to build the CPU twin on an OS whose base image this engine has "
                          "(a stand-in, labelled as one)")
-        raise UserError(f"[{job.name}] {given} {image.base_image} is not on this engine and its registry cannot "
+        raise UserError(f"[{job.name}] {given} {base} is not on this engine and its registry cannot "
                         f"serve it ({base_problem}); nothing was built", fix=", ".join(fixes), exit_code=1)
+    # what the engine knows of the base, read once: the build's labels and the report name it
+    run.base = {"ref": base, "id": engine.image_id(base), "digests": engine.repo_digests(base)}
     if options.base_image:
         wanted = str(job.plan.manifests[job.variant]["os"])
         found = engine.os_release(options.base_image)
@@ -245,8 +261,7 @@ def build(job: Job, run: ImageRun) -> bool:
                 out.image_id = run.engine.build(
                     context, job.image.dockerfile, secrets=secret_files, log_path=Path(out.log),
                     build_args={planning.ALLOW_UNVERIFIED: "1"} if plan.lock_state != "ok" else {},
-                    labels=oci.build_labels(job.matrix_path, job.image.base_image,
-                                            base_digest=_base_digest(run.engine, job.image.base_image)),
+                    labels=oci.build_labels(job.matrix_path, job.base_image, base_digest=_manifest_digest(run.base)),
                     on_line=progress.Progress(job.name, say, options.quiet,
                                               (context / job.image.dockerfile).read_text(encoding="utf-8")),
                     platform=platform_of(plan.arch) if job.emulated else None, no_cache=options.no_cache)
@@ -258,9 +273,9 @@ def build(job: Job, run: ImageRun) -> bool:
     return True
 
 
-def _base_digest(engine: Engine, base: str) -> str:
+def _manifest_digest(base: Dict) -> str:
     """The registry manifest digest of the base image when the engine knows one (it was pulled), else ""."""
-    for found in engine.repo_digests(base):
+    for found in base["digests"]:
         if "@sha256:" in found:
             return found.rpartition("@")[2]
     return ""
@@ -273,12 +288,11 @@ def smoke_test(job: Job, run: ImageRun) -> Dict:
     report, out.smoke_seconds = smoke(engine, out.image_id, job.smoke.device, tiers, job.smoke.docker_devices,
                                       job.smoke.mounts, ("--steps", str(EMULATED_STEPS)) if job.emulated else (),
                                       smoke_scale(job.emulated))
-    base = job.image.base_image
     report.update({
         "content_hash": plan.content_hash, "lock": plan.lock_state,
         "emulated": f"qemu-user: {plan.arch} on an {host_arch()} host" if job.emulated else None,
         "stand_in": plan.stand_in or None,
-        "base_image": {"ref": base, "id": engine.image_id(base), "digests": engine.repo_digests(base)},
+        "base_image": run.base,
     })
     return report
 

@@ -30,7 +30,7 @@ from typing import List, Optional, Tuple
 
 from builder import bounded, devices, writes
 from builder.images import publish
-from builder.images.image_run import ImageRun, Outcome, Say, attest_pushed, build_one, conclude
+from builder.images.image_run import ImageRun, Outcome, Said, Say, attest_pushed, build_one, conclude
 from builder.images.prepare import Options
 from builder.images.matrix import Cell
 from builder.images.smoke_run import smoke, smoke_scale
@@ -56,12 +56,7 @@ def run(cells: List[Cell], options: Options, engine: Engine, say: Say) -> List[O
     message says what was published, what was tagged here only, and where it stopped
     (`stopped_summary`)."""
     outcomes: List[Outcome] = []
-    last = [""]  # the last progress line: where a stop came
-
-    def tell(line: str) -> None:
-        last[0] = line
-        say(line)
-
+    tell = Said(say)  # remembers the last progress line: where a stop came
     current: Optional[Outcome] = None
     try:
         for cell in cells:
@@ -77,7 +72,7 @@ def run(cells: List[Cell], options: Options, engine: Engine, say: Say) -> List[O
                 current = None
         return outcomes + indexes(outcomes, options, tell)
     except KeyboardInterrupt as stop:
-        raise type(stop)(stopped_summary(outcomes, current, last[0], signing=options.sign_key is not None)) from None
+        raise type(stop)(stopped_summary(outcomes, current, tell.last, signing=options.sign_key is not None)) from None
 
 
 def stopped_summary(outcomes: List[Outcome], current: Optional[Outcome], last_line: str, signing: bool = False) -> str:

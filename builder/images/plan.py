@@ -164,6 +164,7 @@ class Plan:
     uv: str                               # uv's requirement line when a step is verified, else ""
     conda_explicit: str                   # the lock's conda part as `conda create --file` takes it ("" if none)
     scripts: Tuple[str, ...]              # the scripts of builder/templates/ its context carries as they are
+    base_image: str                       # the default of the BASE_IMAGE build arg (its header block's)
 
     def find(self, kind: Type[B]) -> Optional[B]:
         """The plan's block of ``kind`` (the first one), None when the image has none."""
@@ -179,11 +180,6 @@ class Plan:
     @property
     def npu(self) -> bool:
         return self.variant == vocabulary.NPU
-
-    @property
-    def base_image(self) -> str:
-        """The default of the BASE_IMAGE build arg."""
-        return self.block(Header).base_image
 
     @property
     def installers(self) -> Tuple[InstallerFile, ...]:
@@ -655,7 +651,7 @@ def _plan(f: CellFacts, variant: str, words: _Words, shared: _Shared) -> Plan:
                conda_lock.SECRETS_SCRIPT if cell.env == "conda" else "", conda_lock.FETCH_SCRIPT if explicit else "")
     return Plan(cell_id=cell.id, variant=variant, dockerfile=words.dockerfile, manifest_file=words.manifest,
                 lock_state=f.state, steps=steps, blocks=tuple(parts), installs=python_steps, uv=uv,
-                conda_explicit=explicit, scripts=tuple(name for name in scripts if name))
+                conda_explicit=explicit, scripts=tuple(name for name in scripts if name), base_image=base)
 
 
 def _conda_explicit(f: CellFacts) -> str:

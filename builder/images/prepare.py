@@ -73,7 +73,8 @@ class SmokePlan(NamedTuple):
 
 @dataclass(frozen=True)
 class Job:
-    """One image of one cell, everything decided: what the pipeline's steps take."""
+    """One image of one cell, everything decided: what the pipeline's steps take. Its fields are
+    values, read without calling back into the plan once the build has started."""
 
     variant: str
     plan: CellPlan             # the cell, resolved once
@@ -82,16 +83,10 @@ class Job:
     emulated: bool             # another arch than this host's: built and run under qemu
     lock_file: Path            # the lock the build installs from, on disk
     smoke: SmokePlan
+    image: Plan                # the Dockerfile's plan of this variant
+    base_image: str            # the image its FROM names (--base-image, the cell's, or CANN's image)
+    npu: bool                  # the NPU image (else the CPU twin)
     matrix_path: str = ""      # the matrix file the cell was read from (the provenance names it)
-
-    @property
-    def image(self) -> Plan:
-        """The Dockerfile's plan of this variant."""
-        return self.plan.plans[self.variant]
-
-    @property
-    def npu(self) -> bool:
-        return self.variant == NPU
 
 
 # This machine's arch in the matrix's words, normalized once (the matrix's cells are at load).
@@ -167,5 +162,6 @@ def prepare(cell: Cell, variant: str, options: Options) -> Job:
     _refuse_unusable(resolved, variant, options)
     return Job(variant=variant, plan=resolved, name=resolved.names[variant], ref=resolved.refs[variant],
                emulated=resolved.arch != host_arch(), lock_file=options.locks_dir / owner / locking.LOCK_FILE,
-               smoke=smoke_plan(variant, options, resolved.cann_only),
+               smoke=smoke_plan(variant, options, resolved.cann_only), image=resolved.plans[variant],
+               base_image=resolved.plans[variant].base_image, npu=variant == NPU,
                matrix_path=(closure_of or cell).where.file if (closure_of or cell).where else "")

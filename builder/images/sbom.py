@@ -98,7 +98,7 @@ def of(job: Job, installed: Optional[Dict[str, Installed]] = None) -> Dict:
                           "version": job.ref.rsplit(":", 1)[1]},
             "properties": [{"name": "ascend-build:content-hash", "value": plan.content_hash},
                            {"name": "ascend-build:lock", "value": plan.lock_state},
-                           {"name": "ascend-build:base-image", "value": image.base_image}],
+                           {"name": "ascend-build:base-image", "value": job.base_image}],
         },
         "components": components,
         # the OS packages of the base image are not in it: nothing here pins them

@@ -128,6 +128,7 @@ def test_the_demo_cells_npu_plan(demo, demo_lock, kb):
         "uv": kb.downloads.uv_requirement("x86_64"),
         "conda_explicit": "",
         "scripts": (),
+        "base_image": "debian:bookworm-slim",
     }
     assert p.blocks == (
         blocks.Header(DEMO, "matrix/default.yaml", False, "Dockerfile", "debian:bookworm-slim", ""),
@@ -203,6 +204,7 @@ def test_the_demo_cells_cpu_twin_plan(demo, demo_lock, kb):
         "uv": kb.downloads.uv_requirement("x86_64"),
         "conda_explicit": "",
         "scripts": (),
+        "base_image": "debian:bookworm-slim",
     }
     assert p.blocks == (
         blocks.Header(DEMO, "matrix/default.yaml", True, "Dockerfile.cpu", "debian:bookworm-slim", ""),
