@@ -53,12 +53,28 @@ CONTEXT_FACTOR = 4
 
 @dataclass(frozen=True)
 class Need:
-    """Bytes the build will write under ``where`` (``place`` says which folder that is), and what for."""
+    """Bytes the build will write under ``where`` (``place`` says which folder that is): a
+    floor for what no file tells the size of, and ``times`` x the ``files`` bytes of context
+    files (``for_floor`` and ``for_files`` say what for, in the refusal alone)."""
 
     place: str
     where: Path
-    what: str
-    bytes: int
+    floor: int
+    for_floor: str
+    files: int = 0
+    times: int = 1
+    for_files: str = ""
+
+    @property
+    def bytes(self) -> int:
+        return self.floor + self.times * self.files
+
+    def what(self) -> str:
+        """What the bytes are for, as the refusal says it."""
+        text = f"{size(self.floor)} {self.for_floor}"
+        if self.files:
+            text += f" and {f'{self.times} x ' if self.times != 1 else ''}{size(self.files)} {self.for_files}"
+        return text
 
 
 def context_files(job: Job, options: Options) -> List[Path]:
@@ -91,14 +107,12 @@ def estimate(job: Job, options: Options, data_root: Optional[Path]) -> List[Need
     files = [(p, os.stat(p)) for p in context_files(job, options)]
     state = options.state_dir
     copied = sum(st.st_size for _, st in files if st.st_dev != _device(state))
-    needs = [Need("the state folder", state, f"{size(STATE_FLOOR)} for its log, report, SBOM and seal"
-                  + (f" and {size(copied)} of context files copied from other file systems" if copied else ""),
-                  STATE_FLOOR + copied)]
+    needs = [Need("the state folder", state, STATE_FLOOR, "for its log, report, SBOM and seal",
+                  copied, 1, "of context files copied from other file systems")]
     if data_root is not None:
-        held = sum(st.st_size for _, st in files)
-        needs.append(Need("the engine's data root", data_root, f"{size(ENGINE_FLOOR)} for the base image, packages and Python environment"
-                          + (f" and {CONTEXT_FACTOR} x {size(held)} for {len(files)} context file(s)" if held else ""),
-                          ENGINE_FLOOR + CONTEXT_FACTOR * held))
+        needs.append(Need("the engine's data root", data_root, ENGINE_FLOOR,
+                          "for the base image, packages and Python environment",
+                          sum(st.st_size for _, st in files), CONTEXT_FACTOR, f"for {len(files)} context file(s)"))
     return needs
 
 
@@ -111,7 +125,7 @@ def shortfall(needs: List[Need], name: str) -> Optional[UserError]:
         wanted, free = sum(n.bytes for n in together), writes.free_bytes(together[0].where)
         if 0 <= free < wanted:
             places = " and ".join(f"{n.place} {n.where}" for n in together)
-            parts = "; ".join((f"{n.place}: " if len(together) > 1 else "") + n.what for n in together)
+            parts = "; ".join((f"{n.place}: " if len(together) > 1 else "") + n.what() for n in together)
             return UserError(
                 f"[{name}] not enough free space for this build on the file system of {places}: "
                 f"{size(free)} free, about {size(wanted)} needed ({parts}; an estimate); nothing was built",

@@ -28,7 +28,7 @@ from typing import Callable, Dict, List, Optional, Tuple
 
 from builder import bounded, claims, documents, writes
 from builder.images import plan as planning
-from builder.images import attest, fetch, free_space, installed, lazy, oci, own_wheel, progress, render, sbom, stage, wheelhouse
+from builder.images import attest, fetch, free_space, installed, lazy, oci, own_wheel, progress, sbom, stage, wheelhouse
 from builder.images.blocks import CannInstallers
 from builder.images.prepare import Job, Options, host_arch, prepare
 from builder.images.matrix import Cell
@@ -253,7 +253,7 @@ def build(job: Job, run: ImageRun) -> bool:
     out.log = str(state / "logs" / f"{job.name}.build.log")
     with stage.claim(state / "contexts", plan.arch, job.variant) as folder:
         conda = (options.conda_installer, job.image.conda_file) if options.conda_installer and job.image.conda_file else None
-        context = stage.context(render.files(plan), folder, options.wheelhouse, installers, fetched, own, conda)
+        context = stage.context(job.files, folder, options.wheelhouse, installers, fetched, own, conda)
         say(f"[{job.name}] building {job.variant} image" + (f" for {plan.arch} under qemu" if job.emulated else ""))
         start = time.monotonic()
         try:

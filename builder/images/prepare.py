@@ -1,9 +1,9 @@
 """One image to build, decided before anything is built: a cell's plan with this run's choices.
 
 `prepare` applies the run's options to a cell (a stand-in OS for the CPU twin, a base
-image override), reads the cell's lock, resolves the cell once (`render.resolve`: its
+image override), reads the cell's lock, resolves the cell once (`render.resolve_context`: its
 facts, the one pass over the knowledge base, then its plan, from the build context to the
-report), decides which tiers this host can run, and
+report, and the build context's files its content hash names), decides which tiers this host can run, and
 refuses what cannot succeed (a lock that is missing, stale or incomplete; CANN installers
 with no sha256 anywhere) before a build starts. The pipeline's later steps take the
 `Job` alone: none goes back to the cell or the knowledge base.
@@ -86,6 +86,7 @@ class Job:
     image: Plan                # the Dockerfile's plan of this variant
     base_image: str            # the image its FROM names (--base-image, the cell's, or CANN's image)
     npu: bool                  # the NPU image (else the CPU twin)
+    files: Dict[str, bytes]    # its build context's files: the bytes its content hash names, staged as they are
     matrix_path: str = ""      # the matrix file the cell was read from (the provenance names it)
 
 
@@ -158,10 +159,10 @@ def prepare(cell: Cell, variant: str, options: Options) -> Job:
     if options.base_image:
         cell = replace(cell, base_image=options.base_image)
     owner = (closure_of or cell).id
-    resolved = render.resolve(cell, lock=locking.read(options.locks_dir / owner), closure_of=closure_of)
+    resolved, files = render.resolve_context(cell, lock=locking.read(options.locks_dir / owner), closure_of=closure_of)
     _refuse_unusable(resolved, variant, options)
     return Job(variant=variant, plan=resolved, name=resolved.names[variant], ref=resolved.refs[variant],
                emulated=resolved.arch != host_arch(), lock_file=options.locks_dir / owner / locking.LOCK_FILE,
                smoke=smoke_plan(variant, options, resolved.cann_only), image=resolved.plans[variant],
-               base_image=resolved.plans[variant].base_image, npu=variant == NPU,
+               base_image=resolved.plans[variant].base_image, npu=variant == NPU, files=files,
                matrix_path=(closure_of or cell).where.file if (closure_of or cell).where else "")

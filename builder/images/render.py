@@ -162,9 +162,16 @@ def dockerfile(p: planning.Plan) -> bytes:
 def resolve(cell: Cell, kb=None, lock: Optional[locking.Lock] = None,
             closure_of: Optional[Cell] = None) -> planning.CellPlan:
     """``cell`` resolved once: its facts (`facts.resolve_facts`, the one pass over the knowledge
-    base), its plan (`plan.resolve`), and the content hash of its build context (`_resolved`)."""
-    unhashed, digest, _ = _hashed(cell, kb, lock, closure_of)
-    return unhashed.with_content_hash(digest)
+    base), its plan (`plan.resolve`), and the content hash of its build context (`_hashed`)."""
+    return resolve_context(cell, kb, lock, closure_of)[0]
+
+
+def resolve_context(cell: Cell, kb=None, lock: Optional[locking.Lock] = None,
+                    closure_of: Optional[Cell] = None) -> Tuple[planning.CellPlan, Dict[str, bytes]]:
+    """`resolve`, and the files of the cell's build context: the very bytes its content hash
+    names, which a build stages as they are (`prepare.Job.files`)."""
+    unhashed, digest, stamped = _hashed(cell, kb, lock, closure_of)
+    return unhashed.with_content_hash(digest), stamped
 
 
 def _hashed(cell: Cell, kb, lock: Optional[locking.Lock],

@@ -1368,3 +1368,16 @@ def test_manifests_are_written_as_json_writes_them(value):
     twice (the second from the kept text), the same bytes as json.dumps(indent=2, sort_keys=True)."""
     for _ in range(2):
         assert render._json(value) == (json.dumps(value, indent=2, sort_keys=True) + "\n").encode()
+
+
+def test_a_job_stages_the_bytes_its_content_hash_names():
+    """`prepare` keeps the context's files made while hashing (`render.resolve_context`): the
+    build stages those bytes, which are the committed dockerfiles/ of the cell, hash and all."""
+    from builder.images import prepare
+
+    cell = next(c for c in matrix.load(SHIPPED_MATRIX).cells if c.id == CELL_7_X86)
+    job = prepare.prepare(cell, vocabulary.CPU, prepare.Options(locks_dir=SHIPPED_DOCKERFILES, allow_incomplete_lock=True))
+    committed = {p.name: p.read_bytes() for p in (SHIPPED_DOCKERFILES / cell.id).iterdir() if p.is_file()}
+    assert job.files == {name: committed[name] for name in job.files}
+    label = f'{vocabulary.Label.CONTENT_HASH}="{job.plan.content_hash}"'.encode()
+    assert label in job.files[job.image.dockerfile] and job.base_image.encode() in job.files[job.image.dockerfile]
