@@ -243,6 +243,17 @@ def _host_of(url: str) -> str:
     return urllib.parse.urlsplit(url).netloc.lower()
 
 
+class RefusedRedirect(urllib.error.HTTPError):
+    """A redirect `_SameHostAuth` would not follow; ``filename`` is where it pointed, ``msg`` why not."""
+
+
+def _refused(exc: RefusedRedirect, name: str, method: str, what: str) -> UserError:
+    return UserError(f"registry {name}: its answer to {method} {what} redirects to {_host_of(exc.filename or '')}, "
+                     f"not followed: {exc.msg}", exit_code=1,
+                     fix="a registry spoken to in plain HTTP may send the client only to loopback, and one over "
+                         "HTTPS never to plain HTTP: serve the registry and the storage it redirects to over HTTPS")
+
+
 class _SameHostAuth(urllib.request.HTTPRedirectHandler):
     """Follow redirects, but credentials only ever go to the host they were meant for,
     never from HTTPS down to HTTP, and plain HTTP only ever to loopback (a loopback registry,
@@ -253,9 +264,9 @@ class _SameHostAuth(urllib.request.HTTPRedirectHandler):
         if new is None:
             return None
         if req.full_url.startswith("https:") and not newurl.startswith("https:"):
-            raise urllib.error.HTTPError(newurl, code, "refusing a redirect from HTTPS to HTTP", headers, fp)
+            raise RefusedRedirect(newurl, code, "refusing a redirect from HTTPS to HTTP", headers, fp)
         if not newurl.startswith("https:") and not is_loopback(_host_of(newurl)):
-            raise urllib.error.HTTPError(newurl, code, "refusing a plain-HTTP redirect to a host that is not "
+            raise RefusedRedirect(newurl, code, "refusing a plain-HTTP redirect to a host that is not "
                                          "loopback", headers, fp)
         if _host_of(newurl) != _host_of(req.full_url):
             new.headers.pop("Authorization", None)
@@ -402,6 +413,8 @@ class Registry:
                     return body, {k.lower(): v for k, v in response.headers.items()}
             except bounded.Cut as cut:
                 raise self._cut(cut, what, limit) from None
+            except RefusedRedirect as exc:
+                raise _refused(exc, self.name, method, what) from None
             except urllib.error.HTTPError as exc:
                 if exc.code == 401 and attempt == 0:
                     self._authorize(str(exc.headers.get("WWW-Authenticate", ""))[:4096], scope)
@@ -469,6 +482,8 @@ class Registry:
                 body = documents.load_json(self._read(response, 1 << 20, "the token", deadline), "the token")
         except bounded.Cut as cut:
             raise self._cut(cut, "the token", 1 << 20) from None
+        except RefusedRedirect as exc:
+            raise _refused(exc, self.name, "GET", "the token") from None
         except urllib.error.HTTPError as exc:
             who = "the credentials given" if self._credentials else "an anonymous token"
             raise self._fail(f"its token service refused {who} (HTTP {exc.code})",
@@ -758,6 +773,8 @@ class Registry:
                 raise Transient(f"the connection broke during GET {path} ({type(exc).__name__})") from None
 
     def _http_failure(self, exc: urllib.error.HTTPError, method: str, what: str) -> Exception:
+        if isinstance(exc, RefusedRedirect):
+            return _refused(exc, self.name, method, what)
         if exc.code == 404:
             return LookupError(what)
         if exc.code in TRANSIENT_STATUS:

@@ -348,6 +348,33 @@ def test_a_loopback_registry_may_not_redirect_in_plain_http_off_loopback(to):
         assert _SameHostAuth().redirect_request(request, io.BytesIO(), 302, "Found", Message(), fine) is not None
 
 
+def test_a_refused_redirect_says_where_it_pointed_why_it_was_not_followed_and_the_fix(no_credentials):
+    """A loopback registry answering with a redirect to a plain-HTTP host elsewhere: the client
+    never goes there, and the error names the redirect, not a bare "answered HTTP 302"."""
+    from http.server import BaseHTTPRequestHandler
+
+    class Elsewhere(BaseHTTPRequestHandler):
+        def do_GET(self):
+            self.send_response(302)
+            self.send_header("Location", "http://192.0.2.2:5000" + self.path)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+
+        def log_message(self, *args):
+            pass
+
+    server, port = hr.serve(Elsewhere)
+    try:
+        with pytest.raises(UserError) as refused:
+            Registry(f"127.0.0.1:{port}").tags("r")
+    finally:
+        server.shutdown()
+    assert refused.value.message == (f"registry 127.0.0.1:{port}: its answer to GET /v2/r/tags/list redirects to "
+                                     "192.0.2.2:5000, not followed: refusing a plain-HTTP redirect to a host that "
+                                     "is not loopback")
+    assert "over HTTPS" in refused.value.fix
+
+
 # --- hostile registries: malformed answers are refused, never a traceback -----------------------
 
 
