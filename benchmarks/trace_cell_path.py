@@ -2,7 +2,9 @@
 
 Runs `pipeline.run` on the demo cell's CPU twin through the real engine (as `make demo`
 does; the BuildKit cache may be warm) under `sys.setprofile`, and records each call made
-from one builder module into another. Prints, for that one cell:
+from one builder module into another. An image the engine holds sealed already is reused,
+a shorter path, and the output says which it was ("built" or "reused"): `docker rmi` the
+sealed twin first to trace a build. Prints, for that one cell:
 
     the distinct cross-module calls (caller -> callee function), the stops they make (the
     modules they enter, in order, one module entered twice in a row counted once), the
@@ -187,7 +189,9 @@ def main() -> Dict[str, str]:
     if [o.status for o in outcomes] != ["passed"]:
         raise SystemExit(f"the twin did not pass: {[(o.status, o.message) for o in outcomes]}")
     found = summary(list(traced.unique))
-    print(f"one cell's path ({CELL_ID}, cpu): {found.calls} distinct cross-module calls, "
+    # an image this engine holds sealed already is reused: a shorter path (`docker rmi` it to trace a build)
+    how = "reused, sealed already" if outcomes[0].message.startswith("sealed by an earlier run") else "built"
+    print(f"one cell's path ({CELL_ID}, cpu, {how}): {found.calls} distinct cross-module calls, "
           f"{found.stops} stops in {found.modules} modules, {found.returns} returns to a module it had left")
     for module, count in sorted(found.entered.items(), key=lambda kv: (-kv[1], kv[0])):
         print(f"  {module:40s} {count} stop(s)")
@@ -196,7 +200,7 @@ def main() -> Dict[str, str]:
           f"time(s), the lock's state {traced.counts['builder.images.lock.status']} time(s)")
     later = ", ".join(f"{name} x{n}" for name, n in sorted(traced.after_build.items())) or "none"
     print(f"once the build started, calls into the knowledge base, the plan or the cell: {later}")
-    return {"one cell's path (traced)": f"{found.stops} stops in {found.modules} modules, "
+    return {f"one cell's path (traced, {how})": f"{found.stops} stops in {found.modules} modules, "
                                         f"{found.returns} returns; after the build started, "
                                         f"{sum(traced.after_build.values())} calls back into knowledge/plan/cell"}
 
