@@ -30,7 +30,7 @@ import tempfile
 from pathlib import Path
 from typing import Dict, List, NamedTuple, Tuple
 
-from builder.images import matrix, pipeline
+from builder.images import image_run, matrix, pipeline
 from builder.engine import Engine
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -190,7 +190,7 @@ def main() -> Dict[str, str]:
         raise SystemExit(f"the twin did not pass: {[(o.status, o.message) for o in outcomes]}")
     found = summary(list(traced.unique))
     # an image this engine holds sealed already is reused: a shorter path (`docker rmi` it to trace a build)
-    how = "reused, sealed already" if outcomes[0].message.startswith("sealed by an earlier run") else "built"
+    how = "reused, sealed already" if outcomes[0].message == image_run.REUSED else "built"
     print(f"one cell's path ({CELL_ID}, cpu, {how}): {found.calls} distinct cross-module calls, "
           f"{found.stops} stops in {found.modules} modules, {found.returns} returns to a module it had left")
     for module, count in sorted(found.entered.items(), key=lambda kv: (-kv[1], kv[0])):

@@ -29,7 +29,7 @@ import time
 from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple
 
 import docker
 import docker.errors
@@ -504,8 +504,13 @@ class Engine:
         return dict(_os_release_line(line) for line in text.splitlines() if "=" in line)
 
     def repo_digests(self, ref: str) -> List[str]:
+        return self.identity(ref)["digests"]
+
+    def identity(self, ref: str) -> Dict[str, Any]:
+        """``{"id": ..., "digests": [...]}``: the image ID and the registry digests (RepoDigests)
+        of ``ref`` from one inspect (None and [] when this engine has no such image)."""
         img = self._get(ref)
-        return list(img.attrs.get("RepoDigests") or []) if img else []
+        return {"id": img.id if img else None, "digests": list(img.attrs.get("RepoDigests") or []) if img else []}
 
     def tag(self, image_id: str, ref: str) -> None:
         repo, tag = parse_repository_tag(ref)

@@ -310,7 +310,7 @@ def os_listed(cell: Cell, kb) -> Findings:
     family = kb.environment.os_family_name(cell.os)
     if stated is None or family is None or stated.names(family) or not stated.complete:
         return
-    named = [o for o in kb.environment.os_ids() if (kb.environment.os_family_name(o) or "") and stated.names(kb.environment.os_family_name(o) or "")]
+    named = [o for o in kb.environment.os_ids() if (f := kb.environment.os_family_name(o)) and stated.names(f)]
     yield _finding(cell, "os", "os-not-listed",
                    f"CANN {cell.cann}'s installation guide names no {family} among the operating systems it installs "
                    f"on ({', '.join(stated.os)}; per {stated.source})",

@@ -39,6 +39,9 @@ from builder.vocabulary import CANDIDATE_SUFFIX, VALIDATION_REPORT, Label, platf
 
 Say = Callable[[str], None]
 
+# The outcome's message for an image sealed by an earlier run (`reuse_sealed`).
+REUSED = "sealed by an earlier run: not built or smoke-tested again"
+
 
 class Said:
     """Where a run's progress lines go (``say``), the last one kept (``last``): a stopped run
@@ -187,7 +190,7 @@ def reuse_sealed(job: Job, run: ImageRun, report: Dict) -> Outcome:
     run.say(f"[{job.name}] {job.ref} is this image sealed already (content hash {job.plan.content_hash}, "
             "passed): not built or smoke-tested again")
     out.status, out.tiers = "passed", list(report.get("tiers") or [])
-    out.message = "sealed by an earlier run: not built or smoke-tested again"
+    out.message = REUSED
     _keep_sbom(run, bom)
     run.report, run.tiers = report, required_tiers(job.variant, job.plan.cann_only)
     tag_and_push(run, run.engine.image_id(job.ref) or "", job.ref)
@@ -217,7 +220,7 @@ def preflight(job: Job, run: ImageRun) -> None:
         raise UserError(f"[{job.name}] {given} {base} is not on this engine and its registry cannot "
                         f"serve it ({base_problem}); nothing was built", fix=", ".join(fixes), exit_code=1)
     # what the engine knows of the base, read once: the build's labels and the report name it
-    run.base = {"ref": base, "id": engine.image_id(base), "digests": engine.repo_digests(base)}
+    run.base = {"ref": base, **engine.identity(base)}
     if options.base_image:
         wanted = str(job.plan.manifests[job.variant]["os"])
         found = engine.os_release(options.base_image)

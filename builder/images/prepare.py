@@ -161,8 +161,9 @@ def prepare(cell: Cell, variant: str, options: Options) -> Job:
     owner = (closure_of or cell).id
     resolved, files = render.resolve_context(cell, lock=locking.read(options.locks_dir / owner), closure_of=closure_of)
     _refuse_unusable(resolved, variant, options)
+    image = resolved.plans[variant]
     return Job(variant=variant, plan=resolved, name=resolved.names[variant], ref=resolved.refs[variant],
                emulated=resolved.arch != host_arch(), lock_file=options.locks_dir / owner / locking.LOCK_FILE,
-               smoke=smoke_plan(variant, options, resolved.cann_only), image=resolved.plans[variant],
-               base_image=resolved.plans[variant].base_image, npu=variant == NPU, files=files,
+               smoke=smoke_plan(variant, options, resolved.cann_only), image=image, base_image=image.base_image,
+               npu=variant == NPU, files=files,
                matrix_path=(closure_of or cell).where.file if (closure_of or cell).where else "")

@@ -355,7 +355,7 @@ def run_record(output_dir: Path, pairs: Sequence[str] = (), root: Path = Path("/
 
             engine = Engine.connect()
         labels = engine.labels(image)  # UserError (exit 1) when there is no such image
-        identity = {"id": engine.image_id(image), "digests": engine.repo_digests(image)}
+        identity = engine.identity(image)
         facts = doctor.probe_image(engine, image)
     else:
         python = shutil.which("python3", path=environ.get("PATH", os.defpath))

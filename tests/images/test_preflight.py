@@ -35,11 +35,8 @@ class Engine:
     def os_release(self, ref: str) -> dict:
         return {}
 
-    def image_id(self, ref: str):
-        return None  # the base is not on this engine: nothing to read of it
-
-    def repo_digests(self, ref: str) -> List[str]:
-        return []
+    def identity(self, ref: str) -> dict:
+        return {"id": None, "digests": []}  # the base is not on this engine: nothing to read of it
 
     def data_root(self):
         return None, "a stand-in"  # the free space is free_space's tests' (tests/images/test_free_space.py)

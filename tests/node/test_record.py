@@ -310,11 +310,9 @@ def test_record_image_names_the_image_by_digest_as_well_as_tag(tmp_path):
         def labels(self, image):
             return {"io.ascend-build.cell": MANIFEST["cell"]}
 
-        def image_id(self, image):
-            return "sha256:" + "e" * 64
-
-        def repo_digests(self, image):
-            return ["team/pytorch@sha256:" + "0" * 64, f"127.0.0.1:5000/team/pytorch@{digest}"]
+        def identity(self, image):
+            return {"id": "sha256:" + "e" * 64,
+                    "digests": ["team/pytorch@sha256:" + "0" * 64, f"127.0.0.1:5000/team/pytorch@{digest}"]}
 
         def run(self, image, command, timeout):
             return RunResult(0, doctor.MARK + json.dumps(rec.interpreter_facts()) + "\n", "", 0.1)
